@@ -1,0 +1,180 @@
+//! Canonical serialisation and SHA-256 content hashes.
+//!
+//! Every artifact hashes the same way on every machine: it is serialised to JSON with object
+//! keys sorted, no insignificant white space, and every string's line endings normalised to
+//! `\n`. The SHA-256 of those bytes is the artifact's [`ContentHash`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// A SHA-256 digest, shown and serialised as 64 lower-case hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContentHash([u8; 32]);
+
+impl ContentHash {
+    /// The hash of raw bytes.
+    pub fn of_bytes(bytes: &[u8]) -> Self {
+        let digest = Sha256::digest(bytes);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(digest.as_slice());
+        ContentHash(out)
+    }
+
+    /// The hash of a value's canonical serialisation (see [`canonical_json`]).
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> Self {
+        Self::of_bytes(canonical_json(value).as_bytes())
+    }
+
+    /// The raw 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The 64-digit lower-case hex form.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// The first 12 hex digits, for humans.
+    pub fn short(&self) -> String {
+        self.to_hex()[..12].to_string()
+    }
+}
+
+impl fmt::Display for ContentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for ContentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ContentHash({})", self.short())
+    }
+}
+
+/// Why a string is not a [`ContentHash`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a SHA-256 hash (want 64 hex digits): {0:?}")]
+pub struct ParseHashError(pub String);
+
+impl FromStr for ContentHash {
+    type Err = ParseHashError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let shown: String = s.chars().take(80).collect();
+        if s.len() != 64 {
+            return Err(ParseHashError(shown));
+        }
+        let bytes = hex::decode(s).map_err(|_| ParseHashError(shown.clone()))?;
+        let mut out = [0u8; 32];
+        out.copy_from_slice(&bytes);
+        Ok(ContentHash(out))
+    }
+}
+
+impl Serialize for ContentHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl schemars::JsonSchema for ContentHash {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ContentHash".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[0-9a-f]{64}$",
+            "description": "SHA-256, 64 lower-case hex digits"
+        })
+    }
+}
+
+/// The canonical JSON text of a value: keys sorted, compact, `\r\n` and `\r` turned into `\n`.
+///
+/// Serialising an in-memory artifact cannot fail (all keys are strings); should a foreign type
+/// fail, its error text is hashed instead so that the function stays total.
+pub fn canonical_json<T: Serialize + ?Sized>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(v) => {
+            let v = normalise(v);
+            // serde_json's Map is a BTreeMap (no `preserve_order`), so keys come out sorted.
+            serde_json::to_string(&v).unwrap_or_default()
+        }
+        Err(e) => format!("!unserialisable:{e}"),
+    }
+}
+
+fn normalise(v: Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(normalise_newlines(&s)),
+        Value::Array(a) => Value::Array(a.into_iter().map(normalise).collect()),
+        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, normalise(v))).collect()),
+        other => other,
+    }
+}
+
+/// Turns `\r\n` and lone `\r` into `\n`.
+pub fn normalise_newlines(s: &str) -> String {
+    if !s.contains('\r') {
+        return s.to_string();
+    }
+    s.replace("\r\n", "\n").replace('\r', "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_order_does_not_change_the_hash() {
+        let a = json!({"b": 1, "a": {"y": 2, "x": 3}});
+        let b = json!({"a": {"x": 3, "y": 2}, "b": 1});
+        assert_eq!(ContentHash::of(&a), ContentHash::of(&b));
+        assert_eq!(canonical_json(&a), r#"{"a":{"x":3,"y":2},"b":1}"#);
+    }
+
+    #[test]
+    fn line_endings_are_normalised() {
+        let unix = json!({"sql": "select 1;\nselect 2;\n"});
+        let dos = json!({"sql": "select 1;\r\nselect 2;\r\n"});
+        assert_eq!(ContentHash::of(&unix), ContentHash::of(&dos));
+    }
+
+    #[test]
+    fn a_changed_value_changes_the_hash() {
+        assert_ne!(
+            ContentHash::of(&json!({"a": 1})),
+            ContentHash::of(&json!({"a": 2}))
+        );
+    }
+
+    #[test]
+    fn hex_round_trips_and_bad_text_is_refused() {
+        let h = ContentHash::of_bytes(b"consort");
+        let back: ContentHash = h.to_hex().parse().expect("round trip");
+        assert_eq!(h, back);
+        assert!("xyz".parse::<ContentHash>().is_err());
+        assert!("g".repeat(64).parse::<ContentHash>().is_err());
+        let json = serde_json::to_string(&h).expect("serialise");
+        assert_eq!(
+            serde_json::from_str::<ContentHash>(&json).expect("parse"),
+            h
+        );
+    }
+}

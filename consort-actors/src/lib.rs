@@ -1,0 +1,22 @@
+//! The Consort runtime: typed artifacts, the pure lifecycle state machine, the conductor actor,
+//! supervision, gates, and the hash-chained ledger.
+//!
+//! **Architecture invariant:** this crate knows no LLM and no database. Role agents live in
+//! `consort-agents`, database branches and test runs in `consort-lakebase`; both speak to the
+//! conductor only through the messages in [`protocol`].
+
+pub mod artifact;
+pub mod hash;
+pub mod paths;
+pub mod protocol;
+pub mod role;
+pub mod step;
+pub mod worktree;
+
+pub use artifact::*;
+pub use hash::{ContentHash, canonical_json};
+pub use paths::{PathError, PathPolicy};
+pub use protocol::*;
+pub use role::{ActorId, Role};
+pub use step::Step;
+pub use worktree::{WorkTree, WorkTreeError};

@@ -1,0 +1,359 @@
+//! The message protocol between the conductor, the role actors and the Lakebase actor.
+//!
+//! `consort-agents` implements the role side ([`RoleMsg`]) and `consort-lakebase` the database
+//! side ([`LakebaseMsg`]). Nothing but these typed messages crosses between actors.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use ractor::RpcReplyPort;
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::{
+    ArchitectureVerdict, Artifact, ArtifactKind, EscalationReason, FeatureRequest, InfraFault,
+    Migration, RequestId, SchemaPlan, Spec, Stories, TestEntry, TestList, TestRunReceipt, UxDesign,
+    VerdictReason,
+};
+use crate::hash::ContentHash;
+use crate::role::{ActorId, Role};
+use crate::step::Step;
+
+/// The id of one assignment; unique within a run.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(transparent)]
+pub struct AssignmentId(pub u64);
+
+impl std::fmt::Display for AssignmentId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "asg-{}", self.0)
+    }
+}
+
+/// What an agent is given for a step: the artifacts so far and the files it needs.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AssignmentInputs {
+    /// The feature request.
+    pub feature: Option<FeatureRequest>,
+    /// Stories, once written.
+    pub stories: Option<Stories>,
+    /// The spec, once written.
+    pub spec: Option<Spec>,
+    /// The architecture verdict, once given.
+    pub architecture: Option<ArchitectureVerdict>,
+    /// The schema plan, once written.
+    pub schema: Option<SchemaPlan>,
+    /// The test list, once written.
+    pub test_list: Option<TestList>,
+    /// The UX design, once written.
+    pub ux: Option<UxDesign>,
+    /// The test-list entry a build step works on.
+    pub test: Option<TestEntry>,
+    /// Work-tree files relevant to the step (path → content), read by the conductor.
+    pub files: BTreeMap<String, String>,
+}
+
+/// One unit of work for one role.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Assignment {
+    /// Unique id; the reply must answer this id.
+    pub id: AssignmentId,
+    /// The role asked.
+    pub role: Role,
+    /// The step.
+    pub step: Step,
+    /// 0 for the first try; counts retries after refusals.
+    pub attempt: u32,
+    /// Inputs.
+    pub inputs: AssignmentInputs,
+    /// Feedback from earlier tries, failing runs or reviews, for the agent to act on.
+    pub feedback: Vec<String>,
+}
+
+impl Assignment {
+    /// The artifact kind this assignment must be answered with.
+    pub fn expected_kind(&self) -> ArtifactKind {
+        self.step.output_kind()
+    }
+}
+
+/// Token and time spent on one assignment.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct Usage {
+    /// Prompt tokens, when the backend reports them.
+    pub prompt_tokens: u64,
+    /// Completion tokens, when the backend reports them.
+    pub completion_tokens: u64,
+    /// Model or program calls made.
+    pub calls: u32,
+    /// Wall time in milliseconds.
+    pub wall_ms: u64,
+}
+
+/// An artifact produced for an assignment, with its author.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Produced {
+    /// The assignment answered.
+    pub assignment: AssignmentId,
+    /// The actor that produced it.
+    pub author: ActorId,
+    /// The artifact.
+    pub artifact: Artifact,
+    /// What it cost.
+    pub usage: Usage,
+}
+
+/// Why an agent could not produce an artifact.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, thiserror::Error,
+)]
+#[serde(tag = "failure", rename_all = "kebab-case")]
+pub enum AgentFailure {
+    /// The output stayed invalid (bad JSON, wrong schema, broken role rule) after the retries.
+    #[error("invalid output after {attempts} attempt(s): {detail}")]
+    InvalidOutput {
+        /// Attempts made.
+        attempts: u32,
+        /// What was wrong with the last one.
+        detail: String,
+    },
+    /// The role produced an artifact kind it may not produce.
+    #[error("{role} may not produce a {kind} for this step")]
+    KindNotAllowed {
+        /// The role.
+        role: Role,
+        /// The kind it produced.
+        kind: ArtifactKind,
+    },
+    /// The role was asked for a step that is not its own.
+    #[error("{role} was assigned step {step}, which is not its own")]
+    WrongRole {
+        /// The role asked.
+        role: Role,
+        /// The step.
+        step: String,
+    },
+    /// A scripted agent's next entry does not answer this assignment.
+    #[error("script mismatch: expected an entry for {wanted}, found {found}")]
+    ScriptMismatch {
+        /// The step asked.
+        wanted: String,
+        /// What the script had next.
+        found: String,
+    },
+    /// A scripted agent has no entry left.
+    #[error("script exhausted: no entry left for {wanted}")]
+    ScriptExhausted {
+        /// The step asked.
+        wanted: String,
+    },
+    /// A token or time budget was exceeded.
+    #[error("budget exceeded: {detail}")]
+    BudgetExceeded {
+        /// Which budget, and by how much.
+        detail: String,
+    },
+    /// The model server failed after the retries (5xx, 429, connection refused).
+    #[error("model server failing: {detail}")]
+    ModelUnavailable {
+        /// What happened (never the key).
+        detail: String,
+    },
+    /// The agent did not answer within its time limit.
+    #[error("timed out after {secs} s")]
+    Timeout {
+        /// The limit.
+        secs: u64,
+    },
+    /// An external agent program failed or broke a rule (for example wrote outside its copy).
+    #[error("agent command failed: {detail}")]
+    CommandFailed {
+        /// What happened.
+        detail: String,
+    },
+    /// The actor crashed while working on the step.
+    #[error("agent actor crashed: {detail}")]
+    Crashed {
+        /// The panic or error text.
+        detail: String,
+    },
+}
+
+impl AgentFailure {
+    /// Whether the failure is the infrastructure's (model server, time, crash) rather than the
+    /// agent's output.
+    pub fn is_infrastructure(&self) -> bool {
+        matches!(
+            self,
+            AgentFailure::ModelUnavailable { .. }
+                | AgentFailure::Timeout { .. }
+                | AgentFailure::Crashed { .. }
+        )
+    }
+
+    /// The escalation reason this failure maps to when it stops a run.
+    pub fn escalation_reason(&self) -> EscalationReason {
+        match self {
+            AgentFailure::ModelUnavailable { .. } => {
+                EscalationReason::Infrastructure(InfraFault::ModelServerFailing)
+            }
+            AgentFailure::Timeout { .. } => EscalationReason::Infrastructure(InfraFault::Timeout),
+            AgentFailure::Crashed { .. } => {
+                EscalationReason::Infrastructure(InfraFault::ActorCrashing)
+            }
+            AgentFailure::BudgetExceeded { .. } => {
+                EscalationReason::Verdict(VerdictReason::BudgetExceeded)
+            }
+            AgentFailure::KindNotAllowed { .. } | AgentFailure::WrongRole { .. } => {
+                EscalationReason::Verdict(VerdictReason::RuleViolated)
+            }
+            AgentFailure::InvalidOutput { .. }
+            | AgentFailure::ScriptMismatch { .. }
+            | AgentFailure::ScriptExhausted { .. }
+            | AgentFailure::CommandFailed { .. } => {
+                EscalationReason::Verdict(VerdictReason::InvalidOutput)
+            }
+        }
+    }
+}
+
+/// The answer of a role actor.
+pub type RoleReply = Result<Produced, AgentFailure>;
+
+/// Messages a role actor understands.
+#[derive(Debug)]
+pub enum RoleMsg {
+    /// Do this step and answer with the artifact or a typed failure.
+    Assign(Assignment, RpcReplyPort<RoleReply>),
+    /// Tell your identity.
+    Identify(RpcReplyPort<ActorId>),
+}
+
+/// Why a verification was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerifyPurpose {
+    /// The new test must fail; earlier tests must pass.
+    Red,
+    /// Everything must pass.
+    Green,
+    /// Everything must still pass after a refactor.
+    Refactor,
+    /// The full suite before release.
+    Deploy,
+}
+
+/// A request to run the test suite on a fresh branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct VerifyRequest {
+    /// Unique id; the receipt must carry it.
+    pub id: RequestId,
+    /// Why.
+    pub purpose: VerifyPurpose,
+    /// The work tree to test.
+    pub work_tree: PathBuf,
+    /// The hash of the work tree the conductor expects to be tested.
+    pub workspace_hash: ContentHash,
+    /// The migrations accepted so far, applied to the fresh branch before the run.
+    pub migrations: Vec<Migration>,
+    /// The runner names of the tests expected so far (for runners that run named tests).
+    pub tests: Vec<String>,
+    /// The test whose outcome matters most (the new test in RED).
+    pub focus: Option<String>,
+}
+
+/// A request to apply the migrations to the parent database and check them there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PromoteRequest {
+    /// Unique id; the report must carry it.
+    pub id: RequestId,
+    /// The approved migrations, in order.
+    pub migrations: Vec<Migration>,
+}
+
+/// What a promotion did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PromoteReport {
+    /// The request answered.
+    pub request_id: RequestId,
+    /// The parent database (a name, never a connection string with a secret).
+    pub target: String,
+    /// Versions applied by this promotion.
+    pub applied: Vec<String>,
+    /// Versions that were already there with the same checksum.
+    pub already_applied: Vec<String>,
+    /// Every version in the plan is recorded in the parent with the plan's checksum.
+    pub verified: bool,
+}
+
+/// An infrastructure fault on the Lakebase side (never a test verdict: red tests are a receipt).
+#[derive(
+    Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, thiserror::Error,
+)]
+#[error("{fault:?}: {detail}")]
+pub struct InfraError {
+    /// Which kind of fault.
+    pub fault: InfraFault,
+    /// What happened (never contains a password).
+    pub detail: String,
+}
+
+/// Messages the Lakebase actor understands.
+#[derive(Debug)]
+pub enum LakebaseMsg {
+    /// Run the suite on a fresh branch and answer with a receipt.
+    Verify(
+        VerifyRequest,
+        RpcReplyPort<Result<TestRunReceipt, InfraError>>,
+    ),
+    /// Apply the migrations to the parent database.
+    Promote(
+        PromoteRequest,
+        RpcReplyPort<Result<PromoteReport, InfraError>>,
+    ),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_say_whose_fault() {
+        assert!(AgentFailure::Timeout { secs: 1 }.is_infrastructure());
+        assert!(
+            !AgentFailure::InvalidOutput {
+                attempts: 3,
+                detail: "x".into()
+            }
+            .is_infrastructure()
+        );
+        assert!(
+            AgentFailure::ModelUnavailable {
+                detail: "503".into()
+            }
+            .escalation_reason()
+            .is_verdict()
+                == false
+        );
+        assert!(
+            AgentFailure::BudgetExceeded {
+                detail: "tokens".into()
+            }
+            .escalation_reason()
+            .is_verdict()
+        );
+    }
+}
