@@ -1,1 +1,7 @@
-//! placeholder
+//! Database branches and real test runs for Consort.
+
+pub mod error;
+pub mod provider;
+
+pub use error::{Error, Result};
+pub use provider::*;

@@ -1,0 +1,157 @@
+//! The branch-provider abstraction every database backend implements.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+
+/// A boxed, sendable future: keeps [`BranchProvider`] usable as `Arc<dyn BranchProvider>`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Static facts about a backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Branches can start at a past point in time.
+    pub point_in_time: bool,
+    /// The backend resets a branch natively (otherwise reset = delete + create).
+    pub native_reset: bool,
+    /// The server expires branches by itself (a TTL backstop).
+    pub server_ttl: bool,
+    /// How many branches may live at once, when limited.
+    pub max_live_branches: Option<usize>,
+    /// Typical time to create a branch, in milliseconds.
+    pub typical_create_ms: u64,
+}
+
+/// What a base ("golden") database is built from: ordered migrations and fixtures.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BaseSpec {
+    /// Migrations, in order (version, SQL).
+    pub migrations: Vec<consort_actors::Migration>,
+    /// Fixture SQL run after the migrations.
+    pub fixtures: Vec<String>,
+}
+
+impl BaseSpec {
+    /// The content hash that keys the base: same migrations and fixtures, same base.
+    pub fn key(&self) -> consort_actors::ContentHash {
+        consort_actors::ContentHash::of(self)
+    }
+}
+
+/// A prepared base that branches fork from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseRef {
+    /// The backend's id for the base (a template database name, a parent branch id).
+    pub id: String,
+    /// The [`BaseSpec::key`] it was built from.
+    pub key: consort_actors::ContentHash,
+}
+
+/// A live branch created by a provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Branch {
+    /// The branch name (`^[a-z][a-z0-9-]{0,62}$`, with Consort's owner prefix).
+    pub name: String,
+    /// The backend's id for it (may equal the name).
+    pub id: String,
+    /// The base it was forked from.
+    pub base: BaseRef,
+    /// When it was created.
+    pub created_at: SystemTime,
+}
+
+/// TLS requirement for a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    /// Plain connection (local sockets and loopback only).
+    Disable,
+    /// TLS required, certificate verified against the web PKI roots.
+    Require,
+}
+
+/// A secret string: never shown by `Debug` or `Display`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+
+    /// The secret itself; call only where it is handed to a connection or a child process.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// How to connect to a branch. The secret is redacted in `Debug` and `Display`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectInfo {
+    /// Host name, IP address, or a Unix socket directory.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Database name.
+    pub database: String,
+    /// User name.
+    pub user: String,
+    /// Password or token.
+    pub secret: Secret,
+    /// When the secret stops working; call [`BranchProvider::connect_info`] again after it.
+    pub expires_at: Option<SystemTime>,
+    /// TLS requirement.
+    pub sslmode: SslMode,
+}
+
+/// A database branch backend: embedded PostgreSQL, an existing server, or Lakebase.
+///
+/// Implementations are `Send + Sync` and used as `Arc<dyn BranchProvider>`.
+pub trait BranchProvider: Send + Sync + fmt::Debug {
+    /// A short name for receipts: `embedded`, `postgres-url`, `lakebase`.
+    fn kind(&self) -> &'static str;
+
+    /// Static facts about this backend.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Makes or reuses the base that branches fork from (idempotent, keyed by `spec.key()`).
+    fn prepare_base<'a>(&'a self, spec: &'a BaseSpec) -> BoxFuture<'a, Result<BaseRef>>;
+
+    /// Creates a branch of `from`; returns only when it accepts logins.
+    fn create<'a>(&'a self, name: &'a str, from: &'a BaseRef) -> BoxFuture<'a, Result<Branch>>;
+
+    /// How to connect to a branch (call again after `expires_at`).
+    fn connect_info<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<ConnectInfo>>;
+
+    /// Resets a branch to its base's current state, keeping the name.
+    fn reset<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<Branch>>;
+
+    /// Deletes a branch; a branch that does not exist is not an error.
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<()>>;
+
+    /// Lists live branches whose names start with `prefix`.
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<Branch>>>;
+
+    /// Deletes this provider's own branches (Consort's prefix) older than `older_than`;
+    /// returns how many were deleted.
+    fn sweep(&self, older_than: Duration) -> BoxFuture<'_, Result<usize>>;
+}
