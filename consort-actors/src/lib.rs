@@ -7,14 +7,20 @@
 
 pub mod artifact;
 pub mod hash;
+pub mod ledger;
+pub mod machine;
 pub mod paths;
 pub mod protocol;
 pub mod role;
 pub mod step;
+pub mod supervision;
 pub mod worktree;
 
 pub use artifact::*;
 pub use hash::{ContentHash, canonical_json};
+pub use machine::{
+    Command, Event, Machine, MachineConfig, Pending, Phase, RuleViolation, RunStatus, State,
+};
 pub use paths::{PathError, PathPolicy};
 pub use protocol::*;
 pub use role::{ActorId, Role};

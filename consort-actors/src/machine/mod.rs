@@ -1,0 +1,586 @@
+//! The pure lifecycle state machine: `(state, event) -> Result<(state, commands), RuleViolation>`.
+//!
+//! **Architecture invariant:** this module does no I/O, spawns nothing and reads no clock. All it
+//! knows arrives in an [`Event`]; all it wants done leaves as a [`Command`]. The conductor
+//! performs the commands and feeds their results back as events, appending each event to the
+//! ledger first — so replaying the ledger through [`Machine::step`] rebuilds the exact state.
+//!
+//! The state always holds exactly one [`Pending`] thing it waits for while running; the command
+//! that asks for it is derived from it ([`State::pending_command`]). A resumed run therefore
+//! re-issues exactly the command whose result is missing, and nothing whose result is recorded.
+//!
+//! When [`Machine::step`] refuses an event with a [`RuleViolation`], the state is unchanged; the
+//! conductor then records the refusal by feeding [`Event::Refused`], and the machine applies the
+//! violation's [`Remedy`]: ignore it, let the agent retry with the violation as feedback
+//! (bounded), or halt for a human.
+
+mod rules;
+mod transition;
+
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::{
+    ArchitectureVerdict, ChangeSet, DesignBundle, Escalation, FeatureRequest, FileHashes,
+    GateApproval, GateKind, Migration, RequestId, SchemaPlan, Spec, Stories, TestEntry, TestList,
+    TestRunReceipt, UxDesign,
+};
+use crate::hash::ContentHash;
+use crate::paths::{PathError, PathPolicy};
+use crate::protocol::{AgentFailure, AssignmentId, InfraError, PromoteReport, VerifyPurpose};
+use crate::role::{ActorId, Role};
+use crate::step::Step;
+
+pub use rules::{
+    Remedy, RuleViolation, Writer, check_change_set, check_schema, check_spec, check_stories,
+    check_test_list, check_tests_on_disk, check_ux, written_hashes,
+};
+
+/// Bounds and path rules the machine enforces.
+#[derive(Debug, Clone)]
+pub struct MachineConfig {
+    /// Which paths are tests and which are the harness.
+    pub paths: PathPolicy,
+    /// Architect revise verdicts allowed before escalating (default 2).
+    pub max_revisions: u32,
+    /// GREEN repair rounds allowed before escalating (default 3).
+    pub max_repairs: u32,
+    /// Review change requests allowed before escalating (default 2).
+    pub max_review_rounds: u32,
+    /// Refused answers an agent may retry per step before escalating (default 2).
+    pub max_agent_retries: u32,
+}
+
+impl Default for MachineConfig {
+    fn default() -> Self {
+        MachineConfig {
+            paths: PathPolicy::default(),
+            max_revisions: 2,
+            max_repairs: 3,
+            max_review_rounds: 2,
+            max_agent_retries: 2,
+        }
+    }
+}
+
+/// Everything the machine can be told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum Event {
+    /// A feature request starts the run.
+    Start {
+        /// The request.
+        feature: FeatureRequest,
+    },
+    /// An agent answered an assignment.
+    Produced {
+        /// The assignment answered.
+        assignment: AssignmentId,
+        /// Who produced it.
+        author: ActorId,
+        /// What it produced.
+        artifact: crate::artifact::Artifact,
+    },
+    /// An agent could not answer (after its own retries and the supervisor's restarts).
+    AgentFailed {
+        /// The assignment.
+        assignment: AssignmentId,
+        /// Why.
+        failure: AgentFailure,
+    },
+    /// The conductor refused the previous event with this violation (recorded for the audit
+    /// trail; the machine applies the violation's remedy).
+    Refused {
+        /// The violation.
+        violation: RuleViolation,
+    },
+    /// The conductor read the disk before a build step.
+    Observed {
+        /// Hash of the frozen design file on disk (None: missing or unreadable).
+        design_hash: Option<ContentHash>,
+        /// Hashes of every test file on disk.
+        tests: FileHashes,
+    },
+    /// The conductor applied the pending change set.
+    Applied {
+        /// Hash of the whole work tree after applying.
+        workspace_hash: ContentHash,
+        /// Hashes of every test file on disk after applying.
+        tests: FileHashes,
+        /// The change set that undoes it.
+        inverse: ChangeSet,
+    },
+    /// The conductor refused to apply the change set (a path resolves outside the work tree);
+    /// nothing was written.
+    ApplyRefused {
+        /// Why.
+        reason: PathError,
+    },
+    /// The Lakebase side answered a verify request.
+    VerifyCompleted {
+        /// The receipt.
+        receipt: TestRunReceipt,
+    },
+    /// The Lakebase side could not run a verify request (infrastructure).
+    VerifyFailed {
+        /// The request.
+        request: RequestId,
+        /// Why.
+        error: InfraError,
+    },
+    /// A human decided at a gate.
+    Gate {
+        /// The decision, bound to a hash.
+        approval: GateApproval,
+    },
+    /// The Lakebase side promoted the migrations to the parent.
+    Promoted {
+        /// What it did.
+        report: PromoteReport,
+    },
+    /// The promotion failed (infrastructure).
+    PromoteFailed {
+        /// The request.
+        request: RequestId,
+        /// Why.
+        error: InfraError,
+    },
+    /// A human decided what to do about a halt.
+    Human {
+        /// Retry the halted step, or stop.
+        decision: HumanDecision,
+        /// Who decided.
+        by: String,
+    },
+}
+
+impl Event {
+    /// A short name for logs and violations.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Start { .. } => "start",
+            Event::Produced { .. } => "produced",
+            Event::AgentFailed { .. } => "agent-failed",
+            Event::Refused { .. } => "refused",
+            Event::Observed { .. } => "observed",
+            Event::Applied { .. } => "applied",
+            Event::ApplyRefused { .. } => "apply-refused",
+            Event::VerifyCompleted { .. } => "verify-completed",
+            Event::VerifyFailed { .. } => "verify-failed",
+            Event::Gate { .. } => "gate",
+            Event::Promoted { .. } => "promoted",
+            Event::PromoteFailed { .. } => "promote-failed",
+            Event::Human { .. } => "human",
+        }
+    }
+}
+
+/// What a human can decide about a halted run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HumanDecision {
+    /// Retry the halted step, with fresh bounds.
+    Retry,
+    /// End the run.
+    Stop,
+}
+
+/// What the machine waits for while running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "waiting", rename_all = "kebab-case")]
+pub enum Pending {
+    /// An agent's answer.
+    Agent {
+        /// The assignment id.
+        id: AssignmentId,
+        /// The step.
+        step: Step,
+        /// 0 for the first try.
+        attempt: u32,
+        /// Feedback to hand the agent.
+        feedback: Vec<String>,
+    },
+    /// A disk observation, before `then` is issued.
+    Observe {
+        /// What follows a clean observation.
+        then: Box<Pending>,
+    },
+    /// The conductor applying a change set produced for `step`.
+    Apply {
+        /// The step that produced it.
+        step: Step,
+        /// The agent's attempt that produced it.
+        attempt: u32,
+        /// The (normalised) change set.
+        change_set: ChangeSet,
+    },
+    /// The conductor undoing a change set, before `then` (or before halting with `halt`).
+    Revert {
+        /// The undo change set.
+        change_set: ChangeSet,
+        /// What follows (or what a retry re-issues, when halting).
+        then: Box<Pending>,
+        /// Halt with this escalation once reverted.
+        halt: Option<Escalation>,
+    },
+    /// A test run on a fresh branch.
+    Verify {
+        /// The request id.
+        request: RequestId,
+        /// The step whose work is verified (None for the deploy run).
+        step: Option<Step>,
+        /// Why.
+        purpose: VerifyPurpose,
+        /// The work tree the run must be for.
+        workspace_hash: ContentHash,
+        /// How to undo the change under test, when it may be dropped.
+        inverse: Option<ChangeSet>,
+        /// The agent's attempt that produced the change under test.
+        attempt: u32,
+        /// Test files on disk (with hashes) for the run; frozen when a RED is accepted.
+        tests_after: FileHashes,
+    },
+    /// A human decision at a gate.
+    Gate {
+        /// Which gate.
+        gate: GateKind,
+        /// The hash to approve.
+        hash: ContentHash,
+    },
+    /// Promotion of the migrations to the parent database.
+    Promote {
+        /// The request id.
+        request: RequestId,
+    },
+}
+
+/// What the machine asks the conductor to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "kebab-case")]
+pub enum Command {
+    /// Ask `role` to perform `step`; answer with [`Event::Produced`] or [`Event::AgentFailed`].
+    Assign {
+        /// The assignment id.
+        id: AssignmentId,
+        /// The role.
+        role: Role,
+        /// The step.
+        step: Step,
+        /// 0 for the first try.
+        attempt: u32,
+        /// Feedback for the agent.
+        feedback: Vec<String>,
+    },
+    /// Read the design file's hash and every test file's hash; answer with [`Event::Observed`].
+    Observe,
+    /// Apply a change set to the work tree; answer with [`Event::Applied`] or
+    /// [`Event::ApplyRefused`].
+    Apply {
+        /// The change set.
+        change_set: ChangeSet,
+    },
+    /// Run the tests on a fresh branch; answer with [`Event::VerifyCompleted`] or
+    /// [`Event::VerifyFailed`].
+    Verify {
+        /// The request id.
+        request: RequestId,
+        /// Why.
+        purpose: VerifyPurpose,
+        /// The work-tree hash the run must be for.
+        workspace_hash: ContentHash,
+        /// Migrations accepted so far.
+        migrations: Vec<Migration>,
+        /// Runner names of the tests expected so far.
+        tests: Vec<String>,
+        /// The test that matters most (the new test in RED).
+        focus: Option<String>,
+    },
+    /// Wait for a human decision on a gate; answer with [`Event::Gate`]. For the design gate,
+    /// write the frozen design to disk first.
+    AwaitGate {
+        /// Which gate.
+        gate: GateKind,
+        /// The hash to approve.
+        hash: ContentHash,
+    },
+    /// Apply the migrations to the parent database; answer with [`Event::Promoted`] or
+    /// [`Event::PromoteFailed`].
+    Promote {
+        /// The request id.
+        request: RequestId,
+        /// The approved migrations.
+        migrations: Vec<Migration>,
+    },
+    /// Tell the humans: the run halted. Answer, when decided, with [`Event::Human`].
+    Escalate {
+        /// What and why.
+        escalation: Escalation,
+    },
+    /// The run finished.
+    Finish,
+}
+
+/// Where the run stands, coarsely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// No feature yet.
+    Idle,
+    /// The design lane.
+    Design,
+    /// Waiting at the design gate.
+    DesignGate,
+    /// The build lane.
+    Build,
+    /// Waiting at the deploy gate.
+    DeployGate,
+    /// The full-suite deploy verification.
+    Deploy,
+    /// Waiting at the promote gate.
+    PromoteGate,
+    /// Applying the migrations to the parent.
+    Promote,
+    /// Halted for a human.
+    Halted,
+    /// Finished.
+    Done,
+    /// Stopped by a human.
+    Stopped,
+}
+
+/// How the run is doing.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum RunStatus {
+    /// Not started.
+    #[default]
+    Idle,
+    /// Running (possibly waiting at a gate).
+    Running,
+    /// Halted for a human.
+    Halted {
+        /// Why.
+        escalation: Escalation,
+        /// What a retry re-issues.
+        resume: Pending,
+    },
+    /// Finished.
+    Done,
+    /// Stopped by a human.
+    Stopped,
+}
+
+/// The frozen design and its approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frozen {
+    /// The approved design bundle hash.
+    pub hash: ContentHash,
+}
+
+/// Progress through the build lane.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BuildProgress {
+    /// Index of the current test-list entry.
+    pub current: usize,
+    /// Test files accepted in RED, with their hashes: immutable from then on.
+    pub frozen_tests: FileHashes,
+    /// Actors that wrote code for the current entry (they may not review it).
+    pub code_authors: Vec<ActorId>,
+    /// GREEN repair rounds used for the current entry.
+    pub repairs: u32,
+    /// Review change requests for the current entry.
+    pub review_rounds: u32,
+    /// Hash of the work tree after the last applied change.
+    pub workspace_hash: Option<ContentHash>,
+    /// Entries completed (reviewed and approved).
+    pub completed: usize,
+}
+
+/// The machine's whole state. Plain data: serialisable, comparable, replayable.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct State {
+    /// How the run is doing.
+    pub status: RunStatus,
+    /// What the machine waits for (None when idle, halted or finished).
+    pub pending: Option<Pending>,
+    /// The feature request.
+    pub feature: Option<FeatureRequest>,
+    /// Stories, once accepted.
+    pub stories: Option<Stories>,
+    /// Spec, once accepted.
+    pub spec: Option<Spec>,
+    /// The approving architecture verdict.
+    pub architecture: Option<ArchitectureVerdict>,
+    /// Architect revise verdicts so far.
+    pub revisions: u32,
+    /// Schema plan, once accepted.
+    pub schema: Option<SchemaPlan>,
+    /// Test list, once accepted.
+    pub test_list: Option<TestList>,
+    /// UX design, once accepted.
+    pub ux: Option<UxDesign>,
+    /// The frozen, approved design.
+    pub frozen: Option<Frozen>,
+    /// Build-lane progress.
+    pub build: BuildProgress,
+    /// Every receipt accepted, in order.
+    pub receipts: Vec<TestRunReceipt>,
+    /// Every gate approval accepted, in order.
+    pub approvals: Vec<GateApproval>,
+    /// The promotion report, once promoted.
+    pub promotion: Option<PromoteReport>,
+    /// Authors of every accepted artifact, by step key.
+    pub authors: Vec<(String, ActorId)>,
+    /// Next assignment id.
+    pub next_assignment: u64,
+    /// Next request id.
+    pub next_request: u64,
+}
+
+/// The release evidence a human approves at the deploy gate (its hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseEvidence {
+    /// The approved design hash.
+    pub design: ContentHash,
+    /// The final work-tree hash.
+    pub workspace: Option<ContentHash>,
+    /// (request, workspace, output digest) of every accepted receipt.
+    pub receipts: Vec<(RequestId, ContentHash, ContentHash)>,
+}
+
+impl State {
+    /// The coarse phase.
+    pub fn phase(&self) -> Phase {
+        match &self.status {
+            RunStatus::Idle => return Phase::Idle,
+            RunStatus::Halted { .. } => return Phase::Halted,
+            RunStatus::Done => return Phase::Done,
+            RunStatus::Stopped => return Phase::Stopped,
+            RunStatus::Running => {}
+        }
+        match &self.pending {
+            Some(Pending::Gate {
+                gate: GateKind::Design,
+                ..
+            }) => Phase::DesignGate,
+            Some(Pending::Gate {
+                gate: GateKind::Deploy,
+                ..
+            }) => Phase::DeployGate,
+            Some(Pending::Gate {
+                gate: GateKind::Promote,
+                ..
+            }) => Phase::PromoteGate,
+            Some(Pending::Promote { .. }) => Phase::Promote,
+            Some(Pending::Verify {
+                purpose: VerifyPurpose::Deploy,
+                ..
+            }) => Phase::Deploy,
+            _ if self.frozen.is_none() => Phase::Design,
+            _ if self.promotion_ready() => Phase::Deploy,
+            _ => Phase::Build,
+        }
+    }
+
+    fn promotion_ready(&self) -> bool {
+        self.test_list
+            .as_ref()
+            .is_some_and(|l| self.build.completed >= l.entries.len())
+    }
+
+    /// The gate waiting for a decision, with its hash.
+    pub fn pending_gate(&self) -> Option<(GateKind, ContentHash)> {
+        match &self.pending {
+            Some(Pending::Gate { gate, hash }) if self.status == RunStatus::Running => {
+                Some((*gate, *hash))
+            }
+            _ => None,
+        }
+    }
+
+    /// The design bundle, once every part of it is accepted.
+    pub fn design_bundle(&self) -> Option<DesignBundle> {
+        Some(DesignBundle {
+            feature: self.feature.clone()?,
+            stories: self.stories.clone()?,
+            spec: self.spec.clone()?,
+            architecture: self.architecture.clone()?,
+            schema: self.schema.clone()?,
+            test_list: self.test_list.clone()?,
+            ux: self.ux.clone(),
+        })
+    }
+
+    /// The current test-list entry in the build lane.
+    pub fn current_test(&self) -> Option<&TestEntry> {
+        self.test_list.as_ref()?.entries.get(self.build.current)
+    }
+
+    /// The release evidence whose hash the deploy gate approves.
+    pub fn release_evidence(&self) -> Option<ReleaseEvidence> {
+        Some(ReleaseEvidence {
+            design: self.frozen.as_ref()?.hash,
+            workspace: self.build.workspace_hash,
+            receipts: self
+                .receipts
+                .iter()
+                .map(|r| (r.request_id, r.workspace_hash, r.output_digest))
+                .collect(),
+        })
+    }
+
+    /// The command that asks for what is pending (what a resumed run issues again).
+    pub fn pending_command(&self) -> Option<Command> {
+        if self.status != RunStatus::Running {
+            return None;
+        }
+        transition::command_for(self, self.pending.as_ref()?)
+    }
+
+    /// The last receipt accepted.
+    pub fn last_receipt(&self) -> Option<&TestRunReceipt> {
+        self.receipts.last()
+    }
+}
+
+/// The pure lifecycle state machine.
+#[derive(Debug, Clone, Default)]
+pub struct Machine {
+    config: MachineConfig,
+}
+
+impl Machine {
+    /// A machine with these bounds and path rules.
+    pub fn new(config: MachineConfig) -> Self {
+        Machine { config }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MachineConfig {
+        &self.config
+    }
+
+    /// One transition. On `Err` the state is unchanged and the event must be followed by
+    /// [`Event::Refused`] carrying the violation (the conductor does this).
+    pub fn step(
+        &self,
+        state: &State,
+        event: &Event,
+    ) -> Result<(State, Vec<Command>), RuleViolation> {
+        transition::step(&self.config, state, event)
+    }
+
+    /// Replays events from the start; refused events are skipped exactly as they were when they
+    /// were first fed. Returns the final state.
+    pub fn replay<'a>(&self, events: impl IntoIterator<Item = &'a Event>) -> State {
+        let mut state = State::default();
+        for event in events {
+            if let Ok((next, _)) = self.step(&state, event) {
+                state = next;
+            }
+        }
+        state
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,493 @@
+//! Every hard rule the state machine enforces, as a typed violation, and the pure checks that
+//! find them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::{
+    ArtifactKind, ChangeSet, FileChange, FileHashes, SchemaPlan, Spec, Stories, TestList, UxDesign,
+};
+use crate::hash::ContentHash;
+use crate::paths::{PathError, PathPolicy, normalise_relative};
+use crate::protocol::AssignmentId;
+use crate::role::{ActorId, Role};
+use crate::{GateKind, RequestId};
+
+/// A broken rule. Every variant is a refusal: the event that broke it changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "rule", rename_all = "kebab-case")]
+pub enum RuleViolation {
+    /// The event does not fit what the machine is waiting for.
+    #[error("step out of order: waiting for {expected}, got {got}")]
+    StepOutOfOrder {
+        /// What the machine waits for.
+        expected: String,
+        /// What arrived.
+        got: String,
+    },
+    /// An artifact answers an assignment that is not the pending one.
+    #[error("artifact answers {got}, but the pending assignment is {expected:?}")]
+    UnknownAssignment {
+        /// The pending assignment, if any.
+        expected: Option<AssignmentId>,
+        /// The assignment the artifact claims to answer.
+        got: AssignmentId,
+    },
+    /// An artifact came from an actor of another role than the one assigned.
+    #[error("{got} answered a step assigned to {expected}")]
+    WrongRole {
+        /// The role assigned.
+        expected: Role,
+        /// The role that answered.
+        got: Role,
+    },
+    /// The artifact is not of the kind the step produces.
+    #[error("step wants a {expected}, got a {got}")]
+    WrongArtifactKind {
+        /// The kind the step must produce.
+        expected: ArtifactKind,
+        /// The kind produced.
+        got: ArtifactKind,
+    },
+    /// An agent returned a test-run receipt: only the Lakebase side produces receipts.
+    #[error(
+        "{author} returned a test-run receipt of its own making; only the Lakebase side produces receipts"
+    )]
+    ForgedReceipt {
+        /// The agent that tried.
+        author: ActorId,
+    },
+    /// A design artifact is malformed or inconsistent with the design so far.
+    #[error("invalid artifact: {detail}")]
+    InvalidArtifact {
+        /// What is wrong.
+        detail: String,
+    },
+    /// A change-set path is not a plain path inside the work tree.
+    #[error("path refused: {reason}")]
+    PathOutsideWorkTree {
+        /// Why.
+        reason: PathError,
+    },
+    /// A change set touches the harness (Consort's files, the runner's configuration).
+    #[error("{path} is part of the harness; no agent may change it")]
+    TouchesHarness {
+        /// The path.
+        path: String,
+    },
+    /// A code change set touches a test path.
+    #[error("{path} is a test path; only the Navigator writes tests, and only in RED")]
+    TouchesTests {
+        /// The path.
+        path: String,
+    },
+    /// An accepted (frozen) test file would change, or changed on disk.
+    #[error("{path} is a frozen test; it may not be changed, renamed or deleted")]
+    FrozenTestModified {
+        /// The path.
+        path: String,
+    },
+    /// A RED change set touches a path that is not a test path.
+    #[error("RED may only write test paths; {path} is not one")]
+    NonTestInRed {
+        /// The path.
+        path: String,
+    },
+    /// A RED change set does not write the test file of the entry.
+    #[error("RED must write {path}, the entry's test file")]
+    RedMissingTest {
+        /// The expected path.
+        path: String,
+    },
+    /// A test file exists on disk that no accepted RED wrote.
+    #[error("test file {path} appeared outside RED")]
+    UnexpectedTestFile {
+        /// The path.
+        path: String,
+    },
+    /// The new test passed before any code was written: not a RED.
+    #[error("the new test {test} passed before any code was written; that is not a RED")]
+    RedPassedWithoutCode {
+        /// The test's runner name.
+        test: String,
+    },
+    /// The new test broke tests that were green before.
+    #[error("RED broke tests that were green: {tests:?}")]
+    RedBrokeGreenTest {
+        /// The tests that no longer pass.
+        tests: Vec<String>,
+    },
+    /// The run does not report the new test at all.
+    #[error("the run did not report the new test {test}")]
+    RedTestNotRun {
+        /// The test's runner name.
+        test: String,
+    },
+    /// A receipt answers another request.
+    #[error("receipt answers {got}, but the pending request is {expected:?}")]
+    ReceiptNotForRequest {
+        /// The pending request, if any.
+        expected: Option<RequestId>,
+        /// The request the receipt answers.
+        got: RequestId,
+    },
+    /// A receipt was produced for another work-tree state than the one issued.
+    #[error("receipt is for work tree {got}, but {expected} was issued")]
+    ReceiptWorkspaceMismatch {
+        /// The hash the request was issued for.
+        expected: ContentHash,
+        /// The hash in the receipt.
+        got: ContentHash,
+    },
+    /// The reviewer authored code under review.
+    #[error("{reviewer} authored the code under review and may not review it")]
+    ReviewerIsAuthor {
+        /// The reviewer.
+        reviewer: ActorId,
+    },
+    /// The frozen design on disk no longer matches the approved hash.
+    #[error("design hash mismatch: approved {expected}, found {found:?}")]
+    DesignHashMismatch {
+        /// The approved hash.
+        expected: ContentHash,
+        /// The hash found on disk (None: missing or unreadable).
+        found: Option<ContentHash>,
+    },
+    /// A gate decision arrived for a gate that is not waiting.
+    #[error("the {gate} gate is not waiting for a decision")]
+    GateNotPending {
+        /// The gate named.
+        gate: GateKind,
+    },
+    /// A gate decision names another hash than the one waiting.
+    #[error("{gate} gate approval is for {got}, but the gate waits for {expected}")]
+    GateHashMismatch {
+        /// The gate.
+        gate: GateKind,
+        /// The hash waiting.
+        expected: ContentHash,
+        /// The hash in the decision.
+        got: ContentHash,
+    },
+    /// Something tried to pass a gate that was not approved.
+    #[error("the {gate} gate has not been approved")]
+    GateNotApproved {
+        /// The gate.
+        gate: GateKind,
+    },
+    /// A promotion report does not show every planned migration applied.
+    #[error("promotion not verified: {detail}")]
+    PromoteUnverified {
+        /// What is missing.
+        detail: String,
+    },
+    /// A human decision arrived while nothing is halted.
+    #[error("nothing is halted; there is no decision to take")]
+    NotHalted,
+    /// The run is over.
+    #[error("the run is over")]
+    Finished,
+}
+
+/// What the machine does after refusing an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remedy {
+    /// Nothing: the event was stale or premature, the machine keeps waiting.
+    Ignore,
+    /// The agent may try again, with the violation as feedback (bounded).
+    RetryAgent,
+    /// Stop for a human.
+    Halt,
+}
+
+impl RuleViolation {
+    /// How the machine answers this violation.
+    pub fn remedy(&self) -> Remedy {
+        use RuleViolation::*;
+        match self {
+            StepOutOfOrder { .. }
+            | UnknownAssignment { .. }
+            | ReceiptNotForRequest { .. }
+            | GateNotPending { .. }
+            | GateHashMismatch { .. }
+            | GateNotApproved { .. }
+            | NotHalted
+            | Finished => Remedy::Ignore,
+            WrongRole { .. }
+            | WrongArtifactKind { .. }
+            | ForgedReceipt { .. }
+            | InvalidArtifact { .. }
+            | PathOutsideWorkTree { .. }
+            | TouchesHarness { .. }
+            | TouchesTests { .. }
+            | FrozenTestModified { .. }
+            | NonTestInRed { .. }
+            | RedMissingTest { .. }
+            | RedPassedWithoutCode { .. }
+            | RedBrokeGreenTest { .. }
+            | RedTestNotRun { .. } => Remedy::RetryAgent,
+            UnexpectedTestFile { .. }
+            | ReceiptWorkspaceMismatch { .. }
+            | ReviewerIsAuthor { .. }
+            | DesignHashMismatch { .. }
+            | PromoteUnverified { .. } => Remedy::Halt,
+        }
+    }
+}
+
+fn invalid(detail: impl Into<String>) -> RuleViolation {
+    RuleViolation::InvalidArtifact {
+        detail: detail.into(),
+    }
+}
+
+fn require(ok: bool, detail: impl FnOnce() -> String) -> Result<(), RuleViolation> {
+    if ok { Ok(()) } else { Err(invalid(detail())) }
+}
+
+fn unique<'a>(what: &str, ids: impl Iterator<Item = &'a str>) -> Result<(), RuleViolation> {
+    let mut seen = std::collections::BTreeSet::new();
+    for id in ids {
+        require(!id.trim().is_empty(), || format!("{what} id is empty"))?;
+        require(seen.insert(id), || format!("duplicate {what} id {id:?}"))?;
+    }
+    Ok(())
+}
+
+/// Stories: at least one, each with acceptance criteria whose ids are prefixed by the story's.
+pub fn check_stories(stories: &Stories, feature_id: &str) -> Result<(), RuleViolation> {
+    require(stories.feature_id == feature_id, || {
+        format!(
+            "stories are for {:?}, the feature is {feature_id:?}",
+            stories.feature_id
+        )
+    })?;
+    require(!stories.stories.is_empty(), || "no stories".into())?;
+    unique("story", stories.stories.iter().map(|s| s.id.as_str()))?;
+    unique("acceptance criterion", stories.ac_ids())?;
+    for s in &stories.stories {
+        require(!s.acceptance_criteria.is_empty(), || {
+            format!("story {} has no acceptance criteria", s.id)
+        })?;
+        for ac in &s.acceptance_criteria {
+            require(ac.id.starts_with(&format!("{}-", s.id)), || {
+                format!(
+                    "acceptance criterion {} must be prefixed by its story id {}-",
+                    ac.id, s.id
+                )
+            })?;
+            require(!ac.then.trim().is_empty(), || {
+                format!("acceptance criterion {} has no 'then'", ac.id)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Spec: requirements traced to existing acceptance criteria.
+pub fn check_spec(spec: &Spec, stories: &Stories) -> Result<(), RuleViolation> {
+    require(spec.feature_id == stories.feature_id, || {
+        "spec is for another feature".into()
+    })?;
+    require(!spec.requirements.is_empty(), || {
+        "spec has no requirements".into()
+    })?;
+    unique(
+        "requirement",
+        spec.requirements.iter().map(|r| r.id.as_str()),
+    )?;
+    for r in &spec.requirements {
+        require(stories.story_of_ac(&r.ac_id).is_some(), || {
+            format!(
+                "requirement {} traces to unknown acceptance criterion {:?}",
+                r.id, r.ac_id
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Schema plan: unique, strictly increasing versions, each for a known story, with SQL.
+pub fn check_schema(plan: &SchemaPlan, stories: &Stories) -> Result<(), RuleViolation> {
+    unique(
+        "migration version",
+        plan.migrations.iter().map(|m| m.version.as_str()),
+    )?;
+    for pair in plan.migrations.windows(2) {
+        require(pair[0].version < pair[1].version, || {
+            format!(
+                "migration versions must increase: {} then {}",
+                pair[0].version, pair[1].version
+            )
+        })?;
+    }
+    for m in &plan.migrations {
+        require(!m.sql.trim().is_empty(), || {
+            format!("migration {} has no SQL", m.version)
+        })?;
+        require(stories.stories.iter().any(|s| s.id == m.story_id), || {
+            format!(
+                "migration {} is for unknown story {:?}",
+                m.version, m.story_id
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Test list: every entry traced to an acceptance criterion, in a test path of its own.
+pub fn check_test_list(
+    list: &TestList,
+    stories: &Stories,
+    policy: &PathPolicy,
+) -> Result<(), RuleViolation> {
+    require(!list.entries.is_empty(), || "the test list is empty".into())?;
+    unique("test", list.entries.iter().map(|e| e.id.as_str()))?;
+    unique("test name", list.entries.iter().map(|e| e.runner_name()))?;
+    for e in &list.entries {
+        require(
+            e.id.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+            || {
+                format!(
+                    "test id {:?} may hold only letters, digits, '-' and '_'",
+                    e.id
+                )
+            },
+        )?;
+        require(stories.story_of_ac(&e.ac_id).is_some(), || {
+            format!(
+                "test {} traces to unknown acceptance criterion {:?}",
+                e.id, e.ac_id
+            )
+        })?;
+        let path = normalise_relative(&e.path)
+            .map_err(|reason| RuleViolation::PathOutsideWorkTree { reason })?;
+        require(path == e.path, || {
+            format!(
+                "test {} path {:?} is not normalised ({path:?})",
+                e.id, e.path
+            )
+        })?;
+        require(policy.is_test(&path) && !policy.is_harness(&path), || {
+            format!(
+                "test {} lives in {path:?}, which is not a test path ({:?})",
+                e.id,
+                policy.test_globs()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// UX design: at least one screen for every user-facing story, none for unknown stories.
+pub fn check_ux(ux: &UxDesign, stories: &Stories) -> Result<(), RuleViolation> {
+    for s in stories.stories.iter().filter(|s| s.user_facing) {
+        require(ux.screens.iter().any(|sc| sc.story_id == s.id), || {
+            format!("user-facing story {} has no screen", s.id)
+        })?;
+    }
+    for sc in &ux.screens {
+        require(stories.stories.iter().any(|s| s.id == sc.story_id), || {
+            format!(
+                "screen {:?} is for unknown story {:?}",
+                sc.name, sc.story_id
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Who may write what in a change set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer<'a> {
+    /// The Navigator in RED: new test files only, including `must_write`.
+    Red {
+        /// The entry's test file.
+        must_write: &'a str,
+    },
+    /// The Driver in GREEN, repair or refactor: no test path, no harness.
+    Code,
+}
+
+/// Checks a change set against the path policy and the frozen tests; returns the normalised
+/// change set on success.
+pub fn check_change_set(
+    set: &ChangeSet,
+    writer: Writer<'_>,
+    policy: &PathPolicy,
+    frozen: &FileHashes,
+) -> Result<ChangeSet, RuleViolation> {
+    let mut normalised = Vec::with_capacity(set.changes.len());
+    for change in &set.changes {
+        let path = normalise_relative(change.path())
+            .map_err(|reason| RuleViolation::PathOutsideWorkTree { reason })?;
+        if frozen.contains_key(&path) {
+            return Err(RuleViolation::FrozenTestModified { path });
+        }
+        if policy.is_harness(&path) {
+            return Err(RuleViolation::TouchesHarness { path });
+        }
+        match writer {
+            Writer::Red { .. } if !policy.is_test(&path) => {
+                return Err(RuleViolation::NonTestInRed { path });
+            }
+            Writer::Code if policy.is_test(&path) => {
+                return Err(RuleViolation::TouchesTests { path });
+            }
+            _ => {}
+        }
+        normalised.push(match change {
+            FileChange::Write { content, .. } => FileChange::Write {
+                path,
+                content: content.clone(),
+            },
+            FileChange::Delete { .. } => FileChange::Delete { path },
+        });
+    }
+    if let Writer::Red { must_write } = writer {
+        let writes_it = normalised
+            .iter()
+            .any(|c| matches!(c, FileChange::Write { path, .. } if path == must_write));
+        if !writes_it {
+            return Err(RuleViolation::RedMissingTest {
+                path: must_write.to_string(),
+            });
+        }
+    }
+    Ok(ChangeSet {
+        summary: set.summary.clone(),
+        changes: normalised,
+    })
+}
+
+/// The test files a change set leaves behind, with their content hashes.
+pub fn written_hashes(set: &ChangeSet) -> FileHashes {
+    let mut out = FileHashes::new();
+    for c in &set.changes {
+        match c {
+            FileChange::Write { path, content } => {
+                out.insert(path.clone(), ContentHash::of_bytes(content.as_bytes()));
+            }
+            FileChange::Delete { path } => {
+                out.remove(path);
+            }
+        }
+    }
+    out
+}
+
+/// Compares the test files on disk with those expected: frozen first, then unexpected ones.
+pub fn check_tests_on_disk(
+    expected: &FileHashes,
+    on_disk: &FileHashes,
+) -> Result<(), RuleViolation> {
+    for (path, hash) in expected {
+        if on_disk.get(path) != Some(hash) {
+            return Err(RuleViolation::FrozenTestModified { path: path.clone() });
+        }
+    }
+    if let Some(path) = on_disk.keys().find(|p| !expected.contains_key(*p)) {
+        return Err(RuleViolation::UnexpectedTestFile { path: path.clone() });
+    }
+    Ok(())
+}

@@ -1,0 +1,1878 @@
+//! Tests of the pure machine: every transition, every rule, and a property test.
+//!
+//! `Run` below is a tiny in-memory stand-in for the conductor: it keeps a fake disk (path →
+//! content), applies change sets to it and answers the machine's commands, so that each test
+//! reads like the lifecycle it checks.
+
+use std::collections::BTreeMap;
+
+use chrono::{TimeZone, Utc};
+use proptest::prelude::*;
+
+use super::*;
+use crate::artifact::*;
+use crate::protocol::{InfraError, PromoteReport};
+
+fn feature() -> FeatureRequest {
+    FeatureRequest {
+        id: "F1".into(),
+        title: "Stock".into(),
+        body: "Record stock.".into(),
+    }
+}
+
+fn ac(id: &str) -> AcceptanceCriterion {
+    AcceptanceCriterion {
+        id: id.into(),
+        given: "g".into(),
+        when: "w".into(),
+        then: "t".into(),
+    }
+}
+
+fn stories(user_facing: bool) -> Stories {
+    Stories {
+        feature_id: "F1".into(),
+        stories: vec![
+            Story {
+                id: "S1".into(),
+                title: "file stock".into(),
+                as_a: "operator".into(),
+                i_want: "to file stock".into(),
+                so_that: "it is recorded".into(),
+                user_facing,
+                acceptance_criteria: vec![ac("S1-AC1"), ac("S1-AC2")],
+            },
+            Story {
+                id: "S2".into(),
+                title: "adjust".into(),
+                as_a: "manager".into(),
+                i_want: "to adjust".into(),
+                so_that: "counts match".into(),
+                user_facing: false,
+                acceptance_criteria: vec![ac("S2-AC1")],
+            },
+        ],
+    }
+}
+
+fn spec() -> Spec {
+    Spec {
+        feature_id: "F1".into(),
+        summary: "s".into(),
+        requirements: vec![Requirement {
+            id: "R1".into(),
+            ac_id: "S1-AC1".into(),
+            statement: "x".into(),
+        }],
+        out_of_scope: vec![],
+        open_questions: vec![],
+    }
+}
+
+fn approve_arch() -> ArchitectureVerdict {
+    ArchitectureVerdict::Approve {
+        layers: vec![],
+        nfrs: vec![],
+        invariants: vec![],
+    }
+}
+
+fn schema() -> SchemaPlan {
+    SchemaPlan {
+        migrations: vec![
+            Migration {
+                version: "0001".into(),
+                story_id: "S1".into(),
+                description: String::new(),
+                sql: "create table a(x int);".into(),
+            },
+            Migration {
+                version: "0002".into(),
+                story_id: "S2".into(),
+                description: String::new(),
+                sql: "create table b(x int);".into(),
+            },
+        ],
+    }
+}
+
+fn entry(id: &str, ac: &str) -> TestEntry {
+    TestEntry {
+        id: id.into(),
+        ac_id: ac.into(),
+        description: "d".into(),
+        path: format!("tests/{}.sql", id.to_lowercase()),
+        test_name: None,
+    }
+}
+
+fn test_list() -> TestList {
+    TestList {
+        entries: vec![entry("T1", "S1-AC1"), entry("T2", "S2-AC1")],
+    }
+}
+
+fn ux() -> UxDesign {
+    UxDesign {
+        screens: vec![Screen {
+            story_id: "S1".into(),
+            name: "file".into(),
+            elements: vec!["form".into()],
+        }],
+        notes: vec![],
+    }
+}
+
+fn write(path: &str, content: &str) -> FileChange {
+    FileChange::Write {
+        path: path.into(),
+        content: content.into(),
+    }
+}
+
+fn cs(changes: Vec<FileChange>) -> Artifact {
+    Artifact::ChangeSet(ChangeSet {
+        summary: "c".into(),
+        changes,
+    })
+}
+
+fn id(role: Role) -> ActorId {
+    ActorId::new(role, role.as_str())
+}
+
+fn approval(gate: GateKind, hash: ContentHash) -> GateApproval {
+    GateApproval {
+        gate,
+        hash,
+        approver: "ada".into(),
+        at: Utc
+            .with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
+            .single()
+            .unwrap_or_default(),
+        decision: GateDecision::Approve,
+        note: String::new(),
+    }
+}
+
+struct Run {
+    m: Machine,
+    s: State,
+    disk: BTreeMap<String, String>,
+    events: Vec<Event>,
+    commands: Vec<Command>,
+    design_on_disk: Option<ContentHash>,
+}
+
+impl Run {
+    fn new() -> Self {
+        let cfg = MachineConfig {
+            paths: PathPolicy::new(&["tests/**"], &["run-tests.sh"]).expect("globs"),
+            ..MachineConfig::default()
+        };
+        Run {
+            m: Machine::new(cfg),
+            s: State::default(),
+            disk: BTreeMap::new(),
+            events: vec![],
+            commands: vec![],
+            design_on_disk: None,
+        }
+    }
+
+    /// Feeds an event as the conductor does: on refusal, records `Refused`.
+    fn feed(&mut self, e: Event) -> Result<Vec<Command>, RuleViolation> {
+        self.events.push(e.clone());
+        match self.m.step(&self.s, &e) {
+            Ok((s, cmds)) => {
+                self.s = s;
+                self.after(&cmds);
+                Ok(cmds)
+            }
+            Err(v) => {
+                let refused = Event::Refused {
+                    violation: v.clone(),
+                };
+                self.events.push(refused.clone());
+                let (s, cmds) = self
+                    .m
+                    .step(&self.s, &refused)
+                    .expect("a refusal is always recorded");
+                self.s = s;
+                self.after(&cmds);
+                Err(v)
+            }
+        }
+    }
+
+    fn after(&mut self, cmds: &[Command]) {
+        for c in cmds {
+            if let Command::AwaitGate {
+                gate: GateKind::Design,
+                hash,
+            } = c
+            {
+                self.design_on_disk = Some(*hash);
+            }
+        }
+        self.commands.extend(cmds.iter().cloned());
+    }
+
+    fn ok(&mut self, e: Event) -> Vec<Command> {
+        let name = e.name();
+        self.feed(e)
+            .unwrap_or_else(|v| panic!("{name} refused: {v}"))
+    }
+
+    /// Asserts the event is refused and leaves the state as it was (before the remedy).
+    fn refused(&mut self, e: Event) -> RuleViolation {
+        let before = self.s.clone();
+        let direct = self.m.step(&before, &e);
+        let v = direct.expect_err("event must be refused");
+        assert_eq!(self.feed(e).expect_err("refused again"), v);
+        v
+    }
+
+    fn pending(&self) -> Pending {
+        self.s.pending.clone().expect("something pending")
+    }
+
+    fn assignment(&self) -> (AssignmentId, Step, u32) {
+        match self.pending() {
+            Pending::Agent {
+                id, step, attempt, ..
+            } => (id, step, attempt),
+            other => panic!("expected an agent to be pending, got {other:?}"),
+        }
+    }
+
+    fn produce(&mut self, artifact: Artifact) -> Result<Vec<Command>, RuleViolation> {
+        let (aid, step, _) = self.assignment();
+        self.feed(Event::Produced {
+            assignment: aid,
+            author: id(step.role()),
+            artifact,
+        })
+    }
+
+    fn produce_as(
+        &mut self,
+        author: ActorId,
+        artifact: Artifact,
+    ) -> Result<Vec<Command>, RuleViolation> {
+        let (aid, _, _) = self.assignment();
+        self.feed(Event::Produced {
+            assignment: aid,
+            author,
+            artifact,
+        })
+    }
+
+    fn test_hashes(&self) -> FileHashes {
+        self.disk
+            .iter()
+            .filter(|(p, _)| p.starts_with("tests/"))
+            .map(|(p, c)| (p.clone(), ContentHash::of_bytes(c.as_bytes())))
+            .collect()
+    }
+
+    fn workspace_hash(&self) -> ContentHash {
+        ContentHash::of(&self.disk)
+    }
+
+    fn observe(&mut self) -> Vec<Command> {
+        assert!(
+            matches!(self.pending(), Pending::Observe { .. }),
+            "expected observe, got {:?}",
+            self.pending()
+        );
+        let e = Event::Observed {
+            design_hash: self.design_on_disk,
+            tests: self.test_hashes(),
+        };
+        self.ok(e)
+    }
+
+    fn apply(&mut self) -> Vec<Command> {
+        let set = match self.pending() {
+            Pending::Apply { change_set, .. } | Pending::Revert { change_set, .. } => change_set,
+            other => panic!("expected apply, got {other:?}"),
+        };
+        let mut inverse = vec![];
+        for c in &set.changes {
+            let before = self.disk.get(c.path()).cloned();
+            inverse.push(match before {
+                Some(content) => write(c.path(), &content),
+                None => FileChange::Delete {
+                    path: c.path().into(),
+                },
+            });
+            match c {
+                FileChange::Write { path, content } => {
+                    self.disk.insert(path.clone(), content.clone());
+                }
+                FileChange::Delete { path } => {
+                    self.disk.remove(path);
+                }
+            }
+        }
+        inverse.reverse();
+        let e = Event::Applied {
+            workspace_hash: self.workspace_hash(),
+            tests: self.test_hashes(),
+            inverse: ChangeSet {
+                summary: "undo".into(),
+                changes: inverse,
+            },
+        };
+        self.ok(e)
+    }
+
+    fn receipt(&self, outcomes: &[(&str, TestStatus)], exit: i32) -> TestRunReceipt {
+        let (request, hash) = match self.pending() {
+            Pending::Verify {
+                request,
+                workspace_hash,
+                ..
+            } => (request, workspace_hash),
+            other => panic!("expected verify, got {other:?}"),
+        };
+        TestRunReceipt {
+            request_id: request,
+            workspace_hash: hash,
+            provider: "test".into(),
+            branch_id: format!("consort-b{}", request.0),
+            runner: "psql".into(),
+            command: "psql".into(),
+            timings: RunTimings::default(),
+            outcomes: outcomes
+                .iter()
+                .map(|(n, s)| TestOutcome {
+                    name: n.to_string(),
+                    status: *s,
+                })
+                .collect(),
+            exit: ExitRecord {
+                code: Some(exit),
+                signal: None,
+                timed_out: false,
+            },
+            output_digest: ContentHash::of_bytes(b"out"),
+            output_excerpt: "out".into(),
+        }
+    }
+
+    fn verify(&mut self, outcomes: &[(&str, TestStatus)]) -> Result<Vec<Command>, RuleViolation> {
+        let exit = if outcomes.iter().all(|(_, s)| *s == TestStatus::Passed) {
+            0
+        } else {
+            1
+        };
+        let r = self.receipt(outcomes, exit);
+        self.feed(Event::VerifyCompleted { receipt: r })
+    }
+
+    fn gate_hash(&self) -> (GateKind, ContentHash) {
+        self.s.pending_gate().expect("a gate is pending")
+    }
+
+    fn approve(&mut self) -> Vec<Command> {
+        let (gate, hash) = self.gate_hash();
+        self.ok(Event::Gate {
+            approval: approval(gate, hash),
+        })
+    }
+
+    fn design_lane(&mut self, user_facing: bool) {
+        self.ok(Event::Start { feature: feature() });
+        self.produce(Artifact::Stories(stories(user_facing)))
+            .expect("stories");
+        self.produce(Artifact::Spec(spec())).expect("spec");
+        self.produce(Artifact::ArchitectureVerdict(approve_arch()))
+            .expect("arch");
+        self.produce(Artifact::SchemaPlan(schema()))
+            .expect("schema");
+        self.produce(Artifact::TestList(test_list()))
+            .expect("test list");
+        if user_facing {
+            self.produce(Artifact::UxDesign(ux())).expect("ux");
+        }
+    }
+
+    fn to_build(&mut self) {
+        self.design_lane(false);
+        self.approve();
+        self.observe();
+    }
+
+    /// RED for the current test: writes its file; the run shows it failing.
+    fn red(&mut self, test_path: &str, earlier: &[&str]) {
+        self.produce(cs(vec![write(test_path, "assert false;")]))
+            .expect("red accepted");
+        self.apply();
+        let mut outcomes: Vec<(&str, TestStatus)> =
+            earlier.iter().map(|e| (*e, TestStatus::Passed)).collect();
+        outcomes.push((test_path, TestStatus::Failed));
+        self.verify(&outcomes).expect("red verified");
+        self.observe();
+    }
+
+    fn green(&mut self, names: &[&str]) {
+        self.produce(cs(vec![write(
+            "src/code.sql",
+            &format!("-- {}", names.len()),
+        )]))
+        .expect("green accepted");
+        self.apply();
+        let outcomes: Vec<(&str, TestStatus)> =
+            names.iter().map(|n| (*n, TestStatus::Passed)).collect();
+        self.verify(&outcomes).expect("green verified");
+        self.observe();
+    }
+
+    fn refactor_noop_and_approve(&mut self) {
+        self.produce(cs(vec![])).expect("refactor");
+        self.observe();
+        self.produce(Artifact::ReviewVerdict(ReviewVerdict::Approve {
+            notes: vec![],
+        }))
+        .expect("review");
+    }
+
+    fn full_test(&mut self, path: &str, earlier: &[&str]) {
+        self.red(path, earlier);
+        let mut all: Vec<&str> = earlier.to_vec();
+        all.push(path);
+        self.green(&all);
+        self.refactor_noop_and_approve();
+    }
+
+    fn to_deploy_gate(&mut self) {
+        self.to_build();
+        self.full_test("tests/t1.sql", &[]);
+        self.observe();
+        self.full_test("tests/t2.sql", &["tests/t1.sql"]);
+    }
+
+    fn to_done(&mut self) {
+        self.to_deploy_gate();
+        self.approve();
+        self.observe();
+        self.verify(&[
+            ("tests/t1.sql", TestStatus::Passed),
+            ("tests/t2.sql", TestStatus::Passed),
+        ])
+        .expect("deploy");
+        self.approve();
+        self.observe();
+        let request = match self.pending() {
+            Pending::Promote { request } => request,
+            other => panic!("expected promote, got {other:?}"),
+        };
+        self.ok(Event::Promoted {
+            report: PromoteReport {
+                request_id: request,
+                target: "parent".into(),
+                applied: vec!["0001".into(), "0002".into()],
+                already_applied: vec![],
+                verified: true,
+            },
+        });
+    }
+
+    fn halted_reason(&self) -> EscalationReason {
+        match &self.s.status {
+            RunStatus::Halted { escalation, .. } => escalation.reason.clone(),
+            other => panic!("expected a halt, got {other:?}"),
+        }
+    }
+}
+
+fn last_command(r: &Run) -> Command {
+    r.commands.last().cloned().expect("a command")
+}
+
+// ---------- design lane ----------
+
+#[test]
+fn start_assigns_the_product_owner() {
+    let mut r = Run::new();
+    let cmds = r.ok(Event::Start { feature: feature() });
+    assert!(matches!(
+        &cmds[..],
+        [Command::Assign {
+            role: Role::ProductOwner,
+            step: Step::Stories,
+            ..
+        }]
+    ));
+    assert_eq!(r.s.phase(), Phase::Design);
+}
+
+#[test]
+fn a_feature_request_needs_an_id_and_a_title() {
+    let mut r = Run::new();
+    let v = r.refused(Event::Start {
+        feature: FeatureRequest {
+            id: " ".into(),
+            title: "t".into(),
+            body: String::new(),
+        },
+    });
+    assert!(matches!(v, RuleViolation::InvalidArtifact { .. }));
+    assert_eq!(r.s.phase(), Phase::Idle);
+}
+
+#[test]
+fn nothing_but_a_feature_request_starts_a_run() {
+    let mut r = Run::new();
+    let v = r.refused(Event::Human {
+        decision: HumanDecision::Retry,
+        by: "x".into(),
+    });
+    assert!(matches!(v, RuleViolation::StepOutOfOrder { .. }));
+}
+
+#[test]
+fn the_design_lane_runs_in_order_to_the_design_gate() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    let roles: Vec<Role> = r
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Assign { role, .. } => Some(*role),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        roles,
+        vec![
+            Role::ProductOwner,
+            Role::SpecAuthor,
+            Role::ArchitectReviewer,
+            Role::Dba,
+            Role::TestStrategist
+        ]
+    );
+    let (gate, hash) = r.gate_hash();
+    assert_eq!(gate, GateKind::Design);
+    assert_eq!(hash, r.s.design_bundle().expect("bundle").hash());
+    assert_eq!(r.s.phase(), Phase::DesignGate);
+}
+
+#[test]
+fn the_ux_designer_works_only_when_a_story_is_user_facing() {
+    let mut r = Run::new();
+    r.design_lane(true);
+    assert!(r.commands.iter().any(|c| matches!(
+        c,
+        Command::Assign {
+            role: Role::UxDesigner,
+            ..
+        }
+    )));
+    assert!(r.s.ux.is_some());
+    let mut plain = Run::new();
+    plain.design_lane(false);
+    assert!(!plain.commands.iter().any(|c| matches!(
+        c,
+        Command::Assign {
+            role: Role::UxDesigner,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn ux_design_must_cover_every_user_facing_story() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    r.produce(Artifact::Stories(stories(true)))
+        .expect("stories");
+    r.produce(Artifact::Spec(spec())).expect("spec");
+    r.produce(Artifact::ArchitectureVerdict(approve_arch()))
+        .expect("arch");
+    r.produce(Artifact::SchemaPlan(schema())).expect("schema");
+    r.produce(Artifact::TestList(test_list())).expect("list");
+    let v = r
+        .produce(Artifact::UxDesign(UxDesign {
+            screens: vec![],
+            notes: vec![],
+        }))
+        .expect_err("refused");
+    assert!(matches!(v, RuleViolation::InvalidArtifact { .. }));
+}
+
+#[test]
+fn a_revise_verdict_sends_the_spec_back_with_its_reasons() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    r.produce(Artifact::Stories(stories(false)))
+        .expect("stories");
+    r.produce(Artifact::Spec(spec())).expect("spec");
+    let cmds = r
+        .produce(Artifact::ArchitectureVerdict(ArchitectureVerdict::Revise {
+            reasons: vec!["layering".into()],
+        }))
+        .expect("revise");
+    assert!(
+        matches!(&cmds[..], [Command::Assign { step: Step::Spec { revision: 1 }, feedback, .. }] if feedback == &vec!["layering".to_string()])
+    );
+}
+
+#[test]
+fn revisions_are_bounded_then_escalate_as_a_verdict() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    r.produce(Artifact::Stories(stories(false)))
+        .expect("stories");
+    for _ in 0..=2 {
+        r.produce(Artifact::Spec(spec())).expect("spec");
+        r.produce(Artifact::ArchitectureVerdict(ArchitectureVerdict::Revise {
+            reasons: vec!["no".into()],
+        }))
+        .expect("revise");
+    }
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Verdict(VerdictReason::RevisionBoundSpent)
+    );
+    assert!(matches!(last_command(&r), Command::Escalate { .. }));
+}
+
+#[test]
+fn malformed_design_artifacts_are_refused_and_the_agent_retries() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    let mut bad = stories(false);
+    bad.stories[0].acceptance_criteria[0].id = "AC1".into();
+    let v = r.produce(Artifact::Stories(bad)).expect_err("refused");
+    assert!(matches!(v, RuleViolation::InvalidArtifact { .. }));
+    let (_, step, attempt) = r.assignment();
+    assert_eq!((step, attempt), (Step::Stories, 1));
+    assert!(
+        matches!(last_command(&r), Command::Assign { feedback, .. } if feedback[0].contains("refused"))
+    );
+}
+
+#[test]
+fn design_checks_catch_broken_traces() {
+    let st = stories(false);
+    let mut sp = spec();
+    sp.requirements[0].ac_id = "S9-AC1".into();
+    assert!(check_spec(&sp, &st).is_err());
+    let mut sc = schema();
+    sc.migrations.swap(0, 1);
+    assert!(check_schema(&sc, &st).is_err());
+    let mut tl = test_list();
+    tl.entries[1].path = "src/t2.sql".into();
+    assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_err());
+    let mut tl = test_list();
+    tl.entries[1].ac_id = "nope".into();
+    assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_err());
+    let mut tl = test_list();
+    tl.entries[1].id = "T1".into();
+    assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_err());
+}
+
+#[test]
+fn refusals_are_bounded_then_escalate() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    for _ in 0..=2 {
+        let _ = r.produce(Artifact::Stories(Stories {
+            feature_id: "F1".into(),
+            stories: vec![],
+        }));
+    }
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Verdict(VerdictReason::RuleViolated)
+    );
+}
+
+#[test]
+fn an_artifact_from_the_wrong_role_is_refused() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    let v = r
+        .produce_as(id(Role::Driver), Artifact::Stories(stories(false)))
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::WrongRole {
+            expected: Role::ProductOwner,
+            got: Role::Driver
+        }
+    );
+}
+
+#[test]
+fn an_artifact_of_the_wrong_kind_is_refused() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    let v = r.produce(Artifact::Spec(spec())).expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::WrongArtifactKind {
+            expected: ArtifactKind::Stories,
+            got: ArtifactKind::Spec
+        }
+    );
+}
+
+#[test]
+fn an_agent_made_receipt_is_refused() {
+    let mut r = Run::new();
+    r.to_build();
+    r.produce(cs(vec![write("tests/t1.sql", "x")]))
+        .expect("red");
+    r.apply();
+    let receipt = r.receipt(&[("tests/t1.sql", TestStatus::Passed)], 0);
+    // Forge a receipt while the navigator... is not even asked: use the next agent step.
+    r.verify(&[("tests/t1.sql", TestStatus::Failed)])
+        .expect("red");
+    r.observe();
+    let v = r
+        .produce(Artifact::TestRunReceipt(receipt))
+        .expect_err("refused");
+    assert!(matches!(v, RuleViolation::ForgedReceipt { .. }));
+    assert_eq!(r.s.receipts.len(), 1, "the forged receipt was not recorded");
+}
+
+#[test]
+fn a_stale_answer_is_ignored() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    let before = r.s.clone();
+    let v = r.refused(Event::Produced {
+        assignment: AssignmentId(99),
+        author: id(Role::ProductOwner),
+        artifact: Artifact::Stories(stories(false)),
+    });
+    assert!(matches!(v, RuleViolation::UnknownAssignment { .. }));
+    assert_eq!(r.s, before, "an ignored refusal changes nothing");
+}
+
+// ---------- gates ----------
+
+#[test]
+fn the_design_gate_refuses_another_hash_and_keeps_waiting() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    let v = r.refused(Event::Gate {
+        approval: approval(GateKind::Design, ContentHash::of_bytes(b"old")),
+    });
+    assert!(matches!(v, RuleViolation::GateHashMismatch { .. }));
+    assert_eq!(r.s.phase(), Phase::DesignGate);
+}
+
+#[test]
+fn an_approval_for_another_gate_is_refused() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    let (_, hash) = r.gate_hash();
+    let v = r.refused(Event::Gate {
+        approval: approval(GateKind::Deploy, hash),
+    });
+    assert_eq!(
+        v,
+        RuleViolation::GateNotPending {
+            gate: GateKind::Deploy
+        }
+    );
+    assert_eq!(r.s.phase(), Phase::DesignGate);
+}
+
+#[test]
+fn nothing_passes_a_gate_without_approval() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    let v = r.refused(Event::Observed {
+        design_hash: None,
+        tests: FileHashes::new(),
+    });
+    assert_eq!(
+        v,
+        RuleViolation::GateNotApproved {
+            gate: GateKind::Design
+        }
+    );
+}
+
+#[test]
+fn a_rejection_halts_and_a_retry_reopens_the_gate() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    let (gate, hash) = r.gate_hash();
+    let mut a = approval(gate, hash);
+    a.decision = GateDecision::Reject {
+        reason: "too big".into(),
+    };
+    r.ok(Event::Gate { approval: a });
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Verdict(VerdictReason::GateRejected)
+    );
+    r.ok(Event::Human {
+        decision: HumanDecision::Retry,
+        by: "ada".into(),
+    });
+    assert_eq!(r.gate_hash(), (gate, hash));
+}
+
+#[test]
+fn approving_the_design_freezes_it_and_starts_red() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    let (_, hash) = r.gate_hash();
+    r.approve();
+    assert_eq!(r.s.frozen.as_ref().map(|f| f.hash), Some(hash));
+    let cmds = r.observe();
+    assert!(
+        matches!(&cmds[..], [Command::Assign { role: Role::Navigator, step: Step::Red { test }, .. }] if test == "T1")
+    );
+    assert_eq!(r.s.phase(), Phase::Build);
+}
+
+#[test]
+fn a_design_changed_on_disk_halts_before_the_next_build_step() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    r.approve();
+    r.design_on_disk = Some(ContentHash::of_bytes(b"edited"));
+    let e = Event::Observed {
+        design_hash: r.design_on_disk,
+        tests: r.test_hashes(),
+    };
+    let v = r.refused(e);
+    assert!(matches!(v, RuleViolation::DesignHashMismatch { .. }));
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Verdict(VerdictReason::RuleViolated)
+    );
+}
+
+// ---------- RED ----------
+
+#[test]
+fn red_may_write_only_test_paths() {
+    let mut r = Run::new();
+    r.to_build();
+    let v = r
+        .produce(cs(vec![
+            write("tests/t1.sql", "x"),
+            write("src/cheat.sql", "y"),
+        ]))
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::NonTestInRed {
+            path: "src/cheat.sql".into()
+        }
+    );
+    assert!(r.disk.is_empty(), "nothing applied");
+}
+
+#[test]
+fn red_must_write_the_entrys_test_file() {
+    let mut r = Run::new();
+    r.to_build();
+    let v = r
+        .produce(cs(vec![write("tests/other.sql", "x")]))
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::RedMissingTest {
+            path: "tests/t1.sql".into()
+        }
+    );
+}
+
+#[test]
+fn no_agent_touches_the_harness() {
+    let mut r = Run::new();
+    r.to_build();
+    let v = r
+        .produce(cs(vec![
+            write("tests/t1.sql", "x"),
+            write("consort.toml", ""),
+        ]))
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::TouchesHarness {
+            path: "consort.toml".into()
+        }
+    );
+    r.observe();
+    let v = r
+        .produce(cs(vec![
+            write("tests/t1.sql", "x"),
+            write("run-tests.sh", ""),
+        ]))
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::TouchesHarness {
+            path: "run-tests.sh".into()
+        }
+    );
+}
+
+#[test]
+fn paths_outside_the_work_tree_are_refused() {
+    let mut r = Run::new();
+    r.to_build();
+    for bad in ["../evil.sql", "/etc/passwd"] {
+        let v = r
+            .produce(cs(vec![write("tests/t1.sql", "x"), write(bad, "y")]))
+            .expect_err("refused");
+        assert!(
+            matches!(v, RuleViolation::PathOutsideWorkTree { .. }),
+            "{bad}: {v:?}"
+        );
+        if matches!(r.s.status, RunStatus::Halted { .. }) {
+            break;
+        }
+        r.observe();
+    }
+}
+
+#[test]
+fn a_refused_apply_lets_the_agent_retry() {
+    let mut r = Run::new();
+    r.to_build();
+    r.produce(cs(vec![write("tests/t1.sql", "x")]))
+        .expect("red");
+    let v = r.refused(Event::ApplyRefused {
+        reason: PathError::EscapesThroughLink {
+            path: "tests/t1.sql".into(),
+        },
+    });
+    assert!(matches!(v, RuleViolation::PathOutsideWorkTree { .. }));
+    r.observe();
+    let (_, step, attempt) = r.assignment();
+    assert_eq!((step, attempt), (Step::Red { test: "T1".into() }, 1));
+}
+
+#[test]
+fn a_red_that_already_passes_is_refused_reverted_and_retried() {
+    let mut r = Run::new();
+    r.to_build();
+    r.produce(cs(vec![write("tests/t1.sql", "select 1;")]))
+        .expect("red");
+    r.apply();
+    let v = r
+        .verify(&[("tests/t1.sql", TestStatus::Passed)])
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::RedPassedWithoutCode {
+            test: "tests/t1.sql".into()
+        }
+    );
+    assert!(matches!(r.pending(), Pending::Revert { .. }));
+    r.apply();
+    assert!(r.disk.is_empty(), "the passing test was taken back");
+    r.observe();
+    assert_eq!(r.assignment().2, 1);
+    assert!(r.s.build.frozen_tests.is_empty(), "nothing frozen");
+}
+
+#[test]
+fn a_red_that_breaks_a_green_test_is_refused() {
+    let mut r = Run::new();
+    r.to_build();
+    r.full_test("tests/t1.sql", &[]);
+    r.observe();
+    r.produce(cs(vec![write("tests/t2.sql", "x")]))
+        .expect("red");
+    r.apply();
+    let v = r
+        .verify(&[
+            ("tests/t1.sql", TestStatus::Failed),
+            ("tests/t2.sql", TestStatus::Failed),
+        ])
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::RedBrokeGreenTest {
+            tests: vec!["tests/t1.sql".into()]
+        }
+    );
+}
+
+#[test]
+fn a_red_whose_test_did_not_run_is_refused() {
+    let mut r = Run::new();
+    r.to_build();
+    r.produce(cs(vec![write("tests/t1.sql", "x")]))
+        .expect("red");
+    r.apply();
+    let v = r
+        .verify(&[("tests/zzz.sql", TestStatus::Failed)])
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::RedTestNotRun {
+            test: "tests/t1.sql".into()
+        }
+    );
+}
+
+#[test]
+fn an_accepted_red_freezes_its_test_files() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    assert_eq!(
+        r.s.build.frozen_tests.keys().collect::<Vec<_>>(),
+        vec!["tests/t1.sql"]
+    );
+    assert!(matches!(r.assignment().1, Step::Green { .. }));
+}
+
+// ---------- receipts ----------
+
+#[test]
+fn a_receipt_for_another_request_is_ignored() {
+    let mut r = Run::new();
+    r.to_build();
+    r.produce(cs(vec![write("tests/t1.sql", "x")]))
+        .expect("red");
+    r.apply();
+    let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
+    receipt.request_id = RequestId(77);
+    let before = r.s.clone();
+    let v = r.refused(Event::VerifyCompleted { receipt });
+    assert!(matches!(v, RuleViolation::ReceiptNotForRequest { .. }));
+    assert_eq!(r.s, before);
+}
+
+#[test]
+fn a_receipt_for_another_work_tree_halts() {
+    let mut r = Run::new();
+    r.to_build();
+    r.produce(cs(vec![write("tests/t1.sql", "x")]))
+        .expect("red");
+    r.apply();
+    let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
+    receipt.workspace_hash = ContentHash::of_bytes(b"tampered");
+    let v = r.refused(Event::VerifyCompleted { receipt });
+    assert!(matches!(v, RuleViolation::ReceiptWorkspaceMismatch { .. }));
+    assert!(matches!(r.s.status, RunStatus::Halted { .. }));
+}
+
+#[test]
+fn green_comes_only_from_a_verify_run() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
+    // Skipping the apply and the run: a receipt cannot be accepted while nothing was verified.
+    let receipt = TestRunReceipt {
+        request_id: RequestId(99),
+        workspace_hash: r.workspace_hash(),
+        provider: "p".into(),
+        branch_id: "b".into(),
+        runner: "r".into(),
+        command: "c".into(),
+        timings: RunTimings::default(),
+        outcomes: vec![TestOutcome {
+            name: "tests/t1.sql".into(),
+            status: TestStatus::Passed,
+        }],
+        exit: ExitRecord {
+            code: Some(0),
+            signal: None,
+            timed_out: false,
+        },
+        output_digest: ContentHash::of_bytes(b""),
+        output_excerpt: String::new(),
+    };
+    let v = r.refused(Event::VerifyCompleted { receipt });
+    assert!(matches!(
+        v,
+        RuleViolation::ReceiptNotForRequest { expected: None, .. }
+    ));
+}
+
+// ---------- GREEN ----------
+
+#[test]
+fn green_may_not_touch_tests() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    let v = r
+        .produce(cs(vec![write("tests/t1.sql", "select 1;")]))
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::FrozenTestModified {
+            path: "tests/t1.sql".into()
+        }
+    );
+    r.observe();
+    let v = r
+        .produce(cs(vec![FileChange::Delete {
+            path: "tests/t1.sql".into(),
+        }]))
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::FrozenTestModified {
+            path: "tests/t1.sql".into()
+        }
+    );
+    r.observe();
+    let v = r
+        .produce(cs(vec![write("tests/new.sql", "select 1;")]))
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::TouchesTests {
+            path: "tests/new.sql".into()
+        }
+    );
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Verdict(VerdictReason::RuleViolated)
+    );
+    assert_eq!(
+        r.disk.get("tests/t1.sql").map(String::as_str),
+        Some("assert false;")
+    );
+}
+
+#[test]
+fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    r.produce(cs(vec![write("src/a.sql", "bad")]))
+        .expect("green");
+    r.apply();
+    r.verify(&[("tests/t1.sql", TestStatus::Failed)])
+        .expect("a red green is a result, not a violation");
+    r.observe();
+    let (_, step, _) = r.assignment();
+    assert_eq!(
+        step,
+        Step::Repair {
+            test: "T1".into(),
+            round: 1
+        }
+    );
+    assert!(
+        matches!(last_command(&r), Command::Assign { feedback, .. } if feedback[0].contains("tests/t1.sql"))
+    );
+    r.green(&["tests/t1.sql"]);
+    assert_eq!(
+        r.assignment().1,
+        Step::Refactor {
+            test: "T1".into(),
+            round: 0
+        }
+    );
+}
+
+#[test]
+fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    for round in 0..=3 {
+        r.produce(cs(vec![write("src/a.sql", &format!("bad {round}"))]))
+            .expect("code");
+        r.apply();
+        r.verify(&[("tests/t1.sql", TestStatus::Failed)])
+            .expect("verified");
+        if round < 3 {
+            r.observe();
+        }
+    }
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Verdict(VerdictReason::RepairBoundSpent)
+    );
+}
+
+#[test]
+fn exit_zero_with_a_failing_test_is_not_a_pass() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
+    r.apply();
+    let receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 0);
+    r.ok(Event::VerifyCompleted { receipt });
+    r.observe();
+    assert!(matches!(r.assignment().1, Step::Repair { .. }));
+}
+
+#[test]
+fn a_run_that_reports_nothing_is_not_a_pass() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
+    r.apply();
+    r.ok(Event::VerifyCompleted {
+        receipt: r.receipt(&[], 0),
+    });
+    r.observe();
+    assert!(matches!(r.assignment().1, Step::Repair { .. }));
+}
+
+#[test]
+fn a_test_file_planted_on_disk_halts_before_the_run() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
+    r.disk
+        .insert("tests/t1.sql".into(), "edited by someone else".into());
+    let e = Event::Applied {
+        workspace_hash: r.workspace_hash(),
+        tests: r.test_hashes(),
+        inverse: ChangeSet::default(),
+    };
+    let v = r.refused(e);
+    assert_eq!(
+        v,
+        RuleViolation::FrozenTestModified {
+            path: "tests/t1.sql".into()
+        }
+    );
+    assert!(matches!(r.s.status, RunStatus::Halted { .. }));
+}
+
+#[test]
+fn an_unexpected_test_file_halts_at_observation() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
+    r.apply();
+    r.verify(&[("tests/t1.sql", TestStatus::Passed)])
+        .expect("green");
+    r.disk.insert("tests/sneaky.sql".into(), "x".into());
+    let e = Event::Observed {
+        design_hash: r.design_on_disk,
+        tests: r.test_hashes(),
+    };
+    assert_eq!(
+        r.refused(e),
+        RuleViolation::UnexpectedTestFile {
+            path: "tests/sneaky.sql".into()
+        }
+    );
+}
+
+// ---------- REFACTOR and REVIEW ----------
+
+#[test]
+fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    r.green(&["tests/t1.sql"]);
+    let green_code = r.disk.get("src/code.sql").cloned();
+    r.produce(cs(vec![write("src/code.sql", "broken refactor")]))
+        .expect("refactor");
+    r.apply();
+    r.verify(&[("tests/t1.sql", TestStatus::Failed)])
+        .expect("a failing refactor is a result");
+    assert!(matches!(r.pending(), Pending::Revert { .. }));
+    r.apply();
+    assert_eq!(r.disk.get("src/code.sql").cloned(), green_code);
+    r.observe();
+    assert_eq!(
+        r.assignment().1,
+        Step::Review {
+            test: "T1".into(),
+            round: 0
+        }
+    );
+}
+
+#[test]
+fn the_author_never_reviews_its_own_code() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    // One actor instance, "solo", is set up to play both the Driver and the Navigator.
+    r.produce_as(
+        ActorId::new(Role::Driver, "solo"),
+        cs(vec![write("src/a.sql", "x")]),
+    )
+    .expect("green");
+    r.apply();
+    r.verify(&[("tests/t1.sql", TestStatus::Passed)])
+        .expect("green");
+    r.observe();
+    r.produce(cs(vec![])).expect("refactor");
+    r.observe();
+    let review = Artifact::ReviewVerdict(ReviewVerdict::Approve { notes: vec![] });
+    let v = r
+        .produce_as(ActorId::new(Role::Navigator, "solo"), review)
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::ReviewerIsAuthor {
+            reviewer: ActorId::new(Role::Navigator, "solo")
+        }
+    );
+    assert!(matches!(r.s.status, RunStatus::Halted { .. }));
+    assert_eq!(r.s.build.completed, 0, "the review did not count");
+}
+
+#[test]
+fn a_change_request_sends_the_driver_back_to_refactor_a_bounded_number_of_times() {
+    let mut r = Run::new();
+    r.to_build();
+    r.red("tests/t1.sql", &[]);
+    r.green(&["tests/t1.sql"]);
+    r.produce(cs(vec![])).expect("refactor");
+    r.observe();
+    for round in 1..=3 {
+        r.produce(Artifact::ReviewVerdict(ReviewVerdict::ChangesRequested {
+            reasons: vec!["naming".into()],
+        }))
+        .expect("review");
+        if round <= 2 {
+            r.observe();
+            assert_eq!(
+                r.assignment().1,
+                Step::Refactor {
+                    test: "T1".into(),
+                    round
+                }
+            );
+            r.produce(cs(vec![])).expect("refactor");
+            r.observe();
+        }
+    }
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Verdict(VerdictReason::ReviewBoundSpent)
+    );
+}
+
+#[test]
+fn an_approved_review_moves_to_the_next_test() {
+    let mut r = Run::new();
+    r.to_build();
+    r.full_test("tests/t1.sql", &[]);
+    let cmds = r.observe();
+    assert!(
+        matches!(&cmds[..], [Command::Assign { step: Step::Red { test }, .. }] if test == "T2")
+    );
+    assert_eq!(r.s.build.completed, 1);
+    assert!(r.s.build.code_authors.is_empty());
+}
+
+// ---------- deploy, promote, done ----------
+
+#[test]
+fn after_the_last_test_the_deploy_gate_waits_for_the_release_evidence_hash() {
+    let mut r = Run::new();
+    r.to_deploy_gate();
+    let (gate, hash) = r.gate_hash();
+    assert_eq!(gate, GateKind::Deploy);
+    assert_eq!(
+        hash,
+        ContentHash::of(&r.s.release_evidence().expect("evidence"))
+    );
+}
+
+#[test]
+fn the_deploy_run_covers_every_test_and_every_migration() {
+    let mut r = Run::new();
+    r.to_deploy_gate();
+    r.approve();
+    let cmds = r.observe();
+    match &cmds[..] {
+        [
+            Command::Verify {
+                purpose: VerifyPurpose::Deploy,
+                migrations,
+                tests,
+                ..
+            },
+        ] => {
+            assert_eq!(migrations.len(), 2);
+            assert_eq!(tests.len(), 2);
+        }
+        other => panic!("expected the deploy verify, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_build_run_gets_only_the_migrations_of_stories_so_far() {
+    let mut r = Run::new();
+    r.to_build();
+    r.produce(cs(vec![write("tests/t1.sql", "x")]))
+        .expect("red");
+    let cmds = r.apply();
+    match &cmds[..] {
+        [
+            Command::Verify {
+                migrations, focus, ..
+            },
+        ] => {
+            assert_eq!(
+                migrations
+                    .iter()
+                    .map(|m| m.version.as_str())
+                    .collect::<Vec<_>>(),
+                vec!["0001"]
+            );
+            assert_eq!(focus.as_deref(), Some("tests/t1.sql"));
+        }
+        other => panic!("expected verify, got {other:?}"),
+    }
+}
+
+#[test]
+fn promotion_needs_the_promote_gate() {
+    let mut r = Run::new();
+    r.to_deploy_gate();
+    r.approve();
+    r.observe();
+    r.verify(&[
+        ("tests/t1.sql", TestStatus::Passed),
+        ("tests/t2.sql", TestStatus::Passed),
+    ])
+    .expect("deploy");
+    let v = r.refused(Event::Promoted {
+        report: PromoteReport {
+            request_id: RequestId(1),
+            target: "p".into(),
+            applied: vec![],
+            already_applied: vec![],
+            verified: true,
+        },
+    });
+    assert_eq!(
+        v,
+        RuleViolation::GateNotApproved {
+            gate: GateKind::Promote
+        }
+    );
+}
+
+#[test]
+fn an_unverified_promotion_halts() {
+    let mut r = Run::new();
+    r.to_deploy_gate();
+    r.approve();
+    r.observe();
+    r.verify(&[
+        ("tests/t1.sql", TestStatus::Passed),
+        ("tests/t2.sql", TestStatus::Passed),
+    ])
+    .expect("deploy");
+    r.approve();
+    r.observe();
+    let Pending::Promote { request } = r.pending() else {
+        panic!("promote pending")
+    };
+    let v = r.refused(Event::Promoted {
+        report: PromoteReport {
+            request_id: request,
+            target: "p".into(),
+            applied: vec!["0001".into()],
+            already_applied: vec![],
+            verified: true,
+        },
+    });
+    assert!(matches!(v, RuleViolation::PromoteUnverified { .. }));
+    assert!(matches!(r.s.status, RunStatus::Halted { .. }));
+}
+
+#[test]
+fn a_red_deploy_run_halts_with_a_verdict() {
+    let mut r = Run::new();
+    r.to_deploy_gate();
+    r.approve();
+    r.observe();
+    r.verify(&[
+        ("tests/t1.sql", TestStatus::Passed),
+        ("tests/t2.sql", TestStatus::Failed),
+    ])
+    .expect("a result");
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Verdict(VerdictReason::TestsRed)
+    );
+}
+
+#[test]
+fn the_whole_lifecycle_reaches_done() {
+    let mut r = Run::new();
+    r.to_done();
+    assert_eq!(r.s.phase(), Phase::Done);
+    assert_eq!(r.s.approvals.len(), 3);
+    assert!(matches!(last_command(&r), Command::Finish));
+    assert_eq!(
+        r.refused(Event::Start { feature: feature() }),
+        RuleViolation::Finished
+    );
+}
+
+// ---------- infrastructure faults and humans ----------
+
+#[test]
+fn an_infrastructure_fault_escalates_as_such_and_a_retry_reissues_the_step() {
+    let mut r = Run::new();
+    r.to_build();
+    r.produce(cs(vec![write("tests/t1.sql", "x")]))
+        .expect("red");
+    r.apply();
+    let Pending::Verify { request, .. } = r.pending() else {
+        panic!("verify pending")
+    };
+    r.ok(Event::VerifyFailed {
+        request,
+        error: InfraError {
+            fault: InfraFault::DatabaseDown,
+            detail: "refused".into(),
+        },
+    });
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Infrastructure(InfraFault::DatabaseDown)
+    );
+    assert_eq!(r.s.phase(), Phase::Halted);
+    let cmds = r.ok(Event::Human {
+        decision: HumanDecision::Retry,
+        by: "ada".into(),
+    });
+    assert!(matches!(&cmds[..], [Command::Verify { request: again, .. }] if *again == request));
+}
+
+#[test]
+fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    let (aid, _, _) = r.assignment();
+    r.ok(Event::AgentFailed {
+        assignment: aid,
+        failure: crate::AgentFailure::ModelUnavailable {
+            detail: "503".into(),
+        },
+    });
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Infrastructure(InfraFault::ModelServerFailing)
+    );
+    let v = r.refused(Event::Gate {
+        approval: approval(GateKind::Design, ContentHash::of_bytes(b"")),
+    });
+    assert!(matches!(v, RuleViolation::StepOutOfOrder { .. }));
+    r.ok(Event::Human {
+        decision: HumanDecision::Stop,
+        by: "ada".into(),
+    });
+    assert_eq!(r.s.phase(), Phase::Stopped);
+}
+
+#[test]
+fn a_human_decision_needs_a_halt() {
+    let mut r = Run::new();
+    r.ok(Event::Start { feature: feature() });
+    assert_eq!(
+        r.refused(Event::Human {
+            decision: HumanDecision::Stop,
+            by: "x".into()
+        }),
+        RuleViolation::NotHalted
+    );
+}
+
+// ---------- replay and resume ----------
+
+#[test]
+fn replaying_the_events_reproduces_the_final_state() {
+    let mut r = Run::new();
+    r.to_done();
+    let replayed = r.m.replay(&r.events);
+    assert_eq!(replayed, r.s);
+}
+
+#[test]
+fn after_a_crash_at_any_event_the_pending_command_is_the_one_without_a_result() {
+    let mut r = Run::new();
+    r.to_deploy_gate();
+    for cut in 1..r.events.len() {
+        let state = r.m.replay(&r.events[..cut]);
+        let Some(cmd) = state.pending_command() else {
+            continue;
+        };
+        // The command a resumed run issues is the last one the uninterrupted run issued for that
+        // prefix: recorded results are never asked for again.
+        let mut s = State::default();
+        let mut last = None;
+        for e in &r.events[..cut] {
+            if let Ok((next, cmds)) = r.m.step(&s, e) {
+                s = next;
+                if let Some(c) = cmds
+                    .into_iter()
+                    .rev()
+                    .find(|c| !matches!(c, Command::Escalate { .. } | Command::Finish))
+                {
+                    last = Some(c);
+                }
+            }
+        }
+        assert_eq!(Some(cmd), last, "cut at {cut}");
+    }
+}
+
+// ---------- property: no done without evidence ----------
+
+fn done_has_its_evidence(s: &State) -> bool {
+    if s.status != RunStatus::Done {
+        return true;
+    }
+    let gates_ok = [GateKind::Design, GateKind::Deploy, GateKind::Promote]
+        .iter()
+        .all(|g| {
+            s.approvals
+                .iter()
+                .any(|a| a.gate == *g && a.decision == GateDecision::Approve)
+        });
+    let tests_ok = s.test_list.as_ref().is_some_and(|l| {
+        l.entries.iter().all(|e| {
+            s.receipts.iter().any(|r| {
+                r.exit.success() && r.status_of(e.runner_name()) == Some(TestStatus::Passed)
+            })
+        })
+    });
+    gates_ok && tests_ok && s.promotion.as_ref().is_some_and(|p| p.verified)
+}
+
+/// Produces a plausible next event for the pending state, perturbed by `choice`.
+fn next_event(r: &Run, choice: u8) -> Event {
+    let bad_hash = ContentHash::of_bytes(&[choice]);
+    match (&r.s.status, r.s.pending.clone()) {
+        (RunStatus::Idle, _) => Event::Start { feature: feature() },
+        (RunStatus::Halted { .. }, _) => Event::Human {
+            decision: if choice % 4 == 0 {
+                HumanDecision::Stop
+            } else {
+                HumanDecision::Retry
+            },
+            by: "p".into(),
+        },
+        (_, None) => Event::Start { feature: feature() },
+        (_, Some(Pending::Agent { id: aid, step, .. })) => {
+            let artifact = match (&step, choice % 5) {
+                (_, 0) => Artifact::Spec(spec()),
+                (Step::Stories, _) => Artifact::Stories(stories(choice % 2 == 0)),
+                (Step::Spec { .. }, _) => Artifact::Spec(spec()),
+                (Step::Architecture { .. }, 1) => {
+                    Artifact::ArchitectureVerdict(ArchitectureVerdict::Revise {
+                        reasons: vec!["r".into()],
+                    })
+                }
+                (Step::Architecture { .. }, _) => Artifact::ArchitectureVerdict(approve_arch()),
+                (Step::Schema, _) => Artifact::SchemaPlan(schema()),
+                (Step::TestList, _) => Artifact::TestList(test_list()),
+                (Step::Ux, _) => Artifact::UxDesign(ux()),
+                (Step::Red { .. }, 1) => cs(vec![write("src/x.sql", "x")]),
+                (Step::Red { .. }, _) => {
+                    let path =
+                        r.s.current_test()
+                            .map(|e| e.path.clone())
+                            .unwrap_or_default();
+                    cs(vec![write(&path, "t")])
+                }
+                (Step::Review { .. }, 1) => {
+                    Artifact::ReviewVerdict(ReviewVerdict::ChangesRequested {
+                        reasons: vec!["x".into()],
+                    })
+                }
+                (Step::Review { .. }, _) => {
+                    Artifact::ReviewVerdict(ReviewVerdict::Approve { notes: vec![] })
+                }
+                (_, 1) => cs(vec![write("tests/t1.sql", "cheat")]),
+                (_, _) => cs(vec![write("src/x.sql", &format!("{choice}"))]),
+            };
+            let role = if choice % 11 == 0 {
+                Role::Driver
+            } else {
+                step.role()
+            };
+            Event::Produced {
+                assignment: aid,
+                author: id(role),
+                artifact,
+            }
+        }
+        (_, Some(Pending::Observe { .. })) => Event::Observed {
+            design_hash: if choice % 13 == 0 {
+                Some(bad_hash)
+            } else {
+                r.design_on_disk
+            },
+            tests: r.test_hashes(),
+        },
+        (_, Some(Pending::Apply { .. } | Pending::Revert { .. })) => Event::Applied {
+            workspace_hash: r.workspace_hash(),
+            tests: r.test_hashes(),
+            inverse: ChangeSet::default(),
+        },
+        (_, Some(Pending::Verify { .. })) => {
+            let names: Vec<String> =
+                r.s.test_list
+                    .as_ref()
+                    .map(|l| {
+                        l.entries
+                            .iter()
+                            .map(|e| e.runner_name().to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            let status = |i: usize| {
+                if (choice as usize >> (i % 8)) & 1 == 1 {
+                    TestStatus::Passed
+                } else {
+                    TestStatus::Failed
+                }
+            };
+            let outcomes: Vec<(&str, TestStatus)> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.as_str(), status(i)))
+                .collect();
+            let mut receipt = r.receipt(&outcomes, if choice % 3 == 0 { 1 } else { 0 });
+            if choice % 17 == 0 {
+                receipt.request_id = RequestId(9999);
+            }
+            Event::VerifyCompleted { receipt }
+        }
+        (_, Some(Pending::Gate { gate, hash })) => {
+            let hash = if choice % 7 == 0 { bad_hash } else { hash };
+            Event::Gate {
+                approval: approval(gate, hash),
+            }
+        }
+        (_, Some(Pending::Promote { request })) => Event::Promoted {
+            report: PromoteReport {
+                request_id: request,
+                target: "p".into(),
+                applied: if choice % 3 == 0 {
+                    vec![]
+                } else {
+                    vec!["0001".into(), "0002".into()]
+                },
+                already_applied: vec![],
+                verified: choice % 5 != 0,
+            },
+        },
+    }
+}
+
+impl Run {
+    /// Feeds an event, applying change sets to the fake disk as the conductor would.
+    fn feed_any(&mut self, e: Event) {
+        if let Event::Applied { .. } = e {
+            if matches!(
+                self.s.pending,
+                Some(Pending::Apply { .. } | Pending::Revert { .. })
+            ) {
+                self.apply_quietly();
+                return;
+            }
+        }
+        let _ = self.feed(e);
+    }
+
+    fn apply_quietly(&mut self) {
+        let set = match self.s.pending.clone() {
+            Some(Pending::Apply { change_set, .. } | Pending::Revert { change_set, .. }) => {
+                change_set
+            }
+            _ => return,
+        };
+        let mut inverse = vec![];
+        for c in &set.changes {
+            inverse.push(match self.disk.get(c.path()) {
+                Some(content) => write(c.path(), content),
+                None => FileChange::Delete {
+                    path: c.path().into(),
+                },
+            });
+            match c {
+                FileChange::Write { path, content } => {
+                    self.disk.insert(path.clone(), content.clone());
+                }
+                FileChange::Delete { path } => {
+                    self.disk.remove(path);
+                }
+            }
+        }
+        inverse.reverse();
+        let e = Event::Applied {
+            workspace_hash: self.workspace_hash(),
+            tests: self.test_hashes(),
+            inverse: ChangeSet {
+                summary: String::new(),
+                changes: inverse,
+            },
+        };
+        let _ = self.feed(e);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_runs_never_panic_and_never_finish_without_evidence(choices in proptest::collection::vec(any::<u8>(), 1..400)) {
+        let mut r = Run::new();
+        for c in choices {
+            let e = next_event(&r, c);
+            r.feed_any(e);
+            prop_assert!(done_has_its_evidence(&r.s), "done without evidence");
+            if matches!(r.s.status, RunStatus::Done | RunStatus::Stopped) {
+                break;
+            }
+        }
+        prop_assert_eq!(r.m.replay(&r.events), r.s.clone());
+    }
+
+    #[test]
+    fn arbitrary_events_in_any_state_never_panic(kinds in proptest::collection::vec((0u8..13, any::<u64>()), 1..60)) {
+        let m = Machine::default();
+        let mut s = State::default();
+        for (k, n) in kinds {
+            let h = ContentHash::of_bytes(&n.to_le_bytes());
+            let e = match k {
+                0 => Event::Start { feature: feature() },
+                1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)) },
+                2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: crate::AgentFailure::Timeout { secs: n } },
+                3 => Event::Refused { violation: RuleViolation::NotHalted },
+                4 => Event::Observed { design_hash: Some(h), tests: FileHashes::new() },
+                5 => Event::Applied { workspace_hash: h, tests: FileHashes::new(), inverse: ChangeSet::default() },
+                6 => Event::ApplyRefused { reason: PathError::Empty },
+                7 => Event::VerifyFailed { request: RequestId(n % 4), error: InfraError { fault: InfraFault::DatabaseDown, detail: String::new() } },
+                8 => Event::Gate { approval: approval(GateKind::Design, h) },
+                9 => Event::Promoted { report: PromoteReport { request_id: RequestId(n % 4), target: String::new(), applied: vec![], already_applied: vec![], verified: n % 2 == 0 } },
+                10 => Event::PromoteFailed { request: RequestId(n % 4), error: InfraError { fault: InfraFault::DatabaseDown, detail: String::new() } },
+                11 => Event::Human { decision: HumanDecision::Retry, by: String::new() },
+                _ => Event::Refused { violation: RuleViolation::FrozenTestModified { path: "x".into() } },
+            };
+            if let Ok((next, _)) = m.step(&s, &e) {
+                s = next;
+            }
+            prop_assert!(s.status != RunStatus::Done);
+        }
+    }
+}
