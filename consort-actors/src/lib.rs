@@ -6,6 +6,8 @@
 //! conductor only through the messages in [`protocol`].
 
 pub mod artifact;
+pub mod conductor;
+pub mod gate;
 pub mod hash;
 pub mod ledger;
 pub mod machine;
@@ -17,6 +19,11 @@ pub mod supervision;
 pub mod worktree;
 
 pub use artifact::*;
+pub use conductor::{
+    Conductor, ConductorConfig, ConductorError, ConductorHandle, Progress, RunOutcome, RunReport,
+    Wiring,
+};
+pub use gate::{ApproveAs, Approver, GateRequest, StopAtGates};
 pub use hash::{ContentHash, canonical_json};
 pub use machine::{
     Command, Event, Machine, MachineConfig, Pending, Phase, RuleViolation, RunStatus, State,

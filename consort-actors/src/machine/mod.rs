@@ -361,7 +361,7 @@ pub enum RunStatus {
         /// Why.
         escalation: Escalation,
         /// What a retry re-issues.
-        resume: Pending,
+        resume: Box<Pending>,
     },
     /// Finished.
     Done,

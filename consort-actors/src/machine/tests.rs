@@ -400,7 +400,7 @@ impl Run {
         }
     }
 
-    fn to_build(&mut self) {
+    fn reach_build(&mut self) {
         self.design_lane(false);
         self.approve();
         self.observe();
@@ -448,15 +448,15 @@ impl Run {
         self.refactor_noop_and_approve();
     }
 
-    fn to_deploy_gate(&mut self) {
-        self.to_build();
+    fn reach_deploy_gate(&mut self) {
+        self.reach_build();
         self.full_test("tests/t1.sql", &[]);
         self.observe();
         self.full_test("tests/t2.sql", &["tests/t1.sql"]);
     }
 
-    fn to_done(&mut self) {
-        self.to_deploy_gate();
+    fn reach_done(&mut self) {
+        self.reach_deploy_gate();
         self.approve();
         self.observe();
         self.verify(&[
@@ -726,7 +726,7 @@ fn an_artifact_of_the_wrong_kind_is_refused() {
 #[test]
 fn an_agent_made_receipt_is_refused() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.produce(cs(vec![write("tests/t1.sql", "x")]))
         .expect("red");
     r.apply();
@@ -860,7 +860,7 @@ fn a_design_changed_on_disk_halts_before_the_next_build_step() {
 #[test]
 fn red_may_write_only_test_paths() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     let v = r
         .produce(cs(vec![
             write("tests/t1.sql", "x"),
@@ -879,7 +879,7 @@ fn red_may_write_only_test_paths() {
 #[test]
 fn red_must_write_the_entrys_test_file() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     let v = r
         .produce(cs(vec![write("tests/other.sql", "x")]))
         .expect_err("refused");
@@ -894,7 +894,7 @@ fn red_must_write_the_entrys_test_file() {
 #[test]
 fn no_agent_touches_the_harness() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     let v = r
         .produce(cs(vec![
             write("tests/t1.sql", "x"),
@@ -925,7 +925,7 @@ fn no_agent_touches_the_harness() {
 #[test]
 fn paths_outside_the_work_tree_are_refused() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     for bad in ["../evil.sql", "/etc/passwd"] {
         let v = r
             .produce(cs(vec![write("tests/t1.sql", "x"), write(bad, "y")]))
@@ -944,7 +944,7 @@ fn paths_outside_the_work_tree_are_refused() {
 #[test]
 fn a_refused_apply_lets_the_agent_retry() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.produce(cs(vec![write("tests/t1.sql", "x")]))
         .expect("red");
     let v = r.refused(Event::ApplyRefused {
@@ -961,7 +961,7 @@ fn a_refused_apply_lets_the_agent_retry() {
 #[test]
 fn a_red_that_already_passes_is_refused_reverted_and_retried() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.produce(cs(vec![write("tests/t1.sql", "select 1;")]))
         .expect("red");
     r.apply();
@@ -985,7 +985,7 @@ fn a_red_that_already_passes_is_refused_reverted_and_retried() {
 #[test]
 fn a_red_that_breaks_a_green_test_is_refused() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.full_test("tests/t1.sql", &[]);
     r.observe();
     r.produce(cs(vec![write("tests/t2.sql", "x")]))
@@ -1008,7 +1008,7 @@ fn a_red_that_breaks_a_green_test_is_refused() {
 #[test]
 fn a_red_whose_test_did_not_run_is_refused() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.produce(cs(vec![write("tests/t1.sql", "x")]))
         .expect("red");
     r.apply();
@@ -1026,7 +1026,7 @@ fn a_red_whose_test_did_not_run_is_refused() {
 #[test]
 fn an_accepted_red_freezes_its_test_files() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     assert_eq!(
         r.s.build.frozen_tests.keys().collect::<Vec<_>>(),
@@ -1040,7 +1040,7 @@ fn an_accepted_red_freezes_its_test_files() {
 #[test]
 fn a_receipt_for_another_request_is_ignored() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.produce(cs(vec![write("tests/t1.sql", "x")]))
         .expect("red");
     r.apply();
@@ -1055,7 +1055,7 @@ fn a_receipt_for_another_request_is_ignored() {
 #[test]
 fn a_receipt_for_another_work_tree_halts() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.produce(cs(vec![write("tests/t1.sql", "x")]))
         .expect("red");
     r.apply();
@@ -1069,7 +1069,7 @@ fn a_receipt_for_another_work_tree_halts() {
 #[test]
 fn green_comes_only_from_a_verify_run() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     // Skipping the apply and the run: a receipt cannot be accepted while nothing was verified.
@@ -1105,7 +1105,7 @@ fn green_comes_only_from_a_verify_run() {
 #[test]
 fn green_may_not_touch_tests() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     let v = r
         .produce(cs(vec![write("tests/t1.sql", "select 1;")]))
@@ -1151,7 +1151,7 @@ fn green_may_not_touch_tests() {
 #[test]
 fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     r.produce(cs(vec![write("src/a.sql", "bad")]))
         .expect("green");
@@ -1183,7 +1183,7 @@ fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
 #[test]
 fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     for round in 0..=3 {
         r.produce(cs(vec![write("src/a.sql", &format!("bad {round}"))]))
@@ -1204,7 +1204,7 @@ fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
 #[test]
 fn exit_zero_with_a_failing_test_is_not_a_pass() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     r.apply();
@@ -1217,7 +1217,7 @@ fn exit_zero_with_a_failing_test_is_not_a_pass() {
 #[test]
 fn a_run_that_reports_nothing_is_not_a_pass() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     r.apply();
@@ -1231,7 +1231,7 @@ fn a_run_that_reports_nothing_is_not_a_pass() {
 #[test]
 fn a_test_file_planted_on_disk_halts_before_the_run() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     r.disk
@@ -1254,7 +1254,7 @@ fn a_test_file_planted_on_disk_halts_before_the_run() {
 #[test]
 fn an_unexpected_test_file_halts_at_observation() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     r.apply();
@@ -1278,7 +1278,7 @@ fn an_unexpected_test_file_halts_at_observation() {
 #[test]
 fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     r.green(&["tests/t1.sql"]);
     let green_code = r.disk.get("src/code.sql").cloned();
@@ -1303,7 +1303,7 @@ fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
 #[test]
 fn the_author_never_reviews_its_own_code() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     // One actor instance, "solo", is set up to play both the Driver and the Navigator.
     r.produce_as(
@@ -1334,7 +1334,7 @@ fn the_author_never_reviews_its_own_code() {
 #[test]
 fn a_change_request_sends_the_driver_back_to_refactor_a_bounded_number_of_times() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.red("tests/t1.sql", &[]);
     r.green(&["tests/t1.sql"]);
     r.produce(cs(vec![])).expect("refactor");
@@ -1366,7 +1366,7 @@ fn a_change_request_sends_the_driver_back_to_refactor_a_bounded_number_of_times(
 #[test]
 fn an_approved_review_moves_to_the_next_test() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.full_test("tests/t1.sql", &[]);
     let cmds = r.observe();
     assert!(
@@ -1381,7 +1381,7 @@ fn an_approved_review_moves_to_the_next_test() {
 #[test]
 fn after_the_last_test_the_deploy_gate_waits_for_the_release_evidence_hash() {
     let mut r = Run::new();
-    r.to_deploy_gate();
+    r.reach_deploy_gate();
     let (gate, hash) = r.gate_hash();
     assert_eq!(gate, GateKind::Deploy);
     assert_eq!(
@@ -1393,7 +1393,7 @@ fn after_the_last_test_the_deploy_gate_waits_for_the_release_evidence_hash() {
 #[test]
 fn the_deploy_run_covers_every_test_and_every_migration() {
     let mut r = Run::new();
-    r.to_deploy_gate();
+    r.reach_deploy_gate();
     r.approve();
     let cmds = r.observe();
     match &cmds[..] {
@@ -1415,7 +1415,7 @@ fn the_deploy_run_covers_every_test_and_every_migration() {
 #[test]
 fn a_build_run_gets_only_the_migrations_of_stories_so_far() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.produce(cs(vec![write("tests/t1.sql", "x")]))
         .expect("red");
     let cmds = r.apply();
@@ -1441,7 +1441,7 @@ fn a_build_run_gets_only_the_migrations_of_stories_so_far() {
 #[test]
 fn promotion_needs_the_promote_gate() {
     let mut r = Run::new();
-    r.to_deploy_gate();
+    r.reach_deploy_gate();
     r.approve();
     r.observe();
     r.verify(&[
@@ -1469,7 +1469,7 @@ fn promotion_needs_the_promote_gate() {
 #[test]
 fn an_unverified_promotion_halts() {
     let mut r = Run::new();
-    r.to_deploy_gate();
+    r.reach_deploy_gate();
     r.approve();
     r.observe();
     r.verify(&[
@@ -1498,7 +1498,7 @@ fn an_unverified_promotion_halts() {
 #[test]
 fn a_red_deploy_run_halts_with_a_verdict() {
     let mut r = Run::new();
-    r.to_deploy_gate();
+    r.reach_deploy_gate();
     r.approve();
     r.observe();
     r.verify(&[
@@ -1515,7 +1515,7 @@ fn a_red_deploy_run_halts_with_a_verdict() {
 #[test]
 fn the_whole_lifecycle_reaches_done() {
     let mut r = Run::new();
-    r.to_done();
+    r.reach_done();
     assert_eq!(r.s.phase(), Phase::Done);
     assert_eq!(r.s.approvals.len(), 3);
     assert!(matches!(last_command(&r), Command::Finish));
@@ -1530,7 +1530,7 @@ fn the_whole_lifecycle_reaches_done() {
 #[test]
 fn an_infrastructure_fault_escalates_as_such_and_a_retry_reissues_the_step() {
     let mut r = Run::new();
-    r.to_build();
+    r.reach_build();
     r.produce(cs(vec![write("tests/t1.sql", "x")]))
         .expect("red");
     r.apply();
@@ -1600,7 +1600,7 @@ fn a_human_decision_needs_a_halt() {
 #[test]
 fn replaying_the_events_reproduces_the_final_state() {
     let mut r = Run::new();
-    r.to_done();
+    r.reach_done();
     let replayed = r.m.replay(&r.events);
     assert_eq!(replayed, r.s);
 }
@@ -1608,7 +1608,7 @@ fn replaying_the_events_reproduces_the_final_state() {
 #[test]
 fn after_a_crash_at_any_event_the_pending_command_is_the_one_without_a_result() {
     let mut r = Run::new();
-    r.to_deploy_gate();
+    r.reach_deploy_gate();
     for cut in 1..r.events.len() {
         let state = r.m.replay(&r.events[..cut]);
         let Some(cmd) = state.pending_command() else {
@@ -1663,7 +1663,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
     match (&r.s.status, r.s.pending.clone()) {
         (RunStatus::Idle, _) => Event::Start { feature: feature() },
         (RunStatus::Halted { .. }, _) => Event::Human {
-            decision: if choice % 4 == 0 {
+            decision: if choice.is_multiple_of(4) {
                 HumanDecision::Stop
             } else {
                 HumanDecision::Retry
@@ -1674,7 +1674,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
         (_, Some(Pending::Agent { id: aid, step, .. })) => {
             let artifact = match (&step, choice % 5) {
                 (_, 0) => Artifact::Spec(spec()),
-                (Step::Stories, _) => Artifact::Stories(stories(choice % 2 == 0)),
+                (Step::Stories, _) => Artifact::Stories(stories(choice.is_multiple_of(2))),
                 (Step::Spec { .. }, _) => Artifact::Spec(spec()),
                 (Step::Architecture { .. }, 1) => {
                     Artifact::ArchitectureVerdict(ArchitectureVerdict::Revise {
@@ -1704,7 +1704,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
                 (_, 1) => cs(vec![write("tests/t1.sql", "cheat")]),
                 (_, _) => cs(vec![write("src/x.sql", &format!("{choice}"))]),
             };
-            let role = if choice % 11 == 0 {
+            let role = if choice.is_multiple_of(11) {
                 Role::Driver
             } else {
                 step.role()
@@ -1716,7 +1716,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
             }
         }
         (_, Some(Pending::Observe { .. })) => Event::Observed {
-            design_hash: if choice % 13 == 0 {
+            design_hash: if choice.is_multiple_of(13) {
                 Some(bad_hash)
             } else {
                 r.design_on_disk
@@ -1751,14 +1751,18 @@ fn next_event(r: &Run, choice: u8) -> Event {
                 .enumerate()
                 .map(|(i, n)| (n.as_str(), status(i)))
                 .collect();
-            let mut receipt = r.receipt(&outcomes, if choice % 3 == 0 { 1 } else { 0 });
-            if choice % 17 == 0 {
+            let mut receipt = r.receipt(&outcomes, if choice.is_multiple_of(3) { 1 } else { 0 });
+            if choice.is_multiple_of(17) {
                 receipt.request_id = RequestId(9999);
             }
             Event::VerifyCompleted { receipt }
         }
         (_, Some(Pending::Gate { gate, hash })) => {
-            let hash = if choice % 7 == 0 { bad_hash } else { hash };
+            let hash = if choice.is_multiple_of(7) {
+                bad_hash
+            } else {
+                hash
+            };
             Event::Gate {
                 approval: approval(gate, hash),
             }
@@ -1767,13 +1771,13 @@ fn next_event(r: &Run, choice: u8) -> Event {
             report: PromoteReport {
                 request_id: request,
                 target: "p".into(),
-                applied: if choice % 3 == 0 {
+                applied: if choice.is_multiple_of(3) {
                     vec![]
                 } else {
                     vec!["0001".into(), "0002".into()]
                 },
                 already_applied: vec![],
-                verified: choice % 5 != 0,
+                verified: !choice.is_multiple_of(5),
             },
         },
     }
@@ -1782,14 +1786,14 @@ fn next_event(r: &Run, choice: u8) -> Event {
 impl Run {
     /// Feeds an event, applying change sets to the fake disk as the conductor would.
     fn feed_any(&mut self, e: Event) {
-        if let Event::Applied { .. } = e {
-            if matches!(
+        if let Event::Applied { .. } = e
+            && matches!(
                 self.s.pending,
                 Some(Pending::Apply { .. } | Pending::Revert { .. })
-            ) {
-                self.apply_quietly();
-                return;
-            }
+            )
+        {
+            self.apply_quietly();
+            return;
         }
         let _ = self.feed(e);
     }

@@ -88,7 +88,7 @@ fn halted(state: &State, event: &Event) -> Outcome {
                 _ => {}
             }
             s.status = RunStatus::Running;
-            let next = refresh(&mut s, resume.clone());
+            let next = refresh(&mut s, (**resume).clone());
             Ok(go(s, next))
         }
         Event::Refused { .. } => Ok((state.clone(), Vec::new())),
@@ -183,13 +183,13 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             Ok(halt(&mut s, esc, resume))
         }
         (Event::Observed { design_hash, tests }, Pending::Observe { then }) => {
-            if let Some(frozen) = &state.frozen {
-                if *design_hash != Some(frozen.hash) {
-                    return Err(RuleViolation::DesignHashMismatch {
-                        expected: frozen.hash,
-                        found: *design_hash,
-                    });
-                }
+            if let Some(frozen) = &state.frozen
+                && *design_hash != Some(frozen.hash)
+            {
+                return Err(RuleViolation::DesignHashMismatch {
+                    expected: frozen.hash,
+                    found: *design_hash,
+                });
             }
             check_tests_on_disk(&state.build.frozen_tests, tests)?;
             let s = state.clone();
@@ -926,7 +926,7 @@ fn halt(s: &mut State, escalation: Escalation, resume: Pending) -> (State, Vec<C
     s.pending = None;
     s.status = RunStatus::Halted {
         escalation: escalation.clone(),
-        resume,
+        resume: Box::new(resume),
     };
     (s.clone(), vec![Command::Escalate { escalation }])
 }

@@ -1,0 +1,955 @@
+//! The conductor actor: owns the state machine, the ledger and the work tree, and drives a run.
+//!
+//! One loop, always the same: take the machine's pending command, perform it (ask a role, read
+//! the disk, apply a change set, ask the Lakebase actor for a verified run, wait at a gate),
+//! turn the result into an [`Event`], **append it to the ledger (fsynced) before it takes
+//! effect**, and step the machine. A refused event is followed by [`Event::Refused`] in the
+//! ledger, so the audit trail shows every refusal and a replay refuses it the same way.
+//!
+//! **Architecture invariant:** the conductor is the only writer of the work tree, and it writes
+//! only change sets the machine accepted. Agents see files only as text in their assignment.
+
+mod endpoints;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::artifact::{
+    ChangeSet, DesignBundle, Escalation, FeatureRequest, FileChange, FileHashes, GateApproval,
+    GateKind, TestStatus,
+};
+use crate::gate::{Approver, GateRequest};
+use crate::hash::ContentHash;
+use crate::ledger::{Ledger, LedgerError};
+use crate::machine::{Command, Event, Machine, MachineConfig, Phase, RunStatus, State};
+use crate::protocol::{Assignment, AssignmentInputs, PromoteRequest, VerifyRequest};
+use crate::role::Role;
+use crate::step::Step;
+use crate::worktree::{WorkTree, WorkTreeError};
+
+pub use endpoints::{
+    DirectLakebase, DirectRole, LakebaseEndpoint, RoleEndpoint, SupervisedLakebase, SupervisedRole,
+};
+
+/// Where the frozen design is written, relative to the work tree.
+pub const DESIGN_FILE: &str = ".consort/design.json";
+/// Where the undo of an in-flight change set is journaled, relative to the work tree.
+pub const APPLY_JOURNAL: &str = ".consort/apply-journal.json";
+
+/// Timeouts, bounds and paths of a conductor.
+#[derive(Debug, Clone)]
+pub struct ConductorConfig {
+    /// The project's work tree.
+    pub work_tree: PathBuf,
+    /// The ledger file (default `<work tree>/.consort/ledger.jsonl`).
+    pub ledger_path: PathBuf,
+    /// The machine's bounds and path rules.
+    pub machine: MachineConfig,
+    /// Deadline of one agent step (per attempt).
+    pub step_timeout: Duration,
+    /// Deadline of one verification.
+    pub verify_timeout: Duration,
+    /// How long a live approver may take to decide.
+    pub gate_timeout: Duration,
+    /// Retries of a verification that failed for infrastructure reasons, before escalating.
+    pub verify_retries: u32,
+    /// Most bytes of work-tree files handed to an agent with a build step.
+    pub max_input_bytes: usize,
+    /// Testing aid: stop the conductor abruptly (no answer, no cleanup) right after this many
+    /// ledger appends by this process, as a crash would.
+    #[doc(hidden)]
+    pub crash_after_appends: Option<usize>,
+}
+
+impl ConductorConfig {
+    /// Defaults for a work tree: ledger in `.consort/`, 10-minute steps and verifications.
+    pub fn new(work_tree: impl Into<PathBuf>) -> Self {
+        let work_tree = work_tree.into();
+        ConductorConfig {
+            ledger_path: work_tree.join(crate::ledger::DEFAULT_LEDGER_PATH),
+            work_tree,
+            machine: MachineConfig::default(),
+            step_timeout: Duration::from_secs(600),
+            verify_timeout: Duration::from_secs(900),
+            gate_timeout: Duration::from_secs(24 * 3600),
+            verify_retries: 1,
+            max_input_bytes: 512 * 1024,
+            crash_after_appends: None,
+        }
+    }
+}
+
+/// Everything a conductor is wired to.
+pub struct Wiring {
+    /// Configuration.
+    pub config: ConductorConfig,
+    /// The feature request, for a new run (ignored when the ledger already has a run).
+    pub feature: Option<FeatureRequest>,
+    /// One endpoint per role.
+    pub roles: BTreeMap<Role, Arc<dyn RoleEndpoint>>,
+    /// The Lakebase side.
+    pub lakebase: Arc<dyn LakebaseEndpoint>,
+    /// Who decides gates while the run is live.
+    pub approver: Arc<dyn Approver>,
+    /// Where progress goes, if anywhere.
+    pub progress: Option<mpsc::UnboundedSender<Progress>>,
+}
+
+impl std::fmt::Debug for Wiring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wiring")
+            .field("config", &self.config)
+            .field("roles", &self.roles.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A progress report for embedders and the terminal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "progress", rename_all = "kebab-case")]
+pub enum Progress {
+    /// The run moved to another phase.
+    Phase {
+        /// The new phase.
+        phase: Phase,
+    },
+    /// A role was asked for a step.
+    Step {
+        /// The step key.
+        step: String,
+        /// The role.
+        role: Role,
+        /// 1-based index of the current test in the build lane (0 in design).
+        test: usize,
+        /// Number of tests in the list (0 before it exists).
+        of: usize,
+    },
+    /// A verified run came back.
+    Receipt {
+        /// Why it ran.
+        purpose: String,
+        /// Tests passed.
+        passed: usize,
+        /// Tests not passed.
+        failed: usize,
+        /// The branch it ran on.
+        branch: String,
+    },
+    /// An event was refused.
+    Refused {
+        /// The violation.
+        violation: String,
+    },
+    /// A gate waits for a decision.
+    GateWaiting {
+        /// Which gate.
+        gate: GateKind,
+        /// The hash to approve.
+        hash: ContentHash,
+    },
+    /// The run stopped.
+    Stopped {
+        /// Why.
+        outcome: String,
+    },
+}
+
+/// How a run ended this time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum RunOutcome {
+    /// Done: every test green, every gate approved, migrations promoted.
+    Done,
+    /// Waiting at a gate for an approval of this hash.
+    AtGate {
+        /// The gate.
+        gate: GateKind,
+        /// The hash to approve.
+        hash: ContentHash,
+    },
+    /// Halted for a human.
+    Halted {
+        /// Why.
+        escalation: Escalation,
+    },
+    /// Stopped by a human.
+    Stopped,
+}
+
+/// The result of driving a run.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// The machine's final state.
+    pub state: State,
+    /// Wall time spent per phase in this process.
+    pub phase_times: BTreeMap<String, Duration>,
+    /// Events appended to the ledger by this process.
+    pub events_appended: usize,
+    /// The ledger file.
+    pub ledger_path: PathBuf,
+}
+
+/// Why a conductor could not drive.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConductorError {
+    /// The ledger could not be opened, verified or appended to; the run refuses to resume.
+    #[error("ledger: {0}")]
+    Ledger(#[from] LedgerError),
+    /// The work tree could not be read or written.
+    #[error("work tree: {0}")]
+    WorkTree(#[from] WorkTreeError),
+    /// A new run needs a feature request.
+    #[error("the ledger is empty and no feature request was given")]
+    MissingFeature,
+    /// A role has no endpoint.
+    #[error("no actor plays the {0} role")]
+    MissingRole(Role),
+    /// The same actor is set up to write code and to review it.
+    #[error("{0} is set up as both Driver and Navigator; the author never reviews its own code")]
+    ReviewerIsAuthor(String),
+    /// The conductor actor failed.
+    #[error("conductor actor: {0}")]
+    Actor(String),
+    /// A gate decision does not fit the run (from [`record_gate_decision`]).
+    #[error("{0}")]
+    Gate(String),
+}
+
+/// Replays a ledger and returns the machine state it records (no actor, no side effects).
+pub fn replay_ledger(path: &Path, machine: &Machine) -> Result<State, ConductorError> {
+    let entries = Ledger::<Event>::read(path)?;
+    Ok(machine.replay(entries.iter().map(|e| &e.event)))
+}
+
+/// Records a human's gate decision in the ledger of a stopped run, after checking that the run
+/// waits at that gate for exactly that hash. A wrong or stale hash is refused with a message
+/// naming the hash that waits.
+pub fn record_gate_decision(
+    path: &Path,
+    machine: &Machine,
+    approval: GateApproval,
+) -> Result<(), ConductorError> {
+    let mut ledger = Ledger::<Event>::open(path)?;
+    let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
+    match state.pending_gate() {
+        Some((gate, hash)) if gate == approval.gate && hash == approval.hash => {
+            ledger.append(&Event::Gate { approval })?;
+            Ok(())
+        }
+        Some((gate, hash)) if gate == approval.gate => Err(ConductorError::Gate(format!(
+            "refused: the {gate} gate waits for hash {hash}, not {}",
+            approval.hash
+        ))),
+        Some((gate, hash)) => Err(ConductorError::Gate(format!(
+            "refused: the run waits at the {gate} gate (hash {hash}), not at the {} gate",
+            approval.gate
+        ))),
+        None => Err(ConductorError::Gate(format!(
+            "refused: the run is not waiting at any gate (phase: {:?})",
+            state.phase()
+        ))),
+    }
+}
+
+/// Records a human's decision about a halted run (retry the step, or stop).
+pub fn record_human_decision(
+    path: &Path,
+    machine: &Machine,
+    decision: crate::machine::HumanDecision,
+    by: &str,
+) -> Result<(), ConductorError> {
+    let mut ledger = Ledger::<Event>::open(path)?;
+    let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
+    if !matches!(state.status, RunStatus::Halted { .. }) {
+        return Err(ConductorError::Gate(format!(
+            "refused: the run is not halted (phase: {:?})",
+            state.phase()
+        )));
+    }
+    ledger.append(&Event::Human {
+        decision,
+        by: by.to_string(),
+    })?;
+    Ok(())
+}
+
+/// The hash of the design file on disk, as the machine compares it (None: missing or not a
+/// design bundle).
+pub fn design_hash_on_disk(work: &WorkTree) -> Option<ContentHash> {
+    let text = work.read(DESIGN_FILE).ok()??;
+    let bundle: DesignBundle = serde_json::from_str(&text).ok()?;
+    Some(bundle.hash())
+}
+
+/// Messages of the conductor actor.
+#[derive(Debug)]
+pub enum ConductorMsg {
+    /// Drive until done, a gate, a halt or a stop, then answer.
+    Run(RpcReplyPort<Result<RunReport, ConductorError>>),
+    /// The machine's current state.
+    State(RpcReplyPort<State>),
+    /// Internal: the result of a command performed in a task.
+    Result(Box<Event>),
+    /// Internal: the live approver did not decide.
+    GateUnanswered,
+}
+
+/// The conductor actor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Conductor;
+
+/// The conductor's mutable state (held by the actor).
+pub struct ConductorState {
+    wiring: Wiring,
+    machine: Machine,
+    ledger: Ledger<Event>,
+    work: WorkTree,
+    state: State,
+    waiter: Option<RpcReplyPort<Result<RunReport, ConductorError>>>,
+    /// Set after a fatal error: late results are dropped, nothing more is driven.
+    failed: bool,
+    appended: usize,
+    phase: Phase,
+    phase_since: Instant,
+    phase_times: BTreeMap<String, Duration>,
+}
+
+/// A handle on a started conductor.
+#[derive(Debug, Clone)]
+pub struct ConductorHandle {
+    actor: ActorRef<ConductorMsg>,
+}
+
+impl ConductorHandle {
+    /// Drives the run until it is done, waits at a gate, halts or stops.
+    pub async fn run(&self) -> Result<RunReport, ConductorError> {
+        match self.actor.call(ConductorMsg::Run, None).await {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            Ok(_) | Err(_) => Err(ConductorError::Actor(
+                "the conductor stopped before answering".into(),
+            )),
+        }
+    }
+
+    /// The machine's current state.
+    pub async fn state(&self) -> Result<State, ConductorError> {
+        match self.actor.call(ConductorMsg::State, None).await {
+            Ok(ractor::rpc::CallResult::Success(s)) => Ok(s),
+            Ok(_) | Err(_) => Err(ConductorError::Actor("the conductor is gone".into())),
+        }
+    }
+
+    /// Stops the conductor actor.
+    pub fn stop(&self) {
+        self.actor.stop(None);
+    }
+
+    /// The actor.
+    pub fn actor(&self) -> &ActorRef<ConductorMsg> {
+        &self.actor
+    }
+}
+
+impl Conductor {
+    /// Opens and verifies the ledger, replays it, checks the wiring, and spawns the actor.
+    /// A ledger whose chain is broken is refused here: the run does not resume.
+    pub async fn start(wiring: Wiring) -> Result<ConductorHandle, ConductorError> {
+        for role in Role::ALL {
+            if !wiring.roles.contains_key(&role) {
+                return Err(ConductorError::MissingRole(role));
+            }
+        }
+        if let (Some(d), Some(n)) = (
+            wiring.roles.get(&Role::Driver),
+            wiring.roles.get(&Role::Navigator),
+        ) && d.identity().name == n.identity().name
+        {
+            return Err(ConductorError::ReviewerIsAuthor(d.identity().name.clone()));
+        }
+        let work = WorkTree::open(&wiring.config.work_tree)?;
+        let ledger = Ledger::<Event>::open(&wiring.config.ledger_path)?;
+        let machine = Machine::new(wiring.config.machine.clone());
+        let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
+        if ledger.is_empty() && wiring.feature.is_none() {
+            return Err(ConductorError::MissingFeature);
+        }
+        let phase = state.phase();
+        let args = ConductorState {
+            wiring,
+            machine,
+            ledger,
+            work,
+            state,
+            waiter: None,
+            failed: false,
+            appended: 0,
+            phase,
+            phase_since: Instant::now(),
+            phase_times: BTreeMap::new(),
+        };
+        let (actor, _join) = Actor::spawn(None, Conductor, Some(args))
+            .await
+            .map_err(|e| ConductorError::Actor(e.to_string()))?;
+        Ok(ConductorHandle { actor })
+    }
+}
+
+impl Actor for Conductor {
+    type Msg = ConductorMsg;
+    type State = ConductorState;
+    type Arguments = Option<ConductorState>;
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        args.ok_or_else(|| "the conductor needs its wiring".into())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        st: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ConductorMsg::State(port) => {
+                let _ = port.send(st.state.clone());
+            }
+            ConductorMsg::Run(port) => {
+                if st.failed {
+                    let _ = port.send(Err(ConductorError::Actor(
+                        "the conductor failed earlier; start a new one to resume".into(),
+                    )));
+                    return Ok(());
+                }
+                if st.waiter.is_some() {
+                    let _ = port.send(Err(ConductorError::Actor(
+                        "a run is already being driven".into(),
+                    )));
+                    return Ok(());
+                }
+                st.waiter = Some(port);
+                if st.ledger.is_empty()
+                    && let Some(feature) = st.wiring.feature.clone()
+                    && let Err(e) = st.feed(Event::Start { feature })
+                {
+                    st.finish_err(e);
+                    return Ok(());
+                }
+                st.drive(&myself);
+            }
+            ConductorMsg::Result(_) | ConductorMsg::GateUnanswered if st.failed => {}
+            ConductorMsg::Result(event) => {
+                if let Err(e) = st.feed(*event) {
+                    st.finish_err(e);
+                    return Ok(());
+                }
+                st.drive(&myself);
+            }
+            ConductorMsg::GateUnanswered => {
+                if let Some((gate, hash)) = st.state.pending_gate() {
+                    st.finish(RunOutcome::AtGate { gate, hash });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ConductorState {
+    fn progress(&self, p: Progress) {
+        if let Some(tx) = &self.wiring.progress {
+            let _ = tx.send(p);
+        }
+    }
+
+    /// Appends the event (fsynced), then steps the machine; a refusal is recorded too.
+    fn feed(&mut self, event: Event) -> Result<(), ConductorError> {
+        self.append(&event)?;
+        match self.machine.step(&self.state, &event) {
+            Ok((next, _)) => self.state = next,
+            Err(violation) => {
+                tracing::warn!(%violation, event = event.name(), "refused");
+                self.progress(Progress::Refused {
+                    violation: violation.to_string(),
+                });
+                let refused = Event::Refused { violation };
+                self.append(&refused)?;
+                if let Ok((next, _)) = self.machine.step(&self.state, &refused) {
+                    self.state = next;
+                }
+            }
+        }
+        if let Event::Applied { .. } = &event {
+            // The undo is in the ledger now; the journal has done its job.
+            let _ = std::fs::remove_file(self.work.root().join(APPLY_JOURNAL));
+        }
+        if let Event::VerifyCompleted { receipt } = &event {
+            let passed = receipt
+                .outcomes
+                .iter()
+                .filter(|o| o.status == TestStatus::Passed)
+                .count();
+            self.progress(Progress::Receipt {
+                purpose: format!("{}", receipt.request_id),
+                passed,
+                failed: receipt.outcomes.len() - passed,
+                branch: receipt.branch_id.clone(),
+            });
+        }
+        self.track_phase();
+        Ok(())
+    }
+
+    fn append(&mut self, event: &Event) -> Result<(), ConductorError> {
+        self.ledger.append(event)?;
+        self.appended += 1;
+        if self.wiring.config.crash_after_appends == Some(self.appended) {
+            return Err(ConductorError::Actor(format!(
+                "simulated crash after {} appends",
+                self.appended
+            )));
+        }
+        Ok(())
+    }
+
+    fn track_phase(&mut self) {
+        let now_phase = self.state.phase();
+        if now_phase != self.phase {
+            let spent = self.phase_since.elapsed();
+            *self
+                .phase_times
+                .entry(format!("{:?}", self.phase))
+                .or_default() += spent;
+            self.phase = now_phase;
+            self.phase_since = Instant::now();
+            self.progress(Progress::Phase { phase: now_phase });
+        }
+    }
+
+    fn finish(&mut self, outcome: RunOutcome) {
+        let spent = self.phase_since.elapsed();
+        *self
+            .phase_times
+            .entry(format!("{:?}", self.phase))
+            .or_default() += spent;
+        self.phase_since = Instant::now();
+        self.progress(Progress::Stopped {
+            outcome: format!("{outcome:?}"),
+        });
+        let report = RunReport {
+            outcome,
+            state: self.state.clone(),
+            phase_times: std::mem::take(&mut self.phase_times),
+            events_appended: self.appended,
+            ledger_path: self.ledger.path().to_path_buf(),
+        };
+        if let Some(port) = self.waiter.take() {
+            let _ = port.send(Ok(report));
+        }
+    }
+
+    fn finish_err(&mut self, e: ConductorError) {
+        tracing::error!(error = %e, "the conductor stops");
+        self.failed = true;
+        if let Some(port) = self.waiter.take() {
+            let _ = port.send(Err(e));
+        }
+    }
+
+    /// Performs pending commands until one must wait for another actor or a human.
+    fn drive(&mut self, myself: &ActorRef<ConductorMsg>) {
+        loop {
+            match &self.state.status {
+                RunStatus::Done => return self.finish(RunOutcome::Done),
+                RunStatus::Stopped => return self.finish(RunOutcome::Stopped),
+                RunStatus::Halted { escalation, .. } => {
+                    let escalation = escalation.clone();
+                    return self.finish(RunOutcome::Halted { escalation });
+                }
+                RunStatus::Idle => return self.finish_err(ConductorError::MissingFeature),
+                RunStatus::Running => {}
+            }
+            let Some(command) = self.state.pending_command() else {
+                return self.finish_err(ConductorError::Actor(
+                    "running without a pending command".into(),
+                ));
+            };
+            let event = match command {
+                Command::Observe => self.observe(),
+                Command::Apply { change_set } => self.apply(&change_set),
+                Command::Assign {
+                    id,
+                    role,
+                    step,
+                    attempt,
+                    feedback,
+                } => match self.assignment(id, role, step, attempt, feedback) {
+                    Ok(Some(a)) => {
+                        self.spawn_assign(myself, a);
+                        return;
+                    }
+                    Ok(None) => continue,
+                    Err(e) => return self.finish_err(e),
+                },
+                Command::Verify {
+                    request,
+                    purpose,
+                    workspace_hash,
+                    migrations,
+                    tests,
+                    focus,
+                } => {
+                    let req = VerifyRequest {
+                        id: request,
+                        purpose,
+                        work_tree: self.work.root().to_path_buf(),
+                        workspace_hash,
+                        migrations,
+                        tests,
+                        focus,
+                    };
+                    self.spawn_verify(myself, req);
+                    return;
+                }
+                Command::AwaitGate { gate, hash } => {
+                    if let Err(e) = self.await_gate(myself, gate, hash) {
+                        return self.finish_err(e);
+                    }
+                    return;
+                }
+                Command::Promote {
+                    request,
+                    migrations,
+                } => {
+                    self.spawn_promote(
+                        myself,
+                        PromoteRequest {
+                            id: request,
+                            migrations,
+                        },
+                    );
+                    return;
+                }
+                Command::Escalate { .. } | Command::Finish => continue,
+            };
+            match event {
+                Ok(event) => {
+                    if let Err(e) = self.feed(event) {
+                        return self.finish_err(e);
+                    }
+                }
+                Err(e) => return self.finish_err(e),
+            }
+        }
+    }
+
+    fn observe(&self) -> Result<Event, ConductorError> {
+        Ok(Event::Observed {
+            design_hash: design_hash_on_disk(&self.work),
+            tests: self.test_hashes()?,
+        })
+    }
+
+    fn test_hashes(&self) -> Result<FileHashes, ConductorError> {
+        let policy = &self.wiring.config.machine.paths;
+        Ok(self
+            .work
+            .file_hashes()?
+            .into_iter()
+            .filter(|(p, _)| policy.is_test(p))
+            .collect())
+    }
+
+    /// Applies a change set with a journaled undo, so a crash between the write and the ledger
+    /// entry resumes with the right undo.
+    fn apply(&self, set: &ChangeSet) -> Result<Event, ConductorError> {
+        let set_hash = ContentHash::of(set);
+        let journaled: Option<(ContentHash, ChangeSet)> = self
+            .work
+            .read(APPLY_JOURNAL)
+            .ok()
+            .flatten()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let inverse = match journaled {
+            Some((h, inverse)) if h == set_hash => match self.work.apply(set) {
+                Ok(_) => inverse,
+                Err(WorkTreeError::Path(reason)) => return Ok(Event::ApplyRefused { reason }),
+                Err(e) => return Err(e.into()),
+            },
+            _ => {
+                // Check every path and compute the undo before anything is written.
+                let inverse = match self.undo_of(set) {
+                    Ok(inv) => inv,
+                    Err(WorkTreeError::Path(reason)) => return Ok(Event::ApplyRefused { reason }),
+                    Err(e) => return Err(e.into()),
+                };
+                let journal = serde_json::to_string(&(set_hash, &inverse)).unwrap_or_default();
+                write_journal(self.work.root(), &journal)?;
+                self.work.apply(set)?;
+                inverse
+            }
+        };
+        Ok(Event::Applied {
+            workspace_hash: self.work.hash()?,
+            tests: self.test_hashes()?,
+            inverse,
+        })
+    }
+
+    fn undo_of(&self, set: &ChangeSet) -> Result<ChangeSet, WorkTreeError> {
+        let mut changes = Vec::with_capacity(set.changes.len());
+        let mut seen = std::collections::BTreeSet::new();
+        for change in &set.changes {
+            let (norm, _) = self.work.resolve(change.path())?;
+            if !seen.insert(norm.clone()) {
+                continue;
+            }
+            changes.push(match self.work.read(&norm)? {
+                Some(content) => FileChange::Write {
+                    path: norm,
+                    content,
+                },
+                None => FileChange::Delete { path: norm },
+            });
+        }
+        Ok(ChangeSet {
+            summary: format!("undo: {}", set.summary),
+            changes,
+        })
+    }
+
+    fn assignment(
+        &mut self,
+        id: crate::protocol::AssignmentId,
+        role: Role,
+        step: Step,
+        attempt: u32,
+        feedback: Vec<String>,
+    ) -> Result<Option<Assignment>, ConductorError> {
+        let s = &self.state;
+        let total = s.test_list.as_ref().map_or(0, |l| l.entries.len());
+        self.progress(Progress::Step {
+            step: step.to_string(),
+            role,
+            test: if step.is_build() {
+                s.build.current + 1
+            } else {
+                0
+            },
+            of: total,
+        });
+        // The author never reviews: refuse before the reviewer even starts.
+        if let Step::Review { .. } = step {
+            let reviewer = self.wiring.roles.get(&role).map(|r| r.identity().clone());
+            if let Some(reviewer) = reviewer
+                && s.build.code_authors.iter().any(|a| a.name == reviewer.name)
+            {
+                let violation = crate::machine::RuleViolation::ReviewerIsAuthor { reviewer };
+                self.feed(Event::Refused { violation })?;
+                return Ok(None);
+            }
+        }
+        let mut inputs = AssignmentInputs {
+            feature: s.feature.clone(),
+            stories: s.stories.clone(),
+            spec: s.spec.clone(),
+            architecture: s.architecture.clone(),
+            schema: s.schema.clone(),
+            test_list: s.test_list.clone(),
+            ux: s.ux.clone(),
+            test: if step.is_build() {
+                s.current_test().cloned()
+            } else {
+                None
+            },
+            files: BTreeMap::new(),
+        };
+        if step.is_build() {
+            let policy = self.wiring.config.machine.paths.clone();
+            inputs.files = self.work.read_matching(
+                |p| !policy.is_harness(p),
+                self.wiring.config.max_input_bytes,
+            )?;
+        }
+        Ok(Some(Assignment {
+            id,
+            role,
+            step,
+            attempt,
+            inputs,
+            feedback,
+        }))
+    }
+
+    fn spawn_assign(&self, myself: &ActorRef<ConductorMsg>, a: Assignment) {
+        let Some(endpoint) = self.wiring.roles.get(&a.role).cloned() else {
+            let _ = myself.cast(ConductorMsg::Result(Box::new(Event::AgentFailed {
+                assignment: a.id,
+                failure: crate::AgentFailure::Crashed {
+                    detail: format!("no actor plays {}", a.role),
+                },
+            })));
+            return;
+        };
+        let timeout = self.wiring.config.step_timeout;
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let id = a.id;
+            let event = match endpoint.assign(a, timeout).await {
+                Ok(p) => Event::Produced {
+                    assignment: p.assignment,
+                    author: p.author,
+                    artifact: p.artifact,
+                },
+                Err(failure) => Event::AgentFailed {
+                    assignment: id,
+                    failure,
+                },
+            };
+            let _ = me.cast(ConductorMsg::Result(Box::new(event)));
+        });
+    }
+
+    fn spawn_verify(&self, myself: &ActorRef<ConductorMsg>, req: VerifyRequest) {
+        let lakebase = Arc::clone(&self.wiring.lakebase);
+        let timeout = self.wiring.config.verify_timeout;
+        let retries = self.wiring.config.verify_retries;
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let mut tries = 0;
+            let event = loop {
+                match lakebase.verify(req.clone(), timeout).await {
+                    Ok(receipt) => break Event::VerifyCompleted { receipt },
+                    Err(error) if tries < retries => {
+                        tries += 1;
+                        tracing::warn!(%error, tries, "verification failed for infrastructure reasons; retrying");
+                    }
+                    Err(error) => {
+                        break Event::VerifyFailed {
+                            request: req.id,
+                            error,
+                        };
+                    }
+                }
+            };
+            let _ = me.cast(ConductorMsg::Result(Box::new(event)));
+        });
+    }
+
+    fn spawn_promote(&self, myself: &ActorRef<ConductorMsg>, req: PromoteRequest) {
+        let lakebase = Arc::clone(&self.wiring.lakebase);
+        let timeout = self.wiring.config.verify_timeout;
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let id = req.id;
+            let event = match lakebase.promote(req, timeout).await {
+                Ok(report) => Event::Promoted { report },
+                Err(error) => Event::PromoteFailed { request: id, error },
+            };
+            let _ = me.cast(ConductorMsg::Result(Box::new(event)));
+        });
+    }
+
+    fn await_gate(
+        &self,
+        myself: &ActorRef<ConductorMsg>,
+        gate: GateKind,
+        hash: ContentHash,
+    ) -> Result<(), ConductorError> {
+        let summary = self.gate_summary(gate);
+        if gate == GateKind::Design
+            && let Some(bundle) = self.state.design_bundle()
+        {
+            let text = serde_json::to_string_pretty(&bundle).unwrap_or_default();
+            write_file(self.work.root(), DESIGN_FILE, &text)?;
+        }
+        self.progress(Progress::GateWaiting { gate, hash });
+        let approver = Arc::clone(&self.wiring.approver);
+        let timeout = self.wiring.config.gate_timeout;
+        let me = myself.clone();
+        let request = GateRequest {
+            gate,
+            hash,
+            summary,
+        };
+        tokio::spawn(async move {
+            // Fail closed: a timeout or no answer leaves the gate closed.
+            match tokio::time::timeout(timeout, approver.decide(&request)).await {
+                Ok(Some(approval)) => {
+                    let _ = me.cast(ConductorMsg::Result(Box::new(Event::Gate { approval })));
+                }
+                Ok(None) | Err(_) => {
+                    let _ = me.cast(ConductorMsg::GateUnanswered);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn gate_summary(&self, gate: GateKind) -> String {
+        gate_summary(&self.state, gate)
+    }
+}
+
+/// A human-readable summary of what a gate approves.
+pub fn gate_summary(s: &State, gate: GateKind) -> String {
+    match gate {
+        GateKind::Design => {
+            let stories = s.stories.as_ref().map_or(0, |x| x.stories.len());
+            let acs = s.stories.as_ref().map_or(0, |x| x.ac_ids().count());
+            let tests = s.test_list.as_ref().map_or(0, |x| x.entries.len());
+            let migrations = s.schema.as_ref().map_or(0, |x| x.migrations.len());
+            format!(
+                "design of {}: {stories} stories, {acs} acceptance criteria, {tests} tests, {migrations} migrations{}",
+                s.feature.as_ref().map_or("?", |f| f.id.as_str()),
+                if s.ux.is_some() { ", a UX design" } else { "" }
+            )
+        }
+        GateKind::Deploy => format!(
+            "release: {} tests green, {} verified runs on fresh branches",
+            s.build.completed,
+            s.receipts.len()
+        ),
+        GateKind::Promote => format!(
+            "promote {} migration(s) to the parent database",
+            s.schema.as_ref().map_or(0, |x| x.migrations.len())
+        ),
+    }
+}
+
+fn write_file(root: &Path, rel: &str, text: &str) -> Result<(), ConductorError> {
+    let path = root.join(rel);
+    let io = |source| WorkTreeError::Io {
+        op: "write",
+        path: path.display().to_string(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    std::fs::write(&path, text).map_err(|source| WorkTreeError::Io {
+        op: "write",
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(())
+}
+
+fn write_journal(root: &Path, text: &str) -> Result<(), ConductorError> {
+    write_file(root, APPLY_JOURNAL, text)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,693 @@
+//! Conductor tests with in-process doubles: role actors answering from a function, and a
+//! Lakebase actor that "runs" tests by reading the work tree. (The real role actors and the real
+//! Lakebase actor live in their own crates and are tested there and end to end.)
+//!
+//! Test semantics of the double: a test file `tests/<x>.sql` containing `need: TOKEN` passes
+//! when some file under `src/` contains `TOKEN`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use super::*;
+use crate::artifact::*;
+use crate::machine::HumanDecision;
+use crate::protocol::{InfraError, LakebaseMsg, Produced, PromoteReport, RoleMsg, Usage};
+use crate::supervision::{ChildSpec, Supervised};
+use crate::{ApproveAs, StopAtGates};
+
+type Answer = Arc<dyn Fn(&Assignment) -> Artifact + Send + Sync>;
+
+#[derive(Clone)]
+struct FnRole {
+    id: ActorId,
+    answer: Answer,
+}
+
+impl Actor for FnRole {
+    type Msg = RoleMsg;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(&self, _: ActorRef<RoleMsg>, _: ()) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<RoleMsg>,
+        msg: RoleMsg,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            RoleMsg::Assign(a, port) => {
+                let artifact = (self.answer)(&a);
+                let _ = port.send(Ok(Produced {
+                    assignment: a.id,
+                    author: self.id.clone(),
+                    artifact,
+                    usage: Usage::default(),
+                }));
+            }
+            RoleMsg::Identify(port) => {
+                let _ = port.send(self.id.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+use crate::role::ActorId;
+
+#[derive(Clone, Default)]
+struct FakeLakebase {
+    served: Arc<Mutex<Vec<RequestId>>>,
+    fail_next: Arc<AtomicUsize>,
+}
+
+fn run_tests(root: &Path) -> Vec<TestOutcome> {
+    let read_dir = |d: &str| -> Vec<(String, String)> {
+        let mut out = vec![];
+        if let Ok(rd) = std::fs::read_dir(root.join(d)) {
+            for e in rd.flatten() {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                out.push((format!("{d}/{}", e.file_name().to_string_lossy()), text));
+            }
+        }
+        out.sort();
+        out
+    };
+    let code: String = read_dir("src").into_iter().map(|(_, t)| t).collect();
+    read_dir("tests")
+        .into_iter()
+        .map(|(name, text)| {
+            let ok = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("need: "))
+                .all(|token| code.contains(token.trim()));
+            TestOutcome {
+                name,
+                status: if ok {
+                    TestStatus::Passed
+                } else {
+                    TestStatus::Failed
+                },
+            }
+        })
+        .collect()
+}
+
+impl Actor for FakeLakebase {
+    type Msg = LakebaseMsg;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(&self, _: ActorRef<LakebaseMsg>, _: ()) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<LakebaseMsg>,
+        msg: LakebaseMsg,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            LakebaseMsg::Verify(req, port) => {
+                if self.fail_next.load(Ordering::SeqCst) > 0 {
+                    self.fail_next.fetch_sub(1, Ordering::SeqCst);
+                    let _ = port.send(Err(InfraError {
+                        fault: InfraFault::DatabaseDown,
+                        detail: "down".into(),
+                    }));
+                    return Ok(());
+                }
+                self.served.lock().map(|mut s| s.push(req.id)).ok();
+                let outcomes = run_tests(&req.work_tree);
+                let failed = outcomes.iter().any(|o| o.status != TestStatus::Passed);
+                let receipt = TestRunReceipt {
+                    request_id: req.id,
+                    workspace_hash: crate::worktree::hash_dir(&req.work_tree)?,
+                    provider: "fake".into(),
+                    branch_id: format!("consort-fake-{}", req.id.0),
+                    runner: "fake".into(),
+                    command: "fake".into(),
+                    timings: RunTimings::default(),
+                    outcomes,
+                    exit: ExitRecord {
+                        code: Some(i32::from(failed)),
+                        signal: None,
+                        timed_out: false,
+                    },
+                    output_digest: ContentHash::of_bytes(b""),
+                    output_excerpt: String::new(),
+                };
+                let _ = port.send(Ok(receipt));
+            }
+            LakebaseMsg::Promote(req, port) => {
+                let _ = port.send(Ok(PromoteReport {
+                    request_id: req.id,
+                    target: "parent".into(),
+                    applied: req.migrations.iter().map(|m| m.version.clone()).collect(),
+                    already_applied: vec![],
+                    verified: true,
+                }));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn story(id: &str, acs: &[&str]) -> Story {
+    Story {
+        id: id.into(),
+        title: id.into(),
+        as_a: "operator".into(),
+        i_want: "x".into(),
+        so_that: "y".into(),
+        user_facing: false,
+        acceptance_criteria: acs
+            .iter()
+            .map(|a| AcceptanceCriterion {
+                id: (*a).into(),
+                given: "g".into(),
+                when: "w".into(),
+                then: "t".into(),
+            })
+            .collect(),
+    }
+}
+
+/// The honest script: each RED needs a token, each GREEN writes it.
+fn honest(a: &Assignment) -> Artifact {
+    let test = a.inputs.test.clone();
+    match &a.step {
+        Step::Stories => Artifact::Stories(Stories {
+            feature_id: "F1".into(),
+            stories: vec![story("S1", &["S1-AC1"]), story("S2", &["S2-AC1"])],
+        }),
+        Step::Spec { .. } => Artifact::Spec(Spec {
+            feature_id: "F1".into(),
+            summary: "s".into(),
+            requirements: vec![Requirement {
+                id: "R1".into(),
+                ac_id: "S1-AC1".into(),
+                statement: "x".into(),
+            }],
+            out_of_scope: vec![],
+            open_questions: vec![],
+        }),
+        Step::Architecture { .. } => Artifact::ArchitectureVerdict(ArchitectureVerdict::Approve {
+            layers: vec![],
+            nfrs: vec![],
+            invariants: vec![],
+        }),
+        Step::Schema => Artifact::SchemaPlan(SchemaPlan {
+            migrations: vec![Migration {
+                version: "0001".into(),
+                story_id: "S1".into(),
+                description: String::new(),
+                sql: "create table t(x int);".into(),
+            }],
+        }),
+        Step::TestList => Artifact::TestList(TestList {
+            entries: vec![
+                TestEntry {
+                    id: "T1".into(),
+                    ac_id: "S1-AC1".into(),
+                    description: "d".into(),
+                    path: "tests/t1.sql".into(),
+                    test_name: None,
+                },
+                TestEntry {
+                    id: "T2".into(),
+                    ac_id: "S2-AC1".into(),
+                    description: "d".into(),
+                    path: "tests/t2.sql".into(),
+                    test_name: None,
+                },
+            ],
+        }),
+        Step::Ux => Artifact::UxDesign(UxDesign {
+            screens: vec![],
+            notes: vec![],
+        }),
+        Step::Red { test: t } => {
+            let path = test.map(|e| e.path).unwrap_or_default();
+            Artifact::ChangeSet(ChangeSet {
+                summary: "red".into(),
+                changes: vec![FileChange::Write {
+                    path,
+                    content: format!("need: token-{t}\n"),
+                }],
+            })
+        }
+        Step::Green { test: t } | Step::Repair { test: t, .. } => Artifact::ChangeSet(ChangeSet {
+            summary: "green".into(),
+            changes: vec![FileChange::Write {
+                path: format!("src/{}.sql", t.to_lowercase()),
+                content: format!("-- token-{t}\n"),
+            }],
+        }),
+        Step::Refactor { .. } => Artifact::ChangeSet(ChangeSet::default()),
+        Step::Review { .. } => Artifact::ReviewVerdict(ReviewVerdict::Approve { notes: vec![] }),
+    }
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    lakebase: FakeLakebase,
+    crashes: Arc<AtomicUsize>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            dir: tempfile::tempdir().expect("tempdir"),
+            lakebase: FakeLakebase::default(),
+            crashes: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    fn config(&self) -> ConductorConfig {
+        let mut c = ConductorConfig::new(self.root());
+        c.step_timeout = Duration::from_secs(10);
+        c.verify_timeout = Duration::from_secs(10);
+        c.gate_timeout = Duration::from_secs(10);
+        c
+    }
+
+    async fn wiring(
+        &self,
+        config: ConductorConfig,
+        answer: Answer,
+        approver: Arc<dyn Approver>,
+    ) -> Wiring {
+        let mut roles: BTreeMap<Role, Arc<dyn RoleEndpoint>> = BTreeMap::new();
+        for role in Role::ALL {
+            let id = ActorId::new(role, role.as_str());
+            let actor = FnRole {
+                id: id.clone(),
+                answer: Arc::clone(&answer),
+            };
+            let handle = Supervised::start(ChildSpec::for_actor(role.as_str(), actor, ()))
+                .await
+                .expect("role");
+            roles.insert(role, Arc::new(SupervisedRole { id, handle }));
+        }
+        let (lb, _) = Actor::spawn(None, self.lakebase.clone(), ())
+            .await
+            .expect("lakebase");
+        Wiring {
+            config,
+            feature: Some(FeatureRequest {
+                id: "F1".into(),
+                title: "t".into(),
+                body: "b".into(),
+            }),
+            roles,
+            lakebase: Arc::new(DirectLakebase { actor: lb }),
+            approver,
+            progress: None,
+        }
+    }
+
+    async fn run(
+        &self,
+        answer: Answer,
+        approver: Arc<dyn Approver>,
+    ) -> Result<RunReport, ConductorError> {
+        let w = self.wiring(self.config(), answer, approver).await;
+        Conductor::start(w).await?.run().await
+    }
+
+    fn ledger(&self) -> PathBuf {
+        self.root().join(crate::ledger::DEFAULT_LEDGER_PATH)
+    }
+
+    fn events(&self) -> Vec<Event> {
+        Ledger::<Event>::read(self.ledger())
+            .expect("ledger")
+            .into_iter()
+            .map(|e| e.event)
+            .collect()
+    }
+}
+
+fn approve_all() -> Arc<dyn Approver> {
+    Arc::new(ApproveAs { name: "ada".into() })
+}
+
+fn answer(f: fn(&Assignment) -> Artifact) -> Answer {
+    Arc::new(f)
+}
+
+#[tokio::test]
+async fn a_whole_lifecycle_runs_to_done_through_real_actors() {
+    let fx = Fixture::new();
+    let report = fx.run(answer(honest), approve_all()).await.expect("run");
+    assert_eq!(report.outcome, RunOutcome::Done);
+    assert_eq!(report.state.build.completed, 2);
+    assert_eq!(report.state.approvals.len(), 3);
+    assert!(fx.root().join("src/t1.sql").exists() && fx.root().join("tests/t2.sql").exists());
+    let verify = Ledger::<Event>::verify(fx.ledger()).expect("the chain verifies");
+    assert_eq!(verify.entries as usize, report.events_appended);
+    assert_eq!(
+        Machine::default().replay(&fx.events()),
+        report.state,
+        "replay reproduces the final state"
+    );
+    // Every RED and GREEN ran: 2 RED + 2 GREEN + 1 deploy.
+    assert_eq!(fx.lakebase.served.lock().map(|s| s.len()).unwrap_or(0), 5);
+}
+
+#[tokio::test]
+async fn without_an_approver_the_run_stops_at_the_design_gate_and_resumes_after_an_approval() {
+    let fx = Fixture::new();
+    let report = fx
+        .run(answer(honest), Arc::new(StopAtGates))
+        .await
+        .expect("run");
+    let RunOutcome::AtGate {
+        gate: GateKind::Design,
+        hash,
+    } = report.outcome
+    else {
+        panic!("expected the design gate, got {:?}", report.outcome)
+    };
+    assert!(
+        fx.root().join(DESIGN_FILE).exists(),
+        "the frozen design is on disk for the human"
+    );
+    let m = Machine::default();
+    let mut wrong = ApproveAs { name: "ada".into() }
+        .decide(&GateRequest {
+            gate: GateKind::Design,
+            hash,
+            summary: String::new(),
+        })
+        .await
+        .expect("approval");
+    wrong.hash = ContentHash::of_bytes(b"stale");
+    let err =
+        record_gate_decision(&fx.ledger(), &m, wrong.clone()).expect_err("a stale hash is refused");
+    assert!(
+        err.to_string().contains(&hash.to_hex()),
+        "the message names the hash that waits: {err}"
+    );
+    wrong.hash = hash;
+    record_gate_decision(&fx.ledger(), &m, wrong).expect("the right hash is accepted");
+    let report = fx
+        .run(answer(honest), Arc::new(StopAtGates))
+        .await
+        .expect("run again");
+    assert!(matches!(
+        report.outcome,
+        RunOutcome::AtGate {
+            gate: GateKind::Deploy,
+            ..
+        }
+    ));
+    assert_eq!(report.state.build.completed, 2);
+}
+
+#[tokio::test]
+async fn a_crash_after_any_event_resumes_to_the_same_end_without_redoing_recorded_work() {
+    let reference = Fixture::new();
+    let full = reference
+        .run(answer(honest), approve_all())
+        .await
+        .expect("run");
+    let total = full.events_appended;
+    assert!(total > 20);
+    for cut in (1..total).step_by(3) {
+        let fx = Fixture::new();
+        let mut config = fx.config();
+        config.crash_after_appends = Some(cut);
+        let w = fx.wiring(config, answer(honest), approve_all()).await;
+        let crashed = Conductor::start(w).await.expect("start").run().await;
+        assert!(
+            crashed.is_err(),
+            "cut {cut}: the simulated crash stops the run"
+        );
+        let prefix = fx.events();
+        let served_before: Vec<RequestId> = fx
+            .lakebase
+            .served
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        fx.lakebase.served.lock().map(|mut s| s.clear()).ok();
+        let resumed = fx.run(answer(honest), approve_all()).await.expect("resume");
+        assert_eq!(resumed.outcome, RunOutcome::Done, "cut {cut}");
+        assert_eq!(resumed.state.build, full.state.build, "cut {cut}");
+        assert_eq!(
+            resumed.state.receipts.len(),
+            full.state.receipts.len(),
+            "cut {cut}"
+        );
+        let recorded: Vec<RequestId> = prefix
+            .iter()
+            .filter_map(|e| match e {
+                Event::VerifyCompleted { receipt } => Some(receipt.request_id),
+                _ => None,
+            })
+            .collect();
+        let served_after: Vec<RequestId> = fx
+            .lakebase
+            .served
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        for id in &recorded {
+            assert!(
+                !served_after.contains(id),
+                "cut {cut}: {id} was verified again although its receipt was recorded"
+            );
+        }
+        assert!(
+            served_before.len() + served_after.len() <= 5 + 1,
+            "cut {cut}: at most one verify repeated"
+        );
+        Ledger::<Event>::verify(fx.ledger()).expect("the chain verifies");
+    }
+}
+
+#[tokio::test]
+async fn an_edited_ledger_line_is_refused_and_the_run_does_not_resume() {
+    let fx = Fixture::new();
+    fx.run(answer(honest), Arc::new(StopAtGates))
+        .await
+        .expect("run");
+    let text = std::fs::read_to_string(fx.ledger()).expect("read");
+    let edited = text.replacen("\"S1\"", "\"S9\"", 1);
+    assert_ne!(text, edited);
+    std::fs::write(fx.ledger(), edited).expect("write");
+    let err = fx
+        .run(answer(honest), Arc::new(StopAtGates))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, ConductorError::Ledger(_)), "{err}");
+}
+
+fn crash_once(a: &Assignment) -> Artifact {
+    static CRASHED: AtomicUsize = AtomicUsize::new(0);
+    if a.step == Step::Schema && CRASHED.fetch_add(1, Ordering::SeqCst) == 0 {
+        panic!("the DBA agent crashed");
+    }
+    honest(a)
+}
+
+#[tokio::test]
+async fn a_role_actor_that_panics_is_restarted_and_the_step_retried() {
+    let fx = Fixture::new();
+    let report = fx
+        .run(answer(crash_once), Arc::new(StopAtGates))
+        .await
+        .expect("run");
+    assert!(matches!(
+        report.outcome,
+        RunOutcome::AtGate {
+            gate: GateKind::Design,
+            ..
+        }
+    ));
+    assert!(report.state.schema.is_some());
+    let _ = &fx.crashes;
+}
+
+fn always_crash(a: &Assignment) -> Artifact {
+    if a.step == (Step::Spec { revision: 0 }) {
+        panic!("the spec author always crashes");
+    }
+    honest(a)
+}
+
+#[tokio::test]
+async fn a_role_actor_that_keeps_panicking_escalates_as_an_infrastructure_fault() {
+    let fx = Fixture::new();
+    let report = fx
+        .run(answer(always_crash), Arc::new(StopAtGates))
+        .await
+        .expect("run");
+    match report.outcome {
+        RunOutcome::Halted { escalation } => {
+            assert_eq!(
+                escalation.reason,
+                EscalationReason::Infrastructure(InfraFault::ActorCrashing)
+            );
+            assert!(escalation.detail.contains("crash"), "{}", escalation.detail);
+        }
+        other => panic!("expected a halt, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_failing_database_is_retried_then_escalated_and_a_human_retry_finishes() {
+    let fx = Fixture::new();
+    fx.lakebase.fail_next.store(1, Ordering::SeqCst);
+    let report = fx
+        .run(answer(honest), approve_all())
+        .await
+        .expect("one failure is retried");
+    assert_eq!(report.outcome, RunOutcome::Done);
+    let fx = Fixture::new();
+    fx.lakebase.fail_next.store(2, Ordering::SeqCst);
+    let report = fx.run(answer(honest), approve_all()).await.expect("run");
+    let RunOutcome::Halted { escalation } = report.outcome else {
+        panic!("expected a halt")
+    };
+    assert_eq!(
+        escalation.reason,
+        EscalationReason::Infrastructure(InfraFault::DatabaseDown)
+    );
+    crate::conductor::record_human_decision(
+        &fx.ledger(),
+        &Machine::default(),
+        HumanDecision::Retry,
+        "ada",
+    )
+    .expect("retry");
+    let report = fx.run(answer(honest), approve_all()).await.expect("run");
+    assert_eq!(report.outcome, RunOutcome::Done);
+}
+
+fn symlink_cheat(a: &Assignment) -> Artifact {
+    match &a.step {
+        Step::Green { .. } => Artifact::ChangeSet(ChangeSet {
+            summary: "escape".into(),
+            changes: vec![FileChange::Write {
+                path: "out/evil.sql".into(),
+                content: "x".into(),
+            }],
+        }),
+        _ => honest(a),
+    }
+}
+
+#[tokio::test]
+async fn a_change_set_through_a_symlink_out_of_the_tree_is_refused_and_nothing_written() {
+    let fx = Fixture::new();
+    let outside = tempfile::tempdir().expect("outside");
+    std::os::unix::fs::symlink(outside.path(), fx.root().join("out")).expect("symlink");
+    let report = fx
+        .run(answer(symlink_cheat), approve_all())
+        .await
+        .expect("run");
+    assert!(matches!(report.outcome, RunOutcome::Halted { .. }));
+    assert!(
+        std::fs::read_dir(outside.path())
+            .expect("list")
+            .next()
+            .is_none(),
+        "nothing written outside"
+    );
+    assert!(fx.events().iter().any(|e| matches!(
+        e,
+        Event::Refused {
+            violation: crate::RuleViolation::PathOutsideWorkTree { .. }
+        }
+    )));
+}
+
+#[tokio::test]
+async fn a_design_edited_after_approval_halts_before_the_next_build_step() {
+    let fx = Fixture::new();
+    let report = fx
+        .run(answer(honest), Arc::new(StopAtGates))
+        .await
+        .expect("run");
+    let RunOutcome::AtGate { hash, .. } = report.outcome else {
+        panic!("gate")
+    };
+    let approval = ApproveAs { name: "ada".into() }
+        .decide(&GateRequest {
+            gate: GateKind::Design,
+            hash,
+            summary: String::new(),
+        })
+        .await
+        .expect("a");
+    record_gate_decision(&fx.ledger(), &Machine::default(), approval).expect("approve");
+    let design = fx.root().join(DESIGN_FILE);
+    let text = std::fs::read_to_string(&design).expect("design");
+    std::fs::write(
+        &design,
+        text.replace("create table t", "create table hacked"),
+    )
+    .expect("edit");
+    let report = fx
+        .run(answer(honest), Arc::new(StopAtGates))
+        .await
+        .expect("run");
+    let RunOutcome::Halted { escalation } = report.outcome else {
+        panic!("expected a halt")
+    };
+    assert!(
+        escalation.detail.contains("design hash mismatch"),
+        "{}",
+        escalation.detail
+    );
+    assert!(!fx.root().join("tests").exists(), "no build step ran");
+}
+
+#[tokio::test]
+async fn the_same_actor_cannot_be_set_up_as_driver_and_navigator() {
+    let fx = Fixture::new();
+    let mut w = fx.wiring(fx.config(), answer(honest), approve_all()).await;
+    let solo = ActorId::new(Role::Driver, "solo");
+    let (actor, _) = Actor::spawn(
+        None,
+        FnRole {
+            id: solo.clone(),
+            answer: answer(honest),
+        },
+        (),
+    )
+    .await
+    .expect("spawn");
+    w.roles.insert(
+        Role::Driver,
+        Arc::new(DirectRole {
+            id: solo,
+            actor: actor.clone(),
+        }),
+    );
+    w.roles.insert(
+        Role::Navigator,
+        Arc::new(DirectRole {
+            id: ActorId::new(Role::Navigator, "solo"),
+            actor,
+        }),
+    );
+    assert!(matches!(
+        Conductor::start(w).await,
+        Err(ConductorError::ReviewerIsAuthor(_))
+    ));
+}
