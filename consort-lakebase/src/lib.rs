@@ -1,6 +1,7 @@
 //! Database branches and real test runs for Consort.
 
 pub mod error;
+pub mod lakebase_api;
 pub mod provider;
 
 pub use error::{Error, Result};
