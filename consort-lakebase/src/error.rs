@@ -33,6 +33,9 @@ pub enum Error {
     /// The thing asked for does not exist.
     #[error("not found: {0}")]
     NotFound(String),
+    /// Something with this name already exists (a branch name in use).
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
     /// An operation did not finish in time.
     #[error("timed out: {0}")]
     Timeout(String),
@@ -173,7 +176,10 @@ mod tests {
             code: Some("REQUEST_LIMIT_EXCEEDED".into()),
             detail: "slow down".into(),
         };
-        assert_eq!(e.to_string(), "HTTP 429 (REQUEST_LIMIT_EXCEEDED): slow down");
+        assert_eq!(
+            e.to_string(),
+            "HTTP 429 (REQUEST_LIMIT_EXCEEDED): slow down"
+        );
         assert!(e.is_retryable());
         assert!(!Error::QuotaExceeded("10 branches".into()).is_retryable());
         let busy = Error::Database {

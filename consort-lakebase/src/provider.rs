@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A boxed, sendable future: keeps [`BranchProvider`] usable as `Arc<dyn BranchProvider>`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -123,6 +123,88 @@ pub struct ConnectInfo {
     pub sslmode: SslMode,
 }
 
+impl ConnectInfo {
+    /// A `postgresql://` URL for this connection, secret included (so it is itself a
+    /// [`Secret`]). A Unix-socket host goes into the `host` query parameter.
+    pub fn database_url(&self) -> Secret {
+        let auth = format!(
+            "{}:{}",
+            percent_encode(&self.user),
+            percent_encode(self.secret.expose())
+        );
+        let sslmode = match self.sslmode {
+            SslMode::Disable => "disable",
+            SslMode::Require => "require",
+        };
+        let db = percent_encode(&self.database);
+        Secret::new(if self.host.starts_with('/') {
+            format!(
+                "postgresql://{auth}@/{db}?host={}&port={}&sslmode={sslmode}",
+                percent_encode(&self.host),
+                self.port
+            )
+        } else {
+            let host = if self.host.contains(':') {
+                format!("[{}]", self.host)
+            } else {
+                self.host.clone()
+            };
+            format!(
+                "postgresql://{auth}@{host}:{}/{db}?sslmode={sslmode}",
+                self.port
+            )
+        })
+    }
+
+    /// The environment a client program needs: `DATABASE_URL`, `PGHOST`, `PGPORT`, `PGUSER`,
+    /// `PGPASSWORD`, `PGDATABASE` and `PGSSLMODE`. Holds the secret: hand it only to a child
+    /// process.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("DATABASE_URL", self.database_url().expose().to_string()),
+            ("PGHOST", self.host.clone()),
+            ("PGPORT", self.port.to_string()),
+            ("PGUSER", self.user.clone()),
+            ("PGPASSWORD", self.secret.expose().to_string()),
+            ("PGDATABASE", self.database.clone()),
+            (
+                "PGSSLMODE",
+                match self.sslmode {
+                    SslMode::Disable => "disable".into(),
+                    SslMode::Require => "require".into(),
+                },
+            ),
+        ]
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// What applying migrations to the parent database did (see [`BranchProvider::promote`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromoteOutcome {
+    /// The parent database's name (never a connection string).
+    pub target: String,
+    /// Versions applied now.
+    pub applied: Vec<String>,
+    /// Versions that were already recorded with the same checksum.
+    pub already_applied: Vec<String>,
+    /// Every planned version is recorded in the parent with the plan's checksum.
+    pub verified: bool,
+    /// Why the promotion stopped early (a failing migration, a checksum mismatch).
+    pub failure: Option<String>,
+}
+
 /// A database branch backend: embedded PostgreSQL, an existing server, or Lakebase.
 ///
 /// Implementations are `Send + Sync` and used as `Arc<dyn BranchProvider>`.
@@ -154,4 +236,38 @@ pub trait BranchProvider: Send + Sync + fmt::Debug {
     /// Deletes this provider's own branches (Consort's prefix) older than `older_than`;
     /// returns how many were deleted.
     fn sweep(&self, older_than: Duration) -> BoxFuture<'_, Result<usize>>;
+
+    /// Deletes this provider's orphans: branches whose creating process is gone (where the
+    /// backend can tell), kept branches past their keep time, and anything older than a day.
+    /// Run at start-up and shutdown. The default sweeps branches older than a day.
+    fn sweep_orphans(&self) -> BoxFuture<'_, Result<usize>> {
+        self.sweep(Duration::from_secs(24 * 3600))
+    }
+
+    /// Marks a branch as kept for inspection until `until` (a failed run with `keep_failed`);
+    /// the sweeper leaves it alone until then. The default does nothing (the backend's own
+    /// expiry or the age limit of [`BranchProvider::sweep_orphans`] applies).
+    fn keep_for_inspection<'a>(
+        &'a self,
+        branch: &'a Branch,
+        until: SystemTime,
+    ) -> BoxFuture<'a, Result<()>> {
+        let _ = (branch, until);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Applies the pending migrations to the parent database itself, records them, and checks
+    /// that every planned version is recorded with its checksum. The default refuses.
+    fn promote<'a>(
+        &'a self,
+        migrations: &'a [consort_actors::Migration],
+    ) -> BoxFuture<'a, Result<PromoteOutcome>> {
+        let _ = migrations;
+        Box::pin(async move {
+            Err(Error::Unsupported(format!(
+                "the {} backend cannot promote migrations",
+                self.kind()
+            )))
+        })
+    }
 }

@@ -1,0 +1,163 @@
+//! The Lakebase actor: serves the conductor's [`LakebaseMsg`] requests.
+//!
+//! Each request is handled in its own task, so the mailbox never blocks: up to
+//! [`LakebaseArgs::max_concurrent`] verifications run at once (more wait for a slot), and
+//! promotions run one at a time. Replies go through the request's `RpcReplyPort`.
+//! Infrastructure failures reply `Err(InfraError)`; red tests reply a receipt.
+//!
+//! The pool's orphan sweep runs after start-up and at stop. The arguments are cheap to clone,
+//! so a supervisor can restart the actor with the same ones (the counters in
+//! [`LakebaseArgs::stats`] carry over).
+
+use std::sync::Arc;
+
+use consort_actors::LakebaseMsg;
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+use crate::pool::{BranchPool, PoolConfig, PoolStats, PoolStatsSnapshot};
+use crate::provider::BranchProvider;
+use crate::runner::TestRunner;
+use crate::verify::Verifier;
+
+/// What the Lakebase actor is built from.
+#[derive(Debug, Clone)]
+pub struct LakebaseArgs {
+    /// The branch backend.
+    pub provider: Arc<dyn BranchProvider>,
+    /// The test runner.
+    pub runner: Arc<dyn TestRunner>,
+    /// The warm pool's settings.
+    pub pool: PoolConfig,
+    /// How many verifications may run at once (at least 1).
+    pub max_concurrent: usize,
+    /// Fixture SQL run into every base after its migrations.
+    pub fixtures: Vec<String>,
+    /// Counters: branches created, dropped, live (shared across restarts).
+    pub stats: Arc<PoolStats>,
+}
+
+impl LakebaseArgs {
+    /// Arguments with the default pool (4 ready branches) and 4 concurrent verifications.
+    pub fn new(provider: Arc<dyn BranchProvider>, runner: Arc<dyn TestRunner>) -> Self {
+        LakebaseArgs {
+            provider,
+            runner,
+            pool: PoolConfig::default(),
+            max_concurrent: 4,
+            fixtures: Vec::new(),
+            stats: Arc::new(PoolStats::default()),
+        }
+    }
+
+    /// The counters now (for run summaries).
+    pub fn stats(&self) -> PoolStatsSnapshot {
+        self.stats.snapshot()
+    }
+}
+
+/// The actor (stateless handler; its state is [`LakebaseState`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LakebaseActor;
+
+/// The actor's state.
+#[derive(Debug)]
+pub struct LakebaseState {
+    verifier: Arc<Verifier>,
+    slots: Arc<Semaphore>,
+    promotions: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl LakebaseActor {
+    /// Spawns an unnamed, unsupervised Lakebase actor.
+    pub async fn spawn(
+        args: LakebaseArgs,
+    ) -> Result<(ActorRef<LakebaseMsg>, ractor::concurrency::JoinHandle<()>), SpawnErr> {
+        <LakebaseActor as Actor>::spawn(None, LakebaseActor, args).await
+    }
+
+    /// Spawns a Lakebase actor linked to `supervisor`.
+    pub async fn spawn_linked(
+        name: Option<String>,
+        args: LakebaseArgs,
+        supervisor: ActorCell,
+    ) -> Result<(ActorRef<LakebaseMsg>, ractor::concurrency::JoinHandle<()>), SpawnErr> {
+        <LakebaseActor as Actor>::spawn_linked(name, LakebaseActor, args, supervisor).await
+    }
+}
+
+impl Actor for LakebaseActor {
+    type Msg = LakebaseMsg;
+    type State = LakebaseState;
+    type Arguments = LakebaseArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: LakebaseArgs,
+    ) -> Result<LakebaseState, ActorProcessingErr> {
+        let pool = BranchPool::with_stats(args.provider.clone(), args.pool.clone(), args.stats);
+        Ok(LakebaseState {
+            verifier: Arc::new(Verifier::new(pool, args.runner, args.fixtures)),
+            slots: Arc::new(Semaphore::new(args.max_concurrent.max(1))),
+            promotions: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    async fn post_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut LakebaseState,
+    ) -> Result<(), ActorProcessingErr> {
+        match state.verifier.pool().start().await {
+            Ok(n) => debug!(swept = n, "start-up sweep done"),
+            Err(e) => warn!(error = %e, "start-up sweep failed"),
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: LakebaseMsg,
+        state: &mut LakebaseState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            LakebaseMsg::Verify(req, reply) => {
+                let verifier = state.verifier.clone();
+                let slots = state.slots.clone();
+                tokio::spawn(async move {
+                    let _slot = slots.acquire_owned().await;
+                    let result = verifier.verify(&req).await;
+                    if reply.send(result).is_err() {
+                        debug!(request = %req.id, "verify caller went away");
+                    }
+                });
+            }
+            LakebaseMsg::Promote(req, reply) => {
+                let verifier = state.verifier.clone();
+                let lock = state.promotions.clone();
+                tokio::spawn(async move {
+                    let _one = lock.lock().await;
+                    let result = verifier.promote(&req).await;
+                    if reply.send(result).is_err() {
+                        debug!(request = %req.id, "promote caller went away");
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut LakebaseState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Err(e) = state.verifier.pool().shutdown().await {
+            warn!(error = %e, "pool shutdown");
+        }
+        Ok(())
+    }
+}

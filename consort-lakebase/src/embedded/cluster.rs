@@ -1,0 +1,674 @@
+//! The embedded PostgreSQL cluster: `initdb`, start, reuse, stop, and the owner watchdog.
+//!
+//! Layout of a cluster directory `D`:
+//!
+//! | path | what |
+//! |---|---|
+//! | `D/data/` | the data directory (`PGDATA`) |
+//! | `D/admin.pw` | the bootstrap superuser's random password (mode 0600) |
+//! | `D/run/` | the Unix socket directory (or `/tmp/consort-sock-<hash>/` when `D` is long) |
+//! | `D/postgres.log` | the server's output |
+//!
+//! **No orphans.** The server is stopped when the last [`Arc<EmbeddedCluster>`] is dropped
+//! (and by [`EmbeddedCluster::stop`]). Because a killed process runs no destructors (and
+//! statics are never dropped), every started server also gets a *watchdog*: a tiny `sh`
+//! process whose standard input is a pipe from this process. When this process ends for any
+//! reason the pipe closes, and the watchdog stops the server (and deletes a temporary cluster
+//! directory). Server and watchdog run in their own process groups, so a terminal's Ctrl-C
+//! reaches only this process and the watchdog still cleans up.
+//!
+//! **Reuse.** Starting a cluster for a directory whose server is already running returns the
+//! same handle within this process; a server started by another process is attached to (and
+//! left running on drop: its owner stops it).
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use sha2::{Digest, Sha256};
+use tracing::{debug, info, warn};
+
+use super::runas::{RunAs, fallback_dir};
+use crate::error::{Error, Result};
+use crate::names::random_tag;
+use crate::pgbin::PgBinaries;
+use crate::procinfo;
+use crate::provider::{ConnectInfo, Secret, SslMode};
+
+/// How to get an embedded cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddedConfig {
+    /// The cluster directory; `None` makes a fresh temporary one, deleted when the cluster stops.
+    /// When this process is root and the server user cannot reach the directory (a `0700`
+    /// ancestor such as `/root`), the cluster lives in `/tmp/consort-pg-<hash of the path>`
+    /// instead (see [`EmbeddedCluster::dir`]).
+    pub dir: Option<PathBuf>,
+    /// The unprivileged OS user the server runs as when this process is root.
+    pub run_as: String,
+    /// Where `initdb` and `postgres` are; `None` searches for them.
+    pub bin_dir: Option<PathBuf>,
+    /// The bootstrap superuser's name (its password is random and never leaves the provider).
+    pub superuser: String,
+    /// How long start-up may take.
+    pub start_timeout: Duration,
+    /// Extra server settings (`-c name=value`).
+    pub settings: Vec<(String, String)>,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            dir: None,
+            run_as: "postgres".into(),
+            bin_dir: None,
+            superuser: "consortadmin".into(),
+            start_timeout: Duration::from_secs(60),
+            settings: Vec::new(),
+        }
+    }
+}
+
+impl EmbeddedConfig {
+    /// A throw-away cluster in a temporary directory.
+    pub fn temporary() -> Self {
+        Self::default()
+    }
+
+    /// The project's cluster, in `<project>/.consort/pg/`.
+    pub fn for_project(project_dir: &Path) -> Self {
+        Self::at(project_dir.join(".consort").join("pg"))
+    }
+
+    /// A cluster in `dir` (kept between runs).
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        EmbeddedConfig {
+            dir: Some(dir.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// Starts embedded clusters.
+#[derive(Debug)]
+pub struct EmbeddedPostgres;
+
+/// Per-directory registry, so one process shares one running cluster per directory.
+type Registry = Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<Weak<EmbeddedCluster>>>>>;
+static REGISTRY: LazyLock<Registry> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The processes of a server this process started.
+#[derive(Debug)]
+struct Owned {
+    postmaster: Child,
+    watchdog: Child,
+    /// Kept open: when it closes (this process ends) the watchdog stops the server.
+    _lifeline: Option<ChildStdin>,
+}
+
+/// A running PostgreSQL cluster. Dropping the last `Arc` stops a server this process started.
+#[derive(Debug)]
+pub struct EmbeddedCluster {
+    dir: PathBuf,
+    requested: Option<PathBuf>,
+    data_dir: PathBuf,
+    socket_dir: PathBuf,
+    port: u16,
+    superuser: String,
+    password: Secret,
+    bins: PgBinaries,
+    run_as: Option<RunAs>,
+    temporary: bool,
+    pid: u32,
+    owned: Mutex<Option<Owned>>,
+}
+
+impl EmbeddedPostgres {
+    /// Starts (or reuses) a cluster as configured.
+    pub async fn start(cfg: EmbeddedConfig) -> Result<Arc<EmbeddedCluster>> {
+        let bins = PgBinaries::find(cfg.bin_dir.as_deref())?;
+        let run_as = RunAs::for_current_process(&cfg.run_as)?;
+        let (dir, requested, temporary) = match &cfg.dir {
+            None => (make_temp_dir(run_as.as_ref())?, None, true),
+            Some(d) => {
+                let abs = std::path::absolute(d)
+                    .map_err(|e| Error::io(format!("resolve {}", d.display()), e))?;
+                let dir = match &run_as {
+                    Some(ra) if !ra.can_reach(&abs) => {
+                        let fb = fallback_dir(&abs);
+                        info!(
+                            requested = %abs.display(),
+                            used = %fb.display(),
+                            user = %ra.name,
+                            "the server user cannot reach the requested cluster directory; using a reachable one"
+                        );
+                        fb
+                    }
+                    _ => abs.clone(),
+                };
+                (dir, Some(abs), false)
+            }
+        };
+        let slot = {
+            let mut reg = REGISTRY
+                .lock()
+                .map_err(|_| Error::Cluster("cluster registry poisoned".into()))?;
+            reg.entry(dir.clone()).or_default().clone()
+        };
+        let mut guard = slot.lock().await;
+        if let Some(live) = guard.upgrade()
+            && live.is_running()
+        {
+            debug!(dir = %dir.display(), "reusing the running cluster");
+            return Ok(live);
+        }
+        let cluster = Arc::new(start_cluster(&cfg, bins, run_as, dir, requested, temporary).await?);
+        *guard = Arc::downgrade(&cluster);
+        Ok(cluster)
+    }
+}
+
+impl EmbeddedCluster {
+    /// The cluster directory actually used (may differ from the requested one, see
+    /// [`EmbeddedConfig::dir`]).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The directory that was asked for, when one was.
+    pub fn requested_dir(&self) -> Option<&Path> {
+        self.requested.as_deref()
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The Unix socket directory.
+    pub fn socket_dir(&self) -> &Path {
+        &self.socket_dir
+    }
+
+    /// The loopback TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The bootstrap superuser's name.
+    pub fn superuser(&self) -> &str {
+        &self.superuser
+    }
+
+    /// The postmaster's pid.
+    pub fn postmaster_pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether this process started the server (and so stops it).
+    pub fn is_owned(&self) -> bool {
+        self.owned.lock().map(|o| o.is_some()).unwrap_or(false)
+    }
+
+    /// Whether the server process is alive.
+    pub fn is_running(&self) -> bool {
+        procinfo::alive(self.pid)
+    }
+
+    /// Where the programs are.
+    pub fn binaries(&self) -> &PgBinaries {
+        &self.bins
+    }
+
+    /// The OS user the server runs as, when not the current one.
+    pub fn run_as(&self) -> Option<&RunAs> {
+        self.run_as.as_ref()
+    }
+
+    /// Superuser connection details over the Unix socket. Crate-private: the superuser's
+    /// credentials never leave the providers.
+    pub(crate) fn admin_info(&self, database: &str) -> ConnectInfo {
+        ConnectInfo {
+            host: self.socket_dir.display().to_string(),
+            port: self.port,
+            database: database.to_string(),
+            user: self.superuser.clone(),
+            secret: self.password.clone(),
+            expires_at: None,
+            sslmode: SslMode::Disable,
+        }
+    }
+
+    /// Stops a server this process started (idempotent; also done on drop). Other holders of
+    /// the handle lose the server too.
+    pub fn stop(&self) -> Result<()> {
+        if self.owned.is_poisoned() {
+            return Err(Error::Cluster("cluster state poisoned".into()));
+        }
+        self.stop_inner(self.temporary);
+        Ok(())
+    }
+
+    fn stop_inner(&self, remove_dir: bool) {
+        let owned = self
+            .owned
+            .lock()
+            .map(|mut o| o.take())
+            .unwrap_or_else(|p| p.into_inner().take());
+        let Some(mut owned) = owned else {
+            return;
+        };
+        // The watchdog first, so it can never signal a reused pid later.
+        let _ = owned.watchdog.kill();
+        let _ = owned.watchdog.wait();
+        drop(owned._lifeline.take());
+        let pid = Pid::from_raw(self.pid as i32);
+        let (first, patience) = if self.temporary {
+            (Signal::SIGQUIT, Duration::from_secs(5))
+        } else {
+            (Signal::SIGINT, Duration::from_secs(20))
+        };
+        let _ = kill(pid, first);
+        if !wait_child(&mut owned.postmaster, patience) {
+            warn!(
+                pid = self.pid,
+                "postmaster did not stop in time; killing it"
+            );
+            let _ = kill(pid, Signal::SIGQUIT);
+            if !wait_child(&mut owned.postmaster, Duration::from_secs(5)) {
+                let _ = owned.postmaster.kill();
+                let _ = owned.postmaster.wait();
+            }
+        }
+        if remove_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        if !self.socket_dir.starts_with(&self.dir) {
+            let _ = std::fs::remove_dir_all(&self.socket_dir);
+        }
+        debug!(dir = %self.dir.display(), "embedded cluster stopped");
+    }
+}
+
+impl Drop for EmbeddedCluster {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            warn!(error = %e, "stopping the embedded cluster");
+        }
+    }
+}
+
+fn wait_child(child: &mut Child, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) if Instant::now() >= deadline => return false,
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn make_temp_dir(run_as: Option<&RunAs>) -> Result<PathBuf> {
+    let dir = PathBuf::from("/tmp").join(format!("consort-pg-tmp-{}", random_tag(12)));
+    std::fs::create_dir(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| Error::io(format!("chmod {}", dir.display()), e))?;
+    if let Some(ra) = run_as {
+        ra.chown(&dir)?;
+    }
+    Ok(dir)
+}
+
+fn socket_dir_for(dir: &Path) -> PathBuf {
+    let local = dir.join("run");
+    // sun_path holds 107 bytes; the socket file is `.s.PGSQL.NNNNN` inside the directory.
+    if local.as_os_str().len() + 16 < 100 {
+        local
+    } else {
+        let digest = Sha256::digest(dir.to_string_lossy().as_bytes());
+        PathBuf::from("/tmp").join(format!("consort-sock-{}", &hex::encode(digest)[..16]))
+    }
+}
+
+fn ensure_dir(path: &Path, run_as: Option<&RunAs>, mode: u32) -> Result<()> {
+    std::fs::create_dir_all(path)
+        .map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(format!("chmod {}", path.display()), e))?;
+    if let Some(ra) = run_as {
+        ra.chown(path)?;
+    }
+    Ok(())
+}
+
+fn write_private(path: &Path, content: &str, run_as: Option<&RunAs>) -> Result<()> {
+    std::fs::write(path, content).map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io(format!("chmod {}", path.display()), e))?;
+    if let Some(ra) = run_as {
+        ra.chown(path)?;
+    }
+    Ok(())
+}
+
+fn as_user(cmd: &mut Command, run_as: Option<&RunAs>) {
+    if let Some(ra) = run_as {
+        cmd.uid(ra.uid).gid(ra.gid);
+    }
+}
+
+fn log_tail(path: &Path, max: u64) -> String {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
+    let mut buf = String::new();
+    let _ = f.read_to_string(&mut buf);
+    buf.trim().to_string()
+}
+
+/// The fields of `postmaster.pid`: pid, data dir, start time, port, socket dir, listen addr, …
+fn read_pid_file(data_dir: &Path) -> Option<(u32, u16, PathBuf)> {
+    let text = std::fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    let pid = lines.first()?.trim().parse().ok()?;
+    let port = lines.get(3)?.trim().parse().ok()?;
+    let sock = PathBuf::from(lines.get(4)?.trim());
+    Some((pid, port, sock))
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::io("bind a loopback port", e))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::io("read the loopback port", e))
+}
+
+const HBA: &str = "\
+# Written by Consort: password (SCRAM) authentication only.
+local all all scram-sha-256
+host  all all 127.0.0.1/32 scram-sha-256
+";
+
+/// The watchdog: waits for EOF on stdin (this process gone, or the lifeline closed), then stops
+/// the server ($2 = signal), waits for it, and removes the temporary directories ($3, $4).
+const WATCHDOG: &str = r#"
+while read -r _; do :; done
+P="$1"
+alive() { s=$(cut -d' ' -f3 "/proc/$P/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && [ "$s" != X ]; }
+kill -s "$2" "$P" 2>/dev/null
+i=0
+while alive && [ "$i" -lt 400 ]; do sleep 0.05; i=$((i+1)); done
+if alive; then kill -s QUIT "$P" 2>/dev/null; sleep 1; kill -s KILL "$P" 2>/dev/null; fi
+if [ -n "$3" ]; then rm -rf -- "$3"; fi
+if [ -n "$4" ]; then rm -rf -- "$4"; fi
+"#;
+
+async fn start_cluster(
+    cfg: &EmbeddedConfig,
+    bins: PgBinaries,
+    run_as: Option<RunAs>,
+    dir: PathBuf,
+    requested: Option<PathBuf>,
+    temporary: bool,
+) -> Result<EmbeddedCluster> {
+    ensure_dir(&dir, run_as.as_ref(), 0o700)?;
+    let data_dir = dir.join("data");
+    let pw_file = dir.join("admin.pw");
+    let log_file = dir.join("postgres.log");
+
+    // A server another process runs for this directory: attach to it.
+    if let Some((pid, port, sock)) = read_pid_file(&data_dir)
+        && procinfo::alive(pid)
+    {
+        let password = std::fs::read_to_string(&pw_file)
+            .map_err(|e| Error::io(format!("read {}", pw_file.display()), e))?;
+        let cluster = EmbeddedCluster {
+            dir: dir.clone(),
+            requested,
+            data_dir,
+            socket_dir: sock,
+            port,
+            superuser: cfg.superuser.clone(),
+            password: Secret::new(password.trim()),
+            bins,
+            run_as,
+            temporary: false,
+            pid,
+            owned: Mutex::new(None),
+        };
+        wait_ready(&cluster, None, &log_file, cfg.start_timeout).await?;
+        info!(dir = %dir.display(), pid, "attached to a running cluster started by another process");
+        return Ok(cluster);
+    }
+
+    if !data_dir.join("PG_VERSION").exists() || !pw_file.exists() {
+        if data_dir.exists() {
+            // A half-made cluster (initdb interrupted): start over.
+            std::fs::remove_dir_all(&data_dir)
+                .map_err(|e| Error::io(format!("remove {}", data_dir.display()), e))?;
+        }
+        let password = crate::names::random_password();
+        write_private(&pw_file, &password, run_as.as_ref())?;
+        let mut cmd = tokio::process::Command::new(bins.initdb());
+        cmd.arg("-D")
+            .arg(&data_dir)
+            .arg("-U")
+            .arg(&cfg.superuser)
+            .arg("--pwfile")
+            .arg(&pw_file)
+            .args([
+                "-A",
+                "scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ])
+            .current_dir(&dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(ra) = &run_as {
+            cmd.uid(ra.uid).gid(ra.gid);
+        }
+        let out = cmd
+            .output()
+            .await
+            .map_err(|e| Error::io(format!("run {}", bins.initdb().display()), e))?;
+        if !out.status.success() {
+            return Err(Error::Cluster(format!(
+                "initdb failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        debug!(dir = %dir.display(), "initdb done");
+    }
+    write_private(&data_dir.join("pg_hba.conf"), HBA, run_as.as_ref())?;
+    let password = std::fs::read_to_string(&pw_file)
+        .map_err(|e| Error::io(format!("read {}", pw_file.display()), e))?;
+    let socket_dir = socket_dir_for(&dir);
+    ensure_dir(&socket_dir, run_as.as_ref(), 0o700)?;
+
+    let mut last_err = None;
+    for _attempt in 0..3 {
+        let port = free_port()?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_file)
+            .map_err(|e| Error::io(format!("open {}", log_file.display()), e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| Error::io("clone the log handle", e))?;
+        let mut cmd = Command::new(bins.postgres());
+        cmd.arg("-D")
+            .arg(&data_dir)
+            .arg("-p")
+            .arg(port.to_string())
+            .arg("-k")
+            .arg(&socket_dir)
+            .args(["-h", "127.0.0.1"])
+            .args(["-c", "fsync=off"])
+            .args(["-c", "synchronous_commit=off"])
+            .args(["-c", "full_page_writes=off"])
+            .args(["-c", "max_connections=200"])
+            .args(["-c", "unix_socket_permissions=0700"])
+            .args(["-c", "shared_buffers=32MB"]);
+        for (k, v) in &cfg.settings {
+            cmd.arg("-c").arg(format!("{k}={v}"));
+        }
+        cmd.current_dir(&dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0);
+        as_user(&mut cmd, run_as.as_ref());
+        let postmaster = cmd
+            .spawn()
+            .map_err(|e| Error::io(format!("start {}", bins.postgres().display()), e))?;
+        let pid = postmaster.id();
+        let watchdog = spawn_watchdog(
+            pid,
+            temporary,
+            temporary.then_some(dir.as_path()),
+            (!socket_dir.starts_with(&dir)).then_some(socket_dir.as_path()),
+        );
+        let (watchdog, lifeline) = match watchdog {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGQUIT);
+                let mut pm = postmaster;
+                let _ = pm.wait();
+                return Err(e);
+            }
+        };
+        let cluster = EmbeddedCluster {
+            dir: dir.clone(),
+            requested: requested.clone(),
+            data_dir: data_dir.clone(),
+            socket_dir: socket_dir.clone(),
+            port,
+            superuser: cfg.superuser.clone(),
+            password: Secret::new(password.trim()),
+            bins: bins.clone(),
+            run_as: run_as.clone(),
+            temporary,
+            pid,
+            owned: Mutex::new(Some(Owned {
+                postmaster,
+                watchdog,
+                _lifeline: Some(lifeline),
+            })),
+        };
+        match wait_ready(&cluster, Some(pid), &log_file, cfg.start_timeout).await {
+            Ok(()) => {
+                info!(dir = %dir.display(), port, pid, "embedded PostgreSQL started");
+                return Ok(cluster);
+            }
+            Err(e) => {
+                let port_taken = e.to_string().contains("already in use");
+                // Stop what is left of the server, keeping the directory for the next attempt.
+                cluster.stop_inner(false);
+                drop(cluster);
+                if !port_taken {
+                    if temporary {
+                        let _ = std::fs::remove_dir_all(&dir);
+                    }
+                    return Err(e);
+                }
+                last_err = Some(e);
+            }
+        }
+    }
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Err(last_err.unwrap_or_else(|| Error::Cluster("could not start the server".into())))
+}
+
+fn spawn_watchdog(
+    pid: u32,
+    temporary: bool,
+    remove_dir: Option<&Path>,
+    remove_socket_dir: Option<&Path>,
+) -> Result<(Child, ChildStdin)> {
+    let signal = if temporary { "QUIT" } else { "INT" };
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(WATCHDOG)
+        .arg("consort-pg-watchdog")
+        .arg(pid.to_string())
+        .arg(signal)
+        .arg(remove_dir.map(|p| p.as_os_str()).unwrap_or_default())
+        .arg(remove_socket_dir.map(|p| p.as_os_str()).unwrap_or_default())
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| Error::io("start the cluster watchdog (sh)", e))?;
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| Error::Cluster("watchdog has no stdin".into()))?;
+    Ok((child, stdin))
+}
+
+async fn wait_ready(
+    cluster: &EmbeddedCluster,
+    own_pid: Option<u32>,
+    log_file: &Path,
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    let info = cluster.admin_info("postgres");
+    loop {
+        if own_pid.is_some() {
+            let exited = cluster
+                .owned
+                .lock()
+                .ok()
+                .and_then(|mut o| o.as_mut().map(|o| o.postmaster.try_wait()))
+                .map(|r| !matches!(r, Ok(None)))
+                .unwrap_or(true);
+            if exited {
+                return Err(Error::Cluster(format!(
+                    "the server exited during start-up: {}",
+                    log_tail(log_file, 2000)
+                )));
+            }
+        }
+        match crate::pgconn::connect(&info).await {
+            Ok(client) => {
+                drop(client);
+                return Ok(());
+            }
+            Err(e) => {
+                if Instant::now() >= deadline {
+                    return Err(Error::Cluster(format!(
+                        "the server did not accept connections within {timeout:?} ({e}); log: {}",
+                        log_tail(log_file, 2000)
+                    )));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,123 @@
+//! Running the server as an unprivileged user when this process is root.
+//!
+//! PostgreSQL refuses to run as root. When Consort runs as root, `initdb` and `postgres` run as
+//! an unprivileged system user (`postgres` by default) and the cluster directory is owned by it.
+//! That user must be able to reach the directory: a location below a `0700` directory of root
+//! (such as `/root/...` or a root-owned temporary directory) is not reachable, and the cluster is
+//! then placed under `/tmp/consort-pg-<hash of the requested path>` instead.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// The unprivileged identity the server runs as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    /// The user name.
+    pub name: String,
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
+}
+
+impl RunAs {
+    /// The identity to use: `Some(user)` when this process is root, `None` otherwise (the
+    /// server then runs as the current user).
+    pub fn for_current_process(user: &str) -> Result<Option<RunAs>> {
+        if !nix::unistd::geteuid().is_root() {
+            return Ok(None);
+        }
+        let found = nix::unistd::User::from_name(user)
+            .map_err(|e| Error::Cluster(format!("looking up user {user:?}: {e}")))?
+            .ok_or_else(|| {
+                Error::Cluster(format!(
+                    "running as root, PostgreSQL must run as an unprivileged user, but user {user:?} does not exist (install postgresql, or configure another user)"
+                ))
+            })?;
+        if found.uid.is_root() {
+            return Err(Error::Cluster(format!(
+                "user {user:?} is root; PostgreSQL refuses to run as root"
+            )));
+        }
+        Ok(Some(RunAs {
+            name: user.to_string(),
+            uid: found.uid.as_raw(),
+            gid: found.gid.as_raw(),
+        }))
+    }
+
+    /// Whether this user may traverse every existing ancestor of `path` (and use `path` itself
+    /// when it exists).
+    pub fn can_reach(&self, path: &Path) -> bool {
+        let mut ok = true;
+        for dir in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            let Ok(meta) = std::fs::metadata(dir) else {
+                break;
+            };
+            let mode = meta.permissions().mode();
+            let bits = if meta.uid() == self.uid {
+                (mode >> 6) & 0o7
+            } else if meta.gid() == self.gid {
+                (mode >> 3) & 0o7
+            } else {
+                mode & 0o7
+            };
+            let needed = if dir == path { 0o7 } else { 0o1 };
+            // The directory itself we create or chown ourselves; only its ancestors must be
+            // traversable by the user.
+            if dir == path && meta.uid() != self.uid {
+                continue;
+            }
+            if bits & needed != needed {
+                ok = false;
+                break;
+            }
+        }
+        ok
+    }
+
+    /// Gives `path` to this user.
+    pub fn chown(&self, path: &Path) -> Result<()> {
+        std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid))
+            .map_err(|e| Error::io(format!("chown {} to {}", path.display(), self.name), e))
+    }
+}
+
+/// The fallback location for a requested cluster directory the server user cannot reach.
+pub fn fallback_dir(requested: &Path) -> PathBuf {
+    let digest = Sha256::digest(requested.to_string_lossy().as_bytes());
+    PathBuf::from("/tmp").join(format!("consort-pg-{}", &hex::encode(digest)[..16]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreachable_ancestors_are_detected() {
+        let Some(pg) = RunAs::for_current_process("postgres").expect("lookup") else {
+            return; // not root: nothing to check here
+        };
+        let root_only = std::env::temp_dir().join(format!("consort-reach-{}", std::process::id()));
+        std::fs::create_dir_all(&root_only).expect("mkdir");
+        std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+        assert!(!pg.can_reach(&root_only.join("pg")));
+        std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        assert!(pg.can_reach(&root_only.join("pg")));
+        std::fs::remove_dir_all(&root_only).expect("cleanup");
+        assert_eq!(
+            fallback_dir(Path::new("/root/x")),
+            fallback_dir(Path::new("/root/x"))
+        );
+        assert_ne!(
+            fallback_dir(Path::new("/root/x")),
+            fallback_dir(Path::new("/root/y"))
+        );
+    }
+}

@@ -1,0 +1,83 @@
+//! Opening `tokio_postgres` connections from a [`ConnectInfo`] (plain or rustls TLS).
+
+use std::time::Duration;
+
+use tokio_postgres::{Client, Config, NoTls};
+use tracing::debug;
+
+use crate::error::{Error, Result};
+use crate::provider::{ConnectInfo, SslMode};
+
+/// How long a connection attempt may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `tokio_postgres` configuration for `info` (the secret goes into the config only).
+pub fn config_of(info: &ConnectInfo) -> Config {
+    let mut cfg = Config::new();
+    cfg.host(&info.host)
+        .port(info.port)
+        .dbname(&info.database)
+        .user(&info.user)
+        .password(info.secret.expose())
+        .application_name("consort")
+        .connect_timeout(CONNECT_TIMEOUT);
+    cfg
+}
+
+/// Connects with `info`; the connection's driver task runs on the current runtime.
+pub async fn connect(info: &ConnectInfo) -> Result<Client> {
+    connect_config(&config_of(info), info.sslmode).await
+}
+
+/// Connects with a ready configuration. `SslMode::Require` uses rustls with the web PKI roots.
+pub async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Client> {
+    let target = describe(cfg);
+    match sslmode {
+        SslMode::Disable => {
+            let (client, conn) = cfg
+                .connect(NoTls)
+                .await
+                .map_err(|e| Error::Connect(format!("{target}: {e}")))?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    debug!(error = %e, "postgres connection ended");
+                }
+            });
+            Ok(client)
+        }
+        SslMode::Require => {
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+            let tls = tokio_postgres_rustls::MakeRustlsConnect::with_webpki_roots();
+            let mut cfg = cfg.clone();
+            cfg.ssl_mode(tokio_postgres::config::SslMode::Require);
+            let (client, conn) = cfg
+                .connect(tls)
+                .await
+                .map_err(|e| Error::Connect(format!("{target}: {e}")))?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    debug!(error = %e, "postgres connection ended");
+                }
+            });
+            Ok(client)
+        }
+    }
+}
+
+/// `user@host:port/db` for messages (never the password).
+pub fn describe(cfg: &Config) -> String {
+    let host = cfg
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(s) => s.clone(),
+            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .unwrap_or_else(|| "?".into());
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "{}@{host}:{port}/{}",
+        cfg.get_user().unwrap_or("?"),
+        cfg.get_dbname().unwrap_or("?")
+    )
+}

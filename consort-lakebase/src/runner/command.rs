@@ -1,0 +1,192 @@
+//! The command runner: the project's own test command, run by `sh -c` in the work tree.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use consort_actors::{TestOutcome, TestStatus};
+use tracing::warn;
+
+use super::capture::{Capture, OutputLimits};
+use super::junit::parse_junit;
+use super::process::{EnvPolicy, ProcSpec, run, shell_quote, tree_path};
+use super::tap::parse_tap;
+use super::{RunContext, RunReport, TestRunner, redact};
+use crate::error::Result;
+use crate::provider::BoxFuture;
+
+/// How the command runner runs and reads the project's tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRunnerConfig {
+    /// The test command, run with `sh -c` in the work tree (`cargo test`, `pytest -q`, …).
+    pub command: String,
+    /// A JUnit XML report the command writes, relative to the work tree. Deleted before each
+    /// run so a stale report is never read.
+    pub junit_path: Option<PathBuf>,
+    /// How a JUnit case is named: `{classname}` and `{name}` are replaced.
+    pub junit_name_format: String,
+    /// Read TAP from standard output when there is no JUnit report.
+    pub tap: bool,
+    /// A command that runs one test, with `{test}` replaced by the (shell-quoted) test name.
+    /// Used when the output gives no per-test outcomes: it is run for each expected test when
+    /// the suite fails, so RED can show that the new test fails and the others pass.
+    pub single_test_command: Option<String>,
+    /// Time limit of each command; the whole process group is killed at the limit.
+    pub timeout: Duration,
+    /// The environment policy.
+    pub env: EnvPolicy,
+    /// Output limits.
+    pub limits: OutputLimits,
+}
+
+impl CommandRunnerConfig {
+    /// A configuration for `command` with defaults (TAP detection on, 10-minute limit).
+    pub fn new(command: impl Into<String>) -> Self {
+        CommandRunnerConfig {
+            command: command.into(),
+            junit_path: None,
+            junit_name_format: "{classname}::{name}".into(),
+            tap: true,
+            single_test_command: None,
+            timeout: Duration::from_secs(600),
+            env: EnvPolicy::default(),
+            limits: OutputLimits::default(),
+        }
+    }
+}
+
+/// Runs the configured command; see [`CommandRunnerConfig`].
+#[derive(Debug, Clone)]
+pub struct CommandRunner {
+    cfg: CommandRunnerConfig,
+}
+
+impl CommandRunner {
+    /// A runner with this configuration.
+    pub fn new(cfg: CommandRunnerConfig) -> Self {
+        CommandRunner { cfg }
+    }
+
+    fn spec(&self, ctx: &RunContext, command: &str) -> ProcSpec {
+        ProcSpec {
+            program: PathBuf::from("sh"),
+            args: vec!["-c".into(), command.to_string()],
+            cwd: ctx.work_tree.clone(),
+            env: self.cfg.env.build(&ctx.conn),
+            timeout: self.cfg.timeout,
+        }
+    }
+
+    async fn run_inner(&self, ctx: &RunContext) -> Result<RunReport> {
+        let limits = self.cfg.limits;
+        let mut capture = Capture::new(&limits);
+        let junit = match &self.cfg.junit_path {
+            Some(p) => {
+                let full = tree_path(&ctx.work_tree, p)?;
+                match std::fs::remove_file(&full) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(crate::Error::io(
+                            format!("remove the old report {}", full.display()),
+                            e,
+                        ));
+                    }
+                }
+                Some(full)
+            }
+            None => None,
+        };
+        let main = run(&self.spec(ctx, &self.cfg.command), &mut capture, &limits).await?;
+        let mut command = self.cfg.command.clone();
+
+        let mut outcomes: Option<Vec<TestOutcome>> = None;
+        if let Some(path) = &junit
+            && let Ok(xml) = std::fs::read_to_string(path)
+        {
+            match parse_junit(&xml, &self.cfg.junit_name_format) {
+                Ok(o) => outcomes = Some(o),
+                Err(e) => {
+                    warn!(error = %e, "unreadable JUnit report");
+                    capture.push_str(&format!("\n[consort: {e}]\n"));
+                }
+            }
+        }
+        if outcomes.is_none() && self.cfg.tap {
+            outcomes = parse_tap(&String::from_utf8_lossy(&main.stdout));
+        }
+        let mut outcomes = match outcomes {
+            Some(o) => o,
+            None => {
+                let expected = ctx.expected();
+                if main.exit.success() {
+                    if expected.is_empty() {
+                        vec![outcome("(suite)", TestStatus::Passed)]
+                    } else {
+                        expected
+                            .iter()
+                            .map(|t| outcome(t, TestStatus::Passed))
+                            .collect()
+                    }
+                } else if let (Some(single), false) = (
+                    &self.cfg.single_test_command,
+                    main.exit.timed_out || main.over_cap,
+                ) {
+                    let mut per_test = Vec::new();
+                    for t in &expected {
+                        let cmd = single.replace("{test}", &shell_quote(t));
+                        capture.push_str(&format!("\n== consort: single test {t} ==\n"));
+                        let one = run(&self.spec(ctx, &cmd), &mut capture, &limits).await?;
+                        let status = if one.exit.success() {
+                            TestStatus::Passed
+                        } else if one.exit.timed_out {
+                            TestStatus::Errored
+                        } else {
+                            TestStatus::Failed
+                        };
+                        per_test.push(outcome(t, status));
+                    }
+                    if !expected.is_empty() {
+                        command = format!("{command}; then per test: {single}");
+                    }
+                    per_test
+                } else {
+                    Vec::new()
+                }
+            }
+        };
+        // A run that did not succeed must show a failure somewhere.
+        if !main.exit.success()
+            && !outcomes
+                .iter()
+                .any(|o| matches!(o.status, TestStatus::Failed | TestStatus::Errored))
+        {
+            outcomes.push(outcome("(exit)", TestStatus::Errored));
+        }
+        let done = capture.finish();
+        Ok(RunReport {
+            command: redact(&command, &ctx.conn),
+            outcomes,
+            exit: main.exit,
+            output_digest: done.digest,
+            output_excerpt: redact(&done.excerpt, &ctx.conn),
+            output_bytes: done.total,
+        })
+    }
+}
+
+fn outcome(name: &str, status: TestStatus) -> TestOutcome {
+    TestOutcome {
+        name: name.to_string(),
+        status,
+    }
+}
+
+impl TestRunner for CommandRunner {
+    fn name(&self) -> &'static str {
+        "command"
+    }
+
+    fn run<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<RunReport>> {
+        Box::pin(self.run_inner(ctx))
+    }
+}

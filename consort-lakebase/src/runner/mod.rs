@@ -1,0 +1,106 @@
+//! Test runners: run a work tree's tests against one branch and report per-test outcomes.
+//!
+//! * [`PsqlRunner`]: each test `.sql` file in its own `psql` session, in a transaction that is
+//!   rolled back; one test per file, named by its work-tree-relative path; pass = exit 0.
+//! * [`CommandRunner`]: the project's test command (`cargo test`, `pytest -q`, …) with
+//!   outcomes from a JUnit XML file or TAP, or a single-test command per expected test.
+//!
+//! Both run with a scrubbed environment that carries only the branch's credentials (see
+//! [`EnvPolicy`]), kill the whole process group at the time limit, and stream the output into
+//! a digest plus a capped excerpt. A failing test is an outcome, never an error: a runner
+//! returns [`Error::Runner`](crate::Error::Runner) only when it cannot run at all.
+
+mod capture;
+mod command;
+mod junit;
+mod process;
+mod psql;
+mod tap;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use consort_actors::{ContentHash, ExitRecord, TestOutcome};
+
+use crate::error::Result;
+use crate::provider::{BoxFuture, ConnectInfo};
+
+pub use capture::{Capture, Captured, OutputLimits};
+pub use command::{CommandRunner, CommandRunnerConfig};
+pub use junit::parse_junit;
+pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, shell_quote};
+pub use psql::{PsqlRunner, PsqlRunnerConfig};
+pub use tap::parse_tap;
+
+/// What a runner is asked to do.
+#[derive(Clone)]
+pub struct RunContext {
+    /// The work tree (tests run with it as the working directory).
+    pub work_tree: PathBuf,
+    /// The branch's connection (its secret reaches only the test processes).
+    pub conn: ConnectInfo,
+    /// The runner names of the tests expected so far.
+    pub tests: Vec<String>,
+    /// The test whose outcome matters most (the new test in RED).
+    pub focus: Option<String>,
+}
+
+impl fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunContext")
+            .field("work_tree", &self.work_tree)
+            .field("conn", &self.conn)
+            .field("tests", &self.tests)
+            .field("focus", &self.focus)
+            .finish()
+    }
+}
+
+impl RunContext {
+    /// The expected tests and the focus, without duplicates, in order.
+    pub fn expected(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for t in self.tests.iter().chain(self.focus.iter()) {
+            if !out.contains(t) {
+                out.push(t.clone());
+            }
+        }
+        out
+    }
+}
+
+/// What a runner reports; the verification turns it into a receipt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunReport {
+    /// The command line that ran (no secrets).
+    pub command: String,
+    /// Per-test outcomes.
+    pub outcomes: Vec<TestOutcome>,
+    /// How the run ended.
+    pub exit: ExitRecord,
+    /// SHA-256 of the whole output.
+    pub output_digest: ContentHash,
+    /// The start and end of the output.
+    pub output_excerpt: String,
+    /// Output size in bytes.
+    pub output_bytes: u64,
+}
+
+/// Runs tests against a branch. Object-safe: used as `Arc<dyn TestRunner>`.
+pub trait TestRunner: Send + Sync + fmt::Debug {
+    /// A short name for receipts: `psql`, `command`.
+    fn name(&self) -> &'static str;
+
+    /// Runs the tests. Red tests are outcomes; an error means the runner could not run.
+    fn run<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<RunReport>>;
+}
+
+/// Replaces the secret in text that will be shown (defence in depth for command strings).
+pub(crate) fn redact(text: &str, conn: &ConnectInfo) -> String {
+    let secret = conn.secret.expose();
+    if secret.is_empty() {
+        text.to_string()
+    } else {
+        text.replace(secret, "***")
+    }
+}

@@ -1,0 +1,249 @@
+//! Running one test process: scrubbed environment, own process group, time limit that kills
+//! the whole group, output streamed into a [`Capture`].
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use consort_actors::ExitRecord;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use super::capture::{Capture, OutputLimits};
+use crate::error::{Error, Result};
+use crate::provider::ConnectInfo;
+
+/// The environment variables passed through by default (when set in this process).
+pub const DEFAULT_ENV_ALLOW: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+];
+
+/// Which environment a test process gets: the allow-listed variables of this process, fixed
+/// extra ones, and the branch's credentials. Everything else is scrubbed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvPolicy {
+    /// Variables copied from this process when set.
+    pub allow: Vec<String>,
+    /// Variables set to fixed values.
+    pub set: Vec<(String, String)>,
+}
+
+impl Default for EnvPolicy {
+    fn default() -> Self {
+        EnvPolicy {
+            allow: DEFAULT_ENV_ALLOW.iter().map(|s| s.to_string()).collect(),
+            set: Vec::new(),
+        }
+    }
+}
+
+impl EnvPolicy {
+    /// The full environment for a child: allowed, fixed, then the branch's credentials.
+    pub fn build(&self, conn: &ConnectInfo) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self
+            .allow
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+            .collect();
+        env.extend(self.set.iter().cloned());
+        env.extend(conn.env().into_iter().map(|(k, v)| (k.to_string(), v)));
+        env.push(("PGCONNECT_TIMEOUT".into(), "10".into()));
+        env
+    }
+}
+
+/// One process to run.
+#[derive(Debug, Clone)]
+pub(crate) struct ProcSpec {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+}
+
+/// How it went.
+#[derive(Debug, Clone)]
+pub(crate) struct ProcOutcome {
+    pub exit: ExitRecord,
+    /// Standard output alone, up to the parse limit (for TAP).
+    pub stdout: Vec<u8>,
+    /// The output limit was hit and the process group was killed.
+    pub over_cap: bool,
+}
+
+enum Chunk {
+    Out(Vec<u8>),
+    Err(Vec<u8>),
+}
+
+async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Chunk>, is_out: bool) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let data = buf[..n].to_vec();
+                let chunk = if is_out {
+                    Chunk::Out(data)
+                } else {
+                    Chunk::Err(data)
+                };
+                if tx.send(chunk).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn kill_group(pgid: Option<u32>) {
+    if let Some(pid) = pgid {
+        let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+}
+
+/// Runs `spec`, streaming stdout and stderr (interleaved as they arrive) into `capture`.
+/// Returns [`Error::Runner`] only when the program cannot be started.
+pub(crate) async fn run(
+    spec: &ProcSpec,
+    capture: &mut Capture,
+    limits: &OutputLimits,
+) -> Result<ProcOutcome> {
+    let mut cmd = tokio::process::Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| {
+        Error::Runner(format!(
+            "cannot start {} in {}: {e}",
+            spec.program.display(),
+            spec.cwd.display()
+        ))
+    })?;
+    let pgid = child.id();
+    let (tx, mut rx) = mpsc::channel::<Chunk>(64);
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(pump(out, tx.clone(), true));
+    }
+    if let Some(err) = child.stderr.take() {
+        tokio::spawn(pump(err, tx.clone(), false));
+    }
+    drop(tx);
+
+    let deadline = tokio::time::Instant::now() + spec.timeout;
+    let mut stdout = Vec::new();
+    let mut status = None;
+    let mut timed_out = false;
+    let mut over_cap = false;
+    let mut streams_open = true;
+    let accept = |chunk: Chunk, capture: &mut Capture, stdout: &mut Vec<u8>| match chunk {
+        Chunk::Out(d) => {
+            capture.push(&d);
+            let room = limits.max_parsed.saturating_sub(stdout.len());
+            stdout.extend_from_slice(&d[..room.min(d.len())]);
+        }
+        Chunk::Err(d) => capture.push(&d),
+    };
+    while status.is_none() {
+        tokio::select! {
+            chunk = rx.recv(), if streams_open => match chunk {
+                Some(c) => {
+                    accept(c, capture, &mut stdout);
+                    if capture.total() > limits.max_total && !over_cap {
+                        over_cap = true;
+                        debug!(program = %spec.program.display(), "output cap reached; killing the process group");
+                        kill_group(pgid);
+                    }
+                }
+                None => streams_open = false,
+            },
+            st = child.wait() => {
+                status = Some(st.map_err(|e| Error::Runner(format!("waiting for the test process: {e}")))?);
+            }
+            _ = tokio::time::sleep_until(deadline), if !timed_out => {
+                timed_out = true;
+                debug!(program = %spec.program.display(), "time limit reached; killing the process group");
+                kill_group(pgid);
+            }
+        }
+    }
+    // Whatever the leader left behind in its group dies with it.
+    kill_group(pgid);
+    let grace = tokio::time::Instant::now() + Duration::from_secs(2);
+    while streams_open {
+        tokio::select! {
+            chunk = rx.recv() => match chunk {
+                Some(c) => accept(c, capture, &mut stdout),
+                None => streams_open = false,
+            },
+            _ = tokio::time::sleep_until(grace) => break,
+        }
+    }
+    let status = status.ok_or_else(|| Error::Runner("the test process vanished".into()))?;
+    if over_cap {
+        capture.push_str(&format!(
+            "\n[consort: output exceeded {} bytes; the command was killed]\n",
+            limits.max_total
+        ));
+    }
+    if timed_out {
+        capture.push_str(&format!(
+            "\n[consort: time limit of {:?} reached; the process group was killed]\n",
+            spec.timeout
+        ));
+    }
+    Ok(ProcOutcome {
+        exit: ExitRecord {
+            code: status.code(),
+            signal: status.signal(),
+            timed_out,
+        },
+        stdout,
+        over_cap,
+    })
+}
+
+/// Quotes a word for `sh`.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Resolves a configured work-tree-relative path, refusing absolute paths and `..`.
+pub(crate) fn tree_path(root: &Path, rel: &Path) -> Result<PathBuf> {
+    if rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(Error::Config(format!(
+            "{} must be a path inside the work tree",
+            rel.display()
+        )));
+    }
+    Ok(root.join(rel))
+}

@@ -1,0 +1,198 @@
+//! The existing-server backend: template branching inside a PostgreSQL server given by a URL
+//! (`CONSORT_DATABASE_URL` or configuration).
+//!
+//! The URL's user needs `SUPERUSER`, or `CREATEDB` and `CREATEROLE`. Its database is the
+//! parent (unless [`ServerOptions::parent_database`] names another); the parent must exist and
+//! must have no other sessions while a base is copied from it (SQLSTATE 55006 is retried for
+//! [`ServerOptions::busy_timeout`]). Consort only ever creates, alters and drops databases and
+//! roles it created itself (the `consort_`/`consorttpl_`/`consorttmp_` names carrying its JSON
+//! marker comment), plus the `consortowner` role. The one change it makes to the parent is
+//! `promote`, which applies migrations there (as `consortowner`, after granting that role
+//! `USAGE, CREATE` on schema `public`). Objects that existed in the parent before are
+//! visible in branches with the privileges granted to `consortowner` or `PUBLIC`.
+//!
+//! The URL's password never appears in `Debug` output or in errors.
+
+use std::str::FromStr;
+use std::time::{Duration, SystemTime};
+
+use consort_actors::Migration;
+use tokio_postgres::Config;
+use tokio_postgres::config::Host;
+
+use crate::error::{Error, Result};
+use crate::pgbranch::{PgBrancher, ServerOptions, ServerTarget};
+use crate::provider::{
+    BaseRef, BaseSpec, BoxFuture, Branch, BranchProvider, Capabilities, ConnectInfo,
+    PromoteOutcome, Secret, SslMode,
+};
+
+/// The environment variable holding the server URL.
+pub const DATABASE_URL_ENV: &str = "CONSORT_DATABASE_URL";
+
+/// Template branching inside an existing server.
+#[derive(Debug)]
+pub struct PostgresUrlProvider {
+    inner: PgBrancher,
+}
+
+/// Replaces every occurrence of the URL's password (raw and percent-decoded) in `text`.
+fn scrub(text: &str, url: &str) -> String {
+    let Some(rest) = url.split_once("://").map(|(_, r)| r) else {
+        return text.to_string();
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let Some((userinfo, _)) = authority.rsplit_once('@') else {
+        return text.to_string();
+    };
+    let Some((_, password)) = userinfo.split_once(':') else {
+        return text.to_string();
+    };
+    if password.is_empty() {
+        return text.to_string();
+    }
+    text.replace(password, "***")
+}
+
+impl PostgresUrlProvider {
+    /// Reads the URL from `CONSORT_DATABASE_URL`.
+    pub async fn from_env(opts: ServerOptions) -> Result<Self> {
+        let url = std::env::var(DATABASE_URL_ENV)
+            .map_err(|_| Error::Config(format!("{DATABASE_URL_ENV} is not set")))?;
+        Self::connect(&Secret::new(url), opts).await
+    }
+
+    /// Connects to the server at `url` (`postgresql://user:password@host:port/parent`).
+    pub async fn connect(url: &Secret, opts: ServerOptions) -> Result<Self> {
+        let raw = url.expose();
+        let cfg = Config::from_str(raw).map_err(|e| {
+            Error::Config(format!(
+                "not a valid PostgreSQL URL: {}",
+                scrub(&e.to_string(), raw)
+            ))
+        })?;
+        let (host, host_is_local) = match cfg.get_hosts().first() {
+            Some(Host::Tcp(h)) => (
+                h.clone(),
+                h == "localhost"
+                    || h.parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback()),
+            ),
+            Some(Host::Unix(p)) => (p.display().to_string(), true),
+            None => {
+                return Err(Error::Config("the database URL names no host".into()));
+            }
+        };
+        let port = cfg.get_ports().first().copied().unwrap_or(5432);
+        let user = cfg
+            .get_user()
+            .ok_or_else(|| Error::Config("the database URL names no user".into()))?
+            .to_string();
+        let parent = opts
+            .parent_database
+            .clone()
+            .or_else(|| cfg.get_dbname().map(str::to_string))
+            .unwrap_or_else(|| user.clone());
+        let ssl = match cfg.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Require => SslMode::Require,
+            tokio_postgres::config::SslMode::Disable => SslMode::Disable,
+            _ if host_is_local => SslMode::Disable,
+            _ => SslMode::Require,
+        };
+        let target = ServerTarget {
+            kind: "postgres-url",
+            admin: cfg,
+            admin_ssl: ssl,
+            parent,
+            branch_host: host,
+            branch_port: port,
+            branch_ssl: ssl,
+            manage_parent: false,
+        };
+        let inner = PgBrancher::init(target, opts).await.map_err(|e| match e {
+            Error::Connect(t) => Error::Connect(scrub(&t, raw)),
+            other => other,
+        })?;
+        Ok(PostgresUrlProvider { inner })
+    }
+
+    /// The parent database's name.
+    pub fn parent_database(&self) -> &str {
+        self.inner.parent()
+    }
+}
+
+impl BranchProvider for PostgresUrlProvider {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            point_in_time: false,
+            native_reset: false,
+            server_ttl: false,
+            max_live_branches: None,
+            typical_create_ms: 80,
+        }
+    }
+
+    fn prepare_base<'a>(&'a self, spec: &'a BaseSpec) -> BoxFuture<'a, Result<BaseRef>> {
+        Box::pin(self.inner.prepare_base(spec))
+    }
+
+    fn create<'a>(&'a self, name: &'a str, from: &'a BaseRef) -> BoxFuture<'a, Result<Branch>> {
+        Box::pin(self.inner.create(name, from))
+    }
+
+    fn connect_info<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<ConnectInfo>> {
+        Box::pin(self.inner.connect_info(branch))
+    }
+
+    fn reset<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<Branch>> {
+        Box::pin(self.inner.reset(branch))
+    }
+
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.inner.delete(name))
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<Branch>>> {
+        Box::pin(self.inner.list(prefix))
+    }
+
+    fn sweep(&self, older_than: Duration) -> BoxFuture<'_, Result<usize>> {
+        Box::pin(self.inner.sweep(older_than))
+    }
+
+    fn sweep_orphans(&self) -> BoxFuture<'_, Result<usize>> {
+        Box::pin(self.inner.sweep_orphans())
+    }
+
+    fn keep_for_inspection<'a>(
+        &'a self,
+        branch: &'a Branch,
+        until: SystemTime,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.inner.keep_for_inspection(branch, until))
+    }
+
+    fn promote<'a>(&'a self, migrations: &'a [Migration]) -> BoxFuture<'a, Result<PromoteOutcome>> {
+        Box::pin(self.inner.promote(migrations))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_scrubbed_from_texts() {
+        let url = "postgresql://app:s3cr%21t@db.example:5432/app";
+        assert_eq!(
+            scrub("failed for app:s3cr%21t@db", url),
+            "failed for app:***@db"
+        );
+        assert_eq!(scrub("nothing here", url), "nothing here");
+    }
+}
