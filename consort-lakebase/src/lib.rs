@@ -56,6 +56,7 @@
 pub mod actor;
 pub mod embedded;
 pub mod error;
+pub mod lakebase_api;
 pub mod migrate;
 pub mod names;
 pub mod pgbin;
