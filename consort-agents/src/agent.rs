@@ -1,0 +1,84 @@
+//! The [`Agent`] trait: the one thing a user implements to put their own agent in a role.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use consort_actors::{AgentFailure, Artifact, Assignment, Usage};
+
+/// A boxed, `Send` future: what [`Agent::act`] returns.
+///
+/// Write the body as `Box::pin(async move { … })`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What an agent produced for one assignment: the artifact and what it cost.
+///
+/// The role actor stamps the author and measures the wall time; the agent reports tokens and
+/// calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentOutput {
+    /// The artifact; its kind must be the assignment's expected kind.
+    pub artifact: Artifact,
+    /// Tokens and calls spent (`wall_ms` is overwritten by the role actor).
+    pub usage: Usage,
+}
+
+impl AgentOutput {
+    /// An output with zero usage.
+    pub fn new(artifact: Artifact) -> Self {
+        AgentOutput {
+            artifact,
+            usage: Usage::default(),
+        }
+    }
+
+    /// The same output with the given usage.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+}
+
+/// An agent that can play a role: given an assignment, produce the artifact or a typed failure.
+///
+/// The trait is dyn-compatible: an ensemble holds one `Arc<dyn Agent>` per role, and the
+/// [`RoleActor`](crate::RoleActor) wraps it. The agent sees only the assignment (the step, the
+/// role, the input artifacts and files, the feedback); it has no handle on the work tree, the
+/// database or the other agents. Whatever it returns is checked by the role actor before the
+/// conductor sees it (the kind must match the step; see [`crate::validate`]).
+///
+/// A panic inside `act` crashes the role actor (see [`RoleActor`](crate::RoleActor)), so
+/// supervision can restart it; return an [`AgentFailure`] for everything you can foresee.
+///
+/// ```
+/// use consort_actors::{AgentFailure, Artifact, Assignment, ReviewVerdict};
+/// use consort_agents::{Agent, AgentOutput, BoxFuture};
+///
+/// /// A reviewer that approves everything (do not ship this one).
+/// struct Rubberstamp;
+///
+/// impl Agent for Rubberstamp {
+///     fn act<'a>(&'a self, _a: &'a Assignment) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
+///         Box::pin(async move {
+///             Ok(AgentOutput::new(Artifact::ReviewVerdict(ReviewVerdict::Approve {
+///                 notes: vec!["looks fine".into()],
+///             })))
+///         })
+///     }
+/// }
+/// ```
+pub trait Agent: Send + Sync + 'static {
+    /// Performs one assignment.
+    fn act<'a>(&'a self, assignment: &'a Assignment)
+    -> BoxFuture<'a, Result<AgentOutput, AgentFailure>>;
+
+    /// A short description of the backend for logs (never contains a secret).
+    fn describe(&self) -> String {
+        std::any::type_name::<Self>().to_string()
+    }
+}
+
+impl std::fmt::Debug for dyn Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Agent({})", self.describe())
+    }
+}

@@ -1,0 +1,635 @@
+//! The OpenAI-compatible backend: a chat-completions model asked for structured output.
+//!
+//! One [`OpenAiAgent`] per role, each with its own [`OpenAiConfig`] (base URL, model, key
+//! variable, temperature, token limit, retries, budgets). The request carries the role's system
+//! prompt (from `prompts/<role>.md`) and the assignment as JSON; the answer is asked for with a
+//! `json_schema` response format derived from the artifact type, read as raw JSON (so
+//! `"id": null` or a missing `usage` do not matter), its JSON found even inside prose or a
+//! fence, and validated against the artifact type and the role rules. An invalid answer is
+//! sent back with the reason, up to [`OpenAiConfig::output_retries`] times.
+//!
+//! **The API key never appears in logs, errors or `Debug` output**: it lives in an [`ApiKey`]
+//! whose `Debug` is redacted, and every error text is scrubbed of it.
+
+mod extract;
+mod schema;
+mod transport;
+
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::types::chat::{
+    ChatCompletionRequestAssistantMessage, ChatCompletionRequestMessage,
+    ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
+    CreateChatCompletionRequestArgs, ResponseFormat, ResponseFormatJsonSchema,
+};
+use consort_actors::{AgentFailure, Artifact, ArtifactKind, Assignment, Role, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::agent::{Agent, AgentOutput, BoxFuture};
+use crate::prompts::system_prompt;
+use crate::validate::{check_artifact, parse_artifact};
+
+pub use extract::{Completion, extract_json, read_completion};
+pub use schema::{body_schema, response_schema};
+pub use transport::{HttpPolicy, RetryTransport, retry_after};
+
+/// An API key. Its `Debug` prints `ApiKey(<redacted>)`; it has no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key, refusing one that cannot be sent in an HTTP header (control characters,
+    /// spaces, non-ASCII).
+    pub fn new(key: impl Into<String>) -> Result<Self, OpenAiConfigError> {
+        let key = key.into();
+        if key.chars().any(|c| !c.is_ascii_graphic()) {
+            return Err(OpenAiConfigError::BadApiKey);
+        }
+        Ok(ApiKey(key))
+    }
+
+    /// Reads the key from the environment variable `var`.
+    pub fn from_env(var: &str) -> Result<Self, OpenAiConfigError> {
+        match std::env::var(var) {
+            Ok(k) if !k.is_empty() => ApiKey::new(k),
+            _ => Err(OpenAiConfigError::MissingApiKey {
+                var: var.to_string(),
+            }),
+        }
+    }
+
+    fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Replaces every occurrence of the key in `text`.
+    fn scrub(&self, text: &str) -> String {
+        if self.0.len() < 4 {
+            return text.to_string();
+        }
+        text.replace(&self.0, "<redacted>")
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// A configuration that cannot be used. Never contains the key itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenAiConfigError {
+    /// The key variable is unset or empty.
+    #[error("the API key variable {var} is not set")]
+    MissingApiKey {
+        /// The variable's name.
+        var: String,
+    },
+    /// The key has characters an HTTP header cannot carry.
+    #[error("the API key contains characters that cannot be sent in a header")]
+    BadApiKey,
+    /// The base URL is not an http(s) URL.
+    #[error("base_url {0:?} must start with http:// or https:// (and include /v1)")]
+    BadBaseUrl(String),
+    /// No model name.
+    #[error("no model configured")]
+    MissingModel,
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Http(String),
+}
+
+/// Which request field carries the token limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenLimitField {
+    /// `max_completion_tokens` (OpenAI's current name).
+    #[default]
+    MaxCompletionTokens,
+    /// `max_tokens` (older servers).
+    MaxTokens,
+}
+
+/// How structured output is requested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    /// `response_format: {type: json_schema, …}` (default). If the server refuses it with
+    /// HTTP 400, the agent falls back to [`StructuredOutput::Prompt`] for the rest of its life.
+    #[default]
+    JsonSchema,
+    /// `response_format: {type: json_object}`, with the schema in the system prompt.
+    JsonObject,
+    /// No `response_format`; the schema is in the system prompt.
+    Prompt,
+}
+
+/// Per-role limits; going over one is [`AgentFailure::BudgetExceeded`].
+///
+/// The budget belongs to the agent value, so it is shared by every restart of the role actor
+/// that holds the same `Arc`; it starts again at zero in a new process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Budget {
+    /// Total tokens (prompt + completion, as reported by the server) this role may spend.
+    pub max_tokens: Option<u64>,
+    /// Total wall time, in seconds, this role may spend in model calls.
+    pub max_wall_secs: Option<u64>,
+}
+
+/// The configuration of one role's model.
+///
+/// Deserialisable, so it can sit in a configuration file:
+///
+/// ```toml
+/// base_url = "http://127.0.0.1:8000/v1"
+/// api_key_env = "MY_LLM_KEY"
+/// model = "qwen2.5-coder-32b"
+/// temperature = 0.2
+/// max_tokens = 4096
+/// budget = { max_tokens = 200000, max_wall_secs = 1800 }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenAiConfig {
+    /// The API base, including `/v1`, without a trailing slash.
+    /// Default `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The NAME of the environment variable holding the key (`None`: send no real key, for
+    /// local servers). Default `OPENAI_API_KEY`.
+    pub api_key_env: Option<String>,
+    /// The model name.
+    pub model: String,
+    /// Sampling temperature (omitted when `None`).
+    pub temperature: Option<f32>,
+    /// The completion token limit of one call (omitted when `None`).
+    pub max_tokens: Option<u32>,
+    /// Which field carries `max_tokens`.
+    pub token_limit_field: TokenLimitField,
+    /// How structured output is requested.
+    pub structured_output: StructuredOutput,
+    /// Rewrite the schema for strict mode and send `strict: true`. Default `true`.
+    pub strict_schema: bool,
+    /// Retries after an invalid answer, each with the validation error fed back. Default 2.
+    pub output_retries: u32,
+    /// HTTP retries and time limits.
+    pub http: HttpPolicy,
+    /// Token and wall-time budgets.
+    pub budget: Budget,
+    /// Text appended to the role's system prompt (house conventions, language, …).
+    pub extra_instructions: Option<String>,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        OpenAiConfig {
+            base_url: "https://api.openai.com/v1".into(),
+            api_key_env: Some("OPENAI_API_KEY".into()),
+            model: String::new(),
+            temperature: None,
+            max_tokens: None,
+            token_limit_field: TokenLimitField::default(),
+            structured_output: StructuredOutput::default(),
+            strict_schema: true,
+            output_retries: 2,
+            http: HttpPolicy::default(),
+            budget: Budget::default(),
+            extra_instructions: None,
+        }
+    }
+}
+
+impl OpenAiConfig {
+    /// A configuration for `model` at `base_url` (which includes `/v1`), other fields default.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        OpenAiConfig {
+            base_url: base_url.into(),
+            model: model.into(),
+            ..OpenAiConfig::default()
+        }
+    }
+}
+
+/// What a role has spent so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Spent {
+    /// Tokens reported by the server.
+    pub tokens: u64,
+    /// Wall time in model conversations.
+    pub wall: Duration,
+    /// Model calls.
+    pub calls: u64,
+}
+
+/// An [`Agent`] backed by an OpenAI-compatible chat-completions server.
+pub struct OpenAiAgent {
+    role: Role,
+    config: OpenAiConfig,
+    key: ApiKey,
+    client: Client<OpenAIConfig>,
+    spent: Mutex<Spent>,
+    schema_refused: AtomicBool,
+}
+
+impl fmt::Debug for OpenAiAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiAgent")
+            .field("role", &self.role)
+            .field("base_url", &self.config.base_url)
+            .field("model", &self.config.model)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+enum CallError {
+    /// Give up with this failure.
+    Fail(AgentFailure),
+    /// The server refused the response_format (HTTP 400): retry without it.
+    SchemaRefused(String),
+}
+
+impl OpenAiAgent {
+    /// An agent for `role`, reading the key from the variable named by
+    /// [`OpenAiConfig::api_key_env`].
+    pub fn new(role: Role, config: OpenAiConfig) -> Result<Self, OpenAiConfigError> {
+        let key = match &config.api_key_env {
+            Some(var) => ApiKey::from_env(var)?,
+            None => ApiKey(String::new()),
+        };
+        OpenAiAgent::with_key(role, config, key)
+    }
+
+    /// An agent for `role` with a key given directly.
+    pub fn with_key(
+        role: Role,
+        mut config: OpenAiConfig,
+        key: ApiKey,
+    ) -> Result<Self, OpenAiConfigError> {
+        let base = config.base_url.trim().trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(OpenAiConfigError::BadBaseUrl(base));
+        }
+        config.base_url = base;
+        if config.model.trim().is_empty() {
+            return Err(OpenAiConfigError::MissingModel);
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(config.http.request_timeout_secs.max(1)))
+            .connect_timeout(Duration::from_secs(config.http.connect_timeout_secs.max(1)))
+            .build()
+            .map_err(|e| OpenAiConfigError::Http(e.to_string()))?;
+        let openai = OpenAIConfig::new()
+            .with_api_base(config.base_url.clone())
+            .with_api_key(key.expose())
+            .with_org_id("")
+            .with_project_id("");
+        let client = Client::build(http.clone(), openai)
+            .with_http_service(
+                RetryTransport::new(http, config.http.clone()).scrubbing(key.expose()),
+            );
+        Ok(OpenAiAgent {
+            role,
+            config,
+            key,
+            client,
+            spent: Mutex::new(Spent::default()),
+            schema_refused: AtomicBool::new(false),
+        })
+    }
+
+    /// The role this agent plays.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// What it has spent so far.
+    pub fn spent(&self) -> Spent {
+        *self.spent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add_spent(&self, tokens: u64, wall: Duration, calls: u64) -> Spent {
+        let mut s = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        s.tokens = s.tokens.saturating_add(tokens);
+        s.wall += wall;
+        s.calls += calls;
+        *s
+    }
+
+    fn check_tokens(&self) -> Result<(), AgentFailure> {
+        if let Some(max) = self.config.budget.max_tokens {
+            let used = self.spent().tokens;
+            if used >= max {
+                return Err(AgentFailure::BudgetExceeded {
+                    detail: format!("{} token budget of {max} spent ({used} used)", self.role),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn structured(&self) -> StructuredOutput {
+        if self.schema_refused.load(Ordering::Relaxed) {
+            StructuredOutput::Prompt
+        } else {
+            self.config.structured_output
+        }
+    }
+
+    fn system_message(&self, expected: ArtifactKind, mode: StructuredOutput) -> String {
+        let mut text = system_prompt(self.role);
+        if mode != StructuredOutput::JsonSchema {
+            text.push_str(&format!(
+                "\nThe answer must match this JSON schema:\n{}\n",
+                response_schema(expected, false)
+            ));
+        }
+        if let Some(extra) = &self.config.extra_instructions {
+            text.push('\n');
+            text.push_str(extra);
+            text.push('\n');
+        }
+        text
+    }
+
+    async fn converse(&self, assignment: &Assignment) -> Result<AgentOutput, AgentFailure> {
+        let expected = assignment.expected_kind();
+        let attempts = self.config.output_retries.saturating_add(1);
+        let mut turns: Vec<ChatCompletionRequestMessage> = vec![user_message(assignment).into()];
+        let mut usage = Usage::default();
+        let mut last = String::new();
+        let mut attempt = 0u32;
+        while attempt < attempts {
+            self.check_tokens()?;
+            let mode = self.structured();
+            let started = Instant::now();
+            let completion = match self.call(expected, mode, &turns).await {
+                Ok(c) => c,
+                Err(CallError::SchemaRefused(detail)) => {
+                    tracing::warn!(
+                        role = %self.role,
+                        %detail,
+                        "server refused the json_schema response format; asking by prompt instead"
+                    );
+                    self.schema_refused.store(true, Ordering::Relaxed);
+                    continue;
+                }
+                Err(CallError::Fail(f)) => return Err(f),
+            };
+            attempt += 1;
+            let tokens = completion.prompt_tokens.unwrap_or(0)
+                + completion.completion_tokens.unwrap_or(0);
+            usage.calls += 1;
+            usage.prompt_tokens += completion.prompt_tokens.unwrap_or(0);
+            usage.completion_tokens += completion.completion_tokens.unwrap_or(0);
+            let spent = self.add_spent(tokens, Duration::ZERO, 1);
+            tracing::info!(
+                role = %self.role,
+                model = %self.config.model,
+                step = %assignment.step,
+                attempt,
+                prompt_tokens = completion.prompt_tokens,
+                completion_tokens = completion.completion_tokens,
+                usage_reported = completion.prompt_tokens.is_some(),
+                elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "model call"
+            );
+            match interpret(assignment, &completion) {
+                Ok(artifact) => {
+                    if let Some(max) = self.config.budget.max_tokens
+                        && spent.tokens > max
+                    {
+                        return Err(AgentFailure::BudgetExceeded {
+                            detail: format!(
+                                "{} token budget of {max} exceeded ({} used)",
+                                self.role, spent.tokens
+                            ),
+                        });
+                    }
+                    return Ok(AgentOutput { artifact, usage });
+                }
+                Err(detail) => {
+                    let detail = self.key.scrub(&detail);
+                    tracing::warn!(
+                        role = %self.role,
+                        step = %assignment.step,
+                        attempt,
+                        of = attempts,
+                        %detail,
+                        "invalid model output"
+                    );
+                    turns.push(
+                        ChatCompletionRequestAssistantMessage::from(
+                            completion.content.clone().unwrap_or_default(),
+                        )
+                        .into(),
+                    );
+                    turns.push(
+                        ChatCompletionRequestUserMessage::from(format!(
+                            "Your answer was rejected: {detail}\nAnswer again with the whole \
+                             corrected JSON object {{\"kind\": \"{expected}\", \"body\": {{…}}}} \
+                             and nothing else."
+                        ))
+                        .into(),
+                    );
+                    last = detail;
+                }
+            }
+        }
+        Err(AgentFailure::InvalidOutput {
+            attempts,
+            detail: last,
+        })
+    }
+
+    async fn call(
+        &self,
+        expected: ArtifactKind,
+        mode: StructuredOutput,
+        turns: &[ChatCompletionRequestMessage],
+    ) -> Result<Completion, CallError> {
+        let fail = |detail: String| CallError::Fail(AgentFailure::ModelUnavailable { detail });
+        let mut messages: Vec<ChatCompletionRequestMessage> =
+            vec![ChatCompletionRequestSystemMessage::from(self.system_message(expected, mode)).into()];
+        messages.extend_from_slice(turns);
+        let mut args = CreateChatCompletionRequestArgs::default();
+        args.model(self.config.model.clone()).messages(messages);
+        if let Some(t) = self.config.temperature {
+            args.temperature(t);
+        }
+        match mode {
+            StructuredOutput::JsonSchema => {
+                args.response_format(ResponseFormat::JsonSchema {
+                    json_schema: ResponseFormatJsonSchema {
+                        description: Some(format!("A Consort {expected} artifact")),
+                        name: format!("consort_{}", expected.to_string().replace('-', "_")),
+                        schema: response_schema(expected, self.config.strict_schema),
+                        strict: Some(self.config.strict_schema),
+                    },
+                });
+            }
+            StructuredOutput::JsonObject => {
+                args.response_format(ResponseFormat::JsonObject);
+            }
+            StructuredOutput::Prompt => {}
+        }
+        let request = args
+            .build()
+            .map_err(|e| fail(format!("cannot build the request: {e}")))?;
+        let mut body = serde_json::to_value(&request)
+            .map_err(|e| fail(format!("cannot serialise the request: {e}")))?;
+        if let (Some(n), Some(obj)) = (self.config.max_tokens, body.as_object_mut()) {
+            let field = match self.config.token_limit_field {
+                TokenLimitField::MaxCompletionTokens => "max_completion_tokens",
+                TokenLimitField::MaxTokens => "max_tokens",
+            };
+            obj.insert(field.into(), json!(n));
+        }
+        let answer: Result<Value, OpenAIError> = self.client.chat().create_byot(&body).await;
+        match answer {
+            Ok(v) => read_completion(&v).map_err(|detail| {
+                fail(format!("the server's answer is not a chat completion: {detail}"))
+            }),
+            Err(OpenAIError::ApiError(e))
+                if e.status_code.as_u16() == 400 && mode == StructuredOutput::JsonSchema =>
+            {
+                Err(CallError::SchemaRefused(self.key.scrub(&e.to_string())))
+            }
+            Err(e) => Err(fail(self.describe_error(&e))),
+        }
+    }
+
+    fn describe_error(&self, e: &OpenAIError) -> String {
+        let text = match e {
+            OpenAIError::ApiError(api) => {
+                let retried = api.status_code.as_u16() == 429 || api.status_code.is_server_error();
+                format!(
+                    "HTTP {}{}: {}",
+                    api.status_code,
+                    if retried {
+                        format!(" after {} request(s)", self.config.http.max_retries + 1)
+                    } else {
+                        String::new()
+                    },
+                    excerpt(&api.api_error.message)
+                )
+            }
+            OpenAIError::Reqwest(r) if r.is_timeout() => format!(
+                "no answer within {} s at {} after {} request(s)",
+                self.config.http.request_timeout_secs,
+                self.config.base_url,
+                self.config.http.max_retries + 1
+            ),
+            OpenAIError::Reqwest(r) if r.is_connect() => format!(
+                "cannot connect to {} after {} request(s)",
+                self.config.base_url,
+                self.config.http.max_retries + 1
+            ),
+            OpenAIError::JSONDeserialize(_, content) => {
+                format!("the server's answer is not JSON: {}", excerpt(content))
+            }
+            other => excerpt(&other.to_string()),
+        };
+        self.key.scrub(&text)
+    }
+}
+
+fn excerpt(s: &str) -> String {
+    const MAX: usize = 300;
+    let s = s.trim();
+    if s.len() <= MAX {
+        return s.to_string();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// The user message: the assignment as JSON.
+fn user_message(a: &Assignment) -> ChatCompletionRequestUserMessage {
+    let mut inputs = serde_json::to_value(&a.inputs).unwrap_or(Value::Null);
+    if let Some(o) = inputs.as_object_mut() {
+        o.retain(|_, v| !(v.is_null() || v.as_object().is_some_and(|m| m.is_empty())));
+    }
+    let msg = json!({
+        "step": a.step.to_string(),
+        "role": a.role,
+        "attempt": a.attempt,
+        "answer_with": a.expected_kind(),
+        "inputs": inputs,
+        "feedback": a.feedback,
+    });
+    ChatCompletionRequestUserMessage::from(msg.to_string())
+}
+
+/// Turns a completion into a valid artifact of the expected kind, or says what is wrong.
+fn interpret(assignment: &Assignment, c: &Completion) -> Result<Artifact, String> {
+    let expected = assignment.expected_kind();
+    let text = match (&c.content, &c.refusal) {
+        (Some(t), _) if !t.trim().is_empty() => t,
+        (_, Some(r)) => return Err(format!("you refused: {}", excerpt(r))),
+        _ => {
+            return Err(match c.finish_reason.as_deref() {
+                Some("length") => "the answer was cut off at the token limit".into(),
+                _ => "the answer is empty".into(),
+            });
+        }
+    };
+    let value = extract_json(text)?;
+    let artifact = parse_artifact(expected, value)?;
+    if artifact.kind() != expected {
+        return Err(format!(
+            "you answered with a {}, but step {} needs a {expected}",
+            artifact.kind(),
+            assignment.step
+        ));
+    }
+    check_artifact(assignment, &artifact).map_err(|v| format!("the {expected} breaks the rules: {v}"))?;
+    Ok(artifact)
+}
+
+impl Agent for OpenAiAgent {
+    fn act<'a>(
+        &'a self,
+        assignment: &'a Assignment,
+    ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
+        Box::pin(async move {
+            self.check_tokens()?;
+            let started = Instant::now();
+            let result = match self.config.budget.max_wall_secs {
+                Some(max) => {
+                    let left = Duration::from_secs(max).saturating_sub(self.spent().wall);
+                    if left.is_zero() {
+                        return Err(AgentFailure::BudgetExceeded {
+                            detail: format!("{} wall-time budget of {max} s spent", self.role),
+                        });
+                    }
+                    match tokio::time::timeout(left, self.converse(assignment)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(AgentFailure::BudgetExceeded {
+                            detail: format!("{} wall-time budget of {max} s spent", self.role),
+                        }),
+                    }
+                }
+                None => self.converse(assignment).await,
+            };
+            self.add_spent(0, started.elapsed(), 0);
+            result
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("openai({} at {})", self.config.model, self.config.base_url)
+    }
+}

@@ -1,0 +1,391 @@
+//! The role rules every produced artifact must satisfy, and turning untrusted JSON into an
+//! artifact of the expected kind.
+//!
+//! These checks are about the artifact itself and its references to the assignment's inputs
+//! (an acceptance criterion a test cites must exist, a change set may not name a path outside
+//! the work tree). They are what the OpenAI-compatible backend feeds back to the model, and what
+//! the role actor applies to every backend's output. The conductor's own rules (test paths are
+//! the Navigator's alone, frozen tests, …) are checked by the state machine, not here.
+
+use std::collections::BTreeSet;
+
+use consort_actors::paths::normalise_relative;
+use consort_actors::{
+    ArchitectureVerdict, Artifact, ArtifactKind, Assignment, ChangeSet, FileChange, ReviewVerdict,
+    SchemaPlan, Spec, Step, Stories, TestList, UxDesign,
+};
+use serde_json::Value;
+
+/// Everything wrong with an artifact, one line per problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .problems.join("; "))]
+pub struct RuleViolations {
+    /// The problems found, in order.
+    pub problems: Vec<String>,
+}
+
+/// Checks a produced artifact against the assignment: the kind must be the expected one, the
+/// role rules must hold (non-empty lists, unique ids, plain relative paths, …), and references
+/// to the inputs must resolve.
+pub fn check_artifact(assignment: &Assignment, artifact: &Artifact) -> Result<(), RuleViolations> {
+    let mut p = Problems::default();
+    let expected = assignment.expected_kind();
+    if artifact.kind() != expected {
+        p.push(format!(
+            "step {} must produce a {expected}, not a {}",
+            assignment.step,
+            artifact.kind()
+        ));
+        return p.finish();
+    }
+    match artifact {
+        Artifact::Stories(s) => check_stories(assignment, s, &mut p),
+        Artifact::Spec(s) => check_spec(assignment, s, &mut p),
+        Artifact::ArchitectureVerdict(v) => check_architecture(v, &mut p),
+        Artifact::SchemaPlan(s) => check_schema(assignment, s, &mut p),
+        Artifact::TestList(t) => check_test_list(assignment, t, &mut p),
+        Artifact::UxDesign(u) => check_ux(assignment, u, &mut p),
+        Artifact::ChangeSet(c) => check_change_set(&assignment.step, c, &mut p),
+        Artifact::ReviewVerdict(r) => check_review(r, &mut p),
+        Artifact::TestRunReceipt(_) => p.push("no agent may produce a test-run receipt"),
+    }
+    p.finish()
+}
+
+/// Interprets untrusted JSON as an artifact of `expected` kind.
+///
+/// Accepts either the tagged form `{"kind": "...", "body": {...}}` or the bare body. Members
+/// whose value is `null` are dropped first, so `null` means "absent" (models asked for a strict
+/// schema send `null` for optional fields). A tagged artifact of another kind is returned as
+/// such, so the caller can refuse it by kind.
+pub fn parse_artifact(expected: ArtifactKind, mut value: Value) -> Result<Artifact, String> {
+    strip_nulls(&mut value);
+    if let Some(obj) = value.as_object()
+        && obj.contains_key("kind")
+        && obj.contains_key("body")
+        && obj.len() == 2
+    {
+        return serde_json::from_value::<Artifact>(value).map_err(|e| {
+            format!("the answer is not a valid artifact: {}", short(&e.to_string()))
+        });
+    }
+    let kind = serde_json::to_value(expected).map_err(|e| e.to_string())?;
+    let tagged = serde_json::json!({ "kind": kind, "body": value });
+    serde_json::from_value::<Artifact>(tagged)
+        .map_err(|e| format!("the answer is not a valid {expected}: {}", short(&e.to_string())))
+}
+
+fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|_, val| !val.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
+fn short(s: &str) -> String {
+    const MAX: usize = 400;
+    if s.len() <= MAX {
+        return s.to_string();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn push(&mut self, s: impl Into<String>) {
+        // Bounded: a pathological artifact must not produce a megabyte of feedback.
+        if self.0.len() < 20 {
+            self.0.push(s.into());
+        }
+    }
+
+    fn finish(self) -> Result<(), RuleViolations> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(RuleViolations { problems: self.0 })
+        }
+    }
+
+    fn non_empty(&mut self, what: &str, value: &str) {
+        if value.trim().is_empty() {
+            self.push(format!("{what} is empty"));
+        }
+    }
+
+    fn unique<'a>(&mut self, what: &str, ids: impl IntoIterator<Item = &'a str>) {
+        let mut seen = BTreeSet::new();
+        for id in ids {
+            if !seen.insert(id) {
+                self.push(format!("{what} {id:?} appears twice"));
+            }
+        }
+    }
+}
+
+fn ac_ids(stories: &Stories) -> BTreeSet<&str> {
+    stories.ac_ids().collect()
+}
+
+fn check_stories(a: &Assignment, s: &Stories, p: &mut Problems) {
+    p.non_empty("feature_id", &s.feature_id);
+    if let Some(f) = &a.inputs.feature
+        && s.feature_id != f.id
+    {
+        p.push(format!(
+            "feature_id {:?} is not the feature's id {:?}",
+            s.feature_id, f.id
+        ));
+    }
+    if s.stories.is_empty() {
+        p.push("stories is empty: write at least one story");
+    }
+    p.unique("story id", s.stories.iter().map(|s| s.id.as_str()));
+    p.unique("acceptance criterion id", s.ac_ids());
+    for story in &s.stories {
+        p.non_empty("a story id", &story.id);
+        p.non_empty(&format!("story {} title", story.id), &story.title);
+        if story.acceptance_criteria.is_empty() {
+            p.push(format!("story {} has no acceptance criteria", story.id));
+        }
+        for ac in &story.acceptance_criteria {
+            p.non_empty(&format!("an acceptance criterion id of {}", story.id), &ac.id);
+            for (field, text) in [("given", &ac.given), ("when", &ac.when), ("then", &ac.then)] {
+                p.non_empty(&format!("{} {field}", ac.id), text);
+            }
+        }
+    }
+}
+
+fn check_spec(a: &Assignment, s: &Spec, p: &mut Problems) {
+    p.non_empty("feature_id", &s.feature_id);
+    p.non_empty("summary", &s.summary);
+    if s.requirements.is_empty() {
+        p.push("requirements is empty: write at least one testable requirement");
+    }
+    p.unique("requirement id", s.requirements.iter().map(|r| r.id.as_str()));
+    let acs = a.inputs.stories.as_ref().map(ac_ids);
+    for r in &s.requirements {
+        p.non_empty("a requirement id", &r.id);
+        p.non_empty(&format!("requirement {} statement", r.id), &r.statement);
+        if let Some(acs) = &acs
+            && !acs.contains(r.ac_id.as_str())
+        {
+            p.push(format!(
+                "requirement {} cites acceptance criterion {:?}, which no story has",
+                r.id, r.ac_id
+            ));
+        }
+    }
+}
+
+fn check_architecture(v: &ArchitectureVerdict, p: &mut Problems) {
+    match v {
+        ArchitectureVerdict::Approve { invariants, .. } => {
+            p.unique("invariant id", invariants.iter().map(|i| i.id.as_str()));
+            for i in invariants {
+                p.non_empty("an invariant id", &i.id);
+                p.non_empty(&format!("invariant {} kind", i.id), &i.kind);
+                p.non_empty(&format!("invariant {} brief", i.id), &i.brief);
+            }
+        }
+        ArchitectureVerdict::Revise { reasons } => {
+            if reasons.iter().all(|r| r.trim().is_empty()) {
+                p.push("a revise verdict needs at least one specific reason");
+            }
+        }
+    }
+}
+
+fn check_schema(a: &Assignment, s: &SchemaPlan, p: &mut Problems) {
+    p.unique("migration version", s.migrations.iter().map(|m| m.version.as_str()));
+    for pair in s.migrations.windows(2) {
+        if pair[0].version >= pair[1].version {
+            p.push(format!(
+                "migration versions must be in ascending order: {:?} comes before {:?}",
+                pair[0].version, pair[1].version
+            ));
+        }
+    }
+    let story_ids: Option<BTreeSet<&str>> = a
+        .inputs
+        .stories
+        .as_ref()
+        .map(|s| s.stories.iter().map(|s| s.id.as_str()).collect());
+    for m in &s.migrations {
+        p.non_empty("a migration version", &m.version);
+        p.non_empty(&format!("migration {} sql", m.version), &m.sql);
+        if let Some(ids) = &story_ids
+            && !ids.contains(m.story_id.as_str())
+        {
+            p.push(format!(
+                "migration {} serves story {:?}, which does not exist",
+                m.version, m.story_id
+            ));
+        }
+    }
+}
+
+fn check_test_list(a: &Assignment, t: &TestList, p: &mut Problems) {
+    if t.entries.is_empty() {
+        p.push("entries is empty: list at least one test");
+    }
+    p.unique("test id", t.entries.iter().map(|e| e.id.as_str()));
+    p.unique("test runner name", t.entries.iter().map(|e| e.runner_name()));
+    let acs = a.inputs.stories.as_ref().map(ac_ids);
+    for e in &t.entries {
+        p.non_empty("a test id", &e.id);
+        p.non_empty(&format!("test {} description", e.id), &e.description);
+        if let Err(err) = normalise_relative(&e.path) {
+            p.push(format!("test {} path: {err}", e.id));
+        }
+        match &acs {
+            Some(acs) if !acs.contains(e.ac_id.as_str()) => p.push(format!(
+                "test {} cites acceptance criterion {:?}, which no story has",
+                e.id, e.ac_id
+            )),
+            _ => p.non_empty(&format!("test {} ac_id", e.id), &e.ac_id),
+        }
+    }
+}
+
+fn check_ux(a: &Assignment, u: &UxDesign, p: &mut Problems) {
+    if u.screens.is_empty() {
+        p.push("screens is empty: design at least one screen");
+    }
+    for s in &u.screens {
+        p.non_empty("a screen name", &s.name);
+        if s.elements.is_empty() {
+            p.push(format!("screen {:?} lists no elements", s.name));
+        }
+    }
+    if let Some(stories) = &a.inputs.stories {
+        let facing: BTreeSet<&str> = stories
+            .stories
+            .iter()
+            .filter(|s| s.user_facing)
+            .map(|s| s.id.as_str())
+            .collect();
+        for s in &u.screens {
+            if !facing.contains(s.story_id.as_str()) {
+                p.push(format!(
+                    "screen {:?} serves {:?}, which is not a user-facing story",
+                    s.name, s.story_id
+                ));
+            }
+        }
+        for id in &facing {
+            if !u.screens.iter().any(|s| s.story_id == *id) {
+                p.push(format!("user-facing story {id} has no screen"));
+            }
+        }
+    }
+}
+
+fn check_change_set(step: &Step, c: &ChangeSet, p: &mut Problems) {
+    // A refactor may legitimately change nothing; every other change-set step must change
+    // something.
+    if c.changes.is_empty() && !matches!(step, Step::Refactor { .. }) {
+        p.push(format!("changes is empty: step {step} must change at least one file"));
+    }
+    let mut seen = BTreeSet::new();
+    for change in &c.changes {
+        match normalise_relative(change.path()) {
+            Ok(norm) => {
+                if !seen.insert(norm.clone()) {
+                    p.push(format!("path {norm:?} is changed twice"));
+                }
+            }
+            Err(e) => p.push(e.to_string()),
+        }
+        if let FileChange::Write { content, path } = change
+            && content.len() > 1 << 20
+        {
+            p.push(format!("file {path:?} is larger than 1 MiB"));
+        }
+    }
+}
+
+fn check_review(r: &ReviewVerdict, p: &mut Problems) {
+    if let ReviewVerdict::ChangesRequested { reasons } = r
+        && reasons.iter().all(|r| r.trim().is_empty())
+    {
+        p.push("a changes-requested verdict needs at least one specific reason");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use consort_actors::{AssignmentId, AssignmentInputs, Role};
+
+    fn assignment(step: Step) -> Assignment {
+        Assignment {
+            id: AssignmentId(1),
+            role: step.role(),
+            step,
+            attempt: 0,
+            inputs: AssignmentInputs::default(),
+            feedback: vec![],
+        }
+    }
+
+    #[test]
+    fn bare_bodies_and_tagged_artifacts_parse() {
+        let bare = serde_json::json!({"decision": "approve", "notes": null});
+        let a = parse_artifact(ArtifactKind::ReviewVerdict, bare).expect("bare body");
+        assert_eq!(a, Artifact::ReviewVerdict(ReviewVerdict::Approve { notes: vec![] }));
+        let tagged = serde_json::json!({"kind": "test-list", "body": {"entries": []}});
+        let a = parse_artifact(ArtifactKind::ReviewVerdict, tagged).expect("tagged");
+        assert_eq!(a.kind(), ArtifactKind::TestList);
+        let err = parse_artifact(ArtifactKind::Spec, serde_json::json!({"summary": 3}))
+            .expect_err("not a spec");
+        assert!(err.contains("not a valid spec"), "{err}");
+    }
+
+    #[test]
+    fn empty_and_escaping_change_sets_break_the_rules() {
+        let red = assignment(Step::Red { test: "T1".into() });
+        let empty = Artifact::ChangeSet(ChangeSet::default());
+        let err = check_artifact(&red, &empty).expect_err("empty");
+        assert!(err.to_string().contains("changes is empty"));
+        let refactor = assignment(Step::Refactor {
+            test: "T1".into(),
+            round: 0,
+        });
+        assert!(check_artifact(&refactor, &empty).is_ok());
+        let escaping = Artifact::ChangeSet(ChangeSet {
+            summary: String::new(),
+            changes: vec![FileChange::Write {
+                path: "../outside.sql".into(),
+                content: "x".into(),
+            }],
+        });
+        let err = check_artifact(&red, &escaping).expect_err("escapes");
+        assert!(err.to_string().contains("climbs out"), "{err}");
+    }
+
+    #[test]
+    fn wrong_kind_and_receipts_are_rule_violations() {
+        let a = assignment(Step::Review {
+            test: "T1".into(),
+            round: 0,
+        });
+        assert_eq!(a.role, Role::Navigator);
+        let err = check_artifact(&a, &Artifact::TestList(TestList { entries: vec![] }))
+            .expect_err("wrong kind");
+        assert!(err.to_string().contains("must produce a review-verdict"));
+        let revise = Artifact::ReviewVerdict(ReviewVerdict::ChangesRequested { reasons: vec![] });
+        assert!(check_artifact(&a, &revise).is_err());
+    }
+}

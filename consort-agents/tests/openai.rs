@@ -1,0 +1,397 @@
+//! The OpenAI-compatible backend, driven through a role actor, against a loopback server.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Reply, assignment, green_answer, ok, start_stub};
+use consort_actors::{ActorId, AgentFailure, Artifact, ChangeSet, FileChange, Role};
+use consort_agents::{
+    Agent, ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, assign, spawn_role,
+};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-0123456789abcdef";
+
+fn config(base: &str) -> OpenAiConfig {
+    OpenAiConfig {
+        api_key_env: None,
+        temperature: Some(0.1),
+        max_tokens: Some(2048),
+        http: HttpPolicy {
+            max_retries: 2,
+            initial_backoff_ms: 10,
+            max_backoff_ms: 2_000,
+            request_timeout_secs: 30,
+            connect_timeout_secs: 5,
+        },
+        ..OpenAiConfig::new(base, "stub-model")
+    }
+}
+
+fn agent(role: Role, cfg: OpenAiConfig) -> Arc<OpenAiAgent> {
+    Arc::new(OpenAiAgent::with_key(role, cfg, ApiKey::new(KEY).expect("key")).expect("agent"))
+}
+
+async fn driver_actor(
+    agent: Arc<dyn Agent>,
+    timeout: Duration,
+) -> ractor::ActorRef<consort_actors::RoleMsg> {
+    let args = RoleArgs::new(ActorId::new(Role::Driver, "driver"), agent).with_timeout(timeout);
+    spawn_role(args).await.expect("spawn").0
+}
+
+fn expected_change_set() -> Artifact {
+    Artifact::ChangeSet(ChangeSet {
+        summary: "stock lookup".into(),
+        changes: vec![FileChange::Write {
+            path: "src/stock.sql".into(),
+            content: "select 1;\n".into(),
+        }],
+    })
+}
+
+#[tokio::test]
+async fn valid_structured_output_is_produced_and_the_request_is_well_formed() {
+    let (base, stub) = start_stub(vec![ok(&green_answer())]).await;
+    let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
+    let mut a = assignment(1, "green/T1");
+    a.feedback = vec!["remember the index".into()];
+    let produced = assign(&actor, a, None)
+        .await
+        .expect("reply")
+        .expect("produced");
+    assert_eq!(produced.artifact, expected_change_set());
+    assert_eq!(produced.author, ActorId::new(Role::Driver, "driver"));
+    assert_eq!(produced.usage.prompt_tokens, 10);
+    assert_eq!(produced.usage.completion_tokens, 5);
+    assert_eq!(produced.usage.calls, 1);
+
+    let seen = stub.seen();
+    assert_eq!(seen.len(), 1);
+    let req = &seen[0];
+    assert_eq!(req.authorization.as_deref(), Some(&*format!("Bearer {KEY}")));
+    assert_eq!(req.body["model"], "stub-model");
+    assert_eq!(req.body["max_completion_tokens"], 2048);
+    let rf = &req.body["response_format"];
+    assert_eq!(rf["type"], "json_schema", "{rf}");
+    assert_eq!(rf["json_schema"]["strict"], true);
+    assert_eq!(rf["json_schema"]["name"], "consort_change_set");
+    let schema = &rf["json_schema"]["schema"];
+    assert_eq!(schema["properties"]["kind"]["enum"][0], "change-set");
+    assert!(
+        schema.to_string().contains("\"changes\""),
+        "the body schema comes from ChangeSet: {schema}"
+    );
+    assert_eq!(req.messages()[0]["role"], "system");
+    let system = req.content(0);
+    assert!(system.contains("**Driver**"), "{system}");
+    assert!(system.contains("Never create, edit or delete a test file"));
+    assert_eq!(req.messages()[1]["role"], "user");
+    let user: Value = serde_json::from_str(req.content(1)).expect("the user message is JSON");
+    assert_eq!(user["step"], "green/T1");
+    assert_eq!(user["answer_with"], "change-set");
+    assert_eq!(user["feedback"], json!(["remember the index"]));
+}
+
+#[tokio::test]
+async fn invalid_json_is_retried_with_the_error_fed_back() {
+    let (base, stub) = start_stub(vec![
+        ok("Sure! I changed src/stock.sql for you."),
+        ok(&format!("```json\n{}\n```", green_answer())),
+    ])
+    .await;
+    let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
+    let produced = assign(&actor, assignment(2, "green/T1"), None)
+        .await
+        .expect("reply")
+        .expect("produced on the second try");
+    assert_eq!(produced.artifact, expected_change_set());
+    assert_eq!(produced.usage.calls, 2);
+    assert_eq!(produced.usage.prompt_tokens, 20);
+
+    let seen = stub.seen();
+    assert_eq!(seen.len(), 2);
+    let second = &seen[1];
+    let msgs = second.messages();
+    assert_eq!(msgs.len(), 4, "system, assignment, bad answer, feedback");
+    assert_eq!(msgs[2]["role"], "assistant");
+    assert_eq!(second.content(2), "Sure! I changed src/stock.sql for you.");
+    assert_eq!(msgs[3]["role"], "user");
+    let feedback = second.content(3);
+    assert!(feedback.contains("rejected"), "{feedback}");
+    assert!(feedback.contains("not JSON"), "{feedback}");
+}
+
+#[tokio::test]
+async fn schema_violations_until_the_bound_are_a_typed_error() {
+    let bad = json!({"kind": "change-set", "body": {"changes": "everything"}}).to_string();
+    let (base, stub) = start_stub(vec![ok(&bad)]).await;
+    let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
+    let reply = assign(&actor, assignment(3, "green/T1"), None)
+        .await
+        .expect("reply");
+    match reply {
+        Err(AgentFailure::InvalidOutput { attempts, detail }) => {
+            assert_eq!(attempts, 3, "one try and the default two retries");
+            assert!(detail.contains("not a valid artifact"), "{detail}");
+        }
+        other => panic!("expected InvalidOutput, got {other:?}"),
+    }
+    assert_eq!(stub.seen().len(), 3);
+}
+
+#[tokio::test]
+async fn role_rule_violations_are_fed_back_and_bounded() {
+    // Well-formed JSON, but a GREEN change set that changes nothing breaks the role rules.
+    let empty = json!({"kind": "change-set", "body": {"changes": []}}).to_string();
+    let (base, stub) = start_stub(vec![ok(&empty)]).await;
+    let cfg = OpenAiConfig {
+        output_retries: 1,
+        ..config(&base)
+    };
+    let reply = agent(Role::Driver, cfg)
+        .act(&assignment(4, "green/T1"))
+        .await;
+    match reply {
+        Err(AgentFailure::InvalidOutput { attempts, detail }) => {
+            assert_eq!(attempts, 2);
+            assert!(detail.contains("changes is empty"), "{detail}");
+        }
+        other => panic!("expected InvalidOutput, got {other:?}"),
+    }
+    let seen = stub.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen[1].content(3).contains("changes is empty"));
+}
+
+#[tokio::test]
+async fn a_wrong_kind_from_the_model_is_corrected_by_feedback() {
+    let (base, stub) = start_stub(vec![
+        ok(&json!({"kind": "test-list", "body": {"entries": []}}).to_string()),
+        ok(&green_answer()),
+    ])
+    .await;
+    let out = agent(Role::Driver, config(&base))
+        .act(&assignment(5, "green/T1"))
+        .await
+        .expect("second answer accepted");
+    assert_eq!(out.artifact, expected_change_set());
+    let feedback = stub.seen()[1].content(3).to_string();
+    assert!(
+        feedback.contains("you answered with a test-list"),
+        "{feedback}"
+    );
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_then_succeed() {
+    let (base, stub) = start_stub(vec![
+        Reply::Json(500, vec![], json!({"error": {"message": "boom"}})),
+        ok(&green_answer()),
+    ])
+    .await;
+    let out = agent(Role::Driver, config(&base))
+        .act(&assignment(6, "green/T1"))
+        .await
+        .expect("succeeds after the retry");
+    assert_eq!(out.artifact, expected_change_set());
+    assert_eq!(out.usage.calls, 1, "HTTP retries are not model calls");
+    assert_eq!(stub.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn a_server_that_keeps_failing_is_model_unavailable_after_the_bound() {
+    let (base, stub) = start_stub(vec![Reply::Json(
+        503,
+        vec![],
+        json!({"error": {"message": "overloaded"}}),
+    )])
+    .await;
+    let reply = agent(Role::Driver, config(&base))
+        .act(&assignment(7, "green/T1"))
+        .await;
+    match reply {
+        Err(AgentFailure::ModelUnavailable { detail }) => {
+            assert!(detail.contains("503"), "{detail}");
+            assert!(detail.contains("overloaded"), "{detail}");
+        }
+        other => panic!("expected ModelUnavailable, got {other:?}"),
+    }
+    assert_eq!(stub.seen().len(), 3, "one request and max_retries = 2 retries");
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_model_unavailable() {
+    // Bind and drop a listener: nothing listens on that port any more.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let reply = agent(Role::Driver, config(&format!("http://127.0.0.1:{port}/v1")))
+        .act(&assignment(8, "green/T1"))
+        .await;
+    match reply {
+        Err(AgentFailure::ModelUnavailable { detail }) => {
+            assert!(detail.contains("cannot connect"), "{detail}")
+        }
+        other => panic!("expected ModelUnavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn rate_limits_are_retried_after_the_delay_the_server_asks_for() {
+    let capture = common::Capture::default();
+    let _guard = tracing::subscriber::set_default(common::capturing_subscriber(&capture));
+    let (base, stub) = start_stub(vec![
+        Reply::Json(
+            429,
+            vec![("retry-after", "1".into())],
+            json!({"error": {"message": "slow down", "type": "rate_limit_error"}}),
+        ),
+        ok(&green_answer()),
+    ])
+    .await;
+    let out = agent(Role::Driver, config(&base))
+        .act(&assignment(9, "green/T1"))
+        .await
+        .expect("succeeds after the rate limit");
+    assert_eq!(out.artifact, expected_change_set());
+    assert_eq!(stub.seen().len(), 2);
+    let logs = capture.text();
+    // The configured backoff is 10 ms; the wait used is the server's 1 s.
+    assert!(logs.contains("delay_ms=1000"), "{logs}");
+    assert!(logs.contains("retry_after=true"), "{logs}");
+    assert!(logs.contains("HTTP 429"), "{logs}");
+}
+
+#[tokio::test]
+async fn a_hung_server_runs_into_the_time_limit() {
+    let (base, stub) = start_stub(vec![Reply::Hang]).await;
+    let actor = driver_actor(
+        agent(Role::Driver, config(&base)),
+        Duration::from_millis(300),
+    )
+    .await;
+    let reply = assign(&actor, assignment(10, "green/T1"), None)
+        .await
+        .expect("reply");
+    assert_eq!(reply, Err(AgentFailure::Timeout { secs: 1 }));
+    assert_eq!(stub.seen().len(), 1);
+    // The actor is still there and answers.
+    let id = consort_agents::identify(&actor).await.expect("identify");
+    assert_eq!(id.role, Role::Driver);
+}
+
+#[tokio::test]
+async fn lax_compatible_answers_are_accepted() {
+    // `"id": null`, no `object`, `created`, `model`, `usage`, `index` or `role`; the JSON sits
+    // in prose after a think block.
+    let lax = json!({
+        "id": null,
+        "choices": [{
+            "message": {"content": format!("<think>the user wants {{a change}}</think>Here it is: {}", green_answer())},
+            "finish_reason": "stop"
+        }]
+    });
+    let (base, _stub) = start_stub(vec![Reply::Json(200, vec![], lax)]).await;
+    let out = agent(Role::Driver, config(&base))
+        .act(&assignment(11, "green/T1"))
+        .await
+        .expect("accepted");
+    assert_eq!(out.artifact, expected_change_set());
+    assert_eq!(out.usage.prompt_tokens, 0);
+    assert_eq!(out.usage.calls, 1);
+}
+
+#[tokio::test]
+async fn a_server_without_json_schema_support_is_asked_by_prompt() {
+    let (base, stub) = start_stub(vec![Reply::RefuseSchema(Box::new(ok(&green_answer())))]).await;
+    let agent = agent(Role::Driver, config(&base));
+    let out = agent
+        .act(&assignment(12, "green/T1"))
+        .await
+        .expect("accepted without response_format");
+    assert_eq!(out.artifact, expected_change_set());
+    let seen = stub.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen[0].body.get("response_format").is_some());
+    assert!(seen[1].body.get("response_format").is_none());
+    assert!(seen[1].content(0).contains("must match this JSON schema"));
+    // The agent remembers: the next assignment goes straight to the prompt form.
+    agent
+        .act(&assignment(13, "green/T1"))
+        .await
+        .expect("accepted");
+    assert_eq!(stub.seen().len(), 3);
+}
+
+#[tokio::test]
+async fn the_token_budget_stops_the_role() {
+    let (base, stub) = start_stub(vec![ok(&green_answer())]).await;
+    let cfg = OpenAiConfig {
+        budget: Budget {
+            max_tokens: Some(20),
+            max_wall_secs: None,
+        },
+        ..config(&base)
+    };
+    let agent = agent(Role::Driver, cfg);
+    agent
+        .act(&assignment(14, "green/T1"))
+        .await
+        .expect("15 tokens fit in 20");
+    match agent.act(&assignment(15, "green/T1")).await {
+        Err(AgentFailure::BudgetExceeded { detail }) => {
+            assert!(detail.contains("20"), "{detail}")
+        }
+        other => panic!("expected BudgetExceeded, got {other:?}"),
+    }
+    assert_eq!(agent.spent().tokens, 30);
+    // Spent: the next assignment is refused without calling the server.
+    assert!(matches!(
+        agent.act(&assignment(16, "green/T1")).await,
+        Err(AgentFailure::BudgetExceeded { .. })
+    ));
+    assert_eq!(stub.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn the_wall_time_budget_stops_a_slow_role() {
+    let (base, _stub) = start_stub(vec![Reply::Hang]).await;
+    let cfg = OpenAiConfig {
+        budget: Budget {
+            max_tokens: None,
+            max_wall_secs: Some(1),
+        },
+        ..config(&base)
+    };
+    match agent(Role::Driver, cfg).act(&assignment(17, "green/T1")).await {
+        Err(AgentFailure::BudgetExceeded { detail }) => {
+            assert!(detail.contains("wall-time"), "{detail}")
+        }
+        other => panic!("expected BudgetExceeded, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_role_gets_its_own_prompt_and_schema() {
+    let stories = json!({"kind": "stories", "body": serde_json::to_value(common::stories()).expect("json")});
+    let (base, stub) = start_stub(vec![ok(&stories.to_string())]).await;
+    let mut a = assignment(18, "stories");
+    a.inputs.feature = Some(common::feature());
+    let out = agent(Role::ProductOwner, config(&base))
+        .act(&a)
+        .await
+        .expect("stories accepted");
+    assert_eq!(out.artifact, Artifact::Stories(common::stories()));
+    let req = &stub.seen()[0];
+    assert!(req.content(0).contains("**Product Owner**"));
+    assert_eq!(
+        req.body["response_format"]["json_schema"]["schema"]["properties"]["kind"]["enum"][0],
+        "stories"
+    );
+    let user: Value = serde_json::from_str(req.content(1)).expect("json");
+    assert_eq!(user["inputs"]["feature"]["id"], "F1-stock-visibility");
+}
