@@ -8,9 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use consort_actors::{
-    ActorId, AgentFailure, Assignment, Produced, RoleMsg, RoleReply, Usage,
-};
+use consort_actors::{ActorId, AgentFailure, Assignment, Produced, RoleMsg, RoleReply, Usage};
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use tracing::Instrument;
@@ -76,7 +74,9 @@ impl fmt::Debug for RoleArgs {
 /// The ractor actor that plays one role.
 ///
 /// Behaviour, per [`RoleMsg`]:
-/// - `Identify` answers the actor's [`ActorId`].
+/// - `Identify` answers the actor's [`ActorId`] (between assignments: the mailbox is served in
+///   order, so an `Identify` sent during a long assignment waits for it, at most the time
+///   limit).
 /// - `Assign` is refused with [`AgentFailure::WrongRole`] when the step (or the assignment's
 ///   role) is not this actor's role. Otherwise the agent runs on its own task, one assignment at
 ///   a time (further assignments wait in the mailbox), under the time limit
@@ -98,7 +98,6 @@ pub struct RoleActor;
 #[derive(Debug)]
 pub struct RoleState {
     args: RoleArgs,
-    answered: u64,
 }
 
 impl Actor for RoleActor {
@@ -112,7 +111,7 @@ impl Actor for RoleActor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         tracing::debug!(actor = %args.id, agent = %args.agent.describe(), "role actor started");
-        Ok(RoleState { args, answered: 0 })
+        Ok(RoleState { args })
     }
 
     async fn handle(
@@ -127,7 +126,6 @@ impl Actor for RoleActor {
                 Ok(())
             }
             RoleMsg::Assign(assignment, reply) => {
-                state.answered += 1;
                 handle_assignment(&state.args, assignment, reply).await
             }
         }

@@ -68,8 +68,10 @@ impl AgentOutput {
 /// ```
 pub trait Agent: Send + Sync + 'static {
     /// Performs one assignment.
-    fn act<'a>(&'a self, assignment: &'a Assignment)
-    -> BoxFuture<'a, Result<AgentOutput, AgentFailure>>;
+    fn act<'a>(
+        &'a self,
+        assignment: &'a Assignment,
+    ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>>;
 
     /// A short description of the backend for logs (never contains a secret).
     fn describe(&self) -> String {

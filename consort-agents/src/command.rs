@@ -181,7 +181,10 @@ impl Default for CommandConfig {
 
 impl CommandConfig {
     /// A configuration running `program` with `args`, other fields default.
-    pub fn new<S: Into<String>>(program: impl Into<String>, args: impl IntoIterator<Item = S>) -> Self {
+    pub fn new<S: Into<String>>(
+        program: impl Into<String>,
+        args: impl IntoIterator<Item = S>,
+    ) -> Self {
         CommandConfig {
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
@@ -312,7 +315,10 @@ impl ExternalCommandAgent {
             .env("CONSORT_STEP", assignment.step.to_string())
             .env("CONSORT_ROLE", self.role.as_str())
             .env("CONSORT_ATTEMPT", assignment.attempt.to_string())
-            .env("CONSORT_ANSWER_WITH", assignment.expected_kind().to_string());
+            .env(
+                "CONSORT_ANSWER_WITH",
+                assignment.expected_kind().to_string(),
+            );
         let mut child = cmd.spawn().map_err(|source| CommandError::Spawn {
             program: program.clone(),
             source,

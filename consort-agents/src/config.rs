@@ -78,11 +78,8 @@ impl AgentConfig {
         match self {
             AgentConfig::Openai(cfg) => Ok(Arc::new(OpenAiAgent::new(role, cfg.clone())?)),
             AgentConfig::Script { path, paths } => {
-                let files: Vec<PathBuf> = path
-                    .iter()
-                    .chain(paths)
-                    .map(|p| base_dir.join(p))
-                    .collect();
+                let files: Vec<PathBuf> =
+                    path.iter().chain(paths).map(|p| base_dir.join(p)).collect();
                 if files.is_empty() {
                     return Err(Error::Config {
                         role,

@@ -274,7 +274,12 @@ impl Script {
     ///
     /// No entry for the step at all is [`AgentFailure::ScriptMismatch`]; entries that do not
     /// reach attempt `n` (and no wildcard) is [`AgentFailure::ScriptExhausted`].
-    pub fn lookup(&self, role: Role, step: &Step, attempt: u32) -> Result<&ScriptEntry, AgentFailure> {
+    pub fn lookup(
+        &self,
+        role: Role,
+        step: &Step,
+        attempt: u32,
+    ) -> Result<&ScriptEntry, AgentFailure> {
         let key = step.to_string();
         let mine = || self.entries.iter().filter(|e| e.role == role);
         let exact: Vec<&ScriptEntry> = mine()
@@ -331,7 +336,11 @@ impl Script {
             wanted: format!(
                 "{wanted}: the script has {} entr{} for that step and no wildcard for this attempt",
                 exact.len() + wild.len(),
-                if exact.len() + wild.len() == 1 { "y" } else { "ies" }
+                if exact.len() + wild.len() == 1 {
+                    "y"
+                } else {
+                    "ies"
+                }
             ),
         })
     }
@@ -376,8 +385,8 @@ impl Script {
             line,
             detail,
         };
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| syntax(Some(e.line()), e.to_string()))?;
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| syntax(Some(e.line()), e.to_string()))?;
         let (default_role, items) = match value {
             Value::Array(items) => (None, items),
             Value::Object(mut map) => {
@@ -415,10 +424,7 @@ impl Script {
         };
         let mut entries = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
-            let step_hint = item
-                .get("step")
-                .and_then(Value::as_str)
-                .map(str::to_string);
+            let step_hint = item.get("step").and_then(Value::as_str).map(str::to_string);
             let entry_err = |detail: String| ScriptError::Entry {
                 source_name: name.to_string(),
                 entry: i + 1,

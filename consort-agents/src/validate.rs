@@ -66,13 +66,20 @@ pub fn parse_artifact(expected: ArtifactKind, mut value: Value) -> Result<Artifa
         && obj.len() == 2
     {
         return serde_json::from_value::<Artifact>(value).map_err(|e| {
-            format!("the answer is not a valid artifact: {}", short(&e.to_string()))
+            format!(
+                "the answer is not a valid artifact: {}",
+                short(&e.to_string())
+            )
         });
     }
     let kind = serde_json::to_value(expected).map_err(|e| e.to_string())?;
     let tagged = serde_json::json!({ "kind": kind, "body": value });
-    serde_json::from_value::<Artifact>(tagged)
-        .map_err(|e| format!("the answer is not a valid {expected}: {}", short(&e.to_string())))
+    serde_json::from_value::<Artifact>(tagged).map_err(|e| {
+        format!(
+            "the answer is not a valid {expected}: {}",
+            short(&e.to_string())
+        )
+    })
 }
 
 fn strip_nulls(v: &mut Value) {
@@ -159,7 +166,10 @@ fn check_stories(a: &Assignment, s: &Stories, p: &mut Problems) {
             p.push(format!("story {} has no acceptance criteria", story.id));
         }
         for ac in &story.acceptance_criteria {
-            p.non_empty(&format!("an acceptance criterion id of {}", story.id), &ac.id);
+            p.non_empty(
+                &format!("an acceptance criterion id of {}", story.id),
+                &ac.id,
+            );
             for (field, text) in [("given", &ac.given), ("when", &ac.when), ("then", &ac.then)] {
                 p.non_empty(&format!("{} {field}", ac.id), text);
             }
@@ -173,7 +183,10 @@ fn check_spec(a: &Assignment, s: &Spec, p: &mut Problems) {
     if s.requirements.is_empty() {
         p.push("requirements is empty: write at least one testable requirement");
     }
-    p.unique("requirement id", s.requirements.iter().map(|r| r.id.as_str()));
+    p.unique(
+        "requirement id",
+        s.requirements.iter().map(|r| r.id.as_str()),
+    );
     let acs = a.inputs.stories.as_ref().map(ac_ids);
     for r in &s.requirements {
         p.non_empty("a requirement id", &r.id);
@@ -208,7 +221,10 @@ fn check_architecture(v: &ArchitectureVerdict, p: &mut Problems) {
 }
 
 fn check_schema(a: &Assignment, s: &SchemaPlan, p: &mut Problems) {
-    p.unique("migration version", s.migrations.iter().map(|m| m.version.as_str()));
+    p.unique(
+        "migration version",
+        s.migrations.iter().map(|m| m.version.as_str()),
+    );
     for pair in s.migrations.windows(2) {
         if pair[0].version >= pair[1].version {
             p.push(format!(
@@ -241,7 +257,10 @@ fn check_test_list(a: &Assignment, t: &TestList, p: &mut Problems) {
         p.push("entries is empty: list at least one test");
     }
     p.unique("test id", t.entries.iter().map(|e| e.id.as_str()));
-    p.unique("test runner name", t.entries.iter().map(|e| e.runner_name()));
+    p.unique(
+        "test runner name",
+        t.entries.iter().map(|e| e.runner_name()),
+    );
     let acs = a.inputs.stories.as_ref().map(ac_ids);
     for e in &t.entries {
         p.non_empty("a test id", &e.id);
@@ -296,7 +315,9 @@ fn check_change_set(step: &Step, c: &ChangeSet, p: &mut Problems) {
     // A refactor may legitimately change nothing; every other change-set step must change
     // something.
     if c.changes.is_empty() && !matches!(step, Step::Refactor { .. }) {
-        p.push(format!("changes is empty: step {step} must change at least one file"));
+        p.push(format!(
+            "changes is empty: step {step} must change at least one file"
+        ));
     }
     let mut seen = BTreeSet::new();
     for change in &c.changes {
@@ -344,7 +365,10 @@ mod tests {
     fn bare_bodies_and_tagged_artifacts_parse() {
         let bare = serde_json::json!({"decision": "approve", "notes": null});
         let a = parse_artifact(ArtifactKind::ReviewVerdict, bare).expect("bare body");
-        assert_eq!(a, Artifact::ReviewVerdict(ReviewVerdict::Approve { notes: vec![] }));
+        assert_eq!(
+            a,
+            Artifact::ReviewVerdict(ReviewVerdict::Approve { notes: vec![] })
+        );
         let tagged = serde_json::json!({"kind": "test-list", "body": {"entries": []}});
         let a = parse_artifact(ArtifactKind::ReviewVerdict, tagged).expect("tagged");
         assert_eq!(a.kind(), ArtifactKind::TestList);

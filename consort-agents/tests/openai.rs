@@ -71,7 +71,10 @@ async fn valid_structured_output_is_produced_and_the_request_is_well_formed() {
     let seen = stub.seen();
     assert_eq!(seen.len(), 1);
     let req = &seen[0];
-    assert_eq!(req.authorization.as_deref(), Some(&*format!("Bearer {KEY}")));
+    assert_eq!(
+        req.authorization.as_deref(),
+        Some(&*format!("Bearer {KEY}"))
+    );
     assert_eq!(req.body["model"], "stub-model");
     assert_eq!(req.body["max_completion_tokens"], 2048);
     let rf = &req.body["response_format"];
@@ -219,7 +222,11 @@ async fn a_server_that_keeps_failing_is_model_unavailable_after_the_bound() {
         }
         other => panic!("expected ModelUnavailable, got {other:?}"),
     }
-    assert_eq!(stub.seen().len(), 3, "one request and max_retries = 2 retries");
+    assert_eq!(
+        stub.seen().len(),
+        3,
+        "one request and max_retries = 2 retries"
+    );
 }
 
 #[tokio::test]
@@ -367,7 +374,10 @@ async fn the_wall_time_budget_stops_a_slow_role() {
         },
         ..config(&base)
     };
-    match agent(Role::Driver, cfg).act(&assignment(17, "green/T1")).await {
+    match agent(Role::Driver, cfg)
+        .act(&assignment(17, "green/T1"))
+        .await
+    {
         Err(AgentFailure::BudgetExceeded { detail }) => {
             assert!(detail.contains("wall-time"), "{detail}")
         }
@@ -377,7 +387,8 @@ async fn the_wall_time_budget_stops_a_slow_role() {
 
 #[tokio::test]
 async fn every_role_gets_its_own_prompt_and_schema() {
-    let stories = json!({"kind": "stories", "body": serde_json::to_value(common::stories()).expect("json")});
+    let stories =
+        json!({"kind": "stories", "body": serde_json::to_value(common::stories()).expect("json")});
     let (base, stub) = start_stub(vec![ok(&stories.to_string())]).await;
     let mut a = assignment(18, "stories");
     a.inputs.feature = Some(common::feature());
@@ -394,4 +405,28 @@ async fn every_role_gets_its_own_prompt_and_schema() {
     );
     let user: Value = serde_json::from_str(req.content(1)).expect("json");
     assert_eq!(user["inputs"]["feature"]["id"], "F1-stock-visibility");
+}
+
+#[tokio::test]
+async fn other_client_errors_fail_at_once_without_dropping_the_schema() {
+    let (base, stub) = start_stub(vec![Reply::Json(
+        400,
+        vec![],
+        json!({"error": {"message": "This model's maximum context length is 8192 tokens",
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+    )])
+    .await;
+    match agent(Role::Driver, config(&base))
+        .act(&assignment(19, "green/T1"))
+        .await
+    {
+        Err(AgentFailure::ModelUnavailable { detail }) => {
+            assert!(detail.contains("400"), "{detail}");
+            assert!(detail.contains("maximum context length"), "{detail}");
+        }
+        other => panic!("expected ModelUnavailable, got {other:?}"),
+    }
+    let seen = stub.seen();
+    assert_eq!(seen.len(), 1, "a 400 is not retried");
+    assert!(seen[0].body.get("response_format").is_some());
 }

@@ -157,11 +157,12 @@ async fn a_whole_design_lane_runs_from_one_script() {
     };
     assert!(spec1.requirements[0].statement.contains("unknown SKU"));
     inputs.spec = Some(spec1);
-    let Artifact::ArchitectureVerdict(approve) = ask(run("architecture/r1", &inputs)).await
-    else {
+    let Artifact::ArchitectureVerdict(approve) = ask(run("architecture/r1", &inputs)).await else {
         panic!("verdict expected")
     };
-    assert!(matches!(approve, ArchitectureVerdict::Approve { ref invariants, .. } if invariants.len() == 1));
+    assert!(
+        matches!(approve, ArchitectureVerdict::Approve { ref invariants, .. } if invariants.len() == 1)
+    );
     inputs.architecture = Some(approve);
 
     let Artifact::SchemaPlan(schema) = ask(run("schema", &inputs)).await else {
@@ -169,7 +170,10 @@ async fn a_whole_design_lane_runs_from_one_script() {
     };
     let sql = &schema.migrations[0].sql;
     assert!(sql.starts_with("CREATE TABLE stock_records (\n"), "{sql}");
-    assert!(sql.contains(r"'a \n stays literal'"), "literal strings keep backslashes");
+    assert!(
+        sql.contains(r"'a \n stays literal'"),
+        "literal strings keep backslashes"
+    );
     inputs.schema = Some(schema);
 
     let Artifact::TestList(tests) = ask(run("test-list", &inputs)).await else {
@@ -195,9 +199,16 @@ async fn a_step_the_script_does_not_answer_is_a_mismatch() {
         }
         other => panic!("expected a mismatch, got {other:?}"),
     }
-    match script.agent(Role::SpecAuthor).act(&assignment(2, "spec/r7")).await {
+    match script
+        .agent(Role::SpecAuthor)
+        .act(&assignment(2, "spec/r7"))
+        .await
+    {
         Err(AgentFailure::ScriptMismatch { found, .. }) => {
-            assert_eq!(found, "entries for spec-author answer only: spec/r0, spec/r1")
+            assert_eq!(
+                found,
+                "entries for spec-author answer only: spec/r0, spec/r1"
+            )
         }
         other => panic!("expected a mismatch, got {other:?}"),
     }
@@ -259,7 +270,10 @@ fn attempts_select_entries_and_running_out_is_exhaustion() {
     assert_eq!(nav("red/T1", 1).expect("second"), "second try");
     match nav("red/T1", 2) {
         Err(AgentFailure::ScriptExhausted { wanted }) => {
-            assert!(wanted.starts_with("navigator red/T1 (attempt 2)"), "{wanted}");
+            assert!(
+                wanted.starts_with("navigator red/T1 (attempt 2)"),
+                "{wanted}"
+            );
             assert!(wanted.contains("2 entries"), "{wanted}");
         }
         other => panic!("expected exhaustion, got {other:?}"),
@@ -288,7 +302,10 @@ fn exact_keys_win_over_wildcards_and_specific_wildcards_over_general_ones() {
     assert_eq!(nav("review/T9/3", 0), "generic");
     assert_eq!(nav("review/T2/0", 0), "T2 specific");
     let drv = |k: &str| script.lookup(Role::Driver, &step(k), 0);
-    assert_eq!(summary(&drv("refactor/T3/0").expect("wildcard").artifact), "refactor");
+    assert_eq!(
+        summary(&drv("refactor/T3/0").expect("wildcard").artifact),
+        "refactor"
+    );
     assert!(matches!(
         drv("refactor/T3/1"),
         Err(AgentFailure::ScriptMismatch { .. })
@@ -322,7 +339,8 @@ async fn lookup_is_stateless_so_a_resumed_run_gets_the_same_answers() {
 
 #[test]
 fn parse_errors_say_where() {
-    match Script::from_toml_str("[[entry]]\nstep = \"red/T1\"\nartifact = { kind = ").expect_err("syntax")
+    match Script::from_toml_str("[[entry]]\nstep = \"red/T1\"\nartifact = { kind = ")
+        .expect_err("syntax")
     {
         ScriptError::Syntax { line, .. } => assert_eq!(line, Some(3)),
         other => panic!("expected a syntax error, got {other:?}"),
@@ -330,7 +348,10 @@ fn parse_errors_say_where() {
     let bad_step = "[[entry]]\nstep = \"red/T1\"\nartifact = { kind = \"review-verdict\", body = { decision = \"approve\" } }\n\n[[entry]]\nstep = \"purple/T1\"\nartifact = { kind = \"review-verdict\", body = { decision = \"approve\" } }\n";
     match Script::from_toml_str(bad_step).expect_err("bad step") {
         ScriptError::Entry {
-            entry, line, detail, ..
+            entry,
+            line,
+            detail,
+            ..
         } => {
             assert_eq!(entry, 2);
             assert_eq!(line, Some(5));
@@ -341,7 +362,8 @@ fn parse_errors_say_where() {
     let wrong_role = "[[entry]]\nrole = \"driver\"\nstep = \"review/T1/0\"\nartifact = { kind = \"review-verdict\", body = { decision = \"approve\" } }\n";
     let err = Script::from_toml_str(wrong_role).expect_err("wrong role");
     assert!(
-        err.to_string().contains("belongs to the navigator, not the driver"),
+        err.to_string()
+            .contains("belongs to the navigator, not the driver"),
         "{err}"
     );
     let bad_body = "[[entry]]\nstep = \"schema\"\nartifact = { kind = \"schema-plan\", body = { migrations = [ { version = \"1\" } ] } }\n";
@@ -369,8 +391,14 @@ fn parse_errors_say_where() {
 #[test]
 fn step_patterns_keep_the_kind_literal_and_the_shape_of_the_key() {
     use consort_agents::StepPattern;
-    assert!(StepPattern::parse("*/T1").is_err(), "the kind cannot be a wildcard");
-    assert!(StepPattern::parse("red/*/0").is_err(), "red has two segments");
+    assert!(
+        StepPattern::parse("*/T1").is_err(),
+        "the kind cannot be a wildcard"
+    );
+    assert!(
+        StepPattern::parse("red/*/0").is_err(),
+        "red has two segments"
+    );
     assert!(StepPattern::parse("spec/x1").is_err(), "a revision is r<n>");
     let p = StepPattern::parse("refactor/*/0").expect("pattern");
     assert_eq!(p.role(), Role::Driver);
@@ -378,7 +406,11 @@ fn step_patterns_keep_the_kind_literal_and_the_shape_of_the_key() {
     assert!(p.matches("refactor/T7/0"));
     assert!(!p.matches("refactor/T7/1"));
     assert!(!p.matches("review/T7/0"));
-    assert!(StepPattern::parse("spec/*").expect("pattern").matches("spec/r3"));
+    assert!(
+        StepPattern::parse("spec/*")
+            .expect("pattern")
+            .matches("spec/r3")
+    );
 }
 
 #[test]
@@ -447,7 +479,10 @@ fn the_documented_examples_parse() {
     let doc = include_str!("../SCRIPTS.md");
     let mut blocks = 0;
     for (lang, parse) in [
-        ("```toml\n", Script::from_toml_str as fn(&str) -> Result<Script, ScriptError>),
+        (
+            "```toml\n",
+            Script::from_toml_str as fn(&str) -> Result<Script, ScriptError>,
+        ),
         ("```json\n", Script::from_json_str),
     ] {
         let mut rest = doc;

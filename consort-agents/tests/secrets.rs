@@ -64,7 +64,10 @@ async fn the_api_key_never_reaches_logs_errors_or_debug_output() {
         .expect_err("401 fails");
     let shown = format!("{failure} {failure:?}");
     assert!(shown.contains("401"), "{shown}");
-    assert!(!shown.contains(KEY), "the key leaked into the failure: {shown}");
+    assert!(
+        !shown.contains(KEY),
+        "the key leaked into the failure: {shown}"
+    );
     assert!(shown.contains("<redacted>"), "{shown}");
 
     // Then a success, so the normal path is logged too.
@@ -111,5 +114,8 @@ async fn the_api_key_never_reaches_logs_errors_or_debug_output() {
     );
     assert!(logs.contains("model call"), "{logs}");
     assert!(!logs.contains(KEY), "the key leaked into the logs:\n{logs}");
-    assert!(!logs.contains("SECRET-7f3a"), "part of the key leaked:\n{logs}");
+    assert!(
+        !logs.contains("SECRET-7f3a"),
+        "part of the key leaked:\n{logs}"
+    );
 }

@@ -92,7 +92,7 @@ pub fn extract_json(text: &str) -> Result<Value, String> {
             return Ok(v);
         }
     }
-    for candidate in balanced_objects(&text).take(32) {
+    for candidate in balanced_objects(&text) {
         if let Ok(v) = serde_json::from_str::<Value>(candidate) {
             return Ok(v);
         }
@@ -143,6 +143,8 @@ fn balanced_objects(text: &str) -> impl Iterator<Item = &str> {
         .enumerate()
         .filter(|(_, b)| **b == b'{')
         .map(|(i, _)| i)
+        // Bounded: each candidate is a linear scan.
+        .take(64)
         .collect();
     starts.into_iter().filter_map(move |start| {
         let mut depth = 0usize;
@@ -181,7 +183,10 @@ mod tests {
 
     #[test]
     fn json_is_found_in_prose_fences_and_think_blocks() {
-        assert_eq!(extract_json(r#" {"a": 1} "#).expect("plain"), json!({"a": 1}));
+        assert_eq!(
+            extract_json(r#" {"a": 1} "#).expect("plain"),
+            json!({"a": 1})
+        );
         let fenced = "Here you go:\n```json\n{\"a\": {\"b\": \"}\"}}\n```\nThanks";
         assert_eq!(
             extract_json(fenced).expect("fenced"),

@@ -293,10 +293,9 @@ impl OpenAiAgent {
             .with_api_key(key.expose())
             .with_org_id("")
             .with_project_id("");
-        let client = Client::build(http.clone(), openai)
-            .with_http_service(
-                RetryTransport::new(http, config.http.clone()).scrubbing(key.expose()),
-            );
+        let client = Client::build(http.clone(), openai).with_http_service(
+            RetryTransport::new(http, config.http.clone()).scrubbing(key.expose()),
+        );
         Ok(OpenAiAgent {
             role,
             config,
@@ -386,8 +385,8 @@ impl OpenAiAgent {
                 Err(CallError::Fail(f)) => return Err(f),
             };
             attempt += 1;
-            let tokens = completion.prompt_tokens.unwrap_or(0)
-                + completion.completion_tokens.unwrap_or(0);
+            let tokens =
+                completion.prompt_tokens.unwrap_or(0) + completion.completion_tokens.unwrap_or(0);
             usage.calls += 1;
             usage.prompt_tokens += completion.prompt_tokens.unwrap_or(0);
             usage.completion_tokens += completion.completion_tokens.unwrap_or(0);
@@ -458,8 +457,9 @@ impl OpenAiAgent {
         turns: &[ChatCompletionRequestMessage],
     ) -> Result<Completion, CallError> {
         let fail = |detail: String| CallError::Fail(AgentFailure::ModelUnavailable { detail });
-        let mut messages: Vec<ChatCompletionRequestMessage> =
-            vec![ChatCompletionRequestSystemMessage::from(self.system_message(expected, mode)).into()];
+        let mut messages: Vec<ChatCompletionRequestMessage> = vec![
+            ChatCompletionRequestSystemMessage::from(self.system_message(expected, mode)).into(),
+        ];
         messages.extend_from_slice(turns);
         let mut args = CreateChatCompletionRequestArgs::default();
         args.model(self.config.model.clone()).messages(messages);
@@ -497,10 +497,14 @@ impl OpenAiAgent {
         let answer: Result<Value, OpenAIError> = self.client.chat().create_byot(&body).await;
         match answer {
             Ok(v) => read_completion(&v).map_err(|detail| {
-                fail(format!("the server's answer is not a chat completion: {detail}"))
+                fail(format!(
+                    "the server's answer is not a chat completion: {detail}"
+                ))
             }),
             Err(OpenAIError::ApiError(e))
-                if e.status_code.as_u16() == 400 && mode == StructuredOutput::JsonSchema =>
+                if e.status_code.as_u16() == 400
+                    && mode == StructuredOutput::JsonSchema
+                    && about_response_format(&e.api_error) =>
             {
                 Err(CallError::SchemaRefused(self.key.scrub(&e.to_string())))
             }
@@ -541,6 +545,21 @@ impl OpenAiAgent {
         };
         self.key.scrub(&text)
     }
+}
+
+/// Whether a 400 answer complains about the `response_format` (and not, say, the context
+/// length).
+fn about_response_format(e: &async_openai::error::ApiError) -> bool {
+    let text =
+        format!("{} {}", e.message, e.param.as_deref().unwrap_or_default()).to_ascii_lowercase();
+    [
+        "response_format",
+        "json_schema",
+        "structured output",
+        "schema",
+    ]
+    .iter()
+    .any(|w| text.contains(w))
 }
 
 fn excerpt(s: &str) -> String {
@@ -595,7 +614,8 @@ fn interpret(assignment: &Assignment, c: &Completion) -> Result<Artifact, String
             assignment.step
         ));
     }
-    check_artifact(assignment, &artifact).map_err(|v| format!("the {expected} breaks the rules: {v}"))?;
+    check_artifact(assignment, &artifact)
+        .map_err(|v| format!("the {expected} breaks the rules: {v}"))?;
     Ok(artifact)
 }
 

@@ -58,7 +58,12 @@ impl HttpPolicy {
 /// The delay a server asks for: `retry-after-ms` (milliseconds), or `Retry-After` as seconds or
 /// an HTTP date.
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
         && ms.is_finite()
         && ms >= 0.0

@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use consort_actors::{
-    AcceptanceCriterion, Assignment, AssignmentId, AssignmentInputs, FeatureRequest, Step,
-    Stories, Story,
+    AcceptanceCriterion, Assignment, AssignmentId, AssignmentInputs, FeatureRequest, Step, Stories,
+    Story,
 };
 use serde_json::{Value, json};
 
@@ -87,7 +87,9 @@ impl Seen {
 
     /// The content of the message at `i`.
     pub fn content(&self, i: usize) -> &str {
-        self.messages()[i]["content"].as_str().expect("text content")
+        self.messages()[i]["content"]
+            .as_str()
+            .expect("text content")
     }
 }
 
@@ -104,7 +106,11 @@ impl Stub {
     }
 }
 
-async fn chat(State(stub): State<Arc<Stub>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+async fn chat(
+    State(stub): State<Arc<Stub>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     stub.seen.lock().expect("lock").push(Seen {
         authorization: headers
             .get("authorization")
@@ -126,13 +132,11 @@ async fn chat(State(stub): State<Arc<Stub>>, headers: HeaderMap, Json(body): Jso
 async fn render(reply: Reply, body: &Value) -> Response {
     match reply {
         Reply::Json(status, headers, value) => {
-            let mut resp = (
-                StatusCode::from_u16(status).expect("status"),
-                Json(value),
-            )
-                .into_response();
+            let mut resp =
+                (StatusCode::from_u16(status).expect("status"), Json(value)).into_response();
             for (k, v) in headers {
-                resp.headers_mut().insert(k, v.parse().expect("header value"));
+                resp.headers_mut()
+                    .insert(k, v.parse().expect("header value"));
             }
             resp
         }
