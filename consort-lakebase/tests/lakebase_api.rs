@@ -12,11 +12,15 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use consort_actors::TestStatus;
 use consort_lakebase::lakebase_api::{
     ApiError, AuthReadyPolicy, LakebaseClient, LakebaseConfig, LakebaseProvider, PollPolicy,
     RestClient, RetryPolicy, types::BranchSpec,
 };
-use consort_lakebase::{BaseSpec, BranchProvider, Error, Secret, SslMode};
+use consort_lakebase::{
+    BaseSpec, BranchProvider, Error, PsqlRunner, PsqlRunnerConfig, RunContext, Secret, SslMode,
+    TestRunner,
+};
 use serde_json::json;
 
 use pg::LocalPg;
@@ -189,6 +193,40 @@ async fn whole_path_create_poll_endpoint_credential_query_psql_delete() {
         .output()
         .expect("run psql");
     assert!(!failing.status.success(), "a false assertion must fail");
+
+    // The crate's psql runner on a work tree, against the Lakebase branch.
+    let tree = tempfile::tempdir().expect("work tree");
+    std::fs::create_dir(tree.path().join("tests")).expect("mkdir");
+    std::fs::write(
+        tree.path().join("tests/two_rows.sql"),
+        "DO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 2, 'two rows'; END $$;\n",
+    )
+    .expect("write test");
+    std::fs::write(
+        tree.path().join("tests/no_rows.sql"),
+        "DO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 0, 'no rows'; END $$;\n",
+    )
+    .expect("write test");
+    let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
+    let report = runner
+        .run(&RunContext {
+            work_tree: tree.path().to_path_buf(),
+            conn: info.clone(),
+            tests: Vec::new(),
+            focus: None,
+        })
+        .await
+        .expect("run");
+    let status = |name: &str| {
+        report
+            .outcomes
+            .iter()
+            .find(|o| o.name.contains(name))
+            .map(|o| o.status)
+    };
+    assert_eq!(status("two_rows"), Some(TestStatus::Passed), "{report:?}");
+    assert_eq!(status("no_rows"), Some(TestStatus::Failed), "{report:?}");
+    assert!(!format!("{report:?}").contains(info.secret.expose()));
 
     // The parent is untouched.
     let admin = pg.admin_connect("production").await.expect("admin");
@@ -936,4 +974,106 @@ async fn delete_of_a_missing_branch_is_fine() {
     assert_eq!(lb.count("DELETE", "consort-never-was").await, 1);
     let c = client(&lb);
     assert!(!c.delete_branch("consort-never-was").await.expect("ok"));
+}
+
+#[tokio::test]
+async fn kept_branches_outlive_the_orphan_sweep() {
+    let lb = Lakebase::start(None).await;
+    let day = Duration::from_secs(86_400);
+    // Created two days ago with a one-hour TTL: expired, the service has not removed it.
+    lb.preload("consort-orphan-1", Some("production"), 2 * day)
+        .await;
+    // Young: its owner may still be running.
+    lb.preload(
+        "consort-young-1",
+        Some("production"),
+        Duration::from_secs(60),
+    )
+    .await;
+    // Old, but kept for inspection until tomorrow.
+    lb.preload("consort-kept-1", Some("production"), 2 * day)
+        .await;
+    // Old and not ours.
+    lb.preload("feature-x", Some("production"), 2 * day).await;
+    let p = provider(&lb, 5432);
+    let kept = consort_lakebase::Branch {
+        name: "consort-kept-1".into(),
+        id: "projects/demo/branches/consort-kept-1".into(),
+        base: p.prepare_base(&BaseSpec::default()).await.expect("base"),
+        created_at: SystemTime::now() - 2 * day,
+    };
+    let until = SystemTime::now() + day;
+    p.keep_for_inspection(&kept, until).await.expect("keep");
+    let patch = lb
+        .requests()
+        .await
+        .into_iter()
+        .find(|r| r.method == "PATCH")
+        .expect("PATCH sent");
+    assert_eq!(
+        patch.path,
+        "/api/2.0/postgres/projects/demo/branches/consort-kept-1"
+    );
+    assert_eq!(
+        patch.query.get("update_mask").map(String::as_str),
+        Some("spec.expiration")
+    );
+    let sent = patch.body["spec"]["expire_time"]
+        .as_str()
+        .expect("expire_time");
+    let parsed = consort_lakebase::lakebase_api::time::parse_rfc3339(sent).expect("rfc3339");
+    assert!(parsed.duration_since(until).unwrap_or_default() < Duration::from_secs(1));
+
+    let n = p.sweep_orphans().await.expect("sweep orphans");
+    assert_eq!(n, 1);
+    let mut left = lb.branch_ids().await;
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "consort-kept-1",
+            "consort-young-1",
+            "feature-x",
+            "production"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn promote_applies_migrations_to_the_source_branch() {
+    let pg = LocalPg::start().await;
+    let lb = Lakebase::start(Some(&pg)).await;
+    let p = provider(&lb, pg.port);
+    let m1 = consort_actors::Migration {
+        version: "0001_labels".into(),
+        story_id: "S1".into(),
+        description: "label index".into(),
+        sql: "CREATE INDEX items_label ON items (label);".into(),
+    };
+    let out = p.promote(std::slice::from_ref(&m1)).await.expect("promote");
+    assert_eq!(out.target, "projects/demo/branches/production");
+    assert_eq!(out.applied, ["0001_labels"]);
+    assert!(out.verified && out.failure.is_none(), "{out:?}");
+    let again = p.promote(std::slice::from_ref(&m1)).await.expect("again");
+    assert!(again.applied.is_empty());
+    assert_eq!(again.already_applied, ["0001_labels"]);
+
+    let admin = pg.admin_connect("production").await.expect("admin");
+    let idx: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'items_label'",
+            &[],
+        )
+        .await
+        .expect("query")
+        .get(0);
+    assert_eq!(idx, 1, "the parent itself has the migration");
+
+    let changed = consort_actors::Migration {
+        sql: "CREATE INDEX items_label2 ON items (label);".into(),
+        ..m1
+    };
+    let out = p.promote(&[changed]).await.expect("promote reports");
+    assert!(!out.verified);
+    assert!(out.failure.is_some_and(|f| f.contains("checksum")));
 }

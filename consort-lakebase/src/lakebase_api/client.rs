@@ -145,6 +145,24 @@ impl LakebaseClient {
         })
     }
 
+    /// `PATCH …/branches/{b}?update_mask=spec.expiration` with `{"spec": {"expire_time"}}`:
+    /// moves the branch's server-side expiry (RFC 3339) and waits for the operation.
+    pub async fn set_branch_expire_time(
+        &self,
+        id: &str,
+        expire_time: &str,
+    ) -> Result<(), ApiError> {
+        validate_branch_id(id)?;
+        let mut url = self.url(&["branches", id])?;
+        url.query_pairs_mut()
+            .append_pair("update_mask", "spec.expiration");
+        let body = json!({ "spec": { "expire_time": expire_time } });
+        let op: Operation = self
+            .call(Method::PATCH, url, Some(&body), "update branch")
+            .await?;
+        self.wait(op).await.map(|_| ())
+    }
+
     /// `DELETE …/branches/{b}?purge=true` and waits for it. Returns `false` when the branch
     /// did not exist (not an error).
     pub async fn delete_branch(&self, id: &str) -> Result<bool, ApiError> {

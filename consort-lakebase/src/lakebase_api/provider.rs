@@ -15,7 +15,13 @@
 //! * `reset` is delete + create (there is no reset API); `delete` purges and treats "not
 //!   found" as done; `sweep` deletes only `<prefix>-…` branches older than the cut-off
 //!   (children before bases, and never a base that still has children or that this process
-//!   prepared).
+//!   prepared); `sweep_orphans` deletes `<prefix>-…` branches whose expiry has passed (or,
+//!   without an expiry, that are older than a day), so a branch kept for inspection lives
+//!   until its new expiry.
+//! * `keep_for_inspection` moves the branch's server-side expiry to the given time (`PATCH
+//!   …?update_mask=spec.expiration`), so the service itself removes it then.
+//! * `promote` applies migrations to the source branch (the parent) with
+//!   [`crate::migrate`] and verifies them.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -34,12 +40,13 @@ use super::naming::{
     validate_segment,
 };
 use super::retry::{AuthReadyPolicy, PollPolicy, RetryPolicy};
-use super::time::parse_rfc3339;
+use super::time::{format_rfc3339, parse_rfc3339};
 use super::types::{BranchResource, BranchSpec};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::migrate;
 use crate::provider::{
-    BaseRef, BaseSpec, BoxFuture, Branch, BranchProvider, Capabilities, ConnectInfo, Secret,
-    SslMode,
+    BaseRef, BaseSpec, BoxFuture, Branch, BranchProvider, Capabilities, ConnectInfo,
+    PromoteOutcome, Secret, SslMode,
 };
 
 /// Environment variable: the workspace URL (required by [`LakebaseConfig::from_env`]).
@@ -591,12 +598,13 @@ impl LakebaseProvider {
         Ok(row.is_some())
     }
 
-    async fn prepare_base_impl(&self, spec: &BaseSpec) -> std::result::Result<BaseRef, ApiError> {
+    async fn prepare_base_impl(&self, spec: &BaseSpec) -> Result<BaseRef> {
         let key = spec.key();
         let source = self.source_branch().await?;
         if spec.migrations.is_empty() && spec.fixtures.is_empty() {
             return Ok(BaseRef { id: source, key });
         }
+        migrate::check_plan(&spec.migrations)?;
         let _serial = self.base_lock.lock().await;
         let id = format!("{}-base-{}", self.cfg.prefix, key.short());
         validate_owned(&id, &self.cfg.prefix)?;
@@ -618,29 +626,70 @@ impl LakebaseProvider {
                 self.client.delete_branch(&id).await?;
             }
             Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
         self.create_branch(&id, &source, true).await?;
-        let client = self.wait_for_login(&id).await?;
-        self.builder.build(&client, spec).await?;
+        let mut client = self.wait_for_login(&id).await?;
+        self.builder.build(&mut client, spec).await?;
+        let mark = |e: tokio_postgres::Error| ApiError::postgres(format!("marking base {id}"), &e);
         client
             .batch_execute(
                 "CREATE TABLE IF NOT EXISTS consort_base (\
                    key text PRIMARY KEY, built_at timestamptz NOT NULL DEFAULT now())",
             )
             .await
-            .map_err(|e| ApiError::postgres(format!("marking base {id}"), &e))?;
+            .map_err(mark)?;
         client
             .execute(
                 "INSERT INTO consort_base (key) VALUES ($1) ON CONFLICT DO NOTHING",
                 &[&key.to_hex()],
             )
             .await
-            .map_err(|e| ApiError::postgres(format!("marking base {id}"), &e))?;
+            .map_err(mark)?;
         drop(client);
         lock(&self.bases).insert(id.clone(), key);
         tracing::info!(base = %id, "base branch ready");
         Ok(BaseRef { id, key })
+    }
+
+    async fn promote_impl(
+        &self,
+        migrations: &[consort_actors::Migration],
+    ) -> Result<PromoteOutcome> {
+        migrate::check_plan(migrations)?;
+        let source = self.source_branch().await?;
+        let mut client = self.wait_for_login(&source).await?;
+        let (report, outcome) = migrate::apply_partial(&mut client, migrations).await;
+        let failure = match outcome {
+            Ok(()) => None,
+            Err(e @ (Error::Migration { .. } | Error::ChecksumMismatch { .. })) => {
+                tracing::warn!(parent = %source, error = %e, "promote stopped");
+                Some(e.to_string())
+            }
+            Err(e) => return Err(e),
+        };
+        let verified = failure.is_none() && migrate::verify(&client, migrations).await?;
+        tracing::info!(parent = %source, applied = report.applied.len(), verified, "promoted migrations");
+        Ok(PromoteOutcome {
+            target: self.client.branch_resource(&source),
+            applied: report.applied,
+            already_applied: report.already_applied,
+            verified,
+            failure,
+        })
+    }
+
+    async fn keep_impl(
+        &self,
+        branch: &Branch,
+        until: SystemTime,
+    ) -> std::result::Result<(), ApiError> {
+        validate_owned(&branch.name, &self.cfg.prefix)?;
+        self.client
+            .set_branch_expire_time(&branch.name, &format_rfc3339(until))
+            .await?;
+        tracing::info!(branch = %branch.name, until = %format_rfc3339(until), "kept for inspection");
+        Ok(())
     }
 
     async fn create_impl(
@@ -705,26 +754,64 @@ impl LakebaseProvider {
             .collect())
     }
 
+    /// When a branch expires: its reported expiry, else its spec's expiry or creation + TTL;
+    /// `None` for `no_expiry` branches.
+    fn expiry_of(b: &BranchResource) -> Option<SystemTime> {
+        let status = b.status.as_ref().and_then(|s| s.expire_time.as_deref());
+        let spec = b.spec.as_ref();
+        if let Some(t) = status.or_else(|| spec.and_then(|s| s.expire_time.as_deref())) {
+            return parse_rfc3339(t);
+        }
+        let ttl = spec
+            .and_then(|s| s.ttl.as_deref())
+            .and_then(|t| t.strip_suffix('s'))
+            .and_then(|n| n.parse::<f64>().ok())
+            .filter(|n| n.is_finite() && *n >= 0.0)?;
+        Self::created_of(b)?.checked_add(Duration::from_secs_f64(ttl.min(1e9)))
+    }
+
+    fn created_of(b: &BranchResource) -> Option<SystemTime> {
+        b.create_time.as_deref().and_then(parse_rfc3339)
+    }
+
     async fn sweep_impl(&self, older_than: Duration) -> std::result::Result<usize, ApiError> {
-        let all = self.client.list_branches().await?;
         let cutoff = SystemTime::now()
             .checked_sub(older_than)
             .unwrap_or(SystemTime::UNIX_EPOCH);
+        self.sweep_where(|b| Self::created_of(b).is_some_and(|t| t < cutoff))
+            .await
+    }
+
+    async fn sweep_orphans_impl(&self) -> std::result::Result<usize, ApiError> {
+        let now = SystemTime::now();
+        let day_ago = now
+            .checked_sub(Duration::from_secs(24 * 3600))
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        self.sweep_where(|b| match Self::expiry_of(b) {
+            Some(t) => t <= now,
+            None => Self::created_of(b).is_some_and(|t| t < day_ago),
+        })
+        .await
+    }
+
+    /// Deletes live `<prefix>-…` branches (never the default branch) for which `doomed`
+    /// holds: ordinary branches first, then bases that no remaining branch forks from and
+    /// that this process did not prepare. Tries them all; returns the first error, if any.
+    async fn sweep_where(
+        &self,
+        doomed: impl Fn(&BranchResource) -> bool,
+    ) -> std::result::Result<usize, ApiError> {
+        let all = self.client.list_branches().await?;
         let prefix = &self.cfg.prefix;
         let base_prefix = format!("{prefix}-base-");
         let live: Vec<&BranchResource> = all.iter().filter(|b| Self::is_live(b)).collect();
-        let old_owned = |b: &BranchResource| {
-            b.id().is_some_and(|id| has_owner_prefix(id, prefix))
-                && !b.is_default()
-                && b.create_time
-                    .as_deref()
-                    .and_then(parse_rfc3339)
-                    .is_some_and(|t| t < cutoff)
+        let candidate = |b: &BranchResource| {
+            b.id().is_some_and(|id| has_owner_prefix(id, prefix)) && !b.is_default() && doomed(b)
         };
         let mut deleted: HashSet<String> = HashSet::new();
         let mut first_error: Option<ApiError> = None;
         // Children first.
-        for b in live.iter().filter(|b| old_owned(b)) {
+        for b in live.iter().filter(|b| candidate(b)) {
             let Some(id) = b.id() else { continue };
             if id.starts_with(&base_prefix) {
                 continue;
@@ -746,7 +833,7 @@ impl LakebaseProvider {
             .filter_map(|b| b.source().map(last_segment))
             .collect();
         let ours: HashSet<String> = lock(&self.bases).keys().cloned().collect();
-        for b in live.iter().filter(|b| old_owned(b)) {
+        for b in live.iter().filter(|b| candidate(b)) {
             let Some(id) = b.id() else { continue };
             if !id.starts_with(&base_prefix) || in_use.contains(id) || ours.contains(id) {
                 continue;
@@ -785,7 +872,7 @@ impl BranchProvider for LakebaseProvider {
     }
 
     fn prepare_base<'a>(&'a self, spec: &'a BaseSpec) -> BoxFuture<'a, Result<BaseRef>> {
-        Box::pin(async move { Ok(self.prepare_base_impl(spec).await?) })
+        Box::pin(self.prepare_base_impl(spec))
     }
 
     fn create<'a>(&'a self, name: &'a str, from: &'a BaseRef) -> BoxFuture<'a, Result<Branch>> {
@@ -813,6 +900,25 @@ impl BranchProvider for LakebaseProvider {
 
     fn sweep(&self, older_than: Duration) -> BoxFuture<'_, Result<usize>> {
         Box::pin(async move { Ok(self.sweep_impl(older_than).await?) })
+    }
+
+    fn sweep_orphans(&self) -> BoxFuture<'_, Result<usize>> {
+        Box::pin(async move { Ok(self.sweep_orphans_impl().await?) })
+    }
+
+    fn keep_for_inspection<'a>(
+        &'a self,
+        branch: &'a Branch,
+        until: SystemTime,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { Ok(self.keep_impl(branch, until).await?) })
+    }
+
+    fn promote<'a>(
+        &'a self,
+        migrations: &'a [consort_actors::Migration],
+    ) -> BoxFuture<'a, Result<PromoteOutcome>> {
+        Box::pin(self.promote_impl(migrations))
     }
 }
 

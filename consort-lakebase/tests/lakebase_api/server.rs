@@ -165,6 +165,20 @@ fn branch_resource(id: &str) -> String {
     format!("projects/{PROJECT}/branches/{id}")
 }
 
+/// When a branch expires, from its spec (`expire_time`, or creation + `ttl`).
+fn expire_time(b: &BranchRec) -> Option<String> {
+    if let Some(t) = b.spec.get("expire_time").and_then(Value::as_str) {
+        return Some(t.to_string());
+    }
+    let ttl = b
+        .spec
+        .get("ttl")
+        .and_then(Value::as_str)
+        .and_then(|t| t.strip_suffix('s'))
+        .and_then(|n| n.parse::<u64>().ok())?;
+    Some(format_rfc3339(b.create_time + Duration::from_secs(ttl)))
+}
+
 fn branch_json(id: &str, b: &BranchRec) -> Value {
     json!({
         "name": branch_resource(id),
@@ -177,6 +191,7 @@ fn branch_json(id: &str, b: &BranchRec) -> Value {
             "current_state": b.state,
             "default": b.default,
             "source_branch": b.source,
+            "expire_time": expire_time(b),
         }
     })
 }
@@ -466,6 +481,7 @@ async fn handle(
                     Some(rec) => ok(branch_json(b, rec)),
                     None => error(404, "NOT_FOUND", "branch not found"),
                 },
+                ("PATCH", ["branches", b]) => update_branch(&mut st, b, &query, &body),
                 ("DELETE", ["branches", b]) => delete_branch(&sh, &mut st, b, &query).await,
                 ("GET", ["branches", b, "endpoints"]) => {
                     if !st.branches.contains_key(*b) {
@@ -729,6 +745,41 @@ async fn delete_branch(
     st.branches.remove(id);
     st.endpoints.remove(id);
     new_op(st, id, Ok(json!({})), None)
+}
+
+fn update_branch(st: &mut St, id: &str, query: &HashMap<String, String>, body: &Value) -> Response {
+    if query.get("update_mask").map(String::as_str) != Some("spec.expiration") {
+        return error(
+            400,
+            "INVALID_PARAMETER_VALUE",
+            "update_mask must be spec.expiration",
+        );
+    }
+    let Some(t) = body.pointer("/spec/expire_time").and_then(Value::as_str) else {
+        return error(
+            400,
+            "INVALID_PARAMETER_VALUE",
+            "spec.expire_time is required",
+        );
+    };
+    if consort_lakebase::lakebase_api::time::parse_rfc3339(t).is_none() {
+        return error(
+            400,
+            "INVALID_PARAMETER_VALUE",
+            "expire_time is not RFC 3339",
+        );
+    }
+    let t = t.to_string();
+    let Some(rec) = st.branches.get_mut(id) else {
+        return error(404, "NOT_FOUND", "branch not found");
+    };
+    if let Some(spec) = rec.spec.as_object_mut() {
+        spec.remove("ttl");
+        spec.remove("no_expiry");
+        spec.insert("expire_time".into(), Value::String(t));
+    }
+    let response = branch_json(id, rec);
+    new_op(st, id, Ok(response), None)
 }
 
 fn create_endpoint(
