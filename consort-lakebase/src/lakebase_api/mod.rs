@@ -10,7 +10,7 @@
 //! * [`types`] and [`client`] — Lakebase's JSON shapes and calls: branches, long-running
 //!   operations, endpoints, credentials.
 //! * [`provider`] — branch semantics: bases, TTLs, login probing, credential caching, sweep;
-//!   [`base`] fills base branches; [`connect`] opens TLS (or loopback-only plaintext)
+//!   [`base`] fills base branches; [`connect()`] opens TLS (or loopback-only plaintext)
 //!   connections.
 
 pub mod base;
