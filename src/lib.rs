@@ -1,1 +1,109 @@
-//! placeholder
+//! # Consort
+//!
+//! Spec-first, test-driven agentic development on real database branches. An ensemble of
+//! eight role agents — Product Owner, Spec Author, Architect Reviewer, DBA, Test Strategist,
+//! UX Designer, Navigator and Driver — each runs as a supervised actor and exchanges only typed
+//! artifacts with a conductor. The conductor owns a pure state machine that walks a design
+//! lane to a frozen, SHA-256-hashed design a human approves, then a build lane of RED → GREEN →
+//! REFACTOR → REVIEW per test, where every RED and GREEN is a real test run on a fresh branch of
+//! a real PostgreSQL database. Humans approve the design, the deploy and the promotion of the
+//! migrations; gates fail closed.
+//!
+//! This crate is the facade: it re-exports the three library crates, and adds the
+//! [`Ensemble`] builder, the `consort.toml` [`config`], the [`Project`] on disk, and the
+//! `consort` command-line program.
+//!
+//! * [`actors`] (`consort-actors`): artifacts, the state machine, the conductor, supervision,
+//!   gates, the ledger. Knows no LLM and no database.
+//! * [`agents`] (`consort-agents`): the role actors and the [`Agent`](agents::Agent) trait
+//!   with its backends (OpenAI-compatible, scripted replay, external command).
+//! * [`lakebase`] (`consort-lakebase`): branch providers (embedded PostgreSQL, an existing
+//!   server, Lakebase), the warm pool, migrations, test runners and receipts.
+//!
+//! ## Embedding
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use consort::agents::{Role, Script};
+//! use consort::{ApproveAs, Ensemble, FeatureRequest, RunOutcome};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let script = Script::from_path("stockflow.toml")?;
+//! let mut builder = Ensemble::builder("/tmp/my-project")
+//!     .feature(FeatureRequest { id: "F1".into(), title: "Stock".into(), body: "…".into() })
+//!     .approver(Arc::new(ApproveAs { name: "ada".into() }));
+//! for role in Role::ALL {
+//!     builder = builder.agent(role, script.agent(role));
+//! }
+//! let ensemble = builder.build().await?; // embedded PostgreSQL + psql runner by default
+//! let report = ensemble.run().await?;
+//! assert_eq!(report.outcome, RunOutcome::Done);
+//! ensemble.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! ## A custom agent
+//!
+//! Swapping in your own agent for a role is one line on the builder; the agent itself is one
+//! trait method. The conductor applies the same rules to it as to any other: a reviewer that
+//! approves blindly still cannot write code, and its verdict is refused if it authored the code.
+//!
+//! ```
+//! use consort::agents::{Agent, AgentOutput, AgentFailure, Assignment, BoxFuture, Role};
+//! use consort::actors::{Artifact, ReviewVerdict};
+//!
+//! struct Reviewer;
+//!
+//! impl Agent for Reviewer {
+//!     fn act<'a>(&'a self, a: &'a Assignment) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
+//!         Box::pin(async move {
+//!             let files = a.inputs.files.len();
+//!             Ok(AgentOutput::new(Artifact::ReviewVerdict(ReviewVerdict::Approve {
+//!                 notes: vec![format!("read {files} files")],
+//!             })))
+//!         })
+//!     }
+//! }
+//!
+//! # fn wire(b: consort::EnsembleBuilder) -> consort::EnsembleBuilder {
+//! b.agent(Role::Navigator, Reviewer)
+//! # }
+//! ```
+
+pub mod config;
+mod ensemble;
+pub mod init;
+pub mod project;
+pub mod ui;
+
+pub use consort_actors as actors;
+pub use consort_agents as agents;
+pub use consort_lakebase as lakebase;
+
+pub use consort_actors::{
+    ApproveAs, Approver, FeatureRequest, GateKind, Progress, RunOutcome, RunReport, StopAtGates,
+};
+pub use ensemble::{Ensemble, EnsembleBuilder, EnsembleError};
+pub use project::{Project, ProjectError, RunOptions, StatusReport};
+
+use std::sync::Arc;
+
+/// Builds the Lakebase provider from `[database] provider = "lakebase"` settings.
+pub(crate) fn lakebase_provider(
+    host_env: &str,
+    token_env: &str,
+    project: &str,
+    source_branch: &str,
+    user: Option<&str>,
+    ttl_secs: u64,
+) -> Result<Arc<dyn lakebase::BranchProvider>, ProjectError> {
+    use lakebase::lakebase_api::{LakebaseConfig, LakebaseProvider};
+    let host = std::env::var(host_env).map_err(|_| ProjectError::MissingEnv(host_env.into()))?;
+    let token = std::env::var(token_env).map_err(|_| ProjectError::MissingEnv(token_env.into()))?;
+    let mut cfg = LakebaseConfig::new(host, lakebase::Secret::new(token), project);
+    cfg.source_branch = Some(source_branch.to_string());
+    cfg.user = user.map(str::to_string);
+    cfg.branch_ttl = std::time::Duration::from_secs(ttl_secs);
+    let provider = LakebaseProvider::new(cfg).map_err(|e| ProjectError::Lakebase(e.to_string()))?;
+    Ok(Arc::new(provider))
+}

@@ -60,18 +60,40 @@ impl RoleEndpoint for SupervisedRole {
 
     fn assign(&self, assignment: Assignment, timeout: Duration) -> BoxFuture<'_, RoleReply> {
         Box::pin(async move {
-            let result = self
-                .handle
-                .call(|port| RoleMsg::Assign(assignment.clone(), port), timeout)
-                .await;
-            match result {
-                Ok(reply) => reply,
-                Err(SupervisionError::Timeout { after, .. }) => Err(AgentFailure::Timeout {
-                    secs: after.as_secs(),
-                }),
-                Err(e) => Err(AgentFailure::Crashed {
-                    detail: e.to_string(),
-                }),
+            let mut crashes = 0usize;
+            loop {
+                let incarnation = self.handle.status().incarnation;
+                let result = self
+                    .handle
+                    .call(|port| RoleMsg::Assign(assignment.clone(), port), timeout)
+                    .await;
+                match result {
+                    // The actor reported its own crash before its supervisor restarts it: wait
+                    // for the restart and retry the same assignment, within the intensity limit.
+                    Ok(Err(AgentFailure::Crashed { detail })) => {
+                        crashes += 1;
+                        if crashes > self.handle.policy().max_restarts {
+                            return Err(AgentFailure::Crashed { detail });
+                        }
+                        tracing::warn!(role = %self.id, %detail, "agent crashed; retrying the step after the restart");
+                        if let Err(e) = self.handle.wait_for_restart(incarnation, timeout).await {
+                            return Err(AgentFailure::Crashed {
+                                detail: format!("{detail}; {e}"),
+                            });
+                        }
+                    }
+                    Ok(reply) => return reply,
+                    Err(SupervisionError::Timeout { after, .. }) => {
+                        return Err(AgentFailure::Timeout {
+                            secs: after.as_secs(),
+                        });
+                    }
+                    Err(e) => {
+                        return Err(AgentFailure::Crashed {
+                            detail: e.to_string(),
+                        });
+                    }
+                }
             }
         })
     }

@@ -457,7 +457,12 @@ impl State {
             RunStatus::Stopped => return Phase::Stopped,
             RunStatus::Running => {}
         }
-        match &self.pending {
+        // Look through an observation or a revert to what it leads to.
+        let mut pending = self.pending.as_ref();
+        while let Some(Pending::Observe { then } | Pending::Revert { then, .. }) = pending {
+            pending = Some(then);
+        }
+        match pending {
             Some(Pending::Gate {
                 gate: GateKind::Design,
                 ..

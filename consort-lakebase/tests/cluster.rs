@@ -1,0 +1,246 @@
+//! The embedded cluster's life cycle: start (also as root), reuse, stop, no orphans.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use consort_lakebase::procinfo;
+use consort_lakebase::{
+    BaseSpec, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
+};
+
+/// Waits up to `secs` for `cond`.
+fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[tokio::test]
+async fn starts_as_the_server_user_and_stop_leaves_no_process() {
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+        .await
+        .expect("start");
+    let pid = cluster.postmaster_pid();
+    let data = cluster.data_dir().display().to_string();
+    assert!(cluster.is_running());
+    assert!(cluster.is_owned());
+    let backends = procinfo::children_of(pid);
+    assert!(
+        !backends.is_empty(),
+        "a running postmaster has helper processes"
+    );
+    if nix::unistd::geteuid().is_root() {
+        let pg_uid = nix::unistd::User::from_name("postgres")
+            .expect("lookup")
+            .expect("postgres user")
+            .uid
+            .as_raw();
+        assert_eq!(uid_of(pid), Some(pg_uid), "the server must not run as root");
+    }
+    // The branch endpoint answers on loopback TCP, the admin socket exists.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", cluster.port())).is_ok());
+    assert!(
+        cluster
+            .socket_dir()
+            .join(format!(".s.PGSQL.{}", cluster.port()))
+            .exists()
+    );
+    let dir = cluster.dir().to_path_buf();
+    cluster.stop().expect("stop");
+    assert!(!procinfo::alive(pid), "postmaster gone");
+    assert!(
+        backends.iter().all(|b| !procinfo::alive(*b)),
+        "backends gone"
+    );
+    assert!(
+        procinfo::with_cmdline_containing(&data).is_empty(),
+        "no process mentions the data directory"
+    );
+    assert!(!dir.exists(), "a temporary cluster's directory is removed");
+    drop(cluster);
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_stops_the_server() {
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+        .await
+        .expect("start");
+    let pid = cluster.postmaster_pid();
+    let provider = EmbeddedProvider::new(cluster.clone())
+        .await
+        .expect("provider");
+    drop(cluster);
+    assert!(procinfo::alive(pid), "the provider still holds the cluster");
+    drop(provider);
+    assert!(eventually(10, || !procinfo::alive(pid)));
+}
+
+#[tokio::test]
+async fn a_running_cluster_is_reused_and_a_kept_one_survives_restart() {
+    let holder = tempfile::Builder::new()
+        .prefix("consort-reuse-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    // A 0700 directory of root: as root the server user cannot reach it, so the cluster must
+    // be placed elsewhere; as an ordinary user it is used as is.
+    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod 0700");
+    let requested = holder.path().join("pg");
+    let a = EmbeddedPostgres::start(EmbeddedConfig::at(&requested))
+        .await
+        .expect("start");
+    let b = EmbeddedPostgres::start(EmbeddedConfig::at(&requested))
+        .await
+        .expect("start again");
+    assert!(Arc::ptr_eq(&a, &b), "same directory, same running cluster");
+    assert_eq!(a.requested_dir(), Some(requested.as_path()));
+    if nix::unistd::geteuid().is_root() {
+        assert_ne!(a.dir(), requested.as_path());
+        assert!(a.dir().starts_with("/tmp"));
+        assert_eq!(
+            a.dir(),
+            consort_lakebase::embedded::fallback_dir(&requested).as_path()
+        );
+    }
+    let provider = EmbeddedProvider::new(a.clone()).await.expect("provider");
+    let spec = BaseSpec {
+        migrations: vec![consort_actors::Migration {
+            version: "0001".into(),
+            story_id: "S1".into(),
+            description: String::new(),
+            sql: "CREATE TABLE kept (id int)".into(),
+        }],
+        fixtures: vec![],
+    };
+    let base = provider.prepare_base(&spec).await.expect("base");
+    let first_pid = a.postmaster_pid();
+    let dir = a.dir().to_path_buf();
+    drop(provider);
+    drop(a);
+    drop(b);
+    assert!(eventually(10, || !procinfo::alive(first_pid)));
+    assert!(
+        dir.join("data").join("PG_VERSION").exists(),
+        "a kept cluster keeps its data"
+    );
+
+    let again = EmbeddedPostgres::start(EmbeddedConfig::at(&requested))
+        .await
+        .expect("restart");
+    assert_ne!(again.postmaster_pid(), first_pid);
+    let provider = EmbeddedProvider::new(again.clone())
+        .await
+        .expect("provider");
+    let name = format!("consort-reuse-{}", std::process::id());
+    provider
+        .create(&name, &base)
+        .await
+        .expect("the base built before the restart is still there");
+    provider.delete(&name).await.expect("delete");
+    let pid = again.postmaster_pid();
+    drop(provider);
+    drop(again);
+    assert!(eventually(10, || !procinfo::alive(pid)));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn missing_binaries_give_a_clear_error() {
+    let cfg = EmbeddedConfig {
+        bin_dir: Some(PathBuf::from("/nonexistent/pg/bin")),
+        ..EmbeddedConfig::temporary()
+    };
+    let err = EmbeddedPostgres::start(cfg).await.expect_err("no binaries");
+    assert!(matches!(err, consort_lakebase::Error::BinariesNotFound(_)));
+    assert!(err.to_string().contains("apt-get install postgresql"));
+}
+
+/// In a child process (see the next test) this holds a cluster until the process is killed;
+/// on its own it checks that a started cluster runs and is gone after `stop`.
+#[tokio::test]
+async fn hold_a_cluster() {
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+        .await
+        .expect("start");
+    assert!(cluster.is_running());
+    if std::env::var_os("CONSORT_HOLD_CLUSTER").is_some() {
+        println!(
+            "READY {} {}",
+            cluster.postmaster_pid(),
+            cluster.dir().display()
+        );
+        tokio::time::sleep(Duration::from_secs(600)).await;
+    }
+    let pid = cluster.postmaster_pid();
+    cluster.stop().expect("stop");
+    assert!(!procinfo::alive(pid));
+}
+
+#[test]
+fn a_killed_owner_leaves_no_server_behind() {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "hold_a_cluster",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CONSORT_HOLD_CLUSTER", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the holder");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            // libtest may print "test hold_a_cluster ... " before it on the same line.
+            if let Some((_, rest)) = line.split_once("READY ") {
+                let mut parts = rest.split_whitespace();
+                let pid = parts.next().and_then(|p| p.parse::<u32>().ok());
+                let dir = parts.next().map(PathBuf::from);
+                let _ = tx.send(pid.zip(dir));
+                return;
+            }
+        }
+        let _ = tx.send(None);
+    });
+    let ready = rx.recv_timeout(Duration::from_secs(120)).ok().flatten();
+    if ready.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (pid, dir) = ready.expect("the holder started a cluster");
+    assert!(procinfo::alive(pid));
+    child.kill().expect("SIGKILL the holder");
+    child.wait().expect("reap");
+    assert!(
+        eventually(20, || !procinfo::alive(pid)),
+        "the watchdog stops the server of a killed owner"
+    );
+    assert!(
+        eventually(10, || !dir.exists()),
+        "and removes its temporary directory"
+    );
+}

@@ -1,0 +1,82 @@
+//! Shared helpers of the integration tests: one embedded cluster per test binary.
+//!
+//! The cluster is started on first use and never dropped (statics are not); it is stopped
+//! when the test binary exits by the cluster's owner watchdog, which sees this process's
+//! lifeline pipe close. `tests/cluster.rs` proves that a killed owner leaves no server.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use consort_actors::Migration;
+use consort_lakebase::{BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider};
+use tokio::sync::OnceCell;
+
+static CLUSTER: OnceCell<Arc<EmbeddedCluster>> = OnceCell::const_new();
+
+/// The binary's shared cluster.
+pub async fn cluster() -> Arc<EmbeddedCluster> {
+    CLUSTER
+        .get_or_init(|| async {
+            EmbeddedPostgres::start(EmbeddedConfig::temporary())
+                .await
+                .expect("start the shared embedded cluster")
+        })
+        .await
+        .clone()
+}
+
+/// A provider on the shared cluster (providers hold connections bound to the test's runtime,
+/// so each test makes its own).
+pub async fn provider() -> Arc<EmbeddedProvider> {
+    Arc::new(
+        EmbeddedProvider::new(cluster().await)
+            .await
+            .expect("embedded provider"),
+    )
+}
+
+/// The same, as a trait object.
+pub async fn dyn_provider() -> Arc<dyn BranchProvider> {
+    provider().await
+}
+
+/// A migration.
+pub fn migration(version: &str, sql: &str) -> Migration {
+    Migration {
+        version: version.into(),
+        story_id: "S1".into(),
+        description: String::new(),
+        sql: sql.into(),
+    }
+}
+
+/// Writes files into a directory.
+pub fn write_tree(root: &Path, files: &[(&str, &str)]) {
+    for (rel, content) in files {
+        let p = root.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(&p, content).expect("write");
+    }
+}
+
+/// Runs a query as the branch's own user and returns the first column of every row.
+pub async fn query_strings(
+    info: &consort_lakebase::ConnectInfo,
+    sql: &str,
+) -> Result<Vec<String>, consort_lakebase::Error> {
+    let c = consort_lakebase::pgconn::connect(info).await?;
+    let rows = c
+        .simple_query(sql)
+        .await
+        .map_err(|e| consort_lakebase::Error::from_pg("query", &e))?;
+    Ok(rows
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .collect())
+}

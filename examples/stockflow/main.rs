@@ -1,0 +1,118 @@
+//! The StockFlow example: a small warehouse app built by the full ensemble with scripted agents,
+//! on the embedded PostgreSQL, with SQL migrations from the DBA and SQL tests run by psql.
+//!
+//! ```text
+//! cargo run --example stockflow                       # a fresh temporary project; asks at each gate on a terminal
+//! cargo run --example stockflow -- --approve-as ada   # approves every gate as "ada" (said in the output and the ledger)
+//! cargo run --example stockflow -- --dir ./sf         # in ./sf (created if missing), to inspect or resume afterwards
+//! cargo run --example stockflow -- --agents openai    # every role on an OpenAI-compatible server (see the README)
+//! ```
+//!
+//! Without a terminal and without `--approve-as`, it stops at the design gate with exit code 3
+//! and prints the exact `consort approve` command that continues it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, ValueEnum};
+use consort::project::{Project, RunOptions, approve_command};
+use consort::ui::{self, TerminalApprover};
+use consort::{ApproveAs, RunOutcome};
+
+#[derive(Parser, Debug)]
+#[command(name = "stockflow", about = "Run the StockFlow example ensemble")]
+struct Args {
+    /// The project directory (created if missing); default: a fresh temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Approve every gate as NAME.
+    #[arg(long, value_name = "NAME")]
+    approve_as: Option<String>,
+    /// Which agents play the roles.
+    #[arg(long, value_enum, default_value = "scripted")]
+    agents: Agents,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Agents {
+    /// The recorded StockFlow script (deterministic).
+    Scripted,
+    /// An OpenAI-compatible server for every role.
+    Openai,
+}
+
+fn main() {
+    let code = match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ui::EXIT_FAILURE
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run() -> Result<i32> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CONSORT_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let dir = match args.dir {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("consort-stockflow-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    if !dir.join(consort::config::CONFIG_FILE).exists() {
+        consort::init::init(&dir, Some(consort::init::Example::Stockflow), false)?;
+    }
+    println!("StockFlow project: {}", dir.display());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(drive(dir, args.approve_as, args.agents))
+}
+
+async fn drive(dir: PathBuf, approve_as: Option<String>, agents: Agents) -> Result<i32> {
+    let project = Project::open(&dir)?;
+    let (tx, printer) = ui::progress_printer();
+    let mut opts = RunOptions {
+        progress: Some(tx),
+        ..RunOptions::default()
+    };
+    if let Some(name) = approve_as {
+        println!("approving every gate as {name} (recorded in the ledger)");
+        opts.approver = Some(Arc::new(ApproveAs { name }));
+    } else if ui::is_terminal() {
+        let name = std::env::var("USER").unwrap_or_else(|_| "you".into());
+        opts.approver = Some(Arc::new(TerminalApprover { name }));
+    }
+    if let Agents::Openai = agents {
+        opts.agents_override = Some(consort::init::openai_from_env()?);
+    }
+    let ensemble = project.ensemble(opts).await?;
+    let result = ensemble.run().await;
+    let stats = ensemble.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
+    let report = result?;
+    ui::print_summary(&report, &stats, &dir);
+    match &report.outcome {
+        RunOutcome::AtGate { gate, hash } => {
+            println!("\nstopped at the {gate} gate. To approve it and continue:");
+            println!("  {}", approve_command(&dir, *gate, &hash.to_hex()));
+            println!("  cargo run --example stockflow -- --dir {}", dir.display());
+        }
+        RunOutcome::Done => println!(
+            "\ncheck it yourself:\n  consort verify --dir {}",
+            dir.display()
+        ),
+        _ => {}
+    }
+    Ok(ui::exit_code(&report.outcome))
+}

@@ -1,0 +1,488 @@
+//! `consort.toml`: the project's configuration.
+//!
+//! Every table refuses unknown keys, so a typo is an error that names the key and its line,
+//! never a silently ignored setting. Secrets are never written here: only the *names* of the
+//! environment variables that hold them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use consort_actors::{MachineConfig, PathPolicy, Role};
+use consort_agents::AgentConfig;
+use serde::{Deserialize, Serialize};
+
+/// The configuration file's name at the project root.
+pub const CONFIG_FILE: &str = "consort.toml";
+
+/// Why a configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, or a key is unknown, or a value has the wrong type.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (it names the key and the line).
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("{path}: `{key}`: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The offending key, dotted.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The whole `consort.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectConfig {
+    /// The feature request this project builds.
+    pub feature: FeatureConfig,
+    /// Work-tree layout.
+    #[serde(default)]
+    pub paths: PathsConfig,
+    /// The test runner.
+    #[serde(default)]
+    pub runner: RunnerConfig,
+    /// The branch provider.
+    #[serde(default)]
+    pub database: ProviderConfig,
+    /// The warm pool.
+    #[serde(default)]
+    pub pool: PoolSettings,
+    /// The agent backend per role.
+    pub agents: AgentsConfig,
+    /// Bounds and timeouts.
+    #[serde(default)]
+    pub bounds: BoundsConfig,
+}
+
+/// `[feature]`: the request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureConfig {
+    /// A stable id such as `F1-stock-visibility`.
+    pub id: String,
+    /// The request as markdown, relative to the project; its first `# ` line is the title.
+    pub request: PathBuf,
+}
+
+/// `[paths]`: which paths are tests and which are the harness.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathsConfig {
+    /// Test-path globs: the Navigator's alone, in RED only.
+    pub tests: Vec<String>,
+    /// Harness globs (runner configuration and scripts): no agent may change them. Consort's
+    /// own files are always harness.
+    #[serde(default)]
+    pub harness: Vec<String>,
+}
+
+impl Default for PathsConfig {
+    fn default() -> Self {
+        PathsConfig {
+            tests: vec!["tests/**".into()],
+            harness: Vec::new(),
+        }
+    }
+}
+
+/// `[runner]`: how tests run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum RunnerConfig {
+    /// Each SQL test file with `psql` on the branch.
+    Psql {
+        /// Code files loaded before the tests.
+        #[serde(default = "default_setup")]
+        setup: Vec<String>,
+        /// Test files.
+        #[serde(default = "default_sql_tests")]
+        tests: Vec<String>,
+        /// Time limit per file, in seconds.
+        #[serde(default = "default_runner_timeout")]
+        timeout_secs: u64,
+    },
+    /// The project's own test command.
+    Command {
+        /// The command, run with `sh -c` in the work tree.
+        command: String,
+        /// A JUnit XML report it writes, relative to the work tree.
+        #[serde(default)]
+        junit: Option<PathBuf>,
+        /// Read TAP from its standard output.
+        #[serde(default = "default_true")]
+        tap: bool,
+        /// A command that runs one test (`{test}` is replaced).
+        #[serde(default)]
+        single_test: Option<String>,
+        /// Time limit of the whole run, in seconds.
+        #[serde(default = "default_runner_timeout")]
+        timeout_secs: u64,
+        /// Extra environment variables passed through (besides PATH, HOME, LANG, …).
+        #[serde(default)]
+        pass_env: Vec<String>,
+    },
+}
+
+fn default_setup() -> Vec<String> {
+    vec!["src/**/*.sql".into()]
+}
+fn default_sql_tests() -> Vec<String> {
+    vec!["tests/**/*.sql".into()]
+}
+fn default_runner_timeout() -> u64 {
+    300
+}
+fn default_true() -> bool {
+    true
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig::Psql {
+            setup: default_setup(),
+            tests: default_sql_tests(),
+            timeout_secs: default_runner_timeout(),
+        }
+    }
+}
+
+/// `[pool]`: warm branches and concurrency.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    /// Warm branches kept ready.
+    #[serde(default = "default_pool")]
+    pub size: usize,
+    /// Verifications at once.
+    #[serde(default = "default_pool")]
+    pub max_concurrent: usize,
+    /// Keep the branch of a failed run for inspection (for an hour).
+    #[serde(default)]
+    pub keep_failed: bool,
+}
+
+fn default_pool() -> usize {
+    4
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            size: 4,
+            max_concurrent: 4,
+            keep_failed: false,
+        }
+    }
+}
+
+/// `[database]`: where branches come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "provider", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ProviderConfig {
+    /// A private PostgreSQL cluster started from the local server binaries (the default).
+    Embedded {
+        /// The cluster directory, relative to the project.
+        #[serde(default = "default_data_dir")]
+        data_dir: PathBuf,
+        /// The unprivileged user the server runs as when Consort runs as root.
+        #[serde(default = "default_run_as")]
+        run_as: String,
+    },
+    /// An existing PostgreSQL server; the URL comes from an environment variable.
+    Url {
+        /// The variable holding the URL (default `CONSORT_DATABASE_URL`).
+        #[serde(default = "default_url_env")]
+        url_env: String,
+    },
+    /// Lakebase Autoscaling: a branch per run from a source branch, over the REST API.
+    Lakebase {
+        /// The variable holding the workspace host (default `DATABRICKS_HOST`).
+        #[serde(default = "default_host_env")]
+        host_env: String,
+        /// The variable holding the bearer token (default `DATABRICKS_TOKEN`).
+        #[serde(default = "default_token_env")]
+        token_env: String,
+        /// The Lakebase project id.
+        project: String,
+        /// The branch new branches fork from.
+        #[serde(default = "default_source_branch")]
+        source_branch: String,
+        /// The Postgres user (default: the token's Databricks identity).
+        #[serde(default)]
+        user: Option<String>,
+        /// Time to live of each branch, in seconds.
+        #[serde(default = "default_ttl")]
+        ttl_secs: u64,
+    },
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from(".consort/pg")
+}
+fn default_run_as() -> String {
+    "postgres".into()
+}
+fn default_url_env() -> String {
+    "CONSORT_DATABASE_URL".into()
+}
+fn default_host_env() -> String {
+    "DATABRICKS_HOST".into()
+}
+fn default_token_env() -> String {
+    "DATABRICKS_TOKEN".into()
+}
+fn default_source_branch() -> String {
+    "production".into()
+}
+fn default_ttl() -> u64 {
+    3600
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        ProviderConfig::Embedded {
+            data_dir: default_data_dir(),
+            run_as: default_run_as(),
+        }
+    }
+}
+
+/// `[agents]`: the backend for every role, with per-role overrides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// The backend of every role without an override.
+    pub default: AgentConfig,
+    /// Per-role overrides, keyed by role name (`driver`, `navigator`, …).
+    #[serde(default)]
+    pub roles: BTreeMap<String, AgentConfig>,
+}
+
+impl AgentsConfig {
+    /// The backend configured for a role.
+    pub fn for_role(&self, role: Role) -> &AgentConfig {
+        self.roles.get(role.as_str()).unwrap_or(&self.default)
+    }
+}
+
+/// `[bounds]`: loop bounds and timeouts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundsConfig {
+    /// Architect revisions before escalating.
+    pub max_revisions: u32,
+    /// GREEN repair rounds before escalating.
+    pub max_repairs: u32,
+    /// Review change requests before escalating.
+    pub max_review_rounds: u32,
+    /// Refused answers an agent may retry per step.
+    pub max_agent_retries: u32,
+    /// Deadline of one agent step, in seconds.
+    pub step_timeout_secs: u64,
+    /// Deadline of one verification, in seconds.
+    pub verify_timeout_secs: u64,
+}
+
+impl Default for BoundsConfig {
+    fn default() -> Self {
+        BoundsConfig {
+            max_revisions: 2,
+            max_repairs: 3,
+            max_review_rounds: 2,
+            max_agent_retries: 2,
+            step_timeout_secs: 600,
+            verify_timeout_secs: 900,
+        }
+    }
+}
+
+impl ProjectConfig {
+    /// Reads and checks `<dir>/consort.toml`.
+    pub fn load(dir: &Path) -> Result<Self, ConfigError> {
+        let path = dir.join(CONFIG_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Self::parse(&text, &path)
+    }
+
+    /// Parses and checks configuration text (`path` is for messages).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let cfg: ProjectConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        cfg.check(path)?;
+        Ok(cfg)
+    }
+
+    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: key.into(),
+            message,
+        };
+        if self.feature.id.trim().is_empty() {
+            return Err(invalid("feature.id", "must not be empty".into()));
+        }
+        if self.paths.tests.is_empty() {
+            return Err(invalid(
+                "paths.tests",
+                "name at least one test-path glob".into(),
+            ));
+        }
+        self.path_policy()
+            .map_err(|e| invalid("paths", e.to_string()))?;
+        for name in self.agents.roles.keys() {
+            name.parse::<Role>()
+                .map_err(|e| invalid(&format!("agents.roles.{name}"), e.to_string()))?;
+        }
+        if self.pool.size > 64 {
+            return Err(invalid("pool.size", "at most 64".into()));
+        }
+        if self.pool.max_concurrent == 0 || self.pool.max_concurrent > 64 {
+            return Err(invalid("pool.max_concurrent", "between 1 and 64".into()));
+        }
+        let b = &self.bounds;
+        if b.max_repairs > 20
+            || b.max_review_rounds > 20
+            || b.max_revisions > 20
+            || b.max_agent_retries > 20
+        {
+            return Err(invalid("bounds", "loop bounds are at most 20".into()));
+        }
+        if b.step_timeout_secs == 0 || b.verify_timeout_secs == 0 {
+            return Err(invalid(
+                "bounds",
+                "timeouts must be at least 1 second".into(),
+            ));
+        }
+        match &self.runner {
+            RunnerConfig::Command { command, .. } if command.trim().is_empty() => {
+                return Err(invalid("runner.command", "must not be empty".into()));
+            }
+            RunnerConfig::Psql { tests, .. } if tests.is_empty() => {
+                return Err(invalid("runner.tests", "name at least one glob".into()));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The path policy from `[paths]` (the runner's configuration is part of the harness).
+    pub fn path_policy(&self) -> Result<PathPolicy, consort_actors::paths::GlobError> {
+        let mut harness = self.paths.harness.clone();
+        if let RunnerConfig::Command { junit: Some(j), .. } = &self.runner {
+            harness.push(j.display().to_string());
+        }
+        PathPolicy::new(&self.paths.tests, &harness)
+    }
+
+    /// The machine configuration from `[paths]` and `[bounds]`.
+    pub fn machine_config(&self) -> Result<MachineConfig, consort_actors::paths::GlobError> {
+        Ok(MachineConfig {
+            paths: self.path_policy()?,
+            max_revisions: self.bounds.max_revisions,
+            max_repairs: self.bounds.max_repairs,
+            max_review_rounds: self.bounds.max_review_rounds,
+            max_agent_retries: self.bounds.max_agent_retries,
+        })
+    }
+
+    /// The step deadline.
+    pub fn step_timeout(&self) -> Duration {
+        Duration::from_secs(self.bounds.step_timeout_secs)
+    }
+
+    /// The verification deadline.
+    pub fn verify_timeout(&self) -> Duration {
+        Duration::from_secs(self.bounds.verify_timeout_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[feature]
+id = "F1"
+request = "feature.md"
+
+[agents.default]
+backend = "script"
+path = ".consort/script.toml"
+"#;
+
+    #[test]
+    fn a_minimal_file_gets_the_defaults() {
+        let c = ProjectConfig::parse(MINIMAL, Path::new("consort.toml")).expect("parses");
+        assert_eq!(c.paths.tests, vec!["tests/**".to_string()]);
+        assert!(matches!(c.database, ProviderConfig::Embedded { .. }));
+        assert!(matches!(c.runner, RunnerConfig::Psql { .. }));
+        assert_eq!(c.bounds.max_repairs, 3);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let text = format!("{MINIMAL}\n[bounds]\nmax_repairz = 3\n");
+        let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
+        assert!(e.to_string().contains("max_repairz"), "{e}");
+        let text = MINIMAL.replace("[feature]", "[feature]\ncolour = \"red\"");
+        let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
+        assert!(e.to_string().contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let text = format!("{MINIMAL}\n[pool]\nmax_concurrent = 0\n");
+        let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
+        assert!(e.to_string().contains("pool.max_concurrent"), "{e}");
+        let text = format!("{MINIMAL}\n[database]\nprovider = \"embedded\"\nusr = \"x\"\n");
+        let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
+        assert!(e.to_string().contains("usr"), "{e}");
+        let text = format!("{MINIMAL}\n[agents.roles.drivr]\nbackend = \"script\"\npath = \"x\"\n");
+        let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
+        assert!(e.to_string().contains("drivr"), "{e}");
+        let text = format!("{MINIMAL}\n[database]\nprovider = \"oracle\"\n");
+        assert!(ProjectConfig::parse(&text, Path::new("consort.toml")).is_err());
+        let text = format!("{MINIMAL}\n[paths]\ntests = [\"tests/[x\"]\n");
+        assert!(ProjectConfig::parse(&text, Path::new("consort.toml")).is_err());
+    }
+
+    #[test]
+    fn providers_and_runners_parse() {
+        let text = format!(
+            "{MINIMAL}\n[database]\nprovider = \"lakebase\"\nproject = \"p\"\nuser = \"me@x\"\n\n[runner]\nkind = \"command\"\ncommand = \"cargo test\"\njunit = \"target/junit.xml\"\n"
+        );
+        let c = ProjectConfig::parse(&text, Path::new("consort.toml")).expect("parses");
+        assert!(
+            matches!(&c.database, ProviderConfig::Lakebase { project, token_env, .. } if project == "p" && token_env == "DATABRICKS_TOKEN")
+        );
+        assert!(
+            c.path_policy()
+                .expect("policy")
+                .is_harness("target/junit.xml")
+        );
+    }
+}

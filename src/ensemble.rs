@@ -1,0 +1,351 @@
+//! The [`Ensemble`]: eight supervised role actors, a supervised Lakebase actor and a conductor,
+//! wired together for one project.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use consort_actors::conductor::{
+    ConductorConfig, LakebaseEndpoint, RoleEndpoint, SupervisedLakebase, SupervisedRole,
+};
+use consort_actors::supervision::{ChildSpec, RestartPolicy, Supervised};
+use consort_actors::{
+    ActorId, Approver, Conductor, ConductorError, ConductorHandle, FeatureRequest, LakebaseMsg,
+    MachineConfig, Progress, Role, RoleMsg, RunReport, StopAtGates, Wiring,
+};
+use consort_agents::{Agent, RoleArgs, spawn_role_linked};
+use consort_lakebase::{
+    BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, LakebaseActor,
+    LakebaseArgs, PoolConfig, PoolStats, PoolStatsSnapshot, PsqlRunner, PsqlRunnerConfig,
+    TestRunner,
+};
+use tokio::sync::mpsc;
+
+/// Why an ensemble could not be built or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnsembleError {
+    /// No agent was given for a role.
+    #[error("no agent plays the {0} role")]
+    MissingAgent(Role),
+    /// The same actor would write code and review it.
+    #[error(
+        "the Driver and the Navigator are the same actor ({0}); the author never reviews its own code"
+    )]
+    ReviewerIsAuthor(String),
+    /// The database side failed to start.
+    #[error("database: {0}")]
+    Database(#[from] consort_lakebase::Error),
+    /// An actor could not be started.
+    #[error("could not start the {what} actor: {detail}")]
+    Spawn {
+        /// Which actor.
+        what: String,
+        /// Why.
+        detail: String,
+    },
+    /// The conductor failed.
+    #[error(transparent)]
+    Conductor(#[from] ConductorError),
+}
+
+/// Builds an [`Ensemble`]. Every setting has a default except the agents.
+pub struct EnsembleBuilder {
+    work_tree: PathBuf,
+    feature: Option<FeatureRequest>,
+    machine: MachineConfig,
+    agents: BTreeMap<Role, (Arc<dyn Agent>, String)>,
+    provider: Option<Arc<dyn BranchProvider>>,
+    runner: Option<Arc<dyn TestRunner>>,
+    approver: Arc<dyn Approver>,
+    pool: PoolConfig,
+    max_concurrent: usize,
+    step_timeout: Duration,
+    verify_timeout: Duration,
+    restart: RestartPolicy,
+    progress: Option<mpsc::UnboundedSender<Progress>>,
+    crash_after_appends: Option<usize>,
+}
+
+impl std::fmt::Debug for EnsembleBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnsembleBuilder")
+            .field("work_tree", &self.work_tree)
+            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EnsembleBuilder {
+    /// The feature request of a new run (a resumed run reads it from the ledger).
+    pub fn feature(mut self, feature: FeatureRequest) -> Self {
+        self.feature = Some(feature);
+        self
+    }
+
+    /// Bounds and path rules.
+    pub fn machine(mut self, machine: MachineConfig) -> Self {
+        self.machine = machine;
+        self
+    }
+
+    /// The agent that plays `role` — swapping in your own agent is this one line.
+    pub fn agent(self, role: Role, agent: impl Agent) -> Self {
+        self.agent_arc(role, Arc::new(agent))
+    }
+
+    /// The agent that plays `role`, shared.
+    pub fn agent_arc(mut self, role: Role, agent: Arc<dyn Agent>) -> Self {
+        self.agents.insert(role, (agent, role.as_str().to_string()));
+        self
+    }
+
+    /// The agent that plays `role`, under an explicit actor name (the author identity).
+    pub fn agent_named(
+        mut self,
+        role: Role,
+        name: impl Into<String>,
+        agent: Arc<dyn Agent>,
+    ) -> Self {
+        self.agents.insert(role, (agent, name.into()));
+        self
+    }
+
+    /// The branch provider (default: an embedded PostgreSQL cluster in `.consort/pg`).
+    pub fn provider(mut self, provider: Arc<dyn BranchProvider>) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// The test runner (default: the psql runner over `src/**/*.sql` and `tests/**/*.sql`).
+    pub fn runner(mut self, runner: Arc<dyn TestRunner>) -> Self {
+        self.runner = Some(runner);
+        self
+    }
+
+    /// Who decides gates while the run is live (default: nobody — the run stops at each gate).
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = approver;
+        self
+    }
+
+    /// The warm pool and how many verifications may run at once.
+    pub fn pool(mut self, pool: PoolConfig, max_concurrent: usize) -> Self {
+        self.pool = pool;
+        self.max_concurrent = max_concurrent.max(1);
+        self
+    }
+
+    /// Deadlines of an agent step and of a verification.
+    pub fn timeouts(mut self, step: Duration, verify: Duration) -> Self {
+        self.step_timeout = step;
+        self.verify_timeout = verify;
+        self
+    }
+
+    /// The restart intensity of every supervised actor (default: 3 in 60 s).
+    pub fn restart_policy(mut self, policy: RestartPolicy) -> Self {
+        self.restart = policy;
+        self
+    }
+
+    /// Where progress reports go.
+    pub fn progress(mut self, tx: mpsc::UnboundedSender<Progress>) -> Self {
+        self.progress = Some(tx);
+        self
+    }
+
+    /// Testing aid: the conductor stops abruptly after this many ledger appends.
+    #[doc(hidden)]
+    pub fn crash_after_appends(mut self, n: Option<usize>) -> Self {
+        self.crash_after_appends = n;
+        self
+    }
+
+    /// Starts the database side, the actors and the conductor.
+    pub async fn build(self) -> Result<Ensemble, EnsembleError> {
+        for role in Role::ALL {
+            if !self.agents.contains_key(&role) {
+                return Err(EnsembleError::MissingAgent(role));
+            }
+        }
+        if let (Some((_, d)), Some((_, n))) = (
+            self.agents.get(&Role::Driver),
+            self.agents.get(&Role::Navigator),
+        ) && d == n
+        {
+            return Err(EnsembleError::ReviewerIsAuthor(d.clone()));
+        }
+        let mut cluster = None;
+        let provider: Arc<dyn BranchProvider> = match self.provider {
+            Some(p) => p,
+            None => {
+                let c =
+                    EmbeddedPostgres::start(EmbeddedConfig::for_project(&self.work_tree)).await?;
+                cluster = Some(c.clone());
+                Arc::new(EmbeddedProvider::new(c).await?)
+            }
+        };
+        let runner: Arc<dyn TestRunner> = match self.runner {
+            Some(r) => r,
+            None => Arc::new(PsqlRunner::new(PsqlRunnerConfig::default())?),
+        };
+        let stats = Arc::new(PoolStats::default());
+        let mut args = LakebaseArgs::new(provider.clone(), runner);
+        args.pool = self.pool;
+        args.max_concurrent = self.max_concurrent;
+        args.stats = stats.clone();
+        let spec = ChildSpec::new("lakebase", move |sup| {
+            let args = args.clone();
+            async move {
+                LakebaseActor::spawn_linked(None, args, sup)
+                    .await
+                    .map(|(r, _)| r)
+            }
+        })
+        .with_policy(self.restart);
+        let lakebase =
+            Supervised::<LakebaseMsg>::start(spec)
+                .await
+                .map_err(|e| EnsembleError::Spawn {
+                    what: "lakebase".into(),
+                    detail: e.to_string(),
+                })?;
+
+        let mut roles: BTreeMap<Role, Arc<dyn RoleEndpoint>> = BTreeMap::new();
+        let mut role_handles = Vec::new();
+        for (role, (agent, name)) in self.agents {
+            let id = ActorId::new(role, name);
+            // Role rules are enforced in one place, the state machine; the actor checks only the kind.
+            let role_args = RoleArgs::new(id.clone(), agent)
+                .with_timeout(self.step_timeout)
+                .with_rule_check(false);
+            let spec = ChildSpec::new(role.as_str(), move |sup| {
+                let role_args = role_args.clone();
+                async move { spawn_role_linked(role_args, sup).await.map(|(r, _)| r) }
+            })
+            .with_policy(self.restart);
+            let handle =
+                Supervised::<RoleMsg>::start(spec)
+                    .await
+                    .map_err(|e| EnsembleError::Spawn {
+                        what: role.to_string(),
+                        detail: e.to_string(),
+                    })?;
+            role_handles.push(handle.clone());
+            roles.insert(role, Arc::new(SupervisedRole { id, handle }));
+        }
+
+        let mut config = ConductorConfig::new(&self.work_tree);
+        config.machine = self.machine;
+        config.step_timeout = self.step_timeout + Duration::from_secs(5);
+        config.verify_timeout = self.verify_timeout;
+        config.crash_after_appends = self.crash_after_appends;
+        let endpoint: Arc<dyn LakebaseEndpoint> = Arc::new(SupervisedLakebase {
+            handle: lakebase.clone(),
+        });
+        let wiring = Wiring {
+            config,
+            feature: self.feature,
+            roles,
+            lakebase: endpoint,
+            approver: self.approver,
+            progress: self.progress,
+        };
+        let conductor = match Conductor::start(wiring).await {
+            Ok(c) => c,
+            Err(e) => {
+                for h in &role_handles {
+                    h.shutdown().await;
+                }
+                lakebase.shutdown().await;
+                return Err(e.into());
+            }
+        };
+        Ok(Ensemble {
+            work_tree: self.work_tree,
+            conductor,
+            roles: role_handles,
+            lakebase,
+            stats,
+            provider,
+            cluster,
+        })
+    }
+}
+
+/// A running ensemble for one work tree.
+pub struct Ensemble {
+    work_tree: PathBuf,
+    conductor: ConductorHandle,
+    roles: Vec<Supervised<RoleMsg>>,
+    lakebase: Supervised<LakebaseMsg>,
+    stats: Arc<PoolStats>,
+    provider: Arc<dyn BranchProvider>,
+    cluster: Option<Arc<consort_lakebase::EmbeddedCluster>>,
+}
+
+impl std::fmt::Debug for Ensemble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ensemble")
+            .field("work_tree", &self.work_tree)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ensemble {
+    /// A builder for the project in `work_tree`.
+    pub fn builder(work_tree: impl Into<PathBuf>) -> EnsembleBuilder {
+        EnsembleBuilder {
+            work_tree: work_tree.into(),
+            feature: None,
+            machine: MachineConfig::default(),
+            agents: BTreeMap::new(),
+            provider: None,
+            runner: None,
+            approver: Arc::new(StopAtGates),
+            pool: PoolConfig::default(),
+            max_concurrent: 4,
+            step_timeout: Duration::from_secs(600),
+            verify_timeout: Duration::from_secs(900),
+            restart: RestartPolicy::default(),
+            progress: None,
+            crash_after_appends: None,
+        }
+    }
+
+    /// Drives the run until it is done, waits at a gate, halts or stops.
+    pub async fn run(&self) -> Result<RunReport, EnsembleError> {
+        Ok(self.conductor.run().await?)
+    }
+
+    /// The work tree.
+    pub fn work_tree(&self) -> &Path {
+        &self.work_tree
+    }
+
+    /// Branches created, dropped and live so far.
+    pub fn branch_stats(&self) -> PoolStatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// The branch provider in use.
+    pub fn provider(&self) -> &Arc<dyn BranchProvider> {
+        &self.provider
+    }
+
+    /// Stops the conductor and every actor; the pool drops its branches and sweeps orphans
+    /// (branches kept for inspection stay until their age limit); an embedded cluster stops
+    /// when nothing else uses it. Returns the final branch counters.
+    pub async fn shutdown(self) -> PoolStatsSnapshot {
+        self.conductor.stop();
+        for h in &self.roles {
+            h.shutdown().await;
+        }
+        // The Lakebase actor's shutdown drops the pool's branches and sweeps orphans.
+        self.lakebase.shutdown().await;
+        drop(self.cluster);
+        self.stats.snapshot()
+    }
+}

@@ -1,0 +1,291 @@
+//! `consort init` (a commented `consort.toml`, `.consort/`, optionally the StockFlow example),
+//! `consort doctor`, and the OpenAI-compatible backend from environment variables.
+
+use std::path::{Path, PathBuf};
+
+use consort_agents::{AgentConfig, OpenAiConfig};
+
+use crate::config::{CONFIG_FILE, ProjectConfig, ProviderConfig};
+
+/// Environment variable: the base URL of an OpenAI-compatible server (with `/v1`).
+pub const ENV_OPENAI_BASE_URL: &str = "CONSORT_OPENAI_BASE_URL";
+/// Environment variable: the model name.
+pub const ENV_OPENAI_MODEL: &str = "CONSORT_OPENAI_MODEL";
+/// Environment variable holding the API key (its *name* is what the config stores).
+pub const ENV_OPENAI_API_KEY: &str = "CONSORT_OPENAI_API_KEY";
+
+/// Examples `consort init` can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Example {
+    /// StockFlow: warehouse stock by SKU and location, on the psql runner.
+    Stockflow,
+}
+
+/// The StockFlow feature request.
+pub const STOCKFLOW_FEATURE: &str = include_str!("../examples/stockflow/data/feature.md");
+/// The StockFlow agent script (every role's answers).
+pub const STOCKFLOW_SCRIPT: &str = include_str!("../examples/stockflow/data/script.toml");
+/// The StockFlow feature id.
+pub const STOCKFLOW_FEATURE_ID: &str = "F1-warehouse-stock";
+
+/// Where `consort init --example stockflow` puts the script.
+pub const STOCKFLOW_SCRIPT_PATH: &str = ".consort/agents/stockflow.toml";
+
+/// A commented `consort.toml` for a feature request at `feature.md` and a scripted ensemble.
+pub fn config_template(feature_id: &str, script: &str) -> String {
+    format!(
+        r#"# Consort project configuration. Unknown keys are errors; secrets never go here,
+# only the names of the environment variables that hold them.
+
+[feature]
+id = "{feature_id}"            # a stable id for the feature
+request = "feature.md"          # the request, as markdown; its first '# ' line is the title
+
+[paths]
+tests = ["tests/**"]            # test paths: written by the Navigator, in RED only
+harness = []                    # runner configuration and scripts: no agent may change them
+
+[runner]
+kind = "psql"                   # "psql": each tests/*.sql file with psql on a fresh branch
+setup = ["src/**/*.sql"]        # code loaded into the branch before the tests
+tests = ["tests/**/*.sql"]
+timeout_secs = 60
+# kind = "command"              # or your own test command:
+# command = "cargo test"
+# junit = "target/junit.xml"    # per-test outcomes from JUnit XML (or tap = true)
+# single_test = "cargo test -- --exact {{test}}"
+
+[database]
+provider = "embedded"           # a private PostgreSQL cluster from the local server binaries
+data_dir = ".consort/pg"
+run_as = "postgres"             # the server's user when consort runs as root
+# provider = "url"              # an existing server: the URL is read from url_env
+# url_env = "CONSORT_DATABASE_URL"
+# provider = "lakebase"         # Lakebase Autoscaling over its REST API
+# project = "my-project"
+# source_branch = "production"
+# host_env = "DATABRICKS_HOST"
+# token_env = "DATABRICKS_TOKEN"
+# ttl_secs = 3600
+
+[pool]
+size = 4                        # warm branches kept ready
+max_concurrent = 4              # verifications at once
+keep_failed = false             # keep a failed run's branch for an hour, to inspect it
+
+[agents.default]                # the backend of every role without an override
+backend = "script"
+path = "{script}"
+
+# [agents.roles.driver]         # an OpenAI-compatible model for one role
+# backend = "openai"
+# base_url = "http://127.0.0.1:8000/v1"
+# model = "my-model"
+# api_key_env = "CONSORT_OPENAI_API_KEY"
+#
+# [agents.roles.navigator]      # or an external program, run in a scratch copy
+# backend = "command"
+# program = "./agents/navigator.sh"
+
+[bounds]
+max_revisions = 2               # architect revise verdicts before escalating
+max_repairs = 3                 # GREEN repair rounds before escalating
+max_review_rounds = 2           # review change requests before escalating
+max_agent_retries = 2           # refused answers an agent may retry per step
+step_timeout_secs = 600
+verify_timeout_secs = 900
+"#
+    )
+}
+
+/// Why `consort init` failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// The configuration exists and `--force` was not given.
+    #[error("{0} exists; pass --force to overwrite it")]
+    Exists(PathBuf),
+    /// A file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Writes `consort.toml` and `.consort/` (and an example's files) into `dir`; returns the files
+/// written.
+pub fn init(dir: &Path, example: Option<Example>, force: bool) -> Result<Vec<PathBuf>, InitError> {
+    let config = dir.join(CONFIG_FILE);
+    if config.exists() && !force {
+        return Err(InitError::Exists(config));
+    }
+    let mut written = Vec::new();
+    let mut write = |rel: &str, text: &str| -> Result<(), InitError> {
+        let path = dir.join(rel);
+        let io = |source| InitError::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        std::fs::write(&path, text).map_err(|source| InitError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
+        Ok(())
+    };
+    match example {
+        Some(Example::Stockflow) => {
+            write(
+                CONFIG_FILE,
+                &config_template(STOCKFLOW_FEATURE_ID, STOCKFLOW_SCRIPT_PATH),
+            )?;
+            write("feature.md", STOCKFLOW_FEATURE)?;
+            write(STOCKFLOW_SCRIPT_PATH, STOCKFLOW_SCRIPT)?;
+        }
+        None => {
+            write(
+                CONFIG_FILE,
+                &config_template("F1", ".consort/agents/script.toml"),
+            )?;
+            if !dir.join("feature.md").exists() {
+                write(
+                    "feature.md",
+                    "# My feature\n\nDescribe the need, the behaviours, the rules and the scope.\n",
+                )?;
+            }
+        }
+    }
+    write(".consort/.gitignore", "pg/\n*.lock\n")?;
+    Ok(written)
+}
+
+/// The OpenAI-compatible backend for every role, from `CONSORT_OPENAI_BASE_URL`,
+/// `CONSORT_OPENAI_MODEL` and the key in `CONSORT_OPENAI_API_KEY`.
+pub fn openai_from_env() -> Result<AgentConfig, crate::ProjectError> {
+    let base = std::env::var(ENV_OPENAI_BASE_URL)
+        .map_err(|_| crate::ProjectError::MissingEnv(ENV_OPENAI_BASE_URL.into()))?;
+    let model = std::env::var(ENV_OPENAI_MODEL)
+        .map_err(|_| crate::ProjectError::MissingEnv(ENV_OPENAI_MODEL.into()))?;
+    let mut cfg = OpenAiConfig::new(base, model);
+    cfg.api_key_env = Some(ENV_OPENAI_API_KEY.into());
+    Ok(AgentConfig::Openai(cfg))
+}
+
+/// `consort doctor`: checks the machine and the project; prints each check with a fix hint.
+/// Returns 0 when everything needed is in place, 1 otherwise.
+pub fn doctor(dir: &Path) -> i32 {
+    let mut failed = false;
+    let mut report = |ok: bool, what: &str, hint: &str| {
+        if ok {
+            println!("ok    {what}");
+        } else {
+            failed = true;
+            println!("FAIL  {what}\n      fix: {hint}");
+        }
+    };
+    let bins = consort_lakebase::pgbin::PgBinaries::find(None);
+    report(
+        bins.is_ok(),
+        &match &bins {
+            Ok(b) => format!("PostgreSQL server binaries ({})", b.bin_dir.display()),
+            Err(e) => format!("PostgreSQL server binaries: {e}"),
+        },
+        "apt-get install postgresql (Debian/Ubuntu), or put initdb/postgres on PATH",
+    );
+    let psql = consort_lakebase::pgbin::find_psql();
+    report(
+        psql.is_ok(),
+        "psql client",
+        "apt-get install postgresql-client",
+    );
+    let config = ProjectConfig::load(dir);
+    report(
+        config.is_ok(),
+        &match &config {
+            Ok(_) => format!("{} parses", dir.join(CONFIG_FILE).display()),
+            Err(e) => format!("configuration: {e}"),
+        },
+        "run `consort init` or fix the key named above",
+    );
+    let Ok(config) = config else { return 1 };
+    let feature = dir.join(&config.feature.request);
+    report(
+        feature.exists(),
+        &format!("feature request {}", feature.display()),
+        "write the feature request as markdown with a '# Title' line",
+    );
+    for role in consort_actors::Role::ALL {
+        match config.agents.for_role(role) {
+            AgentConfig::Script { path, paths } => {
+                let missing: Vec<PathBuf> = path
+                    .iter()
+                    .chain(paths)
+                    .map(|p| dir.join(p))
+                    .filter(|p| !p.exists())
+                    .collect();
+                report(
+                    missing.is_empty(),
+                    &format!("{role}: script {missing:?}"),
+                    "write the script or fix [agents] paths",
+                );
+            }
+            AgentConfig::Openai(c) => {
+                let key = c
+                    .api_key_env
+                    .as_deref()
+                    .is_none_or(|k| std::env::var(k).is_ok());
+                report(
+                    key,
+                    &format!(
+                        "{role}: OpenAI-compatible model {} at {}",
+                        c.model, c.base_url
+                    ),
+                    &format!(
+                        "export {}",
+                        c.api_key_env.as_deref().unwrap_or(ENV_OPENAI_API_KEY)
+                    ),
+                );
+            }
+            AgentConfig::Command(c) => {
+                let ok = !c.program.trim().is_empty();
+                report(
+                    ok,
+                    &format!("{role}: external command {}", c.program),
+                    "set `program`",
+                );
+            }
+        }
+    }
+    if let ProviderConfig::Lakebase {
+        host_env,
+        token_env,
+        ..
+    } = &config.database
+    {
+        report(
+            std::env::var(host_env).is_ok(),
+            &format!("Lakebase host in {host_env}"),
+            &format!("export {host_env}=https://<workspace>"),
+        );
+        report(
+            std::env::var(token_env).is_ok(),
+            &format!("Lakebase token in {token_env}"),
+            &format!("export {token_env}=<token>"),
+        );
+    }
+    if let ProviderConfig::Url { url_env } = &config.database {
+        report(
+            std::env::var(url_env).is_ok(),
+            &format!("database URL in {url_env}"),
+            &format!("export {url_env}=postgres://…"),
+        );
+    }
+    i32::from(failed)
+}

@@ -1,0 +1,415 @@
+//! A Consort project on disk: `consort.toml`, the feature request, `.consort/` (the ledger, the
+//! frozen design, the embedded cluster), and the work tree around them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use consort_actors::conductor::{DESIGN_FILE, replay_ledger};
+use consort_actors::ledger::DEFAULT_LEDGER_PATH;
+use consort_actors::{
+    Approver, FeatureRequest, GateKind, Machine, Phase, Progress, Role, RunStatus, State,
+    TestStatus,
+};
+use consort_agents::AgentConfig;
+use consort_lakebase::{
+    BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedConfig, EmbeddedPostgres,
+    EmbeddedProvider, PoolConfig, PostgresUrlProvider, PsqlRunner, PsqlRunnerConfig, Secret,
+    ServerOptions, TestRunner,
+};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::config::{ConfigError, ProjectConfig, ProviderConfig, RunnerConfig};
+use crate::ensemble::{Ensemble, EnsembleError};
+
+/// Why a project could not be opened or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProjectError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The feature request could not be read.
+    #[error("feature request {path}: {detail}")]
+    Feature {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        detail: String,
+    },
+    /// An agent backend could not be built.
+    #[error("agent for {role}: {source}")]
+    Agent {
+        /// The role.
+        role: Role,
+        /// Why.
+        #[source]
+        source: consort_agents::Error,
+    },
+    /// The database side failed.
+    #[error("database: {0}")]
+    Database(#[from] consort_lakebase::Error),
+    /// The Lakebase backend could not be configured.
+    #[error("lakebase: {0}")]
+    Lakebase(String),
+    /// A required environment variable is missing.
+    #[error("environment variable {0} is not set")]
+    MissingEnv(String),
+    /// The ensemble failed.
+    #[error(transparent)]
+    Ensemble(#[from] EnsembleError),
+    /// The ledger failed.
+    #[error(transparent)]
+    Conductor(#[from] consort_actors::ConductorError),
+}
+
+/// How to drive a project.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// Who decides gates while the run is live (default: nobody; the run stops at each gate).
+    pub approver: Option<Arc<dyn Approver>>,
+    /// Where progress reports go.
+    pub progress: Option<mpsc::UnboundedSender<Progress>>,
+    /// Use this backend for every role instead of the configured ones.
+    pub agents_override: Option<AgentConfig>,
+    /// Testing aid: the conductor stops abruptly after this many ledger appends.
+    pub crash_after_appends: Option<usize>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("agents_override", &self.agents_override)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A project directory with its configuration.
+#[derive(Debug, Clone)]
+pub struct Project {
+    /// The project (work tree) root.
+    pub dir: PathBuf,
+    /// Its `consort.toml`.
+    pub config: ProjectConfig,
+}
+
+impl Project {
+    /// Opens the project at `dir` (reads and checks `consort.toml`).
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Self, ProjectError> {
+        let dir = dir.into();
+        let config = ProjectConfig::load(&dir)?;
+        Ok(Project { dir, config })
+    }
+
+    /// The ledger file.
+    pub fn ledger_path(&self) -> PathBuf {
+        self.dir.join(DEFAULT_LEDGER_PATH)
+    }
+
+    /// The frozen design file.
+    pub fn design_path(&self) -> PathBuf {
+        self.dir.join(DESIGN_FILE)
+    }
+
+    /// The state machine with this project's bounds and path rules.
+    pub fn machine(&self) -> Result<Machine, ProjectError> {
+        let cfg = self
+            .config
+            .machine_config()
+            .map_err(|e| ConfigError::Invalid {
+                path: self.dir.join(crate::config::CONFIG_FILE),
+                key: "paths".into(),
+                message: e.to_string(),
+            })?;
+        Ok(Machine::new(cfg))
+    }
+
+    /// The run's state as the ledger records it (idle when there is no ledger yet).
+    pub fn state(&self) -> Result<State, ProjectError> {
+        if !self.ledger_path().exists() {
+            return Ok(State::default());
+        }
+        Ok(replay_ledger(&self.ledger_path(), &self.machine()?)?)
+    }
+
+    /// Reads the feature request: its first `# ` line is the title, the whole file the body.
+    pub fn feature(&self) -> Result<FeatureRequest, ProjectError> {
+        let path = self.dir.join(&self.config.feature.request);
+        let body = std::fs::read_to_string(&path).map_err(|e| ProjectError::Feature {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+        let title = body
+            .lines()
+            .find_map(|l| l.strip_prefix("# "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ProjectError::Feature {
+                path: path.clone(),
+                detail: "needs a `# Title` line".into(),
+            })?;
+        Ok(FeatureRequest {
+            id: self.config.feature.id.clone(),
+            title: title.to_string(),
+            body,
+        })
+    }
+
+    /// The branch provider the configuration names.
+    pub async fn provider(&self) -> Result<Arc<dyn BranchProvider>, ProjectError> {
+        Ok(match &self.config.database {
+            ProviderConfig::Embedded { data_dir, run_as } => {
+                let mut cfg = EmbeddedConfig::at(self.dir.join(data_dir));
+                cfg.run_as = run_as.clone();
+                let cluster = EmbeddedPostgres::start(cfg).await?;
+                Arc::new(EmbeddedProvider::new(cluster).await?)
+            }
+            ProviderConfig::Url { url_env } => {
+                let url = std::env::var(url_env)
+                    .map_err(|_| ProjectError::MissingEnv(url_env.clone()))?;
+                Arc::new(
+                    PostgresUrlProvider::connect(&Secret::new(url), ServerOptions::default())
+                        .await?,
+                )
+            }
+            ProviderConfig::Lakebase {
+                host_env,
+                token_env,
+                project,
+                source_branch,
+                user,
+                ttl_secs,
+            } => crate::lakebase_provider(
+                host_env,
+                token_env,
+                project,
+                source_branch,
+                user.as_deref(),
+                *ttl_secs,
+            )?,
+        })
+    }
+
+    /// The test runner the configuration names.
+    pub fn runner(&self) -> Result<Arc<dyn TestRunner>, ProjectError> {
+        Ok(match &self.config.runner {
+            RunnerConfig::Psql {
+                setup,
+                tests,
+                timeout_secs,
+            } => Arc::new(PsqlRunner::new(PsqlRunnerConfig {
+                setup_globs: setup.clone(),
+                test_globs: tests.clone(),
+                timeout_per_file: Duration::from_secs(*timeout_secs),
+                ..PsqlRunnerConfig::default()
+            })?),
+            RunnerConfig::Command {
+                command,
+                junit,
+                tap,
+                single_test,
+                timeout_secs,
+                pass_env,
+            } => {
+                let mut cfg = CommandRunnerConfig::new(command.clone());
+                cfg.junit_path = junit.clone();
+                cfg.tap = *tap;
+                cfg.single_test_command = single_test.clone();
+                cfg.timeout = Duration::from_secs(*timeout_secs);
+                cfg.env.allow.extend(pass_env.iter().cloned());
+                Arc::new(CommandRunner::new(cfg))
+            }
+        })
+    }
+
+    /// Builds the ensemble: provider, runner, one agent per role, approver.
+    pub async fn ensemble(&self, opts: RunOptions) -> Result<Ensemble, ProjectError> {
+        let mut builder = Ensemble::builder(&self.dir)
+            .machine(self.machine()?.config().clone())
+            .provider(self.provider().await?)
+            .runner(self.runner()?)
+            .pool(
+                PoolConfig {
+                    size: self.config.pool.size,
+                    keep_failed: self.config.pool.keep_failed,
+                    ..PoolConfig::default()
+                },
+                self.config.pool.max_concurrent,
+            )
+            .timeouts(self.config.step_timeout(), self.config.verify_timeout())
+            .crash_after_appends(opts.crash_after_appends);
+        if !self.ledger_path().exists()
+            || std::fs::metadata(self.ledger_path())
+                .map(|m| m.len())
+                .unwrap_or(0)
+                == 0
+        {
+            builder = builder.feature(self.feature()?);
+        }
+        for role in Role::ALL {
+            let cfg = opts
+                .agents_override
+                .as_ref()
+                .unwrap_or_else(|| self.config.agents.for_role(role));
+            let agent = cfg
+                .build(role, &self.dir)
+                .map_err(|source| ProjectError::Agent { role, source })?;
+            builder = builder.agent_arc(role, agent);
+        }
+        if let Some(a) = opts.approver {
+            builder = builder.approver(a);
+        }
+        if let Some(tx) = opts.progress {
+            builder = builder.progress(tx);
+        }
+        Ok(builder.build().await?)
+    }
+}
+
+/// The stable JSON shape of `consort status --json` (documented in the README).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusReport {
+    /// `idle`, `design`, `design-gate`, `build`, `deploy-gate`, `deploy`, `promote-gate`,
+    /// `promote`, `halted`, `done` or `stopped`.
+    pub phase: Phase,
+    /// The pending step, when one is pending (`red/T3`, `observe`, …).
+    pub step: Option<String>,
+    /// The current test in the build lane.
+    pub test: Option<TestPosition>,
+    /// The gate waiting for a decision.
+    pub pending_gate: Option<PendingGate>,
+    /// Why the run halted, when it did.
+    pub halted: Option<HaltInfo>,
+    /// The last receipt accepted.
+    pub last_receipt: Option<ReceiptSummary>,
+    /// Events in the ledger.
+    pub ledger_entries: usize,
+}
+
+/// Where the build lane is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TestPosition {
+    /// 1-based index.
+    pub index: usize,
+    /// Number of tests.
+    pub of: usize,
+    /// The entry id.
+    pub id: String,
+}
+
+/// A gate waiting for a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingGate {
+    /// Which gate.
+    pub gate: GateKind,
+    /// The hash to approve.
+    pub hash: String,
+}
+
+/// Why a run halted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HaltInfo {
+    /// `verdict` or `infrastructure`.
+    pub kind: String,
+    /// The typed reason, e.g. `repair-bound-spent` or `database-down`.
+    pub reason: String,
+    /// The step.
+    pub step: String,
+    /// Details.
+    pub detail: String,
+}
+
+/// A receipt, briefly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReceiptSummary {
+    /// The request it answered.
+    pub request: u64,
+    /// The branch it ran on.
+    pub branch: String,
+    /// Tests passed.
+    pub passed: usize,
+    /// Tests not passed.
+    pub failed: usize,
+    /// The command's exit code.
+    pub exit_code: Option<i32>,
+}
+
+/// The status of a state, as `consort status` reports it.
+pub fn status_of(state: &State, ledger_entries: usize) -> StatusReport {
+    let step = state.pending.as_ref().map(|p| match p {
+        consort_actors::Pending::Agent { step, .. } => step.to_string(),
+        consort_actors::Pending::Observe { .. } => "observe".into(),
+        consort_actors::Pending::Apply { step, .. } => format!("apply/{step}"),
+        consort_actors::Pending::Revert { .. } => "revert".into(),
+        consort_actors::Pending::Verify {
+            step: Some(step), ..
+        } => format!("verify/{step}"),
+        consort_actors::Pending::Verify { step: None, .. } => "verify/deploy".into(),
+        consort_actors::Pending::Gate { gate, .. } => format!("{gate}-gate"),
+        consort_actors::Pending::Promote { .. } => "promote".into(),
+    });
+    let test = state.test_list.as_ref().and_then(|l| {
+        (state.frozen.is_some() && state.build.current < l.entries.len()).then(|| TestPosition {
+            index: state.build.current + 1,
+            of: l.entries.len(),
+            id: l.entries[state.build.current].id.clone(),
+        })
+    });
+    let halted = match &state.status {
+        RunStatus::Halted { escalation, .. } => {
+            let (kind, reason) = match &escalation.reason {
+                consort_actors::EscalationReason::Verdict(v) => {
+                    ("verdict", serde_json::to_value(v))
+                }
+                consort_actors::EscalationReason::Infrastructure(f) => {
+                    ("infrastructure", serde_json::to_value(f))
+                }
+            };
+            Some(HaltInfo {
+                kind: kind.into(),
+                reason: reason
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                step: escalation.step.clone(),
+                detail: escalation.detail.clone(),
+            })
+        }
+        _ => None,
+    };
+    let last_receipt = state.last_receipt().map(|r| {
+        let passed = r
+            .outcomes
+            .iter()
+            .filter(|o| o.status == TestStatus::Passed)
+            .count();
+        ReceiptSummary {
+            request: r.request_id.0,
+            branch: r.branch_id.clone(),
+            passed,
+            failed: r.outcomes.len() - passed,
+            exit_code: r.exit.code,
+        }
+    });
+    StatusReport {
+        phase: state.phase(),
+        step,
+        test,
+        pending_gate: state.pending_gate().map(|(gate, hash)| PendingGate {
+            gate,
+            hash: hash.to_hex(),
+        }),
+        halted,
+        last_receipt,
+        ledger_entries,
+    }
+}
+
+/// The `consort approve` command line that continues a run waiting at a gate.
+pub fn approve_command(dir: &Path, gate: GateKind, hash: &str) -> String {
+    format!(
+        "consort approve {gate} --hash {hash} --by <your-name> --dir {}",
+        dir.display()
+    )
+}

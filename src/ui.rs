@@ -1,0 +1,213 @@
+//! What a person sees: progress lines or a spinner, gate prompts, the end-of-run summary, and
+//! the documented exit codes. Shared by the `consort` program and the StockFlow example.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::Utc;
+use consort_actors::gate::{Approver, BoxFuture, GateRequest};
+use consort_actors::{GateApproval, GateDecision, Progress, RunOutcome, RunReport, TestStatus};
+use consort_lakebase::PoolStatsSnapshot;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::mpsc;
+
+/// Exit code: the run is done.
+pub const EXIT_DONE: i32 = 0;
+/// Exit code: any other failure.
+pub const EXIT_FAILURE: i32 = 1;
+/// Exit code: usage or configuration error.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code: waiting at a gate.
+pub const EXIT_GATE: i32 = 3;
+/// Exit code: halted by an escalation (or stopped by a human).
+pub const EXIT_HALTED: i32 = 4;
+
+/// The exit code for a run outcome.
+pub fn exit_code(outcome: &RunOutcome) -> i32 {
+    match outcome {
+        RunOutcome::Done => EXIT_DONE,
+        RunOutcome::AtGate { .. } => EXIT_GATE,
+        RunOutcome::Halted { .. } | RunOutcome::Stopped => EXIT_HALTED,
+    }
+}
+
+/// Asks at the terminal for each gate, showing the summary and the hash.
+#[derive(Debug, Clone)]
+pub struct TerminalApprover {
+    /// Who is approving (recorded in the ledger).
+    pub name: String,
+}
+
+impl Approver for TerminalApprover {
+    fn decide<'a>(&'a self, request: &'a GateRequest) -> BoxFuture<'a, Option<GateApproval>> {
+        let request = request.clone();
+        let name = self.name.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                eprintln!(
+                    "\n── {} gate ──\n{}\nhash: {}",
+                    request.gate, request.summary, request.hash
+                );
+                eprint!("Approve as {name}? [y/N] ");
+                let _ = std::io::stderr().flush();
+                let mut line = String::new();
+                std::io::stdin().lock().read_line(&mut line).ok()?;
+                let yes = matches!(line.trim(), "y" | "Y" | "yes");
+                Some(GateApproval {
+                    gate: request.gate,
+                    hash: request.hash,
+                    approver: name,
+                    at: Utc::now(),
+                    decision: if yes {
+                        GateDecision::Approve
+                    } else {
+                        GateDecision::Reject {
+                            reason: "declined at the terminal".into(),
+                        }
+                    },
+                    note: String::new(),
+                })
+            })
+            .await
+            .ok()
+            .flatten()
+        })
+    }
+}
+
+/// Whether standard input and error are a terminal.
+pub fn is_terminal() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
+/// Starts printing progress: a spinner on a terminal, plain lines otherwise. Returns the sender
+/// to hand to the run and the task to await after it.
+pub fn progress_printer() -> (mpsc::UnboundedSender<Progress>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
+    let fancy = std::io::stderr().is_terminal();
+    let task = tokio::spawn(async move {
+        let bar = fancy.then(|| {
+            let b = ProgressBar::new_spinner();
+            b.set_style(
+                ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            b.enable_steady_tick(Duration::from_millis(120));
+            b
+        });
+        while let Some(p) = rx.recv().await {
+            let line = describe(&p);
+            match &bar {
+                Some(b) if matches!(p, Progress::Step { .. }) => b.set_message(line),
+                Some(b) => b.println(line),
+                None => eprintln!("{line}"),
+            }
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+    });
+    (tx, task)
+}
+
+fn describe(p: &Progress) -> String {
+    match p {
+        Progress::Phase { phase } => format!(
+            "phase: {}",
+            serde_json::to_value(phase)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        ),
+        Progress::Step {
+            step,
+            role,
+            test,
+            of,
+        } if *of > 0 && *test > 0 => format!("[test {test}/{of}] {role}: {step}"),
+        Progress::Step { step, role, .. } => format!("{role}: {step}"),
+        Progress::Receipt {
+            purpose,
+            passed,
+            failed,
+            branch,
+        } => {
+            format!("  run {purpose} on {branch}: {passed} passed, {failed} not passed")
+        }
+        Progress::Refused { violation } => format!("  refused: {violation}"),
+        Progress::GateWaiting { gate, hash } => {
+            format!("gate: {gate} waits for approval of {hash}")
+        }
+        Progress::Stopped { outcome } => format!("stopped: {outcome}"),
+    }
+}
+
+/// Prints the end-of-run summary: tests, receipts, branches, time per phase, the ledger.
+pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, dir: &Path) {
+    let s = &report.state;
+    let tests = s.test_list.as_ref().map_or(0, |l| l.entries.len());
+    let green: usize = s.test_list.as_ref().map_or(0, |l| {
+        l.entries
+            .iter()
+            .filter(|e| {
+                s.receipts.iter().any(|r| {
+                    r.exit.success() && r.status_of(e.runner_name()) == Some(TestStatus::Passed)
+                })
+            })
+            .count()
+    });
+    println!("\n── summary ──");
+    println!("outcome:   {}", outcome_line(&report.outcome));
+    println!(
+        "tests:     {green} of {tests} green ({} completed RED→GREEN→REFACTOR→REVIEW)",
+        s.build.completed
+    );
+    let failing = s.receipts.iter().filter(|r| !r.exit.success()).count();
+    println!(
+        "receipts:  {} verified runs ({} red, {} green)",
+        s.receipts.len(),
+        failing,
+        s.receipts.len() - failing
+    );
+    println!(
+        "branches:  {} created, {} dropped, {} live",
+        branches.created, branches.dropped, branches.live
+    );
+    let mut phases: Vec<_> = report.phase_times.iter().collect();
+    phases.sort_by_key(|(_, d)| std::cmp::Reverse(**d));
+    let times: Vec<String> = phases
+        .iter()
+        .map(|(p, d)| format!("{p} {:.2}s", d.as_secs_f64()))
+        .collect();
+    println!("time:      {}", times.join(", "));
+    println!(
+        "ledger:    {} ({} events this run)",
+        report.ledger_path.display(),
+        report.events_appended
+    );
+    println!("project:   {}", dir.display());
+}
+
+/// One line describing an outcome.
+pub fn outcome_line(outcome: &RunOutcome) -> String {
+    match outcome {
+        RunOutcome::Done => {
+            "done: every test green, every gate approved, migrations promoted".into()
+        }
+        RunOutcome::AtGate { gate, hash } => {
+            format!("waiting at the {gate} gate for approval of {hash}")
+        }
+        RunOutcome::Halted { escalation } => format!(
+            "halted at {} ({}): {}",
+            escalation.step,
+            if escalation.reason.is_verdict() {
+                "verdict"
+            } else {
+                "infrastructure fault"
+            },
+            escalation.detail
+        ),
+        RunOutcome::Stopped => "stopped by a human".into(),
+    }
+}
