@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use consort_actors::{ContentHash, Migration};
@@ -160,6 +161,7 @@ pub(crate) struct PgBrancher {
     base_lock: tokio::sync::Mutex<()>,
     secrets: Mutex<HashMap<String, Secret>>,
     is_super: bool,
+    busy_retries: AtomicU64,
 }
 
 impl fmt::Debug for PgBrancher {
@@ -269,6 +271,7 @@ impl PgBrancher {
             base_lock: tokio::sync::Mutex::new(()),
             secrets: Mutex::new(HashMap::new()),
             is_super,
+            busy_retries: AtomicU64::new(0),
         })
     }
 
@@ -278,6 +281,11 @@ impl PgBrancher {
 
     pub fn parent(&self) -> &str {
         &self.target.parent
+    }
+
+    /// How often a busy source database (55006) was retried.
+    pub fn busy_retries(&self) -> u64 {
+        self.busy_retries.load(Ordering::Relaxed)
     }
 
     fn admin_cfg(&self, db: &str) -> Config {
@@ -314,6 +322,7 @@ impl PgBrancher {
                         )));
                     }
                     debug!(what, "source database busy; retrying");
+                    self.busy_retries.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_millis(200));
                 }
@@ -488,8 +497,14 @@ impl PgBrancher {
         {
             let mut slot = self.admin.lock().await;
             let admin = self.admin_client(&mut slot).await?;
+            // A non-superuser administrator must be a member of the role to give it a database.
+            let membership = if self.is_super {
+                String::new()
+            } else {
+                format!(" GRANT {q} TO CURRENT_USER;")
+            };
             let create_role = format!(
-                "BEGIN; CREATE ROLE {q} LOGIN PASSWORD {} IN ROLE {}; COMMENT ON ROLE {q} IS {}; COMMIT",
+                "BEGIN; CREATE ROLE {q} LOGIN PASSWORD {} IN ROLE {}; COMMENT ON ROLE {q} IS {};{membership} COMMIT",
                 quote_literal(&verifier),
                 quote_ident(&self.opts.owner_role),
                 quote_literal(&meta.text())
@@ -904,4 +919,138 @@ async fn drop_db(admin: &Client, db: &str) -> Result<()> {
         ))
         .await
         .map_err(|e| Error::from_pg(format!("dropping database {db}"), &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::{EmbeddedConfig, EmbeddedPostgres};
+    use crate::names::BranchNamer;
+    use crate::pgconn::config_of;
+
+    async fn brancher() -> (std::sync::Arc<crate::EmbeddedCluster>, PgBrancher) {
+        let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+            .await
+            .expect("cluster");
+        let target = ServerTarget {
+            kind: "embedded",
+            admin: config_of(&cluster.admin_info("postgres")),
+            admin_ssl: SslMode::Disable,
+            parent: "consort".into(),
+            branch_host: "127.0.0.1".into(),
+            branch_port: cluster.port(),
+            branch_ssl: SslMode::Disable,
+            manage_parent: true,
+        };
+        let b = PgBrancher::init(target, ServerOptions::default())
+            .await
+            .expect("init");
+        (cluster, b)
+    }
+
+    #[tokio::test]
+    async fn a_session_on_the_parent_is_waited_out() {
+        let (cluster, b) = brancher().await;
+        // Someone sits on the parent: copying it fails with 55006 until they leave.
+        let holder = crate::pgconn::connect(&cluster.admin_info("consort"))
+            .await
+            .expect("hold the parent");
+        let spec = BaseSpec {
+            migrations: vec![Migration {
+                version: "0001".into(),
+                story_id: "S1".into(),
+                description: String::new(),
+                sql: "CREATE TABLE t (x int)".into(),
+            }],
+            fixtures: vec![],
+        };
+        let release = async {
+            while b.busy_retries() == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            drop(holder);
+        };
+        let (base, ()) = tokio::join!(b.prepare_base(&spec), release);
+        let base = base.expect("the base is built once the parent is free");
+        assert!(b.busy_retries() > 0);
+        let branch = b
+            .create(&BranchNamer::new().next_name(), &base)
+            .await
+            .expect("branch");
+        b.delete(&branch.name).await.expect("delete");
+    }
+
+    #[tokio::test]
+    async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
+        let (cluster, b) = brancher().await;
+        let base = b.prepare_base(&BaseSpec::default()).await.expect("base");
+        let namer = BranchNamer::new();
+        let mine = b.create(&namer.next_name(), &base).await.expect("mine");
+        let dead = b.create(&namer.next_name(), &base).await.expect("dead");
+        let kept = b.create(&namer.next_name(), &base).await.expect("kept");
+        let expired = b.create(&namer.next_name(), &base).await.expect("expired");
+        // Give `dead` the marker of a process that has exited.
+        let mut gone = std::process::Command::new("true").spawn().expect("spawn");
+        let gone_pid = gone.id();
+        gone.wait().expect("reap");
+        let admin = crate::pgconn::connect(&cluster.admin_info("postgres"))
+            .await
+            .expect("admin");
+        let mut meta = db_meta(&admin, &dead.id)
+            .await
+            .expect("meta")
+            .expect("marked");
+        meta.pid = gone_pid;
+        comment_db(&admin, &dead.id, &meta.text())
+            .await
+            .expect("re-mark");
+        // `kept` is kept for an hour, `expired` was kept until a minute ago.
+        b.keep_for_inspection(&kept, SystemTime::now() + Duration::from_secs(3600))
+            .await
+            .expect("keep");
+        b.keep_for_inspection(&expired, SystemTime::now() - Duration::from_secs(60))
+            .await
+            .expect("keep");
+        // A database with the prefix that Consort did not make is never touched.
+        admin
+            .batch_execute("CREATE DATABASE consort_foreign_1")
+            .await
+            .expect("foreign db");
+        let swept = b.sweep_orphans().await.expect("sweep");
+        assert_eq!(swept, 2);
+        let left: Vec<String> = b
+            .list(BRANCH_PREFIX)
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|x| x.name)
+            .collect();
+        assert_eq!(left, vec![mine.name.clone(), kept.name.clone()]);
+        assert!(
+            db_exists(&admin, "consort_foreign_1")
+                .await
+                .expect("exists")
+        );
+        assert!(matches!(
+            b.delete("consort-foreign-1").await,
+            Err(Error::PermissionDenied(_))
+        ));
+        // sweep(older_than = 0) removes every Consort branch, still nothing foreign.
+        assert_eq!(b.sweep(Duration::ZERO).await.expect("sweep all"), 2);
+        assert!(b.list(BRANCH_PREFIX).await.expect("list").is_empty());
+        assert!(
+            db_exists(&admin, "consort_foreign_1")
+                .await
+                .expect("exists")
+        );
+        let roles: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'consort\\_%'",
+                &[],
+            )
+            .await
+            .expect("roles")
+            .get(0);
+        assert_eq!(roles, 0, "branch roles are dropped with their branches");
+    }
 }

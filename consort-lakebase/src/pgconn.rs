@@ -37,7 +37,7 @@ pub async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Client> {
             let (client, conn) = cfg
                 .connect(NoTls)
                 .await
-                .map_err(|e| Error::Connect(format!("{target}: {e}")))?;
+                .map_err(|e| connect_error(&target, &e))?;
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
                     debug!(error = %e, "postgres connection ended");
@@ -53,7 +53,7 @@ pub async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Client> {
             let (client, conn) = cfg
                 .connect(tls)
                 .await
-                .map_err(|e| Error::Connect(format!("{target}: {e}")))?;
+                .map_err(|e| connect_error(&target, &e))?;
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
                     debug!(error = %e, "postgres connection ended");
@@ -61,6 +61,18 @@ pub async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Client> {
             });
             Ok(client)
         }
+    }
+}
+
+/// A connection failure with the server's message when it sent one (never the password).
+fn connect_error(target: &str, e: &tokio_postgres::Error) -> Error {
+    match e.as_db_error() {
+        Some(db) => Error::Connect(format!(
+            "{target}: {} (SQLSTATE {})",
+            db.message(),
+            db.code().code()
+        )),
+        None => Error::Connect(format!("{target}: {e}")),
     }
 }
 

@@ -185,6 +185,8 @@ impl BranchProvider for PostgresUrlProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embedded::{EmbeddedConfig, EmbeddedPostgres};
+    use crate::names::BranchNamer;
 
     #[test]
     fn passwords_are_scrubbed_from_texts() {
@@ -194,5 +196,104 @@ mod tests {
             "failed for app:***@db"
         );
         assert_eq!(scrub("nothing here", url), "nothing here");
+    }
+
+    #[tokio::test]
+    async fn branches_inside_an_existing_server_without_touching_foreign_databases() {
+        let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+            .await
+            .expect("cluster");
+        let admin = crate::pgconn::connect(&cluster.admin_info("postgres"))
+            .await
+            .expect("admin");
+        // An application role (not a superuser) that owns the parent, as on a shared server.
+        for sql in [
+            "CREATE ROLE appuser LOGIN CREATEDB CREATEROLE PASSWORD 'app-Secret-42'",
+            "CREATE DATABASE app OWNER appuser",
+            "CREATE DATABASE consort_not_ours_1",
+        ] {
+            admin.batch_execute(sql).await.expect("setup");
+        }
+        let url = Secret::new(format!(
+            "postgresql://appuser:app-Secret-42@127.0.0.1:{}/app?sslmode=disable",
+            cluster.port()
+        ));
+        let p = PostgresUrlProvider::connect(&url, ServerOptions::default())
+            .await
+            .expect("connect");
+        assert_eq!(p.parent_database(), "app");
+        assert_eq!(p.kind(), "postgres-url");
+        assert!(!format!("{p:?}").contains("app-Secret-42"));
+
+        let migrations = vec![Migration {
+            version: "0001_notes".into(),
+            story_id: "S1".into(),
+            description: String::new(),
+            sql: "CREATE TABLE notes (id int PRIMARY KEY, body text)".into(),
+        }];
+        let base = p
+            .prepare_base(&BaseSpec {
+                migrations: migrations.clone(),
+                fixtures: vec!["INSERT INTO notes VALUES (1, 'fixture')".into()],
+            })
+            .await
+            .expect("base");
+        let namer = BranchNamer::new();
+        let a = p.create(&namer.next_name(), &base).await.expect("a");
+        let b = p.create(&namer.next_name(), &base).await.expect("b");
+        let ia = p.connect_info(&a).await.expect("info");
+        let ca = crate::pgconn::connect(&ia).await.expect("connect a");
+        ca.batch_execute("INSERT INTO notes VALUES (2, 'in a')")
+            .await
+            .expect("write a");
+        let cb = crate::pgconn::connect(&p.connect_info(&b).await.expect("info"))
+            .await
+            .expect("connect b");
+        let n: i64 = cb
+            .query_one("SELECT count(*) FROM notes", &[])
+            .await
+            .expect("count")
+            .get(0);
+        assert_eq!(n, 1, "b has the fixture row only");
+        drop((ca, cb));
+
+        // Foreign databases with the prefix are neither deleted nor swept.
+        assert!(matches!(
+            p.delete("consort-not-ours-1").await,
+            Err(Error::PermissionDenied(_))
+        ));
+        assert_eq!(p.sweep(Duration::ZERO).await.expect("sweep"), 2);
+        let still: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_database WHERE datname IN ('consort_not_ours_1', 'app')",
+                &[],
+            )
+            .await
+            .expect("count")
+            .get(0);
+        assert_eq!(still, 2);
+
+        // Promote reaches the URL's database.
+        let out = p.promote(&migrations).await.expect("promote");
+        assert_eq!(out.target, "app");
+        assert!(out.verified);
+
+        // A wrong password: a clear error without the password.
+        let bad = Secret::new(format!(
+            "postgresql://appuser:wrong-Pass-77@127.0.0.1:{}/app",
+            cluster.port()
+        ));
+        let err = PostgresUrlProvider::connect(&bad, ServerOptions::default())
+            .await
+            .expect_err("bad password");
+        assert!(matches!(err, Error::Connect(_)), "{err}");
+        assert!(!err.to_string().contains("wrong-Pass-77"), "{err}");
+        let err = PostgresUrlProvider::connect(
+            &Secret::new("postgresql://u:pw-Zz9@[bad"),
+            ServerOptions::default(),
+        )
+        .await
+        .expect_err("bad url");
+        assert!(!err.to_string().contains("pw-Zz9"), "{err}");
     }
 }

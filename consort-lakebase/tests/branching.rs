@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{migration, provider, query_strings};
 use consort_lakebase::{BaseSpec, BranchProvider, Error, migrate, names::BranchNamer};
 
@@ -35,7 +33,9 @@ async fn a_row_written_in_one_branch_is_absent_from_another_and_from_the_parent(
         .await
         .expect("insert in a");
     assert_eq!(
-        query_strings(&ia, "SELECT name FROM items").await.expect("read a"),
+        query_strings(&ia, "SELECT name FROM items")
+            .await
+            .expect("read a"),
         vec!["only in a".to_string()]
     );
     assert!(
@@ -48,7 +48,9 @@ async fn a_row_written_in_one_branch_is_absent_from_another_and_from_the_parent(
     // The parent has no items table at all (the migration lives only in the base).
     let mut parent = ib.clone();
     parent.database = p.parent_database().to_string();
-    let err = query_strings(&parent, "SELECT 1").await.expect_err("b's role may not connect to the parent");
+    let err = query_strings(&parent, "SELECT 1")
+        .await
+        .expect_err("b's role may not connect to the parent");
     assert!(err.to_string().contains("permission denied"), "{err}");
     let mut other = ia.clone();
     other.database = ib.database.clone();
@@ -80,56 +82,39 @@ async fn the_golden_template_refuses_connections_and_create_still_works() {
         .await
         .expect_err("nobody connects to the template");
     assert!(
-        err.to_string().contains("not currently accepting connections")
+        err.to_string()
+            .contains("not currently accepting connections")
             || err.to_string().contains("permission denied"),
         "{err}"
     );
     // The attempt left nothing connected: branching keeps working.
-    let second = p.create(&namer.next_name(), &base).await.expect("create again");
+    let second = p
+        .create(&namer.next_name(), &base)
+        .await
+        .expect("create again");
     p.delete(&branch.name).await.expect("delete");
     p.delete(&second.name).await.expect("delete");
-}
-
-#[tokio::test]
-async fn a_busy_parent_is_retried_until_it_is_free() {
-    // A session on the parent blocks copying it (SQLSTATE 55006); the provider retries.
-    let p = provider().await;
-    let cluster = common::cluster().await;
-    let holder = consort_lakebase::EmbeddedProvider::new(cluster)
-        .await
-        .expect("second provider");
-    let spec = spec(vec![migration(
-        &format!("0001_busy_{}", consort_lakebase::names::random_tag(6)),
-        "CREATE TABLE busy (x int)",
-    )]);
-    // Promote holds a session on the parent only briefly; hold one ourselves by promoting
-    // a slow migration from another task while the base is prepared.
-    let slow = vec![migration(
-        &format!("0000_sleep_{}", consort_lakebase::names::random_tag(6)),
-        "SELECT pg_sleep(0.5)",
-    )];
-    let promote = tokio::spawn(async move { holder.promote(&slow).await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let base = p.prepare_base(&spec).await.expect("base despite a busy parent");
-    let outcome = promote.await.expect("join").expect("promote");
-    assert!(outcome.verified);
-    let b = p
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("branch");
-    p.delete(&b.name).await.expect("delete");
 }
 
 #[tokio::test]
 async fn names_without_the_prefix_or_with_bad_characters_are_refused() {
     let p = provider().await;
     let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
-    for bad in ["postgres", "consort", "Consort-x", "consort_x", "consort-a b"] {
+    for bad in [
+        "postgres",
+        "consort",
+        "Consort-x",
+        "consort_x",
+        "consort-a b",
+    ] {
         assert!(
             matches!(p.create(bad, &base).await, Err(Error::InvalidName(_))),
             "{bad}"
         );
-        assert!(matches!(p.delete(bad).await, Err(Error::InvalidName(_))), "{bad}");
+        assert!(
+            matches!(p.delete(bad).await, Err(Error::InvalidName(_))),
+            "{bad}"
+        );
     }
     let name = BranchNamer::new().next_name();
     let b = p.create(&name, &base).await.expect("create");
@@ -141,7 +126,7 @@ async fn names_without_the_prefix_or_with_bad_characters_are_refused() {
 }
 
 #[tokio::test]
-async fn list_reset_and_sweep_see_only_consort_branches() {
+async fn list_and_reset_work_on_this_runs_branches() {
     let p = provider().await;
     let base = p
         .prepare_base(&spec(vec![migration("0001_r", "CREATE TABLE r (x int)")]))
@@ -160,17 +145,19 @@ async fn list_reset_and_sweep_see_only_consort_branches() {
         .collect();
     assert_eq!(listed, vec![a.name.clone(), b.name.clone()]);
     let info = p.connect_info(&a).await.expect("info");
-    query_strings(&info, "INSERT INTO r VALUES (1)").await.expect("write");
+    query_strings(&info, "INSERT INTO r VALUES (1)")
+        .await
+        .expect("write");
     let a2 = p.reset(&a).await.expect("reset");
     assert_eq!(a2.name, a.name);
     let info = p.connect_info(&a2).await.expect("info");
     assert!(
-        query_strings(&info, "SELECT x FROM r").await.expect("read").is_empty(),
+        query_strings(&info, "SELECT x FROM r")
+            .await
+            .expect("read")
+            .is_empty(),
         "reset brings the branch back to its base"
     );
-    // A database that merely looks like ours is never touched.
-    let cluster = common::cluster().await;
-    let _ = cluster; // the admin connection stays inside the provider: create it via a branch role
     p.delete(&a2.name).await.expect("delete");
     p.delete(&b.name).await.expect("delete");
     assert!(p.list(&prefix).await.expect("list").is_empty());
@@ -180,7 +167,10 @@ async fn list_reset_and_sweep_see_only_consort_branches() {
 async fn migrations_apply_in_order_once_and_a_changed_checksum_is_refused() {
     let p = provider().await;
     let m1 = migration("0001_stock", "CREATE TABLE stock (sku text PRIMARY KEY)");
-    let m2 = migration("0002_qty", "ALTER TABLE stock ADD COLUMN qty int NOT NULL DEFAULT 0");
+    let m2 = migration(
+        "0002_qty",
+        "ALTER TABLE stock ADD COLUMN qty int NOT NULL DEFAULT 0",
+    );
     let base = p
         .prepare_base(&spec(vec![m1.clone(), m2.clone()]))
         .await
@@ -205,7 +195,9 @@ async fn migrations_apply_in_order_once_and_a_changed_checksum_is_refused() {
     );
     // Apply again on the branch itself (as its owner): nothing new; a changed migration with
     // the same version is a typed error and nothing of it is applied.
-    let mut client = consort_lakebase::pgconn::connect(&info).await.expect("connect");
+    let mut client = consort_lakebase::pgconn::connect(&info)
+        .await
+        .expect("connect");
     let again = migrate::apply(&mut client, &[m1.clone(), m2.clone()])
         .await
         .expect("reapply");
@@ -249,17 +241,19 @@ async fn a_failing_migration_fails_the_base_and_leaves_nothing_behind() {
         ]))
         .await
         .expect_err("bad migration");
-    assert!(matches!(&err, Error::Migration { version, .. } if version == "0002_bad"), "{err}");
+    assert!(
+        matches!(&err, Error::Migration { version, .. } if version == "0002_bad"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
     // A private cluster: promote changes the parent, which other tests copy from.
-    let cluster = consort_lakebase::EmbeddedPostgres::start(
-        consort_lakebase::EmbeddedConfig::temporary(),
-    )
-    .await
-    .expect("cluster");
+    let cluster =
+        consort_lakebase::EmbeddedPostgres::start(consort_lakebase::EmbeddedConfig::temporary())
+            .await
+            .expect("cluster");
     let p = consort_lakebase::EmbeddedProvider::new(cluster)
         .await
         .expect("provider");
@@ -269,7 +263,10 @@ async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
     assert_eq!(first.target, "consort");
     assert_eq!(first.applied, vec!["0001_loc"]);
     assert!(first.verified && first.failure.is_none());
-    let second = p.promote(&[m1.clone(), m2.clone()]).await.expect("promote 2");
+    let second = p
+        .promote(&[m1.clone(), m2.clone()])
+        .await
+        .expect("promote 2");
     assert_eq!(second.applied, vec!["0002_seed"]);
     assert_eq!(second.already_applied, vec!["0001_loc"]);
     assert!(second.verified);
@@ -282,7 +279,9 @@ async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
         .expect("branch");
     let info = p.connect_info(&b).await.expect("info");
     assert_eq!(
-        query_strings(&info, "SELECT count(*) FROM locations").await.expect("count"),
+        query_strings(&info, "SELECT count(*) FROM locations")
+            .await
+            .expect("count"),
         vec!["2".to_string()]
     );
     // A changed migration is refused on the parent: verified false, reason given, nothing applied.
@@ -291,7 +290,10 @@ async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
     assert!(!third.verified);
     assert!(third.applied.is_empty());
     assert!(
-        third.failure.as_deref().is_some_and(|f| f.contains("checksum")),
+        third
+            .failure
+            .as_deref()
+            .is_some_and(|f| f.contains("checksum")),
         "{:?}",
         third.failure
     );

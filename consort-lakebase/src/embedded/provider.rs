@@ -57,6 +57,11 @@ impl EmbeddedProvider {
     pub fn parent_database(&self) -> &str {
         self.inner.parent()
     }
+
+    /// How often a busy source database (SQLSTATE 55006) was retried so far.
+    pub fn busy_retries(&self) -> u64 {
+        self.inner.busy_retries()
+    }
 }
 
 impl BranchProvider for EmbeddedProvider {

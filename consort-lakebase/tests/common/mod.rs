@@ -9,7 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use consort_actors::Migration;
-use consort_lakebase::{BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider};
+use consort_lakebase::{
+    BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
+};
 use tokio::sync::OnceCell;
 
 static CLUSTER: OnceCell<Arc<EmbeddedCluster>> = OnceCell::const_new();
