@@ -387,9 +387,18 @@ impl PgBrancher {
             .await;
         match renamed {
             Ok(()) => {}
-            Err(e) if e.sqlstate() == Some("42P04") => {
-                // Another process built the same base first: use theirs.
+            Err(e) if matches!(e.sqlstate(), Some("42P04" | "23505")) => {
+                // Another provider built the same base first: use theirs once it is sealed.
                 let _ = drop_db(admin, &tmp).await;
+                let deadline = Instant::now() + self.opts.busy_timeout;
+                while !is_template(admin, &name).await? {
+                    if Instant::now() >= deadline {
+                        return Err(Error::TemplateBusy(format!(
+                            "base {name} was built elsewhere but never sealed"
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 return Ok(base);
             }
             Err(e) => {

@@ -16,6 +16,10 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
     if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
         return None;
     }
+    // Field 52 (exit code) is non-zero once the process is exiting.
+    if fields.get(49).is_some_and(|c| *c != "0") {
+        return None;
+    }
     fields.get(19)?.parse().ok()
 }
 
@@ -67,6 +71,31 @@ pub fn children_of(ppid: u32) -> Vec<u32> {
                     let state = *f.first()?;
                     let parent: u32 = f.get(1)?.parse().ok()?;
                     Some(parent == ppid && state != "Z" && state != "X")
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// The pids of live (non-zombie) processes in process group `pgid`.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = s.rsplit_once(')')?.1.to_string();
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    // fields 3 (state), 4 (ppid), 5 (pgrp); field 52 (exit code) is set
+                    // once the process is already dying.
+                    let state = *f.first()?;
+                    let pgrp: u32 = f.get(2)?.parse().ok()?;
+                    let dying = f.get(49).is_some_and(|c| *c != "0");
+                    Some(pgrp == pgid && state != "Z" && state != "X" && !dying)
                 })
                 .unwrap_or(false)
         })

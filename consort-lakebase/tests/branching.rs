@@ -259,7 +259,10 @@ async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
         .expect("provider");
     let m1 = migration("0001_loc", "CREATE TABLE locations (id int PRIMARY KEY)");
     let m2 = migration("0002_seed", "INSERT INTO locations VALUES (1), (2)");
-    let first = p.promote(std::slice::from_ref(&m1)).await.expect("promote 1");
+    let first = p
+        .promote(std::slice::from_ref(&m1))
+        .await
+        .expect("promote 1");
     assert_eq!(first.target, "consort");
     assert_eq!(first.applied, vec!["0001_loc"]);
     assert!(first.verified && first.failure.is_none());

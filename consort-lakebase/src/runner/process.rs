@@ -192,8 +192,15 @@ pub(crate) async fn run(
             }
         }
     }
-    // Whatever the leader left behind in its group dies with it.
+    // Whatever the leader left behind in its group dies with it, before we return.
     kill_group(pgid);
+    if let Some(g) = pgid {
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !crate::procinfo::group_members(g).is_empty() && tokio::time::Instant::now() < until {
+            kill_group(pgid);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     let grace = tokio::time::Instant::now() + Duration::from_secs(2);
     while streams_open {
         tokio::select! {

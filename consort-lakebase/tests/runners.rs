@@ -1,0 +1,393 @@
+//! The test runners on real processes and a real branch: outcomes from exit codes, TAP and
+//! JUnit; time limit and output cap; scrubbed environment; psql on real `.sql` files.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{migration, write_tree};
+use consort_actors::{ContentHash, TestStatus};
+use consort_lakebase::procinfo;
+use consort_lakebase::{
+    BaseSpec, Branch, BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedProvider,
+    EnvPolicy, Error, OutputLimits, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport,
+    TestRunner, names::BranchNamer,
+};
+
+/// A fresh branch of `spec` and a run context for `tree`.
+async fn branch_for(
+    tree: &Path,
+    spec: &BaseSpec,
+    tests: &[&str],
+    focus: Option<&str>,
+) -> (Arc<EmbeddedProvider>, Branch, RunContext) {
+    let p = common::provider().await;
+    let base = p.prepare_base(spec).await.expect("base");
+    let branch = p
+        .create(&BranchNamer::new().next_name(), &base)
+        .await
+        .expect("branch");
+    let conn = p.connect_info(&branch).await.expect("info");
+    let ctx = RunContext {
+        work_tree: tree.to_path_buf(),
+        conn,
+        tests: tests.iter().map(|s| s.to_string()).collect(),
+        focus: focus.map(str::to_string),
+    };
+    (p, branch, ctx)
+}
+
+async fn run_command(cfg: CommandRunnerConfig, ctx: &RunContext) -> RunReport {
+    CommandRunner::new(cfg)
+        .run(ctx)
+        .await
+        .expect("the runner runs")
+}
+
+fn status<'a>(r: &'a RunReport, name: &str) -> Option<TestStatus> {
+    r.outcomes.iter().find(|o| o.name == name).map(|o| o.status)
+}
+
+fn cmd(command: &str) -> CommandRunnerConfig {
+    CommandRunnerConfig::new(command)
+}
+
+#[tokio::test]
+async fn a_passing_and_a_failing_command() {
+    let tree = tempfile::tempdir().expect("tree");
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &["t1", "t2"], None).await;
+    let ok = run_command(cmd("echo all good"), &ctx).await;
+    assert!(ok.exit.success());
+    assert_eq!(status(&ok, "t1"), Some(TestStatus::Passed));
+    assert_eq!(status(&ok, "t2"), Some(TestStatus::Passed));
+    assert!(ok.output_excerpt.contains("all good"));
+    assert_eq!(ok.output_digest, ContentHash::of_bytes(b"all good\n"));
+
+    let bad = run_command(cmd("echo boom >&2; exit 3"), &ctx).await;
+    assert_eq!(bad.exit.code, Some(3));
+    assert!(!bad.exit.success());
+    assert_eq!(status(&bad, "(exit)"), Some(TestStatus::Errored));
+    assert!(bad.output_excerpt.contains("boom"));
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn tap_printed_by_a_script_gives_per_test_outcomes_even_when_it_exits_zero() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[(
+            "run-tests.sh",
+            "#!/bin/sh\necho 'TAP version 13'\necho '1..3'\necho 'ok 1 - stock is visible'\necho 'not ok 2 - stock is reserved'\necho '# diagnostic line'\necho 'ok 3 - audit # SKIP later'\nexit 0\n",
+        )],
+    );
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let r = run_command(cmd("sh run-tests.sh"), &ctx).await;
+    assert!(r.exit.success(), "the script itself exited 0");
+    assert_eq!(status(&r, "stock is visible"), Some(TestStatus::Passed));
+    assert_eq!(
+        status(&r, "stock is reserved"),
+        Some(TestStatus::Failed),
+        "exit 0 with a failing TAP line is not a pass"
+    );
+    assert_eq!(status(&r, "audit"), Some(TestStatus::Skipped));
+    assert_eq!(r.outcomes.len(), 3);
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn a_junit_report_written_by_the_command_is_read_and_a_stale_one_is_not() {
+    let tree = tempfile::tempdir().expect("tree");
+    let junit = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites><testsuite name="stock" tests="2" failures="1">
+<testcase classname="tests.test_stock" name="test_visible" time="0.01"/>
+<testcase classname="tests.test_stock" name="test_reserved"><failure message="assert 0 == 1">AssertionError</failure></testcase>
+</testsuite></testsuites>"#;
+    write_tree(tree.path(), &[("junit-template.xml", junit)]);
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let mut cfg = cmd("mkdir -p reports && cp junit-template.xml reports/junit.xml && echo ran");
+    cfg.junit_path = Some("reports/junit.xml".into());
+    let r = run_command(cfg.clone(), &ctx).await;
+    assert!(r.exit.success());
+    assert_eq!(
+        status(&r, "tests.test_stock::test_visible"),
+        Some(TestStatus::Passed)
+    );
+    assert_eq!(
+        status(&r, "tests.test_stock::test_reserved"),
+        Some(TestStatus::Failed),
+        "exit 0 with a failing JUnit case is not a pass"
+    );
+    // Next run: the command writes no report; the old one must not be read again.
+    cfg.command = "echo nothing to report".into();
+    let r = run_command(cfg, &ctx).await;
+    assert!(
+        !tree.path().join("reports/junit.xml").exists(),
+        "the stale report is removed before the run"
+    );
+    assert_eq!(status(&r, "tests.test_stock::test_reserved"), None);
+    assert_eq!(status(&r, "(suite)"), Some(TestStatus::Passed));
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn without_tap_or_junit_the_single_test_command_decides_each_expected_test() {
+    let tree = tempfile::tempdir().expect("tree");
+    let (p, b, ctx) = branch_for(
+        tree.path(),
+        &BaseSpec::default(),
+        &["old_test"],
+        Some("new_test"),
+    )
+    .await;
+    let mut cfg = cmd("echo 'suite failed somewhere'; exit 1");
+    cfg.single_test_command = Some("echo running {test}; test {test} = old_test".into());
+    let r = run_command(cfg, &ctx).await;
+    assert!(!r.exit.success());
+    assert_eq!(status(&r, "old_test"), Some(TestStatus::Passed));
+    assert_eq!(status(&r, "new_test"), Some(TestStatus::Failed));
+    assert!(r.output_excerpt.contains("running new_test"));
+    assert!(r.command.contains("per test"));
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn the_time_limit_kills_the_whole_process_group_including_a_grandchild() {
+    let tree = tempfile::tempdir().expect("tree");
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let mut cfg =
+        cmd("sh -c 'sleep 300 & echo $! > grandchild.pid; wait' & echo $! > child.pid; sleep 300");
+    cfg.timeout = Duration::from_secs(2);
+    let r = run_command(cfg, &ctx).await;
+    assert!(r.exit.timed_out);
+    assert!(!r.exit.success());
+    assert_eq!(r.exit.signal, Some(9));
+    assert!(r.output_excerpt.contains("time limit"));
+    for f in ["child.pid", "grandchild.pid"] {
+        let pid: u32 = std::fs::read_to_string(tree.path().join(f))
+            .expect("pid file")
+            .trim()
+            .parse()
+            .expect("pid");
+        assert!(!procinfo::alive(pid), "{f} ({pid}) must be dead");
+    }
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn a_background_process_left_by_a_finished_command_is_killed() {
+    let tree = tempfile::tempdir().expect("tree");
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let mut cfg = cmd("sleep 300 & echo $! > bg.pid; echo done");
+    cfg.timeout = Duration::from_secs(120);
+    let r = run_command(cfg, &ctx).await;
+    assert!(r.exit.success(), "the command itself finished");
+    assert!(!r.exit.timed_out);
+    let pid: u32 = std::fs::read_to_string(tree.path().join("bg.pid"))
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        !procinfo::alive(pid),
+        "the leftover sleep was killed: {stat}"
+    );
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn large_output_is_digested_whole_and_capped_in_the_excerpt() {
+    let tree = tempfile::tempdir().expect("tree");
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let r = run_command(cmd("head -c 3000000 /dev/zero | tr '\\0' x"), &ctx).await;
+    assert!(r.exit.success());
+    assert_eq!(r.output_bytes, 3_000_000);
+    assert_eq!(
+        r.output_digest,
+        ContentHash::of_bytes(&vec![b'x'; 3_000_000])
+    );
+    let limits = OutputLimits::default();
+    assert!(r.output_excerpt.len() <= limits.excerpt_head + limits.excerpt_tail + 100);
+    assert!(r.output_excerpt.contains("bytes of output omitted"));
+
+    // Past the hard cap the command is killed.
+    let mut cfg = cmd("yes consort");
+    cfg.limits.max_total = 1_000_000;
+    cfg.timeout = Duration::from_secs(120);
+    let r = run_command(cfg, &ctx).await;
+    assert!(!r.exit.success());
+    assert!(!r.exit.timed_out);
+    assert_eq!(r.exit.signal, Some(9));
+    assert!(r.output_excerpt.contains("output exceeded"));
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn the_command_sees_only_the_branch_credentials_and_allowed_variables() {
+    assert!(
+        std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+        "cargo sets this in the test process"
+    );
+    let tree = tempfile::tempdir().expect("tree");
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let r = run_command(
+        cmd("env | sort; psql \"$DATABASE_URL\" -XAtc 'select current_user, current_database()'"),
+        &ctx,
+    )
+    .await;
+    assert!(r.exit.success(), "{}", r.output_excerpt);
+    let out = &r.output_excerpt;
+    assert!(!out.contains("CARGO_MANIFEST_DIR"), "scrubbed: {out}");
+    assert!(out.contains("DATABASE_URL=postgresql://"));
+    assert!(out.contains(&format!("PGUSER={}", ctx.conn.user)));
+    assert!(out.contains(&format!("PGDATABASE={}", ctx.conn.database)));
+    assert!(
+        out.contains("PGPASSWORD=***"),
+        "the secret is redacted in the excerpt"
+    );
+    assert!(!out.contains(ctx.conn.secret.expose()));
+    assert!(
+        out.contains(&format!("{}|{}", ctx.conn.user, ctx.conn.database)),
+        "the credentials work: {out}"
+    );
+    // An allow-listed variable passes through.
+    let mut cfg = cmd("echo \"dir=$CARGO_MANIFEST_DIR\"; echo \"fixed=$CONSORT_MODE\"");
+    cfg.env = EnvPolicy {
+        allow: vec!["PATH".into(), "CARGO_MANIFEST_DIR".into()],
+        set: vec![("CONSORT_MODE".into(), "ci".into())],
+    };
+    let r = run_command(cfg, &ctx).await;
+    assert!(r.output_excerpt.contains(&format!(
+        "dir={}",
+        std::env::var("CARGO_MANIFEST_DIR").expect("set")
+    )));
+    assert!(r.output_excerpt.contains("fixed=ci"));
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn a_runner_that_cannot_start_is_an_error_not_a_red_test() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(tree.path(), &[("tests/a.sql", "SELECT 1;")]);
+    let (p, b, mut ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let psql = PsqlRunner::new(PsqlRunnerConfig {
+        psql: Some("/nonexistent/psql".into()),
+        ..PsqlRunnerConfig::default()
+    })
+    .expect("runner");
+    assert!(matches!(psql.run(&ctx).await, Err(Error::Runner(_))));
+    ctx.work_tree = tree.path().join("missing");
+    assert!(matches!(
+        CommandRunner::new(cmd("true")).run(&ctx).await,
+        Err(Error::Runner(_))
+    ));
+    p.delete(&b.name).await.expect("delete");
+}
+
+fn stock_spec() -> BaseSpec {
+    BaseSpec {
+        migrations: vec![migration(
+            "0001_stock",
+            "CREATE TABLE stock (sku text NOT NULL, location text NOT NULL, qty int NOT NULL CHECK (qty >= 0), PRIMARY KEY (sku, location))",
+        )],
+        fixtures: vec![],
+    }
+}
+
+#[tokio::test]
+async fn psql_runs_every_sql_test_file_in_its_own_rolled_back_transaction() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[
+            (
+                "src/stock.sql",
+                "CREATE OR REPLACE FUNCTION receive(p_sku text, p_loc text, p_qty int) RETURNS void LANGUAGE sql AS $$\n  INSERT INTO stock VALUES (p_sku, p_loc, p_qty)\n  ON CONFLICT (sku, location) DO UPDATE SET qty = stock.qty + EXCLUDED.qty;\n$$;\n",
+            ),
+            (
+                "tests/t1_receive.sql",
+                "SELECT receive('A-1', 'dock', 5);\nSELECT receive('A-1', 'dock', 2);\nDO $$ BEGIN ASSERT (SELECT qty FROM stock WHERE sku = 'A-1') = 7, 'quantities add up'; END $$;\n",
+            ),
+            (
+                "tests/t2_isolated.sql",
+                "DO $$ BEGIN ASSERT (SELECT count(*) FROM stock) = 0, 'sees no other test''s rows'; END $$;\n",
+            ),
+            (
+                "tests/t3_red.sql",
+                "DO $$ BEGIN ASSERT (SELECT count(*) FROM stock WHERE qty < 0) = 1, 'negative stock must exist'; END $$;\n",
+            ),
+            (
+                "tests/deeper/t4_check.sql",
+                "DO $$ BEGIN\n  BEGIN\n    PERFORM receive('B-2', 'dock', -1);\n    RAISE EXCEPTION 'negative quantity accepted';\n  EXCEPTION WHEN check_violation THEN NULL;\n  END;\nEND $$;\n",
+            ),
+            ("tests/README.md", "not a test"),
+        ],
+    );
+    let (p, b, ctx) = branch_for(tree.path(), &stock_spec(), &["tests/t1_receive.sql"], None).await;
+    let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
+    assert_eq!(runner.name(), "psql");
+    let r = runner.run(&ctx).await.expect("run");
+    let names: Vec<&str> = r.outcomes.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(
+        names,
+        vec![
+            "tests/deeper/t4_check.sql",
+            "tests/t1_receive.sql",
+            "tests/t2_isolated.sql",
+            "tests/t3_red.sql"
+        ],
+        "every test file in the tree runs, not only the expected ones"
+    );
+    assert_eq!(status(&r, "tests/t1_receive.sql"), Some(TestStatus::Passed));
+    assert_eq!(
+        status(&r, "tests/t2_isolated.sql"),
+        Some(TestStatus::Passed)
+    );
+    assert_eq!(
+        status(&r, "tests/deeper/t4_check.sql"),
+        Some(TestStatus::Passed)
+    );
+    assert_eq!(status(&r, "tests/t3_red.sql"), Some(TestStatus::Failed));
+    assert!(r.output_excerpt.contains("negative stock must exist"));
+    assert!(!r.exit.success());
+    // Tests leave nothing behind; the loaded code stays.
+    let left = common::query_strings(&ctx.conn, "SELECT count(*) FROM stock")
+        .await
+        .expect("count");
+    assert_eq!(left, vec!["0".to_string()]);
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn a_broken_setup_file_errors_every_test_and_says_why() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[
+            ("src/a_ok.sql", "CREATE VIEW v AS SELECT 1 AS one;\n"),
+            ("src/b_broken.sql", "CREATE FUNCTON oops() RETURNS int;\n"),
+            ("tests/t1.sql", "SELECT 1;\n"),
+            ("tests/t2.sql", "SELECT 2;\n"),
+        ],
+    );
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let r = PsqlRunner::new(PsqlRunnerConfig::default())
+        .expect("psql runner")
+        .run(&ctx)
+        .await
+        .expect("run");
+    assert_eq!(status(&r, "tests/t1.sql"), Some(TestStatus::Errored));
+    assert_eq!(status(&r, "tests/t2.sql"), Some(TestStatus::Errored));
+    assert!(
+        r.output_excerpt
+            .starts_with("setup file src/b_broken.sql failed"),
+        "{}",
+        r.output_excerpt
+    );
+    assert!(r.output_excerpt.contains("syntax error"));
+    assert!(!r.exit.success());
+    p.delete(&b.name).await.expect("delete");
+}
