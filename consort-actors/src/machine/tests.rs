@@ -295,15 +295,22 @@ impl Run {
     }
 
     fn apply(&mut self) -> Vec<Command> {
-        let set = match self.pending() {
+        let e = self
+            .write_pending()
+            .expect("an apply or a revert is pending");
+        self.ok(e)
+    }
+
+    /// Writes the pending change set to the fake disk; returns the `Applied` event.
+    fn write_pending(&mut self) -> Option<Event> {
+        let set = match self.s.pending.clone()? {
             Pending::Apply { change_set, .. } | Pending::Revert { change_set, .. } => change_set,
-            other => panic!("expected apply, got {other:?}"),
+            _ => return None,
         };
         let mut inverse = vec![];
         for c in &set.changes {
-            let before = self.disk.get(c.path()).cloned();
-            inverse.push(match before {
-                Some(content) => write(c.path(), &content),
+            inverse.push(match self.disk.get(c.path()) {
+                Some(content) => write(c.path(), content),
                 None => FileChange::Delete {
                     path: c.path().into(),
                 },
@@ -318,15 +325,14 @@ impl Run {
             }
         }
         inverse.reverse();
-        let e = Event::Applied {
+        Some(Event::Applied {
             workspace_hash: self.workspace_hash(),
             tests: self.test_hashes(),
             inverse: ChangeSet {
                 summary: "undo".into(),
                 changes: inverse,
             },
-        };
-        self.ok(e)
+        })
     }
 
     fn receipt(&self, outcomes: &[(&str, TestStatus)], exit: i32) -> TestRunReceipt {
@@ -1786,50 +1792,9 @@ fn next_event(r: &Run, choice: u8) -> Event {
 impl Run {
     /// Feeds an event, applying change sets to the fake disk as the conductor would.
     fn feed_any(&mut self, e: Event) {
-        if let Event::Applied { .. } = e
-            && matches!(
-                self.s.pending,
-                Some(Pending::Apply { .. } | Pending::Revert { .. })
-            )
-        {
-            self.apply_quietly();
-            return;
-        }
-        let _ = self.feed(e);
-    }
-
-    fn apply_quietly(&mut self) {
-        let set = match self.s.pending.clone() {
-            Some(Pending::Apply { change_set, .. } | Pending::Revert { change_set, .. }) => {
-                change_set
-            }
-            _ => return,
-        };
-        let mut inverse = vec![];
-        for c in &set.changes {
-            inverse.push(match self.disk.get(c.path()) {
-                Some(content) => write(c.path(), content),
-                None => FileChange::Delete {
-                    path: c.path().into(),
-                },
-            });
-            match c {
-                FileChange::Write { path, content } => {
-                    self.disk.insert(path.clone(), content.clone());
-                }
-                FileChange::Delete { path } => {
-                    self.disk.remove(path);
-                }
-            }
-        }
-        inverse.reverse();
-        let e = Event::Applied {
-            workspace_hash: self.workspace_hash(),
-            tests: self.test_hashes(),
-            inverse: ChangeSet {
-                summary: String::new(),
-                changes: inverse,
-            },
+        let e = match e {
+            Event::Applied { .. } => self.write_pending().unwrap_or(e),
+            other => other,
         };
         let _ = self.feed(e);
     }
