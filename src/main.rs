@@ -282,12 +282,20 @@ async fn run(dir: &Path, approve_as: Option<String>, agents: Option<AgentsChoice
     let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
     let report = result?;
     ui::print_summary(&report, &stats, dir);
-    if let RunOutcome::AtGate { gate, hash } = &report.outcome {
-        println!(
-            "\nto continue, approve the {gate} gate:\n  {}",
-            approve_command(dir, *gate, &hash.to_hex())
-        );
-        println!("then run again:\n  consort run --dir {}", dir.display());
+    match &report.outcome {
+        RunOutcome::AtGate { gate, hash } => {
+            println!(
+                "\nto continue, approve the {gate} gate:\n  {}",
+                approve_command(dir, *gate, &hash.to_hex())
+            );
+            println!("then run again:\n  consort run --dir {}", dir.display());
+        }
+        RunOutcome::Halted { .. } => {
+            println!("\nfix the cause, then retry the step or end the run:");
+            println!("  consort retry --by <your-name> --dir {}", dir.display());
+            println!("  consort stop --by <your-name> --dir {}", dir.display());
+        }
+        RunOutcome::Done | RunOutcome::Stopped => {}
     }
     Ok(ui::exit_code(&report.outcome))
 }
@@ -323,8 +331,12 @@ fn status(dir: &Path, json: bool) -> Result<i32> {
     }
     if let Some(h) = &report.halted {
         println!(
-            "halted:  {} ({}: {}) at {}: {}",
-            h.kind, h.reason, h.kind, h.step, h.detail
+            "halted:  {} ({}) at {}: {}",
+            h.reason, h.kind, h.step, h.detail
+        );
+        println!(
+            "         consort retry --by <your-name> --dir {}",
+            dir.display()
         );
     }
     if let Some(r) = &report.last_receipt {
