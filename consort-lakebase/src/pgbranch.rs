@@ -41,6 +41,8 @@ use crate::provider::{BaseRef, BaseSpec, Branch, ConnectInfo, PromoteOutcome, Se
 
 /// The name prefix of base templates.
 pub const TEMPLATE_PREFIX: &str = "consorttpl_";
+/// The advisory-lock key that serialises provider set-up on one server.
+const INIT_LOCK_KEY: i64 = 0x0063_6f6e_736f_7269;
 /// The name prefix of bases being built.
 const BUILDING_PREFIX: &str = "consorttmp_";
 
@@ -203,6 +205,34 @@ impl PgBrancher {
                 describe(&cfg)
             )));
         }
+        // Providers starting at the same time would race on the same catalog rows
+        // ("tuple concurrently updated"): set up one at a time.
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&INIT_LOCK_KEY])
+            .await
+            .map_err(|e| Error::from_pg("locking the provider set-up", &e))?;
+        let set_up = Self::set_up(&client, &target, &opts, is_super).await;
+        let _ = client
+            .execute("SELECT pg_advisory_unlock($1)", &[&INIT_LOCK_KEY])
+            .await;
+        set_up?;
+        Ok(PgBrancher {
+            target,
+            opts,
+            admin: tokio::sync::Mutex::new(Some(client)),
+            base_lock: tokio::sync::Mutex::new(()),
+            secrets: Mutex::new(HashMap::new()),
+            is_super,
+            busy_retries: AtomicU64::new(0),
+        })
+    }
+
+    async fn set_up(
+        client: &Client,
+        target: &ServerTarget,
+        opts: &ServerOptions,
+        is_super: bool,
+    ) -> Result<()> {
         let owner = quote_ident(&opts.owner_role);
         if let Err(e) = client
             .batch_execute(&format!("CREATE ROLE {owner} NOLOGIN"))
@@ -217,7 +247,7 @@ impl PgBrancher {
                 .await;
         }
         let parent = target.parent.clone();
-        let exists = db_exists(&client, &parent).await?;
+        let exists = db_exists(client, &parent).await?;
         if target.manage_parent {
             if !exists {
                 match client
@@ -230,20 +260,42 @@ impl PgBrancher {
                 }
             }
             for db in [parent.as_str(), "postgres", "template1"] {
-                client
-                    .batch_execute(&format!(
-                        "REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC",
-                        quote_ident(db)
-                    ))
+                let open: bool = client
+                    .query_one(
+                        "SELECT has_database_privilege('public', $1, 'CONNECT')",
+                        &[&db],
+                    )
                     .await
-                    .map_err(|e| Error::from_pg("restricting CONNECT", &e))?;
+                    .map_err(|e| Error::from_pg("reading database privileges", &e))?
+                    .get(0);
+                if open {
+                    client
+                        .batch_execute(&format!(
+                            "REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC",
+                            quote_ident(db)
+                        ))
+                        .await
+                        .map_err(|e| Error::from_pg("restricting CONNECT", &e))?;
+                }
             }
             let mut pcfg = target.admin.clone();
             pcfg.dbname(&parent);
             let pc = connect_config(&pcfg, target.admin_ssl).await?;
-            pc.batch_execute(&format!("ALTER SCHEMA public OWNER TO {owner}"))
+            let owned: bool = pc
+                .query_one(
+                    "SELECT pg_get_userbyid(nspowner) = $1 FROM pg_namespace WHERE nspname = 'public'",
+                    &[&opts.owner_role],
+                )
                 .await
-                .map_err(|e| Error::from_pg("giving the parent's schema to the owner role", &e))?;
+                .map_err(|e| Error::from_pg("reading the parent's schema owner", &e))?
+                .get(0);
+            if !owned {
+                pc.batch_execute(&format!("ALTER SCHEMA public OWNER TO {owner}"))
+                    .await
+                    .map_err(|e| {
+                        Error::from_pg("giving the parent's schema to the owner role", &e)
+                    })?;
+            }
         } else if !exists {
             return Err(Error::NotFound(format!(
                 "the parent database {parent:?} does not exist"
@@ -264,15 +316,7 @@ impl PgBrancher {
                 );
             }
         }
-        Ok(PgBrancher {
-            target,
-            opts,
-            admin: tokio::sync::Mutex::new(Some(client)),
-            base_lock: tokio::sync::Mutex::new(()),
-            secrets: Mutex::new(HashMap::new()),
-            is_super,
-            busy_retries: AtomicU64::new(0),
-        })
+        Ok(())
     }
 
     pub fn kind(&self) -> &'static str {

@@ -46,7 +46,7 @@ async fn run_command(cfg: CommandRunnerConfig, ctx: &RunContext) -> RunReport {
         .expect("the runner runs")
 }
 
-fn status<'a>(r: &'a RunReport, name: &str) -> Option<TestStatus> {
+fn status(r: &RunReport, name: &str) -> Option<TestStatus> {
     r.outcomes.iter().find(|o| o.name == name).map(|o| o.status)
 }
 

@@ -1,0 +1,271 @@
+//! The Lakebase actor end to end: verify requests in, receipts out, on real branches.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{migration, write_tree};
+use consort_actors::worktree::hash_dir;
+use consort_actors::{
+    ContentHash, InfraFault, LakebaseMsg, PromoteRequest, RequestId, TestRunReceipt, TestStatus,
+    VerifyPurpose, VerifyRequest,
+};
+use consort_lakebase::{
+    BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, LakebaseActor,
+    LakebaseArgs, PoolConfig, PsqlRunner, PsqlRunnerConfig, TestRunner,
+};
+use ractor::{ActorRef, rpc::CallResult};
+
+fn psql_runner() -> Arc<dyn TestRunner> {
+    Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"))
+}
+
+fn args(provider: Arc<dyn BranchProvider>, runner: Arc<dyn TestRunner>) -> LakebaseArgs {
+    LakebaseArgs {
+        pool: PoolConfig {
+            size: 2,
+            ..PoolConfig::default()
+        },
+        max_concurrent: 4,
+        ..LakebaseArgs::new(provider, runner)
+    }
+}
+
+fn request(id: u64, tree: &Path, migrations: Vec<consort_actors::Migration>) -> VerifyRequest {
+    VerifyRequest {
+        id: RequestId(id),
+        purpose: VerifyPurpose::Green,
+        work_tree: tree.to_path_buf(),
+        // Deliberately not the tree's hash: the receipt must carry the real one.
+        workspace_hash: ContentHash::of_bytes(b"what the conductor believes"),
+        migrations,
+        tests: vec![],
+        focus: None,
+    }
+}
+
+async fn verify(
+    actor: &ActorRef<LakebaseMsg>,
+    req: VerifyRequest,
+) -> Result<TestRunReceipt, consort_actors::InfraError> {
+    match actor
+        .call(
+            |port| LakebaseMsg::Verify(req, port),
+            Some(Duration::from_secs(180)),
+        )
+        .await
+        .expect("the actor is alive")
+    {
+        CallResult::Success(r) => r,
+        other => panic!("no answer: {other:?}"),
+    }
+}
+
+fn stock_migrations() -> Vec<consort_actors::Migration> {
+    vec![migration(
+        "0001_stock",
+        "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)",
+    )]
+}
+
+#[tokio::test]
+async fn a_verify_request_is_answered_with_a_receipt_of_the_real_run() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[
+            (
+                "src/stock.sql",
+                "CREATE OR REPLACE FUNCTION total() RETURNS bigint LANGUAGE sql AS 'SELECT coalesce(sum(qty), 0) FROM stock';\n",
+            ),
+            (
+                "tests/t1_empty.sql",
+                "DO $$ BEGIN ASSERT total() = 0; END $$;\n",
+            ),
+            (
+                "tests/t2_new.sql",
+                "INSERT INTO stock VALUES ('A', 3);\nDO $$ BEGIN ASSERT total() = 4, 'total counts reservations'; END $$;\n",
+            ),
+        ],
+    );
+    let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
+        .await
+        .expect("spawn");
+    let mut req = request(41, tree.path(), stock_migrations());
+    req.purpose = VerifyPurpose::Red;
+    req.tests = vec!["tests/t1_empty.sql".into()];
+    req.focus = Some("tests/t2_new.sql".into());
+    let receipt = verify(&actor, req.clone()).await.expect("receipt");
+    assert_eq!(receipt.request_id, RequestId(41));
+    assert_eq!(receipt.workspace_hash, hash_dir(tree.path()).expect("hash"));
+    assert_ne!(receipt.workspace_hash, req.workspace_hash);
+    assert_eq!(receipt.provider, "embedded");
+    assert_eq!(receipt.runner, "psql");
+    assert!(receipt.branch_id.starts_with("consort_"));
+    assert_eq!(
+        receipt.status_of("tests/t1_empty.sql"),
+        Some(TestStatus::Passed)
+    );
+    assert_eq!(
+        receipt.status_of("tests/t2_new.sql"),
+        Some(TestStatus::Failed)
+    );
+    assert_eq!(receipt.not_passed(), vec!["tests/t2_new.sql"]);
+    assert!(receipt.output_excerpt.contains("total counts reservations"));
+    assert!(!receipt.exit.success());
+
+    // GREEN after the fix: same request flow, all pass.
+    write_tree(
+        tree.path(),
+        &[(
+            "tests/t2_new.sql",
+            "INSERT INTO stock VALUES ('A', 3);\nDO $$ BEGIN ASSERT total() = 3; END $$;\n",
+        )],
+    );
+    let green = verify(&actor, request(42, tree.path(), stock_migrations()))
+        .await
+        .expect("receipt");
+    assert_eq!(green.request_id, RequestId(42));
+    assert!(green.exit.success());
+    assert!(green.not_passed().is_empty());
+    assert_ne!(green.workspace_hash, receipt.workspace_hash);
+    assert_ne!(
+        green.branch_id, receipt.branch_id,
+        "every run gets a fresh branch"
+    );
+
+    // A failing migration is a receipt that says so, not an infrastructure error.
+    let mut bad = stock_migrations();
+    bad.push(migration(
+        "0002_bad",
+        "ALTER TABLE nowhere ADD COLUMN x int",
+    ));
+    let mut req = request(43, tree.path(), bad);
+    req.tests = vec!["tests/t1_empty.sql".into()];
+    let failed = verify(&actor, req).await.expect("receipt");
+    assert_eq!(
+        failed.status_of("tests/t1_empty.sql"),
+        Some(TestStatus::Errored)
+    );
+    assert!(failed.output_excerpt.contains("0002_bad"));
+    assert!(failed.branch_id.is_empty());
+
+    actor.stop(None);
+    join.await.expect("actor stopped");
+}
+
+#[tokio::test]
+async fn concurrent_verifications_are_not_mixed_up() {
+    let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
+        .await
+        .expect("spawn");
+    let mut trees = Vec::new();
+    for i in 0..10u64 {
+        let tree = tempfile::tempdir().expect("tree");
+        // Each tree's test records its own number and passes only for even numbers.
+        let sql = format!(
+            "INSERT INTO stock VALUES ('tree-{i}', {i});\nDO $$ BEGIN ASSERT (SELECT count(*) FROM stock) = 1; ASSERT {i} % 2 = 0, 'odd tree {i}'; END $$;\n"
+        );
+        write_tree(tree.path(), &[(&format!("tests/t_{i}.sql"), sql.as_str())]);
+        trees.push(tree);
+    }
+    let mut calls = Vec::new();
+    for (i, tree) in trees.iter().enumerate() {
+        let actor = actor.clone();
+        let req = request(100 + i as u64, tree.path(), stock_migrations());
+        calls.push(tokio::spawn(async move { verify(&actor, req).await }));
+    }
+    for (i, call) in calls.into_iter().enumerate() {
+        let r = call.await.expect("join").expect("receipt");
+        assert_eq!(r.request_id, RequestId(100 + i as u64));
+        assert_eq!(r.workspace_hash, hash_dir(trees[i].path()).expect("hash"));
+        assert_eq!(r.outcomes.len(), 1, "{:?}", r.outcomes);
+        let expected = if i % 2 == 0 {
+            TestStatus::Passed
+        } else {
+            TestStatus::Failed
+        };
+        assert_eq!(r.status_of(&format!("tests/t_{i}.sql")), Some(expected));
+    }
+    actor.stop(None);
+    join.await.expect("actor stopped");
+}
+
+#[tokio::test]
+async fn infrastructure_failures_are_typed_errors_and_promote_reaches_the_parent() {
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+        .await
+        .expect("cluster");
+    let provider: Arc<dyn BranchProvider> = Arc::new(
+        EmbeddedProvider::new(cluster.clone())
+            .await
+            .expect("provider"),
+    );
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(tree.path(), &[("tests/t.sql", "SELECT 1;\n")]);
+
+    // A runner that cannot start.
+    let broken: Arc<dyn TestRunner> = Arc::new(
+        PsqlRunner::new(PsqlRunnerConfig {
+            psql: Some("/nonexistent/psql".into()),
+            ..PsqlRunnerConfig::default()
+        })
+        .expect("runner"),
+    );
+    let a = args(provider.clone(), broken);
+    let stats = a.stats.clone();
+    let (actor, join) = LakebaseActor::spawn(a).await.expect("spawn");
+    let err = verify(&actor, request(1, tree.path(), vec![]))
+        .await
+        .expect_err("runner failure");
+    assert_eq!(err.fault, InfraFault::RunnerFailed);
+
+    // Promote applies the migrations to the parent.
+    let report = match actor
+        .call(
+            |port| {
+                LakebaseMsg::Promote(
+                    PromoteRequest {
+                        id: RequestId(2),
+                        migrations: stock_migrations(),
+                    },
+                    port,
+                )
+            },
+            Some(Duration::from_secs(120)),
+        )
+        .await
+        .expect("alive")
+    {
+        CallResult::Success(r) => r.expect("promote"),
+        other => panic!("no answer: {other:?}"),
+    };
+    assert_eq!(report.request_id, RequestId(2));
+    assert_eq!(report.target, "consort");
+    assert_eq!(report.applied, vec!["0001_stock"]);
+    assert!(report.verified);
+
+    actor.stop(None);
+    join.await.expect("stopped");
+    let s = stats.snapshot();
+    assert!(s.created >= 1);
+    assert_eq!(
+        s.live, 0,
+        "every branch is gone after the actor stops: {s:?}"
+    );
+
+    // The database goes away: DatabaseDown.
+    let (actor, join) = LakebaseActor::spawn(args(provider.clone(), psql_runner()))
+        .await
+        .expect("spawn");
+    cluster.stop().expect("stop the cluster");
+    let err = verify(&actor, request(3, tree.path(), stock_migrations()))
+        .await
+        .expect_err("database down");
+    assert_eq!(err.fault, InfraFault::DatabaseDown);
+    assert!(err.detail.contains("getting a branch"), "{}", err.detail);
+    actor.stop(None);
+    join.await.expect("stopped");
+}
