@@ -179,10 +179,13 @@ async fn missing_binaries_give_a_clear_error() {
 /// on its own it checks that a started cluster runs and is gone after `stop`.
 #[tokio::test]
 async fn hold_a_cluster() {
-    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-        .await
-        .expect("start");
+    let cfg = match std::env::var_os("CONSORT_HOLD_DIR") {
+        Some(dir) => EmbeddedConfig::at(PathBuf::from(dir)),
+        None => EmbeddedConfig::temporary(),
+    };
+    let cluster = EmbeddedPostgres::start(cfg).await.expect("start");
     assert!(cluster.is_running());
+    assert!(cluster.is_owned());
     if std::env::var_os("CONSORT_HOLD_CLUSTER").is_some() {
         println!(
             "READY {} {}",
@@ -196,21 +199,23 @@ async fn hold_a_cluster() {
     assert!(!procinfo::alive(pid));
 }
 
-#[test]
-fn a_killed_owner_leaves_no_server_behind() {
+/// Starts `hold_a_cluster` in a child process; returns it with the server's pid and directory.
+fn spawn_holder(dir: Option<&std::path::Path>) -> (std::process::Child, Option<(u32, PathBuf)>) {
     let exe = std::env::current_exe().expect("test binary");
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "hold_a_cluster",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("CONSORT_HOLD_CLUSTER", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the holder");
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--exact",
+        "hold_a_cluster",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("CONSORT_HOLD_CLUSTER", "1")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    if let Some(d) = dir {
+        cmd.env("CONSORT_HOLD_DIR", d);
+    }
+    let mut child = cmd.spawn().expect("spawn the holder");
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -231,6 +236,12 @@ fn a_killed_owner_leaves_no_server_behind() {
         let _ = child.kill();
         let _ = child.wait();
     }
+    (child, ready)
+}
+
+#[test]
+fn a_killed_owner_leaves_no_server_behind() {
+    let (mut child, ready) = spawn_holder(None);
     let (pid, dir) = ready.expect("the holder started a cluster");
     assert!(procinfo::alive(pid));
     child.kill().expect("SIGKILL the holder");
@@ -242,5 +253,48 @@ fn a_killed_owner_leaves_no_server_behind() {
     assert!(
         eventually(10, || !dir.exists()),
         "and removes its temporary directory"
+    );
+}
+
+#[tokio::test]
+async fn another_process_attaches_to_a_running_cluster_and_its_owner_stops_it() {
+    let holder = tempfile::Builder::new()
+        .prefix("consort-attach-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dir = holder.path().join("pg");
+    let (mut child, ready) = spawn_holder(Some(&dir));
+    let (pid, _) = ready.expect("the holder started a cluster");
+    let attached = EmbeddedPostgres::start(EmbeddedConfig::at(&dir))
+        .await
+        .expect("attach");
+    assert_eq!(
+        attached.postmaster_pid(),
+        pid,
+        "the running server is reused"
+    );
+    assert!(!attached.is_owned());
+    let provider = EmbeddedProvider::new(attached.clone())
+        .await
+        .expect("provider on the attached cluster");
+    let base = provider
+        .prepare_base(&BaseSpec::default())
+        .await
+        .expect("base");
+    let name = format!("consort-attach-{}", std::process::id());
+    provider.create(&name, &base).await.expect("branch");
+    provider.delete(&name).await.expect("delete");
+    drop(provider);
+    drop(attached);
+    assert!(
+        procinfo::alive(pid),
+        "a cluster we did not start is left running"
+    );
+    child.kill().expect("SIGKILL the owner");
+    child.wait().expect("reap");
+    assert!(
+        eventually(20, || !procinfo::alive(pid)),
+        "the owner's watchdog stops it"
     );
 }

@@ -385,6 +385,13 @@ fn read_pid_file(data_dir: &Path) -> Option<(u32, u16, PathBuf)> {
     Some((pid, port, sock))
 }
 
+/// Whether `pid` runs the PostgreSQL server.
+fn is_postgres(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim() == "postgres")
+        .unwrap_or(false)
+}
+
 fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| Error::io("bind a loopback port", e))?;
@@ -426,10 +433,19 @@ async fn start_cluster(
     let pw_file = dir.join("admin.pw");
     let log_file = dir.join("postgres.log");
 
-    // A server another process runs for this directory: attach to it.
-    if let Some((pid, port, sock)) = read_pid_file(&data_dir)
-        && procinfo::alive(pid)
+    // A server another process runs for this directory: attach to it. A lock file whose
+    // pid now belongs to some other program is stale (PostgreSQL would refuse to start).
+    let running = read_pid_file(&data_dir).filter(|(pid, _, _)| procinfo::alive(*pid));
+    if let Some((pid, _, _)) = running
+        && !is_postgres(pid)
     {
+        warn!(
+            pid,
+            "removing a stale postmaster.pid whose pid belongs to another program"
+        );
+        let _ = std::fs::remove_file(data_dir.join("postmaster.pid"));
+    }
+    if let Some((pid, port, sock)) = running.filter(|(pid, _, _)| is_postgres(*pid)) {
         let password = std::fs::read_to_string(&pw_file)
             .map_err(|e| Error::io(format!("read {}", pw_file.display()), e))?;
         let cluster = EmbeddedCluster {
@@ -446,7 +462,13 @@ async fn start_cluster(
             pid,
             owned: Mutex::new(None),
         };
-        wait_ready(&cluster, None, &log_file, cfg.start_timeout).await?;
+        wait_ready(
+            &cluster,
+            None,
+            &log_file,
+            cfg.start_timeout.min(Duration::from_secs(10)),
+        )
+        .await?;
         info!(dir = %dir.display(), pid, "attached to a running cluster started by another process");
         return Ok(cluster);
     }
