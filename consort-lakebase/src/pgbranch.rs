@@ -155,6 +155,102 @@ impl Meta {
     }
 }
 
+/// Implements [`BranchProvider`](crate::provider::BranchProvider) for a type whose `inner` field
+/// is a [`PgBrancher`]: every backend built on template branching behaves the same, and differs
+/// only in how it reaches the server and its typical create time.
+macro_rules! branch_provider_via_pg_brancher {
+    ($ty:ty, typical_create_ms = $ms:expr) => {
+        impl $crate::provider::BranchProvider for $ty {
+            fn kind(&self) -> &'static str {
+                self.inner.kind()
+            }
+
+            fn capabilities(&self) -> $crate::provider::Capabilities {
+                $crate::provider::Capabilities {
+                    point_in_time: false,
+                    native_reset: false,
+                    server_ttl: false,
+                    max_live_branches: None,
+                    typical_create_ms: $ms,
+                }
+            }
+
+            fn prepare_base<'a>(
+                &'a self,
+                spec: &'a $crate::provider::BaseSpec,
+            ) -> $crate::provider::BoxFuture<'a, $crate::Result<$crate::provider::BaseRef>> {
+                Box::pin(self.inner.prepare_base(spec))
+            }
+
+            fn create<'a>(
+                &'a self,
+                name: &'a str,
+                from: &'a $crate::provider::BaseRef,
+            ) -> $crate::provider::BoxFuture<'a, $crate::Result<$crate::provider::Branch>> {
+                Box::pin(self.inner.create(name, from))
+            }
+
+            fn connect_info<'a>(
+                &'a self,
+                branch: &'a $crate::provider::Branch,
+            ) -> $crate::provider::BoxFuture<'a, $crate::Result<$crate::provider::ConnectInfo>>
+            {
+                Box::pin(self.inner.connect_info(branch))
+            }
+
+            fn reset<'a>(
+                &'a self,
+                branch: &'a $crate::provider::Branch,
+            ) -> $crate::provider::BoxFuture<'a, $crate::Result<$crate::provider::Branch>> {
+                Box::pin(self.inner.reset(branch))
+            }
+
+            fn delete<'a>(
+                &'a self,
+                name: &'a str,
+            ) -> $crate::provider::BoxFuture<'a, $crate::Result<()>> {
+                Box::pin(self.inner.delete(name))
+            }
+
+            fn list<'a>(
+                &'a self,
+                prefix: &'a str,
+            ) -> $crate::provider::BoxFuture<'a, $crate::Result<Vec<$crate::provider::Branch>>>
+            {
+                Box::pin(self.inner.list(prefix))
+            }
+
+            fn sweep(
+                &self,
+                older_than: std::time::Duration,
+            ) -> $crate::provider::BoxFuture<'_, $crate::Result<usize>> {
+                Box::pin(self.inner.sweep(older_than))
+            }
+
+            fn sweep_orphans(&self) -> $crate::provider::BoxFuture<'_, $crate::Result<usize>> {
+                Box::pin(self.inner.sweep_orphans())
+            }
+
+            fn keep_for_inspection<'a>(
+                &'a self,
+                branch: &'a $crate::provider::Branch,
+                until: std::time::SystemTime,
+            ) -> $crate::provider::BoxFuture<'a, $crate::Result<()>> {
+                Box::pin(self.inner.keep_for_inspection(branch, until))
+            }
+
+            fn promote<'a>(
+                &'a self,
+                migrations: &'a [consort_actors::Migration],
+            ) -> $crate::provider::BoxFuture<'a, $crate::Result<$crate::provider::PromoteOutcome>>
+            {
+                Box::pin(self.inner.promote(migrations))
+            }
+        }
+    };
+}
+pub(crate) use branch_provider_via_pg_brancher;
+
 /// Template branching on one server.
 pub(crate) struct PgBrancher {
     target: ServerTarget,

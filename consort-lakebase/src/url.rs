@@ -14,18 +14,13 @@
 //! The URL's password never appears in `Debug` output or in errors.
 
 use std::str::FromStr;
-use std::time::{Duration, SystemTime};
 
-use consort_actors::Migration;
 use tokio_postgres::Config;
 use tokio_postgres::config::Host;
 
 use crate::error::{Error, Result};
 use crate::pgbranch::{PgBrancher, ServerOptions, ServerTarget};
-use crate::provider::{
-    BaseRef, BaseSpec, BoxFuture, Branch, BranchProvider, Capabilities, ConnectInfo,
-    PromoteOutcome, Secret, SslMode,
-};
+use crate::provider::{Secret, SslMode};
 
 /// The environment variable holding the server URL.
 pub const DATABASE_URL_ENV: &str = "CONSORT_DATABASE_URL";
@@ -122,71 +117,16 @@ impl PostgresUrlProvider {
     }
 }
 
-impl BranchProvider for PostgresUrlProvider {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            point_in_time: false,
-            native_reset: false,
-            server_ttl: false,
-            max_live_branches: None,
-            typical_create_ms: 80,
-        }
-    }
-
-    fn prepare_base<'a>(&'a self, spec: &'a BaseSpec) -> BoxFuture<'a, Result<BaseRef>> {
-        Box::pin(self.inner.prepare_base(spec))
-    }
-
-    fn create<'a>(&'a self, name: &'a str, from: &'a BaseRef) -> BoxFuture<'a, Result<Branch>> {
-        Box::pin(self.inner.create(name, from))
-    }
-
-    fn connect_info<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<ConnectInfo>> {
-        Box::pin(self.inner.connect_info(branch))
-    }
-
-    fn reset<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<Branch>> {
-        Box::pin(self.inner.reset(branch))
-    }
-
-    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.inner.delete(name))
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<Branch>>> {
-        Box::pin(self.inner.list(prefix))
-    }
-
-    fn sweep(&self, older_than: Duration) -> BoxFuture<'_, Result<usize>> {
-        Box::pin(self.inner.sweep(older_than))
-    }
-
-    fn sweep_orphans(&self) -> BoxFuture<'_, Result<usize>> {
-        Box::pin(self.inner.sweep_orphans())
-    }
-
-    fn keep_for_inspection<'a>(
-        &'a self,
-        branch: &'a Branch,
-        until: SystemTime,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.inner.keep_for_inspection(branch, until))
-    }
-
-    fn promote<'a>(&'a self, migrations: &'a [Migration]) -> BoxFuture<'a, Result<PromoteOutcome>> {
-        Box::pin(self.inner.promote(migrations))
-    }
-}
+crate::pgbranch::branch_provider_via_pg_brancher!(PostgresUrlProvider, typical_create_ms = 80);
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::embedded::{EmbeddedConfig, EmbeddedPostgres};
     use crate::names::BranchNamer;
+    use crate::provider::{BaseSpec, BranchProvider};
+    use consort_actors::Migration;
+    use std::time::Duration;
 
     #[test]
     fn passwords_are_scrubbed_from_texts() {
