@@ -298,3 +298,68 @@ async fn another_process_attaches_to_a_running_cluster_and_its_owner_stops_it() 
         "the owner's watchdog stops it"
     );
 }
+
+/// A cluster whose owner crashed is stopped by the owner's watchdog; a process that starts
+/// right then finds the server still alive but shutting down (it refuses connections). It must
+/// wait for that server to exit and start its own, not attach to it and time out.
+#[tokio::test]
+async fn a_server_shutting_down_when_we_start_is_replaced_not_attached() {
+    let holder = tempfile::Builder::new()
+        .prefix("consort-dying-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dir = holder.path().join("pg");
+    let (mut child, ready) = spawn_holder(Some(&dir));
+    let (old_pid, _) = ready.expect("the holder started a cluster");
+
+    // Hold a session open, then ask for a smart shutdown: the server stays alive, refusing new
+    // connections, until that session ends (as a server in the middle of stopping does).
+    let lock = std::fs::read_to_string(dir.join("data").join("postmaster.pid")).expect("pid file");
+    let lines: Vec<&str> = lock.lines().collect();
+    let port: u16 = lines[3].trim().parse().expect("port");
+    let socket = lines[4].trim().to_string();
+    let password = std::fs::read_to_string(dir.join("admin.pw")).expect("admin password");
+    let mut pg = tokio_postgres::Config::new();
+    pg.host_path(&socket)
+        .port(port)
+        .user("consortadmin")
+        .password(password.trim())
+        .dbname("postgres");
+    let (session, connection) = pg.connect(tokio_postgres::NoTls).await.expect("a session");
+    let connection = tokio::spawn(connection);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old_pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("smart shutdown");
+
+    let cfg = EmbeddedConfig {
+        start_timeout: Duration::from_secs(60),
+        ..EmbeddedConfig::at(&dir)
+    };
+    let starting = tokio::spawn(EmbeddedPostgres::start(cfg));
+    // Let the start find the dying server first; then end the session so the server exits.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(procinfo::alive(old_pid), "still shutting down");
+    drop(session);
+    let _ = connection.await;
+
+    let cluster = starting
+        .await
+        .expect("the start task")
+        .expect("a new server is started once the old one has exited");
+    assert!(cluster.is_owned(), "this process owns the new server");
+    assert_ne!(cluster.postmaster_pid(), old_pid);
+    assert!(cluster.is_running());
+    assert!(!procinfo::alive(old_pid));
+    let provider = EmbeddedProvider::new(cluster.clone())
+        .await
+        .expect("the new server works");
+    drop(provider);
+    child.kill().expect("SIGKILL the holder");
+    child.wait().expect("reap");
+    let pid = cluster.postmaster_pid();
+    cluster.stop().expect("stop");
+    assert!(!procinfo::alive(pid));
+}

@@ -450,27 +450,39 @@ async fn start_cluster(
             .map_err(|e| Error::io(format!("read {}", pw_file.display()), e))?;
         let cluster = EmbeddedCluster {
             dir: dir.clone(),
-            requested,
-            data_dir,
+            requested: requested.clone(),
+            data_dir: data_dir.clone(),
             socket_dir: sock,
             port,
             superuser: cfg.superuser.clone(),
             password: Secret::new(password.trim()),
-            bins,
-            run_as,
+            bins: bins.clone(),
+            run_as: run_as.clone(),
             temporary: false,
             pid,
             owned: Mutex::new(None),
         };
-        wait_ready(
+        // The server may be on its way out: its owner crashed a moment ago and the owner's
+        // watchdog is stopping it. Then wait for it to exit and start our own.
+        match wait_attach(
             &cluster,
-            None,
             &log_file,
             cfg.start_timeout.min(Duration::from_secs(10)),
         )
-        .await?;
-        info!(dir = %dir.display(), pid, "attached to a running cluster started by another process");
-        return Ok(cluster);
+        .await?
+        {
+            Attach::Ready => {
+                info!(dir = %dir.display(), pid, "attached to a running cluster started by another process");
+                return Ok(cluster);
+            }
+            Attach::Exited => {
+                info!(
+                    dir = %dir.display(),
+                    pid,
+                    "the running cluster shut down while we waited for it; starting a new server"
+                );
+            }
+        }
     }
 
     if !data_dir.join("PG_VERSION").exists() || !pw_file.exists() {
@@ -651,6 +663,46 @@ fn spawn_watchdog(
         .take()
         .ok_or_else(|| Error::Cluster("watchdog has no stdin".into()))?;
     Ok((child, stdin))
+}
+
+/// How waiting for a server another process started ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attach {
+    /// It accepts connections: use it.
+    Ready,
+    /// It exited while we waited (it was shutting down): start our own.
+    Exited,
+}
+
+/// Waits until another process's server accepts connections, or exits (a server whose owner
+/// crashed is stopped by the owner's watchdog, and refuses connections while it shuts down).
+async fn wait_attach(
+    cluster: &EmbeddedCluster,
+    log_file: &Path,
+    timeout: Duration,
+) -> Result<Attach> {
+    let deadline = Instant::now() + timeout;
+    let info = cluster.admin_info("postgres");
+    loop {
+        if !procinfo::alive(cluster.pid) {
+            return Ok(Attach::Exited);
+        }
+        match crate::pgconn::connect(&info).await {
+            Ok(client) => {
+                drop(client);
+                return Ok(Attach::Ready);
+            }
+            Err(e) if Instant::now() >= deadline => {
+                return Err(Error::Cluster(format!(
+                    "the server another process started (pid {}) neither accepted connections nor exited within {timeout:?} ({e}); log: {}",
+                    cluster.pid,
+                    log_tail(log_file, 2000)
+                )));
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn wait_ready(
