@@ -421,9 +421,23 @@ pub fn check_change_set(
     for change in &set.changes {
         let path = normalise_relative(change.path())
             .map_err(|reason| RuleViolation::PathOutsideWorkTree { reason })?;
-        if frozen.contains_key(&path) {
-            return Err(RuleViolation::FrozenTestModified { path });
-        }
+        normalised.push(match change {
+            FileChange::Write { content, .. } => FileChange::Write {
+                path,
+                content: content.clone(),
+            },
+            FileChange::Delete { .. } => FileChange::Delete { path },
+        });
+    }
+    // A change to a frozen test is refused as such wherever it sits in the set: a rename is a
+    // write of the new path and a deletion of the frozen one, in either order.
+    if let Some(change) = normalised.iter().find(|c| frozen.contains_key(c.path())) {
+        return Err(RuleViolation::FrozenTestModified {
+            path: change.path().to_string(),
+        });
+    }
+    for change in &normalised {
+        let path = change.path().to_string();
         if policy.is_harness(&path) {
             return Err(RuleViolation::TouchesHarness { path });
         }
@@ -436,13 +450,6 @@ pub fn check_change_set(
             }
             _ => {}
         }
-        normalised.push(match change {
-            FileChange::Write { content, .. } => FileChange::Write {
-                path,
-                content: content.clone(),
-            },
-            FileChange::Delete { .. } => FileChange::Delete { path },
-        });
     }
     if let Writer::Red { must_write } = writer {
         let writes_it = normalised
@@ -490,4 +497,62 @@ pub fn check_tests_on_disk(
         return Err(RuleViolation::UnexpectedTestFile { path: path.clone() });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &str) -> FileChange {
+        FileChange::Write {
+            path: path.into(),
+            content: "x".into(),
+        }
+    }
+
+    #[test]
+    fn a_renamed_frozen_test_is_refused_as_frozen_in_either_order() {
+        let policy = PathPolicy::default();
+        let mut frozen = FileHashes::new();
+        frozen.insert("tests/t1.sql".into(), ContentHash::of_bytes(b"t1"));
+        let delete = FileChange::Delete {
+            path: "./tests/t1.sql".into(),
+        };
+        for changes in [
+            vec![write("tests/t1_renamed.sql"), delete.clone()],
+            vec![delete.clone(), write("tests/t1_renamed.sql")],
+            vec![write("src/a.sql"), write("tests/new.sql"), delete.clone()],
+        ] {
+            let set = ChangeSet {
+                summary: String::new(),
+                changes,
+            };
+            assert_eq!(
+                check_change_set(&set, Writer::Code, &policy, &frozen),
+                Err(RuleViolation::FrozenTestModified {
+                    path: "tests/t1.sql".into()
+                })
+            );
+        }
+        // Without a frozen test in it, a new test path is still refused for the Driver.
+        let set = ChangeSet {
+            summary: String::new(),
+            changes: vec![write("src/a.sql"), write("tests/new.sql")],
+        };
+        assert_eq!(
+            check_change_set(&set, Writer::Code, &policy, &frozen),
+            Err(RuleViolation::TouchesTests {
+                path: "tests/new.sql".into()
+            })
+        );
+        // An escape is refused before anything else, wherever it sits.
+        let set = ChangeSet {
+            summary: String::new(),
+            changes: vec![delete, write("../out.sql")],
+        };
+        assert!(matches!(
+            check_change_set(&set, Writer::Code, &policy, &frozen),
+            Err(RuleViolation::PathOutsideWorkTree { .. })
+        ));
+    }
 }
