@@ -451,8 +451,15 @@ impl Actor for Conductor {
             }
             ConductorMsg::Result(_) | ConductorMsg::GateUnanswered if st.failed => {}
             ConductorMsg::Result(event) => {
+                let gate_decision = matches!(*event, Event::Gate { .. });
                 if let Err(e) = st.feed(*event) {
                     st.finish_err(e);
+                    return Ok(());
+                }
+                // Gates fail closed: a live decision the machine refused (another hash, another
+                // gate) leaves the gate closed for this run; the approver is not asked again.
+                if gate_decision && let Some((gate, hash)) = st.state.pending_gate() {
+                    st.finish(RunOutcome::AtGate { gate, hash });
                     return Ok(());
                 }
                 st.drive(&myself);

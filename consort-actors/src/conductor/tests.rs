@@ -691,3 +691,61 @@ async fn the_same_actor_cannot_be_set_up_as_driver_and_navigator() {
         Err(ConductorError::ReviewerIsAuthor(_))
     ));
 }
+
+/// Answers every gate with an approval of another hash, for as long as it is asked.
+struct StaleApprover {
+    asked: AtomicUsize,
+}
+
+impl Approver for StaleApprover {
+    fn decide<'a>(
+        &'a self,
+        request: &'a GateRequest,
+    ) -> crate::gate::BoxFuture<'a, Option<GateApproval>> {
+        Box::pin(async move {
+            self.asked.fetch_add(1, Ordering::SeqCst);
+            let mut approval = ApproveAs { name: "ada".into() }.decide(request).await?;
+            approval.hash = ContentHash::of_bytes(b"an older design");
+            Some(approval)
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_refused_live_approval_closes_the_gate_instead_of_asking_again() {
+    let fx = Fixture::new();
+    let approver = Arc::new(StaleApprover {
+        asked: AtomicUsize::new(0),
+    });
+    let report = tokio::time::timeout(
+        Duration::from_secs(30),
+        fx.run(answer(honest), approver.clone()),
+    )
+    .await
+    .expect("the run stops instead of asking the approver forever")
+    .expect("run");
+    let RunOutcome::AtGate {
+        gate: GateKind::Design,
+        hash,
+    } = report.outcome
+    else {
+        panic!("expected the design gate, got {:?}", report.outcome)
+    };
+    assert_eq!(approver.asked.load(Ordering::SeqCst), 1);
+    let events = fx.events();
+    let refused: Vec<&Event> = events
+        .iter()
+        .filter(|e| matches!(e, Event::Refused { .. }))
+        .collect();
+    assert_eq!(
+        refused,
+        vec![&Event::Refused {
+            violation: crate::RuleViolation::GateHashMismatch {
+                gate: GateKind::Design,
+                expected: hash,
+                got: ContentHash::of_bytes(b"an older design"),
+            }
+        }]
+    );
+    assert!(report.state.frozen.is_none() && report.state.approvals.is_empty());
+}
