@@ -117,7 +117,9 @@ impl Verifier {
             Ok(r) => r,
             Err(e) => {
                 let _ = acquired.lease.release(false).await;
+                // A broken connection is the database's fault, a broken runner the runner's.
                 let fault = match e {
+                    Error::Connect(_) => InfraFault::DatabaseDown,
                     Error::Io { .. } => InfraFault::WorkTreeIo,
                     _ => InfraFault::RunnerFailed,
                 };

@@ -269,3 +269,29 @@ async fn infrastructure_failures_are_typed_errors_and_promote_reaches_the_parent
     actor.stop(None);
     join.await.expect("stopped");
 }
+
+/// A test run whose connection to the branch breaks is no receipt (it would judge the code by
+/// a database failure): the verification fails as DatabaseDown, and its branch is dropped.
+#[tokio::test]
+async fn a_run_that_loses_its_connection_is_database_down_not_a_receipt() {
+    let provider = common::dyn_provider().await;
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[(
+            "tests/cut.sql",
+            "SELECT pg_terminate_backend(pg_backend_pid());\n",
+        )],
+    );
+    let a = args(provider.clone(), psql_runner());
+    let stats = a.stats.clone();
+    let (actor, join) = LakebaseActor::spawn(a).await.expect("spawn");
+    let err = verify(&actor, request(1, tree.path(), vec![]))
+        .await
+        .expect_err("a broken connection is not a receipt");
+    assert_eq!(err.fault, InfraFault::DatabaseDown, "{err}");
+    assert!(err.detail.contains("tests/cut.sql"), "{err}");
+    actor.stop(None);
+    join.await.expect("stopped");
+    assert_eq!(stats.snapshot().live, 0, "the branch is dropped");
+}

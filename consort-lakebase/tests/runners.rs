@@ -391,3 +391,48 @@ async fn a_broken_setup_file_errors_every_test_and_says_why() {
     assert!(!r.exit.success());
     p.delete(&b.name).await.expect("delete");
 }
+
+/// A session whose connection breaks mid-run (here the test's own backend is terminated) is
+/// not a red test: the run is an infrastructure error, so the verification can be retried
+/// instead of sending working code to a repair.
+#[tokio::test]
+async fn a_connection_lost_mid_run_is_a_database_error_not_a_red_test() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[
+            ("tests/a_fine.sql", "SELECT 1;\n"),
+            (
+                "tests/b_cut.sql",
+                "SELECT pg_terminate_backend(pg_backend_pid());\nSELECT 2;\n",
+            ),
+        ],
+    );
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
+    let err = runner
+        .run(&ctx)
+        .await
+        .expect_err("a broken connection is an error");
+    assert!(matches!(err, Error::Connect(_)), "{err:?}");
+    assert!(err.to_string().contains("tests/b_cut.sql"), "{err}");
+    assert_eq!(
+        err.infra_fault(),
+        consort_actors::InfraFault::DatabaseDown,
+        "it escalates as the database's fault"
+    );
+    // A setup file that loses its connection is the same.
+    write_tree(
+        tree.path(),
+        &[(
+            "src/setup.sql",
+            "SELECT pg_terminate_backend(pg_backend_pid());\n",
+        )],
+    );
+    let err = runner
+        .run(&ctx)
+        .await
+        .expect_err("a broken connection is an error");
+    assert!(matches!(err, Error::Connect(_)), "{err:?}");
+    p.delete(&b.name).await.expect("delete");
+}

@@ -8,7 +8,9 @@
 //! Both run with a scrubbed environment that carries only the branch's credentials (see
 //! [`EnvPolicy`]), kill the whole process group at the time limit, and stream the output into
 //! a digest plus a capped excerpt. A failing test is an outcome, never an error: a runner
-//! returns [`Error::Runner`](crate::Error::Runner) only when it cannot run at all.
+//! returns [`Error::Runner`](crate::Error::Runner) only when it cannot run at all, and
+//! [`Error::Connect`](crate::Error::Connect) when it lost its connection to the branch mid-run
+//! (the database's fault, so the verification is retried rather than judged).
 
 mod capture;
 mod command;

@@ -145,6 +145,7 @@ impl PsqlRunner {
             let mut args = base.to_vec();
             args.extend(["-f".to_string(), f.to_string()]);
             let r = run(&self.spec(ctx, args), &mut capture, &limits).await?;
+            connection_intact(&r.exit, f)?;
             if !r.exit.success() {
                 exit = r.exit.clone();
                 setup_failed = Some(f.to_string());
@@ -171,10 +172,11 @@ impl PsqlRunner {
             let mut args = base.to_vec();
             args.extend(["-c", "BEGIN", "-f", f.as_str(), "-c", "ROLLBACK"].map(String::from));
             let r = run(&self.spec(ctx, args), &mut capture, &limits).await?;
+            connection_intact(&r.exit, f)?;
             let status = if r.exit.success() {
                 TestStatus::Passed
-            } else if r.exit.timed_out || r.exit.code == Some(2) {
-                // 2: the connection broke; a timeout is no verdict on the test either.
+            } else if r.exit.timed_out {
+                // A timeout is no verdict on the test either way.
                 TestStatus::Errored
             } else {
                 TestStatus::Failed
@@ -206,6 +208,22 @@ impl PsqlRunner {
             output_bytes: done.total,
         })
     }
+}
+
+/// psql's exit code when the connection to the server went bad (could not be made, or broke
+/// during the session): the database's fault, never the test's.
+const PSQL_CONNECTION_LOST: i32 = 2;
+
+/// A psql session whose connection broke says nothing about the code under test: the run is
+/// an infrastructure failure ([`Error::Connect`]), so the verification can be retried on a
+/// fresh branch instead of sending working code to a repair.
+fn connection_intact(exit: &ExitRecord, file: &str) -> Result<()> {
+    if !exit.timed_out && exit.code == Some(PSQL_CONNECTION_LOST) {
+        return Err(Error::Connect(format!(
+            "psql lost its connection to the branch while running {file} (exit code {PSQL_CONNECTION_LOST})"
+        )));
+    }
+    Ok(())
 }
 
 impl TestRunner for PsqlRunner {
