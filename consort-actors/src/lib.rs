@@ -33,3 +33,7 @@ pub use protocol::*;
 pub use role::{ActorId, Role};
 pub use step::Step;
 pub use worktree::{WorkTree, WorkTreeError};
+
+/// The actor runtime the protocol is typed in ([`RoleMsg`] carries a `ractor::RpcReplyPort`), so
+/// that an embedder's own role or Lakebase actor uses exactly the same version.
+pub use ractor;

@@ -65,6 +65,11 @@ pub struct ConductorConfig {
     /// ledger appends by this process, as a crash would.
     #[doc(hidden)]
     pub crash_after_appends: Option<usize>,
+    /// Benchmark aid: keep events in memory only. No ledger line is written or fsynced, so
+    /// nothing survives a crash and nothing resumes; it isolates the conductor's own cost per
+    /// event (`benches/conductor.rs`). Never set it for a real run.
+    #[doc(hidden)]
+    pub ledger_off: bool,
 }
 
 impl ConductorConfig {
@@ -81,6 +86,7 @@ impl ConductorConfig {
             verify_retries: 1,
             max_input_bytes: 512 * 1024,
             crash_after_appends: None,
+            ledger_off: false,
         }
     }
 }
@@ -441,6 +447,7 @@ impl Actor for Conductor {
                 }
                 st.waiter = Some(port);
                 if st.ledger.is_empty()
+                    && st.appended == 0
                     && let Some(feature) = st.wiring.feature.clone()
                     && let Err(e) = st.feed(Event::Start { feature })
                 {
@@ -520,7 +527,9 @@ impl ConductorState {
     }
 
     fn append(&mut self, event: &Event) -> Result<(), ConductorError> {
-        self.ledger.append(event)?;
+        if !self.wiring.config.ledger_off {
+            self.ledger.append(event)?;
+        }
         self.appended += 1;
         if self.wiring.config.crash_after_appends == Some(self.appended) {
             return Err(ConductorError::Actor(format!(
