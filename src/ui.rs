@@ -128,12 +128,12 @@ fn describe(p: &Progress) -> String {
         } if *of > 0 && *test > 0 => format!("[test {test}/{of}] {role}: {step}"),
         Progress::Step { step, role, .. } => format!("{role}: {step}"),
         Progress::Receipt {
-            purpose,
+            request,
             passed,
             failed,
             branch,
         } => {
-            format!("  run {purpose} on {branch}: {passed} passed, {failed} not passed")
+            format!("  run {request} on {branch}: {passed} passed, {failed} not passed")
         }
         Progress::Refused { violation } => format!("  refused: {violation}"),
         Progress::GateWaiting { gate, hash } => {

@@ -138,8 +138,8 @@ pub enum Progress {
     },
     /// A verified run came back.
     Receipt {
-        /// Why it ran.
-        purpose: String,
+        /// The request it answers.
+        request: crate::RequestId,
         /// Tests passed.
         passed: usize,
         /// Tests not passed.
@@ -492,7 +492,14 @@ impl ConductorState {
     fn feed(&mut self, event: Event) -> Result<(), ConductorError> {
         self.append(&event)?;
         match self.machine.step(&self.state, &event) {
-            Ok((next, _)) => self.state = next,
+            Ok((next, _)) => {
+                self.state = next;
+                if let Event::Applied { .. } = &event {
+                    // The undo is in the ledger and accepted; the journal has done its job. (A
+                    // refused `Applied` keeps it: a retry re-applies with the recorded undo.)
+                    let _ = std::fs::remove_file(self.work.root().join(APPLY_JOURNAL));
+                }
+            }
             Err(violation) => {
                 tracing::warn!(%violation, event = event.name(), "refused");
                 self.progress(Progress::Refused {
@@ -505,10 +512,6 @@ impl ConductorState {
                 }
             }
         }
-        if let Event::Applied { .. } = &event {
-            // The undo is in the ledger now; the journal has done its job.
-            let _ = std::fs::remove_file(self.work.root().join(APPLY_JOURNAL));
-        }
         if let Event::VerifyCompleted { receipt } = &event {
             let passed = receipt
                 .outcomes
@@ -516,7 +519,7 @@ impl ConductorState {
                 .filter(|o| o.status == TestStatus::Passed)
                 .count();
             self.progress(Progress::Receipt {
-                purpose: format!("{}", receipt.request_id),
+                request: receipt.request_id,
                 passed,
                 failed: receipt.outcomes.len() - passed,
                 branch: receipt.branch_id.clone(),

@@ -749,3 +749,74 @@ async fn a_refused_live_approval_closes_the_gate_instead_of_asking_again() {
     );
     assert!(report.state.frozen.is_none() && report.state.approvals.is_empty());
 }
+
+static TAMPER_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// A Driver that, asked for GREEN on T1, edits the frozen test on disk behind the conductor's
+/// back before answering honestly.
+fn tampering_driver(a: &Assignment) -> Artifact {
+    if let Step::Green { test } = &a.step
+        && test == "T1"
+        && let Some(dir) = TAMPER_DIR.lock().ok().and_then(|d| d.clone())
+    {
+        let _ = std::fs::write(dir.join("tests/t1.sql"), "-- weakened\n");
+    }
+    honest(a)
+}
+
+#[tokio::test]
+async fn a_refused_apply_keeps_its_journal_so_a_retry_records_the_true_undo() {
+    let fx = Fixture::new();
+    if let Ok(mut d) = TAMPER_DIR.lock() {
+        *d = Some(fx.root());
+    }
+    let report = fx
+        .run(answer(tampering_driver), approve_all())
+        .await
+        .expect("run");
+    let RunOutcome::Halted { escalation } = report.outcome else {
+        panic!("expected a halt, got {:?}", report.outcome)
+    };
+    assert!(
+        escalation.detail.contains("frozen test"),
+        "{}",
+        escalation.detail
+    );
+    assert!(
+        fx.root().join(APPLY_JOURNAL).exists(),
+        "the journal survives the refusal"
+    );
+    // A human restores the test, stops the tampering, and retries.
+    if let Ok(mut d) = TAMPER_DIR.lock() {
+        *d = None;
+    }
+    std::fs::write(fx.root().join("tests/t1.sql"), "need: token-T1\n").expect("restore");
+    record_human_decision(
+        &fx.ledger(),
+        &Machine::default(),
+        HumanDecision::Retry,
+        "ada",
+    )
+    .expect("retry");
+    let report = fx
+        .run(answer(honest), approve_all())
+        .await
+        .expect("run again");
+    assert_eq!(report.outcome, RunOutcome::Done);
+    let undo_of_green = fx
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Applied { inverse, .. } => Some(inverse),
+            _ => None,
+        })
+        .nth(2)
+        .expect("the re-applied GREEN");
+    assert_eq!(
+        undo_of_green.changes,
+        vec![FileChange::Delete {
+            path: "src/t1.sql".into()
+        }],
+        "the undo is the state before GREEN, not after"
+    );
+}
