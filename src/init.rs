@@ -31,6 +31,18 @@ pub const STOCKFLOW_FEATURE_ID: &str = "F1-warehouse-stock";
 /// Where `consort init --example stockflow` puts the script.
 pub const STOCKFLOW_SCRIPT_PATH: &str = ".consort/agents/stockflow.toml";
 
+/// The starter agent script `consort init` writes: no answers yet, only how to add them.
+pub const SCRIPT_TEMPLATE: &str = r#"# Scripted agent answers, one [[entry]] per step (see consort-agents/SCRIPTS.md).
+# Until every step has an answer, `consort run` halts at the first step without one and says
+# which. Or play the roles with a model: [agents.default] backend = "openai" in consort.toml.
+#
+# [[entry]]
+# step = "stories"
+# [entry.artifact]
+# kind = "stories"
+# body = { feature_id = "F1", stories = [] }
+"#;
+
 /// A commented `consort.toml` for a feature request at `feature.md` and a scripted ensemble.
 pub fn config_template(feature_id: &str, script: &str) -> String {
     format!(
@@ -154,6 +166,9 @@ pub fn init(dir: &Path, example: Option<Example>, force: bool) -> Result<Vec<Pat
                 CONFIG_FILE,
                 &config_template("F1", ".consort/agents/script.toml"),
             )?;
+            if !dir.join(".consort/agents/script.toml").exists() {
+                write(".consort/agents/script.toml", SCRIPT_TEMPLATE)?;
+            }
             if !dir.join("feature.md").exists() {
                 write(
                     "feature.md",

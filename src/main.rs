@@ -193,7 +193,7 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli.command)) {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", consort::ui::error_chain(e.as_ref()));
             let usage = e.chain().any(|c| {
                 c.downcast_ref::<consort::config::ConfigError>().is_some()
                     || matches!(

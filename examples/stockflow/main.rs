@@ -47,7 +47,7 @@ fn main() {
     let code = match run() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", consort::ui::error_chain(e.as_ref()));
             ui::EXIT_FAILURE
         }
     };
