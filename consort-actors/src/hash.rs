@@ -5,10 +5,11 @@
 //! `\n`. The SHA-256 of those bytes is the artifact's [`ContentHash`].
 
 use std::fmt;
+use std::io;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::ser::{CharEscape, CompactFormatter, Formatter};
 use sha2::{Digest, Sha256};
 
 /// A SHA-256 digest, shown and serialised as 64 lower-case hex digits.
@@ -26,7 +27,10 @@ impl ContentHash {
 
     /// The hash of a value's canonical serialisation (see [`canonical_json`]).
     pub fn of<T: Serialize + ?Sized>(value: &T) -> Self {
-        Self::of_bytes(canonical_json(value).as_bytes())
+        match serde_json::to_value(value) {
+            Ok(v) => hash_sorted(&v),
+            Err(e) => Self::of_bytes(format!("!unserialisable:{e}").as_bytes()),
+        }
     }
 
     /// The raw 32 bytes.
@@ -110,21 +114,111 @@ impl schemars::JsonSchema for ContentHash {
 /// fail, its error text is hashed instead so that the function stays total.
 pub fn canonical_json<T: Serialize + ?Sized>(value: &T) -> String {
     match serde_json::to_value(value) {
+        // serde_json's Map is a BTreeMap (no `preserve_order`), so keys come out sorted.
         Ok(v) => {
-            let v = normalise(v);
-            // serde_json's Map is a BTreeMap (no `preserve_order`), so keys come out sorted.
-            serde_json::to_string(&v).unwrap_or_default()
+            let mut out = Vec::with_capacity(256);
+            // Writing a `Value` into a Vec cannot fail.
+            let _ = write_sorted(&mut out, &v);
+            String::from_utf8(out).unwrap_or_default()
         }
         Err(e) => format!("!unserialisable:{e}"),
     }
 }
 
-fn normalise(v: Value) -> Value {
-    match v {
-        Value::String(s) => Value::String(normalise_newlines(&s)),
-        Value::Array(a) => Value::Array(a.into_iter().map(normalise).collect()),
-        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, normalise(v))).collect()),
-        other => other,
+/// The SHA-256 of the canonical text of `value`, written straight into the hasher, for a value
+/// that already serialises its object keys in sorted order: a `serde_json::Value`, or a struct
+/// whose fields are declared in sorted order and hold such values. Same bytes as
+/// [`canonical_json`], without re-building the value to sort it.
+pub(crate) fn hash_sorted<T: Serialize + ?Sized>(value: &T) -> ContentHash {
+    let mut w = HashWriter(Sha256::new());
+    match write_sorted(&mut w, value) {
+        Ok(()) => {
+            let mut out = [0u8; 32];
+            out.copy_from_slice(w.0.finalize().as_slice());
+            ContentHash(out)
+        }
+        Err(e) => ContentHash::of_bytes(format!("!unserialisable:{e}").as_bytes()),
+    }
+}
+
+fn write_sorted<W: io::Write, T: Serialize + ?Sized>(w: W, value: &T) -> serde_json::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(w, Canonical::default());
+    value.serialize(&mut ser)
+}
+
+/// Feeds written bytes to SHA-256.
+struct HashWriter(Sha256);
+
+impl io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// serde_json's compact output, except that in string *values* `\r\n` and a lone `\r` are
+/// written as `\n` (object keys are written as they are). This is the newline normalisation
+/// of the canonical form, done while writing instead of on a copy of the value.
+#[derive(Default)]
+struct Canonical {
+    in_key: bool,
+    after_cr: bool,
+}
+
+impl Formatter for Canonical {
+    fn begin_string<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.after_cr = false;
+        w.write_all(b"\"")
+    }
+
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        self.after_cr = false;
+        w.write_all(fragment.as_bytes())
+    }
+
+    fn write_char_escape<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        escape: CharEscape,
+    ) -> io::Result<()> {
+        if !self.in_key {
+            match escape {
+                // `\r` becomes `\n`; the `\n` of a `\r\n` pair is then dropped.
+                CharEscape::CarriageReturn => {
+                    self.after_cr = true;
+                    return w.write_all(b"\\n");
+                }
+                CharEscape::LineFeed if self.after_cr => {
+                    self.after_cr = false;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        self.after_cr = false;
+        CompactFormatter.write_char_escape(w, escape)
+    }
+
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        self.in_key = true;
+        CompactFormatter.begin_object_key(w, first)
+    }
+
+    fn end_object_key<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.in_key = false;
+        CompactFormatter.end_object_key(w)
     }
 }
 
@@ -154,6 +248,39 @@ mod tests {
         let unix = json!({"sql": "select 1;\nselect 2;\n"});
         let dos = json!({"sql": "select 1;\r\nselect 2;\r\n"});
         assert_eq!(ContentHash::of(&unix), ContentHash::of(&dos));
+    }
+
+    /// The canonical text as first defined: a normalised copy of the value, then compact JSON.
+    fn reference(v: &serde_json::Value) -> String {
+        fn normalise(v: serde_json::Value) -> serde_json::Value {
+            use serde_json::Value;
+            match v {
+                Value::String(s) => Value::String(normalise_newlines(&s)),
+                Value::Array(a) => Value::Array(a.into_iter().map(normalise).collect()),
+                Value::Object(m) => {
+                    Value::Object(m.into_iter().map(|(k, v)| (k, normalise(v))).collect())
+                }
+                other => other,
+            }
+        }
+        serde_json::to_string(&normalise(v.clone())).expect("serialise")
+    }
+
+    #[test]
+    fn the_canonical_writer_matches_a_normalised_copy_byte_for_byte() {
+        let v = json!({
+            "z\r\nkey": "keys keep their \r\n",
+            "a": ["one\r\ntwo", "lone\rcr", "cr at end\r", "\r\r\n\n\r", "tab\t\"q\"\\ \u{1}"],
+            "m": {"sql": "select 1;\r\nselect 2;\r\n", "n": 1.5, "b": true, "x": null},
+            "e": "",
+            "u": "ünïcödé\r\n✓"
+        });
+        assert_eq!(canonical_json(&v), reference(&v));
+        assert_eq!(
+            ContentHash::of(&v),
+            ContentHash::of_bytes(reference(&v).as_bytes())
+        );
+        assert_eq!(hash_sorted(&v), ContentHash::of(&v));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! * `seq` counts from 1 without gaps;
 //! * `time` is the RFC 3339 UTC time of the append;
 //! * `prev` is the `hash` of the previous entry ([`GENESIS_HEX`], 64 zeros, for the first);
-//! * `hash` is the SHA-256 of the canonical JSON ([`canonical_json`]) of the object
+//! * `hash` is the SHA-256 of the canonical JSON ([`canonical_json`](crate::hash::canonical_json)) of the object
 //!   `{"event", "prev", "seq", "time"}` — exactly the values written on the line, so the check
 //!   never depends on how a type re-serialises;
 //! * `event` is the caller's event type `E`.
@@ -67,7 +67,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::hash::{ContentHash, canonical_json};
+use crate::hash::ContentHash;
 
 /// The ledger's default location, relative to the project root.
 pub const DEFAULT_LEDGER_PATH: &str = ".consort/ledger.jsonl";
@@ -532,12 +532,21 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
 
 /// The hash of an entry from the values written on its line.
 fn entry_hash(seq: &Value, time: &Value, prev: &Value, event: &Value) -> ContentHash {
-    let mut object = Map::new();
-    object.insert("event".into(), event.clone());
-    object.insert("prev".into(), prev.clone());
-    object.insert("seq".into(), seq.clone());
-    object.insert("time".into(), time.clone());
-    ContentHash::of_bytes(canonical_json(&Value::Object(object)).as_bytes())
+    /// `{event, prev, seq, time}`: fields in sorted order, so it serialises exactly as the
+    /// object with those keys would (the canonical form), without copying the event.
+    #[derive(Serialize)]
+    struct Hashed<'a> {
+        event: &'a Value,
+        prev: &'a Value,
+        seq: &'a Value,
+        time: &'a Value,
+    }
+    crate::hash::hash_sorted(&Hashed {
+        event,
+        prev,
+        seq,
+        time,
+    })
 }
 
 /// Reads complete lines from `tip` to the end of `file`, verifying each against the chain.
