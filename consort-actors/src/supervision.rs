@@ -567,6 +567,15 @@ impl<M: Message> Supervised<M> {
         &self,
         timeout: Duration,
     ) -> Result<(ActorRef<M>, u64), SupervisionError> {
+        // The common case, a child already running: no waiting, no timer, no status copy.
+        {
+            let now = self.status.borrow();
+            if now.phase == ChildPhase::Running
+                && let Some(child) = &now.child
+            {
+                return Ok((child.clone(), now.incarnation));
+            }
+        }
         let status = self
             .wait_until(timeout, |s| {
                 (s.phase == ChildPhase::Running && s.child.is_some()) || s.phase.is_terminal()
@@ -605,18 +614,19 @@ impl<M: Message> Supervised<M> {
     }
 
     fn running_or_error(&self, status: ChildStatus<M>) -> Result<ActorRef<M>, SupervisionError> {
-        let label = self.label.to_string();
+        let label = || self.label.to_string();
         match (status.phase, status.child) {
             (ChildPhase::Running, Some(child)) => Ok(child),
             (ChildPhase::GaveUp, _) => Err(SupervisionError::GaveUp {
-                label,
+                label: label(),
                 restarts: status.restarts,
                 last_error: status.last_error.unwrap_or_default(),
             }),
-            (ChildPhase::Stopped { reason }, _) => {
-                Err(SupervisionError::ChildStopped { label, reason })
-            }
-            _ => Err(SupervisionError::SupervisorStopped { label }),
+            (ChildPhase::Stopped { reason }, _) => Err(SupervisionError::ChildStopped {
+                label: label(),
+                reason,
+            }),
+            _ => Err(SupervisionError::SupervisorStopped { label: label() }),
         }
     }
 
