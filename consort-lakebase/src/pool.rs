@@ -118,6 +118,9 @@ struct PoolInner {
     closed: AtomicBool,
     /// Names whose deletion could not be started (no runtime): deleted at shutdown.
     orphaned: Mutex<Vec<String>>,
+    /// Releases running in the background ([`Lease::release_in_background`]); shutdown waits
+    /// for them.
+    releasing: Mutex<tokio::task::JoinSet<()>>,
     refill_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -190,6 +193,34 @@ impl Lease {
             return Err(e);
         }
         Ok(Released::Deleted)
+    }
+}
+
+impl Lease {
+    /// [`Lease::release`] on a background task, so the caller does not wait for the branch to
+    /// be dropped: a `DROP DATABASE` takes tens of milliseconds, and longer when the provider is
+    /// busy creating the pool's next warm branch. [`BranchPool::shutdown`] waits for every such
+    /// release; a failure is logged, and the branch is left to the shutdown sweep. Without a
+    /// runtime the lease is dropped instead (its branch is then deleted at shutdown).
+    pub fn release_in_background(self, failed: bool) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return drop(self);
+        };
+        let pool = self.pool.clone();
+        let name = self.branch.name.clone();
+        let release = async move {
+            if let Err(e) = self.release(failed).await {
+                warn!(branch = %name, error = %e, "releasing a branch in the background");
+            }
+        };
+        match pool.releasing.lock() {
+            Ok(mut set) => {
+                // Reap the releases that are done, so the set holds only running ones.
+                while set.try_join_next().is_some() {}
+                set.spawn_on(release, &handle);
+            }
+            Err(_) => drop(handle.spawn(release)),
+        }
     }
 }
 
@@ -356,6 +387,7 @@ impl BranchPool {
                 refilling: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 orphaned: Mutex::new(Vec::new()),
+                releasing: Mutex::new(tokio::task::JoinSet::new()),
                 refill_task: Mutex::new(None),
             }),
         }
@@ -500,6 +532,13 @@ impl BranchPool {
         if let Some(task) = task {
             let _ = task.await;
         }
+        let mut releasing = self
+            .inner
+            .releasing
+            .lock()
+            .map(|mut set| std::mem::take(&mut *set))
+            .unwrap_or_default();
+        while releasing.join_next().await.is_some() {}
         let mut names: Vec<String> = self.inner.lock()?.ready.drain(..).map(|b| b.name).collect();
         if let Ok(mut o) = self.inner.orphaned.lock() {
             names.append(&mut o);

@@ -12,7 +12,7 @@ use consort_actors::{
     ContentHash, ExitRecord, InfraError, InfraFault, PromoteReport, PromoteRequest, RunTimings,
     TestOutcome, TestRunReceipt, TestStatus, VerifyRequest,
 };
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::error::Error;
 use crate::pool::BranchPool;
@@ -131,9 +131,8 @@ impl Verifier {
                 .outcomes
                 .iter()
                 .any(|o| matches!(o.status, TestStatus::Failed | TestStatus::Errored));
-        if let Err(e) = acquired.lease.release(failed).await {
-            warn!(branch = %branch.name, error = %e, "releasing the branch");
-        }
+        // The receipt does not wait for the branch to be dropped (the pool's shutdown does).
+        acquired.lease.release_in_background(failed);
         let timings = RunTimings {
             acquire_ms: acquired.acquire_ms,
             migrate_ms: acquired.prepare_ms,

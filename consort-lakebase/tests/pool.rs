@@ -203,3 +203,39 @@ async fn failed_runs_can_be_kept_and_dropped_leases_are_cleaned_up() {
     provider.delete(&kept_name).await.expect("delete kept");
     assert_eq!(count_consort_branches(&provider).await, 0);
 }
+
+/// A release handed to the background does not hold up its caller, and shutdown waits for it:
+/// nothing is left behind even when shutdown comes right after.
+#[tokio::test]
+async fn background_releases_finish_before_shutdown_returns() {
+    let provider = private_provider().await;
+    let pool = BranchPool::new(
+        provider.clone(),
+        PoolConfig {
+            size: 0,
+            ..PoolConfig::default()
+        },
+    );
+    let spec = BaseSpec {
+        migrations: vec![migration("0001", "CREATE TABLE a (x int)")],
+        fixtures: vec![],
+    };
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        let got = pool.acquire(&spec).await.expect("acquire");
+        names.push(got.lease.branch().name.clone());
+        got.lease.release_in_background(false);
+    }
+    pool.shutdown().await.expect("shutdown");
+    let left = provider.list("consort-").await.expect("list");
+    assert!(
+        names.iter().all(|n| !left.iter().any(|b| &b.name == n)),
+        "every released branch is gone once shutdown returns: {left:?}"
+    );
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.created, stats.dropped, stats.live),
+        (3, 3, 0),
+        "{stats:?}"
+    );
+}
