@@ -825,13 +825,14 @@ impl PgBrancher {
     }
 
     async fn delete_ident(&self, admin: &Client, ident: &str) -> Result<()> {
-        if db_exists(admin, ident).await? {
-            if db_meta(admin, ident).await?.is_none() {
+        match db_lookup(admin, ident).await? {
+            None => {}
+            Some(None) => {
                 return Err(Error::PermissionDenied(format!(
                     "database {ident} was not created by Consort; not touching it"
                 )));
             }
-            drop_db(admin, ident).await?;
+            Some(Some(_)) => drop_db(admin, ident).await?,
         }
         if role_meta(admin, ident).await?.is_some() {
             admin
@@ -1028,6 +1029,12 @@ async fn is_template(admin: &Client, db: &str) -> Result<bool> {
 }
 
 async fn db_meta(admin: &Client, db: &str) -> Result<Option<Meta>> {
+    Ok(db_lookup(admin, db).await?.flatten())
+}
+
+/// In one round trip: `None` when `db` does not exist, else its marker (`None` when it is not
+/// one of ours).
+async fn db_lookup(admin: &Client, db: &str) -> Result<Option<Option<Meta>>> {
     let row = admin
         .query_opt(
             "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1",
@@ -1035,7 +1042,7 @@ async fn db_meta(admin: &Client, db: &str) -> Result<Option<Meta>> {
         )
         .await
         .map_err(|e| Error::from_pg("reading a database marker", &e))?;
-    Ok(row.and_then(|r| Meta::parse(r.get::<_, Option<&str>>(0))))
+    Ok(row.map(|r| Meta::parse(r.get::<_, Option<&str>>(0))))
 }
 
 async fn role_meta(admin: &Client, role: &str) -> Result<Option<Meta>> {
