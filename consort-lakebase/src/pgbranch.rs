@@ -45,6 +45,8 @@ pub const TEMPLATE_PREFIX: &str = "consorttpl_";
 const INIT_LOCK_KEY: i64 = 0x0063_6f6e_736f_7269;
 /// The name prefix of bases being built.
 const BUILDING_PREFIX: &str = "consorttmp_";
+/// Most administrator connections one provider opens (see `PgBrancher::admin`).
+const ADMIN_CONNECTIONS: usize = 4;
 
 /// Options of the server backends (embedded and URL).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,7 +257,12 @@ pub(crate) use branch_provider_via_pg_brancher;
 pub(crate) struct PgBrancher {
     target: ServerTarget,
     opts: ServerOptions,
-    admin: tokio::sync::Mutex<Option<Client>>,
+    /// Administrator connections, opened on first use. Several, so that branches are created
+    /// and dropped concurrently: concurrent `CREATE DATABASE … STRATEGY FILE_COPY` share the
+    /// checkpoints each of them must wait for, and a drop does not queue behind a create.
+    admin: Vec<tokio::sync::Mutex<Option<Client>>>,
+    /// Where the next wait for a busy administrator connection queues.
+    next_admin: AtomicU64,
     base_lock: tokio::sync::Mutex<()>,
     secrets: Mutex<HashMap<String, Secret>>,
     is_super: bool,
@@ -315,7 +322,12 @@ impl PgBrancher {
         Ok(PgBrancher {
             target,
             opts,
-            admin: tokio::sync::Mutex::new(Some(client)),
+            admin: std::iter::once(Some(client))
+                .chain(std::iter::repeat_with(|| None))
+                .take(ADMIN_CONNECTIONS)
+                .map(tokio::sync::Mutex::new)
+                .collect(),
+            next_admin: AtomicU64::new(0),
             base_lock: tokio::sync::Mutex::new(()),
             secrets: Mutex::new(HashMap::new()),
             is_super,
@@ -434,6 +446,17 @@ impl PgBrancher {
         cfg
     }
 
+    /// A free administrator connection slot, or (all busy) the next one in turn.
+    async fn admin_slot(&self) -> tokio::sync::MutexGuard<'_, Option<Client>> {
+        for slot in &self.admin {
+            if let Ok(guard) = slot.try_lock() {
+                return guard;
+            }
+        }
+        let n = self.next_admin.fetch_add(1, Ordering::Relaxed) as usize;
+        self.admin[n % self.admin.len()].lock().await
+    }
+
     async fn admin_client<'g>(&self, slot: &'g mut Option<Client>) -> Result<&'g Client> {
         if slot.as_ref().is_none_or(|c| c.is_closed()) {
             let cfg = self.admin_cfg(&self.opts.maintenance_database);
@@ -484,7 +507,7 @@ impl PgBrancher {
         };
         let _building = self.base_lock.lock().await;
         {
-            let mut slot = self.admin.lock().await;
+            let mut slot = self.admin_slot().await;
             let admin = self.admin_client(&mut slot).await?;
             if is_template(admin, &name).await? {
                 return Ok(base);
@@ -493,7 +516,7 @@ impl PgBrancher {
         let tmp = format!("{BUILDING_PREFIX}{}", random_tag(16));
         let meta = Meta::now(Some(&base)).text();
         {
-            let mut slot = self.admin.lock().await;
+            let mut slot = self.admin_slot().await;
             let admin = self.admin_client(&mut slot).await?;
             self.exec_busy(
                 admin,
@@ -508,7 +531,7 @@ impl PgBrancher {
             comment_db(admin, &tmp, &meta).await?;
         }
         let built = self.fill_base(&tmp, spec).await;
-        let mut slot = self.admin.lock().await;
+        let mut slot = self.admin_slot().await;
         let admin = self.admin_client(&mut slot).await?;
         if let Err(e) = built {
             let _ = drop_db(admin, &tmp).await;
@@ -644,7 +667,7 @@ impl PgBrancher {
         let meta = Meta::now(Some(from));
         let created_at = meta.created_at();
         {
-            let mut slot = self.admin.lock().await;
+            let mut slot = self.admin_slot().await;
             let admin = self.admin_client(&mut slot).await?;
             // A non-superuser administrator must be a member of the role to give it a database.
             let membership = if self.is_super {
@@ -742,7 +765,7 @@ impl PgBrancher {
                 let ident = db_ident(&branch.name);
                 let password = random_password();
                 let verifier = postgres_protocol::password::scram_sha_256(password.as_bytes());
-                let mut slot = self.admin.lock().await;
+                let mut slot = self.admin_slot().await;
                 let admin = self.admin_client(&mut slot).await?;
                 if role_meta(admin, &ident).await?.is_none() {
                     return Err(Error::NotFound(format!("branch {}", branch.name)));
@@ -781,7 +804,7 @@ impl PgBrancher {
         let q = quote_ident(&ident);
         let meta = Meta::now(Some(&branch.base));
         {
-            let mut slot = self.admin.lock().await;
+            let mut slot = self.admin_slot().await;
             let admin = self.admin_client(&mut slot).await?;
             if db_meta(admin, &ident).await?.is_none() {
                 return Err(Error::NotFound(format!("branch {}", branch.name)));
@@ -815,7 +838,7 @@ impl PgBrancher {
     pub async fn delete(&self, name: &str) -> Result<()> {
         validate_branch_name(name)?;
         let ident = db_ident(name);
-        let mut slot = self.admin.lock().await;
+        let mut slot = self.admin_slot().await;
         let admin = self.admin_client(&mut slot).await?;
         self.delete_ident(admin, &ident).await?;
         if let Ok(mut s) = self.secrets.lock() {
@@ -874,7 +897,7 @@ impl PgBrancher {
     }
 
     pub async fn list(&self, prefix: &str) -> Result<Vec<Branch>> {
-        let mut slot = self.admin.lock().await;
+        let mut slot = self.admin_slot().await;
         let admin = self.admin_client(&mut slot).await?;
         let mut out: Vec<Branch> = self
             .list_meta(admin)
@@ -905,7 +928,7 @@ impl PgBrancher {
     }
 
     async fn sweep_where(&self, doomed: impl Fn(&Branch, &Meta) -> bool) -> Result<usize> {
-        let mut slot = self.admin.lock().await;
+        let mut slot = self.admin_slot().await;
         let admin = self.admin_client(&mut slot).await?;
         let mut n = 0;
         for (branch, meta) in self.list_meta(admin).await? {
@@ -960,7 +983,7 @@ impl PgBrancher {
     pub async fn keep_for_inspection(&self, branch: &Branch, until: SystemTime) -> Result<()> {
         validate_branch_name(&branch.name)?;
         let ident = db_ident(&branch.name);
-        let mut slot = self.admin.lock().await;
+        let mut slot = self.admin_slot().await;
         let admin = self.admin_client(&mut slot).await?;
         let mut meta = db_meta(admin, &ident)
             .await?
@@ -1187,12 +1210,14 @@ mod tests {
         let info = b.connect_info(&branch).await.expect("info");
         let held = crate::pgconn::connect(&info).await.expect("a session");
         held.batch_execute("SELECT 1").await.expect("in use");
-        b.delete(&branch.name).await.expect("dropped although in use");
+        b.delete(&branch.name)
+            .await
+            .expect("dropped although in use");
         assert!(
             held.batch_execute("SELECT 1").await.is_err(),
             "the session was ended"
         );
-        let mut slot = b.admin.lock().await;
+        let mut slot = b.admin_slot().await;
         let admin = b.admin_client(&mut slot).await.expect("admin");
         assert!(!db_exists(admin, &branch.id).await.expect("lookup"));
         let sessions: i64 = admin
@@ -1204,6 +1229,38 @@ mod tests {
             .expect("count")
             .get(0);
         assert_eq!(sessions, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn branches_are_created_and_dropped_concurrently_over_several_connections() {
+        let (_cluster, b) = brancher().await;
+        let b = std::sync::Arc::new(b);
+        let base = b.prepare_base(&BaseSpec::default()).await.expect("base");
+        let namer = std::sync::Arc::new(BranchNamer::new());
+        let tasks: Vec<_> = (0..12)
+            .map(|_| {
+                let (b, base, namer) = (b.clone(), base.clone(), namer.clone());
+                tokio::spawn(async move {
+                    let branch = b.create(&namer.next_name(), &base).await?;
+                    b.delete(&branch.name).await
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("task").expect("create and delete");
+        }
+        assert!(b.list(BRANCH_PREFIX).await.expect("list").is_empty());
+        let opened = {
+            let mut n = 0;
+            for slot in &b.admin {
+                n += usize::from(slot.lock().await.is_some());
+            }
+            n
+        };
+        assert!(
+            (1..=ADMIN_CONNECTIONS).contains(&opened),
+            "{opened} administrator connections"
+        );
     }
 
     #[tokio::test]
