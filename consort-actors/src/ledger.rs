@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::hash::ContentHash;
 
@@ -315,9 +315,15 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
     /// When this returns `Ok`, the entry is on disk. On `Err` nothing was recorded (a partial
     /// line from a failed write is repaired by the next open or append).
     pub fn append(&mut self, event: &E) -> Result<Entry<E>, LedgerError> {
-        let event_value = serde_json::to_value(event).map_err(|e| LedgerError::Event {
+        let event_err = |e: serde_json::Error| LedgerError::Event {
             reason: cap(&e.to_string()),
-        })?;
+        };
+        let event_value = serde_json::to_value(event).map_err(event_err)?;
+        // The event's compact text with sorted keys (a `Value`'s map is a BTreeMap): the line's
+        // `event` field, and also its canonical form unless a string holds a carriage return
+        // (which the canonical form writes as `\n`; such an event is hashed from the value).
+        let event_text = serde_json::to_string(&event_value).map_err(event_err)?;
+        let text_is_canonical = !event_text.contains("\\r");
         let file = open_rw(&self.path)?;
         lock(&file, &self.path, true, self.options.lock_timeout)?;
         self.catch_up(&file, true)?;
@@ -326,22 +332,29 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
         // Microseconds, as written, so the returned entry equals the one read back later.
         let time = Utc::now().trunc_subsecs(6);
         let prev = self.tip.hash;
+        // Digits, hex and RFC 3339 characters: written as JSON without any escaping.
         let time_text = time.to_rfc3339_opts(SecondsFormat::Micros, true);
-        let seq_value = Value::from(seq);
-        let time_value = Value::String(time_text);
-        let prev_value = Value::String(prev.to_hex());
-        let hash = entry_hash(&seq_value, &time_value, &prev_value, &event_value);
-
-        let mut object = Map::new();
-        object.insert("event".into(), event_value);
-        object.insert("hash".into(), Value::String(hash.to_hex()));
-        object.insert("prev".into(), prev_value);
-        object.insert("seq".into(), seq_value);
-        object.insert("time".into(), time_value);
-        let mut line =
-            serde_json::to_string(&Value::Object(object)).map_err(|e| LedgerError::Event {
-                reason: cap(&e.to_string()),
-            })?;
+        let prev_hex = prev.to_hex();
+        let hash = if text_is_canonical {
+            ContentHash::of_bytes(
+                format!(
+                    "{{\"event\":{event_text},\"prev\":\"{prev_hex}\",\"seq\":{seq},\"time\":\"{time_text}\"}}"
+                )
+                .as_bytes(),
+            )
+        } else {
+            entry_hash(
+                &Value::from(seq),
+                &Value::String(time_text.clone()),
+                &Value::String(prev_hex.clone()),
+                &event_value,
+            )
+        };
+        // The object `{event, hash, prev, seq, time}` as serde_json writes it (keys sorted).
+        let mut line = format!(
+            "{{\"event\":{event_text},\"hash\":\"{}\",\"prev\":\"{prev_hex}\",\"seq\":{seq},\"time\":\"{time_text}\"}}",
+            hash.to_hex()
+        );
         if line.len() > self.options.max_line_bytes {
             return Err(LedgerError::Event {
                 reason: format!(
@@ -821,6 +834,36 @@ mod tests {
             matches!(err, LedgerError::ChainBroken { line: 2, .. }),
             "{err}"
         );
+    }
+
+    /// `append` writes the line and hashes from the event's text; this must be exactly what
+    /// the object `{event, hash, prev, seq, time}` and the canonical hash of `{event, prev, seq,
+    /// time}` give, with and without carriage returns (which only the canonical form rewrites).
+    #[test]
+    fn appended_lines_are_the_serialised_object_and_hash_canonically() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("l.jsonl");
+        let mut ledger = Ledger::<Value>::open(&path).expect("open");
+        let events = [
+            json!({"kind": "plain", "n": 1.5, "list": ["a", "é ✓", "tab\t\"q\"\\"], "z": null}),
+            json!({"kind": "crlf", "sql": "select 1;\r\nselect 2;\r", "nested": {"k\r": "v\r\n"}}),
+            json!({"kind": "escaped text that is not a CR", "s": "a backslash then r: \\r"}),
+        ];
+        for e in &events {
+            ledger.append(e).expect("append");
+        }
+        let text = std::fs::read_to_string(&path).expect("read");
+        for line in text.lines() {
+            let v: Value = serde_json::from_str(line).expect("json");
+            assert_eq!(serde_json::to_string(&v).expect("json"), line);
+            let canonical =
+                json!({"event": v["event"], "prev": v["prev"], "seq": v["seq"], "time": v["time"]});
+            assert_eq!(
+                v["hash"].as_str().expect("hash"),
+                ContentHash::of(&canonical).to_hex()
+            );
+        }
+        assert_eq!(Ledger::<Value>::verify(&path).expect("verify").entries, 3);
     }
 
     #[test]
