@@ -1,0 +1,307 @@
+//! One psql test file through the whole verify path — `Verifier::verify`: hash the work tree,
+//! acquire a branch of the base (migrations already built into it), run the file with the psql
+//! runner, release the branch, write the receipt — beside the same psql command
+//! (`psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f tests/t01.sql -c ROLLBACK`, same environment) on
+//! a database that is already there. Goal: ≤ +30 ms at the median.
+//!
+//! Also shown: the psql runner alone on the existing database (the runner's own overhead), and a
+//! verification whose migrations changed (a new base is built first), for scale.
+//!
+//! `cargo bench --bench verify`
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{interleave, report_line, report_ratio};
+use consort::actors::{
+    ContentHash, Migration, RequestId, TestStatus, VerifyPurpose, VerifyRequest,
+};
+use consort::lakebase::runner::EnvPolicy;
+use consort::lakebase::{
+    BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedConfig, EmbeddedPostgres,
+    EmbeddedProvider, PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, TestRunner, Verifier,
+};
+use criterion::{Criterion, criterion_group, criterion_main};
+use tokio::runtime::Runtime;
+
+const TEST_FILE: &str = "tests/t01.sql";
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn migrations(extra: Option<u64>) -> Vec<Migration> {
+    let mut m = vec![Migration {
+        version: "0001".into(),
+        story_id: "S1".into(),
+        description: "stock records".into(),
+        sql: "CREATE TABLE stock (id bigint PRIMARY KEY, sku text NOT NULL, qty int NOT NULL CHECK (qty >= 0))".into(),
+    }];
+    if let Some(n) = extra {
+        m.push(Migration {
+            version: "0002".into(),
+            story_id: "S1".into(),
+            description: "a changed migration".into(),
+            sql: format!("CREATE TABLE extra_{n} (x int)"),
+        });
+    }
+    m
+}
+
+fn work_tree(dir: &Path) {
+    std::fs::create_dir_all(dir.join("tests")).expect("tests dir");
+    std::fs::write(
+        dir.join(TEST_FILE),
+        "INSERT INTO stock (id, sku, qty) VALUES (1, 'sku-1', 5);\n\
+         DO $$ BEGIN\n\
+           IF (SELECT qty FROM stock WHERE id = 1) <> 5 THEN RAISE EXCEPTION 'wrong quantity'; END IF;\n\
+         END $$;\n",
+    )
+    .expect("test file");
+}
+
+struct Fixture {
+    rt: Runtime,
+    verifier: Verifier,
+    runner: Arc<PsqlRunner>,
+    dir: tempfile::TempDir,
+    psql: std::path::PathBuf,
+    standing: ConnectInfo,
+    next: std::cell::Cell<u64>,
+}
+
+impl Fixture {
+    fn request(&self, extra: Option<u64>) -> VerifyRequest {
+        let n = self.next.get() + 1;
+        self.next.set(n);
+        VerifyRequest {
+            id: RequestId(n),
+            purpose: VerifyPurpose::Green,
+            work_tree: self.dir.path().to_path_buf(),
+            workspace_hash: ContentHash::of_bytes(b"bench"),
+            migrations: migrations(extra),
+            tests: vec![TEST_FILE.into()],
+            focus: None,
+        }
+    }
+
+    /// One verification with a warm pool (waits, untimed, until the pool is full again).
+    fn verify(&self) -> Duration {
+        self.rt.block_on(async {
+            let pool = self.verifier.pool();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while pool.ready() < 2 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let req = self.request(None);
+            let t = Instant::now();
+            let receipt = self.verifier.verify(&req).await.expect("verify");
+            let d = t.elapsed();
+            assert_eq!(receipt.outcomes.len(), 1);
+            assert_eq!(
+                receipt.outcomes[0].status,
+                TestStatus::Passed,
+                "{}",
+                receipt.output_excerpt
+            );
+            d
+        })
+    }
+
+    /// One verification whose migrations changed: the base is rebuilt first.
+    fn verify_new_base(&self, n: u64) -> (Duration, u64, u64, u64) {
+        self.rt.block_on(async {
+            let req = self.request(Some(n));
+            let t = Instant::now();
+            let receipt = self.verifier.verify(&req).await.expect("verify");
+            let d = t.elapsed();
+            assert_eq!(receipt.outcomes[0].status, TestStatus::Passed);
+            (
+                d,
+                receipt.timings.migrate_ms,
+                receipt.timings.acquire_ms,
+                receipt.timings.run_ms,
+            )
+        })
+    }
+
+    /// The same psql command, by hand, on the standing database.
+    fn bare_psql(&self) -> Duration {
+        self.rt.block_on(async {
+            let env = EnvPolicy::default().build(&self.standing);
+            let t = Instant::now();
+            let out = tokio::process::Command::new(&self.psql)
+                .args([
+                    "-X",
+                    "-q",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-c",
+                    "BEGIN",
+                    "-f",
+                    TEST_FILE,
+                    "-c",
+                    "ROLLBACK",
+                ])
+                .current_dir(self.dir.path())
+                .env_clear()
+                .envs(env)
+                .output()
+                .await
+                .expect("psql");
+            let d = t.elapsed();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            d
+        })
+    }
+
+    /// The psql runner alone on the standing database.
+    fn runner_only(&self) -> Duration {
+        self.rt.block_on(async {
+            let ctx = RunContext {
+                work_tree: self.dir.path().to_path_buf(),
+                conn: self.standing.clone(),
+                tests: vec![TEST_FILE.into()],
+                focus: None,
+            };
+            let t = Instant::now();
+            let r = self.runner.run(&ctx).await.expect("run");
+            let d = t.elapsed();
+            assert!(r.exit.success(), "{}", r.output_excerpt);
+            d
+        })
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("work tree");
+    work_tree(dir.path());
+    let runner = Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
+    let (cluster, verifier, standing_lease, standing) = rt.block_on(async {
+        let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+            .await
+            .expect("embedded cluster");
+        let provider: Arc<dyn BranchProvider> = Arc::new(
+            EmbeddedProvider::new(cluster.clone())
+                .await
+                .expect("provider"),
+        );
+        let pool = BranchPool::new(
+            provider.clone(),
+            PoolConfig {
+                size: 2,
+                ..PoolConfig::default()
+            },
+        );
+        let spec = BaseSpec {
+            migrations: migrations(None),
+            fixtures: vec![],
+        };
+        pool.warm(&spec).await.expect("warm");
+        // The database that is already there: a branch of the same base, held for the bench.
+        let standing = pool.acquire(&spec).await.expect("standing branch");
+        let info = provider
+            .connect_info(standing.lease.branch())
+            .await
+            .expect("info");
+        let verifier = Verifier::new(pool, runner.clone(), vec![]);
+        (cluster, verifier, standing, info)
+    });
+    let fx = Fixture {
+        rt,
+        verifier,
+        runner,
+        psql: consort::lakebase::pgbin::find_psql().expect("psql"),
+        dir,
+        standing,
+        next: std::cell::Cell::new(0),
+    };
+
+    let mut g = c.benchmark_group("verify");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_secs(3));
+    g.bench_function("verify one psql file (warm pool, base reused)", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| fx.verify()).sum())
+    });
+    g.bench_function("psql runner alone on an existing database", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| fx.runner_only()).sum())
+    });
+    g.bench_function(
+        "floor: the same psql command on an existing database",
+        |b| b.iter_custom(|iters| (0..iters).map(|_| fx.bare_psql()).sum()),
+    );
+    g.finish();
+
+    if common::profiling() {
+        return;
+    }
+    // ---- side by side, interleaved
+    let pair = interleave(21, || fx.verify(), || fx.bare_psql());
+    let extra_ms = (pair.figure.as_secs_f64() - pair.floor.as_secs_f64()) * 1e3;
+    report_ratio(
+        "verify one psql file",
+        &pair,
+        "the same psql command on an existing database",
+        None,
+    );
+    report_line(
+        "verify overhead",
+        &format!(
+            "{extra_ms:+.1} ms at the median | goal ≤ +30 ms: {}",
+            if extra_ms <= 30.0 { "met" } else { "MISSED" }
+        ),
+    );
+    let runner = interleave(15, || fx.runner_only(), || fx.bare_psql());
+    report_ratio(
+        "psql runner alone",
+        &runner,
+        "the same psql command by hand",
+        None,
+    );
+    let mut cold = Vec::new();
+    for n in 0..5 {
+        cold.push(fx.verify_new_base(n));
+    }
+    cold.sort();
+    let (d, migrate, acquire, run) = cold[cold.len() / 2];
+    report_line(
+        "verify with changed migrations (new base)",
+        &format!(
+            "median {} (receipt timings: migrate {migrate} ms, acquire {acquire} ms, run {run} ms)",
+            common::fmt(d)
+        ),
+    );
+
+    // ---- clean up
+    fx.rt.block_on(async {
+        standing_lease.lease.release(false).await.expect("release");
+        fx.verifier.pool().shutdown().await.expect("shutdown");
+    });
+    let stats = fx.verifier.pool().stats();
+    report_line(
+        "branches after the bench",
+        &format!(
+            "created {} dropped {} live {}",
+            stats.created, stats.dropped, stats.live
+        ),
+    );
+    drop(fx);
+    cluster.stop().expect("stop the cluster");
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
