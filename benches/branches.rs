@@ -275,7 +275,7 @@ fn bench(c: &mut Criterion) {
     }
     // ---- side by side, interleaved
     for (mb, base) in &bases {
-        let rounds = if *mb >= 100 { 15 } else { 25 };
+        let rounds = if *mb >= 100 { 21 } else { 41 };
         let pair = interleave(rounds, || fx.provider_cycle(base), || fx.bare_cycle(base));
         report_ratio(
             &format!("branch create + drop, {mb} MB base, provider"),
