@@ -346,8 +346,8 @@ fn spec_assignment() -> Assignment {
         step: consort::actors::Step::Spec { revision: 0 },
         attempt: 0,
         inputs: AssignmentInputs {
-            feature: Some(common::feature()),
-            stories: Some(common::stories(true)),
+            feature: Some(common::feature().into()),
+            stories: Some(common::stories(true).into()),
             ..AssignmentInputs::default()
         },
         feedback: vec![],

@@ -1422,7 +1422,7 @@ COMMIT;
                 .state
                 .stories
                 .as_ref()
-                .map(|s| Artifact::Stories(s.clone()))
+                .map(|s| Artifact::Stories((**s).clone()))
                 == Some(expected),
             || "the stories are not the model's answer".into(),
         )?;

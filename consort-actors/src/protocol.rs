@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use ractor::RpcReplyPort;
 use serde::{Deserialize, Serialize};
@@ -42,22 +43,25 @@ impl std::fmt::Display for AssignmentId {
 }
 
 /// What an agent is given for a step: the artifacts so far and the files it needs.
+///
+/// The artifacts are shared with the conductor's state (`Arc`): building an assignment, and
+/// keeping a copy of it for a retry after a crash, costs reference counts, not copies.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AssignmentInputs {
     /// The feature request.
-    pub feature: Option<FeatureRequest>,
+    pub feature: Option<Arc<FeatureRequest>>,
     /// Stories, once written.
-    pub stories: Option<Stories>,
+    pub stories: Option<Arc<Stories>>,
     /// The spec, once written.
-    pub spec: Option<Spec>,
+    pub spec: Option<Arc<Spec>>,
     /// The architecture verdict, once given.
-    pub architecture: Option<ArchitectureVerdict>,
+    pub architecture: Option<Arc<ArchitectureVerdict>>,
     /// The schema plan, once written.
-    pub schema: Option<SchemaPlan>,
+    pub schema: Option<Arc<SchemaPlan>>,
     /// The test list, once written.
-    pub test_list: Option<TestList>,
+    pub test_list: Option<Arc<TestList>>,
     /// The UX design, once written.
-    pub ux: Option<UxDesign>,
+    pub ux: Option<Arc<UxDesign>>,
     /// The test-list entry a build step works on.
     pub test: Option<TestEntry>,
     /// Work-tree files relevant to the step (path → content), read by the conductor.

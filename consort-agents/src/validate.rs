@@ -187,7 +187,7 @@ fn check_spec(a: &Assignment, s: &Spec, p: &mut Problems) {
         "requirement id",
         s.requirements.iter().map(|r| r.id.as_str()),
     );
-    let acs = a.inputs.stories.as_ref().map(ac_ids);
+    let acs = a.inputs.stories.as_deref().map(ac_ids);
     for r in &s.requirements {
         p.non_empty("a requirement id", &r.id);
         p.non_empty(&format!("requirement {} statement", r.id), &r.statement);
@@ -261,7 +261,7 @@ fn check_test_list(a: &Assignment, t: &TestList, p: &mut Problems) {
         "test runner name",
         t.entries.iter().map(|e| e.runner_name()),
     );
-    let acs = a.inputs.stories.as_ref().map(ac_ids);
+    let acs = a.inputs.stories.as_deref().map(ac_ids);
     for e in &t.entries {
         p.non_empty("a test id", &e.id);
         p.non_empty(&format!("test {} description", e.id), &e.description);

@@ -391,7 +391,7 @@ async fn every_role_gets_its_own_prompt_and_schema() {
         json!({"kind": "stories", "body": serde_json::to_value(common::stories()).expect("json")});
     let (base, stub) = start_stub(vec![ok(&stories.to_string())]).await;
     let mut a = assignment(18, "stories");
-    a.inputs.feature = Some(common::feature());
+    a.inputs.feature = Some(common::feature().into());
     let out = agent(Role::ProductOwner, config(&base))
         .act(&a)
         .await

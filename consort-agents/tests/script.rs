@@ -114,7 +114,7 @@ async fn a_whole_design_lane_runs_from_one_script() {
         actors.insert(role, actor_for(role, &script).await);
     }
     let mut inputs = consort_actors::AssignmentInputs {
-        feature: Some(feature()),
+        feature: Some(feature().into()),
         ..Default::default()
     };
     let mut next_id = 0;
@@ -141,12 +141,12 @@ async fn a_whole_design_lane_runs_from_one_script() {
         panic!("stories expected")
     };
     assert_eq!(stories.stories[0].acceptance_criteria[0].id, "S1-AC1");
-    inputs.stories = Some(stories);
+    inputs.stories = Some(stories.into());
 
     let Artifact::Spec(spec0) = ask(run("spec/r0", &inputs)).await else {
         panic!("spec expected")
     };
-    inputs.spec = Some(spec0);
+    inputs.spec = Some(spec0.into());
     let verdict = ask(run("architecture/r0", &inputs)).await;
     assert!(matches!(
         verdict,
@@ -156,14 +156,14 @@ async fn a_whole_design_lane_runs_from_one_script() {
         panic!("spec expected")
     };
     assert!(spec1.requirements[0].statement.contains("unknown SKU"));
-    inputs.spec = Some(spec1);
+    inputs.spec = Some(spec1.into());
     let Artifact::ArchitectureVerdict(approve) = ask(run("architecture/r1", &inputs)).await else {
         panic!("verdict expected")
     };
     assert!(
         matches!(approve, ArchitectureVerdict::Approve { ref invariants, .. } if invariants.len() == 1)
     );
-    inputs.architecture = Some(approve);
+    inputs.architecture = Some(approve.into());
 
     let Artifact::SchemaPlan(schema) = ask(run("schema", &inputs)).await else {
         panic!("schema expected")
@@ -174,13 +174,13 @@ async fn a_whole_design_lane_runs_from_one_script() {
         sql.contains(r"'a \n stays literal'"),
         "literal strings keep backslashes"
     );
-    inputs.schema = Some(schema);
+    inputs.schema = Some(schema.into());
 
     let Artifact::TestList(tests) = ask(run("test-list", &inputs)).await else {
         panic!("test list expected")
     };
     assert_eq!(tests.entries[0].runner_name(), "tests/t1_lookup.sql");
-    inputs.test_list = Some(tests);
+    inputs.test_list = Some(tests.into());
 
     let Artifact::UxDesign(ux) = ask(run("ux", &inputs)).await else {
         panic!("ux expected")

@@ -17,6 +17,8 @@
 mod rules;
 mod transition;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{
@@ -403,27 +405,27 @@ pub struct State {
     /// What the machine waits for (None when idle, halted or finished).
     pub pending: Option<Pending>,
     /// The feature request.
-    pub feature: Option<FeatureRequest>,
+    pub feature: Option<Arc<FeatureRequest>>,
     /// Stories, once accepted.
-    pub stories: Option<Stories>,
+    pub stories: Option<Arc<Stories>>,
     /// Spec, once accepted.
-    pub spec: Option<Spec>,
+    pub spec: Option<Arc<Spec>>,
     /// The approving architecture verdict.
-    pub architecture: Option<ArchitectureVerdict>,
+    pub architecture: Option<Arc<ArchitectureVerdict>>,
     /// Architect revise verdicts so far.
     pub revisions: u32,
     /// Schema plan, once accepted.
-    pub schema: Option<SchemaPlan>,
+    pub schema: Option<Arc<SchemaPlan>>,
     /// Test list, once accepted.
-    pub test_list: Option<TestList>,
+    pub test_list: Option<Arc<TestList>>,
     /// UX design, once accepted.
-    pub ux: Option<UxDesign>,
+    pub ux: Option<Arc<UxDesign>>,
     /// The frozen, approved design.
     pub frozen: Option<Frozen>,
     /// Build-lane progress.
     pub build: BuildProgress,
     /// Every receipt accepted, in order.
-    pub receipts: Vec<TestRunReceipt>,
+    pub receipts: Vec<Arc<TestRunReceipt>>,
     /// Every gate approval accepted, in order.
     pub approvals: Vec<GateApproval>,
     /// The promotion report, once promoted.
@@ -505,13 +507,13 @@ impl State {
     /// The design bundle, once every part of it is accepted.
     pub fn design_bundle(&self) -> Option<DesignBundle> {
         Some(DesignBundle {
-            feature: self.feature.clone()?,
-            stories: self.stories.clone()?,
-            spec: self.spec.clone()?,
-            architecture: self.architecture.clone()?,
-            schema: self.schema.clone()?,
-            test_list: self.test_list.clone()?,
-            ux: self.ux.clone(),
+            feature: FeatureRequest::clone(self.feature.as_ref()?),
+            stories: Stories::clone(self.stories.as_ref()?),
+            spec: Spec::clone(self.spec.as_ref()?),
+            architecture: ArchitectureVerdict::clone(self.architecture.as_ref()?),
+            schema: SchemaPlan::clone(self.schema.as_ref()?),
+            test_list: TestList::clone(self.test_list.as_ref()?),
+            ux: self.ux.as_deref().cloned(),
         })
     }
 
@@ -543,7 +545,7 @@ impl State {
 
     /// The last receipt accepted.
     pub fn last_receipt(&self) -> Option<&TestRunReceipt> {
-        self.receipts.last()
+        self.receipts.last().map(|r| &**r)
     }
 }
 

@@ -2,6 +2,8 @@
 //! lane (RED, GREEN, repair, REFACTOR, REVIEW per test) → deploy gate → deploy → promote gate →
 //! promote → done; any step can halt for a human.
 
+use std::sync::Arc;
+
 use crate::artifact::{
     ArchitectureVerdict, Artifact, ChangeSet, Escalation, EscalationReason, FileHashes,
     GateDecision, GateKind, Migration, ReviewVerdict, TestRunReceipt, TestStatus, VerdictReason,
@@ -51,7 +53,7 @@ fn idle(state: &State, event: &Event) -> Outcome {
             }
             let mut s = state.clone();
             s.status = RunStatus::Running;
-            s.feature = Some(feature.clone());
+            s.feature = Some(Arc::new(feature.clone()));
             let next = agent(&mut s, Step::Stories, 0, Vec::new());
             Ok(go(s, next))
         }
@@ -398,7 +400,7 @@ fn produced(
         (Step::Stories, Artifact::Stories(stories)) => {
             let feature_id = s.feature.as_ref().map(|f| f.id.clone()).unwrap_or_default();
             check_stories(stories, &feature_id)?;
-            s.stories = Some(stories.clone());
+            s.stories = Some(Arc::new(stories.clone()));
             {
                 let revision = s.revisions;
                 agent(&mut s, Step::Spec { revision }, 0, Vec::new())
@@ -406,7 +408,7 @@ fn produced(
         }
         (Step::Spec { revision }, Artifact::Spec(spec)) => {
             check_spec(spec, s.stories.as_ref().ok_or_else(|| missing("stories"))?)?;
-            s.spec = Some(spec.clone());
+            s.spec = Some(Arc::new(spec.clone()));
             agent(
                 &mut s,
                 Step::Architecture {
@@ -418,7 +420,7 @@ fn produced(
         }
         (Step::Architecture { .. }, Artifact::ArchitectureVerdict(verdict)) => match verdict {
             ArchitectureVerdict::Approve { .. } => {
-                s.architecture = Some(verdict.clone());
+                s.architecture = Some(Arc::new(verdict.clone()));
                 agent(&mut s, Step::Schema, 0, Vec::new())
             }
             ArchitectureVerdict::Revise { reasons } => {
@@ -456,7 +458,7 @@ fn produced(
         },
         (Step::Schema, Artifact::SchemaPlan(plan)) => {
             check_schema(plan, s.stories.as_ref().ok_or_else(|| missing("stories"))?)?;
-            s.schema = Some(plan.clone());
+            s.schema = Some(Arc::new(plan.clone()));
             agent(&mut s, Step::TestList, 0, Vec::new())
         }
         (Step::TestList, Artifact::TestList(list)) => {
@@ -465,7 +467,7 @@ fn produced(
                 s.stories.as_ref().ok_or_else(|| missing("stories"))?,
                 &cfg.paths,
             )?;
-            s.test_list = Some(list.clone());
+            s.test_list = Some(Arc::new(list.clone()));
             let user_facing = s
                 .stories
                 .as_ref()
@@ -478,7 +480,7 @@ fn produced(
         }
         (Step::Ux, Artifact::UxDesign(ux)) => {
             check_ux(ux, s.stories.as_ref().ok_or_else(|| missing("stories"))?)?;
-            s.ux = Some(ux.clone());
+            s.ux = Some(Arc::new(ux.clone()));
             design_gate(&s)?
         }
         (Step::Red { .. }, Artifact::ChangeSet(set)) => {
@@ -608,7 +610,7 @@ fn verified(
                 return Err(RuleViolation::RedBrokeGreenTest { tests: broken });
             }
             s.build.frozen_tests = tests_after;
-            s.receipts.push(receipt.clone());
+            s.receipts.push(Arc::new(receipt.clone()));
             let test = current_id(&s)?;
             let feedback = vec![format!(
                 "The new test {focus} fails as it should. Make it pass without touching any test.\n{}",
@@ -618,7 +620,7 @@ fn verified(
             Ok(go(s, next))
         }
         VerifyPurpose::Green => {
-            s.receipts.push(receipt.clone());
+            s.receipts.push(Arc::new(receipt.clone()));
             let test = current_id(&s)?;
             if all_pass(receipt, &names) {
                 s.build.repairs = 0;
@@ -657,7 +659,7 @@ fn verified(
             Ok(go(s, next))
         }
         VerifyPurpose::Refactor => {
-            s.receipts.push(receipt.clone());
+            s.receipts.push(Arc::new(receipt.clone()));
             if all_pass(receipt, &names) {
                 let next = review(&mut s);
                 return Ok(go(s, next));
@@ -677,7 +679,7 @@ fn verified(
             }
         }
         VerifyPurpose::Deploy => {
-            s.receipts.push(receipt.clone());
+            s.receipts.push(Arc::new(receipt.clone()));
             if !all_pass(receipt, &names) {
                 let esc = escalation(
                     "deploy",
