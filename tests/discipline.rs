@@ -864,7 +864,7 @@ async fn author_reviews_own_code(world: &World) -> String {
             .state
             .authors
             .iter()
-            .any(|(step, _)| step.starts_with("review/")),
+            .any(|a| a.0.starts_with("review/")),
         "no review is on record"
     );
 

@@ -310,11 +310,12 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
     }
 
     /// Appends one event: re-reads whatever others appended since this handle last looked,
-    /// writes one line, fsyncs it, and returns the recorded entry.
+    /// writes one line, fsyncs it, and returns the recorded entry (the one now last in
+    /// [`Ledger::entries`]).
     ///
     /// When this returns `Ok`, the entry is on disk. On `Err` nothing was recorded (a partial
     /// line from a failed write is repaired by the next open or append).
-    pub fn append(&mut self, event: &E) -> Result<Entry<E>, LedgerError> {
+    pub fn append(&mut self, event: &E) -> Result<&Entry<E>, LedgerError> {
         let event_err = |e: serde_json::Error| LedgerError::Event {
             reason: cap(&e.to_string()),
         };
@@ -380,16 +381,15 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
             offset: self.tip.offset + line.len() as u64,
             lines: self.tip.lines + 1,
         };
-        let entry = Entry {
+        self.entries.push(Entry {
             seq,
             time,
             prev,
             hash,
             event: event.clone(),
-        };
-        self.entries.push(entry.clone());
+        });
         crash_hook();
-        Ok(entry)
+        Ok(&self.entries[self.entries.len() - 1])
     }
 
     /// Reads entries appended by other processes or handles since this handle last looked,
@@ -790,12 +790,16 @@ fn cap(text: &str) -> String {
 }
 
 /// The [`CRASH_AFTER_APPEND_ENV`] testing hook, run after every fsynced append.
+/// The variable is read once, at the first append of the process (not once per append).
 fn crash_hook() {
+    static CRASH_AFTER: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let n = APPENDS_IN_PROCESS.fetch_add(1, Ordering::SeqCst) + 1;
-    let Ok(text) = std::env::var(CRASH_AFTER_APPEND_ENV) else {
-        return;
-    };
-    if text.trim().parse::<u64>().ok() == Some(n) {
+    let crash_after = CRASH_AFTER.get_or_init(|| {
+        std::env::var(CRASH_AFTER_APPEND_ENV)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+    });
+    if *crash_after == Some(n) {
         tracing::error!(
             appends = n,
             "{CRASH_AFTER_APPEND_ENV} reached: aborting the process (testing aid)"

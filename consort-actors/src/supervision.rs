@@ -476,6 +476,12 @@ impl<M: Message> Supervised<M> {
         self.status.borrow().clone()
     }
 
+    /// The current incarnation (0 before the first start, 1 for the first child, +1 per
+    /// restart), read without copying the status.
+    pub fn incarnation(&self) -> u64 {
+        self.status.borrow().incarnation
+    }
+
     /// A receiver that sees every status change (for `changed()` / `wait_for`).
     pub fn subscribe(&self) -> watch::Receiver<ChildStatus<M>> {
         self.status.clone()

@@ -81,10 +81,11 @@ fn append_reopen_and_continue() {
         assert_eq!(ledger.head(), genesis());
         let first = ledger
             .append(&Ev::Started { run: "r1".into() })
-            .expect("append");
+            .expect("append")
+            .clone();
         assert_eq!(first.seq, 1);
         assert_eq!(first.prev.to_hex(), GENESIS_HEX);
-        let second = ledger.append(&step(1)).expect("append");
+        let second = ledger.append(&step(1)).expect("append").clone();
         assert_eq!(second.seq, 2);
         assert_eq!(second.prev, first.hash);
         assert_eq!(ledger.head(), second.hash);
@@ -94,7 +95,10 @@ fn append_reopen_and_continue() {
     assert_eq!(ledger.len(), 2);
     assert_eq!(ledger.entries()[0].event, Ev::Started { run: "r1".into() });
     assert_eq!(ledger.entries()[1].event, step(1));
-    let third = ledger.append(&step(2)).expect("append after reopen");
+    let third = ledger
+        .append(&step(2))
+        .expect("append after reopen")
+        .clone();
     assert_eq!(third.seq, 3);
     assert_eq!(third.prev, ledger.entries()[1].hash);
 

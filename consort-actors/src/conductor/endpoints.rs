@@ -62,7 +62,7 @@ impl RoleEndpoint for SupervisedRole {
         Box::pin(async move {
             let mut crashes = 0usize;
             loop {
-                let incarnation = self.handle.status().incarnation;
+                let incarnation = self.handle.incarnation();
                 let result = self
                     .handle
                     .call(|port| RoleMsg::Assign(assignment.clone(), port), timeout)

@@ -430,8 +430,9 @@ pub struct State {
     pub approvals: Vec<GateApproval>,
     /// The promotion report, once promoted.
     pub promotion: Option<PromoteReport>,
-    /// Authors of every accepted artifact, by step key.
-    pub authors: Vec<(String, ActorId)>,
+    /// Authors of every accepted artifact, by step key (shared, so that a step's copy of the
+    /// state does not copy the names).
+    pub authors: Vec<Arc<(String, ActorId)>>,
     /// Next assignment id.
     pub next_assignment: u64,
     /// Next request id.

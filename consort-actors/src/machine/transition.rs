@@ -429,7 +429,7 @@ fn produced(
                         detail: "a revise verdict needs reasons".into(),
                     });
                 }
-                s.authors.push((key, author.clone()));
+                s.authors.push(Arc::new((key, author.clone())));
                 if s.revisions >= cfg.max_revisions {
                     let esc = escalation(
                         &step.to_string(),
@@ -508,7 +508,7 @@ fn produced(
                 s.build.code_authors.push(author.clone());
             }
             if set.changes.is_empty() && matches!(step, Step::Refactor { .. }) {
-                s.authors.push((key, author.clone()));
+                s.authors.push(Arc::new((key, author.clone())));
                 let next = review(&mut s);
                 return Ok(go(s, next));
             }
@@ -524,7 +524,7 @@ fn produced(
                     reviewer: author.clone(),
                 });
             }
-            s.authors.push((key, author.clone()));
+            s.authors.push(Arc::new((key, author.clone())));
             let next = match verdict {
                 ReviewVerdict::Approve { .. } => next_test(&mut s)?,
                 ReviewVerdict::ChangesRequested { reasons } => {
@@ -569,7 +569,7 @@ fn produced(
             });
         }
     };
-    s.authors.push((key, author.clone()));
+    s.authors.push(Arc::new((key, author.clone())));
     Ok(go(s, next))
 }
 
