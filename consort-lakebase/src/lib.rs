@@ -66,6 +66,7 @@ pub mod pool;
 pub mod procinfo;
 pub mod provider;
 pub mod runner;
+pub mod scram;
 pub mod url;
 pub mod verify;
 

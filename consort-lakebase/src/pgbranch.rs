@@ -663,7 +663,7 @@ impl PgBrancher {
         let ident = db_ident(name);
         let q = quote_ident(&ident);
         let password = random_password();
-        let verifier = postgres_protocol::password::scram_sha_256(password.as_bytes());
+        let verifier = crate::scram::verifier(password.as_bytes(), crate::scram::BRANCH_ITERATIONS);
         let meta = Meta::now(Some(from));
         let created_at = meta.created_at();
         {
@@ -764,7 +764,8 @@ impl PgBrancher {
                 validate_branch_name(&branch.name)?;
                 let ident = db_ident(&branch.name);
                 let password = random_password();
-                let verifier = postgres_protocol::password::scram_sha_256(password.as_bytes());
+                let verifier =
+                    crate::scram::verifier(password.as_bytes(), crate::scram::BRANCH_ITERATIONS);
                 let mut slot = self.admin_slot().await;
                 let admin = self.admin_client(&mut slot).await?;
                 if role_meta(admin, &ident).await?.is_none() {

@@ -1,0 +1,116 @@
+//! SCRAM-SHA-256 password verifiers for branch roles (RFC 5802, RFC 7677).
+//!
+//! A branch role's password is 128 random bits ([`crate::names::random_password`]), made by
+//! the provider and never chosen by a person. The PBKDF2 iteration count of a verifier only
+//! slows down guessing a *guessable* password; against a random 128-bit key it adds nothing,
+//! yet every client login pays it again (the client derives the salted password with the
+//! server's count). PostgreSQL's default of 4096 costs about 2 ms of CPU per verifier and
+//! about 2 ms per login, twice per branch (create, then the login probe) and again for every
+//! test run's `psql`. Branch verifiers therefore use [`BRANCH_ITERATIONS`].
+//!
+//! People's passwords (the cluster's own administrator) keep PostgreSQL's default.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use hmac::{Hmac, KeyInit, Mac};
+use rand::Rng;
+use sha2::{Digest, Sha256};
+
+/// PBKDF2 iterations of a branch role's verifier (random 128-bit passwords only).
+pub const BRANCH_ITERATIONS: u32 = 16;
+
+/// The verifier PostgreSQL stores for `password` (`SCRAM-SHA-256$<i>:<salt>$<stored>:<server>`),
+/// with a fresh random 16-byte salt and `iterations` PBKDF2 rounds (at least 1).
+///
+/// The password is used as bytes, without SASLprep: callers pass ASCII (hex) passwords, which
+/// SASLprep leaves unchanged.
+pub fn verifier(password: &[u8], iterations: u32) -> String {
+    let mut salt = [0u8; 16];
+    rand::rng().fill(&mut salt);
+    verifier_with_salt(password, &salt, iterations)
+}
+
+/// [`verifier`] with a given salt.
+pub fn verifier_with_salt(password: &[u8], salt: &[u8], iterations: u32) -> String {
+    let iterations = iterations.max(1);
+    let salted = salted_password(password, salt, iterations);
+    let client_key = hmac(&salted, b"Client Key");
+    let stored_key = Sha256::digest(client_key);
+    let server_key = hmac(&salted, b"Server Key");
+    format!(
+        "SCRAM-SHA-256${iterations}:{}${}:{}",
+        STANDARD.encode(salt),
+        STANDARD.encode(stored_key),
+        STANDARD.encode(server_key)
+    )
+}
+
+/// `Hi(password, salt, i)`: PBKDF2 with HMAC-SHA-256 and one 32-byte block.
+fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
+    let key = Hmac::<Sha256>::new_from_slice(password);
+    // HMAC accepts keys of any length; the fallback only keeps this function total.
+    let Ok(key) = key else {
+        return [0; 32];
+    };
+    let mut first = key.clone();
+    first.update(salt);
+    first.update(&1u32.to_be_bytes());
+    let mut u: [u8; 32] = first.finalize().into_bytes().into();
+    let mut out = u;
+    for _ in 1..iterations {
+        let mut next = key.clone();
+        next.update(&u);
+        u = next.finalize().into_bytes().into();
+        for (o, b) in out.iter_mut().zip(u) {
+            *o ^= b;
+        }
+    }
+    out
+}
+
+fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
+    match Hmac::<Sha256>::new_from_slice(key) {
+        Ok(mut mac) => {
+            mac.update(data);
+            mac.finalize().into_bytes().into()
+        }
+        Err(_) => [0; 32],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Splits `SCRAM-SHA-256$<i>:<salt>$<stored>:<server>`.
+    fn parts(v: &str) -> (u32, Vec<u8>, String) {
+        let rest = v.strip_prefix("SCRAM-SHA-256$").expect("prefix");
+        let (head, keys) = rest.split_once('$').expect("keys");
+        let (i, salt) = head.split_once(':').expect("salt");
+        (
+            i.parse().expect("count"),
+            STANDARD.decode(salt).expect("base64 salt"),
+            keys.to_string(),
+        )
+    }
+
+    #[test]
+    fn matches_the_postgres_protocol_verifier_at_its_count() {
+        let password = b"0123456789abcdef0123456789abcdef";
+        let theirs = postgres_protocol::password::scram_sha_256(password);
+        let (count, salt, _) = parts(&theirs);
+        assert_eq!(count, 4096);
+        assert_eq!(verifier_with_salt(password, &salt, count), theirs);
+    }
+
+    #[test]
+    fn branch_verifiers_carry_their_count_and_a_fresh_salt() {
+        let a = verifier(b"secret", BRANCH_ITERATIONS);
+        let b = verifier(b"secret", BRANCH_ITERATIONS);
+        let (count, salt, _) = parts(&a);
+        assert_eq!(count, BRANCH_ITERATIONS);
+        assert_eq!(salt.len(), 16);
+        assert_ne!(a, b, "each verifier has its own salt");
+        assert_eq!(parts(&verifier(b"secret", 0)).0, 1, "at least one round");
+    }
+}
