@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::ser::{CharEscape, CompactFormatter, Formatter};
 use sha2::{Digest, Sha256};
 
+use crate::sorted_json::{self, Strings};
+
 /// A SHA-256 digest, shown and serialised as 64 lower-case hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ContentHash([u8; 32]);
@@ -27,8 +29,9 @@ impl ContentHash {
 
     /// The hash of a value's canonical serialisation (see [`canonical_json`]).
     pub fn of<T: Serialize + ?Sized>(value: &T) -> Self {
-        match serde_json::to_value(value) {
-            Ok(v) => hash_sorted(&v),
+        let mut text = Vec::with_capacity(1024);
+        match sorted_json::write(&mut text, value, Strings::NormaliseNewlines) {
+            Ok(()) => Self::of_bytes(&text),
             Err(e) => Self::of_bytes(format!("!unserialisable:{e}").as_bytes()),
         }
     }
@@ -113,16 +116,18 @@ impl schemars::JsonSchema for ContentHash {
 /// Serialising an in-memory artifact cannot fail (all keys are strings); should a foreign type
 /// fail, its error text is hashed instead so that the function stays total.
 pub fn canonical_json<T: Serialize + ?Sized>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        // serde_json's Map is a BTreeMap (no `preserve_order`), so keys come out sorted.
-        Ok(v) => {
-            let mut out = Vec::with_capacity(256);
-            // Writing a `Value` into a Vec cannot fail.
-            let _ = write_sorted(&mut out, &v);
-            String::from_utf8(out).unwrap_or_default()
-        }
-        Err(e) => format!("!unserialisable:{e}"),
-    }
+    sorted_json::to_string(value, Strings::NormaliseNewlines)
+        .unwrap_or_else(|e| format!("!unserialisable:{e}"))
+}
+
+/// [`canonical_json`] the long way, through a `serde_json::Value` (whose map is a B-tree, so
+/// its keys come out sorted): the definition the sorted writer is tested against.
+#[cfg(test)]
+pub(crate) fn canonical_json_via_value(value: &serde_json::Value) -> String {
+    let mut out = Vec::with_capacity(256);
+    // Writing a `Value` into a Vec cannot fail.
+    let _ = write_sorted(&mut out, value);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The SHA-256 of the canonical text of `value`, written straight into the hasher, for a value
@@ -164,7 +169,7 @@ impl io::Write for HashWriter {
 /// written as `\n` (object keys are written as they are). This is the newline normalisation
 /// of the canonical form, done while writing instead of on a copy of the value.
 #[derive(Default)]
-struct Canonical {
+pub(crate) struct Canonical {
     in_key: bool,
     after_cr: bool,
 }

@@ -68,6 +68,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::hash::ContentHash;
+use crate::sorted_json::{self, Strings};
 
 /// The ledger's default location, relative to the project root.
 pub const DEFAULT_LEDGER_PATH: &str = ".consort/ledger.jsonl";
@@ -319,12 +320,15 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
         let event_err = |e: serde_json::Error| LedgerError::Event {
             reason: cap(&e.to_string()),
         };
-        let event_value = serde_json::to_value(event).map_err(event_err)?;
-        // The event's compact text with sorted keys (a `Value`'s map is a BTreeMap): the line's
-        // `event` field, and also its canonical form unless a string holds a carriage return
-        // (which the canonical form writes as `\n`; such an event is hashed from the value).
-        let event_text = serde_json::to_string(&event_value).map_err(event_err)?;
-        let text_is_canonical = !event_text.contains("\\r");
+        // The event's compact text with sorted keys, exactly as its `serde_json::Value` writes
+        // (the line's `event` field), and also its canonical form unless a string holds a
+        // carriage return, which the canonical form writes as `\n`.
+        let event_text = sorted_json::to_string(event, Strings::Plain).map_err(event_err)?;
+        let canonical_text = if event_text.contains("\\r") {
+            Some(sorted_json::to_string(event, Strings::NormaliseNewlines).map_err(event_err)?)
+        } else {
+            None
+        };
         let file = open_rw(&self.path)?;
         lock(&file, &self.path, true, self.options.lock_timeout)?;
         self.catch_up(&file, true)?;
@@ -336,21 +340,14 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
         // Digits, hex and RFC 3339 characters: written as JSON without any escaping.
         let time_text = time.to_rfc3339_opts(SecondsFormat::Micros, true);
         let prev_hex = prev.to_hex();
-        let hash = if text_is_canonical {
-            ContentHash::of_bytes(
-                format!(
-                    "{{\"event\":{event_text},\"prev\":\"{prev_hex}\",\"seq\":{seq},\"time\":\"{time_text}\"}}"
-                )
-                .as_bytes(),
+        // The canonical `{event, prev, seq, time}` object (keys sorted).
+        let hashed_event = canonical_text.as_deref().unwrap_or(&event_text);
+        let hash = ContentHash::of_bytes(
+            format!(
+                "{{\"event\":{hashed_event},\"prev\":\"{prev_hex}\",\"seq\":{seq},\"time\":\"{time_text}\"}}"
             )
-        } else {
-            entry_hash(
-                &Value::from(seq),
-                &Value::String(time_text.clone()),
-                &Value::String(prev_hex.clone()),
-                &event_value,
-            )
-        };
+            .as_bytes(),
+        );
         // The object `{event, hash, prev, seq, time}` as serde_json writes it (keys sorted).
         let mut line = format!(
             "{{\"event\":{event_text},\"hash\":\"{}\",\"prev\":\"{prev_hex}\",\"seq\":{seq},\"time\":\"{time_text}\"}}",

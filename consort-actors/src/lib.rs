@@ -14,6 +14,7 @@ pub mod machine;
 pub mod paths;
 pub mod protocol;
 pub mod role;
+mod sorted_json;
 pub mod step;
 pub mod supervision;
 pub mod worktree;
