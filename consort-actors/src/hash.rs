@@ -27,6 +27,17 @@ impl ContentHash {
         ContentHash(out)
     }
 
+    /// The hash of the concatenation of `pieces`, without building it.
+    pub fn of_pieces(pieces: &[&str]) -> Self {
+        let mut hasher = Sha256::new();
+        for piece in pieces {
+            hasher.update(piece.as_bytes());
+        }
+        let mut out = [0u8; 32];
+        out.copy_from_slice(hasher.finalize().as_slice());
+        ContentHash(out)
+    }
+
     /// The hash of a value's canonical serialisation (see [`canonical_json`]).
     pub fn of<T: Serialize + ?Sized>(value: &T) -> Self {
         let mut text = Vec::with_capacity(1024);
@@ -43,7 +54,13 @@ impl ContentHash {
 
     /// The 64-digit lower-case hex form.
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut text = String::with_capacity(64);
+        for byte in self.0 {
+            text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+            text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+        }
+        text
     }
 
     /// The first 12 hex digits, for humans.
@@ -299,6 +316,8 @@ mod tests {
     #[test]
     fn hex_round_trips_and_bad_text_is_refused() {
         let h = ContentHash::of_bytes(b"consort");
+        assert_eq!(h.to_hex(), hex::encode(h.as_bytes()));
+        assert_eq!(ContentHash::of_pieces(&["con", "", "sort"]), h);
         let back: ContentHash = h.to_hex().parse().expect("round trip");
         assert_eq!(h, back);
         assert!("xyz".parse::<ContentHash>().is_err());

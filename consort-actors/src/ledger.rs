@@ -340,19 +340,37 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
         // Digits, hex and RFC 3339 characters: written as JSON without any escaping.
         let time_text = time.to_rfc3339_opts(SecondsFormat::Micros, true);
         let prev_hex = prev.to_hex();
-        // The canonical `{event, prev, seq, time}` object (keys sorted).
+        let seq_text = seq.to_string();
+        // The canonical `{event, prev, seq, time}` object (keys sorted), streamed into SHA-256.
         let hashed_event = canonical_text.as_deref().unwrap_or(&event_text);
-        let hash = ContentHash::of_bytes(
-            format!(
-                "{{\"event\":{hashed_event},\"prev\":\"{prev_hex}\",\"seq\":{seq},\"time\":\"{time_text}\"}}"
-            )
-            .as_bytes(),
-        );
+        let hash = ContentHash::of_pieces(&[
+            "{\"event\":",
+            hashed_event,
+            ",\"prev\":\"",
+            &prev_hex,
+            "\",\"seq\":",
+            &seq_text,
+            ",\"time\":\"",
+            &time_text,
+            "\"}",
+        ]);
         // The object `{event, hash, prev, seq, time}` as serde_json writes it (keys sorted).
-        let mut line = format!(
-            "{{\"event\":{event_text},\"hash\":\"{}\",\"prev\":\"{prev_hex}\",\"seq\":{seq},\"time\":\"{time_text}\"}}",
-            hash.to_hex()
-        );
+        let mut line = String::with_capacity(event_text.len() + 256);
+        for piece in [
+            "{\"event\":",
+            &event_text,
+            ",\"hash\":\"",
+            &hash.to_hex(),
+            "\",\"prev\":\"",
+            &prev_hex,
+            "\",\"seq\":",
+            &seq_text,
+            ",\"time\":\"",
+            &time_text,
+            "\"}",
+        ] {
+            line.push_str(piece);
+        }
         if line.len() > self.options.max_line_bytes {
             return Err(LedgerError::Event {
                 reason: format!(
