@@ -271,14 +271,17 @@ struct Scan<E> {
 
 /// An open, verified ledger, positioned for appending.
 ///
-/// The handle keeps every entry read or written in memory ([`Ledger::entries`]). It holds no
-/// lock between calls; see the module documentation for the locking protocol.
+/// The handle keeps every entry read or written in memory ([`Ledger::entries`]), and keeps its
+/// file open between appends. It holds no lock between calls; see the module documentation for
+/// the locking protocol.
 #[derive(Debug)]
 pub struct Ledger<E> {
     path: PathBuf,
     options: LedgerOptions,
     entries: Vec<Entry<E>>,
     tip: Tip,
+    /// The file, open for appending, unlocked (None after a failed operation: reopened next).
+    file: Option<File>,
     _event: PhantomData<fn() -> E>,
 }
 
@@ -301,9 +304,11 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
             options,
             entries: scan.entries,
             tip: scan.tip,
+            file: None,
             _event: PhantomData,
         };
         ledger.repair_tail(&file, scan.tail)?;
+        ledger.keep(file);
         if created {
             tracing::info!(path = %ledger.path.display(), "created a new ledger");
         }
@@ -329,7 +334,8 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
         } else {
             None
         };
-        let file = open_rw(&self.path)?;
+        // On any error below, `file` is closed (which releases the lock) and reopened next time.
+        let file = self.take_file()?;
         lock(&file, &self.path, true, self.options.lock_timeout)?;
         self.catch_up(&file, true)?;
 
@@ -388,7 +394,7 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
             .map_err(|e| io_err(&self.path, "append", e))?;
         file.sync_data()
             .map_err(|e| io_err(&self.path, "sync", e))?;
-        drop(file);
+        self.keep(file);
 
         self.tip = Tip {
             seq,
@@ -483,6 +489,24 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
     /// The sequence number the next append will get.
     pub fn next_seq(&self) -> u64 {
         self.tip.seq + 1
+    }
+
+    /// Unlocks `file` and keeps it for the next append (or closes it, which also unlocks it, when
+    /// unlocking fails).
+    fn keep(&mut self, file: File) {
+        if file.unlock().is_ok() {
+            self.file = Some(file);
+        }
+    }
+
+    /// The kept file, or the path opened afresh when none is kept or when the path now names
+    /// another file (replaced behind this handle's back: appending to the old one would lose the
+    /// entry; reading the new one lets [`Ledger::catch_up`] judge it).
+    fn take_file(&mut self) -> Result<File, LedgerError> {
+        match self.file.take() {
+            Some(file) if names_file(&self.path, &file) => Ok(file),
+            _ => open_rw(&self.path),
+        }
     }
 
     /// Reads what others appended after this handle's tip; repairs a torn tail when `repair`
@@ -747,6 +771,23 @@ fn ensure_file(path: &Path) -> Result<bool, LedgerError> {
             .map_err(|e| io_err(path, "sync the directory of", e))?;
     }
     Ok(created)
+}
+
+/// Whether `path` still names the open `file` (same device and inode).
+fn names_file(path: &Path, file: &File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(path), file.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, file);
+        false
+    }
 }
 
 /// Opens the ledger for reading and appending.

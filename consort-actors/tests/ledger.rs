@@ -462,6 +462,33 @@ fn a_ledger_truncated_behind_a_handle_is_refused() {
 }
 
 #[test]
+fn a_ledger_replaced_behind_a_handle_gets_the_next_entry_not_the_old_file() {
+    // The handle keeps its file open between appends. When the path is replaced (a copy renamed
+    // over it: a new inode), the next entry must land in the file the path names.
+    let (_dir, path) = filled(2);
+    let mut ledger = Ledger::<Ev>::open(&path).expect("open");
+    ledger.append(&step(3)).expect("append");
+    let copy = path.with_extension("copy");
+    fs::copy(&path, &copy).expect("copy");
+    fs::rename(&copy, &path).expect("replace");
+    assert_eq!(ledger.append(&step(4)).expect("append").seq, 4);
+    assert_eq!(
+        lines(&path).len(),
+        4,
+        "the entry is in the file the path names"
+    );
+    assert_eq!(Ledger::<Ev>::verify(&path).expect("verify").entries, 4);
+
+    // Replaced by a shorter file: refused, as a truncation is.
+    let all = lines(&path);
+    let shorter = path.with_extension("short");
+    write_lines(&shorter, &all[..1]);
+    fs::rename(&shorter, &path).expect("replace");
+    let err = ledger.append(&step(5)).expect_err("shorter");
+    assert!(matches!(err, LedgerError::Truncated { .. }), "{err}");
+}
+
+#[test]
 fn verify_of_a_missing_file_is_an_io_error_and_open_of_a_directory_fails() {
     let dir = tempfile::tempdir().expect("tempdir");
     let err = Ledger::<Ev>::verify(dir.path().join("nope.jsonl")).expect_err("missing");
