@@ -347,34 +347,27 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
         let time_text = time.to_rfc3339_opts(SecondsFormat::Micros, true);
         let prev_hex = prev.to_hex();
         let seq_text = seq.to_string();
-        // The canonical `{event, prev, seq, time}` object (keys sorted), streamed into SHA-256.
+        // Both objects end with the same fields, `"prev":…,"seq":…,"time":…}` (keys sorted).
+        let rest = [
+            "\"prev\":\"",
+            prev_hex.as_str(),
+            "\",\"seq\":",
+            &seq_text,
+            ",\"time\":\"",
+            &time_text,
+            "\"}",
+        ];
+        // The canonical `{event, prev, seq, time}` object, streamed into SHA-256.
         let hashed_event = canonical_text.as_deref().unwrap_or(&event_text);
-        let hash = ContentHash::of_pieces(&[
-            "{\"event\":",
-            hashed_event,
-            ",\"prev\":\"",
-            &prev_hex,
-            "\",\"seq\":",
-            &seq_text,
-            ",\"time\":\"",
-            &time_text,
-            "\"}",
-        ]);
-        // The object `{event, hash, prev, seq, time}` as serde_json writes it (keys sorted).
+        let hash =
+            ContentHash::of_pieces(["{\"event\":", hashed_event, ","].into_iter().chain(rest));
+        // The object `{event, hash, prev, seq, time}` as serde_json writes it.
+        let hash_hex = hash.to_hex();
         let mut line = String::with_capacity(event_text.len() + 256);
-        for piece in [
-            "{\"event\":",
-            &event_text,
-            ",\"hash\":\"",
-            &hash.to_hex(),
-            "\",\"prev\":\"",
-            &prev_hex,
-            "\",\"seq\":",
-            &seq_text,
-            ",\"time\":\"",
-            &time_text,
-            "\"}",
-        ] {
+        for piece in ["{\"event\":", &event_text, ",\"hash\":\"", &hash_hex, "\","]
+            .into_iter()
+            .chain(rest)
+        {
             line.push_str(piece);
         }
         if line.len() > self.options.max_line_bytes {
