@@ -45,6 +45,28 @@ pub fn verifier_with_salt(password: &[u8], salt: &[u8], iterations: u32) -> Stri
     )
 }
 
+/// `text` with every SCRAM verifier (`SCRAM-SHA-256$…`, up to the next quote, white space,
+/// comma, semicolon or parenthesis) replaced by `SCRAM-SHA-256$<redacted>`. For server logs
+/// quoted in errors: PostgreSQL logs the text of a failed `CREATE ROLE … PASSWORD '…'`, and a
+/// verifier is enough to mount an offline guess or impersonate the server to its clients.
+pub fn redact_verifiers(text: &str) -> String {
+    const TAG: &str = "SCRAM-SHA-256$";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(TAG) {
+        out.push_str(&rest[..at]);
+        out.push_str(TAG);
+        out.push_str("<redacted>");
+        let after = &rest[at + TAG.len()..];
+        let end = after
+            .find(|c: char| c.is_whitespace() || "'\",;()".contains(c))
+            .unwrap_or(after.len());
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `Hi(password, salt, i)`: PBKDF2 with HMAC-SHA-256 and one 32-byte block.
 fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
     let key = Hmac::<Sha256>::new_from_slice(password);
@@ -101,6 +123,26 @@ mod tests {
         let (count, salt, _) = parts(&theirs);
         assert_eq!(count, 4096);
         assert_eq!(verifier_with_salt(password, &salt, count), theirs);
+    }
+
+    #[test]
+    fn verifiers_are_redacted_from_log_text() {
+        let v = verifier(b"secret", BRANCH_ITERATIONS);
+        let log = format!(
+            "ERROR:  role \"x\" already exists\nSTATEMENT:  CREATE ROLE x LOGIN PASSWORD '{v}' IN ROLE y;\n{v}"
+        );
+        let clean = redact_verifiers(&log);
+        assert!(!clean.contains(&v[20..]), "{clean}");
+        assert_eq!(
+            clean.matches("SCRAM-SHA-256$<redacted>").count(),
+            2,
+            "{clean}"
+        );
+        assert!(
+            clean.contains("PASSWORD 'SCRAM-SHA-256$<redacted>' IN ROLE y;"),
+            "{clean}"
+        );
+        assert_eq!(redact_verifiers("no secrets here"), "no secrets here");
     }
 
     #[test]

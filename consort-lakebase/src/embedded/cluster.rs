@@ -364,15 +364,17 @@ fn as_user(cmd: &mut Command, run_as: Option<&RunAs>) {
     }
 }
 
+/// The last `max` bytes of the server log, for error messages, with SCRAM verifiers redacted.
 fn log_tail(path: &Path, max: u64) -> String {
     let Ok(mut f) = std::fs::File::open(path) else {
         return String::new();
     };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
-    let mut buf = String::new();
-    let _ = f.read_to_string(&mut buf);
-    buf.trim().to_string()
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    // The cut may split a character; the log can quote a failed `CREATE ROLE … PASSWORD '…'`.
+    crate::scram::redact_verifiers(String::from_utf8_lossy(&buf).trim())
 }
 
 /// The fields of `postmaster.pid`: pid, data dir, start time, port, socket dir, listen addr, …
@@ -744,5 +746,29 @@ async fn wait_ready(
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_tail_quoted_in_errors_carries_no_verifier() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("postgres.log");
+        let verifier = crate::scram::verifier(b"secret", crate::scram::BRANCH_ITERATIONS);
+        let text = format!(
+            "{}\nERROR:  role \"r\" already exists\nSTATEMENT:  CREATE ROLE r LOGIN PASSWORD '{verifier}'\n",
+            "x".repeat(5000)
+        );
+        std::fs::write(&log, text).expect("write");
+        let tail = log_tail(&log, 2000);
+        assert!(
+            tail.contains("PASSWORD 'SCRAM-SHA-256$<redacted>'"),
+            "{tail}"
+        );
+        assert!(!tail.contains(&verifier[20..]), "{tail}");
+        assert!(tail.len() <= 2000, "the tail is capped");
     }
 }
