@@ -41,6 +41,8 @@
 //!   handles in this process) appended since it last looked; those entries become visible in
 //!   [`Ledger::entries`], and [`Ledger::refresh`] picks them up without appending. A lock that
 //!   stays held longer than [`LedgerOptions::lock_timeout`] gives [`LedgerError::Locked`].
+//!   A handle keeps its file open between appends; when the path has come to name another file
+//!   (the ledger was replaced), the next append opens the path again and judges that file.
 //! * **Untrusted input.** The file is read with a line-length cap
 //!   ([`LedgerOptions::max_line_bytes`], 64 MiB by default); a longer line, invalid UTF-8,
 //!   hostile JSON or anything else gives a typed [`LedgerError`], never a panic.
