@@ -37,14 +37,6 @@ type Fut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// Runs SQL as the superuser; returns the first column of the first row as text, if any.
 type Sql = Arc<dyn Fn(String) -> Fut<Option<String>> + Send + Sync>;
 
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// The superuser over the cluster's Unix socket.
 fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
     let password = std::fs::read_to_string(cluster.dir().join("admin.pw"))
@@ -150,7 +142,7 @@ async fn until_ready(pool: &BranchPool, n: usize) {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = common::runtime();
     let (cluster, provider, sql) = rt.block_on(async {
         let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
             .await

@@ -53,14 +53,6 @@ fn script() -> Script {
     }
 }
 
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 // ---------------------------------------------------------------- the trivial role actor
 
 type Stamps = Arc<Mutex<Vec<Instant>>>;
@@ -446,7 +438,7 @@ impl LedgerPair {
 // ---------------------------------------------------------------- the benches
 
 fn bench(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = common::runtime();
     let roles = rt.block_on(start_roles());
     let echo = rt
         .block_on(Actor::spawn(None, Echo, ()))

@@ -34,14 +34,6 @@ use consort::{ApproveAs, RunOutcome};
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
 
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// What one StockFlow run measured.
 #[derive(Debug, Clone, Copy, Default)]
 struct Run {
@@ -242,25 +234,7 @@ fn burst(rt: &Runtime) -> Burst {
         let env = EnvPolicy::default().build(&info);
         let t = Instant::now();
         let runs: Vec<_> = (0..CONCURRENT)
-            .map(|_| {
-                tokio::process::Command::new(&psql)
-                    .args([
-                        "-X",
-                        "-q",
-                        "-v",
-                        "ON_ERROR_STOP=1",
-                        "-c",
-                        "BEGIN",
-                        "-f",
-                        TEST_FILE,
-                        "-c",
-                        "ROLLBACK",
-                    ])
-                    .current_dir(dir.path())
-                    .env_clear()
-                    .envs(env.clone())
-                    .output()
-            })
+            .map(|_| common::bare_psql(&psql, TEST_FILE, dir.path(), env.clone()).output())
             .collect();
         for r in runs {
             let out = r.await.expect("psql");
@@ -314,7 +288,7 @@ fn burst(rt: &Runtime) -> Burst {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = common::runtime();
     let runs: RefCell<Vec<Run>> = RefCell::new(Vec::new());
 
     let mut g = c.benchmark_group("ensemble");

@@ -30,14 +30,6 @@ use tokio::runtime::Runtime;
 
 const TEST_FILE: &str = "tests/t01.sql";
 
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 fn migrations(extra: Option<u64>) -> Vec<Migration> {
     let mut m = vec![Migration {
         version: "0001".into(),
@@ -138,22 +130,7 @@ impl Fixture {
         self.rt.block_on(async {
             let env = EnvPolicy::default().build(&self.standing);
             let t = Instant::now();
-            let out = tokio::process::Command::new(&self.psql)
-                .args([
-                    "-X",
-                    "-q",
-                    "-v",
-                    "ON_ERROR_STOP=1",
-                    "-c",
-                    "BEGIN",
-                    "-f",
-                    TEST_FILE,
-                    "-c",
-                    "ROLLBACK",
-                ])
-                .current_dir(self.dir.path())
-                .env_clear()
-                .envs(env)
+            let out = common::bare_psql(&self.psql, TEST_FILE, self.dir.path(), env)
                 .output()
                 .await
                 .expect("psql");
@@ -186,7 +163,7 @@ impl Fixture {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = common::runtime();
     let dir = tempfile::tempdir().expect("work tree");
     work_tree(dir.path());
     let runner = Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));

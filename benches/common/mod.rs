@@ -515,3 +515,39 @@ pub fn report_ratio(name: &str, pair: &Pair, floor_name: &str, goal: Option<f64>
 pub fn report_line(name: &str, text: &str) {
     println!("SUMMARY {name}: {text}");
 }
+
+/// The benches' multi-thread runtime: two workers, like the machine.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The psql command the runner issues for one test file, by hand: `-X -q -v ON_ERROR_STOP=1
+/// -c BEGIN -f <file> -c ROLLBACK` in `dir`, with exactly the environment `env`.
+pub fn bare_psql(
+    psql: &std::path::Path,
+    file: &str,
+    dir: &std::path::Path,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(psql);
+    cmd.args([
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-c",
+        "BEGIN",
+        "-f",
+        file,
+        "-c",
+        "ROLLBACK",
+    ])
+    .current_dir(dir)
+    .env_clear()
+    .envs(env);
+    cmd
+}
