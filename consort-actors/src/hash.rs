@@ -21,18 +21,21 @@ pub struct ContentHash([u8; 32]);
 impl ContentHash {
     /// The hash of raw bytes.
     pub fn of_bytes(bytes: &[u8]) -> Self {
-        let digest = Sha256::digest(bytes);
-        let mut out = [0u8; 32];
-        out.copy_from_slice(digest.as_slice());
-        ContentHash(out)
+        Self::of_pieces([bytes])
     }
 
     /// The hash of the concatenation of `pieces`, without building it.
-    pub fn of_pieces<'a>(pieces: impl IntoIterator<Item = &'a str>) -> Self {
+    pub fn of_pieces<'a, P: AsRef<[u8]> + ?Sized + 'a>(
+        pieces: impl IntoIterator<Item = &'a P>,
+    ) -> Self {
         let mut hasher = Sha256::new();
         for piece in pieces {
-            hasher.update(piece.as_bytes());
+            hasher.update(piece.as_ref());
         }
+        Self::finish(hasher)
+    }
+
+    fn finish(hasher: Sha256) -> Self {
         let mut out = [0u8; 32];
         out.copy_from_slice(hasher.finalize().as_slice());
         ContentHash(out)
@@ -154,11 +157,7 @@ pub(crate) fn canonical_json_via_value(value: &serde_json::Value) -> String {
 pub(crate) fn hash_sorted<T: Serialize + ?Sized>(value: &T) -> ContentHash {
     let mut w = HashWriter(Sha256::new());
     match write_sorted(&mut w, value) {
-        Ok(()) => {
-            let mut out = [0u8; 32];
-            out.copy_from_slice(w.0.finalize().as_slice());
-            ContentHash(out)
-        }
+        Ok(()) => ContentHash::finish(w.0),
         Err(e) => ContentHash::of_bytes(format!("!unserialisable:{e}").as_bytes()),
     }
 }
