@@ -21,6 +21,7 @@ use consort::actors::{
     ContentHash, Migration, RequestId, TestStatus, VerifyPurpose, VerifyRequest,
 };
 use consort::lakebase::runner::EnvPolicy;
+use consort::lakebase::SandboxMode;
 use consort::lakebase::{
     BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedConfig, EmbeddedPostgres,
     EmbeddedProvider, PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, TestRunner, Verifier,
@@ -147,12 +148,15 @@ impl Fixture {
     /// The psql runner alone on the standing database.
     fn runner_only(&self) -> Duration {
         self.rt.block_on(async {
-            let ctx = RunContext {
-                work_tree: self.dir.path().to_path_buf(),
-                conn: self.standing.clone(),
-                tests: vec![TEST_FILE.into()],
-                focus: None,
-            };
+            let mut ctx = RunContext::prepare(
+                self.dir.path().to_path_buf(),
+                self.standing.clone(),
+                SandboxMode::Off,
+                Vec::new(),
+                Vec::new(),
+            )
+            .expect("a run context");
+            ctx.tests = vec![TEST_FILE.into()];
             let t = Instant::now();
             let r = self.runner.run(&ctx).await.expect("run");
             let d = t.elapsed();

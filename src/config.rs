@@ -119,6 +119,9 @@ pub enum RunnerConfig {
         /// Time limit per file, in seconds.
         #[serde(default = "default_runner_timeout")]
         timeout_secs: u64,
+        /// `"landlock"` (the default) or `"off"`.
+        #[serde(default)]
+        sandbox: Sandbox,
     },
     /// The project's own test command.
     Command {
@@ -139,7 +142,32 @@ pub enum RunnerConfig {
         /// Extra environment variables passed through (besides PATH, HOME, LANG, …).
         #[serde(default)]
         pass_env: Vec<String>,
+        /// `"landlock"` (the default) or `"off"`.
+        #[serde(default)]
+        sandbox: Sandbox,
     },
+}
+
+/// `[runner] sandbox`: how test runs are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sandbox {
+    /// Linux Landlock; verification refuses to run where the kernel lacks it.
+    #[default]
+    Landlock,
+    /// No confinement, said in every receipt. Only for machines without Landlock.
+    Off,
+}
+
+impl RunnerConfig {
+    /// How test runs are confined.
+    pub fn sandbox(&self) -> consort_lakebase::SandboxMode {
+        let (RunnerConfig::Psql { sandbox, .. } | RunnerConfig::Command { sandbox, .. }) = self;
+        match sandbox {
+            Sandbox::Landlock => consort_lakebase::SandboxMode::Landlock,
+            Sandbox::Off => consort_lakebase::SandboxMode::Off,
+        }
+    }
 }
 
 fn default_setup() -> Vec<String> {
@@ -161,6 +189,7 @@ impl Default for RunnerConfig {
             setup: default_setup(),
             tests: default_sql_tests(),
             timeout_secs: default_runner_timeout(),
+            sandbox: Sandbox::default(),
         }
     }
 }

@@ -18,6 +18,7 @@ use consort_agents::{Agent, RoleArgs, spawn_role_linked};
 use consort_lakebase::{
     BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, LakebaseActor,
     LakebaseArgs, PoolConfig, PoolStats, PoolStatsSnapshot, PsqlRunner, PsqlRunnerConfig,
+    SandboxMode,
     TestRunner,
 };
 use tokio::sync::mpsc;
@@ -61,6 +62,7 @@ pub struct EnsembleBuilder {
     approver: Arc<dyn Approver>,
     pool: PoolConfig,
     max_concurrent: usize,
+    sandbox: SandboxMode,
     step_timeout: Duration,
     verify_timeout: Duration,
     restart: RestartPolicy,
@@ -137,6 +139,13 @@ impl EnsembleBuilder {
         self
     }
 
+    /// How test runs are confined: Landlock (the default; verification refuses to run where
+    /// the kernel lacks it) or [`SandboxMode::Off`], which every receipt then records.
+    pub fn sandbox(mut self, mode: SandboxMode) -> Self {
+        self.sandbox = mode;
+        self
+    }
+
     /// Deadlines of an agent step and of a verification.
     pub fn timeouts(mut self, step: Duration, verify: Duration) -> Self {
         self.step_timeout = step;
@@ -196,6 +205,7 @@ impl EnsembleBuilder {
         args.pool = self.pool;
         args.max_concurrent = self.max_concurrent;
         args.stats = stats.clone();
+        args.sandbox = self.sandbox;
         let spec = ChildSpec::new("lakebase", move |sup| {
             let args = args.clone();
             async move {
@@ -307,6 +317,7 @@ impl Ensemble {
             approver: Arc::new(StopAtGates),
             pool: PoolConfig::default(),
             max_concurrent: 4,
+            sandbox: SandboxMode::default(),
             step_timeout: Duration::from_secs(600),
             verify_timeout: Duration::from_secs(900),
             restart: RestartPolicy::default(),

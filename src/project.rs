@@ -198,6 +198,7 @@ impl Project {
                 setup,
                 tests,
                 timeout_secs,
+                ..
             } => Arc::new(PsqlRunner::new(PsqlRunnerConfig {
                 setup_globs: setup.clone(),
                 test_globs: tests.clone(),
@@ -211,6 +212,7 @@ impl Project {
                 single_test,
                 timeout_secs,
                 pass_env,
+                ..
             } => {
                 let mut cfg = CommandRunnerConfig::new(command.clone());
                 cfg.junit_path = junit.clone();
@@ -238,6 +240,7 @@ impl Project {
                 self.config.pool.max_concurrent,
             )
             .timeouts(self.config.step_timeout(), self.config.verify_timeout())
+            .sandbox(self.config.runner.sandbox())
             .crash_after_appends(opts.crash_after_appends);
         if !self.ledger_path().exists()
             || std::fs::metadata(self.ledger_path())

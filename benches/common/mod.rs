@@ -272,6 +272,8 @@ pub fn receipt(
         },
         output_digest: ContentHash::of_bytes(excerpt.as_bytes()),
         output_excerpt: excerpt,
+        confinement: Default::default(),
+        tree_changes: Vec::new(),
     }
 }
 

@@ -360,6 +360,57 @@ pub struct TestRunReceipt {
     pub output_digest: ContentHash,
     /// The start and end of the output, capped.
     pub output_excerpt: String,
+    /// How the run was confined (see [`Confinement`]).
+    #[serde(default, skip_serializing_if = "Confinement::is_unrecorded")]
+    pub confinement: Confinement,
+    /// Work-tree paths the run itself changed, outside the declared caches. A receipt with any
+    /// is void: the run changed what it was judged on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tree_changes: Vec<String>,
+}
+
+/// How a test run was confined; every receipt records it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Confinement {
+    /// Linux Landlock at this ABI: what judges the run was read-only to it, Consort's private
+    /// state unreadable, writes allowed only in its scratch directory and the declared caches,
+    /// and TCP connections only to its branch's port (when `network`).
+    Landlock {
+        /// The Landlock ABI version the kernel enforced.
+        abi: u32,
+        /// Whether TCP connections were restricted (ABI 4 and later).
+        network: bool,
+    },
+    /// Confinement was switched off by the configuration (`sandbox = "off"`).
+    Off,
+    /// Recorded before confinement existed (an old ledger).
+    #[default]
+    Unrecorded,
+}
+
+impl Confinement {
+    /// Whether this is [`Confinement::Unrecorded`].
+    pub fn is_unrecorded(&self) -> bool {
+        matches!(self, Confinement::Unrecorded)
+    }
+}
+
+impl std::fmt::Display for Confinement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Confinement::Landlock { abi, network: true } => {
+                write!(f, "Landlock ABI {abi} (files and TCP)")
+            }
+            Confinement::Landlock { abi, network: false } => {
+                write!(f, "Landlock ABI {abi} (files only)")
+            }
+            Confinement::Off => f.write_str("off (sandbox = \"off\")"),
+            Confinement::Unrecorded => f.write_str("not recorded"),
+        }
+    }
 }
 
 impl TestRunReceipt {

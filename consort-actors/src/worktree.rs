@@ -181,6 +181,20 @@ impl WorkTree {
     }
 }
 
+impl WorkTree {
+    /// The cache directories that exist in the tree (runs may write there; never hashed).
+    pub fn cache_dirs(&self) -> Result<Vec<PathBuf>, WorkTreeError> {
+        let mut out = Vec::new();
+        for name in ["target", "node_modules"] {
+            let p = self.root.join(name);
+            if p.is_dir() {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Hashes a work tree directory without opening a [`WorkTree`] handle.
 pub fn hash_dir(root: &Path) -> Result<ContentHash, WorkTreeError> {
     WorkTree::open(root)?.hash()

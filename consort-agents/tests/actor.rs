@@ -53,6 +53,8 @@ fn receipt() -> Artifact {
         },
         output_digest: consort_actors::ContentHash::of_bytes(b""),
         output_excerpt: String::new(),
+        confinement: Default::default(),
+        tree_changes: Vec::new(),
     })
 }
 

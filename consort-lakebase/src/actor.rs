@@ -36,6 +36,8 @@ pub struct LakebaseArgs {
     pub fixtures: Vec<String>,
     /// Counters: branches created, dropped, live (shared across restarts).
     pub stats: Arc<PoolStats>,
+    /// How test runs are confined (Landlock unless the configuration says `sandbox = "off"`).
+    pub sandbox: crate::runner::SandboxMode,
 }
 
 impl LakebaseArgs {
@@ -48,6 +50,7 @@ impl LakebaseArgs {
             max_concurrent: 4,
             fixtures: Vec::new(),
             stats: Arc::new(PoolStats::default()),
+            sandbox: crate::runner::SandboxMode::default(),
         }
     }
 
@@ -99,7 +102,9 @@ impl Actor for LakebaseActor {
     ) -> Result<LakebaseState, ActorProcessingErr> {
         let pool = BranchPool::with_stats(args.provider.clone(), args.pool.clone(), args.stats);
         Ok(LakebaseState {
-            verifier: Arc::new(Verifier::new(pool, args.runner, args.fixtures)),
+            verifier: Arc::new(
+                Verifier::new(pool, args.runner, args.fixtures).with_sandbox(args.sandbox),
+            ),
             slots: Arc::new(Semaphore::new(args.max_concurrent.max(1))),
             promotions: Arc::new(tokio::sync::Mutex::new(())),
         })

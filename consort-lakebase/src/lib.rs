@@ -78,8 +78,9 @@ pub use pgbranch::ServerOptions;
 pub use pool::{Acquired, BranchPool, Lease, PoolConfig, PoolStats, PoolStatsSnapshot, Released};
 pub use provider::*;
 pub use runner::{
-    CommandRunner, CommandRunnerConfig, EnvPolicy, OutputLimits, PsqlRunner, PsqlRunnerConfig,
-    RunContext, RunReport, TestRunner,
+    CommandRunner, CommandRunnerConfig, EnvPolicy, Jail, JailSpec, OutputLimits, PINNED,
+    PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, Scratch,
+    SessionSettings, TestRunner,
 };
 pub use url::{DATABASE_URL_ENV, PostgresUrlProvider};
 pub use verify::Verifier;

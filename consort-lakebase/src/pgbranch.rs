@@ -167,6 +167,10 @@ macro_rules! branch_provider_via_pg_brancher {
                 self.inner.kind()
             }
 
+            fn private_paths(&self) -> Vec<std::path::PathBuf> {
+                self.private_dirs()
+            }
+
             fn capabilities(&self) -> $crate::provider::Capabilities {
                 $crate::provider::Capabilities {
                     point_in_time: false,

@@ -215,6 +215,12 @@ pub trait BranchProvider: Send + Sync + fmt::Debug {
     /// Static facts about this backend.
     fn capabilities(&self) -> Capabilities;
 
+    /// Local paths that hold this backend's private state (a cluster's data directory and its
+    /// administrator password): test runs may not read them.
+    fn private_paths(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
+
     /// Makes or reuses the base that branches fork from (idempotent, keyed by `spec.key()`).
     fn prepare_base<'a>(&'a self, spec: &'a BaseSpec) -> BoxFuture<'a, Result<BaseRef>>;
 

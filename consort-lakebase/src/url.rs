@@ -115,6 +115,11 @@ impl PostgresUrlProvider {
     pub fn parent_database(&self) -> &str {
         self.inner.parent()
     }
+
+    /// A server reached by URL keeps no private state on this machine.
+    fn private_dirs(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
 }
 
 crate::pgbranch::branch_provider_via_pg_brancher!(PostgresUrlProvider, typical_create_ms = 80);

@@ -7,9 +7,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use consort_actors::worktree::hash_dir;
+use std::path::{Path, PathBuf};
+
 use consort_actors::{
-    ContentHash, ExitRecord, InfraError, InfraFault, PromoteReport, PromoteRequest, RunTimings,
+    ContentHash, ExitRecord, FileHashes, WorkTree, InfraError, InfraFault, PromoteReport, PromoteRequest, RunTimings,
     TestOutcome, TestRunReceipt, TestStatus, VerifyRequest,
 };
 use tracing::info;
@@ -17,7 +18,7 @@ use tracing::info;
 use crate::error::Error;
 use crate::pool::BranchPool;
 use crate::provider::{BaseSpec, BranchProvider};
-use crate::runner::{RunContext, RunReport, TestRunner};
+use crate::runner::{RunContext, RunReport, SandboxMode, SessionSettings, TestRunner};
 
 /// Runs verifications and promotions over a pool and a runner.
 #[derive(Debug, Clone)]
@@ -25,6 +26,63 @@ pub struct Verifier {
     pool: BranchPool,
     runner: Arc<dyn TestRunner>,
     fixtures: Vec<String>,
+    sandbox: SandboxMode,
+}
+
+/// What one run on one branch came to.
+enum Attempt {
+    /// A receipt to return.
+    Receipt(Box<TestRunReceipt>),
+    /// Sessions broke off while the database stayed up: repeat once, then it is the verdict.
+    SessionsLost(Done),
+}
+
+struct Done {
+    receipt: Box<TestRunReceipt>,
+    lost: Vec<String>,
+}
+
+/// The tree as a run can see it: every file's hash (caches left out) and the caches present.
+struct Snapshot {
+    files: FileHashes,
+    cache_dirs: Vec<PathBuf>,
+}
+
+async fn snapshot(root: &Path) -> Result<Snapshot, InfraError> {
+    let root = root.to_path_buf();
+    let io = |e: String| infra(InfraFault::WorkTreeIo, format!("reading the work tree: {e}"));
+    tokio::task::spawn_blocking(move || {
+        let tree = WorkTree::open(&root).map_err(|e| e.to_string())?;
+        let files = tree.file_hashes().map_err(|e| e.to_string())?;
+        let cache_dirs = tree.cache_dirs().map_err(|e| e.to_string())?;
+        Ok(Snapshot { files, cache_dirs })
+    })
+    .await
+    .map_err(|e| io(e.to_string()))?
+    .map_err(io)
+}
+
+/// The paths whose content differs between two snapshots (added, removed or changed).
+fn changed_paths(before: &FileHashes, after: &FileHashes) -> Vec<String> {
+    let mut out: Vec<String> = before
+        .iter()
+        .filter(|(p, h)| after.get(*p) != Some(h))
+        .map(|(p, _)| p.clone())
+        .collect();
+    out.extend(after.keys().filter(|p| !before.contains_key(*p)).cloned());
+    out.sort();
+    out
+}
+
+/// A runner that could not run: the database's fault when it lost its connection, the work
+/// tree's when it could not read it, the runner's otherwise.
+fn runner_fault(e: &Error) -> InfraError {
+    let fault = match e {
+        Error::Connect(_) => InfraFault::DatabaseDown,
+        Error::Io { .. } => InfraFault::WorkTreeIo,
+        _ => InfraFault::RunnerFailed,
+    };
+    infra(fault, format!("running the tests: {e}"))
 }
 
 fn infra(fault: InfraFault, detail: impl Into<String>) -> InfraError {
@@ -49,7 +107,14 @@ impl Verifier {
             pool,
             runner,
             fixtures,
+            sandbox: SandboxMode::default(),
         }
+    }
+
+    /// Confines runs as `mode` says ([`SandboxMode::Landlock`] unless changed).
+    pub fn with_sandbox(mut self, mode: SandboxMode) -> Self {
+        self.sandbox = mode;
+        self
     }
 
     /// The pool.
@@ -62,25 +127,47 @@ impl Verifier {
         self.pool.provider()
     }
 
-    /// Runs the suite of `req.work_tree` on a fresh branch of the parent plus `req.migrations`.
-    /// Red tests and a failing migration are receipts; a database or runner that cannot work
-    /// is an [`InfraError`].
+    /// Runs the suite of `req.work_tree` on a fresh branch of the parent plus `req.migrations`,
+    /// confined (see [`crate::runner::Jail`]). Red tests, a failing migration and a run that
+    /// changed the tree are receipts; a database or runner that cannot work is an
+    /// [`InfraError`].
+    ///
+    /// **Whose fault a broken session is.** When a test's database session breaks off, the
+    /// branch is probed: a database that does not answer is an infrastructure fault. One that
+    /// answers means the session was ended from inside (the code under test can end its own
+    /// session); the run is repeated once on a fresh branch, and a second break with the
+    /// database up is the verdict (the tests errored).
     pub async fn verify(&self, req: &VerifyRequest) -> Result<TestRunReceipt, InfraError> {
-        let tree = req.work_tree.clone();
-        let workspace_hash = tokio::task::spawn_blocking(move || hash_dir(&tree))
-            .await
-            .map_err(|e| {
-                infra(
-                    InfraFault::WorkTreeIo,
-                    format!("hashing the work tree: {e}"),
-                )
-            })?
-            .map_err(|e| {
-                infra(
-                    InfraFault::WorkTreeIo,
-                    format!("hashing the work tree: {e}"),
-                )
-            })?;
+        let mut lost_before = None;
+        for attempt in 0..2 {
+            let mut done = match self.verify_once(req).await? {
+                Attempt::Receipt(r) => return Ok(*r),
+                Attempt::SessionsLost(r) => r,
+            };
+            if attempt == 0 {
+                info!(request = %req.id, tests = ?done.receipt.outcomes.len(), "a test session broke off with its database up; repeating on a fresh branch");
+                lost_before = Some(done.lost);
+                continue;
+            }
+            let first = lost_before.take().unwrap_or_default();
+            done.receipt.output_excerpt = format!(
+                "the database session of {} broke off while its database stayed up, on two fresh branches (first: {}): the code under test ended it\n{}",
+                done.lost.join(", "),
+                first.join(", "),
+                done.receipt.output_excerpt
+            );
+            return Ok(*done.receipt);
+        }
+        Err(infra(
+            InfraFault::RunnerFailed,
+            "the verification loop ended without a receipt",
+        ))
+    }
+
+    /// One run on one fresh branch.
+    async fn verify_once(&self, req: &VerifyRequest) -> Result<Attempt, InfraError> {
+        let before = snapshot(&req.work_tree).await?;
+        let workspace_hash = ContentHash::of(&before.files);
         let spec = BaseSpec {
             migrations: req.migrations.clone(),
             fixtures: self.fixtures.clone(),
@@ -90,25 +177,20 @@ impl Verifier {
             Ok(a) => a,
             Err(e) if is_work_fault(&e) => {
                 let ms = started.elapsed().as_millis() as u64;
-                return Ok(self.base_failed_receipt(req, workspace_hash, ms, &e));
+                let receipt = self.base_failed_receipt(req, workspace_hash, ms, &e);
+                return Ok(Attempt::Receipt(Box::new(receipt)));
             }
             Err(e) => {
                 return Err(infra(e.infra_fault(), format!("getting a branch: {e}")));
             }
         };
         let branch = acquired.lease.branch().clone();
-        let conn = match self.provider().connect_info(&branch).await {
+        let ctx = match self.context(req, &branch, &before).await {
             Ok(c) => c,
             Err(e) => {
                 let _ = acquired.lease.release(false).await;
-                return Err(infra(InfraFault::DatabaseDown, format!("connecting: {e}")));
+                return Err(e);
             }
-        };
-        let ctx = RunContext {
-            work_tree: req.work_tree.clone(),
-            conn,
-            tests: req.tests.clone(),
-            focus: req.focus.clone(),
         };
         let t = Instant::now();
         let report = self.runner.run(&ctx).await;
@@ -117,15 +199,20 @@ impl Verifier {
             Ok(r) => r,
             Err(e) => {
                 let _ = acquired.lease.release(false).await;
-                // A broken connection is the database's fault, a broken runner the runner's.
-                let fault = match e {
-                    Error::Connect(_) => InfraFault::DatabaseDown,
-                    Error::Io { .. } => InfraFault::WorkTreeIo,
-                    _ => InfraFault::RunnerFailed,
-                };
-                return Err(infra(fault, format!("running the tests: {e}")));
+                return Err(runner_fault(&e));
             }
         };
+        if !report.sessions_lost.is_empty() && !self.answers(&ctx.conn).await {
+            let _ = acquired.lease.release(false).await;
+            return Err(infra(
+                InfraFault::DatabaseDown,
+                format!(
+                    "the database stopped answering while {} ran",
+                    report.sessions_lost.join(", ")
+                ),
+            ));
+        }
+        let after = snapshot(&req.work_tree).await?;
         let failed = !report.exit.success()
             || report
                 .outcomes
@@ -143,9 +230,57 @@ impl Verifier {
             branch = %branch.name,
             from_pool = acquired.from_pool,
             failed,
+            confinement = %ctx.jail.confinement(),
             "verification done"
         );
-        Ok(self.receipt(req, workspace_hash, &branch.id, timings, report))
+        let lost = report.sessions_lost.clone();
+        let mut receipt = self.receipt(req, workspace_hash, &branch.id, timings, report);
+        receipt.confinement = ctx.jail.confinement();
+        receipt.tree_changes = changed_paths(&before.files, &after.files);
+        if lost.is_empty() {
+            Ok(Attempt::Receipt(Box::new(receipt)))
+        } else {
+            Ok(Attempt::SessionsLost(Done {
+                receipt: Box::new(receipt),
+                lost,
+            }))
+        }
+    }
+
+    /// The run's context: the branch's connection, the confinement, the pinned settings.
+    async fn context(
+        &self,
+        req: &VerifyRequest,
+        branch: &crate::provider::Branch,
+        before: &Snapshot,
+    ) -> Result<RunContext, InfraError> {
+        let conn = self
+            .provider()
+            .connect_info(branch)
+            .await
+            .map_err(|e| infra(InfraFault::DatabaseDown, format!("connecting: {e}")))?;
+        let mut hidden = vec![req.work_tree.join(".consort")];
+        hidden.extend(self.provider().private_paths());
+        let mut ctx = RunContext::prepare(
+            req.work_tree.clone(),
+            conn,
+            self.sandbox,
+            hidden,
+            before.cache_dirs.clone(),
+        )
+        .map_err(|e| runner_fault(&e))?;
+        ctx.tests = req.tests.clone();
+        ctx.focus = req.focus.clone();
+        ctx.pinned = SessionSettings::for_migrations(&req.migrations);
+        Ok(ctx)
+    }
+
+    /// Whether the branch still answers a query.
+    async fn answers(&self, conn: &crate::provider::ConnectInfo) -> bool {
+        match crate::pgconn::connect(conn).await {
+            Ok(client) => client.simple_query("SELECT 1").await.is_ok(),
+            Err(_) => false,
+        }
     }
 
     fn receipt(
@@ -168,6 +303,8 @@ impl Verifier {
             exit: report.exit,
             output_digest: report.output_digest,
             output_excerpt: report.output_excerpt,
+            confinement: Default::default(),
+            tree_changes: Vec::new(),
         }
     }
 
@@ -215,6 +352,8 @@ impl Verifier {
             },
             output_digest: ContentHash::of_bytes(text.as_bytes()),
             output_excerpt: text,
+            confinement: Default::default(),
+            tree_changes: Vec::new(),
         }
     }
 

@@ -209,12 +209,16 @@ async fn whole_path_create_poll_endpoint_credential_query_psql_delete() {
     .expect("write test");
     let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
     let report = runner
-        .run(&RunContext {
-            work_tree: tree.path().to_path_buf(),
-            conn: info.clone(),
-            tests: Vec::new(),
-            focus: None,
-        })
+        .run(
+            &RunContext::prepare(
+                tree.path().to_path_buf(),
+                info.clone(),
+                consort_lakebase::SandboxMode::Landlock,
+                Vec::new(),
+                Vec::new(),
+            )
+            .expect("a confined run context"),
+        )
         .await
         .expect("run");
     let status = |name: &str| {

@@ -12,7 +12,7 @@ use consort_actors::{ContentHash, TestStatus};
 use consort_lakebase::procinfo;
 use consort_lakebase::{
     BaseSpec, Branch, BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedProvider,
-    EnvPolicy, Error, OutputLimits, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport,
+    EnvPolicy, OutputLimits, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode,
     TestRunner, names::BranchNamer,
 };
 
@@ -30,12 +30,18 @@ async fn branch_for(
         .await
         .expect("branch");
     let conn = p.connect_info(&branch).await.expect("info");
-    let ctx = RunContext {
-        work_tree: tree.to_path_buf(),
+    let mut hidden = vec![tree.join(".consort")];
+    hidden.extend(p.private_paths());
+    let mut ctx = RunContext::prepare(
+        tree.to_path_buf(),
         conn,
-        tests: tests.iter().map(|s| s.to_string()).collect(),
-        focus: focus.map(str::to_string),
-    };
+        SandboxMode::Landlock,
+        hidden,
+        Vec::new(),
+    )
+    .expect("a confined run context");
+    ctx.tests = tests.iter().map(|s| s.to_string()).collect();
+    ctx.focus = focus.map(str::to_string);
     (p, branch, ctx)
 }
 
@@ -98,7 +104,7 @@ async fn tap_printed_by_a_script_gives_per_test_outcomes_even_when_it_exits_zero
 }
 
 #[tokio::test]
-async fn a_junit_report_written_by_the_command_is_read_and_a_stale_one_is_not() {
+async fn a_junit_report_written_to_the_report_directory_is_read_and_a_stale_one_is_not() {
     let tree = tempfile::tempdir().expect("tree");
     let junit = r#"<?xml version="1.0" encoding="UTF-8"?>
 <testsuites><testsuite name="stock" tests="2" failures="1">
@@ -107,8 +113,8 @@ async fn a_junit_report_written_by_the_command_is_read_and_a_stale_one_is_not() 
 </testsuite></testsuites>"#;
     write_tree(tree.path(), &[("junit-template.xml", junit)]);
     let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
-    let mut cfg = cmd("mkdir -p reports && cp junit-template.xml reports/junit.xml && echo ran");
-    cfg.junit_path = Some("reports/junit.xml".into());
+    let mut cfg = cmd("cp junit-template.xml \"$CONSORT_JUNIT\" && echo ran");
+    cfg.junit_path = Some("junit.xml".into());
     let r = run_command(cfg.clone(), &ctx).await;
     assert!(r.exit.success());
     assert_eq!(
@@ -120,13 +126,15 @@ async fn a_junit_report_written_by_the_command_is_read_and_a_stale_one_is_not() 
         Some(TestStatus::Failed),
         "exit 0 with a failing JUnit case is not a pass"
     );
-    // Next run: the command writes no report; the old one must not be read again.
+    assert!(
+        !tree.path().join("junit.xml").exists(),
+        "the report went to the run's report directory, not the tree"
+    );
+    // Next run (a fresh report directory): the command writes no report; none is read.
+    let (p2, b2, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     cfg.command = "echo nothing to report".into();
     let r = run_command(cfg, &ctx).await;
-    assert!(
-        !tree.path().join("reports/junit.xml").exists(),
-        "the stale report is removed before the run"
-    );
+    p2.delete(&b2.name).await.expect("delete");
     assert_eq!(status(&r, "tests.test_stock::test_reserved"), None);
     assert_eq!(status(&r, "(suite)"), Some(TestStatus::Passed));
     p.delete(&b.name).await.expect("delete");
@@ -393,10 +401,10 @@ async fn a_broken_setup_file_errors_every_test_and_says_why() {
 }
 
 /// A session whose connection breaks mid-run (here the test's own backend is terminated) is
-/// not a red test: the run is an infrastructure error, so the verification can be retried
-/// instead of sending working code to a repair.
+/// reported, not judged: the test is errored and named in `sessions_lost`, so the verifier
+/// can decide whose fault it was (see `tests/sandbox.rs`).
 #[tokio::test]
-async fn a_connection_lost_mid_run_is_a_database_error_not_a_red_test() {
+async fn a_connection_lost_mid_run_is_reported_as_a_lost_session() {
     let tree = tempfile::tempdir().expect("tree");
     write_tree(
         tree.path(),
@@ -410,18 +418,11 @@ async fn a_connection_lost_mid_run_is_a_database_error_not_a_red_test() {
     );
     let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
-    let err = runner
-        .run(&ctx)
-        .await
-        .expect_err("a broken connection is an error");
-    assert!(matches!(err, Error::Connect(_)), "{err:?}");
-    assert!(err.to_string().contains("tests/b_cut.sql"), "{err}");
-    assert_eq!(
-        err.infra_fault(),
-        consort_actors::InfraFault::DatabaseDown,
-        "it escalates as the database's fault"
-    );
-    // A setup file that loses its connection is the same.
+    let r = runner.run(&ctx).await.expect("the run is reported");
+    assert_eq!(r.sessions_lost, vec!["tests/b_cut.sql".to_string()]);
+    assert_eq!(status(&r, "tests/a_fine.sql"), Some(TestStatus::Passed));
+    assert_eq!(status(&r, "tests/b_cut.sql"), Some(TestStatus::Errored));
+    // A setup file that ends its own session is the same.
     write_tree(
         tree.path(),
         &[(
@@ -429,10 +430,8 @@ async fn a_connection_lost_mid_run_is_a_database_error_not_a_red_test() {
             "SELECT pg_terminate_backend(pg_backend_pid());\n",
         )],
     );
-    let err = runner
-        .run(&ctx)
-        .await
-        .expect_err("a broken connection is an error");
-    assert!(matches!(err, Error::Connect(_)), "{err:?}");
+    let r = runner.run(&ctx).await.expect("the run is reported");
+    assert_eq!(r.sessions_lost, vec!["src/setup.sql".to_string()]);
+    assert!(r.outcomes.iter().all(|o| o.status == TestStatus::Errored));
     p.delete(&b.name).await.expect("delete");
 }

@@ -143,6 +143,8 @@ impl Actor for FakeLakebase {
                     },
                     output_digest: ContentHash::of_bytes(b""),
                     output_excerpt: String::new(),
+                    confinement: Default::default(),
+                    tree_changes: Vec::new(),
                 };
                 let _ = port.send(Ok(receipt));
             }

@@ -138,6 +138,13 @@ pub enum RuleViolation {
         /// The hash in the receipt.
         got: ContentHash,
     },
+    /// The test run changed the work tree outside the declared caches: what it was judged on
+    /// is not what stands now, so the run counts for nothing.
+    #[error("the test run changed the work tree outside the declared caches: {}", paths.join(", "))]
+    RunChangedTree {
+        /// The changed paths, relative to the work tree.
+        paths: Vec<String>,
+    },
     /// The reviewer authored code under review.
     #[error("{reviewer} authored the code under review and may not review it")]
     ReviewerIsAuthor {
@@ -227,6 +234,7 @@ impl RuleViolation {
             | RedTestNotRun { .. } => Remedy::RetryAgent,
             UnexpectedTestFile { .. }
             | ReceiptWorkspaceMismatch { .. }
+            | RunChangedTree { .. }
             | ReviewerIsAuthor { .. }
             | DesignHashMismatch { .. }
             | PromoteUnverified { .. } => Remedy::Halt,

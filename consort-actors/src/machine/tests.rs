@@ -366,6 +366,8 @@ impl Run {
             },
             output_digest: ContentHash::of_bytes(b"out"),
             output_excerpt: "out".into(),
+            confinement: Default::default(),
+            tree_changes: Vec::new(),
         }
     }
 
@@ -1098,6 +1100,8 @@ fn green_comes_only_from_a_verify_run() {
         },
         output_digest: ContentHash::of_bytes(b""),
         output_excerpt: String::new(),
+        confinement: Default::default(),
+        tree_changes: Vec::new(),
     };
     let v = r.refused(Event::VerifyCompleted { receipt });
     assert!(matches!(

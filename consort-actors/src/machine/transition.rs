@@ -276,6 +276,11 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
                     got: receipt.request_id,
                 });
             }
+            if !receipt.tree_changes.is_empty() {
+                return Err(RuleViolation::RunChangedTree {
+                    paths: receipt.tree_changes.clone(),
+                });
+            }
             if receipt.workspace_hash != workspace_hash {
                 return Err(RuleViolation::ReceiptWorkspaceMismatch {
                     expected: workspace_hash,

@@ -52,6 +52,14 @@ impl EmbeddedProvider {
         self.inner.parent()
     }
 
+    /// The cluster's directory and socket directory: private to the provider.
+    fn private_dirs(&self) -> Vec<std::path::PathBuf> {
+        vec![
+            self.cluster.dir().to_path_buf(),
+            self.cluster.socket_dir().to_path_buf(),
+        ]
+    }
+
     /// How often a busy source database (SQLSTATE 55006) was retried so far.
     pub fn busy_retries(&self) -> u64 {
         self.inner.busy_retries()

@@ -19,8 +19,10 @@ use crate::provider::BoxFuture;
 pub struct CommandRunnerConfig {
     /// The test command, run with `sh -c` in the work tree (`cargo test`, `pytest -q`, …).
     pub command: String,
-    /// A JUnit XML report the command writes, relative to the work tree. Deleted before each
-    /// run so a stale report is never read.
+    /// A JUnit XML report the command writes, relative to the run's private report directory
+    /// (never the work tree): the command finds the directory in `$CONSORT_REPORT_DIR` and the
+    /// full path in `$CONSORT_JUNIT` (e.g. `pytest --junitxml="$CONSORT_JUNIT"`). Each run has
+    /// a fresh directory, so a stale report is never read.
     pub junit_path: Option<PathBuf>,
     /// How a JUnit case is named: `{classname}` and `{name}` are replaced.
     pub junit_name_format: String,
@@ -66,13 +68,18 @@ impl CommandRunner {
         CommandRunner { cfg }
     }
 
-    fn spec(&self, ctx: &RunContext, command: &str) -> ProcSpec {
+    fn spec(&self, ctx: &RunContext, command: &str, junit: Option<&PathBuf>) -> ProcSpec {
+        let mut env = self.cfg.env.build_for(ctx);
+        if let Some(j) = junit {
+            env.push(("CONSORT_JUNIT".into(), j.display().to_string()));
+        }
         ProcSpec {
             program: PathBuf::from("sh"),
             args: vec!["-c".into(), command.to_string()],
             cwd: ctx.work_tree.clone(),
-            env: self.cfg.env.build(&ctx.conn),
+            env,
             timeout: self.cfg.timeout,
+            jail: ctx.jail.clone(),
         }
     }
 
@@ -80,23 +87,11 @@ impl CommandRunner {
         let limits = self.cfg.limits;
         let mut capture = Capture::new(&limits);
         let junit = match &self.cfg.junit_path {
-            Some(p) => {
-                let full = tree_path(&ctx.work_tree, p)?;
-                match std::fs::remove_file(&full) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(crate::Error::io(
-                            format!("remove the old report {}", full.display()),
-                            e,
-                        ));
-                    }
-                }
-                Some(full)
-            }
+            Some(p) => Some(tree_path(&ctx.scratch.reports(), p)?),
             None => None,
         };
-        let main = run(&self.spec(ctx, &self.cfg.command), &mut capture, &limits).await?;
+        let spec = self.spec(ctx, &self.cfg.command, junit.as_ref());
+        let main = run(&spec, &mut capture, &limits).await?;
         let mut command = self.cfg.command.clone();
 
         let mut outcomes: Option<Vec<TestOutcome>> = None;
@@ -135,7 +130,8 @@ impl CommandRunner {
                     for t in &expected {
                         let cmd = single.replace("{test}", &shell_quote(t));
                         capture.push_str(&format!("\n== consort: single test {t} ==\n"));
-                        let one = run(&self.spec(ctx, &cmd), &mut capture, &limits).await?;
+                        let spec = self.spec(ctx, &cmd, None);
+                        let one = run(&spec, &mut capture, &limits).await?;
                         let status = if one.exit.success() {
                             TestStatus::Passed
                         } else if one.exit.timed_out {
@@ -170,6 +166,7 @@ impl CommandRunner {
             output_digest: done.digest,
             output_excerpt: redact(&done.excerpt, &ctx.conn),
             output_bytes: done.total,
+            sessions_lost: Vec::new(),
         })
     }
 }

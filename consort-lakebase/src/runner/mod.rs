@@ -17,10 +17,13 @@ mod command;
 mod junit;
 mod process;
 mod psql;
+mod sandbox;
+mod session;
 mod tap;
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use consort_actors::{ContentHash, ExitRecord, TestOutcome};
 
@@ -32,6 +35,8 @@ pub use command::{CommandRunner, CommandRunnerConfig};
 pub use junit::parse_junit;
 pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, shell_quote};
 pub use psql::{PsqlRunner, PsqlRunnerConfig};
+pub use sandbox::{Jail, JailSpec, SandboxMode, SandboxSupport, Scratch};
+pub use session::{PINNED, SessionSettings};
 pub use tap::parse_tap;
 
 /// What a runner is asked to do.
@@ -45,6 +50,12 @@ pub struct RunContext {
     pub tests: Vec<String>,
     /// The test whose outcome matters most (the new test in RED).
     pub focus: Option<String>,
+    /// The confinement of every process the run starts.
+    pub jail: Jail,
+    /// The run's private scratch directory (`HOME`, `TMPDIR`, reports).
+    pub scratch: Arc<Scratch>,
+    /// The settings pinned for every database session of the run.
+    pub pinned: SessionSettings,
 }
 
 impl fmt::Debug for RunContext {
@@ -54,11 +65,45 @@ impl fmt::Debug for RunContext {
             .field("conn", &self.conn)
             .field("tests", &self.tests)
             .field("focus", &self.focus)
+            .field("jail", &self.jail)
+            .field("scratch", &self.scratch.root())
+            .field("pinned", &self.pinned)
             .finish()
     }
 }
 
 impl RunContext {
+    /// A context for a run of `work_tree` against `conn`, confined as `mode` says: Consort's
+    /// private state in `hidden` unreadable, writes only in a fresh scratch directory and the
+    /// tree's existing `cache_dirs`, TCP only to the branch's port. No tests are expected yet
+    /// and only `public` is searched; set the fields to change that.
+    pub fn prepare(
+        work_tree: PathBuf,
+        conn: ConnectInfo,
+        mode: SandboxMode,
+        hidden: Vec<PathBuf>,
+        cache_dirs: Vec<PathBuf>,
+    ) -> Result<RunContext> {
+        let scratch = Scratch::create()?;
+        let mut writable = vec![scratch.root().to_path_buf()];
+        writable.extend(cache_dirs);
+        let spec = JailSpec {
+            hidden,
+            writable,
+            connect_port: (!conn.host.starts_with('/')).then_some(conn.port),
+        };
+        let jail = Jail::prepare(mode, &spec)?;
+        Ok(RunContext {
+            work_tree,
+            conn,
+            tests: Vec::new(),
+            focus: None,
+            jail,
+            scratch: Arc::new(scratch),
+            pinned: SessionSettings::default(),
+        })
+    }
+
     /// The expected tests and the focus, without duplicates, in order.
     pub fn expected(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
@@ -86,6 +131,9 @@ pub struct RunReport {
     pub output_excerpt: String,
     /// Output size in bytes.
     pub output_bytes: u64,
+    /// The tests whose database session broke off before they finished (reported errored).
+    /// Whose fault that was is for the verifier to decide (see `Verifier::verify`).
+    pub sessions_lost: Vec<String>,
 }
 
 /// Runs tests against a branch. Object-safe: used as `Arc<dyn TestRunner>`.

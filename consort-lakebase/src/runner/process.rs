@@ -13,7 +13,9 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tracing::debug;
 
+use super::RunContext;
 use super::capture::{Capture, OutputLimits};
+use super::sandbox::Jail;
 use crate::error::{Error, Result};
 use crate::provider::ConnectInfo;
 
@@ -68,6 +70,18 @@ impl EnvPolicy {
         env.push(("PGCONNECT_TIMEOUT".into(), "10".into()));
         env
     }
+
+    /// The environment of a process of this run: [`EnvPolicy::build`], then the run's scratch
+    /// directory (`HOME`, `TMPDIR`, …) and the pinned session settings (`PGOPTIONS`), which
+    /// nothing configured can override.
+    pub fn build_for(&self, ctx: &RunContext) -> Vec<(String, String)> {
+        let mut env = self.build(&ctx.conn);
+        let fixed = ctx.scratch.env();
+        env.retain(|(k, _)| k != "PGOPTIONS" && !fixed.iter().any(|(f, _)| f == k));
+        env.extend(fixed);
+        env.push(("PGOPTIONS".into(), ctx.pinned.pgoptions()));
+        env
+    }
 }
 
 /// One process to run.
@@ -78,6 +92,8 @@ pub(crate) struct ProcSpec {
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
+    /// The confinement every process of the run gets.
+    pub jail: Jail,
 }
 
 /// How it went.
@@ -138,7 +154,7 @@ pub(crate) async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| {
+    let mut child = spec.jail.spawn(cmd).await.map_err(|e| {
         Error::Runner(format!(
             "cannot start {} in {}: {e}",
             spec.program.display(),

@@ -8,8 +8,9 @@ use consort_actors::{ExitRecord, TestOutcome, TestStatus};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use super::capture::{Capture, OutputLimits};
-use super::process::{EnvPolicy, ProcSpec, run};
+use super::process::{EnvPolicy, ProcSpec, run as run_process};
 use super::{RunContext, RunReport, TestRunner, redact};
+
 use crate::error::{Error, Result};
 use crate::pgbin::find_psql;
 use crate::provider::BoxFuture;
@@ -114,8 +115,9 @@ impl PsqlRunner {
             program: self.psql.clone(),
             args,
             cwd: ctx.work_tree.clone(),
-            env: self.cfg.env.build(&ctx.conn),
+            env: self.cfg.env.build_for(ctx),
             timeout: self.cfg.timeout_per_file,
+            jail: ctx.jail.clone(),
         }
     }
 
@@ -127,103 +129,211 @@ impl PsqlRunner {
             .iter()
             .filter(|f| self.tests.is_match(f) && !self.setup.is_match(f))
             .collect();
-        let base = ["-X", "-q", "-v", "ON_ERROR_STOP=1"].map(String::from);
         let command = format!(
-            "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test> -c ROLLBACK ({} test file(s) after {} setup file(s))",
+            "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test> -c ROLLBACK ({} test file(s) after {} setup file(s) loaded through the protocol)",
             tests.len(),
             setup.len()
         );
         let mut capture = Capture::new(&limits);
-        let mut exit = ExitRecord {
-            code: Some(0),
-            signal: None,
-            timed_out: false,
+        let mut run = TestsRun {
+            exit: ExitRecord {
+                code: Some(0),
+                signal: None,
+                timed_out: false,
+            },
+            outcomes: Vec::with_capacity(tests.len()),
+            sessions_lost: Vec::new(),
         };
-        let mut setup_failed: Option<String> = None;
-        for f in &setup {
-            capture.push_str(&format!("== setup {f} ==\n"));
-            let mut args = base.to_vec();
-            args.extend(["-f".to_string(), f.to_string()]);
-            let r = run(&self.spec(ctx, args), &mut capture, &limits).await?;
-            connection_intact(&r.exit, f)?;
-            if !r.exit.success() {
-                exit = r.exit.clone();
-                setup_failed = Some(f.to_string());
-                capture.push_str(&format!(
-                    "\n[consort: setup file {f} failed (exit {:?}); no test ran]\n",
-                    r.exit.code
-                ));
-                break;
-            }
-        }
-        let mut outcomes = Vec::with_capacity(tests.len());
-        for f in &tests {
-            if let Some(bad) = &setup_failed {
-                outcomes.push(TestOutcome {
-                    name: f.to_string(),
-                    status: TestStatus::Errored,
-                });
-                capture.push_str(&format!(
-                    "== test {f}: not run (setup file {bad} failed) ==\n"
-                ));
-                continue;
-            }
-            capture.push_str(&format!("== test {f} ==\n"));
-            let mut args = base.to_vec();
-            args.extend(["-c", "BEGIN", "-f", f.as_str(), "-c", "ROLLBACK"].map(String::from));
-            let r = run(&self.spec(ctx, args), &mut capture, &limits).await?;
-            connection_intact(&r.exit, f)?;
-            let status = if r.exit.success() {
-                TestStatus::Passed
-            } else if r.exit.timed_out {
-                // A timeout is no verdict on the test either way.
-                TestStatus::Errored
-            } else {
-                TestStatus::Failed
+        let setup_failed = load_setup(ctx, &setup, &mut capture, self.cfg.timeout_per_file).await?;
+        if let Some(failure) = &setup_failed {
+            run.exit = ExitRecord {
+                code: Some(3),
+                signal: None,
+                timed_out: failure.timed_out,
             };
-            capture.push_str(&format!("== {f}: {status:?} (exit {:?}) ==\n", r.exit.code));
-            if !r.exit.success() && exit.success() {
-                exit = r.exit.clone();
+            if failure.session_lost {
+                run.sessions_lost.push(failure.file.clone());
             }
-            outcomes.push(TestOutcome {
-                name: f.to_string(),
-                status,
-            });
+            for f in &tests {
+                run.outcomes.push(outcome(f, TestStatus::Errored));
+                capture.push_str(&format!(
+                    "== test {f}: not run (setup file {} failed) ==\n",
+                    failure.file
+                ));
+            }
+        } else {
+            self.run_tests(ctx, &tests, &mut capture, &mut run).await?;
         }
         let done = capture.finish();
         let excerpt = match &setup_failed {
             // Put the reason first so it survives the cap.
-            Some(bad) => format!(
-                "setup file {bad} failed; every test is reported errored\n{}",
-                done.excerpt
+            Some(failure) => format!(
+                "setup file {} failed; every test is reported errored\n{}",
+                failure.file, done.excerpt
             ),
             None => done.excerpt,
         };
         Ok(RunReport {
             command,
-            outcomes,
-            exit,
+            outcomes: run.outcomes,
+            exit: run.exit,
             output_digest: done.digest,
             output_excerpt: redact(&excerpt, &ctx.conn),
             output_bytes: done.total,
+            sessions_lost: run.sessions_lost,
         })
+    }
+
+    /// Each test file in its own confined `psql` session, inside a transaction rolled back.
+    async fn run_tests(
+        &self,
+        ctx: &RunContext,
+        tests: &[&String],
+        capture: &mut Capture,
+        run: &mut TestsRun,
+    ) -> Result<()> {
+        let limits = self.cfg.limits;
+        let base = ["-X", "-q", "-v", "ON_ERROR_STOP=1"].map(String::from);
+        for f in tests {
+            capture.push_str(&format!("== test {f} ==\n"));
+            let mut args = base.to_vec();
+            args.extend(["-c", "BEGIN", "-f", f.as_str(), "-c", "ROLLBACK"].map(String::from));
+            let r = run_process(&self.spec(ctx, args), capture, &limits).await?;
+            let lost = session_lost(&r.exit);
+            let status = if r.exit.success() {
+                TestStatus::Passed
+            } else if r.exit.timed_out || lost {
+                // A timeout or a broken session is no verdict on the test by itself.
+                TestStatus::Errored
+            } else {
+                TestStatus::Failed
+            };
+            if lost {
+                run.sessions_lost.push(f.to_string());
+                capture.push_str(&format!("== {f}: its database session broke off ==\n"));
+            }
+            capture.push_str(&format!(
+                "== {f}: {} (exit {}) ==\n",
+                status_word(status),
+                exit_word(&r.exit)
+            ));
+            if !r.exit.success() && run.exit.success() {
+                run.exit = r.exit.clone();
+            }
+            run.outcomes.push(outcome(f, status));
+        }
+        Ok(())
+    }
+}
+
+/// What the test files of one run came to.
+struct TestsRun {
+    exit: ExitRecord,
+    outcomes: Vec<TestOutcome>,
+    sessions_lost: Vec<String>,
+}
+
+fn outcome(name: &str, status: TestStatus) -> TestOutcome {
+    TestOutcome {
+        name: name.to_string(),
+        status,
+    }
+}
+
+fn status_word(status: TestStatus) -> &'static str {
+    match status {
+        TestStatus::Passed => "passed",
+        TestStatus::Failed => "failed",
+        TestStatus::Errored => "errored",
+        TestStatus::Skipped => "skipped",
+    }
+}
+
+fn exit_word(exit: &ExitRecord) -> String {
+    match (exit.code, exit.signal) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(s)) => format!("signal {s}"),
+        (None, None) => "unknown".into(),
     }
 }
 
 /// psql's exit code when the connection to the server went bad (could not be made, or broke
-/// during the session): the database's fault, never the test's.
+/// during the session).
 const PSQL_CONNECTION_LOST: i32 = 2;
 
-/// A psql session whose connection broke says nothing about the code under test: the run is
-/// an infrastructure failure ([`Error::Connect`]), so the verification can be retried on a
-/// fresh branch instead of sending working code to a repair.
-fn connection_intact(exit: &ExitRecord, file: &str) -> Result<()> {
-    if !exit.timed_out && exit.code == Some(PSQL_CONNECTION_LOST) {
-        return Err(Error::Connect(format!(
-            "psql lost its connection to the branch while running {file} (exit code {PSQL_CONNECTION_LOST})"
-        )));
+/// Whether a psql session ended because its connection broke.
+fn session_lost(exit: &ExitRecord) -> bool {
+    !exit.timed_out && exit.code == Some(PSQL_CONNECTION_LOST)
+}
+
+/// A setup file that did not load.
+struct SetupFailure {
+    file: String,
+    session_lost: bool,
+    timed_out: bool,
+}
+
+/// Loads the setup (code) files into the branch through the protocol, one session, in sorted
+/// order, with the pinned settings: a code file is SQL, never a psql script (no
+/// meta-commands such as `\!`).
+async fn load_setup(
+    ctx: &RunContext,
+    files: &[&String],
+    capture: &mut Capture,
+    limit: Duration,
+) -> Result<Option<SetupFailure>> {
+    if files.is_empty() {
+        return Ok(None);
     }
-    Ok(())
+    let mut cfg = crate::pgconn::config_of(&ctx.conn);
+    cfg.options(ctx.pinned.pgoptions());
+    let client = crate::pgconn::connect_config(&cfg, ctx.conn.sslmode).await?;
+    for f in files {
+        capture.push_str(&format!("== setup {f} ==\n"));
+        let sql = std::fs::read_to_string(ctx.work_tree.join(f))
+            .map_err(|e| Error::io(format!("read the setup file {f}"), e))?;
+        let failure = |session_lost, timed_out| SetupFailure {
+            file: f.to_string(),
+            session_lost,
+            timed_out,
+        };
+        match tokio::time::timeout(limit, client.batch_execute(&sql)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let lost = e.is_closed() || e.as_db_error().is_none();
+                capture.push_str(&format!("{}\n", describe_sql_error(&e)));
+                capture.push_str(&format!("\n[consort: setup file {f} failed; no test ran]\n"));
+                return Ok(Some(failure(lost, false)));
+            }
+            Err(_) => {
+                capture.push_str(&format!(
+                    "\n[consort: setup file {f} took longer than {} s; no test ran]\n",
+                    limit.as_secs()
+                ));
+                return Ok(Some(failure(false, true)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The server's message, detail, hint and position, as psql would print them.
+fn describe_sql_error(e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        return format!("ERROR: {e}");
+    };
+    let mut text = format!("{}: {}", db.severity(), db.message());
+    if let Some(d) = db.detail() {
+        text.push_str(&format!("\nDETAIL: {d}"));
+    }
+    if let Some(h) = db.hint() {
+        text.push_str(&format!("\nHINT: {h}"));
+    }
+    if let Some(tokio_postgres::error::ErrorPosition::Original(p)) = db.position() {
+        text.push_str(&format!("\n(at character {p})"));
+    }
+    text.push_str(&format!(" (SQLSTATE {})", db.code().code()));
+    text
 }
 
 impl TestRunner for PsqlRunner {

@@ -1,0 +1,405 @@
+//! Confinement of test runs: every process a runner starts (psql, `sh -c …`, and everything
+//! they start) runs inside a Linux Landlock domain.
+//!
+//! What a confined run may do:
+//!
+//! | what | allowed |
+//! |---|---|
+//! | read and execute | every file, except Consort's private state (the project's `.consort/`, the embedded cluster's directory) |
+//! | write, create, delete, rename | only its private scratch directory (its `HOME`, `TMPDIR` and report directory), the cache directories that exist in the tree when the run starts, and a few devices (`/dev/null`, …) |
+//! | TCP connect | only the branch's port (Landlock ABI 4 and later; ports, not addresses) |
+//! | signals, abstract Unix sockets | only inside the run (ABI 6 and later) |
+//!
+//! So the tests, the frozen tests, the harness and VCS metadata are read-only to the code under
+//! test: it cannot move them aside for the length of a run and put them back afterwards.
+//!
+//! The domain is applied on a short-lived thread made for one spawn: the thread restricts
+//! itself, starts the child (which inherits the domain), and ends. No thread of the runtime is
+//! ever restricted, and no `unsafe` code is needed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use consort_actors::Confinement;
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, LandlockStatus, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+
+use crate::error::{Error, Result};
+
+/// The Landlock ABI whose rights the rules ask for (older kernels enforce what they know).
+const ABI_WANTED: ABI = ABI::V7;
+
+/// Devices every run may write to.
+const DEVICES: [&str; 6] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+/// Whether test runs are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// Confined with Landlock; a kernel without it makes verification refuse to run.
+    #[default]
+    Landlock,
+    /// Not confined: only with `sandbox = "off"` in the configuration, said in every receipt.
+    Off,
+}
+
+/// What this machine offers for confinement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxSupport {
+    /// Landlock works at this ABI.
+    Available {
+        /// The ABI the kernel enforces (capped at the newest this code asks for).
+        abi: u32,
+    },
+    /// Landlock cannot be used here, and why.
+    Unavailable(String),
+}
+
+impl SandboxSupport {
+    /// The kernel's Landlock support, probed by really restricting a throwaway thread.
+    pub fn probe() -> SandboxSupport {
+        let probe = std::thread::spawn(|| -> std::result::Result<u32, String> {
+            let created = Ruleset::default()
+                .handle_access(AccessFs::from_all(ABI::V1))
+                .and_then(|r| r.create())
+                .map_err(|e| e.to_string())?;
+            let status = created.restrict_self().map_err(|e| e.to_string())?;
+            enforced_abi(&status.ruleset, status.landlock)
+        });
+        match probe.join() {
+            Ok(Ok(abi)) => SandboxSupport::Available { abi },
+            Ok(Err(why)) => SandboxSupport::Unavailable(why),
+            Err(_) => SandboxSupport::Unavailable("the probe thread panicked".into()),
+        }
+    }
+}
+
+impl std::fmt::Display for SandboxSupport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SandboxSupport::Available { abi } if *abi >= 4 => write!(
+                f,
+                "Landlock ABI {abi}: files, TCP connections{}",
+                if *abi >= 6 { ", signals" } else { "" }
+            ),
+            SandboxSupport::Available { abi } => {
+                write!(f, "Landlock ABI {abi}: files only (TCP needs ABI 4)")
+            }
+            SandboxSupport::Unavailable(why) => write!(f, "no Landlock: {why}"),
+        }
+    }
+}
+
+fn enforced_abi(
+    ruleset: &RulesetStatus,
+    status: LandlockStatus,
+) -> std::result::Result<u32, String> {
+    match (ruleset, status) {
+        (RulesetStatus::NotEnforced, _) => Err("the kernel enforced no Landlock rule".into()),
+        (_, LandlockStatus::Available { effective_abi, .. }) => Ok(effective_abi as u32),
+        (_, LandlockStatus::NotEnabled) => Err("Landlock is built in but not enabled".into()),
+        (_, LandlockStatus::NotImplemented) => Err("the kernel has no Landlock".into()),
+    }
+}
+
+/// A run's private scratch directory (`home/`, `tmp/`, `reports/`), removed when dropped.
+#[derive(Debug)]
+pub struct Scratch {
+    root: PathBuf,
+}
+
+impl Scratch {
+    /// Makes a fresh scratch directory under the system's temporary directory (mode 0700).
+    pub fn create() -> Result<Scratch> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let root = base.join(format!("consort-run-{}", crate::names::random_tag(12)));
+        let mut b = std::fs::DirBuilder::new();
+        b.mode(0o700);
+        b.create(&root)
+            .map_err(|e| Error::io(format!("create {}", root.display()), e))?;
+        let scratch = Scratch { root };
+        for sub in ["home", "tmp", "reports", "pycache"] {
+            let p = scratch.root.join(sub);
+            b.create(&p)
+                .map_err(|e| Error::io(format!("create {}", p.display()), e))?;
+        }
+        Ok(scratch)
+    }
+
+    /// The scratch directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where runner reports (JUnit XML, TAP files) go.
+    pub fn reports(&self) -> PathBuf {
+        self.root.join("reports")
+    }
+
+    /// The variables that point a run at its scratch directory: `HOME`, `TMPDIR`, the report
+    /// directory, Python's bytecode cache, and where Rust's tools live when `HOME` moved them.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let at = |sub: &str| self.root.join(sub).display().to_string();
+        let mut env = vec![
+            ("HOME".to_string(), at("home")),
+            ("TMPDIR".to_string(), at("tmp")),
+            ("CONSORT_SCRATCH".to_string(), self.root.display().to_string()),
+            ("CONSORT_REPORT_DIR".to_string(), at("reports")),
+            ("PYTHONPYCACHEPREFIX".to_string(), at("pycache")),
+        ];
+        // Moving HOME must not hide the user's toolchains and user-installed packages.
+        if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+            for (var, sub) in [
+                ("CARGO_HOME", ".cargo"),
+                ("RUSTUP_HOME", ".rustup"),
+                ("PYTHONUSERBASE", ".local"),
+            ] {
+                let dir = home.join(sub);
+                if std::env::var_os(var).is_none() && dir.is_dir() {
+                    env.push((var.to_string(), dir.display().to_string()));
+                }
+            }
+        }
+        env
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// What one run may reach; see the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct JailSpec {
+    /// Paths the run may not read (Consort's private state).
+    pub hidden: Vec<PathBuf>,
+    /// Directories the run may write in (its scratch directory, the existing caches).
+    pub writable: Vec<PathBuf>,
+    /// The TCP port it may connect to (the branch's), if any.
+    pub connect_port: Option<u16>,
+}
+
+/// The confinement of one run, ready to apply to each process it starts.
+#[derive(Clone)]
+pub struct Jail {
+    inner: Option<Arc<RulesetCreated>>,
+    confinement: Confinement,
+}
+
+impl std::fmt::Debug for Jail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jail")
+            .field("confinement", &self.confinement)
+            .finish()
+    }
+}
+
+impl Jail {
+    /// No confinement (`sandbox = "off"`); receipts say so.
+    pub fn off() -> Jail {
+        Jail {
+            inner: None,
+            confinement: Confinement::Off,
+        }
+    }
+
+    /// Builds the Landlock rules for `spec` (or none for [`SandboxMode::Off`]). Fails when the
+    /// kernel cannot confine and the mode requires it.
+    pub fn prepare(mode: SandboxMode, spec: &JailSpec) -> Result<Jail> {
+        if mode == SandboxMode::Off {
+            return Ok(Jail::off());
+        }
+        let abi = match SandboxSupport::probe() {
+            SandboxSupport::Available { abi } => abi,
+            SandboxSupport::Unavailable(why) => {
+                return Err(Error::Runner(format!(
+                    "test runs must be confined, but this machine cannot ({why}); fix the kernel, \
+                     or set `sandbox = \"off\"` under [runner] in consort.toml to run unconfined"
+                )));
+            }
+        };
+        let created = build_rules(spec, abi).map_err(|e| {
+            Error::Runner(format!("cannot build the sandbox of the test run: {e}"))
+        })?;
+        Ok(Jail {
+            inner: Some(Arc::new(created)),
+            confinement: Confinement::Landlock {
+                abi,
+                network: abi >= 4,
+            },
+        })
+    }
+
+    /// What receipts of runs in this jail record.
+    pub fn confinement(&self) -> Confinement {
+        self.confinement
+    }
+
+    /// Spawns `cmd` confined: on a new thread that restricts itself, starts the child and ends.
+    pub(crate) async fn spawn(
+        &self,
+        mut cmd: tokio::process::Command,
+    ) -> std::io::Result<tokio::process::Child> {
+        let Some(rules) = &self.inner else {
+            return cmd.spawn();
+        };
+        let rules = rules.try_clone()?;
+        let handle = tokio::runtime::Handle::current();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("consort-confined-spawn".into())
+            .spawn(move || {
+                let _guard = handle.enter();
+                let result = match rules.restrict_self() {
+                    Ok(s) if s.ruleset != RulesetStatus::NotEnforced => cmd.spawn(),
+                    Ok(_) => Err(std::io::Error::other("the kernel enforced no Landlock rule")),
+                    Err(e) => Err(std::io::Error::other(format!("Landlock: {e}"))),
+                };
+                let _ = tx.send(result);
+            })?;
+        rx.await
+            .map_err(|_| std::io::Error::other("the confined spawn thread ended without a word"))?
+    }
+}
+
+fn build_rules(spec: &JailSpec, abi: u32) -> std::result::Result<RulesetCreated, String> {
+    let read = AccessFs::from_read(ABI_WANTED);
+    let write = AccessFs::from_write(ABI_WANTED);
+    let err = |e: landlock::RulesetError| e.to_string();
+    let mut ruleset = Ruleset::default()
+        .handle_access(read | write)
+        .map_err(err)?;
+    if abi >= 4 {
+        ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(err)?;
+    }
+    if abi >= 6 {
+        ruleset = ruleset
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
+            .map_err(err)?;
+    }
+    let mut created = ruleset.create().map_err(err)?;
+    let hidden: Vec<PathBuf> = spec
+        .hidden
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    let mut readable = Vec::new();
+    readable_except(Path::new("/"), &hidden, &mut readable);
+    created = add_path(created, Path::new("/"), AccessFs::ReadDir.into())?;
+    for p in &readable {
+        created = add_path(created, p, read)?;
+    }
+    for p in &spec.writable {
+        created = add_path(created, p, read | write)?;
+    }
+    for dev in DEVICES.iter().map(Path::new).filter(|d| d.exists()) {
+        created = add_path(
+            created,
+            dev,
+            AccessFs::from_file(ABI_WANTED) & (read | write),
+        )?;
+    }
+    if let Some(port) = spec.connect_port.filter(|_| abi >= 4) {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(err)?;
+    }
+    Ok(created)
+}
+
+fn add_path(
+    created: RulesetCreated,
+    path: &Path,
+    access: BitFlags<AccessFs>,
+) -> std::result::Result<RulesetCreated, String> {
+    let Ok(fd) = PathFd::new(path) else {
+        // Vanished since it was listed, or not openable: nothing to grant.
+        return Ok(created);
+    };
+    let access = if path.is_dir() {
+        access
+    } else {
+        access & AccessFs::from_file(ABI_WANTED)
+    };
+    if access.is_empty() {
+        return Ok(created);
+    }
+    created
+        .add_rule(PathBeneath::new(fd, access))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Every entry under `dir` that reaches none of `hidden`: whole subtrees where possible, and
+/// one level deeper along the way to each hidden path. A link is granted only when what it
+/// reaches is not hidden and holds nothing hidden (a rule follows the link).
+pub(crate) fn readable_except(dir: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
+    if hidden.is_empty() {
+        out.push(dir.to_path_buf());
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let path = entry.path();
+        let is_link = entry.file_type().map(|t| t.is_symlink()).unwrap_or(true);
+        let real = if is_link {
+            match path.canonicalize() {
+                Ok(r) => r,
+                Err(_) => continue,
+            }
+        } else {
+            path.clone()
+        };
+        if hidden.iter().any(|h| real.starts_with(h)) {
+            continue;
+        }
+        if hidden.iter().any(|h| h.starts_with(&real)) {
+            if !is_link {
+                readable_except(&path, hidden, out);
+            }
+            continue;
+        }
+        out.push(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hidden_paths_and_links_to_them_are_never_granted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        std::fs::create_dir_all(root.join("work/.consort/pg")).expect("mkdir");
+        std::fs::create_dir_all(root.join("work/src")).expect("mkdir");
+        std::fs::write(root.join("work/a.sql"), "a").expect("write");
+        std::os::unix::fs::symlink(root.join("work/.consort"), root.join("work/sneaky"))
+            .expect("link");
+        std::os::unix::fs::symlink(root.join("work"), root.join("up")).expect("link");
+        let hidden = vec![root.join("work/.consort")];
+        let mut out = Vec::new();
+        readable_except(&root, &hidden, &mut out);
+        out.sort();
+        assert_eq!(out, vec![root.join("work/a.sql"), root.join("work/src")]);
+    }
+
+    #[test]
+    fn nothing_hidden_grants_the_whole_directory() {
+        let mut out = Vec::new();
+        readable_except(Path::new("/usr"), &[], &mut out);
+        assert_eq!(out, vec![PathBuf::from("/usr")]);
+    }
+}

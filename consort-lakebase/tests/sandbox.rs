@@ -1,0 +1,306 @@
+//! Confined runs, tried as an adversary would: the code under test runs inside the
+//! verification, so everything that judges the run must be out of its reach — the tests, the
+//! harness, VCS metadata, Consort's private state, other ports — while its scratch directory
+//! and the caches stay usable. Also: settings stored on the role or database by code do not
+//! reach the tests, a setup file is SQL and never a psql script, a session the code ends is a
+//! verdict, and a run that changes the tree is void.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::write_tree;
+use consort_actors::worktree::hash_dir;
+use consort_actors::{
+    Confinement, ContentHash, LakebaseMsg, RequestId, TestRunReceipt, TestStatus, VerifyPurpose,
+    VerifyRequest,
+};
+use consort_lakebase::{
+    BaseSpec, BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs,
+    PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode,
+    SandboxSupport, TestRunner, names::BranchNamer,
+};
+use ractor::rpc::CallResult;
+
+/// A confined context for `tree` on a fresh branch of the shared cluster.
+async fn confined(tree: &Path, caches: Vec<std::path::PathBuf>) -> RunContext {
+    let p = common::provider().await;
+    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
+    let branch = p
+        .create(&BranchNamer::new().next_name(), &base)
+        .await
+        .expect("branch");
+    let conn = p.connect_info(&branch).await.expect("info");
+    let mut hidden = vec![tree.join(".consort")];
+    hidden.extend(p.private_paths());
+    RunContext::prepare(
+        tree.to_path_buf(),
+        conn,
+        SandboxMode::Landlock,
+        hidden,
+        caches,
+    )
+    .expect("a confined context")
+}
+
+fn status(r: &RunReport, name: &str) -> Option<TestStatus> {
+    r.outcomes.iter().find(|o| o.name == name).map(|o| o.status)
+}
+
+/// A shell script that tries each thing and reports it as a TAP line: `ok` when it worked.
+const ATTEMPTS: &str = r#"
+n=0
+try() { n=$((n+1)); if sh -c "$2" >/dev/null 2>&1; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+try read-tests 'cat tests/t1.sql'
+try write-test 'echo x >> tests/t1.sql'
+try move-tests-aside 'mv tests tests.away'
+try delete-test 'rm tests/t1.sql'
+try new-test 'echo y > tests/t9.sql'
+try edit-harness 'echo z >> consort.toml'
+try git-hook 'echo h > .git/hooks/pre-commit'
+try write-code 'echo c >> src/a.sql'
+try read-consort-state 'cat .consort/ledger.jsonl'
+try read-cluster-password 'cat "$PW_FILE"'
+try write-scratch 'echo s > "$TMPDIR/s" && echo h > "$HOME/h" && echo r > "$CONSORT_REPORT_DIR/r"'
+try write-cache 'echo t > target/out'
+try connect-other-port 'python3 -c "import socket,os; socket.create_connection((\"127.0.0.1\", int(os.environ[\"OTHER_PORT\"])), 3)"'
+try connect-branch 'python3 -c "import socket,os; socket.create_connection((\"127.0.0.1\", int(os.environ[\"PGPORT\"])), 3)"'
+echo "1..$n"
+"#;
+
+#[tokio::test]
+async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_caches() {
+    if let SandboxSupport::Unavailable(why) = SandboxSupport::probe() {
+        panic!("this machine must offer Landlock for this suite: {why}");
+    }
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[
+            ("tests/t1.sql", "SELECT 1;\n"),
+            ("src/a.sql", "SELECT 2;\n"),
+            ("consort.toml", "[feature]\n"),
+            (".git/hooks/README", "hooks\n"),
+            (".consort/ledger.jsonl", "{}\n"),
+            ("attempts.sh", ATTEMPTS),
+        ],
+    );
+    std::fs::create_dir_all(tree.path().join("target")).expect("cache dir");
+    let before = hash_dir(tree.path()).expect("hash");
+    let other = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let other_port = other.local_addr().expect("addr").port();
+    let cluster = common::cluster().await;
+    let ctx = confined(tree.path(), vec![tree.path().join("target")]).await;
+
+    let mut cfg = CommandRunnerConfig::new("sh attempts.sh");
+    cfg.env.set.push(("OTHER_PORT".into(), other_port.to_string()));
+    cfg.env.set.push((
+        "PW_FILE".into(),
+        cluster.dir().join("admin.pw").display().to_string(),
+    ));
+    let r = CommandRunner::new(cfg)
+        .run(&ctx)
+        .await
+        .expect("the runner runs");
+    let allowed = [
+        "read-tests",
+        "write-scratch",
+        "write-cache",
+        "connect-branch",
+    ];
+    let denied = [
+        "write-test",
+        "move-tests-aside",
+        "delete-test",
+        "new-test",
+        "edit-harness",
+        "git-hook",
+        "write-code",
+        "read-consort-state",
+        "read-cluster-password",
+        "connect-other-port",
+    ];
+    for name in allowed {
+        assert_eq!(
+            status(&r, name),
+            Some(TestStatus::Passed),
+            "{name} must work inside the sandbox:\n{}",
+            r.output_excerpt
+        );
+    }
+    for name in denied {
+        assert_eq!(
+            status(&r, name),
+            Some(TestStatus::Failed),
+            "{name} must be refused by the sandbox:\n{}",
+            r.output_excerpt
+        );
+    }
+    assert_eq!(r.outcomes.len(), allowed.len() + denied.len());
+    assert!(matches!(
+        ctx.jail.confinement(),
+        Confinement::Landlock { network: true, .. }
+    ));
+    std::fs::remove_file(tree.path().join("target/out")).expect("the cache write landed");
+    assert_eq!(hash_dir(tree.path()).expect("hash"), before, "the tree is untouched");
+}
+
+#[tokio::test]
+async fn a_setup_file_is_sql_and_never_a_psql_script() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[
+            ("tests/t1.sql", "DO $$ BEGIN ASSERT false, 'the real test fails'; END $$;\n"),
+            (
+                "src/evil.sql",
+                "\\! mv tests /tmp/consort-moved-aside\nSELECT 1;\n",
+            ),
+        ],
+    );
+    let ctx = confined(tree.path(), Vec::new()).await;
+    let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
+    let r = runner.run(&ctx).await.expect("the run is reported");
+    assert!(
+        r.output_excerpt.starts_with("setup file src/evil.sql failed"),
+        "{}",
+        r.output_excerpt
+    );
+    assert!(r.output_excerpt.contains("syntax error"), "{}", r.output_excerpt);
+    assert_eq!(status(&r, "tests/t1.sql"), Some(TestStatus::Errored));
+    assert!(tree.path().join("tests/t1.sql").exists(), "the tests stay in place");
+    assert!(!Path::new("/tmp/consort-moved-aside").exists());
+}
+
+#[tokio::test]
+async fn settings_and_schemas_the_code_stores_do_not_reach_the_tests() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[
+            (
+                "src/items.sql",
+                "CREATE TABLE items (n int);\nINSERT INTO items VALUES (1), (2);\n\
+                 DO $$ BEGIN NULL; END $$;\n\
+                 ALTER ROLE CURRENT_USER SET plpgsql.check_asserts = off;\n\
+                 ALTER ROLE CURRENT_USER SET transform_null_equals = on;\n\
+                 DO $$ BEGIN EXECUTE format('ALTER ROLE %I SET search_path = %I, public', current_user, current_user); END $$;\n\
+                 DO $$ BEGIN EXECUTE format('CREATE SCHEMA %I', current_user); \
+                 EXECUTE format('CREATE TABLE %I.items (n int)', current_user); END $$;\n",
+            ),
+            (
+                "tests/t1_asserts_are_on.sql",
+                "DO $$ BEGIN ASSERT false, 'asserts still judge'; END $$;\n",
+            ),
+            (
+                "tests/t2_the_real_table.sql",
+                "DO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 2, 'the plan''s table is read'; END $$;\n",
+            ),
+            (
+                "tests/t3_null_is_not_equal.sql",
+                "DO $$ BEGIN ASSERT (SELECT count(*) FROM items WHERE n = NULL) = 0; END $$;\n",
+            ),
+        ],
+    );
+    let ctx = confined(tree.path(), Vec::new()).await;
+    let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
+    let r = runner.run(&ctx).await.expect("the run is reported");
+    assert_eq!(
+        status(&r, "tests/t1_asserts_are_on.sql"),
+        Some(TestStatus::Failed),
+        "ASSERT is still checked although the role switched it off:\n{}",
+        r.output_excerpt
+    );
+    assert_eq!(
+        status(&r, "tests/t2_the_real_table.sql"),
+        Some(TestStatus::Passed),
+        "the role's own schema does not shadow the plan's table:\n{}",
+        r.output_excerpt
+    );
+    assert_eq!(
+        status(&r, "tests/t3_null_is_not_equal.sql"),
+        Some(TestStatus::Passed),
+        "{}",
+        r.output_excerpt
+    );
+}
+
+fn args(runner: Arc<dyn TestRunner>, provider: Arc<dyn BranchProvider>) -> LakebaseArgs {
+    LakebaseArgs {
+        pool: PoolConfig {
+            size: 1,
+            ..PoolConfig::default()
+        },
+        ..LakebaseArgs::new(provider, runner)
+    }
+}
+
+async fn verify(args: LakebaseArgs, tree: &Path) -> TestRunReceipt {
+    let (actor, join) = LakebaseActor::spawn(args).await.expect("spawn");
+    let req = VerifyRequest {
+        id: RequestId(7),
+        purpose: VerifyPurpose::Green,
+        work_tree: tree.to_path_buf(),
+        workspace_hash: ContentHash::of_bytes(b"whatever"),
+        migrations: Vec::new(),
+        tests: Vec::new(),
+        focus: None,
+    };
+    let answer = actor
+        .call(
+            |port| LakebaseMsg::Verify(req, port),
+            Some(Duration::from_secs(180)),
+        )
+        .await
+        .expect("the actor is alive");
+    actor.stop(None);
+    let _ = join.await;
+    match answer {
+        CallResult::Success(Ok(r)) => r,
+        CallResult::Success(Err(e)) => panic!("an infrastructure error, not a verdict: {e:?}"),
+        other => panic!("no answer: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_session_the_code_ends_itself_is_a_verdict_not_a_database_fault() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[(
+            "tests/t1_cut.sql",
+            "SELECT pg_terminate_backend(pg_backend_pid());\n",
+        )],
+    );
+    let runner: Arc<dyn TestRunner> =
+        Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
+    let receipt = verify(args(runner, common::dyn_provider().await), tree.path()).await;
+    assert_eq!(receipt.status_of("tests/t1_cut.sql"), Some(TestStatus::Errored));
+    assert!(
+        receipt
+            .output_excerpt
+            .contains("the code under test ended it"),
+        "{}",
+        receipt.output_excerpt
+    );
+    assert!(matches!(receipt.confinement, Confinement::Landlock { .. }));
+}
+
+#[tokio::test]
+async fn a_run_that_changes_the_tree_is_void_and_names_the_paths() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(tree.path(), &[("src/a.sql", "SELECT 1;\n")]);
+    std::fs::create_dir_all(tree.path().join("node_modules")).expect("cache");
+    // Unconfined (the only way code can write the tree): the after-run comparison still sees
+    // it, and the cache does not count.
+    let runner: Arc<dyn TestRunner> = Arc::new(CommandRunner::new(CommandRunnerConfig::new(
+        "echo new > src/b.sql; echo changed >> src/a.sql; echo ok > node_modules/x",
+    )));
+    let mut a = args(runner, common::dyn_provider().await);
+    a.sandbox = SandboxMode::Off;
+    let receipt = verify(a, tree.path()).await;
+    assert_eq!(receipt.tree_changes, vec!["src/a.sql", "src/b.sql"]);
+    assert_eq!(receipt.confinement, Confinement::Off);
+}
