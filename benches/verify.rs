@@ -4,7 +4,8 @@
 //! (`psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f tests/t01.sql -c ROLLBACK`, same environment) on
 //! a database that is already there. Goal: ≤ +30 ms at the median.
 //!
-//! Also shown: the psql runner alone on the existing database (the runner's own overhead), and a
+//! Also shown: the confined verification beside the same one with `sandbox = "off"` (goal: the
+//! Landlock domain costs ≤ +5 ms at the median), the psql runner alone on the existing database (the runner's own overhead), and a
 //! verification whose migrations changed (a new base is built first), for scale.
 //!
 //! `cargo bench --bench verify`
@@ -20,8 +21,8 @@ use common::{interleave, report_line, report_ratio};
 use consort::actors::{
     ContentHash, Migration, RequestId, TestStatus, VerifyPurpose, VerifyRequest,
 };
-use consort::lakebase::runner::EnvPolicy;
 use consort::lakebase::SandboxMode;
+use consort::lakebase::runner::EnvPolicy;
 use consort::lakebase::{
     BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedConfig, EmbeddedPostgres,
     EmbeddedProvider, PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, TestRunner, Verifier,
@@ -64,6 +65,9 @@ fn work_tree(dir: &Path) {
 struct Fixture {
     rt: Runtime,
     verifier: Verifier,
+    /// The same verifier with `sandbox = "off"`: no Landlock domain (the after-run comparison
+    /// still runs, so the pair isolates the confinement).
+    unconfined: Verifier,
     runner: Arc<PsqlRunner>,
     dir: tempfile::TempDir,
     psql: std::path::PathBuf,
@@ -86,17 +90,22 @@ impl Fixture {
         }
     }
 
-    /// One verification with a warm pool (waits, untimed, until the pool is full again).
+    /// One confined verification with a warm pool.
     fn verify(&self) -> Duration {
+        self.verify_with(&self.verifier)
+    }
+
+    /// One verification with a warm pool (waits, untimed, until the pool is full again).
+    fn verify_with(&self, verifier: &Verifier) -> Duration {
         self.rt.block_on(async {
-            let pool = self.verifier.pool();
+            let pool = verifier.pool();
             let deadline = Instant::now() + Duration::from_secs(30);
             while pool.ready() < 2 && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             let req = self.request(None);
             let t = Instant::now();
-            let receipt = self.verifier.verify(&req).await.expect("verify");
+            let receipt = verifier.verify(&req).await.expect("verify");
             let d = t.elapsed();
             assert_eq!(receipt.outcomes.len(), 1);
             assert_eq!(
@@ -201,9 +210,11 @@ fn bench(c: &mut Criterion) {
         let verifier = Verifier::new(pool, runner.clone(), vec![]);
         (cluster, verifier, standing, info)
     });
+    let unconfined = verifier.clone().with_sandbox(SandboxMode::Off);
     let fx = Fixture {
         rt,
         verifier,
+        unconfined,
         runner,
         psql: consort::lakebase::pgbin::find_psql().expect("psql"),
         dir,
@@ -244,6 +255,21 @@ fn bench(c: &mut Criterion) {
         &format!(
             "{extra_ms:+.1} ms at the median | goal ≤ +30 ms: {}",
             if extra_ms <= 30.0 { "met" } else { "MISSED" }
+        ),
+    );
+    let jail = interleave(21, || fx.verify(), || fx.verify_with(&fx.unconfined));
+    let jail_ms = (jail.figure.as_secs_f64() - jail.floor.as_secs_f64()) * 1e3;
+    report_ratio(
+        "verify, confined (Landlock)",
+        &jail,
+        "the same verification unconfined",
+        None,
+    );
+    report_line(
+        "confinement overhead",
+        &format!(
+            "{jail_ms:+.2} ms at the median | goal ≤ +5 ms: {}",
+            if jail_ms <= 5.0 { "met" } else { "MISSED" }
         ),
     );
     let runner = interleave(15, || fx.runner_only(), || fx.bare_psql());

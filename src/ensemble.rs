@@ -18,8 +18,7 @@ use consort_agents::{Agent, RoleArgs, spawn_role_linked};
 use consort_lakebase::{
     BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, LakebaseActor,
     LakebaseArgs, PoolConfig, PoolStats, PoolStatsSnapshot, PsqlRunner, PsqlRunnerConfig,
-    SandboxMode,
-    TestRunner,
+    SandboxMode, TestRunner,
 };
 use tokio::sync::mpsc;
 

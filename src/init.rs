@@ -62,10 +62,12 @@ kind = "psql"                   # "psql": each tests/*.sql file with psql on a f
 setup = ["src/**/*.sql"]        # code loaded into the branch before the tests
 tests = ["tests/**/*.sql"]
 timeout_secs = 60
+# sandbox = "off"               # runs are confined with Landlock; "off" only where the kernel lacks it
 # kind = "command"              # or your own test command:
-# command = "cargo test"
-# junit = "target/junit.xml"    # per-test outcomes from JUnit XML (or tap = true)
-# single_test = "cargo test -- --exact {{test}}"
+# command = "pytest -q --junitxml=\"$CONSORT_JUNIT\""
+# junit = "junit.xml"           # per-test outcomes from JUnit XML, written in the run's report
+#                               #   directory ($CONSORT_REPORT_DIR; never the tree), or tap = true
+# single_test = "pytest -q {{test}}"
 
 [database]
 provider = "embedded"           # a private PostgreSQL cluster from the local server binaries
@@ -220,7 +222,23 @@ pub fn doctor(dir: &Path) -> i32 {
         "psql client",
         "apt-get install postgresql-client",
     );
+    let sandbox = consort_lakebase::SandboxSupport::probe();
     let config = ProjectConfig::load(dir);
+    let sandbox_off = config
+        .as_ref()
+        .is_ok_and(|c| c.runner.sandbox() == consort_lakebase::SandboxMode::Off);
+    report(
+        sandbox_off || matches!(sandbox, consort_lakebase::SandboxSupport::Available { .. }),
+        &format!(
+            "test-run confinement: {sandbox}{}",
+            if sandbox_off {
+                " (switched off: sandbox = \"off\")"
+            } else {
+                ""
+            }
+        ),
+        "use a Linux kernel with Landlock enabled (5.13+; 6.7+ for TCP rules), or set sandbox = \"off\" under [runner]",
+    );
     report(
         config.is_ok(),
         &match &config {

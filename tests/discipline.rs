@@ -1417,7 +1417,6 @@ exit 0
 "#;
     const JUNIT: &str = r#"
 for f in src/*.sql; do [ -f "$f" ] && psql -X -q -v ON_ERROR_STOP=1 -f "$f" >/dev/null 2>&1; done
-mkdir -p target
 {
   echo '<testsuite name="sql">'
   for t in tests/*.sql; do
@@ -1426,7 +1425,7 @@ mkdir -p target
     else echo "<testcase name=\"$t\"><failure message=\"assertion failed\"/></testcase>"; fi
   done
   echo '</testsuite>'
-} > target/junit.xml
+} > "$CONSORT_JUNIT"
 echo "all done"
 exit 0
 "#;
@@ -1450,7 +1449,7 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
     tap.tap = true;
     let mut junit = CommandRunnerConfig::new(JUNIT);
     junit.tap = false;
-    junit.junit_path = Some(PathBuf::from("target/junit.xml"));
+    junit.junit_path = Some(PathBuf::from("junit.xml"));
     for (format, runner) in [("TAP", tap), ("JUnit", junit)] {
         let case = Case::new();
         let runner: Arc<dyn TestRunner> = Arc::new(CommandRunner::new(runner));

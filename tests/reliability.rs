@@ -2176,7 +2176,7 @@ mod fuzz {
             ),
             base.replace(
                 "kind = \"psql\"\nsetup = [\"src/**/*.sql\"]\ntests = [\"tests/**/*.sql\"]\ntimeout_secs = 60",
-                "kind = \"command\"\ncommand = \"cargo test\"\njunit = \"target/junit.xml\"\nsingle_test = \"cargo test -- {test}\"\ntap = false\npass_env = [\"HOME\"]",
+                "kind = \"command\"\ncommand = \"cargo test\"\njunit = \"junit.xml\"\nsingle_test = \"cargo test -- {test}\"\ntap = false\npass_env = [\"HOME\"]",
             ),
             base.replace(
                 "provider = \"embedded\"\ndata_dir = \".consort/pg\"\nrun_as = \"postgres\"",

@@ -404,7 +404,10 @@ impl std::fmt::Display for Confinement {
             Confinement::Landlock { abi, network: true } => {
                 write!(f, "Landlock ABI {abi} (files and TCP)")
             }
-            Confinement::Landlock { abi, network: false } => {
+            Confinement::Landlock {
+                abi,
+                network: false,
+            } => {
                 write!(f, "Landlock ABI {abi} (files only)")
             }
             Confinement::Off => f.write_str("off (sandbox = \"off\")"),

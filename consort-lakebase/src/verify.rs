@@ -10,8 +10,8 @@ use std::time::Instant;
 use std::path::{Path, PathBuf};
 
 use consort_actors::{
-    ContentHash, ExitRecord, FileHashes, WorkTree, InfraError, InfraFault, PromoteReport, PromoteRequest, RunTimings,
-    TestOutcome, TestRunReceipt, TestStatus, VerifyRequest,
+    ContentHash, ExitRecord, FileHashes, InfraError, InfraFault, PromoteReport, PromoteRequest,
+    RunTimings, TestOutcome, TestRunReceipt, TestStatus, VerifyRequest, WorkTree,
 };
 use tracing::info;
 
@@ -50,7 +50,12 @@ struct Snapshot {
 
 async fn snapshot(root: &Path) -> Result<Snapshot, InfraError> {
     let root = root.to_path_buf();
-    let io = |e: String| infra(InfraFault::WorkTreeIo, format!("reading the work tree: {e}"));
+    let io = |e: String| {
+        infra(
+            InfraFault::WorkTreeIo,
+            format!("reading the work tree: {e}"),
+        )
+    };
     tokio::task::spawn_blocking(move || {
         let tree = WorkTree::open(&root).map_err(|e| e.to_string())?;
         let files = tree.file_hashes().map_err(|e| e.to_string())?;

@@ -270,10 +270,11 @@ async fn infrastructure_failures_are_typed_errors_and_promote_reaches_the_parent
     join.await.expect("stopped");
 }
 
-/// A test run whose connection to the branch breaks is no receipt (it would judge the code by
-/// a database failure): the verification fails as DatabaseDown, and its branch is dropped.
+/// A test run whose session is ended by the code under test while the database stays up is
+/// repeated once on a fresh branch, then judged: the receipt has the test errored and says
+/// why. Both branches are dropped.
 #[tokio::test]
-async fn a_run_that_loses_its_connection_is_database_down_not_a_receipt() {
+async fn a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch() {
     let provider = common::dyn_provider().await;
     let tree = tempfile::tempdir().expect("tree");
     write_tree(
@@ -286,12 +287,17 @@ async fn a_run_that_loses_its_connection_is_database_down_not_a_receipt() {
     let a = args(provider.clone(), psql_runner());
     let stats = a.stats.clone();
     let (actor, join) = LakebaseActor::spawn(a).await.expect("spawn");
-    let err = verify(&actor, request(1, tree.path(), vec![]))
+    let receipt = verify(&actor, request(1, tree.path(), vec![]))
         .await
-        .expect_err("a broken connection is not a receipt");
-    assert_eq!(err.fault, InfraFault::DatabaseDown, "{err}");
-    assert!(err.detail.contains("tests/cut.sql"), "{err}");
+        .expect("a session the code ended is a verdict");
+    assert_eq!(receipt.status_of("tests/cut.sql"), Some(TestStatus::Errored));
+    assert!(
+        receipt.output_excerpt.contains("on two fresh branches"),
+        "{}",
+        receipt.output_excerpt
+    );
     actor.stop(None);
     join.await.expect("stopped");
-    assert_eq!(stats.snapshot().live, 0, "the branch is dropped");
+    let s = stats.snapshot();
+    assert_eq!(s.live, 0, "both branches are dropped: {s:?}");
 }

@@ -12,8 +12,8 @@ use consort_actors::{ContentHash, TestStatus};
 use consort_lakebase::procinfo;
 use consort_lakebase::{
     BaseSpec, Branch, BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedProvider,
-    EnvPolicy, OutputLimits, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode,
-    TestRunner, names::BranchNamer,
+    EnvPolicy, Error, OutputLimits, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport,
+    SandboxMode, TestRunner, names::BranchNamer,
 };
 
 /// A fresh branch of `spec` and a run context for `tree`.
@@ -166,7 +166,7 @@ async fn the_time_limit_kills_the_whole_process_group_including_a_grandchild() {
     let tree = tempfile::tempdir().expect("tree");
     let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     let mut cfg =
-        cmd("sh -c 'sleep 300 & echo $! > grandchild.pid; wait' & echo $! > child.pid; sleep 300");
+        cmd("sh -c 'sleep 300 & echo $! > \"$TMPDIR/grandchild.pid\"; wait' & echo $! > \"$TMPDIR/child.pid\"; sleep 300");
     cfg.timeout = Duration::from_secs(2);
     let r = run_command(cfg, &ctx).await;
     assert!(r.exit.timed_out);
@@ -174,7 +174,7 @@ async fn the_time_limit_kills_the_whole_process_group_including_a_grandchild() {
     assert_eq!(r.exit.signal, Some(9));
     assert!(r.output_excerpt.contains("time limit"));
     for f in ["child.pid", "grandchild.pid"] {
-        let pid: u32 = std::fs::read_to_string(tree.path().join(f))
+        let pid: u32 = std::fs::read_to_string(ctx.scratch.root().join("tmp").join(f))
             .expect("pid file")
             .trim()
             .parse()
@@ -188,12 +188,12 @@ async fn the_time_limit_kills_the_whole_process_group_including_a_grandchild() {
 async fn a_background_process_left_by_a_finished_command_is_killed() {
     let tree = tempfile::tempdir().expect("tree");
     let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
-    let mut cfg = cmd("sleep 300 & echo $! > bg.pid; echo done");
+    let mut cfg = cmd("sleep 300 & echo $! > \"$TMPDIR/bg.pid\"; echo done");
     cfg.timeout = Duration::from_secs(120);
     let r = run_command(cfg, &ctx).await;
     assert!(r.exit.success(), "the command itself finished");
     assert!(!r.exit.timed_out);
-    let pid: u32 = std::fs::read_to_string(tree.path().join("bg.pid"))
+    let pid: u32 = std::fs::read_to_string(ctx.scratch.root().join("tmp/bg.pid"))
         .expect("pid file")
         .trim()
         .parse()

@@ -19,8 +19,8 @@ use consort_actors::{
 };
 use consort_lakebase::{
     BaseSpec, BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs,
-    PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode,
-    SandboxSupport, TestRunner, names::BranchNamer,
+    PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport,
+    TestRunner, names::BranchNamer,
 };
 use ractor::rpc::CallResult;
 
@@ -95,7 +95,9 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
     let ctx = confined(tree.path(), vec![tree.path().join("target")]).await;
 
     let mut cfg = CommandRunnerConfig::new("sh attempts.sh");
-    cfg.env.set.push(("OTHER_PORT".into(), other_port.to_string()));
+    cfg.env
+        .set
+        .push(("OTHER_PORT".into(), other_port.to_string()));
     cfg.env.set.push((
         "PW_FILE".into(),
         cluster.dir().join("admin.pw").display().to_string(),
@@ -144,7 +146,11 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
         Confinement::Landlock { network: true, .. }
     ));
     std::fs::remove_file(tree.path().join("target/out")).expect("the cache write landed");
-    assert_eq!(hash_dir(tree.path()).expect("hash"), before, "the tree is untouched");
+    assert_eq!(
+        hash_dir(tree.path()).expect("hash"),
+        before,
+        "the tree is untouched"
+    );
 }
 
 #[tokio::test]
@@ -153,7 +159,10 @@ async fn a_setup_file_is_sql_and_never_a_psql_script() {
     write_tree(
         tree.path(),
         &[
-            ("tests/t1.sql", "DO $$ BEGIN ASSERT false, 'the real test fails'; END $$;\n"),
+            (
+                "tests/t1.sql",
+                "DO $$ BEGIN ASSERT false, 'the real test fails'; END $$;\n",
+            ),
             (
                 "src/evil.sql",
                 "\\! mv tests /tmp/consort-moved-aside\nSELECT 1;\n",
@@ -164,13 +173,21 @@ async fn a_setup_file_is_sql_and_never_a_psql_script() {
     let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
     let r = runner.run(&ctx).await.expect("the run is reported");
     assert!(
-        r.output_excerpt.starts_with("setup file src/evil.sql failed"),
+        r.output_excerpt
+            .starts_with("setup file src/evil.sql failed"),
         "{}",
         r.output_excerpt
     );
-    assert!(r.output_excerpt.contains("syntax error"), "{}", r.output_excerpt);
+    assert!(
+        r.output_excerpt.contains("syntax error"),
+        "{}",
+        r.output_excerpt
+    );
     assert_eq!(status(&r, "tests/t1.sql"), Some(TestStatus::Errored));
-    assert!(tree.path().join("tests/t1.sql").exists(), "the tests stay in place");
+    assert!(
+        tree.path().join("tests/t1.sql").exists(),
+        "the tests stay in place"
+    );
     assert!(!Path::new("/tmp/consort-moved-aside").exists());
 }
 
@@ -277,7 +294,10 @@ async fn a_session_the_code_ends_itself_is_a_verdict_not_a_database_fault() {
     let runner: Arc<dyn TestRunner> =
         Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
     let receipt = verify(args(runner, common::dyn_provider().await), tree.path()).await;
-    assert_eq!(receipt.status_of("tests/t1_cut.sql"), Some(TestStatus::Errored));
+    assert_eq!(
+        receipt.status_of("tests/t1_cut.sql"),
+        Some(TestStatus::Errored)
+    );
     assert!(
         receipt
             .output_excerpt

@@ -300,9 +300,14 @@ async fn load_setup(
         match tokio::time::timeout(limit, client.batch_execute(&sql)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                let lost = e.is_closed() || e.as_db_error().is_none();
+                let lost = e.is_closed()
+                    || e
+                        .as_db_error()
+                        .is_none_or(|db| matches!(db.severity(), "FATAL" | "PANIC"));
                 capture.push_str(&format!("{}\n", describe_sql_error(&e)));
-                capture.push_str(&format!("\n[consort: setup file {f} failed; no test ran]\n"));
+                capture.push_str(&format!(
+                    "\n[consort: setup file {f} failed; no test ran]\n"
+                ));
                 return Ok(Some(failure(lost, false)));
             }
             Err(_) => {

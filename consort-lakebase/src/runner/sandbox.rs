@@ -152,7 +152,10 @@ impl Scratch {
         let mut env = vec![
             ("HOME".to_string(), at("home")),
             ("TMPDIR".to_string(), at("tmp")),
-            ("CONSORT_SCRATCH".to_string(), self.root.display().to_string()),
+            (
+                "CONSORT_SCRATCH".to_string(),
+                self.root.display().to_string(),
+            ),
             ("CONSORT_REPORT_DIR".to_string(), at("reports")),
             ("PYTHONPYCACHEPREFIX".to_string(), at("pycache")),
         ];
@@ -229,9 +232,8 @@ impl Jail {
                 )));
             }
         };
-        let created = build_rules(spec, abi).map_err(|e| {
-            Error::Runner(format!("cannot build the sandbox of the test run: {e}"))
-        })?;
+        let created = build_rules(spec, abi)
+            .map_err(|e| Error::Runner(format!("cannot build the sandbox of the test run: {e}")))?;
         Ok(Jail {
             inner: Some(Arc::new(created)),
             confinement: Confinement::Landlock {
@@ -263,7 +265,9 @@ impl Jail {
                 let _guard = handle.enter();
                 let result = match rules.restrict_self() {
                     Ok(s) if s.ruleset != RulesetStatus::NotEnforced => cmd.spawn(),
-                    Ok(_) => Err(std::io::Error::other("the kernel enforced no Landlock rule")),
+                    Ok(_) => Err(std::io::Error::other(
+                        "the kernel enforced no Landlock rule",
+                    )),
                     Err(e) => Err(std::io::Error::other(format!("Landlock: {e}"))),
                 };
                 let _ = tx.send(result);
