@@ -290,7 +290,10 @@ async fn a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch() 
     let receipt = verify(&actor, request(1, tree.path(), vec![]))
         .await
         .expect("a session the code ended is a verdict");
-    assert_eq!(receipt.status_of("tests/cut.sql"), Some(TestStatus::Errored));
+    assert_eq!(
+        receipt.status_of("tests/cut.sql"),
+        Some(TestStatus::Errored)
+    );
     assert!(
         receipt.output_excerpt.contains("on two fresh branches"),
         "{}",

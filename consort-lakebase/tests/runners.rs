@@ -165,8 +165,9 @@ async fn without_tap_or_junit_the_single_test_command_decides_each_expected_test
 async fn the_time_limit_kills_the_whole_process_group_including_a_grandchild() {
     let tree = tempfile::tempdir().expect("tree");
     let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
-    let mut cfg =
-        cmd("sh -c 'sleep 300 & echo $! > \"$TMPDIR/grandchild.pid\"; wait' & echo $! > \"$TMPDIR/child.pid\"; sleep 300");
+    let mut cfg = cmd(
+        "sh -c 'sleep 300 & echo $! > \"$TMPDIR/grandchild.pid\"; wait' & echo $! > \"$TMPDIR/child.pid\"; sleep 300",
+    );
     cfg.timeout = Duration::from_secs(2);
     let r = run_command(cfg, &ctx).await;
     assert!(r.exit.timed_out);

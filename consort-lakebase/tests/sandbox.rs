@@ -63,6 +63,8 @@ try git-hook 'echo h > .git/hooks/pre-commit'
 try write-code 'echo c >> src/a.sql'
 try read-consort-state 'cat .consort/ledger.jsonl'
 try read-cluster-password 'cat "$PW_FILE"'
+try environ-of-consort 'cat /proc/$CONSORT_TEST_PID/environ'
+try memory-of-consort 'head -c 1 /proc/$CONSORT_TEST_PID/mem'
 try write-scratch 'echo s > "$TMPDIR/s" && echo h > "$HOME/h" && echo r > "$CONSORT_REPORT_DIR/r"'
 try write-cache 'echo t > target/out'
 try connect-other-port 'python3 -c "import socket,os; socket.create_connection((\"127.0.0.1\", int(os.environ[\"OTHER_PORT\"])), 3)"'
@@ -122,6 +124,8 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
         "write-code",
         "read-consort-state",
         "read-cluster-password",
+        "environ-of-consort",
+        "memory-of-consort",
         "connect-other-port",
     ];
     for name in allowed {

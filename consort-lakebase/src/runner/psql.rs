@@ -301,8 +301,7 @@ async fn load_setup(
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 let lost = e.is_closed()
-                    || e
-                        .as_db_error()
+                    || e.as_db_error()
                         .is_none_or(|db| matches!(db.severity(), "FATAL" | "PANIC"));
                 capture.push_str(&format!("{}\n", describe_sql_error(&e)));
                 capture.push_str(&format!(

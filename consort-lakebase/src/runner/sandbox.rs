@@ -14,8 +14,10 @@
 //! test: it cannot move them aside for the length of a run and put them back afterwards.
 //!
 //! The domain is applied on a short-lived thread made for one spawn: the thread restricts
-//! itself, starts the child (which inherits the domain), and ends. No thread of the runtime is
-//! ever restricted, and no `unsafe` code is needed.
+//! itself, drops every capability (a run as root keeps uid 0 but none of root's powers), starts
+//! the child (which inherits both), and ends. No thread of the runtime is ever restricted, and
+//! no `unsafe` code is needed. This process is made non-dumpable, so its `/proc` files (its
+//! environment, with any API key in it) are out of the runs' reach.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -223,6 +225,10 @@ impl Jail {
         if mode == SandboxMode::Off {
             return Ok(Jail::off());
         }
+        // This process's memory and environment (API keys, tokens) are not for the code under
+        // test: a non-dumpable process's /proc files need privileges the runs do not have.
+        nix::sys::prctl::set_dumpable(false)
+            .map_err(|e| Error::Runner(format!("cannot make this process non-dumpable: {e}")))?;
         let abi = match SandboxSupport::probe() {
             SandboxSupport::Available { abi } => abi,
             SandboxSupport::Unavailable(why) => {
@@ -264,7 +270,9 @@ impl Jail {
             .spawn(move || {
                 let _guard = handle.enter();
                 let result = match rules.restrict_self() {
-                    Ok(s) if s.ruleset != RulesetStatus::NotEnforced => cmd.spawn(),
+                    Ok(s) if s.ruleset != RulesetStatus::NotEnforced => {
+                        drop_capabilities().and_then(|()| cmd.spawn())
+                    }
                     Ok(_) => Err(std::io::Error::other(
                         "the kernel enforced no Landlock rule",
                     )),
@@ -275,6 +283,28 @@ impl Jail {
         rx.await
             .map_err(|_| std::io::Error::other("the confined spawn thread ended without a word"))?
     }
+}
+
+/// Empties every capability set of the calling thread (bounding set first, so a program run
+/// as root does not get them back at exec): a confined run as root keeps uid 0 but none of
+/// root's powers, such as reading another process's environment or bypassing file modes.
+fn drop_capabilities() -> std::io::Result<()> {
+    use caps::CapSet;
+    let err = |e: caps::errors::CapsError| std::io::Error::other(format!("capabilities: {e}"));
+    let permitted = caps::read(None, CapSet::Permitted).map_err(err)?;
+    if permitted.is_empty() {
+        return Ok(());
+    }
+    for set in [
+        CapSet::Bounding,
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        caps::clear(None, set).map_err(err)?;
+    }
+    Ok(())
 }
 
 fn build_rules(spec: &JailSpec, abi: u32) -> std::result::Result<RulesetCreated, String> {
