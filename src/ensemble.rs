@@ -22,6 +22,8 @@ use consort_lakebase::{
 };
 use tokio::sync::mpsc;
 
+use crate::runlock::RunLock;
+
 /// Why an ensemble could not be built or run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -67,6 +69,7 @@ pub struct EnsembleBuilder {
     restart: RestartPolicy,
     progress: Option<mpsc::UnboundedSender<Progress>>,
     crash_after_appends: Option<usize>,
+    run_lock: Option<RunLock>,
 }
 
 impl std::fmt::Debug for EnsembleBuilder {
@@ -161,6 +164,13 @@ impl EnsembleBuilder {
     /// Where progress reports go.
     pub fn progress(mut self, tx: mpsc::UnboundedSender<Progress>) -> Self {
         self.progress = Some(tx);
+        self
+    }
+
+    /// Holds the project's run lock (one run per project) until the ensemble shuts down.
+    /// [`Project::ensemble`](crate::Project::ensemble) takes it before anything else.
+    pub fn run_lock(mut self, lock: RunLock) -> Self {
+        self.run_lock = Some(lock);
         self
     }
 
@@ -280,6 +290,7 @@ impl EnsembleBuilder {
             stats,
             provider,
             cluster,
+            run_lock: self.run_lock,
         })
     }
 }
@@ -293,6 +304,7 @@ pub struct Ensemble {
     stats: Arc<PoolStats>,
     provider: Arc<dyn BranchProvider>,
     cluster: Option<Arc<consort_lakebase::EmbeddedCluster>>,
+    run_lock: Option<RunLock>,
 }
 
 impl std::fmt::Debug for Ensemble {
@@ -322,6 +334,7 @@ impl Ensemble {
             restart: RestartPolicy::default(),
             progress: None,
             crash_after_appends: None,
+            run_lock: None,
         }
     }
 
@@ -347,7 +360,8 @@ impl Ensemble {
 
     /// Stops the conductor and every actor; the pool drops its branches and sweeps orphans
     /// (branches kept for inspection stay until their age limit); an embedded cluster stops
-    /// when nothing else uses it. Returns the final branch counters.
+    /// when nothing else uses it; the run lock, if held, is released last. Returns the final
+    /// branch counters.
     pub async fn shutdown(self) -> PoolStatsSnapshot {
         self.conductor.stop();
         for h in &self.roles {
@@ -356,6 +370,8 @@ impl Ensemble {
         // The Lakebase actor's shutdown drops the pool's branches and sweeps orphans.
         self.lakebase.shutdown().await;
         drop(self.cluster);
-        self.stats.snapshot()
+        let stats = self.stats.snapshot();
+        drop(self.run_lock);
+        stats
     }
 }

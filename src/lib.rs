@@ -10,8 +10,8 @@
 //! migrations; gates fail closed.
 //!
 //! This crate is the facade: it re-exports the three library crates, and adds the
-//! [`Ensemble`] builder, the `consort.toml` [`config`], the [`Project`] on disk, and the
-//! `consort` command-line program.
+//! [`Ensemble`] builder, the `consort.toml` [`config`], the [`Project`] on disk, its
+//! [`runlock`] (one run per project), and the `consort` command-line program.
 //!
 //! * [`actors`] (`consort-actors`): artifacts, the state machine, the conductor, supervision,
 //!   gates, the ledger. Knows no LLM and no database.
@@ -74,6 +74,7 @@ pub mod config;
 mod ensemble;
 pub mod init;
 pub mod project;
+pub mod runlock;
 pub mod ui;
 
 pub use consort_actors as actors;
@@ -85,6 +86,7 @@ pub use consort_actors::{
 };
 pub use ensemble::{Ensemble, EnsembleBuilder, EnsembleError};
 pub use project::{Project, ProjectError, RunOptions, StatusReport};
+pub use runlock::{RunLock, RunLockError};
 
 use std::sync::Arc;
 

@@ -110,7 +110,7 @@ enum Cmd {
         #[arg(long, default_value = ".")]
         dir: PathBuf,
     },
-    /// End a halted run.
+    /// End a run: a halted one, one waiting at a gate, or one that was interrupted.
     Stop {
         /// Who decides.
         #[arg(long)]
@@ -264,6 +264,8 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
 
 async fn run(dir: &Path, approve_as: Option<String>, agents: Option<AgentsChoice>) -> Result<i32> {
     let project = Project::open(dir)?;
+    // One run per project: refused here, before anything is printed, started or written.
+    let lock = project.lock("consort run")?;
     let (tx, printer) = ui::progress_printer();
     let mut opts = RunOptions {
         progress: Some(tx),
@@ -276,7 +278,7 @@ async fn run(dir: &Path, approve_as: Option<String>, agents: Option<AgentsChoice
     if let Some(AgentsChoice::Openai) = agents {
         opts.agents_override = Some(consort::init::openai_from_env()?);
     }
-    let ensemble = project.ensemble(opts).await?;
+    let ensemble = project.ensemble_locked(lock, opts).await?;
     let result = ensemble.run().await;
     let stats = ensemble.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
@@ -376,6 +378,11 @@ fn decide(
         decision,
         note,
     };
+    let command = match approval.decision {
+        GateDecision::Approve => "consort approve",
+        GateDecision::Reject { .. } => "consort reject",
+    };
+    let _lock = project.lock(command)?;
     match record_gate_decision(&project.ledger_path(), &project.machine()?, approval) {
         Ok(()) => {
             println!("recorded: {gate} gate decision by {by} for {hash}");
@@ -391,7 +398,15 @@ fn decide(
 
 fn human(dir: &Path, decision: HumanDecision, by: &str) -> Result<i32> {
     let project = Project::open(dir)?;
+    let _lock = project.lock(match decision {
+        HumanDecision::Retry => "consort retry",
+        HumanDecision::Stop => "consort stop",
+    })?;
     match record_human_decision(&project.ledger_path(), &project.machine()?, decision, by) {
+        Ok(()) if decision == HumanDecision::Stop => {
+            println!("recorded: Stop by {by}; the run is stopped");
+            Ok(0)
+        }
         Ok(()) => {
             println!(
                 "recorded: {decision:?} by {by}; run `consort run --dir {}` to continue",

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 
 use crate::config::{ConfigError, ProjectConfig, ProviderConfig, RunnerConfig};
 use crate::ensemble::{Ensemble, EnsembleError};
+use crate::runlock::{RunLock, RunLockError};
 
 /// Why a project could not be opened or run.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +63,9 @@ pub enum ProjectError {
     /// The ledger failed.
     #[error(transparent)]
     Conductor(#[from] consort_actors::ConductorError),
+    /// Another process drives the project, or its run lock is unusable.
+    #[error(transparent)]
+    RunLock(#[from] RunLockError),
 }
 
 /// How to drive a project.
@@ -75,12 +79,16 @@ pub struct RunOptions {
     pub agents_override: Option<AgentConfig>,
     /// Testing aid: the conductor stops abruptly after this many ledger appends.
     pub crash_after_appends: Option<usize>,
+    /// How the run lock names this run to a refused second one (default: this program's file
+    /// name).
+    pub command: Option<String>,
 }
 
 impl std::fmt::Debug for RunOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunOptions")
             .field("agents_override", &self.agents_override)
+            .field("command", &self.command)
             .finish_non_exhaustive()
     }
 }
@@ -225,9 +233,30 @@ impl Project {
         })
     }
 
-    /// Builds the ensemble: provider, runner, one agent per role, approver.
+    /// Takes the project's run lock for `command` (see [`RunLock`]): refused, before anything
+    /// is written, while another process drives the project or writes its ledger.
+    pub fn lock(&self, command: &str) -> Result<RunLock, ProjectError> {
+        Ok(RunLock::acquire(&self.dir, command)?)
+    }
+
+    /// Builds the ensemble: provider, runner, one agent per role, approver. The run lock is
+    /// taken first (named by `opts.command`) and held by the ensemble until it shuts down, so a
+    /// second run of the same project is refused before it starts a database or writes a line.
     pub async fn ensemble(&self, opts: RunOptions) -> Result<Ensemble, ProjectError> {
+        let command = opts.command.clone().unwrap_or_else(program_name);
+        let lock = self.lock(&command)?;
+        self.ensemble_locked(lock, opts).await
+    }
+
+    /// [`Project::ensemble`] with this project's run lock already taken (by [`Project::lock`]);
+    /// the ensemble holds it until it shuts down.
+    pub async fn ensemble_locked(
+        &self,
+        lock: RunLock,
+        opts: RunOptions,
+    ) -> Result<Ensemble, ProjectError> {
         let mut builder = Ensemble::builder(&self.dir)
+            .run_lock(lock)
             .machine(self.machine()?.config().clone())
             .provider(self.provider().await?)
             .runner(self.runner()?)
@@ -268,6 +297,17 @@ impl Project {
         }
         Ok(builder.build().await?)
     }
+}
+
+/// This program's file name, the default name of a run in its lock.
+fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .as_deref()
+        .map(Path::new)
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "consort".into())
 }
 
 /// The stable JSON shape of `consort status --json` (documented in the README).

@@ -247,3 +247,374 @@ fn bad_configuration_is_a_usage_error_naming_the_key() {
     let o = run(consort().arg("frobnicate"));
     assert_eq!(o.status.code(), Some(2));
 }
+
+// ---------- one run per project ----------
+
+fn init_stockflow(dir: &Path) {
+    let o = run(consort()
+        .arg("init")
+        .arg(dir)
+        .args(["--example", "stockflow"]));
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+fn ledger_path(dir: &Path) -> PathBuf {
+    dir.join(".consort/ledger.jsonl")
+}
+
+fn lock_path(dir: &Path) -> PathBuf {
+    dir.join(".consort/run.lock")
+}
+
+/// The PID the run lock's holder record names, if it names one.
+fn lock_pid(dir: &Path) -> Option<u64> {
+    let bytes = std::fs::read(lock_path(dir)).ok()?;
+    let record: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    record["pid"].as_u64()
+}
+
+/// What a refused command must leave alone: the ledger's bytes, the lock file's bytes, and the
+/// entries (name, is a directory, size) of the project directory and of `.consort/`.
+#[derive(Debug, PartialEq, Eq)]
+struct Snapshot {
+    ledger: Vec<u8>,
+    lock: Vec<u8>,
+    entries: Vec<(String, bool, u64)>,
+}
+
+fn snapshot(dir: &Path) -> Snapshot {
+    let mut entries = Vec::new();
+    for d in [dir.to_path_buf(), dir.join(".consort")] {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let meta = e.metadata().expect("metadata");
+            let size = if meta.is_dir() { 0 } else { meta.len() };
+            entries.push((e.path().display().to_string(), meta.is_dir(), size));
+        }
+    }
+    entries.sort();
+    Snapshot {
+        ledger: std::fs::read(ledger_path(dir)).unwrap_or_default(),
+        lock: std::fs::read(lock_path(dir)).unwrap_or_default(),
+        entries,
+    }
+}
+
+/// A `consort` process in the background, killed if the test ends before it does.
+struct Background(std::process::Child);
+
+impl Background {
+    fn spawn(cmd: &mut Command) -> Self {
+        Background(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn"),
+        )
+    }
+
+    fn pid(&self) -> u64 {
+        u64::from(self.0.id())
+    }
+
+    /// Polls until `ready` holds; panics if the process ends first (or never gets there).
+    fn wait_for(&mut self, what: &str, mut ready: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !ready() {
+            if let Ok(Some(status)) = self.0.try_wait() {
+                panic!("the background run ended ({status}) before {what}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(300),
+                "the background run never got to: {what}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn wait(&mut self) -> std::process::ExitStatus {
+        self.0.wait().expect("wait")
+    }
+
+    /// SIGKILL, without warning.
+    fn kill(&mut self) {
+        self.0.kill().expect("SIGKILL");
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// A role played by a shell command that says it is waiting, then waits until the test releases
+/// it (at most ~2 minutes) and answers with `answer`, if any. It holds a live run at a known
+/// step, so that what happens while a run holds the project is not a matter of timing.
+struct Latch {
+    dir: PathBuf,
+}
+
+impl Latch {
+    fn on(project: &Path, role: &str, answer: Option<&str>) -> Self {
+        let dir = project.join(".consort/latch");
+        std::fs::create_dir_all(&dir).expect("latch dir");
+        if let Some(answer) = answer {
+            std::fs::write(dir.join("answer.json"), answer).expect("answer");
+        }
+        let script = "touch \"$1/waiting\"; i=0; \
+            while [ ! -e \"$1/go\" ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; \
+            if [ -e \"$1/answer.json\" ]; then cat \"$1/answer.json\"; fi";
+        let quoted = |s: &str| serde_json::to_string(s).expect("a TOML basic string");
+        let table = format!(
+            "\n[agents.roles.{role}]\nbackend = \"command\"\nprogram = \"sh\"\nargs = [\"-c\", {}, \"latch\", {}]\ntimeout_ms = 180000\n",
+            quoted(script),
+            quoted(&dir.display().to_string())
+        );
+        let config = project.join("consort.toml");
+        let mut text = std::fs::read_to_string(&config).expect("consort.toml");
+        text.push_str(&table);
+        std::fs::write(&config, text).expect("write consort.toml");
+        Latch { dir }
+    }
+
+    fn waiting(&self) -> bool {
+        self.dir.join("waiting").exists()
+    }
+
+    fn release(&self) {
+        std::fs::write(self.dir.join("go"), "").expect("release the latch");
+    }
+}
+
+impl Drop for Latch {
+    fn drop(&mut self) {
+        // A latched command outlives a killed run; let it end.
+        let _ = std::fs::write(self.dir.join("go"), "");
+    }
+}
+
+/// The StockFlow script's stories, as the JSON artifact a command agent prints.
+fn stockflow_stories(project: &Path) -> String {
+    let script = std::fs::read_to_string(project.join(".consort/agents/stockflow.toml"))
+        .expect("the StockFlow script");
+    let script: toml::Table = toml::from_str(&script).expect("TOML");
+    let entries = script["entry"].as_array().expect("entries");
+    let stories = entries
+        .iter()
+        .find(|e| e.get("step").and_then(toml::Value::as_str) == Some("stories"))
+        .expect("the stories entry");
+    serde_json::to_string(&stories["artifact"]).expect("JSON")
+}
+
+/// A StockFlow project whose first `consort run` (started here) holds the project while its
+/// Product Owner is latched at the stories step. Returns the run and the latch.
+fn a_run_holding_the_project(dir: &Path) -> (Background, Latch) {
+    init_stockflow(dir);
+    let latch = Latch::on(dir, "product-owner", Some(&stockflow_stories(dir)));
+    let mut first = Background::spawn(consort().arg("run").args(dir_arg(dir)));
+    let pid = first.pid();
+    first.wait_for("its lock file names it", || lock_pid(dir) == Some(pid));
+    first.wait_for("the latched step", || latch.waiting());
+    (first, latch)
+}
+
+fn refusal_names(o: &Output, pid: u64) {
+    let out = text(o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!("another consort run (PID {pid}, since "))
+            && out.contains("`consort run`) holds this project; wait for it or stop it"),
+        "the refusal names the holder: {out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| !l.trim().is_empty()).count(),
+        1,
+        "one message: {out}"
+    );
+}
+
+#[test]
+fn a_second_run_is_refused_while_the_first_holds_the_project() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let (mut first, latch) = a_run_holding_the_project(dir);
+    let pid = first.pid();
+    let before = snapshot(dir);
+    assert!(
+        !before.ledger.is_empty(),
+        "the first run has started its ledger"
+    );
+    assert!(!before.lock.is_empty(), "and holds the lock");
+
+    let o = run(consort().arg("run").args(dir_arg(dir)));
+    refusal_names(&o, pid);
+    let o = run(Command::new(example()).arg("--dir").arg(dir));
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!("another consort run (PID {pid}, since ")),
+        "the example is refused the same way: {out}"
+    );
+    assert_eq!(snapshot(dir), before, "the refused runs wrote nothing");
+
+    latch.release();
+    assert_eq!(
+        first.wait().code(),
+        Some(3),
+        "the first run goes on to the design gate"
+    );
+    assert_eq!(status_json(dir)["phase"], "design-gate");
+    assert_ne!(lock_pid(dir), Some(pid), "the first run let go of the lock");
+    let o = run(consort().arg("verify").args(dir_arg(dir)));
+    assert!(o.status.success(), "verify passes: {}", text(&o));
+}
+
+#[test]
+fn writers_are_refused_and_readers_served_while_a_run_holds_the_project() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let (mut first, latch) = a_run_holding_the_project(dir);
+    let pid = first.pid();
+    let before = snapshot(dir);
+    let zeros = "0".repeat(64);
+    let writers: [&[&str]; 4] = [
+        &["approve", "design", "--hash", &zeros, "--by", "ada"],
+        &[
+            "reject", "design", "--hash", &zeros, "--by", "ada", "--reason", "no",
+        ],
+        &["retry", "--by", "ada"],
+        // The machine would take this stop (a run that is not halted may be stopped): only the
+        // lock refuses it.
+        &["stop", "--by", "ada"],
+    ];
+    for args in writers {
+        let o = run(consort().args(args).args(dir_arg(dir)));
+        refusal_names(&o, pid);
+    }
+    assert_eq!(snapshot(dir), before, "the refused commands wrote nothing");
+
+    let s = status_json(dir);
+    assert_eq!(s["phase"], "design", "{s}");
+    assert_eq!(s["step"], "stories", "{s}");
+    let o = run(consort().arg("log").args(dir_arg(dir)));
+    assert!(
+        o.status.success() && text(&o).contains("start"),
+        "{}",
+        text(&o)
+    );
+    let o = run(consort().arg("verify").args(dir_arg(dir)));
+    assert!(o.status.success(), "verify reads along: {}", text(&o));
+    let o = run(consort().arg("branches").args(dir_arg(dir)));
+    assert!(o.status.success(), "branches reads along: {}", text(&o));
+    assert_eq!(
+        snapshot(dir).ledger,
+        before.ledger,
+        "the readers wrote no ledger line"
+    );
+
+    latch.release();
+    assert_eq!(first.wait().code(), Some(3), "at the design gate");
+    let (gate, hash) = pending_gate(dir);
+    let lines = std::fs::read_to_string(ledger_path(dir)).expect("ledger");
+    let o = approve(dir, &gate, &hash);
+    assert!(
+        o.status.success(),
+        "with the run gone, approve writes: {}",
+        text(&o)
+    );
+    let after = std::fs::read_to_string(ledger_path(dir)).expect("ledger");
+    assert_eq!(after.lines().count(), lines.lines().count() + 1);
+}
+
+#[test]
+fn a_lock_left_by_a_dead_process_is_taken_over() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    init_stockflow(dir);
+    // PIDs never exceed 2^22 on Linux: this holder is dead, and nothing holds the flock.
+    let dead = 999_999_999u64;
+    assert!(!Path::new(&format!("/proc/{dead}")).exists());
+    std::fs::write(
+        lock_path(dir),
+        format!(r#"{{"pid":{dead},"since":"2026-01-01T00:00:00Z","command":"consort run"}}"#),
+    )
+    .expect("a stale holder record");
+    let o = run(consort().arg("run").args(dir_arg(dir)));
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "the run takes the lock over and reaches the design gate: {}",
+        text(&o)
+    );
+    assert!(!text(&o).contains("holds this project"), "{}", text(&o));
+    assert_ne!(lock_pid(dir), Some(dead), "the stale record is gone");
+
+    // A garbled lock file (not UTF-8, not a record) stops no one either.
+    std::fs::write(lock_path(dir), b"\xff\xfe\x00{\"pid\": \x1b[2J").expect("garble");
+    let (gate, hash) = pending_gate(dir);
+    let o = approve(dir, &gate, &hash);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read(lock_path(dir)).expect("lock file"),
+        b"",
+        "the approval took the lock and emptied it when done"
+    );
+    assert_eq!(status_json(dir)["phase"], "build");
+}
+
+#[test]
+fn stop_ends_a_run_that_was_killed_mid_build_lane() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    init_stockflow(dir);
+    // The Navigator never answers its first RED: the run is killed while it waits.
+    let latch = Latch::on(dir, "navigator", None);
+    let mut child = Background::spawn(
+        consort()
+            .arg("run")
+            .args(dir_arg(dir))
+            .args(["--approve-as", "ada"]),
+    );
+    let pid = child.pid();
+    child.wait_for("the first RED", || latch.waiting());
+    child.kill();
+    let s = status_json(dir);
+    assert_eq!(s["phase"], "build", "interrupted, not halted: {s}");
+    assert!(
+        s["step"].as_str().is_some_and(|st| st.starts_with("red/")),
+        "{s}"
+    );
+    assert_eq!(s["halted"], serde_json::Value::Null, "{s}");
+    assert_eq!(
+        lock_pid(dir),
+        Some(pid),
+        "the killed run's record is left behind"
+    );
+
+    // A retry still needs a halt; the refusal is the machine's, not the lock's.
+    let o = run(consort().args(["retry", "--by", "ada"]).args(dir_arg(dir)));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("not halted"), "{}", text(&o));
+
+    let o = run(consort().args(["stop", "--by", "ada"]).args(dir_arg(dir)));
+    assert!(o.status.success(), "stop takes the lock over: {}", text(&o));
+    assert_eq!(status_json(dir)["phase"], "stopped");
+    let o = run(consort().arg("status").args(dir_arg(dir)));
+    assert!(text(&o).contains("phase:   stopped"), "{}", text(&o));
+    let o = run(consort().arg("log").args(dir_arg(dir)));
+    assert!(text(&o).contains("Stop by ada"), "{}", text(&o));
+    let o = run(consort().arg("run").args(dir_arg(dir)));
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "a stopped run stays stopped: {}",
+        text(&o)
+    );
+    let o = run(consort().arg("verify").args(dir_arg(dir)));
+    assert!(o.status.success(), "verify passes: {}", text(&o));
+}

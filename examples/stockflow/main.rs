@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Without a terminal and without `--approve-as`, it stops at the design gate with exit code 3
-//! and prints the exact `consort approve` command that continues it.
+//! and prints the exact `consort approve` command that continues it. Like `consort run`, it
+//! holds the project's run lock: one run per project.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 use consort::project::{Project, RunOptions, approve_command};
 use consort::ui::{self, TerminalApprover};
-use consort::{ApproveAs, RunOutcome};
+use consort::{ApproveAs, RunLock, RunOutcome};
 
 #[derive(Parser, Debug)]
 #[command(name = "stockflow", about = "Run the StockFlow example ensemble")]
@@ -69,6 +70,8 @@ fn run() -> Result<i32> {
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize()?;
+    // One run per project: taken before the project is even written, held to the end.
+    let lock = RunLock::acquire(&dir, "stockflow example")?;
     if !dir.join(consort::config::CONFIG_FILE).exists() {
         consort::init::init(&dir, Some(consort::init::Example::Stockflow), false)?;
     }
@@ -76,10 +79,15 @@ fn run() -> Result<i32> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(drive(dir, args.approve_as, args.agents))
+    runtime.block_on(drive(dir, lock, args.approve_as, args.agents))
 }
 
-async fn drive(dir: PathBuf, approve_as: Option<String>, agents: Agents) -> Result<i32> {
+async fn drive(
+    dir: PathBuf,
+    lock: RunLock,
+    approve_as: Option<String>,
+    agents: Agents,
+) -> Result<i32> {
     let project = Project::open(&dir)?;
     let (tx, printer) = ui::progress_printer();
     let mut opts = RunOptions {
@@ -96,7 +104,7 @@ async fn drive(dir: PathBuf, approve_as: Option<String>, agents: Agents) -> Resu
     if let Agents::Openai = agents {
         opts.agents_override = Some(consort::init::openai_from_env()?);
     }
-    let ensemble = project.ensemble(opts).await?;
+    let ensemble = project.ensemble_locked(lock, opts).await?;
     let result = ensemble.run().await;
     let stats = ensemble.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;

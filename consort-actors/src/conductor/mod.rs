@@ -266,7 +266,10 @@ pub fn record_gate_decision(
     }
 }
 
-/// Records a human's decision about a halted run (retry the step, or stop).
+/// Records a human's decision about a run that no process is driving: retry the step a halted
+/// run stopped at, or stop the run (a halted one, one waiting at a gate, or one that was
+/// interrupted mid-step). The machine decides whether the decision fits the run; a decision it
+/// refuses is not recorded.
 pub fn record_human_decision(
     path: &Path,
     machine: &Machine,
@@ -275,17 +278,24 @@ pub fn record_human_decision(
 ) -> Result<(), ConductorError> {
     let mut ledger = Ledger::<Event>::open(path)?;
     let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
-    if !matches!(state.status, RunStatus::Halted { .. }) {
-        return Err(ConductorError::Gate(format!(
-            "refused: the run is not halted (phase: {:?})",
-            state.phase()
-        )));
-    }
-    ledger.append(&Event::Human {
+    let event = Event::Human {
         decision,
         by: by.to_string(),
-    })?;
-    Ok(())
+    };
+    match machine.step(&state, &event) {
+        Ok(_) => {
+            ledger.append(&event)?;
+            Ok(())
+        }
+        Err(crate::machine::RuleViolation::NotHalted) => Err(ConductorError::Gate(format!(
+            "refused: the run is not halted (phase: {:?})",
+            state.phase()
+        ))),
+        Err(violation) => Err(ConductorError::Gate(format!(
+            "refused: {violation} (phase: {:?})",
+            state.phase()
+        ))),
+    }
 }
 
 /// The hash of the design file on disk, as the machine compares it (None: missing or not a

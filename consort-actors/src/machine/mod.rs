@@ -146,7 +146,8 @@ pub enum Event {
         /// Why.
         error: InfraError,
     },
-    /// A human decided what to do about a halt.
+    /// A human decided what to do about a halt (retry or stop), or stopped a run that is not
+    /// halted (interrupted, or waiting at a gate).
     Human {
         /// Retry the halted step, or stop.
         decision: HumanDecision,
@@ -176,13 +177,13 @@ impl Event {
     }
 }
 
-/// What a human can decide about a halted run.
+/// What a human can decide about a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HumanDecision {
-    /// Retry the halted step, with fresh bounds.
+    /// Retry the halted step, with fresh bounds (only when halted).
     Retry,
-    /// End the run.
+    /// End the run: a halted one, or one that was interrupted or waits at a gate.
     Stop,
 }
 

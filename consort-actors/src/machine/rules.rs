@@ -187,7 +187,7 @@ pub enum RuleViolation {
         /// What is missing.
         detail: String,
     },
-    /// A human decision arrived while nothing is halted.
+    /// A retry arrived while nothing is halted.
     #[error("nothing is halted; there is no decision to take")]
     NotHalted,
     /// The run is over.

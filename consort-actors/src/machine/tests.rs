@@ -1593,16 +1593,71 @@ fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
 }
 
 #[test]
-fn a_human_decision_needs_a_halt() {
+fn a_retry_needs_a_halt() {
     let mut r = Run::new();
     r.ok(Event::Start { feature: feature() });
     assert_eq!(
         r.refused(Event::Human {
-            decision: HumanDecision::Stop,
+            decision: HumanDecision::Retry,
             by: "x".into()
         }),
         RuleViolation::NotHalted
     );
+    assert_eq!(
+        r.s.phase(),
+        Phase::Design,
+        "a refused retry changes nothing"
+    );
+}
+
+#[test]
+fn a_human_can_stop_a_run_that_was_interrupted_mid_step_or_waits_at_a_gate() {
+    // Interrupted in the build lane, a verification in flight: the ledger shows it running.
+    let mut r = Run::new();
+    r.reach_build();
+    r.produce(cs(vec![write("tests/t1.sql", "x")]))
+        .expect("red");
+    r.apply();
+    assert!(
+        matches!(r.pending(), Pending::Verify { .. }),
+        "verify pending"
+    );
+    assert_eq!(r.s.phase(), Phase::Build);
+    // The answer the interrupted step would have had.
+    let late = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
+    let cmds = r.ok(Event::Human {
+        decision: HumanDecision::Stop,
+        by: "ada".into(),
+    });
+    assert_eq!(cmds, vec![Command::Finish]);
+    assert_eq!(r.s.phase(), Phase::Stopped);
+    assert_eq!(r.s.pending, None, "nothing pending is performed any more");
+    // It arrives late and no longer counts.
+    assert_eq!(
+        r.refused(Event::VerifyCompleted { receipt: late }),
+        RuleViolation::Finished
+    );
+    assert_eq!(
+        r.refused(Event::Human {
+            decision: HumanDecision::Retry,
+            by: "ada".into(),
+        }),
+        RuleViolation::Finished
+    );
+
+    // Waiting at the design gate.
+    let mut r = Run::new();
+    r.design_lane(false);
+    assert!(r.s.pending_gate().is_some());
+    r.ok(Event::Human {
+        decision: HumanDecision::Stop,
+        by: "ada".into(),
+    });
+    assert_eq!(r.s.phase(), Phase::Stopped);
+    assert_eq!(r.s.pending_gate(), None, "the gate no longer waits");
+    assert!(r.s.approvals.is_empty(), "a stop approves nothing");
+    let replayed = r.m.replay(&r.events);
+    assert_eq!(replayed, r.s, "a replay stops the run the same way");
 }
 
 // ---------- replay and resume ----------

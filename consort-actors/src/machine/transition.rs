@@ -70,12 +70,7 @@ fn halted(state: &State, event: &Event) -> Outcome {
         Event::Human {
             decision: HumanDecision::Stop,
             ..
-        } => {
-            let mut s = state.clone();
-            s.status = RunStatus::Stopped;
-            s.pending = None;
-            Ok((s, vec![Command::Finish]))
-        }
+        } => Ok(stopped(state)),
         Event::Human {
             decision: HumanDecision::Retry,
             ..
@@ -96,6 +91,14 @@ fn halted(state: &State, event: &Event) -> Outcome {
         Event::Refused { .. } => Ok((state.clone(), Vec::new())),
         _ => Err(out_of_order("a human decision on the halt", event)),
     }
+}
+
+/// A human ended the run: nothing pending is performed any more.
+fn stopped(state: &State) -> (State, Vec<Command>) {
+    let mut s = state.clone();
+    s.status = RunStatus::Stopped;
+    s.pending = None;
+    (s, vec![Command::Finish])
 }
 
 /// Gives a resumed pending item fresh ids (an agent retry is a new assignment, attempt 0).
@@ -124,6 +127,15 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
     };
     if let Event::Refused { violation } = event {
         return refused(cfg, state, pending, violation);
+    }
+    // A human may end a run that is not halted: one interrupted mid-step (its process killed,
+    // its ledger still running) or one waiting at a gate. A retry still needs a halt.
+    if let Event::Human {
+        decision: HumanDecision::Stop,
+        ..
+    } = event
+    {
+        return Ok(stopped(state));
     }
     if let Pending::Gate { gate, hash } = &pending {
         return match event {
