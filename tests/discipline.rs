@@ -26,16 +26,16 @@ use consort::actors::ledger::Ledger;
 use consort::actors::worktree::hash_dir;
 use consort::actors::{
     ActorId, AgentFailure, Artifact, ArtifactKind, Assignment, Conductor, ConductorConfig,
-    ConductorError, ContentHash, DesignBundle, Escalation, EscalationReason, Event, ExitRecord,
-    FeatureRequest, GateApproval, GateDecision, GateKind, Machine, MachineConfig, PathError,
-    Pending, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings, Step, TestList,
-    TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose, Wiring,
+    ConductorError, Confinement, ContentHash, DesignBundle, Escalation, EscalationReason, Event,
+    ExitRecord, FeatureRequest, GateApproval, GateDecision, GateKind, Machine, MachineConfig,
+    PathError, Pending, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings, Step,
+    TestList, TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose, Wiring,
 };
 use consort::agents::{Agent, AgentOutput, BoxFuture, RoleArgs, Script, ScriptEntry, spawn_role};
 use consort::lakebase::{
     BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedCluster, EmbeddedConfig,
     EmbeddedPostgres, EmbeddedProvider, LakebaseActor, LakebaseArgs, PoolConfig, PsqlRunner,
-    PsqlRunnerConfig, TestRunner,
+    PsqlRunnerConfig, SandboxMode, TestRunner,
 };
 use consort::{
     ApproveAs, Approver, Ensemble, EnsembleBuilder, EnsembleError, RunOutcome, RunReport,
@@ -1402,9 +1402,9 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
     "RepairBoundSpent after GREEN + 2 repairs (verdict); no fourth run".into()
 }
 
-/// 14. A test command that exits 0 while reporting failing tests (TAP, then JUnit) is not a pass.
-async fn exit_zero_with_failing_tests(world: &World) -> String {
-    const TAP: &str = r#"
+/// A shell test suite that loads the code with `psql -f` (so psql meta-commands in code files
+/// do run, inside the confined run) and reports each SQL test as a TAP line.
+const TAP_SUITE: &str = r#"
 for f in src/*.sql; do [ -f "$f" ] && psql -X -q -v ON_ERROR_STOP=1 -f "$f" >/dev/null 2>&1; done
 n=0
 for t in tests/*.sql; do
@@ -1415,6 +1415,9 @@ done
 echo "1..$n"
 exit 0
 "#;
+
+/// 14. A test command that exits 0 while reporting failing tests (TAP, then JUnit) is not a pass.
+async fn exit_zero_with_failing_tests(world: &World) -> String {
     const JUNIT: &str = r#"
 for f in src/*.sql; do [ -f "$f" ] && psql -X -q -v ON_ERROR_STOP=1 -f "$f" >/dev/null 2>&1; done
 {
@@ -1445,7 +1448,7 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
 '''
     "#;
     let cfg = machine(1, 0);
-    let mut tap = CommandRunnerConfig::new(TAP);
+    let mut tap = CommandRunnerConfig::new(TAP_SUITE);
     tap.tap = true;
     let mut junit = CommandRunnerConfig::new(JUNIT);
     junit.tap = false;
@@ -1664,7 +1667,235 @@ impl RoleEndpoint for ForgingEndpoint {
 // The harness: every case in order, one summary line.
 
 /// The cases, in order.
-const CASES: [&str; 14] = [
+// ------------------------------------------------------------------------------------------------
+// What the code under test does while it runs (issue 11).
+
+/// The off-by-one `add_item` (T1 fails against it) followed by `extra` SQL.
+fn wrong_code_and(extra: &str) -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void\n\
+         LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;\n{extra}"
+    )
+}
+
+/// One script entry: the Driver answers `step` with `code` in src/items.sql.
+fn code_entry(step: &str, code: &str) -> String {
+    format!(
+        "[[entry]]\nstep = \"{step}\"\n[entry.artifact]\nkind = \"change-set\"\n\
+         [entry.artifact.body]\nsummary = \"make T1 pass\"\n\
+         [[entry.artifact.body.changes]]\nop = \"write\"\npath = \"{CODE}\"\n\
+         content = '''\n{code}\n'''\n"
+    )
+}
+
+/// A cheat script: the Driver answers `green/T1` and every repair with `code`.
+fn green_cheat(code: &str) -> String {
+    format!(
+        "{}\n{}",
+        code_entry("green/T1", code),
+        code_entry("repair/T1/*", code)
+    )
+}
+
+/// The shell suite as a runner.
+fn shell_suite() -> Arc<dyn TestRunner> {
+    let mut tap = CommandRunnerConfig::new(TAP_SUITE);
+    tap.tap = true;
+    Arc::new(CommandRunner::new(tap))
+}
+
+/// The psql runner and the shell suite, each with the name a message uses.
+fn both_runners() -> Vec<(&'static str, Arc<dyn TestRunner>)> {
+    let psql = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
+    vec![
+        ("psql runner", Arc::new(psql)),
+        ("shell suite", shell_suite()),
+    ]
+}
+
+/// Runs `cheats` with `runner` until the repair bound is spent; checks the run halted with
+/// that verdict, that T1 was never green, that the frozen T1 is what RED wrote and that every
+/// run was confined. Returns the case and the GREEN receipts (GREEN, then the repair).
+async fn judged_red(
+    world: &World,
+    cheats: &str,
+    runner: Arc<dyn TestRunner>,
+    what: &str,
+) -> (Case, Vec<TestRunReceipt>) {
+    let case = Case::new();
+    let cfg = machine(1, 1);
+    let report = run_once(case.ensemble(world, cheats, cfg.clone()).runner(runner)).await;
+    let events = case.events();
+    let seen = annotate(&events, &cfg);
+    assert_replays(&events, &cfg, &report.state);
+    let esc = halted(&report);
+    assert_eq!(
+        esc.reason,
+        EscalationReason::Verdict(VerdictReason::RepairBoundSpent),
+        "{what}: {esc:?}"
+    );
+    assert!(accepted_greens(&seen).is_empty(), "{what}: no green");
+    assert_eq!(
+        case.file(T1).as_deref(),
+        Some(honest_file(world, "red/T1", T1).as_str()),
+        "{what}: the frozen test is what RED wrote"
+    );
+    let greens: Vec<TestRunReceipt> = verifications(&seen)
+        .into_iter()
+        .filter(|(p, _)| *p == VerifyPurpose::Green)
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(greens.len(), 2, "{what}: GREEN and one repair ran");
+    for r in &greens {
+        assert_ne!(r.status_of(T1), Some(TestStatus::Passed), "{what}");
+        assert!(
+            matches!(r.confinement, Confinement::Landlock { .. }),
+            "{what}: every run is confined"
+        );
+    }
+    (case, greens)
+}
+
+/// 15. Code that runs shell commands while the tests run: `\!` lines in a code file copy the
+///     frozen tests aside, write a passing test in their place and move the tests out for the
+///     length of the run. The psql runner loads code through the protocol (a `\!` is a syntax
+///     error); a shell suite that loads it with `psql -f` runs it confined (tests read-only).
+async fn code_runs_shell_commands_during_the_run(world: &World) -> String {
+    let mut said = Vec::new();
+    for (name, runner) in both_runners() {
+        let outside = Case::new().root.join("moved-aside");
+        let attack = format!(
+            "\\! mkdir -p {out} && cp -r tests {out}/ && echo 'SELECT 1;' > {T1}\n\
+             \\! mv tests {out}/tests-during-the-run\n",
+            out = outside.display()
+        );
+        let cheats = green_cheat(&wrong_code_and(&attack));
+        let (case, greens) = judged_red(world, &cheats, runner, name).await;
+        assert!(
+            !outside.exists(),
+            "{name}: nothing was written outside the tree"
+        );
+        assert!(
+            case.work.join(T1).exists(),
+            "{name}: the tests stayed in place"
+        );
+        if name == "psql runner" {
+            assert!(
+                greens[0].output_excerpt.contains("syntax error"),
+                "{name}: {}",
+                greens[0].output_excerpt
+            );
+        }
+        said.push(format!("{name}: no green, tests untouched"));
+    }
+    format!("RepairBoundSpent — {}", said.join("; "))
+}
+
+/// 16. Code that changes what the tests check or see for every later session: ASSERT switched
+///     off on its role (GREEN), then a schema named after its role holding its own `items` and
+///     `add_item`, first on the role's search_path (the repair). Both are settings stored by
+///     code; the runner pins `plpgsql.check_asserts` and `search_path` for every session.
+async fn code_changes_what_tests_check_or_see(world: &World) -> String {
+    let asserts_off = wrong_code_and(
+        "DO $$ BEGIN NULL; END $$;\nALTER ROLE CURRENT_USER SET plpgsql.check_asserts = off;\n",
+    );
+    let shadow = wrong_code_and(
+        "DO $do$ BEGIN\n\
+         EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', current_user);\n\
+         EXECUTE format('CREATE TABLE IF NOT EXISTS %I.items (sku text, qty int)', current_user);\n\
+         EXECUTE format('CREATE OR REPLACE FUNCTION %I.add_item(text, int) RETURNS void \
+         LANGUAGE sql AS $f$ INSERT INTO %I.items VALUES ($1, $2) $f$', current_user, current_user);\n\
+         EXECUTE format('ALTER ROLE %I SET search_path = %I, public', current_user, current_user);\n\
+         END $do$;\n",
+    );
+    let cheats = format!(
+        "{}\n{}",
+        code_entry("green/T1", &asserts_off),
+        code_entry("repair/T1/*", &shadow)
+    );
+    for (name, runner) in both_runners() {
+        let (_case, greens) = judged_red(world, &cheats, runner, name).await;
+        assert_eq!(
+            greens[0].status_of(T1),
+            Some(TestStatus::Failed),
+            "{name}: the ASSERT still judged: {}",
+            greens[0].output_excerpt
+        );
+        assert_eq!(
+            greens[1].status_of(T1),
+            Some(TestStatus::Failed),
+            "{name}: the plan's table was read, not the shadow: {}",
+            greens[1].output_excerpt
+        );
+    }
+    "RepairBoundSpent — asserts off on the role and a shadowing schema change nothing (psql runner, shell suite)".into()
+}
+
+/// 17. Code that ends its own test session: a database that still answers means the session
+///     was ended from inside, so after one repeat on a fresh branch it is a verdict on the code
+///     (a repair), never "database down".
+async fn code_ends_its_own_session(world: &World) -> String {
+    let cheats = green_cheat(&wrong_code_and(
+        "SELECT pg_terminate_backend(pg_backend_pid());\n",
+    ));
+    let runner: Arc<dyn TestRunner> =
+        Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
+    let (_case, greens) = judged_red(world, &cheats, runner, "psql runner").await;
+    for r in &greens {
+        assert!(
+            r.output_excerpt.contains("the code under test ended it"),
+            "{}",
+            r.output_excerpt
+        );
+        assert_eq!(r.status_of(T1), Some(TestStatus::Errored));
+    }
+    "RepairBoundSpent (a verdict), not DatabaseDown: the session was ended from inside, twice"
+        .into()
+}
+
+/// 18. A run that changes the tree: with the sandbox switched off (`sandbox = "off"`, the only
+///     way code can write the tree during a run), the code writes a file while the tests run;
+///     the comparison after the run voids the receipt and the run halts naming the path.
+async fn run_that_changes_the_tree(world: &World) -> String {
+    let case = Case::new();
+    let cfg = machine(1, 1);
+    let planted = case.work.join("src/planted.sql");
+    let cheats = green_cheat(&format!(
+        "{}\n\\! echo '-- planted during the run' > {}\n",
+        honest_file(world, "green/T1", CODE),
+        planted.display()
+    ));
+    let builder = case
+        .ensemble(world, &cheats, cfg.clone())
+        .runner(shell_suite())
+        .sandbox(SandboxMode::Off);
+    let report = run_once(builder).await;
+    let events = case.events();
+    let seen = annotate(&events, &cfg);
+    assert_replays(&events, &cfg, &report.state);
+    let esc = halted(&report);
+    assert!(esc.step.contains("T1"), "{}", esc.step);
+    assert!(is_rule_violation(&esc), "{esc:?}");
+    assert!(
+        refusals(&events).iter().any(|v| matches!(
+            v,
+            RuleViolation::RunChangedTree { paths } if paths == &vec!["src/planted.sql".to_string()]
+        )),
+        "{:?}",
+        refusals(&events)
+    );
+    assert!(accepted_greens(&seen).is_empty(), "no green");
+    for (_, r) in verifications(&seen) {
+        assert_eq!(
+            r.confinement,
+            Confinement::Off,
+            "the receipt says it ran unconfined"
+        );
+    }
+    "RunChangedTree [src/planted.sql] (halt); the receipt records sandbox off".into()
+}
+
+const CASES: [&str; 18] = [
     "1 frozen test edited in GREEN",
     "2 test deleted or renamed",
     "3 new test file from the Driver",
@@ -1679,6 +1910,10 @@ const CASES: [&str; 14] = [
     "12 ledger line edited",
     "13 GREEN that keeps failing",
     "14 exit 0 with failing tests",
+    "15 code runs shell commands during the run",
+    "16 code changes what tests check or see",
+    "17 code ends its own test session",
+    "18 a run that changes the tree",
 ];
 
 async fn run_case(number: usize, world: &World) -> String {
@@ -1697,6 +1932,10 @@ async fn run_case(number: usize, world: &World) -> String {
         12 => ledger_line_edited(world).await,
         13 => green_that_keeps_failing(world).await,
         14 => exit_zero_with_failing_tests(world).await,
+        15 => code_runs_shell_commands_during_the_run(world).await,
+        16 => code_changes_what_tests_check_or_see(world).await,
+        17 => code_ends_its_own_session(world).await,
+        18 => run_that_changes_the_tree(world).await,
         other => panic!("no case {other}"),
     }
 }
