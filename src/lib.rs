@@ -74,6 +74,7 @@ pub mod config;
 mod ensemble;
 pub mod init;
 pub mod project;
+pub mod runner_harness;
 pub mod ui;
 
 pub use consort_actors as actors;
