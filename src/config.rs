@@ -12,6 +12,8 @@ use consort_actors::{MachineConfig, PathPolicy, Role};
 use consort_agents::AgentConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::runner_harness::{RunnerHarness, check_runner};
+
 /// The configuration file's name at the project root.
 pub const CONFIG_FILE: &str = "consort.toml";
 
@@ -89,8 +91,9 @@ pub struct FeatureConfig {
 pub struct PathsConfig {
     /// Test-path globs: the Navigator's alone, in RED only.
     pub tests: Vec<String>,
-    /// Harness globs (runner configuration and scripts): no agent may change them. Consort's
-    /// own files are always harness.
+    /// Harness globs: no agent may change them. Consort's own files are always harness, and so
+    /// is what the runner's configuration reaches (see [`crate::runner_harness`]): list here
+    /// only what that rule cannot see.
     #[serde(default)]
     pub harness: Vec<String>,
 }
@@ -380,7 +383,8 @@ impl ProjectConfig {
                 "name at least one test-path glob".into(),
             ));
         }
-        self.path_policy()
+        let policy = self
+            .path_policy()
             .map_err(|e| invalid("paths", e.to_string()))?;
         for name in self.agents.roles.keys() {
             name.parse::<Role>()
@@ -415,16 +419,25 @@ impl ProjectConfig {
             }
             _ => {}
         }
-        Ok(())
+        check_runner(&self.runner, &policy).map_err(|e| invalid(e.key(), e.to_string()))
     }
 
-    /// The path policy from `[paths]` (the runner's configuration is part of the harness).
+    /// The path policy from `[paths]`, with what the runner's configuration makes harness
+    /// (see [`crate::runner_harness`]): outside the test paths, the files the runner's commands
+    /// name and the test tool's configuration.
     pub fn path_policy(&self) -> Result<PathPolicy, consort_actors::paths::GlobError> {
-        let mut harness = self.paths.harness.clone();
-        if let RunnerConfig::Command { junit: Some(j), .. } = &self.runner {
-            harness.push(j.display().to_string());
-        }
-        PathPolicy::new(&self.paths.tests, &harness)
+        let tests_only = PathPolicy::new(&self.paths.tests, &[])?;
+        let runner = RunnerHarness::of(&self.runner, &tests_only);
+        PathPolicy::new(&self.paths.tests, &self.paths.harness)?
+            .with_harness_outside_tests(&runner.outside_test_globs())
+    }
+
+    /// What the runner's configuration makes harness without `[paths] harness` listing it.
+    pub fn runner_harness(&self) -> Result<RunnerHarness, consort_actors::paths::GlobError> {
+        Ok(RunnerHarness::of(
+            &self.runner,
+            &PathPolicy::new(&self.paths.tests, &[])?,
+        ))
     }
 
     /// The machine configuration from `[paths]` and `[bounds]`.
@@ -509,9 +522,8 @@ path = ".consort/script.toml"
             matches!(&c.database, ProviderConfig::Lakebase { project, token_env, .. } if project == "p" && token_env == "DATABRICKS_TOKEN")
         );
         assert!(
-            c.path_policy()
-                .expect("policy")
-                .is_harness("target/junit.xml")
+            c.path_policy().expect("policy").is_harness("Cargo.toml"),
+            "cargo's manifest is harness for a cargo command"
         );
     }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use consort_agents::{AgentConfig, OpenAiConfig};
 
-use crate::config::{CONFIG_FILE, ProjectConfig, ProviderConfig};
+use crate::config::{CONFIG_FILE, ProjectConfig, ProviderConfig, RunnerConfig};
 
 /// Environment variable: the base URL of an OpenAI-compatible server (with `/v1`).
 pub const ENV_OPENAI_BASE_URL: &str = "CONSORT_OPENAI_BASE_URL";
@@ -55,7 +55,9 @@ request = "feature.md"          # the request, as markdown; its first '# ' line 
 
 [paths]
 tests = ["tests/**"]            # test paths: written by the Navigator, in RED only
-harness = []                    # runner configuration and scripts: no agent may change them
+harness = []                    # more files no agent may change; the scripts the runner's
+                                # commands name and the test tool's configuration are added
+                                # (`consort doctor` lists them)
 
 [runner]
 kind = "psql"                   # "psql": each tests/*.sql file with psql on a fresh branch
@@ -195,6 +197,38 @@ pub fn openai_from_env() -> Result<AgentConfig, crate::ProjectError> {
     Ok(AgentConfig::Openai(cfg))
 }
 
+/// The lines `consort doctor` prints about what the runner's configuration makes harness (see
+/// [`crate::runner_harness`]), so the user sees what no agent may change.
+pub fn runner_harness_report(config: &ProjectConfig) -> Vec<String> {
+    let Ok(harness) = config.runner_harness() else {
+        return Vec::new();
+    };
+    let listed = harness.describe();
+    let mut out = Vec::new();
+    if listed.is_empty() {
+        out.push(match &config.runner {
+            RunnerConfig::Psql { .. } => {
+                "ok    harness from [runner]: none (the psql runner reads no configuration file)"
+                    .to_string()
+            }
+            RunnerConfig::Command { .. } => {
+                "ok    harness from [runner]: none found; list the command's scripts in [paths] harness"
+                    .to_string()
+            }
+        });
+    } else {
+        out.push("ok    harness from [runner] (no agent may change these):".to_string());
+        out.extend(listed.into_iter().map(|l| format!("        {l}")));
+    }
+    for u in &harness.unseen {
+        out.push(format!(
+            "note  {} runs {}, which Consort cannot follow: list that script in [paths] harness",
+            u.key, u.path
+        ));
+    }
+    out
+}
+
 /// `consort doctor`: checks the machine and the project; prints each check with a fix hint.
 /// Returns 0 when everything needed is in place, 1 otherwise.
 pub fn doctor(dir: &Path) -> i32 {
@@ -248,6 +282,9 @@ pub fn doctor(dir: &Path) -> i32 {
         "run `consort init` or fix the key named above",
     );
     let Ok(config) = config else { return 1 };
+    for line in runner_harness_report(&config) {
+        println!("{line}");
+    }
     let feature = dir.join(&config.feature.request);
     report(
         feature.exists(),
@@ -321,4 +358,54 @@ pub fn doctor(dir: &Path) -> i32 {
         );
     }
     i32::from(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_with_runner(runner: &str) -> ProjectConfig {
+        let text = config_template("F1", ".consort/agents/script.toml").replace(
+            "kind = \"psql\"                   # \"psql\": each tests/*.sql file with psql on a fresh branch\nsetup = [\"src/**/*.sql\"]        # code loaded into the branch before the tests\ntests = [\"tests/**/*.sql\"]\n",
+            runner,
+        );
+        ProjectConfig::parse(&text, Path::new(CONFIG_FILE)).expect("loads")
+    }
+
+    #[test]
+    fn the_template_loads_and_doctor_says_the_psql_runner_adds_nothing() {
+        let c = config_with_runner("kind = \"psql\"\n");
+        assert_eq!(
+            runner_harness_report(&c),
+            ["ok    harness from [runner]: none (the psql runner reads no configuration file)"]
+        );
+    }
+
+    #[test]
+    fn doctor_lists_the_harness_a_command_runner_adds() {
+        let c = config_with_runner(
+            "kind = \"command\"\ncommand = \"sh scripts/run-tests.sh && python -m pytest; sh \\\"$EXTRA\\\"\"\n",
+        );
+        let lines = runner_harness_report(&c);
+        assert_eq!(
+            lines[0],
+            "ok    harness from [runner] (no agent may change these):"
+        );
+        assert_eq!(
+            lines[1],
+            "        scripts/run-tests.sh (run by runner.command)"
+        );
+        assert!(
+            lines[2].starts_with(
+                "        Python configuration, at any depth outside the test paths: pyproject.toml,"
+            ),
+            "{lines:?}"
+        );
+        assert!(lines[2].contains("conftest.py"), "{lines:?}");
+        assert_eq!(
+            lines[3],
+            "note  runner.command runs $EXTRA, which Consort cannot follow: list that script in [paths] harness"
+        );
+        assert_eq!(lines.len(), 4, "{lines:?}");
+    }
 }

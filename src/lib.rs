@@ -75,6 +75,7 @@ mod ensemble;
 pub mod init;
 pub mod project;
 pub mod runlock;
+pub mod runner_harness;
 pub mod ui;
 
 pub use consort_actors as actors;

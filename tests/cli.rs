@@ -618,3 +618,70 @@ fn stop_ends_a_run_that_was_killed_mid_build_lane() {
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
 }
+
+/// `consort.toml` from `consort init` with its `[runner]` lines replaced.
+fn with_runner(cfg: &str, runner: &str) -> String {
+    cfg.lines()
+        .filter(|l| !l.starts_with("setup = ") && !l.starts_with("tests = [\"tests/**/*.sql\"]"))
+        .map(|l| {
+            if l.starts_with("kind = \"psql\"") {
+                runner.to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_runner_configuration_is_harness_and_checked_against_the_test_paths() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    assert!(run(consort().arg("init").arg(dir)).status.success());
+    let cfg = std::fs::read_to_string(dir.join("consort.toml")).expect("read");
+    let write = |text: &str| std::fs::write(dir.join("consort.toml"), text).expect("write");
+
+    // psql test globs the test paths do not cover: a configuration error naming both keys.
+    write(&cfg.replace("tests = [\"tests/**/*.sql\"]", "tests = [\"**/*.sql\"]"));
+    let o = run(consort().arg("status").args(dir_arg(dir)));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("`runner.tests`") && text(&o).contains("`paths.tests`"),
+        "{}",
+        text(&o)
+    );
+
+    // A runner script inside the test paths: refused, naming the command's key.
+    write(&with_runner(
+        &cfg,
+        "kind = \"command\"\ncommand = \"./tests/run.sh\"",
+    ));
+    let o = run(consort().arg("status").args(dir_arg(dir)));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("`runner.command`") && text(&o).contains("tests/run.sh"),
+        "{}",
+        text(&o)
+    );
+
+    // A command runner: doctor lists what it protects.
+    write(&with_runner(
+        &cfg,
+        "kind = \"command\"\ncommand = \"sh scripts/run-tests.sh && python -m pytest -q\"",
+    ));
+    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("harness from [runner] (no agent may change these):"),
+        "{out}"
+    );
+    assert!(
+        out.contains("scripts/run-tests.sh (run by runner.command)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Python configuration, at any depth outside the test paths: pyproject.toml"),
+        "{out}"
+    );
+}

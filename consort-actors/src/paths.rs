@@ -2,6 +2,10 @@
 //!
 //! This is the pure half of path safety: lexical checks and glob classification, used by the
 //! state machine. The file-system half (symlinks) lives in [`crate::worktree`].
+//!
+//! Globs are `globset` globs with its defaults: they match the whole normalised relative path,
+//! `*` and `?` also match `/`, `dir/**` matches everything under `dir/` (not `dir` itself) and
+//! `**/name` matches `name` at any depth.
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
@@ -100,12 +104,21 @@ pub struct GlobError {
 ///
 /// Test paths are the Navigator's alone (and only in RED). Harness paths — Consort's own files
 /// and the runner's configuration and scripts — belong to no agent.
+///
+/// There are two kinds of harness glob. Plain harness globs ([`PathPolicy::new`]) win over the
+/// test globs: a path they match is harness even inside the test paths. Harness globs *outside
+/// the tests* ([`PathPolicy::with_harness_outside_tests`]) yield to them: a path they match is
+/// harness only when no test glob matches it too, so a test tool's configuration file inside
+/// the test paths (a `conftest.py` under `tests/`) stays a test file — the Navigator's in RED,
+/// frozen once accepted — while the same file anywhere else belongs to no agent.
 #[derive(Debug, Clone)]
 pub struct PathPolicy {
     test_globs: Vec<String>,
     harness_globs: Vec<String>,
+    outside_test_globs: Vec<String>,
     tests: GlobSet,
     harness: GlobSet,
+    outside_tests: GlobSet,
 }
 
 impl PathPolicy {
@@ -119,9 +132,27 @@ impl PathPolicy {
         Ok(PathPolicy {
             tests: build_set(&test_globs)?,
             harness: build_set(&harness)?,
+            outside_tests: GlobSet::empty(),
             test_globs,
             harness_globs: harness,
+            outside_test_globs: Vec::new(),
         })
+    }
+
+    /// Adds harness globs that yield to the test paths: a path they match is harness unless a
+    /// test glob matches it too (see the type's documentation).
+    pub fn with_harness_outside_tests<S: AsRef<str>>(
+        mut self,
+        globs: &[S],
+    ) -> Result<Self, GlobError> {
+        for g in globs {
+            let g = g.as_ref().to_string();
+            if !self.outside_test_globs.contains(&g) {
+                self.outside_test_globs.push(g);
+            }
+        }
+        self.outside_tests = build_set(&self.outside_test_globs)?;
+        Ok(self)
     }
 
     /// Whether `path` (normalised, relative) is a test path.
@@ -131,7 +162,7 @@ impl PathPolicy {
 
     /// Whether `path` (normalised, relative) is part of the harness.
     pub fn is_harness(&self, path: &str) -> bool {
-        self.harness.is_match(path)
+        self.harness.is_match(path) || (self.outside_tests.is_match(path) && !self.is_test(path))
     }
 
     /// The test globs.
@@ -139,9 +170,14 @@ impl PathPolicy {
         &self.test_globs
     }
 
-    /// The harness globs, including Consort's own files.
+    /// The plain harness globs, including Consort's own files.
     pub fn harness_globs(&self) -> &[String] {
         &self.harness_globs
+    }
+
+    /// The harness globs that yield to the test paths.
+    pub fn harness_outside_tests_globs(&self) -> &[String] {
+        &self.outside_test_globs
     }
 }
 
@@ -154,11 +190,90 @@ impl Default for PathPolicy {
             Err(_) => PathPolicy {
                 test_globs: Vec::new(),
                 harness_globs: Vec::new(),
+                outside_test_globs: Vec::new(),
                 tests: GlobSet::empty(),
                 harness: GlobSet::empty(),
+                outside_tests: GlobSet::empty(),
             },
         }
     }
+}
+
+/// Checks that `glob` compiles.
+pub fn check_glob(glob: &str) -> Result<(), GlobError> {
+    Glob::new(glob).map(drop).map_err(|e| GlobError {
+        glob: glob.to_string(),
+        detail: e.to_string(),
+    })
+}
+
+/// A glob that matches exactly `path` (its metacharacters escaped).
+pub fn literal_glob(path: &str) -> String {
+    globset::escape(path)
+}
+
+/// Characters that make a glob more than a literal path.
+const GLOB_META: [char; 7] = ['*', '?', '[', ']', '{', '}', '\\'];
+
+/// The part of `glob` before its first metacharacter.
+fn literal_prefix(glob: &str) -> &str {
+    match glob.find(GLOB_META) {
+        Some(i) => &glob[..i],
+        None => glob,
+    }
+}
+
+/// Whether `wide` matches every path `narrow` matches, by a syntactic rule that is sound but
+/// conservative (`false` means "not shown", not "not covered").
+///
+/// `narrow` is covered when both compile and one of these holds:
+/// * `narrow` is a literal path and `wide` matches it;
+/// * `narrow` equals `wide`, or `wide` is `**`;
+/// * `wide` is `L/**` with `L` literal and `narrow` starts with `L/` before any metacharacter;
+/// * `wide` is `**/S` and `narrow` is `S` or ends with `/S`, or `wide` is `L/**/S` with `L`
+///   literal and `narrow` is `L/S` or starts with `L/` and ends with `/S` — where `S` is one
+///   path component made of literal characters, `*` and `?` only.
+pub fn glob_covers(wide: &str, narrow: &str) -> bool {
+    let Ok(wide_glob) = Glob::new(wide) else {
+        return false;
+    };
+    if Glob::new(narrow).is_err() {
+        return false;
+    }
+    if !narrow.contains(GLOB_META) {
+        return wide_glob.compile_matcher().is_match(narrow);
+    }
+    if narrow == wide || wide == "**" {
+        return true;
+    }
+    if let Some(dir) = wide.strip_suffix("/**")
+        && !dir.is_empty()
+        && !dir.contains(GLOB_META)
+    {
+        return literal_prefix(narrow).starts_with(&format!("{dir}/"));
+    }
+    let (dir, name) = match wide.strip_prefix("**/") {
+        Some(name) => ("", name),
+        None => match wide.split_once("/**/") {
+            Some((dir, name)) if !dir.is_empty() && !dir.contains(GLOB_META) => (dir, name),
+            _ => return false,
+        },
+    };
+    let simple_name = !name.is_empty()
+        && !name.contains("**")
+        && !name.contains(['/', '[', ']', '{', '}', '\\', ',']);
+    if !simple_name {
+        return false;
+    }
+    let rest = if dir.is_empty() {
+        narrow
+    } else {
+        match narrow.strip_prefix(&format!("{dir}/")) {
+            Some(rest) => rest,
+            None => return false,
+        }
+    };
+    rest == name || rest.ends_with(&format!("/{name}"))
 }
 
 fn build_set(globs: &[String]) -> Result<GlobSet, GlobError> {
@@ -233,5 +348,146 @@ mod tests {
         assert!(p.is_harness("run-tests.sh"));
         assert!(!p.is_harness("src/stock.sql"));
         assert!(PathPolicy::new(&["tests/[x"], &[]).is_err());
+    }
+
+    #[test]
+    fn harness_outside_the_tests_yields_to_the_test_paths_and_plain_harness_does_not() {
+        let p = PathPolicy::new(&["tests/**"], &["tests/run.sh"])
+            .and_then(|p| p.with_harness_outside_tests(&["**/conftest.py", "**/pyproject.toml"]))
+            .expect("globs");
+        assert!(p.is_harness("conftest.py"));
+        assert!(p.is_harness("src/pkg/conftest.py"));
+        assert!(p.is_harness("pyproject.toml"));
+        assert!(!p.is_harness("tests/conftest.py"));
+        assert!(p.is_test("tests/conftest.py"));
+        assert!(
+            p.is_harness("tests/run.sh"),
+            "plain harness wins inside the test paths"
+        );
+        assert!(!p.is_harness("src/app.py"));
+        assert_eq!(
+            p.harness_outside_tests_globs(),
+            ["**/conftest.py", "**/pyproject.toml"]
+        );
+        assert!(
+            PathPolicy::default()
+                .with_harness_outside_tests(&["[x"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn literal_globs_match_only_their_path() {
+        let g = literal_glob("scripts/run[1]*.sh");
+        let m = Glob::new(&g).expect("compiles").compile_matcher();
+        assert!(m.is_match("scripts/run[1]*.sh"));
+        assert!(!m.is_match("scripts/run1x.sh"));
+        assert!(check_glob(&g).is_ok());
+        assert!(check_glob("tests/[x").is_err());
+        assert!(check_glob("tests/{a").is_err());
+    }
+
+    #[test]
+    fn glob_covers_accepts_equal_and_narrower_globs() {
+        for (wide, narrow) in [
+            ("tests/**", "tests/**"),
+            ("tests/**", "tests/**/*.sql"),
+            ("tests/**", "tests/unit/*.sql"),
+            ("tests/**", "tests/{a,b}/*.sql"),
+            ("db/tests/**", "db/tests/x/**"),
+            ("**", "src/**/*.sql"),
+            ("**/*.sql", "*.sql"),
+            ("**/*.sql", "tests/**/*.sql"),
+            ("**/*.sql", "tests/unit/*.sql"),
+            ("tests/**/*.sql", "tests/*.sql"),
+            ("tests/**/*.sql", "tests/**/*.sql"),
+            ("tests/**/*.sql", "tests/unit/**/*.sql"),
+            ("tests/*.sql", "tests/a.sql"),
+            ("tests/**", "tests/deep/t1.sql"),
+        ] {
+            assert!(glob_covers(wide, narrow), "{wide} should cover {narrow}");
+        }
+    }
+
+    #[test]
+    fn glob_covers_refuses_what_it_cannot_show() {
+        for (wide, narrow) in [
+            ("tests/**", "tests"),
+            ("tests/**", "tests*/*.sql"),
+            ("tests/**", "test/**"),
+            ("tests/**", "**/tests/*.sql"),
+            ("tests/**", "src/**/*.sql"),
+            ("tests/**", "{tests,src}/*.sql"),
+            ("tests/**", "tests/{a"),
+            ("tests/**/*.sql", "tests/**"),
+            ("tests/**/*.sql", "tests/**/*.sq"),
+            ("tests/**/*.sql", "src/*.sql"),
+            ("**/*.sql", "tests/**/{a,b}.sql"),
+            ("**/*_test.sql", "tests/**/*.sql"),
+            ("tests/*.sql", "tests/a.py"),
+            ("tests/{a", "tests/a"),
+        ] {
+            assert!(!glob_covers(wide, narrow), "{wide} must not cover {narrow}");
+        }
+    }
+
+    /// Soundness: whenever `glob_covers` says yes, no path the narrow glob matches escapes the
+    /// wide one — checked over every pair of a set of globs and every path of a small tree.
+    #[test]
+    fn glob_covers_never_claims_a_cover_a_path_refutes() {
+        let globs = [
+            "**",
+            "tests/**",
+            "tests/**/*.sql",
+            "tests/*.sql",
+            "tests/unit/*.sql",
+            "**/*.sql",
+            "*.sql",
+            "tests/a.sql",
+            "tests/unit/**",
+            "src/**/*.sql",
+            "tests*/*.sql",
+            "**/unit/*.sql",
+            "tests/**/a.sql",
+            "tests/?.sql",
+            "{tests,src}/*.sql",
+            "tests/**/unit/*.sql",
+            "**/a*",
+            "tests/unit/**/*.sql",
+            "**/tests/**",
+        ];
+        let parts = ["tests", "src", "unit", "a.sql", "b.py", "testsx"];
+        let mut paths: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
+        for _ in 0..2 {
+            let longer: Vec<String> = paths
+                .iter()
+                .flat_map(|p| parts.iter().map(move |q| format!("{p}/{q}")))
+                .collect();
+            paths.extend(longer);
+        }
+        paths.sort();
+        paths.dedup();
+        let matcher = |g: &str| Glob::new(g).expect("compiles").compile_matcher();
+        let mut covers = 0;
+        for wide in globs {
+            let w = matcher(wide);
+            for narrow in globs {
+                if !glob_covers(wide, narrow) {
+                    continue;
+                }
+                covers += 1;
+                let n = matcher(narrow);
+                for p in &paths {
+                    assert!(
+                        !n.is_match(p) || w.is_match(p),
+                        "{wide} claimed to cover {narrow}, but {p} escapes it"
+                    );
+                }
+            }
+        }
+        assert!(
+            covers > globs.len(),
+            "the check must also accept narrowings ({covers})"
+        );
     }
 }

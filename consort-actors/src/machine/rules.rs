@@ -68,8 +68,12 @@ pub enum RuleViolation {
         /// Why.
         reason: PathError,
     },
-    /// A change set touches the harness (Consort's files, the runner's configuration).
-    #[error("{path} is part of the harness; no agent may change it")]
+    /// A change set touches the harness (Consort's files, the runner's configuration, the
+    /// manifests the test tool reads). The message tells the agent that a dependency is a
+    /// human's change, so the refusal that reaches a human says what is needed.
+    #[error(
+        "{path} is part of the harness (it decides how the tests are run and judged); no agent may change it. A new dependency, a test setting or a runner script is a human's change, made between runs: leave {path} as it is"
+    )]
     TouchesHarness {
         /// The path.
         path: String,

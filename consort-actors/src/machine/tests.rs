@@ -167,8 +167,12 @@ struct Run {
 
 impl Run {
     fn new() -> Self {
+        Run::with_paths(PathPolicy::new(&["tests/**"], &["run-tests.sh"]).expect("globs"))
+    }
+
+    fn with_paths(paths: PathPolicy) -> Self {
         let cfg = MachineConfig {
-            paths: PathPolicy::new(&["tests/**"], &["run-tests.sh"]).expect("globs"),
+            paths,
             ..MachineConfig::default()
         };
         Run {
@@ -927,6 +931,47 @@ fn no_agent_touches_the_harness() {
         RuleViolation::TouchesHarness {
             path: "run-tests.sh".into()
         }
+    );
+}
+
+#[test]
+fn a_driver_adding_a_dependency_to_a_harness_manifest_is_refused_and_told_it_is_a_human_change() {
+    let paths = PathPolicy::new(&["tests/**"], &[])
+        .and_then(|p| p.with_harness_outside_tests(&["**/pyproject.toml", "**/conftest.py"]))
+        .expect("globs");
+    let mut r = Run::with_paths(paths);
+    r.reach_build();
+    r.red("tests/t1.sql", &[]);
+    let v = r
+        .produce(cs(vec![
+            write("src/a.sql", "select 1;"),
+            write(
+                "./pyproject.toml",
+                "[project]\ndependencies = [\"requests\"]\n",
+            ),
+        ]))
+        .expect_err("refused");
+    assert_eq!(
+        v,
+        RuleViolation::TouchesHarness {
+            path: "pyproject.toml".into()
+        }
+    );
+    assert_eq!(v.remedy(), Remedy::RetryAgent);
+    r.observe();
+    let (_, step, attempt) = r.assignment();
+    assert_eq!((step, attempt), (Step::Green { test: "T1".into() }, 1));
+    assert!(
+        matches!(last_command(&r), Command::Assign { feedback, .. }
+            if feedback[0].contains("pyproject.toml is part of the harness")
+                && feedback[0].contains("new dependency")
+                && feedback[0].contains("a human's change")),
+        "{:?}",
+        last_command(&r)
+    );
+    assert!(
+        !r.disk.contains_key("pyproject.toml"),
+        "nothing was written"
     );
 }
 
