@@ -343,8 +343,8 @@ fn status(dir: &Path, json: bool) -> Result<i32> {
     }
     if let Some(r) = &report.last_receipt {
         println!(
-            "receipt: req-{} on {}: {} passed, {} not passed",
-            r.request, r.branch, r.passed, r.failed
+            "receipt: req-{} on {}: {} passed, {} not passed (confined: {})",
+            r.request, r.branch, r.passed, r.failed, r.confinement
         );
     }
     println!("ledger:  {} events", report.ledger_entries);
@@ -482,6 +482,23 @@ fn brief(e: &Event) -> String {
     }
 }
 
+/// How the receipts' runs were confined, counted: `confinement: Landlock ABI 7 (files and TCP) ×24`.
+fn confinement_summary(receipts: &[std::sync::Arc<consort::actors::TestRunReceipt>]) -> String {
+    let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for r in receipts {
+        *counts.entry(r.confinement.to_string()).or_default() += 1;
+    }
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(how, n)| format!("{how} ×{n}"))
+        .collect();
+    if parts.is_empty() {
+        "no runs yet".into()
+    } else {
+        format!("confinement: {}", parts.join(", "))
+    }
+}
+
 fn verify(dir: &Path) -> Result<i32> {
     let project = Project::open(dir)?;
     let mut ok = true;
@@ -568,8 +585,9 @@ fn verify(dir: &Path) -> Result<i32> {
         "receipts",
         if unissued.is_empty() {
             Ok(format!(
-                "{} receipts, each answering a request the machine issued",
-                state.receipts.len()
+                "{} receipts, each answering a request the machine issued; {}",
+                state.receipts.len(),
+                confinement_summary(&state.receipts)
             ))
         } else {
             Err(format!(

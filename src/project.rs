@@ -376,6 +376,8 @@ pub struct ReceiptSummary {
     pub failed: usize,
     /// The command's exit code.
     pub exit_code: Option<i32>,
+    /// How the run was confined, for people: `Landlock ABI 7 (files and TCP)`, `off …`.
+    pub confinement: String,
 }
 
 /// The status of a state, as `consort status` reports it.
@@ -433,6 +435,7 @@ pub fn status_of(state: &State, ledger_entries: usize) -> StatusReport {
             passed,
             failed: r.outcomes.len() - passed,
             exit_code: r.exit.code,
+            confinement: r.confinement.to_string(),
         }
     });
     StatusReport {
