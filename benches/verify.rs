@@ -82,6 +82,7 @@ impl Fixture {
             migrations: migrations(extra),
             tests: vec![TEST_FILE.into()],
             focus: None,
+            caches: Vec::new(),
         }
     }
 

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use consort_actors::worktree::hash_dir;
+use consort_actors::worktree::{TreeFilter, hash_dir_with};
 use consort_actors::{
     ContentHash, ExitRecord, InfraError, InfraFault, PromoteReport, PromoteRequest, RunTimings,
     TestOutcome, TestRunReceipt, TestStatus, VerifyRequest,
@@ -66,8 +66,8 @@ impl Verifier {
     /// Red tests and a failing migration are receipts; a database or runner that cannot work
     /// is an [`InfraError`].
     pub async fn verify(&self, req: &VerifyRequest) -> Result<TestRunReceipt, InfraError> {
-        let tree = req.work_tree.clone();
-        let workspace_hash = tokio::task::spawn_blocking(move || hash_dir(&tree))
+        let (tree, caches) = (req.work_tree.clone(), TreeFilter::new(&req.caches));
+        let workspace_hash = tokio::task::spawn_blocking(move || hash_dir_with(&tree, &caches))
             .await
             .map_err(|e| {
                 infra(
