@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use consort_actors::{MachineConfig, PathPolicy, Role};
+use consort_actors::{MachineConfig, PathPolicy, Role, TreeFilter};
 use consort_agents::AgentConfig;
 use serde::{Deserialize, Serialize};
 
@@ -90,9 +90,16 @@ pub struct PathsConfig {
     /// Test-path globs: the Navigator's alone, in RED only.
     pub tests: Vec<String>,
     /// Harness globs (runner configuration and scripts): no agent may change them. Consort's
-    /// own files are always harness.
+    /// own files and version-control metadata (`.git`, `.hg`, `.svn`, at any depth) are always
+    /// harness.
     #[serde(default)]
     pub harness: Vec<String>,
+    /// Extra cache directory names, added to the defaults (`__pycache__`, `.pytest_cache`,
+    /// `target`, `node_modules`, … see `consort_actors::paths::DEFAULT_CACHES`): a directory of
+    /// one of these names, at any depth, is never hashed, never taken for test files and never
+    /// written by an agent.
+    #[serde(default)]
+    pub caches: Vec<String>,
 }
 
 impl Default for PathsConfig {
@@ -100,6 +107,7 @@ impl Default for PathsConfig {
         PathsConfig {
             tests: vec!["tests/**".into()],
             harness: Vec::new(),
+            caches: Vec::new(),
         }
     }
 }
@@ -353,6 +361,9 @@ impl ProjectConfig {
         }
         self.path_policy()
             .map_err(|e| invalid("paths", e.to_string()))?;
+        for name in &self.paths.caches {
+            TreeFilter::check_name(name).map_err(|e| invalid("paths.caches", e.to_string()))?;
+        }
         for name in self.agents.roles.keys() {
             name.parse::<Role>()
                 .map_err(|e| invalid(&format!("agents.roles.{name}"), e.to_string()))?;
@@ -389,13 +400,14 @@ impl ProjectConfig {
         Ok(())
     }
 
-    /// The path policy from `[paths]` (the runner's configuration is part of the harness).
+    /// The path policy from `[paths]` (the runner's configuration is part of the harness; the
+    /// cache names are added to the defaults).
     pub fn path_policy(&self) -> Result<PathPolicy, consort_actors::paths::GlobError> {
         let mut harness = self.paths.harness.clone();
         if let RunnerConfig::Command { junit: Some(j), .. } = &self.runner {
             harness.push(j.display().to_string());
         }
-        PathPolicy::new(&self.paths.tests, &harness)
+        Ok(PathPolicy::new(&self.paths.tests, &harness)?.with_caches(&self.paths.caches))
     }
 
     /// The machine configuration from `[paths]` and `[bounds]`.
@@ -468,6 +480,26 @@ path = ".consort/script.toml"
         assert!(ProjectConfig::parse(&text, Path::new("consort.toml")).is_err());
         let text = format!("{MINIMAL}\n[paths]\ntests = [\"tests/[x\"]\n");
         assert!(ProjectConfig::parse(&text, Path::new("consort.toml")).is_err());
+        let text =
+            format!("{MINIMAL}\n[paths]\ntests = [\"tests/**\"]\ncaches = [\"out/build\"]\n");
+        let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
+        assert!(e.to_string().contains("paths.caches"), "{e}");
+    }
+
+    #[test]
+    fn extra_cache_names_join_the_defaults() {
+        let text = format!(
+            "{MINIMAL}\n[paths]\ntests = [\"tests/**\"]\ncaches = [\"build\", \".cache\"]\n"
+        );
+        let c = ProjectConfig::parse(&text, Path::new("consort.toml")).expect("parses");
+        let policy = c.path_policy().expect("policy");
+        let filter = policy.tree_filter();
+        assert_eq!(filter.extra(), ["build".to_string(), ".cache".to_string()]);
+        assert!(filter.skips("build") && filter.skips("__pycache__") && filter.skips(".git"));
+        assert!(!policy.is_test("tests/build/t1.sql"));
+        assert!(policy.is_harness(".git/config"));
+        let m = c.machine_config().expect("machine");
+        assert_eq!(m.paths.tree_filter(), filter);
     }
 
     #[test]

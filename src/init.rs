@@ -56,6 +56,11 @@ request = "feature.md"          # the request, as markdown; its first '# ' line 
 [paths]
 tests = ["tests/**"]            # test paths: written by the Navigator, in RED only
 harness = []                    # runner configuration and scripts: no agent may change them
+                                # (consort.toml, .consort/ and .git/.hg/.svn always)
+caches = []                     # extra cache directory names, matched at any depth, on top of
+                                # __pycache__ .pytest_cache .mypy_cache .ruff_cache .hypothesis
+                                # .tox .nox .venv target node_modules .gradle .next .turbo:
+                                # never hashed, never tests, never written by an agent
 
 [runner]
 kind = "psql"                   # "psql": each tests/*.sql file with psql on a fresh branch
