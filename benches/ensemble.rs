@@ -171,6 +171,7 @@ fn burst(rt: &Runtime) -> Burst {
             migrations: migrations(),
             tests: vec![TEST_FILE.into()],
             focus: None,
+            caches: Vec::new(),
         };
         lakebase
             .verify(req(0), Duration::from_secs(120))

@@ -87,6 +87,7 @@ impl Fixture {
             migrations: migrations(extra),
             tests: vec![TEST_FILE.into()],
             focus: None,
+            caches: Vec::new(),
         }
     }
 

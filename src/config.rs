@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use consort_actors::{MachineConfig, PathPolicy, Role};
+use consort_actors::{MachineConfig, PathPolicy, Role, TreeFilter};
 use consort_agents::AgentConfig;
 use serde::{Deserialize, Serialize};
 
@@ -91,11 +91,17 @@ pub struct FeatureConfig {
 pub struct PathsConfig {
     /// Test-path globs: the Navigator's alone, in RED only.
     pub tests: Vec<String>,
-    /// Harness globs: no agent may change them. Consort's own files are always harness, and so
-    /// is what the runner's configuration reaches (see [`crate::runner_harness`]): list here
-    /// only what that rule cannot see.
+    /// Harness globs: no agent may change them. Consort's own files, version-control metadata
+    /// (`.git`, `.hg`, `.svn`, at any depth) and what the runner's configuration reaches (see
+    /// [`crate::runner_harness`]) are always harness: list here only what that rule cannot see.
     #[serde(default)]
     pub harness: Vec<String>,
+    /// Extra cache directory names, added to the defaults (`__pycache__`, `.pytest_cache`,
+    /// `target`, `node_modules`, … see `consort_actors::paths::DEFAULT_CACHES`): a directory of
+    /// one of these names, at any depth, is never hashed, never taken for test files and never
+    /// written by an agent.
+    #[serde(default)]
+    pub caches: Vec<String>,
 }
 
 impl Default for PathsConfig {
@@ -103,6 +109,7 @@ impl Default for PathsConfig {
         PathsConfig {
             tests: vec!["tests/**".into()],
             harness: Vec::new(),
+            caches: Vec::new(),
         }
     }
 }
@@ -386,6 +393,9 @@ impl ProjectConfig {
         let policy = self
             .path_policy()
             .map_err(|e| invalid("paths", e.to_string()))?;
+        for name in &self.paths.caches {
+            TreeFilter::check_name(name).map_err(|e| invalid("paths.caches", e.to_string()))?;
+        }
         for name in self.agents.roles.keys() {
             name.parse::<Role>()
                 .map_err(|e| invalid(&format!("agents.roles.{name}"), e.to_string()))?;
@@ -424,12 +434,13 @@ impl ProjectConfig {
 
     /// The path policy from `[paths]`, with what the runner's configuration makes harness
     /// (see [`crate::runner_harness`]): outside the test paths, the files the runner's commands
-    /// name and the test tool's configuration.
+    /// name and the test tool's configuration; the cache names are added to the defaults.
     pub fn path_policy(&self) -> Result<PathPolicy, consort_actors::paths::GlobError> {
         let tests_only = PathPolicy::new(&self.paths.tests, &[])?;
         let runner = RunnerHarness::of(&self.runner, &tests_only);
-        PathPolicy::new(&self.paths.tests, &self.paths.harness)?
-            .with_harness_outside_tests(&runner.outside_test_globs())
+        Ok(PathPolicy::new(&self.paths.tests, &self.paths.harness)?
+            .with_harness_outside_tests(&runner.outside_test_globs())?
+            .with_caches(&self.paths.caches))
     }
 
     /// What the runner's configuration makes harness without `[paths] harness` listing it.
@@ -510,6 +521,26 @@ path = ".consort/script.toml"
         assert!(ProjectConfig::parse(&text, Path::new("consort.toml")).is_err());
         let text = format!("{MINIMAL}\n[paths]\ntests = [\"tests/[x\"]\n");
         assert!(ProjectConfig::parse(&text, Path::new("consort.toml")).is_err());
+        let text =
+            format!("{MINIMAL}\n[paths]\ntests = [\"tests/**\"]\ncaches = [\"out/build\"]\n");
+        let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
+        assert!(e.to_string().contains("paths.caches"), "{e}");
+    }
+
+    #[test]
+    fn extra_cache_names_join_the_defaults() {
+        let text = format!(
+            "{MINIMAL}\n[paths]\ntests = [\"tests/**\"]\ncaches = [\"build\", \".cache\"]\n"
+        );
+        let c = ProjectConfig::parse(&text, Path::new("consort.toml")).expect("parses");
+        let policy = c.path_policy().expect("policy");
+        let filter = policy.tree_filter();
+        assert_eq!(filter.extra(), ["build".to_string(), ".cache".to_string()]);
+        assert!(filter.skips("build") && filter.skips("__pycache__") && filter.skips(".git"));
+        assert!(!policy.is_test("tests/build/t1.sql"));
+        assert!(policy.is_harness(".git/config"));
+        let m = c.machine_config().expect("machine");
+        assert_eq!(m.paths.tree_filter(), filter);
     }
 
     #[test]

@@ -81,6 +81,14 @@ impl std::fmt::Debug for EnsembleBuilder {
     }
 }
 
+/// The default runner's configuration: the psql runner, skipping the machine's caches.
+fn default_runner(machine: &MachineConfig) -> PsqlRunnerConfig {
+    PsqlRunnerConfig {
+        caches: machine.paths.tree_filter().extra().to_vec(),
+        ..PsqlRunnerConfig::default()
+    }
+}
+
 impl EnsembleBuilder {
     /// The feature request of a new run (a resumed run reads it from the ledger).
     pub fn feature(mut self, feature: FeatureRequest) -> Self {
@@ -122,7 +130,8 @@ impl EnsembleBuilder {
         self
     }
 
-    /// The test runner (default: the psql runner over `src/**/*.sql` and `tests/**/*.sql`).
+    /// The test runner (default: the psql runner over `src/**/*.sql` and `tests/**/*.sql`,
+    /// skipping the machine's cache directories).
     pub fn runner(mut self, runner: Arc<dyn TestRunner>) -> Self {
         self.runner = Some(runner);
         self
@@ -207,7 +216,7 @@ impl EnsembleBuilder {
         };
         let runner: Arc<dyn TestRunner> = match self.runner {
             Some(r) => r,
-            None => Arc::new(PsqlRunner::new(PsqlRunnerConfig::default())?),
+            None => Arc::new(PsqlRunner::new(default_runner(&self.machine))?),
         };
         let stats = Arc::new(PoolStats::default());
         let mut args = LakebaseArgs::new(provider.clone(), runner);

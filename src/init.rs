@@ -57,7 +57,12 @@ request = "feature.md"          # the request, as markdown; its first '# ' line 
 tests = ["tests/**"]            # test paths: written by the Navigator, in RED only
 harness = []                    # more files no agent may change; the scripts the runner's
                                 # commands name and the test tool's configuration are added
-                                # (`consort doctor` lists them)
+                                # (`consort doctor` lists them); consort.toml, .consort/ and
+                                # .git/.hg/.svn always
+caches = []                     # extra cache directory names, matched at any depth, on top of
+                                # __pycache__ .pytest_cache .mypy_cache .ruff_cache .hypothesis
+                                # .tox .nox .venv target node_modules .gradle .next .turbo:
+                                # never hashed, never tests, never written by an agent
 
 [runner]
 kind = "psql"                   # "psql": each tests/*.sql file with psql on a fresh branch

@@ -459,6 +459,17 @@ fn brief(e: &Event) -> String {
         Event::Observed { tests, .. } => format!("{} test files", tests.len()),
         Event::Applied { workspace_hash, .. } => format!("work tree {}", workspace_hash.short()),
         Event::ApplyRefused { reason } => reason.to_string(),
+        Event::ApplyDenied {
+            violation,
+            resolved,
+        } if resolved.is_empty() => violation.to_string(),
+        Event::ApplyDenied {
+            violation,
+            resolved,
+        } => {
+            let links: Vec<String> = resolved.iter().map(|(a, b)| format!("{a} → {b}")).collect();
+            format!("{violation} (through links: {})", links.join(", "))
+        }
         Event::VerifyCompleted { receipt } => format!(
             "{} on {}: {} outcomes, exit {:?}",
             receipt.request_id,

@@ -211,6 +211,7 @@ impl Project {
                 setup_globs: setup.clone(),
                 test_globs: tests.clone(),
                 timeout_per_file: Duration::from_secs(*timeout_secs),
+                caches: self.config.paths.caches.clone(),
                 ..PsqlRunnerConfig::default()
             })?),
             RunnerConfig::Command {
@@ -284,6 +285,11 @@ impl Project {
                 .agents_override
                 .as_ref()
                 .unwrap_or_else(|| self.config.agents.for_role(role));
+            // An external program's scratch copy skips the project's caches too.
+            let mut cfg = cfg.clone();
+            if let AgentConfig::Command(c) = &mut cfg {
+                c.caches.extend(self.config.paths.caches.iter().cloned());
+            }
             let agent = cfg
                 .build(role, &self.dir)
                 .map_err(|source| ProjectError::Agent { role, source })?;

@@ -1321,6 +1321,7 @@ COMMIT;
             migrations: vec![],
             tests: vec!["t1".into()],
             focus: None,
+            caches: Vec::new(),
         };
         let answer = actor
             .call(
@@ -1536,6 +1537,7 @@ mod load {
                 migrations: migrations.clone(),
                 tests: vec![],
                 focus: None,
+                caches: Vec::new(),
             };
             let actor = actor.clone();
             let i = *i;

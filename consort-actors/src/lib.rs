@@ -29,7 +29,7 @@ pub use hash::{ContentHash, canonical_json};
 pub use machine::{
     Command, Event, Machine, MachineConfig, Pending, Phase, RuleViolation, RunStatus, State,
 };
-pub use paths::{PathError, PathPolicy};
+pub use paths::{PathError, PathPolicy, TreeFilter, WriteProblem};
 pub use protocol::*;
 pub use role::{ActorId, Role};
 pub use step::Step;

@@ -278,6 +278,11 @@ pub struct VerifyRequest {
     pub tests: Vec<String>,
     /// The test whose outcome matters most (the new test in RED).
     pub focus: Option<String>,
+    /// The project's extra cache directory names (`[paths] caches`), skipped at any depth when
+    /// the tree is hashed, on top of the defaults of [`crate::paths::TreeFilter`]: the verifier
+    /// hashes exactly what the conductor hashed. Empty in requests written before it existed.
+    #[serde(default)]
+    pub caches: Vec<String>,
 }
 
 /// A request to apply the migrations to the parent database and check them there.

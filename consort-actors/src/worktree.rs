@@ -2,26 +2,48 @@
 //!
 //! **Only the conductor writes the work tree**, through [`WorkTree::apply`], after the state
 //! machine accepted the change set. Every path is confined to the tree: lexically (no absolute
-//! paths, no `..`) and physically (no symlink on the way that leads outside).
+//! paths, no `..`) and physically (no symlink on the way that leads outside). Before it writes,
+//! the conductor resolves every path to the file it physically reaches
+//! ([`WorkTree::resolve_physical`]) and has the machine judge that file; [`WorkTree::apply`]
+//! then checks what the file system will refuse before writing anything, and undoes what it
+//! wrote if the OS refuses a path mid-way, so a change set is applied whole or not at all.
+//!
+//! Directories the [`TreeFilter`] skips (caches, version control, Consort's state, at any
+//! depth) are never hashed, listed or read.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use crate::artifact::{ChangeSet, FileChange, FileHashes};
 use crate::hash::ContentHash;
-use crate::paths::{PathError, normalise_relative};
+pub use crate::paths::TreeFilter;
+use crate::paths::{MAX_NAME_BYTES, PathError, WriteProblem, normalise_relative};
 
-/// Directories never hashed or listed: Consort's state, VCS data, build output.
-pub const SKIPPED_DIRS: [&str; 4] = [".consort", ".git", "target", "node_modules"];
+/// Most symbolic links followed while resolving one path (as the OS's `ELOOP` limit).
+const MAX_LINK_HOPS: u32 = 40;
+
+/// The name of the temporary file a write goes through, in the file's own directory.
+const TMP_NAME: &str = ".consort-write.tmp";
 
 /// A file-system failure in the work tree.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WorkTreeError {
     /// A path was refused.
     #[error(transparent)]
     Path(#[from] PathError),
+    /// The file system cannot take a change at a path; nothing of the change set was left
+    /// applied. (The conductor turns this into a refusal the agent may retry.)
+    #[error("{path} cannot be written: {problem}")]
+    NotWritable {
+        /// The path, relative to the work tree.
+        path: String,
+        /// What the file system objects to.
+        problem: WriteProblem,
+    },
     /// An I/O error on a path.
     #[error("{op} {path}: {source}")]
     Io {
@@ -49,19 +71,94 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Wor
     }
 }
 
+fn not_writable(path: &str, problem: WriteProblem) -> WorkTreeError {
+    WorkTreeError::NotWritable {
+        path: path.to_string(),
+        problem,
+    }
+}
+
+/// Sorts an OS error on `rel` into "the path's fault" (a typed [`WorkTreeError::NotWritable`]
+/// the agent may retry) or "the machine's" (an [`WorkTreeError::Io`] that stops the run: a full
+/// disk, a read-only file system, a failing device).
+fn classify(op: &'static str, rel: &str, source: io::Error) -> WorkTreeError {
+    use io::ErrorKind as K;
+    let problem = match source.kind() {
+        K::NotADirectory | K::AlreadyExists => WriteProblem::NotADirectory {
+            path: rel.to_string(),
+        },
+        K::IsADirectory | K::DirectoryNotEmpty => WriteProblem::IsADirectory {
+            path: rel.to_string(),
+        },
+        K::InvalidFilename
+        | K::InvalidInput
+        | K::PermissionDenied
+        | K::NotFound
+        | K::CrossesDevices => WriteProblem::Refused {
+            op: op.to_string(),
+            detail: source.to_string(),
+        },
+        _ => {
+            return WorkTreeError::Io {
+                op,
+                path: rel.to_string(),
+                source,
+            };
+        }
+    };
+    not_writable(rel, problem)
+}
+
+/// Refuses a path with a component the file system would find too long.
+fn check_names(rel: &str) -> Result<(), WorkTreeError> {
+    match rel.split('/').map(str::len).find(|l| *l > MAX_NAME_BYTES) {
+        Some(len) => Err(not_writable(
+            rel,
+            WriteProblem::NameTooLong {
+                len,
+                max: MAX_NAME_BYTES,
+            },
+        )),
+        None => Ok(()),
+    }
+}
+
+/// One change, checked and with the bytes its file holds now (`None`: no file), ready to write.
+struct Planned<'a> {
+    change: &'a FileChange,
+    norm: String,
+    full: PathBuf,
+    before: Option<Vec<u8>>,
+}
+
 /// A handle on the work tree directory.
 #[derive(Debug, Clone)]
 pub struct WorkTree {
     root: PathBuf,
+    filter: TreeFilter,
 }
 
 impl WorkTree {
-    /// A work tree rooted at `root` (created if missing).
+    /// A work tree rooted at `root` (created if missing), skipping the default directories.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, WorkTreeError> {
         let root = root.into();
         fs::create_dir_all(&root).map_err(io_err("create", &root))?;
         let root = root.canonicalize().map_err(io_err("resolve", &root))?;
-        Ok(WorkTree { root })
+        Ok(WorkTree {
+            root,
+            filter: TreeFilter::default(),
+        })
+    }
+
+    /// The same handle, skipping the directories of `filter` (the project's caches).
+    pub fn with_filter(mut self, filter: TreeFilter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// The directories never hashed, listed or read.
+    pub fn filter(&self) -> &TreeFilter {
+        &self.filter
     }
 
     /// The canonical root directory.
@@ -72,6 +169,7 @@ impl WorkTree {
     /// Resolves a relative path inside the tree, refusing anything that leaves it.
     pub fn resolve(&self, rel: &str) -> Result<(String, PathBuf), WorkTreeError> {
         let norm = normalise_relative(rel)?;
+        check_names(&norm)?;
         let full = self.root.join(&norm);
         // Walk every existing ancestor: a symlink on the way must stay inside the tree.
         let mut cur = self.root.clone();
@@ -87,10 +185,83 @@ impl WorkTree {
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                Err(e) => return Err(io_err("inspect", &cur)(e)),
+                Err(e) => return Err(classify("inspect", &norm, e)),
             }
         }
         Ok((norm, full))
+    }
+
+    /// The path `rel` physically reaches, relative to the tree: every existing symbolic link on
+    /// the way (the last component included, dangling links too) is followed as the OS would,
+    /// and the part that does not exist yet is kept as spelled. This is the file a write or a
+    /// delete of `rel` touches, and so the path the rules judge.
+    ///
+    /// Refused: a resolution that leaves the tree ([`PathError::EscapesThroughLink`]), a file
+    /// where a directory must be, a component too long, a link loop
+    /// ([`WorkTreeError::NotWritable`]).
+    pub fn resolve_physical(&self, rel: &str) -> Result<String, WorkTreeError> {
+        let norm = normalise_relative(rel)?;
+        check_names(&norm)?;
+        let escape = || WorkTreeError::Path(PathError::EscapesThroughLink { path: norm.clone() });
+        let full = match physical(&self.root, &norm) {
+            Ok(full) => full,
+            Err(Physical::NotADirectory(file)) => {
+                let path = file
+                    .strip_prefix(&self.root)
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .map_err(|_| escape())?;
+                return Err(not_writable(&norm, WriteProblem::NotADirectory { path }));
+            }
+            Err(Physical::Loop) => {
+                let problem = WriteProblem::Refused {
+                    op: "resolve".into(),
+                    detail: format!("more than {MAX_LINK_HOPS} symbolic links on the way"),
+                };
+                return Err(not_writable(&norm, problem));
+            }
+            Err(Physical::Io(e)) => return Err(classify("resolve", &norm, e)),
+        };
+        let inside = full.strip_prefix(&self.root).map_err(|_| escape())?;
+        let mut parts = Vec::new();
+        for comp in inside.components() {
+            match comp {
+                Component::Normal(name) => parts.push(name.to_string_lossy().into_owned()),
+                _ => return Err(escape()),
+            }
+        }
+        if parts.is_empty() {
+            let problem = WriteProblem::IsADirectory { path: ".".into() };
+            return Err(not_writable(&norm, problem));
+        }
+        Ok(normalise_relative(&parts.join("/"))?)
+    }
+
+    /// The change set with every path replaced by the path it physically reaches
+    /// ([`WorkTree::resolve_physical`]), and the paths that changed (spelled → resolved).
+    pub fn resolve_set(
+        &self,
+        set: &ChangeSet,
+    ) -> Result<(ChangeSet, BTreeMap<String, String>), WorkTreeError> {
+        let mut changes = Vec::with_capacity(set.changes.len());
+        let mut moved = BTreeMap::new();
+        for change in &set.changes {
+            let path = self.resolve_physical(change.path())?;
+            if path != change.path() {
+                moved.insert(change.path().to_string(), path.clone());
+            }
+            changes.push(match change {
+                FileChange::Write { content, .. } => FileChange::Write {
+                    path,
+                    content: content.clone(),
+                },
+                FileChange::Delete { .. } => FileChange::Delete { path },
+            });
+        }
+        let set = ChangeSet {
+            summary: set.summary.clone(),
+            changes,
+        };
+        Ok((set, moved))
     }
 
     /// Reads a text file, or `None` when it does not exist.
@@ -105,36 +276,85 @@ impl WorkTree {
         }
     }
 
-    /// Applies a change set and returns its inverse (the change set that restores the files as
-    /// they were). Every path is checked before any file is written.
-    pub fn apply(&self, set: &ChangeSet) -> Result<ChangeSet, WorkTreeError> {
-        let mut resolved = Vec::with_capacity(set.changes.len());
+    /// Checks every change of `set` without writing anything: the path is confined, its names
+    /// fit the file system, no file stands where a directory must be, no directory where the
+    /// file is; and reads what each file holds now.
+    fn plan<'a>(&self, set: &'a ChangeSet) -> Result<Vec<Planned<'a>>, WorkTreeError> {
+        let mut plan = Vec::with_capacity(set.changes.len());
         for change in &set.changes {
-            resolved.push(self.resolve(change.path())?);
-        }
-        let mut inverse = Vec::with_capacity(set.changes.len());
-        for (change, (norm, full)) in set.changes.iter().zip(&resolved) {
-            let before = match fs::read(full) {
-                Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            let (norm, full) = self.resolve(change.path())?;
+            let before = match fs::read(&full) {
+                Ok(bytes) => Some(bytes),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-                Err(e) => return Err(io_err("read", full)(e)),
+                Err(e) => return Err(classify("read", &norm, e)),
             };
-            inverse.push(match before {
-                Some(content) => FileChange::Write {
-                    path: norm.clone(),
-                    content,
-                },
-                None => FileChange::Delete { path: norm.clone() },
+            plan.push(Planned {
+                change,
+                norm,
+                full,
+                before,
             });
-            match change {
-                FileChange::Write { content, .. } => write_atomic(full, content.as_bytes())?,
-                FileChange::Delete { .. } => match fs::remove_file(full) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_err("delete", full)(e)),
-                },
-            }
         }
+        Ok(plan)
+    }
+
+    /// The change set that restores every file `set` touches as it is now (the first time a
+    /// path appears counts), computed without writing anything and after the same checks as
+    /// [`WorkTree::apply`]. A file that is not UTF-8 text cannot be restored from a change set
+    /// and is refused ([`WriteProblem::NotText`]).
+    pub fn undo(&self, set: &ChangeSet) -> Result<ChangeSet, WorkTreeError> {
+        let mut changes = Vec::with_capacity(set.changes.len());
+        let mut seen = std::collections::BTreeSet::new();
+        for p in self.plan(set)? {
+            if !seen.insert(p.norm.clone()) {
+                continue;
+            }
+            changes.push(match p.before {
+                Some(bytes) => FileChange::Write {
+                    content: String::from_utf8(bytes).map_err(|_| {
+                        not_writable(
+                            &p.norm,
+                            WriteProblem::NotText {
+                                path: p.norm.clone(),
+                            },
+                        )
+                    })?,
+                    path: p.norm,
+                },
+                None => FileChange::Delete { path: p.norm },
+            });
+        }
+        Ok(ChangeSet {
+            summary: format!("undo: {}", set.summary),
+            changes,
+        })
+    }
+
+    /// Applies a change set and returns its inverse (the change set that restores the files as
+    /// they were). Every path is checked before any file is written; if the file system refuses
+    /// a write mid-way, what was written (files and new directories) is undone before the error
+    /// is returned, so nothing of a failed change set stays applied.
+    pub fn apply(&self, set: &ChangeSet) -> Result<ChangeSet, WorkTreeError> {
+        let plan = self.plan(set)?;
+        let mut done: Vec<&Planned<'_>> = Vec::with_capacity(plan.len());
+        let mut created: Vec<PathBuf> = Vec::new();
+        for p in &plan {
+            if let Err(e) = self.write_one(p, &mut created) {
+                self.roll_back(&done, &created)?;
+                return Err(e);
+            }
+            done.push(p);
+        }
+        let mut inverse: Vec<FileChange> = plan
+            .into_iter()
+            .map(|p| match p.before {
+                Some(bytes) => FileChange::Write {
+                    path: p.norm,
+                    content: String::from_utf8_lossy(&bytes).into_owned(),
+                },
+                None => FileChange::Delete { path: p.norm },
+            })
+            .collect();
         inverse.reverse();
         Ok(ChangeSet {
             summary: format!("undo: {}", set.summary),
@@ -142,10 +362,68 @@ impl WorkTree {
         })
     }
 
-    /// Hashes every file of the tree (outside [`SKIPPED_DIRS`]): relative path → content hash.
+    fn write_one(&self, p: &Planned<'_>, created: &mut Vec<PathBuf>) -> Result<(), WorkTreeError> {
+        match p.change {
+            FileChange::Write { content, .. } => {
+                if let Some(parent) = p.full.parent() {
+                    self.create_dirs(parent, &p.norm, created)?;
+                }
+                write_atomic(&p.full, content.as_bytes())
+                    .map_err(|(op, e)| classify(op, &p.norm, e))
+            }
+            FileChange::Delete { .. } => match fs::remove_file(&p.full) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(classify("delete", &p.norm, e)),
+            },
+        }
+    }
+
+    /// Creates `dir` and its missing ancestors inside the tree, recording each one created.
+    fn create_dirs(
+        &self,
+        dir: &Path,
+        rel: &str,
+        created: &mut Vec<PathBuf>,
+    ) -> Result<(), WorkTreeError> {
+        let missing: Vec<&Path> = dir
+            .ancestors()
+            .take_while(|a| *a != self.root && fs::symlink_metadata(a).is_err())
+            .collect();
+        for d in missing.into_iter().rev() {
+            fs::create_dir(d).map_err(|e| classify("create directory", rel, e))?;
+            created.push(d.to_path_buf());
+        }
+        Ok(())
+    }
+
+    /// Restores the files of `done` as they were (last first) and removes the directories
+    /// created for them. A failure here is an I/O error: the tree could not be put back.
+    fn roll_back(&self, done: &[&Planned<'_>], created: &[PathBuf]) -> Result<(), WorkTreeError> {
+        for p in done.iter().rev() {
+            match &p.before {
+                Some(bytes) => {
+                    write_atomic(&p.full, bytes).map_err(|(_, e)| io_err("restore", &p.full)(e))?
+                }
+                None => match fs::remove_file(&p.full) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err("restore", &p.full)(e)),
+                },
+            }
+        }
+        // Best effort: an empty directory left behind holds no file, so no hash sees it.
+        for d in created.iter().rev() {
+            let _ = fs::remove_dir(d);
+        }
+        Ok(())
+    }
+
+    /// Hashes every file of the tree (outside the directories the [`TreeFilter`] skips):
+    /// relative path → content hash.
     pub fn file_hashes(&self) -> Result<FileHashes, WorkTreeError> {
         let mut out = BTreeMap::new();
-        walk(&self.root, &self.root, &mut |rel, full| {
+        walk(&self.root, &self.root, &self.filter, &mut |rel, full| {
             let bytes = fs::read(full).map_err(io_err("read", full))?;
             out.insert(rel.to_string(), ContentHash::of_bytes(&bytes));
             Ok(())
@@ -166,7 +444,7 @@ impl WorkTree {
     ) -> Result<BTreeMap<String, String>, WorkTreeError> {
         let mut out = BTreeMap::new();
         let mut total = 0usize;
-        walk(&self.root, &self.root, &mut |rel, full| {
+        walk(&self.root, &self.root, &self.filter, &mut |rel, full| {
             if !keep(rel) || total >= max_bytes {
                 return Ok(());
             }
@@ -182,27 +460,132 @@ impl WorkTree {
 }
 
 impl WorkTree {
-    /// The cache directories that exist in the tree (runs may write there; never hashed).
+    /// The cache directories that exist in the tree, at any depth (not inside another skipped
+    /// directory): a confined test run may write there. Version control and Consort's state
+    /// are skipped too, but never listed here.
     pub fn cache_dirs(&self) -> Result<Vec<PathBuf>, WorkTreeError> {
-        let mut out = Vec::new();
-        for name in ["target", "node_modules"] {
-            let p = self.root.join(name);
-            if p.is_dir() {
-                out.push(p);
+        fn find(
+            dir: &Path,
+            filter: &TreeFilter,
+            out: &mut Vec<PathBuf>,
+        ) -> Result<(), WorkTreeError> {
+            for entry in fs::read_dir(dir)
+                .map_err(io_err("list", dir))?
+                .filter_map(Result::ok)
+            {
+                let path = entry.path();
+                if !entry
+                    .file_type()
+                    .map_err(io_err("inspect", &path))?
+                    .is_dir()
+                {
+                    continue;
+                }
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                if filter.is_cache(&name) {
+                    out.push(path);
+                } else if !filter.skips(&name) {
+                    find(&path, filter, out)?;
+                }
             }
+            Ok(())
         }
+        let mut out = Vec::new();
+        find(&self.root, &self.filter, &mut out)?;
+        out.sort();
         Ok(out)
     }
 }
 
-/// Hashes a work tree directory without opening a [`WorkTree`] handle.
+/// Hashes a work tree directory without opening a [`WorkTree`] handle, skipping the default
+/// directories of [`TreeFilter`].
 pub fn hash_dir(root: &Path) -> Result<ContentHash, WorkTreeError> {
     WorkTree::open(root)?.hash()
+}
+
+/// Hashes a work tree directory as [`hash_dir`] does, skipping the directories of `filter` (the
+/// defaults and the project's caches): the hash the conductor computes for the same tree.
+pub fn hash_dir_with(root: &Path, filter: &TreeFilter) -> Result<ContentHash, WorkTreeError> {
+    WorkTree::open(root)?.with_filter(filter.clone()).hash()
+}
+
+/// Why a path could not be resolved physically.
+enum Physical {
+    /// This existing file stands where a directory must be.
+    NotADirectory(PathBuf),
+    /// Too many symbolic links on the way (a loop).
+    Loop,
+    /// Another failure (a link loop, a name the OS refuses, …).
+    Io(io::Error),
+}
+
+/// Resolves `rel` under `root` as the OS would when opening it: component by component, every
+/// existing symbolic link followed (its target resolved from the link's directory, or from `/`
+/// when absolute), `..` taken from the resolved parent; once a component does not exist, the
+/// rest is appended as spelled (a missing directory will be created as a real one).
+fn physical(root: &Path, rel: &str) -> Result<PathBuf, Physical> {
+    let mut todo: Vec<OsString> = rel.split('/').rev().map(OsString::from).collect();
+    let mut cur = root.to_path_buf();
+    let mut missing = false;
+    let mut hops = 0u32;
+    while let Some(comp) = todo.pop() {
+        if comp.is_empty() || comp == "." {
+            continue;
+        }
+        if comp == ".." {
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&comp);
+        if missing {
+            cur = next;
+            continue;
+        }
+        match fs::symlink_metadata(&next) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                missing = true;
+                cur = next;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+                return Err(Physical::NotADirectory(cur));
+            }
+            Err(e) => return Err(Physical::Io(e)),
+            Ok(meta) if meta.file_type().is_symlink() => {
+                hops += 1;
+                if hops > MAX_LINK_HOPS {
+                    return Err(Physical::Loop);
+                }
+                let target = fs::read_link(&next).map_err(Physical::Io)?;
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                let parts: Vec<OsString> = target
+                    .components()
+                    .filter_map(|c| match c {
+                        Component::Normal(n) => Some(n.to_os_string()),
+                        Component::ParentDir => Some(OsString::from("..")),
+                        _ => None,
+                    })
+                    .collect();
+                todo.extend(parts.into_iter().rev());
+            }
+            Ok(meta) => {
+                let more = todo.iter().any(|c| !c.is_empty() && c != ".");
+                if more && !meta.is_dir() {
+                    return Err(Physical::NotADirectory(next));
+                }
+                cur = next;
+            }
+        }
+    }
+    Ok(cur)
 }
 
 fn walk(
     root: &Path,
     dir: &Path,
+    filter: &TreeFilter,
     visit: &mut dyn FnMut(&str, &Path) -> Result<(), WorkTreeError>,
 ) -> Result<(), WorkTreeError> {
     let mut entries: Vec<_> = fs::read_dir(dir)
@@ -216,10 +599,11 @@ fn walk(
         let name = name.to_string_lossy();
         let ft = entry.file_type().map_err(io_err("inspect", &path))?;
         if ft.is_dir() {
-            if dir == root && SKIPPED_DIRS.contains(&name.as_ref()) {
+            // Caches, version control and Consort's state, at any depth.
+            if filter.skips(&name) {
                 continue;
             }
-            walk(root, &path, visit)?;
+            walk(root, &path, filter, visit)?;
         } else if ft.is_file() {
             let rel = path
                 .strip_prefix(root)
@@ -234,18 +618,18 @@ fn walk(
     Ok(())
 }
 
-fn write_atomic(full: &Path, bytes: &[u8]) -> Result<(), WorkTreeError> {
-    if let Some(parent) = full.parent() {
-        fs::create_dir_all(parent).map_err(io_err("create", parent))?;
-    }
-    let tmp = full.with_extension(format!(
-        "{}consort-tmp",
-        full.extension()
-            .map(|e| format!("{}.", e.to_string_lossy()))
-            .unwrap_or_default()
-    ));
-    fs::write(&tmp, bytes).map_err(io_err("write", &tmp))?;
-    fs::rename(&tmp, full).map_err(io_err("rename", full))
+/// Writes through a temporary file in the same directory and renames it into place, so a file
+/// is never seen half-written. The temporary name is short, so a name that fits fits with it.
+fn write_atomic(full: &Path, bytes: &[u8]) -> Result<(), (&'static str, io::Error)> {
+    let tmp = full.with_file_name(TMP_NAME);
+    fs::write(&tmp, bytes).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        ("write", e)
+    })?;
+    fs::rename(&tmp, full).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        ("write", e)
+    })
 }
 
 #[cfg(test)]
@@ -303,6 +687,284 @@ mod tests {
             );
         }
         assert!(fs::read_dir(outside.path()).expect("list").next().is_none());
+    }
+
+    fn link(target: &str, at: &Path) {
+        if let Some(parent) = at.parent() {
+            fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::os::unix::fs::symlink(target, at).expect("symlink");
+    }
+
+    #[test]
+    fn a_path_resolves_to_the_file_it_physically_reaches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wt = WorkTree::open(dir.path()).expect("open");
+        let root = wt.root().to_path_buf();
+        fs::create_dir_all(root.join("tests")).expect("mkdir");
+        fs::write(root.join("tests/t1.sql"), "t1").expect("seed");
+        fs::write(root.join("consort.toml"), "").expect("seed");
+        link("../tests", &root.join("src/link"));
+        link("../consort.toml", &root.join("src/cfg"));
+        link("..", &root.join("src/up"));
+        link("../tests/t9.sql", &root.join("src/dangling.sql"));
+        link(&root.join("tests").display().to_string(), &root.join("abs"));
+        for (spelled, reached) in [
+            ("src/link/t1.sql", "tests/t1.sql"),
+            ("src/link/new/t2.sql", "tests/new/t2.sql"),
+            ("src/cfg", "consort.toml"),
+            ("src/up/consort.toml", "consort.toml"),
+            ("src/up/src/up/.git/config", ".git/config"),
+            ("src/dangling.sql", "tests/t9.sql"),
+            ("abs/t1.sql", "tests/t1.sql"),
+            ("src/plain/a.sql", "src/plain/a.sql"),
+            ("./src//a.sql", "src/a.sql"),
+        ] {
+            assert_eq!(
+                wt.resolve_physical(spelled).expect(spelled),
+                reached,
+                "{spelled}"
+            );
+        }
+        let set = ChangeSet {
+            summary: "s".into(),
+            changes: vec![
+                write("src/a.sql", "a"),
+                FileChange::Delete {
+                    path: "src/link/t1.sql".into(),
+                },
+            ],
+        };
+        let (resolved, moved) = wt.resolve_set(&set).expect("resolve");
+        assert_eq!(resolved.changes[1].path(), "tests/t1.sql");
+        assert_eq!(
+            moved.into_iter().collect::<Vec<_>>(),
+            vec![("src/link/t1.sql".to_string(), "tests/t1.sql".to_string())]
+        );
+    }
+
+    #[test]
+    fn physical_resolution_refuses_what_cannot_be_reached() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("tempdir");
+        let wt = WorkTree::open(dir.path()).expect("open");
+        let root = wt.root().to_path_buf();
+        fs::create_dir_all(root.join("src")).expect("mkdir");
+        fs::write(root.join("src/file.sql"), "x").expect("seed");
+        link(&outside.path().display().to_string(), &root.join("out"));
+        link("../../x", &root.join("src/climb"));
+        link("loop2", &root.join("loop1"));
+        link("loop1", &root.join("loop2"));
+        link(".", &root.join("here"));
+        assert!(matches!(
+            wt.resolve_physical("out/evil.sql"),
+            Err(WorkTreeError::Path(PathError::EscapesThroughLink { .. }))
+        ));
+        assert!(matches!(
+            wt.resolve_physical("src/climb"),
+            Err(WorkTreeError::Path(PathError::EscapesThroughLink { .. }))
+        ));
+        match wt.resolve_physical("src/file.sql/x.sql") {
+            Err(WorkTreeError::NotWritable {
+                problem: WriteProblem::NotADirectory { path },
+                ..
+            }) => assert_eq!(path, "src/file.sql"),
+            other => panic!("expected not-a-directory, got {other:?}"),
+        }
+        let long = format!("src/{}/a.sql", "n".repeat(300));
+        assert!(matches!(
+            wt.resolve_physical(&long),
+            Err(WorkTreeError::NotWritable {
+                problem: WriteProblem::NameTooLong { len: 300, max: 255 },
+                ..
+            })
+        ));
+        assert!(matches!(
+            wt.resolve_physical("loop1/a"),
+            Err(WorkTreeError::NotWritable {
+                problem: WriteProblem::Refused { .. },
+                ..
+            })
+        ));
+        assert!(matches!(
+            wt.resolve_physical("here"),
+            Err(WorkTreeError::NotWritable {
+                problem: WriteProblem::IsADirectory { .. },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn what_the_file_system_refuses_is_found_before_anything_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wt = WorkTree::open(dir.path()).expect("open");
+        fs::create_dir_all(dir.path().join("src/dir")).expect("mkdir");
+        fs::write(dir.path().join("src/file.sql"), "file").expect("seed");
+        let before = wt.hash().expect("hash");
+        let long = format!("src/{}.sql", "n".repeat(300));
+        for (bad, expected) in [
+            (write(&long, "x"), "name too long"),
+            (write("src/file.sql/x.sql", "x"), "not a directory"),
+            (write("src/dir", "x"), "is a directory"),
+            (
+                FileChange::Delete {
+                    path: "src/dir".into(),
+                },
+                "is a directory",
+            ),
+        ] {
+            let set = ChangeSet {
+                summary: String::new(),
+                changes: vec![write("src/ok.sql", "1"), bad],
+            };
+            let err = wt.apply(&set).expect_err(expected);
+            let problem = match &err {
+                WorkTreeError::NotWritable { problem, .. } => problem.clone(),
+                other => panic!("{expected}: {other:?}"),
+            };
+            let got = match problem {
+                WriteProblem::NameTooLong { .. } => "name too long",
+                WriteProblem::NotADirectory { .. } => "not a directory",
+                WriteProblem::IsADirectory { .. } => "is a directory",
+                other => panic!("{expected}: {other:?}"),
+            };
+            assert_eq!(got, expected);
+            assert!(
+                wt.undo(&set).is_err(),
+                "{expected}: the undo is refused too"
+            );
+            assert_eq!(
+                wt.hash().expect("hash"),
+                before,
+                "{expected}: nothing written"
+            );
+            assert!(!dir.path().join("src/ok.sql").exists());
+        }
+    }
+
+    #[test]
+    fn a_write_refused_mid_way_is_undone_files_and_directories() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wt = WorkTree::open(dir.path()).expect("open");
+        fs::write(dir.path().join("keep.sql"), "old").expect("seed");
+        let before = wt.hash().expect("hash");
+        // Each change is fine on the tree as it is; the later ones collide with the earlier.
+        for changes in [
+            vec![
+                write("keep.sql", "new"),
+                write("src/new/deep/a.sql", "a"),
+                write("src/new", "a file where a directory now is"),
+            ],
+            vec![
+                write("keep.sql", "new"),
+                write("lib/a.sql", "a"),
+                write("lib/a.sql/b.sql", "under a file just written"),
+            ],
+        ] {
+            let set = ChangeSet {
+                summary: String::new(),
+                changes,
+            };
+            let err = wt.apply(&set).expect_err("refused mid-way");
+            assert!(
+                matches!(err, WorkTreeError::NotWritable { .. }),
+                "the path's fault, not the machine's: {err:?}"
+            );
+            assert_eq!(wt.read("keep.sql").expect("read").as_deref(), Some("old"));
+            assert!(
+                !dir.path().join("src").exists(),
+                "created directories removed"
+            );
+            assert!(!dir.path().join("lib").exists());
+            assert_eq!(wt.hash().expect("hash"), before);
+            let names: Vec<_> = fs::read_dir(dir.path())
+                .expect("list")
+                .map(|e| e.expect("entry").file_name())
+                .collect();
+            assert_eq!(names, vec![std::ffi::OsString::from("keep.sql")]);
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_text_has_no_undo_and_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wt = WorkTree::open(dir.path()).expect("open");
+        fs::write(dir.path().join("blob.bin"), [0xff, 0xfe, 0x00]).expect("seed");
+        let set = ChangeSet {
+            summary: String::new(),
+            changes: vec![write("blob.bin", "text")],
+        };
+        assert!(matches!(
+            wt.undo(&set),
+            Err(WorkTreeError::NotWritable {
+                problem: WriteProblem::NotText { .. },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn caches_at_any_depth_are_not_hashed_or_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        fs::create_dir_all(root.join("tests")).expect("mkdir");
+        fs::write(root.join("tests/t1.sql"), "t1").expect("seed");
+        let plain = WorkTree::open(root).expect("open");
+        let custom = WorkTree::open(root)
+            .expect("open")
+            .with_filter(TreeFilter::new(&["build"]));
+        let h = plain.hash().expect("hash");
+        let hc = custom.hash().expect("hash");
+        for planted in [
+            "tests/__pycache__/t1.cpython-311.pyc",
+            "sub/target/x",
+            "target/debug/app",
+            "web/node_modules/left-pad/index.js",
+            "py/.venv/lib/site.py",
+            "vendor/lib/.git/config",
+            "sub/.consort/ledger.jsonl",
+        ] {
+            let full = root.join(planted);
+            fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
+            fs::write(&full, "cache").expect("plant");
+        }
+        assert_eq!(plain.hash().expect("hash"), h, "no default cache is hashed");
+        assert_eq!(
+            plain
+                .file_hashes()
+                .expect("hashes")
+                .keys()
+                .collect::<Vec<_>>(),
+            vec!["tests/t1.sql"]
+        );
+        assert!(
+            plain
+                .read_matching(|_| true, usize::MAX)
+                .expect("read")
+                .keys()
+                .eq(["tests/t1.sql"])
+        );
+        fs::create_dir_all(root.join("out/build")).expect("mkdir");
+        fs::write(root.join("out/build/x.o"), "obj").expect("plant");
+        assert_eq!(
+            custom.hash().expect("hash"),
+            hc,
+            "an extra name is skipped too"
+        );
+        assert_ne!(
+            plain.hash().expect("hash"),
+            h,
+            "but only where it is configured"
+        );
+        assert_eq!(
+            hash_dir_with(root, &TreeFilter::new(&["build"])).expect("hash"),
+            hc,
+            "the verifier's hash is the conductor's"
+        );
+        // A file merely called like a cache directory is hashed.
+        fs::write(root.join("tests/target"), "a file").expect("seed");
+        assert_ne!(custom.hash().expect("hash"), hc);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use consort_actors::paths::normalise_relative;
-use consort_actors::worktree::SKIPPED_DIRS;
+use consort_actors::worktree::TreeFilter;
 use consort_actors::{
     AgentFailure, Artifact, ArtifactKind, Assignment, ChangeSet, FileChange, Role, Usage,
 };
@@ -162,6 +162,10 @@ pub struct CommandConfig {
     pub env_allow: Vec<String>,
     /// Fixed variables set for the program.
     pub env_set: BTreeMap<String, String>,
+    /// Extra cache directory names (on top of the defaults of [`TreeFilter`]: `__pycache__`,
+    /// `target`, `node_modules`, …) whose contents in the scratch copy are never part of the
+    /// diff, at any depth. `consort` adds the project's `[paths] caches` here.
+    pub caches: Vec<String>,
 }
 
 impl Default for CommandConfig {
@@ -175,6 +179,7 @@ impl Default for CommandConfig {
                 .map(String::from)
                 .to_vec(),
             env_set: BTreeMap::new(),
+            caches: Vec::new(),
         }
     }
 }
@@ -264,7 +269,8 @@ impl ExternalCommandAgent {
             (Some(other), _) => other,
             (None, ArtifactKind::ChangeSet) => {
                 let root2 = root.clone();
-                let changes = tokio::task::spawn_blocking(move || diff(&root2, &given))
+                let filter = TreeFilter::new(&self.config.caches);
+                let changes = tokio::task::spawn_blocking(move || diff(&root2, &given, &filter))
                     .await
                     .map_err(|e| CommandError::Io {
                         op: "compare scratch copy",
@@ -485,10 +491,15 @@ fn materialise(
     Ok(given)
 }
 
-/// The changes that turn `given` into what the scratch copy holds now.
-fn diff(root: &Path, given: &BTreeMap<String, String>) -> Result<Vec<FileChange>, CommandError> {
+/// The changes that turn `given` into what the scratch copy holds now (outside the directories
+/// `filter` skips: what the program's tools cache there is not its answer).
+fn diff(
+    root: &Path,
+    given: &BTreeMap<String, String>,
+    filter: &TreeFilter,
+) -> Result<Vec<FileChange>, CommandError> {
     let mut now = BTreeMap::new();
-    walk(root, root, &mut now)?;
+    walk(root, root, filter, &mut now)?;
     let mut changes = Vec::new();
     for (path, content) in &now {
         if given.get(path) != Some(content) {
@@ -506,7 +517,12 @@ fn diff(root: &Path, given: &BTreeMap<String, String>) -> Result<Vec<FileChange>
     Ok(changes)
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> Result<(), CommandError> {
+fn walk(
+    root: &Path,
+    dir: &Path,
+    filter: &TreeFilter,
+    out: &mut BTreeMap<String, String>,
+) -> Result<(), CommandError> {
     let io_err = |op: &'static str, p: &Path| {
         let path = p.display().to_string();
         move |source| CommandError::Io { op, path, source }
@@ -524,6 +540,11 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> Result<(
             .unwrap_or_else(|_| full.display().to_string());
         let meta = std::fs::symlink_metadata(&full).map_err(io_err("inspect", &full))?;
         let ft = meta.file_type();
+        // A cache directory (a virtualenv's links included) is skipped whole, at any depth.
+        let name = full.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if ft.is_dir() && filter.skips(name) {
+            continue;
+        }
         if ft.is_symlink() {
             let target = std::fs::read_link(&full).map_err(io_err("read link", &full))?;
             let resolved = full.parent().unwrap_or(root).join(&target);
@@ -544,11 +565,7 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> Result<(
             });
         }
         if ft.is_dir() {
-            let name = full.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if dir == root && SKIPPED_DIRS.contains(&name) {
-                continue;
-            }
-            walk(root, &full, out)?;
+            walk(root, &full, filter, out)?;
         } else if ft.is_file() {
             let bytes = std::fs::read(&full).map_err(io_err("read", &full))?;
             let text = String::from_utf8(bytes).map_err(|_| CommandError::Unrepresentable {

@@ -95,6 +95,46 @@ rm src/gone.sql
 }
 
 #[tokio::test]
+async fn caches_the_program_leaves_in_the_scratch_copy_are_not_its_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prog = script(
+        dir.path(),
+        "driver.sh",
+        r#"
+cat > /dev/null
+printf 'select 2;\n' > src/stock.sql
+mkdir -p tests/__pycache__ sub/target/debug .venv/bin web/node_modules/x out/build
+printf 'bytecode' > tests/__pycache__/t1.cpython-311.pyc
+printf 'obj' > sub/target/debug/app
+ln -s /usr/bin/env .venv/bin/python
+printf 'js' > web/node_modules/x/index.js
+printf 'o' > out/build/a.o
+printf 'kept' > src/target
+"#,
+    );
+    let a = with_files(
+        assignment(1, "green/T1"),
+        &[("src/stock.sql", "select 1;\n")],
+    );
+    let mut config =
+        CommandConfig::new(prog, Vec::<String>::new()).with_timeout(Duration::from_secs(20));
+    config.caches = vec!["build".into()];
+    let out = ExternalCommandAgent::new(Role::Driver, config)
+        .run(&a)
+        .await
+        .expect("a change set");
+    let Artifact::ChangeSet(ChangeSet { changes, .. }) = out.artifact else {
+        panic!("a change set")
+    };
+    let paths: Vec<&str> = changes.iter().map(FileChange::path).collect();
+    assert_eq!(
+        paths,
+        vec!["src/stock.sql", "src/target"],
+        "nothing from a cache, at any depth; a file named like one is kept"
+    );
+}
+
+#[tokio::test]
 async fn an_artifact_on_stdout_is_the_answer() {
     let dir = tempfile::tempdir().expect("tempdir");
     let prog = script(

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use std::path::{Path, PathBuf};
 
+use consort_actors::worktree::TreeFilter;
 use consort_actors::{
     ContentHash, ExitRecord, FileHashes, InfraError, InfraFault, PromoteReport, PromoteRequest,
     RunTimings, TestOutcome, TestRunReceipt, TestStatus, VerifyRequest, WorkTree,
@@ -48,7 +49,7 @@ struct Snapshot {
     cache_dirs: Vec<PathBuf>,
 }
 
-async fn snapshot(root: &Path) -> Result<Snapshot, InfraError> {
+async fn snapshot(root: &Path, filter: TreeFilter) -> Result<Snapshot, InfraError> {
     let root = root.to_path_buf();
     let io = |e: String| {
         infra(
@@ -57,7 +58,9 @@ async fn snapshot(root: &Path) -> Result<Snapshot, InfraError> {
         )
     };
     tokio::task::spawn_blocking(move || {
-        let tree = WorkTree::open(&root).map_err(|e| e.to_string())?;
+        let tree = WorkTree::open(&root)
+            .map_err(|e| e.to_string())?
+            .with_filter(filter);
         let files = tree.file_hashes().map_err(|e| e.to_string())?;
         let cache_dirs = tree.cache_dirs().map_err(|e| e.to_string())?;
         Ok(Snapshot { files, cache_dirs })
@@ -171,7 +174,7 @@ impl Verifier {
 
     /// One run on one fresh branch.
     async fn verify_once(&self, req: &VerifyRequest) -> Result<Attempt, InfraError> {
-        let before = snapshot(&req.work_tree).await?;
+        let before = snapshot(&req.work_tree, TreeFilter::new(&req.caches)).await?;
         let workspace_hash = ContentHash::of(&before.files);
         let spec = BaseSpec {
             migrations: req.migrations.clone(),
@@ -217,7 +220,7 @@ impl Verifier {
                 ),
             ));
         }
-        let after = snapshot(&req.work_tree).await?;
+        let after = snapshot(&req.work_tree, TreeFilter::new(&req.caches)).await?;
         let failed = !report.exit.success()
             || report
                 .outcomes

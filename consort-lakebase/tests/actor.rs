@@ -43,6 +43,7 @@ fn request(id: u64, tree: &Path, migrations: Vec<consort_actors::Migration>) -> 
         migrations,
         tests: vec![],
         focus: None,
+        caches: Vec::new(),
     }
 }
 
@@ -303,4 +304,43 @@ async fn a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch() 
     join.await.expect("stopped");
     let s = stats.snapshot();
     assert_eq!(s.live, 0, "both branches are dropped: {s:?}");
+}
+
+#[tokio::test]
+async fn the_receipt_hashes_the_tree_without_the_requests_caches() {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(
+        tree.path(),
+        &[
+            ("tests/t1.sql", "SELECT 1;\n"),
+            ("tests/__pycache__/t1.cpython-311.pyc", "bytecode"),
+            ("out/build/t1.o", "object"),
+        ],
+    );
+    let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
+        .await
+        .expect("spawn");
+    let mut req = request(7, tree.path(), vec![]);
+    req.caches = vec!["build".into()];
+    let receipt = verify(&actor, req).await.expect("receipt");
+    let filter = consort_actors::worktree::TreeFilter::new(&["build"]);
+    assert_eq!(
+        receipt.workspace_hash,
+        consort_actors::worktree::hash_dir_with(tree.path(), &filter).expect("hash"),
+        "the conductor's hash, with the project's caches skipped"
+    );
+    assert_ne!(
+        receipt.workspace_hash,
+        hash_dir(tree.path()).expect("hash"),
+        "out/build is hashed when `build` is not a cache"
+    );
+    // A request written before `caches` existed still reads, and skips the defaults only.
+    let mut json = serde_json::to_value(request(8, tree.path(), vec![])).expect("json");
+    json.as_object_mut().expect("object").remove("caches");
+    let old: VerifyRequest = serde_json::from_value(json).expect("an old request reads");
+    assert!(old.caches.is_empty());
+    let receipt = verify(&actor, old).await.expect("receipt");
+    assert_eq!(receipt.workspace_hash, hash_dir(tree.path()).expect("hash"));
+    actor.stop(None);
+    join.await.expect("stopped");
 }

@@ -436,3 +436,46 @@ async fn a_connection_lost_mid_run_is_reported_as_a_lost_session() {
     assert!(r.outcomes.iter().all(|o| o.status == TestStatus::Errored));
     p.delete(&b.name).await.expect("delete");
 }
+
+#[tokio::test]
+async fn psql_never_takes_a_file_in_a_cache_directory_for_code_or_a_test() {
+    let tree = tempfile::tempdir().expect("tree");
+    let broken = "THIS IS NOT SQL;\n";
+    write_tree(
+        tree.path(),
+        &[
+            ("tests/t1.sql", "SELECT 1;\n"),
+            ("tests/__pycache__/t1.sql", broken),
+            ("tests/deep/node_modules/t2.sql", broken),
+            ("tests/build/t3.sql", broken),
+            ("src/target/broken.sql", broken),
+            ("src/.git/hook.sql", broken),
+        ],
+    );
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let runner = PsqlRunner::new(PsqlRunnerConfig {
+        caches: vec!["build".into()],
+        ..PsqlRunnerConfig::default()
+    })
+    .expect("psql runner");
+    let r = runner.run(&ctx).await.expect("run");
+    let names: Vec<&str> = r.outcomes.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(
+        names,
+        vec!["tests/t1.sql"],
+        "caches at any depth are skipped"
+    );
+    assert!(
+        r.exit.success(),
+        "no broken file was loaded: {}",
+        r.output_excerpt
+    );
+    // Without the extra name, `build` is an ordinary directory.
+    let r = PsqlRunner::new(PsqlRunnerConfig::default())
+        .expect("psql runner")
+        .run(&ctx)
+        .await
+        .expect("run");
+    assert_eq!(status(&r, "tests/build/t3.sql"), Some(TestStatus::Failed));
+    p.delete(&b.name).await.expect("delete");
+}

@@ -268,6 +268,7 @@ async fn verify(args: LakebaseArgs, tree: &Path) -> TestRunReceipt {
         migrations: Vec::new(),
         tests: Vec::new(),
         focus: None,
+        caches: Vec::new(),
     };
     let answer = actor
         .call(

@@ -4,7 +4,10 @@
 //! the disk, apply a change set, ask the Lakebase actor for a verified run, wait at a gate),
 //! turn the result into an [`Event`], **append it to the ledger (fsynced) before it takes
 //! effect**, and step the machine. A refused event is followed by [`Event::Refused`] in the
-//! ledger, so the audit trail shows every refusal and a replay refuses it the same way.
+//! ledger, so the audit trail shows every refusal and a replay refuses it the same way. A change
+//! set the conductor will not apply — re-checked by the machine with the paths as they resolve
+//! on disk, or refused by the file system — is recorded as [`Event::ApplyDenied`], itself the
+//! record of that refusal; nothing of it is left written.
 //!
 //! **Architecture invariant:** the conductor is the only writer of the work tree, and it writes
 //! only change sets the machine accepted. Agents see files only as text in their assignment.
@@ -21,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::artifact::{
-    ChangeSet, DesignBundle, Escalation, FeatureRequest, FileChange, FileHashes, GateApproval,
-    GateKind, TestStatus,
+    ChangeSet, DesignBundle, Escalation, FeatureRequest, FileHashes, GateApproval, GateKind,
+    TestStatus,
 };
 use crate::gate::{Approver, GateRequest};
 use crate::hash::ContentHash;
@@ -391,7 +394,8 @@ impl Conductor {
         {
             return Err(ConductorError::ReviewerIsAuthor(d.identity().name.clone()));
         }
-        let work = WorkTree::open(&wiring.config.work_tree)?;
+        let filter = wiring.config.machine.paths.tree_filter().clone();
+        let work = WorkTree::open(&wiring.config.work_tree)?.with_filter(filter);
         let ledger = Ledger::<Event>::open(&wiring.config.ledger_path)?;
         let machine = Machine::new(wiring.config.machine.clone());
         let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
@@ -504,6 +508,12 @@ impl ConductorState {
         match self.machine.step(&self.state, &event) {
             Ok((next, _)) => {
                 self.state = next;
+                if let Event::ApplyDenied { violation, .. } = &event {
+                    tracing::warn!(%violation, "apply denied");
+                    self.progress(Progress::Refused {
+                        violation: violation.to_string(),
+                    });
+                }
                 if let Event::Applied { .. } = &event {
                     // The undo is in the ledger and accepted; the journal has done its job. (A
                     // refused `Applied` keeps it: a retry re-applies with the recorded undo.)
@@ -648,6 +658,7 @@ impl ConductorState {
                         migrations,
                         tests,
                         focus,
+                        caches: self.work.filter().extra().to_vec(),
                     };
                     self.spawn_verify(myself, req);
                     return;
@@ -703,33 +714,53 @@ impl ConductorState {
 
     /// Applies a change set with a journaled undo, so a crash between the write and the ledger
     /// entry resumes with the right undo.
+    ///
+    /// Before anything is written, every path is resolved to the file it physically reaches
+    /// (through symbolic links) and the machine re-checks the change set with those paths
+    /// ([`Machine::check_resolved`]); what the file system would refuse is found then too. A
+    /// refusal is an [`Event::ApplyRefused`] (a path leaving the tree) or an
+    /// [`Event::ApplyDenied`] (a rule broken through a link, a path the file system cannot
+    /// take), and the agent may retry. A write the OS refuses mid-way is undone before the
+    /// refusal; only an I/O failure of the machine itself (a full disk, …) ends the run.
     fn apply(&self, set: &ChangeSet) -> Result<Event, ConductorError> {
         let set_hash = ContentHash::of(set);
-        let journaled: Option<(ContentHash, ChangeSet)> = self
+        let journaled: Option<ChangeSet> = self
             .work
             .read(APPLY_JOURNAL)
             .ok()
             .flatten()
-            .and_then(|t| serde_json::from_str(&t).ok());
+            .and_then(|t| serde_json::from_str::<(ContentHash, ChangeSet)>(&t).ok())
+            .and_then(|(h, inverse)| (h == set_hash).then_some(inverse));
+        let (resolved, moved) = match self.work.resolve_set(set) {
+            Ok(r) => r,
+            Err(e) => return self.refuse_apply(e, BTreeMap::new(), journaled.as_ref()),
+        };
+        let resolved = match self.machine.check_resolved(&self.state, &resolved) {
+            Ok(r) => r,
+            Err(violation) => {
+                self.restore(journaled.as_ref())?;
+                return Ok(Event::ApplyDenied {
+                    violation,
+                    resolved: moved,
+                });
+            }
+        };
         let inverse = match journaled {
-            Some((h, inverse)) if h == set_hash => match self.work.apply(set) {
-                Ok(_) => inverse,
-                Err(WorkTreeError::Path(reason)) => return Ok(Event::ApplyRefused { reason }),
-                Err(e) => return Err(e.into()),
-            },
-            _ => {
+            Some(inverse) => inverse,
+            None => {
                 // Check every path and compute the undo before anything is written.
-                let inverse = match self.undo_of(set) {
+                let inverse = match self.work.undo(&resolved) {
                     Ok(inv) => inv,
-                    Err(WorkTreeError::Path(reason)) => return Ok(Event::ApplyRefused { reason }),
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return self.refuse_apply(e, moved, None),
                 };
                 let journal = serde_json::to_string(&(set_hash, &inverse)).unwrap_or_default();
                 write_journal(self.work.root(), &journal)?;
-                self.work.apply(set)?;
                 inverse
             }
         };
+        if let Err(e) = self.work.apply(&resolved) {
+            return self.refuse_apply(e, moved, Some(&inverse));
+        }
         Ok(Event::Applied {
             workspace_hash: self.work.hash()?,
             tests: self.test_hashes()?,
@@ -737,26 +768,45 @@ impl ConductorState {
         })
     }
 
-    fn undo_of(&self, set: &ChangeSet) -> Result<ChangeSet, WorkTreeError> {
-        let mut changes = Vec::with_capacity(set.changes.len());
-        let mut seen = std::collections::BTreeSet::new();
-        for change in &set.changes {
-            let (norm, _) = self.work.resolve(change.path())?;
-            if !seen.insert(norm.clone()) {
-                continue;
+    /// Turns a work-tree refusal into the event that records it, after putting back what the
+    /// change set may have left written (its journaled undo) and dropping the journal. An I/O
+    /// failure that is not the path's fault ends the run.
+    fn refuse_apply(
+        &self,
+        error: WorkTreeError,
+        moved: BTreeMap<String, String>,
+        undo: Option<&ChangeSet>,
+    ) -> Result<Event, ConductorError> {
+        let event = match error {
+            WorkTreeError::Path(reason) => Event::ApplyRefused { reason },
+            WorkTreeError::NotWritable { path, problem } => Event::ApplyDenied {
+                violation: crate::machine::RuleViolation::PathNotWritable { path, problem },
+                resolved: moved,
+            },
+            other => return Err(other.into()),
+        };
+        self.restore(undo)?;
+        Ok(event)
+    }
+
+    /// Applies the undo of an interrupted apply (if any) and drops the journal.
+    fn restore(&self, undo: Option<&ChangeSet>) -> Result<(), ConductorError> {
+        if let Some(undo) = undo {
+            self.work.apply(undo)?;
+            match std::fs::remove_file(self.work.root().join(APPLY_JOURNAL)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(WorkTreeError::Io {
+                        op: "remove",
+                        path: APPLY_JOURNAL.into(),
+                        source,
+                    }
+                    .into());
+                }
             }
-            changes.push(match self.work.read(&norm)? {
-                Some(content) => FileChange::Write {
-                    path: norm,
-                    content,
-                },
-                None => FileChange::Delete { path: norm },
-            });
         }
-        Ok(ChangeSet {
-            summary: format!("undo: {}", set.summary),
-            changes,
-        })
+        Ok(())
     }
 
     fn assignment(

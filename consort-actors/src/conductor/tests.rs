@@ -129,7 +129,10 @@ impl Actor for FakeLakebase {
                 let failed = outcomes.iter().any(|o| o.status != TestStatus::Passed);
                 let receipt = TestRunReceipt {
                     request_id: req.id,
-                    workspace_hash: crate::worktree::hash_dir(&req.work_tree)?,
+                    workspace_hash: crate::worktree::hash_dir_with(
+                        &req.work_tree,
+                        &crate::worktree::TreeFilter::new(&req.caches),
+                    )?,
                     provider: "fake".into(),
                     branch_id: format!("consort-fake-{}", req.id.0),
                     runner: "fake".into(),
@@ -820,5 +823,296 @@ async fn a_refused_apply_keeps_its_journal_so_a_retry_records_the_true_undo() {
             path: "src/t1.sql".into()
         }],
         "the undo is the state before GREEN, not after"
+    );
+}
+
+/// The Driver's GREEN for T1 answered with `cheats[attempt]` while there is one, honestly after.
+fn green_t1_cheats(cheats: Vec<Vec<FileChange>>) -> Answer {
+    Arc::new(move |a: &Assignment| match &a.step {
+        Step::Green { test } if test == "T1" && (a.attempt as usize) < cheats.len() => {
+            Artifact::ChangeSet(ChangeSet {
+                summary: "cheat".into(),
+                changes: cheats[a.attempt as usize].clone(),
+            })
+        }
+        _ => honest(a),
+    })
+}
+
+fn put(path: &str, content: &str) -> FileChange {
+    FileChange::Write {
+        path: path.into(),
+        content: content.into(),
+    }
+}
+
+fn denials(events: &[Event]) -> Vec<crate::RuleViolation> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ApplyDenied { violation, .. } => Some(violation.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn applied_count(events: &[Event]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, Event::Applied { .. }))
+        .count()
+}
+
+#[tokio::test]
+async fn a_write_through_a_link_is_judged_by_the_file_it_reaches_before_anything_is_written() {
+    let fx = Fixture::new();
+    let root = fx.root();
+    std::fs::create_dir_all(root.join("src")).expect("src");
+    std::fs::write(root.join("consort.toml"), "# the harness\n").expect("harness");
+    std::os::unix::fs::symlink("../tests", root.join("src/link")).expect("link");
+    std::os::unix::fs::symlink("../consort.toml", root.join("src/cfg")).expect("link");
+    std::os::unix::fs::symlink("../.git", root.join("src/g")).expect("link");
+    let answer = green_t1_cheats(vec![
+        vec![
+            put("src/t1.sql", "-- token-T1\n"),
+            put("src/link/t1.sql", "weakened"),
+        ],
+        vec![put("src/link/t9.sql", "a test of my own")],
+        vec![put("src/cfg", "[paths]\ntests = []\n")],
+        vec![put("src/g/hooks/pre-commit", "#!/bin/sh\n")],
+    ]);
+    let mut config = fx.config();
+    config.machine.max_agent_retries = 4;
+    let machine = Machine::new(config.machine.clone());
+    let w = fx.wiring(config, answer, approve_all()).await;
+    let report = Conductor::start(w)
+        .await
+        .expect("start")
+        .run()
+        .await
+        .expect("run");
+    assert_eq!(
+        report.outcome,
+        RunOutcome::Done,
+        "the honest retry finishes"
+    );
+    let events = fx.events();
+    assert_eq!(
+        denials(&events),
+        vec![
+            crate::RuleViolation::FrozenTestModified {
+                path: "tests/t1.sql".into()
+            },
+            crate::RuleViolation::TouchesTests {
+                path: "tests/t9.sql".into()
+            },
+            crate::RuleViolation::TouchesHarness {
+                path: "consort.toml".into()
+            },
+            crate::RuleViolation::TouchesHarness {
+                path: ".git/hooks/pre-commit".into()
+            },
+        ]
+    );
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::ApplyDenied { resolved, .. }
+            if resolved.get("src/link/t1.sql").map(String::as_str) == Some("tests/t1.sql")
+    )));
+    // Nothing of any cheat was written: the frozen test, the harness, and no hook.
+    assert_eq!(
+        std::fs::read_to_string(root.join("tests/t1.sql")).expect("t1"),
+        "need: token-T1\n"
+    );
+    assert!(!root.join("tests/t9.sql").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join("consort.toml")).expect("harness"),
+        "# the harness\n"
+    );
+    assert!(!root.join(".git").exists());
+    // Two REDs and two GREENs (T1's the honest retry); the empty REFACTORs apply nothing.
+    assert_eq!(applied_count(&events), 4);
+    assert_eq!(machine.replay(&events), report.state);
+}
+
+#[tokio::test]
+async fn a_red_that_writes_a_test_path_through_a_link_to_code_is_non_test_in_red() {
+    let fx = Fixture::new();
+    let root = fx.root();
+    std::fs::create_dir_all(root.join("tests")).expect("tests");
+    std::os::unix::fs::symlink("../src", root.join("tests/lib")).expect("link");
+    let answer: Answer = Arc::new(|a: &Assignment| match &a.step {
+        Step::Red { test } if test == "T1" && a.attempt == 0 => Artifact::ChangeSet(ChangeSet {
+            summary: "red, and some code on the side".into(),
+            changes: vec![
+                put("tests/t1.sql", "need: token-T1\n"),
+                put("tests/lib/t1.sql", "-- token-T1\n"),
+            ],
+        }),
+        _ => honest(a),
+    });
+    let report = fx.run(answer, approve_all()).await.expect("run");
+    assert_eq!(report.outcome, RunOutcome::Done);
+    let events = fx.events();
+    assert_eq!(
+        denials(&events),
+        vec![crate::RuleViolation::NonTestInRed {
+            path: "src/t1.sql".into()
+        }]
+    );
+    // The denied RED wrote nothing: the first Applied is the honest RED, and its undo deletes
+    // only the test file.
+    let first = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Applied { inverse, .. } => Some(inverse.clone()),
+            _ => None,
+        })
+        .expect("an applied RED");
+    assert_eq!(
+        first.changes,
+        vec![FileChange::Delete {
+            path: "tests/t1.sql".into()
+        }]
+    );
+}
+
+#[tokio::test]
+async fn a_path_the_file_system_refuses_is_a_retry_and_nothing_is_left_half_applied() {
+    let fx = Fixture::new();
+    let root = fx.root();
+    std::fs::create_dir_all(root.join("src")).expect("src");
+    std::fs::write(root.join("src/notes.txt"), "notes\n").expect("seed");
+    let long = format!("src/{}.sql", "n".repeat(300));
+    let answer = green_t1_cheats(vec![
+        vec![put("src/t1.sql", "-- token-T1\n"), put(&long, "x")],
+        vec![
+            put("src/t1.sql", "-- token-T1\n"),
+            put("src/notes.txt/x.sql", "x"),
+        ],
+        // Each path is fine on the tree as it is; the last collides with the one before it, so
+        // the OS refuses it mid-way and the first two writes are undone.
+        vec![
+            put("src/t1.sql", "-- token-T1\n"),
+            put("src/gen/a.sql", "a"),
+            put("src/gen", "a file where the directory now is"),
+        ],
+    ]);
+    let mut config = fx.config();
+    config.machine.max_agent_retries = 3;
+    let w = fx.wiring(config, answer, approve_all()).await;
+    let report = Conductor::start(w)
+        .await
+        .expect("start")
+        .run()
+        .await
+        .expect("run");
+    assert_eq!(
+        report.outcome,
+        RunOutcome::Done,
+        "the run goes on to the honest retry"
+    );
+    let events = fx.events();
+    let problems: Vec<crate::paths::WriteProblem> = denials(&events)
+        .into_iter()
+        .map(|v| match v {
+            crate::RuleViolation::PathNotWritable { problem, .. } => problem,
+            other => panic!("expected a path the file system refuses, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        problems,
+        vec![
+            crate::paths::WriteProblem::NameTooLong { len: 304, max: 255 },
+            crate::paths::WriteProblem::NotADirectory {
+                path: "src/notes.txt".into()
+            },
+            crate::paths::WriteProblem::IsADirectory {
+                path: "src/gen".into()
+            },
+        ]
+    );
+    assert!(
+        !root.join("src/gen").exists(),
+        "the mid-way write was undone"
+    );
+    // The honest GREEN's undo is the tree before any cheat: src/t1.sql did not exist.
+    let undo_of_green = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Applied { inverse, .. } => Some(inverse.clone()),
+            _ => None,
+        })
+        .nth(1)
+        .expect("T1's GREEN");
+    assert_eq!(
+        undo_of_green.changes,
+        vec![FileChange::Delete {
+            path: "src/t1.sql".into()
+        }]
+    );
+}
+
+#[tokio::test]
+async fn caches_are_not_test_files_not_hashed_and_not_writable() {
+    let fx = Fixture::new();
+    let root = fx.root();
+    for planted in [
+        "tests/__pycache__/t1.cpython-311.pyc",
+        "tests/build/stale.sql",
+        "sub/target/x",
+    ] {
+        let full = root.join(planted);
+        std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&full, "need: never-written\n").expect("plant");
+    }
+    let answer = green_t1_cheats(vec![vec![
+        put("src/t1.sql", "-- token-T1\n"),
+        put("src/__pycache__/t1.cpython-311.pyc", "bytecode"),
+    ]]);
+    let mut config = fx.config();
+    // `build` is the project's own cache name: it must reach the verifier's hash too, or the
+    // receipts would be for another work tree.
+    config.machine.paths = crate::PathPolicy::default().with_caches(&["build"]);
+    let w = fx.wiring(config, answer, approve_all()).await;
+    let report = Conductor::start(w)
+        .await
+        .expect("start")
+        .run()
+        .await
+        .expect("run");
+    assert_eq!(
+        report.outcome,
+        RunOutcome::Done,
+        "no unexpected test file, no receipt for another tree"
+    );
+    let events = fx.events();
+    let refused: Vec<crate::RuleViolation> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Refused { violation } => Some(violation.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        vec![crate::RuleViolation::TouchesUnhashed {
+            path: "src/__pycache__/t1.cpython-311.pyc".into(),
+            dir: "__pycache__".into()
+        }]
+    );
+    assert!(!root.join("src/__pycache__").exists());
+    let observed_tests: Vec<&FileHashes> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Observed { tests, .. } | Event::Applied { tests, .. } => Some(tests),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        observed_tests
+            .iter()
+            .all(|t| t.keys().all(|p| p == "tests/t1.sql" || p == "tests/t2.sql")),
+        "a planted cache file is never a test file"
     );
 }

@@ -12,7 +12,9 @@
 //! When [`Machine::step`] refuses an event with a [`RuleViolation`], the state is unchanged; the
 //! conductor then records the refusal by feeding [`Event::Refused`], and the machine applies the
 //! violation's [`Remedy`]: ignore it, let the agent retry with the violation as feedback
-//! (bounded), or halt for a human.
+//! (bounded), or halt for a human. A change set the conductor could not apply is reported as
+//! [`Event::ApplyDenied`], which the machine accepts and answers the same way (the rule check
+//! itself stays here: the conductor asks [`Machine::check_resolved`]).
 
 mod rules;
 mod transition;
@@ -117,6 +119,19 @@ pub enum Event {
         /// Why.
         reason: PathError,
     },
+    /// The conductor did not apply the pending change set, and nothing of it is left written:
+    /// re-checked by [`Machine::check_resolved`] with its paths as they resolve on disk (through
+    /// symbolic links), it breaks a rule; or the file system cannot take one of its paths
+    /// ([`RuleViolation::PathNotWritable`]). The machine lets the agent retry with the violation
+    /// as feedback (bounded), exactly as for a refused answer; this event is the record of the
+    /// refusal.
+    ApplyDenied {
+        /// The violation, naming the resolved path.
+        violation: RuleViolation,
+        /// The change set's paths that resolve to another path on disk: spelled → resolved.
+        #[serde(default)]
+        resolved: std::collections::BTreeMap<String, String>,
+    },
     /// The Lakebase side answered a verify request.
     VerifyCompleted {
         /// The receipt.
@@ -167,6 +182,7 @@ impl Event {
             Event::Observed { .. } => "observed",
             Event::Applied { .. } => "applied",
             Event::ApplyRefused { .. } => "apply-refused",
+            Event::ApplyDenied { .. } => "apply-denied",
             Event::VerifyCompleted { .. } => "verify-completed",
             Event::VerifyFailed { .. } => "verify-failed",
             Event::Gate { .. } => "gate",
@@ -275,8 +291,8 @@ pub enum Command {
     },
     /// Read the design file's hash and every test file's hash; answer with [`Event::Observed`].
     Observe,
-    /// Apply a change set to the work tree; answer with [`Event::Applied`] or
-    /// [`Event::ApplyRefused`].
+    /// Apply a change set to the work tree; answer with [`Event::Applied`],
+    /// [`Event::ApplyRefused`] or [`Event::ApplyDenied`].
     Apply {
         /// The change set.
         change_set: ChangeSet,
@@ -576,6 +592,20 @@ impl Machine {
         event: &Event,
     ) -> Result<(State, Vec<Command>), RuleViolation> {
         transition::step(&self.config, state, event)
+    }
+
+    /// Checks the change set about to be applied once more, with every path as it resolves on
+    /// disk (through symbolic links, relative to the work tree): the rules of
+    /// [`check_change_set`] for the pending step's writer, so a write through a link gets the
+    /// same typed violation as a direct write of the file it reaches. Returns the normalised
+    /// resolved change set. Anything but a pending [`Pending::Apply`] (a revert: the machine's
+    /// own undo) passes unchecked. Pure: the conductor resolves, the machine judges.
+    pub fn check_resolved(
+        &self,
+        state: &State,
+        resolved: &ChangeSet,
+    ) -> Result<ChangeSet, RuleViolation> {
+        transition::check_resolved(&self.config, state, resolved)
     }
 
     /// Replays events from the start; refused events are skipped exactly as they were when they

@@ -7,7 +7,7 @@ use crate::artifact::{
     ArtifactKind, ChangeSet, FileChange, FileHashes, SchemaPlan, Spec, Stories, TestList, UxDesign,
 };
 use crate::hash::ContentHash;
-use crate::paths::{PathError, PathPolicy, normalise_relative};
+use crate::paths::{PathError, PathPolicy, WriteProblem, normalise_relative};
 use crate::protocol::AssignmentId;
 use crate::role::{ActorId, Role};
 use crate::{GateKind, RequestId};
@@ -77,6 +77,26 @@ pub enum RuleViolation {
     TouchesHarness {
         /// The path.
         path: String,
+    },
+    /// A change set writes into a directory that is never hashed (a cache, version-control
+    /// metadata, Consort's state): no receipt would cover what it writes there.
+    #[error(
+        "{path} lies in {dir}/, a directory that is never hashed (caches, version control, Consort's state); no agent may write there"
+    )]
+    TouchesUnhashed {
+        /// The path.
+        path: String,
+        /// The skipped directory name on its way.
+        dir: String,
+    },
+    /// The file system cannot take a change at this path (a name too long, a file where a
+    /// directory must be, …); nothing of the change set was left applied.
+    #[error("{path} cannot be written: {problem}")]
+    PathNotWritable {
+        /// The path, as resolved in the work tree.
+        path: String,
+        /// What the file system objects to.
+        problem: WriteProblem,
     },
     /// A code change set touches a test path.
     #[error("{path} is a test path; only the Navigator writes tests, and only in RED")]
@@ -229,6 +249,8 @@ impl RuleViolation {
             | InvalidArtifact { .. }
             | PathOutsideWorkTree { .. }
             | TouchesHarness { .. }
+            | TouchesUnhashed { .. }
+            | PathNotWritable { .. }
             | TouchesTests { .. }
             | FrozenTestModified { .. }
             | NonTestInRed { .. }
@@ -423,6 +445,11 @@ pub enum Writer<'a> {
 
 /// Checks a change set against the path policy and the frozen tests; returns the normalised
 /// change set on success.
+///
+/// The machine calls it with the paths as the agent spelled them; the conductor calls it again
+/// (through [`crate::machine::Machine::check_resolved`]) with the paths as they resolve on disk,
+/// through symbolic links, before it writes anything — so a path is judged by the file it
+/// reaches, with the same typed violation as a direct write of that file.
 pub fn check_change_set(
     set: &ChangeSet,
     writer: Writer<'_>,
@@ -452,6 +479,10 @@ pub fn check_change_set(
         let path = change.path().to_string();
         if policy.is_harness(&path) {
             return Err(RuleViolation::TouchesHarness { path });
+        }
+        if let Some(dir) = policy.tree_filter().skipped_dir(&path) {
+            let dir = dir.to_string();
+            return Err(RuleViolation::TouchesUnhashed { path, dir });
         }
         match writer {
             Writer::Red { .. } if !policy.is_test(&path) => {
@@ -566,5 +597,68 @@ mod tests {
             check_change_set(&set, Writer::Code, &policy, &frozen),
             Err(RuleViolation::PathOutsideWorkTree { .. })
         ));
+    }
+
+    fn one(path: &str) -> ChangeSet {
+        ChangeSet {
+            summary: String::new(),
+            changes: vec![write(path)],
+        }
+    }
+
+    #[test]
+    fn version_control_metadata_is_no_role_s() {
+        let policy = PathPolicy::default();
+        let frozen = FileHashes::new();
+        let red = Writer::Red {
+            must_write: "tests/t1.sql",
+        };
+        for path in [
+            ".git/hooks/pre-commit",
+            ".git/config",
+            "vendor/x/.git/config",
+            ".hg/hgrc",
+            "tests/.svn/entries",
+            ".git",
+        ] {
+            for writer in [Writer::Code, red] {
+                assert_eq!(
+                    check_change_set(&one(path), writer, &policy, &frozen),
+                    Err(RuleViolation::TouchesHarness { path: path.into() }),
+                    "{path} {writer:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn writes_into_a_cache_are_refused_for_every_role() {
+        let policy = PathPolicy::default().with_caches(&["build"]);
+        let frozen = FileHashes::new();
+        let red = Writer::Red {
+            must_write: "tests/t1.sql",
+        };
+        for (path, dir) in [
+            ("src/__pycache__/items.cpython-311.pyc", "__pycache__"),
+            ("target/debug/x", "target"),
+            ("sub/target/x", "target"),
+            ("tests/__pycache__/t1.cpython-311.pyc", "__pycache__"),
+            ("web/node_modules/left-pad/index.js", "node_modules"),
+            ("sub/.consort/ledger.jsonl", ".consort"),
+            ("out/build/x.sql", "build"),
+        ] {
+            for writer in [Writer::Code, red] {
+                assert_eq!(
+                    check_change_set(&one(path), writer, &policy, &frozen),
+                    Err(RuleViolation::TouchesUnhashed {
+                        path: path.into(),
+                        dir: dir.into()
+                    }),
+                    "{path} {writer:?}"
+                );
+            }
+        }
+        // A file that is merely called like a cache is hashed, and so may be written.
+        assert!(check_change_set(&one("src/target"), Writer::Code, &policy, &frozen).is_ok());
     }
 }

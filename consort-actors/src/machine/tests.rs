@@ -687,6 +687,15 @@ fn design_checks_catch_broken_traces() {
     let mut tl = test_list();
     tl.entries[1].id = "T1".into();
     assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_err());
+    // A test in a cache directory could never be written (nor hashed): not a test path.
+    assert!(check_test_list(&test_list(), &st, &PathPolicy::default()).is_ok());
+    let mut tl = test_list();
+    tl.entries[1].path = "tests/__pycache__/t2.sql".into();
+    assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_err());
+    let mut tl = test_list();
+    tl.entries[1].path = "tests/build/t2.sql".into();
+    assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_ok());
+    assert!(check_test_list(&tl, &st, &PathPolicy::default().with_caches(&["build"])).is_err());
 }
 
 #[test]
@@ -1086,6 +1095,196 @@ fn an_accepted_red_freezes_its_test_files() {
         vec!["tests/t1.sql"]
     );
     assert!(matches!(r.assignment().1, Step::Green { .. }));
+}
+
+// ---------- paths as they resolve on disk ----------
+
+fn set(changes: Vec<FileChange>) -> ChangeSet {
+    ChangeSet {
+        summary: "c".into(),
+        changes,
+    }
+}
+
+#[test]
+fn a_change_set_is_judged_again_by_the_files_its_paths_reach() {
+    let mut r = Run::new();
+    r.reach_build();
+    r.red("tests/t1.sql", &[]);
+    r.produce(cs(vec![write("src/link/t1.sql", "weakened")]))
+        .expect("spelled, it is code");
+    assert!(matches!(r.pending(), Pending::Apply { .. }));
+    // What the conductor finds each path reaching on disk, and what the machine says of it:
+    // exactly what a direct write of that file gets.
+    for (reached, want) in [
+        (
+            "tests/t1.sql",
+            RuleViolation::FrozenTestModified {
+                path: "tests/t1.sql".into(),
+            },
+        ),
+        (
+            "tests/new.sql",
+            RuleViolation::TouchesTests {
+                path: "tests/new.sql".into(),
+            },
+        ),
+        (
+            "consort.toml",
+            RuleViolation::TouchesHarness {
+                path: "consort.toml".into(),
+            },
+        ),
+        (
+            "run-tests.sh",
+            RuleViolation::TouchesHarness {
+                path: "run-tests.sh".into(),
+            },
+        ),
+        (
+            ".git/hooks/pre-commit",
+            RuleViolation::TouchesHarness {
+                path: ".git/hooks/pre-commit".into(),
+            },
+        ),
+        (
+            "src/__pycache__/a.pyc",
+            RuleViolation::TouchesUnhashed {
+                path: "src/__pycache__/a.pyc".into(),
+                dir: "__pycache__".into(),
+            },
+        ),
+    ] {
+        let resolved = set(vec![write("src/a.sql", "ok"), write(reached, "x")]);
+        assert_eq!(r.m.check_resolved(&r.s, &resolved), Err(want), "{reached}");
+    }
+    let fine = set(vec![write("src/real/t1.sql", "code")]);
+    assert_eq!(r.m.check_resolved(&r.s, &fine), Ok(fine.clone()));
+}
+
+#[test]
+fn a_red_through_a_link_to_a_non_test_is_non_test_in_red() {
+    let mut r = Run::new();
+    r.reach_build();
+    r.produce(cs(vec![
+        write("tests/t1.sql", "x"),
+        write("tests/lib/helper.sql", "y"),
+    ]))
+    .expect("spelled, both are tests");
+    let resolved = set(vec![
+        write("tests/t1.sql", "x"),
+        write("src/helper.sql", "y"),
+    ]);
+    assert_eq!(
+        r.m.check_resolved(&r.s, &resolved),
+        Err(RuleViolation::NonTestInRed {
+            path: "src/helper.sql".into()
+        })
+    );
+    // The entry's test file itself reaching another test file is not writing it.
+    let resolved = set(vec![write("tests/t9.sql", "x")]);
+    assert_eq!(
+        r.m.check_resolved(&r.s, &resolved),
+        Err(RuleViolation::RedMissingTest {
+            path: "tests/t1.sql".into()
+        })
+    );
+}
+
+#[test]
+fn a_denied_apply_lets_the_agent_retry_with_feedback_then_escalates() {
+    let mut r = Run::new();
+    r.reach_build();
+    r.red("tests/t1.sql", &[]);
+    let disk = r.disk.clone();
+    let violation = RuleViolation::FrozenTestModified {
+        path: "tests/t1.sql".into(),
+    };
+    let resolved: BTreeMap<String, String> =
+        [("src/link/t1.sql".to_string(), "tests/t1.sql".to_string())].into();
+    for attempt in 0..=2 {
+        let (_, step, got) = r.assignment();
+        assert_eq!((step, got), (Step::Green { test: "T1".into() }, attempt));
+        r.produce(cs(vec![write("src/link/t1.sql", "weakened")]))
+            .expect("spelled, it is code");
+        r.ok(Event::ApplyDenied {
+            violation: violation.clone(),
+            resolved: resolved.clone(),
+        });
+        assert_eq!(r.disk, disk, "nothing applied");
+        if attempt < 2 {
+            r.observe();
+            let Pending::Agent { feedback, .. } = r.pending() else {
+                panic!("expected the Driver again")
+            };
+            assert!(feedback[0].contains("frozen test"), "{feedback:?}");
+            assert!(
+                feedback[0].contains("src/link/t1.sql -> tests/t1.sql"),
+                "{feedback:?}"
+            );
+        }
+    }
+    assert_eq!(
+        r.halted_reason(),
+        EscalationReason::Verdict(VerdictReason::RuleViolated)
+    );
+    assert!(
+        r.s.receipts.len() == 1 && r.s.build.frozen_tests.len() == 1,
+        "only RED's run"
+    );
+    assert_eq!(r.m.replay(&r.events), r.s, "the ledger alone rebuilds it");
+}
+
+#[test]
+fn a_path_the_file_system_refuses_is_retried_and_a_refused_revert_halts() {
+    let mut r = Run::new();
+    r.reach_build();
+    r.produce(cs(vec![write("tests/t1.sql", "select 1;")]))
+        .expect("red");
+    r.ok(Event::ApplyDenied {
+        violation: RuleViolation::PathNotWritable {
+            path: "tests/t1.sql".into(),
+            problem: crate::paths::WriteProblem::NameTooLong { len: 300, max: 255 },
+        },
+        resolved: BTreeMap::new(),
+    });
+    r.observe();
+    assert_eq!(r.assignment().2, 1, "the Navigator tries again");
+    // A revert is the machine's own undo: not re-checked, and a refusal of it halts.
+    r.produce(cs(vec![write("tests/t1.sql", "select 1;")]))
+        .expect("red");
+    r.apply();
+    r.verify(&[("tests/t1.sql", TestStatus::Passed)])
+        .expect_err("passes without code");
+    assert!(matches!(r.pending(), Pending::Revert { .. }));
+    let anything = set(vec![write("consort.toml", "x")]);
+    assert_eq!(r.m.check_resolved(&r.s, &anything), Ok(anything.clone()));
+    let v = r.refused(Event::ApplyDenied {
+        violation: RuleViolation::PathNotWritable {
+            path: "tests/t1.sql".into(),
+            problem: crate::paths::WriteProblem::Refused {
+                op: "delete".into(),
+                detail: "permission denied".into(),
+            },
+        },
+        resolved: BTreeMap::new(),
+    });
+    assert!(matches!(v, RuleViolation::PathNotWritable { .. }));
+    assert!(matches!(r.s.status, RunStatus::Halted { .. }));
+}
+
+#[test]
+fn a_denied_apply_answers_only_a_pending_apply() {
+    let mut r = Run::new();
+    r.reach_build();
+    let v = r.refused(Event::ApplyDenied {
+        violation: RuleViolation::TouchesTests {
+            path: "tests/x.sql".into(),
+        },
+        resolved: BTreeMap::new(),
+    });
+    assert!(matches!(v, RuleViolation::StepOutOfOrder { .. }), "{v:?}");
+    assert_eq!(r.assignment().2, 0, "the pending RED is untouched");
 }
 
 // ---------- receipts ----------
@@ -1922,7 +2121,7 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_events_in_any_state_never_panic(kinds in proptest::collection::vec((0u8..13, any::<u64>()), 1..60)) {
+    fn arbitrary_events_in_any_state_never_panic(kinds in proptest::collection::vec((0u8..14, any::<u64>()), 1..60)) {
         let m = Machine::default();
         let mut s = State::default();
         for (k, n) in kinds {
@@ -1940,6 +2139,7 @@ proptest! {
                 9 => Event::Promoted { report: PromoteReport { request_id: RequestId(n % 4), target: String::new(), applied: vec![], already_applied: vec![], verified: n % 2 == 0 } },
                 10 => Event::PromoteFailed { request: RequestId(n % 4), error: InfraError { fault: InfraFault::DatabaseDown, detail: String::new() } },
                 11 => Event::Human { decision: HumanDecision::Retry, by: String::new() },
+                12 => Event::ApplyDenied { violation: RuleViolation::TouchesTests { path: "tests/x".into() }, resolved: BTreeMap::new() },
                 _ => Event::Refused { violation: RuleViolation::FrozenTestModified { path: "x".into() } },
             };
             if let Ok((next, _)) = m.step(&s, &e) {

@@ -271,6 +271,13 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             })
         }
         (
+            Event::ApplyDenied {
+                violation,
+                resolved,
+            },
+            p @ (Pending::Apply { .. } | Pending::Revert { .. }),
+        ) => apply_denied(cfg, state, p, violation, resolved),
+        (
             Event::VerifyCompleted { receipt },
             Pending::Verify {
                 request,
@@ -501,15 +508,7 @@ fn produced(
             design_gate(&s)?
         }
         (Step::Red { .. }, Artifact::ChangeSet(set)) => {
-            let entry = s.current_test().ok_or_else(|| missing("test entry"))?;
-            let set = check_change_set(
-                set,
-                Writer::Red {
-                    must_write: &entry.path,
-                },
-                &cfg.paths,
-                &s.build.frozen_tests,
-            )?;
+            let set = check_change_set(set, writer(&s, &step)?, &cfg.paths, &s.build.frozen_tests)?;
             Pending::Apply {
                 step: step.clone(),
                 attempt,
@@ -733,56 +732,10 @@ fn refused(
     if remedy == Remedy::Ignore {
         return Ok((s, Vec::new()));
     }
-    let retry = |s: &mut State,
-                 step: Step,
-                 attempt: u32,
-                 revert: Option<ChangeSet>|
-     -> (State, Vec<Command>) {
-        let feedback = vec![format!(
-            "Your previous answer was refused: {violation}. Try again within the rules."
-        )];
-        let exhausted = attempt + 1 > cfg.max_agent_retries;
-        let esc = escalation(
-            &step.to_string(),
-            EscalationReason::Verdict(VerdictReason::RuleViolated),
-            format!("refused {} time(s); last: {violation}", attempt + 1),
-        );
-        let again = if exhausted {
-            Pending::Agent {
-                id: AssignmentId(0),
-                step: step.clone(),
-                attempt: 0,
-                feedback: feedback.clone(),
-            }
-        } else {
-            agent(s, step.clone(), attempt + 1, feedback)
-        };
-        let mut s = s.clone();
-        let again = if step.is_build() {
-            observe(again)
-        } else {
-            again
-        };
-        match (revert, exhausted) {
-            (Some(change_set), true) => go(
-                s,
-                Pending::Revert {
-                    change_set,
-                    then: Box::new(again),
-                    halt: Some(esc),
-                },
-            ),
-            (Some(change_set), false) => go(
-                s,
-                Pending::Revert {
-                    change_set,
-                    then: Box::new(again),
-                    halt: None,
-                },
-            ),
-            (None, true) => halt(&mut s, esc, again),
-            (None, false) => go(s, again),
-        }
+    let feedback =
+        format!("Your previous answer was refused: {violation}. Try again within the rules.");
+    let retry = |s: &mut State, step: Step, attempt: u32, revert: Option<ChangeSet>| {
+        retry_agent(cfg, s, step, attempt, revert, violation, feedback.clone())
     };
     match (remedy, pending) {
         (Remedy::RetryAgent, Pending::Agent { step, attempt, .. }) => {
@@ -811,6 +764,131 @@ fn refused(
             );
             Ok(halt(&mut s, esc, pending))
         }
+    }
+}
+
+/// The agent of `step` tries again with `feedback` (attempt + 1), after `revert` is undone;
+/// past the retry bound the run halts instead, with the violation as the reason.
+fn retry_agent(
+    cfg: &MachineConfig,
+    s: &mut State,
+    step: Step,
+    attempt: u32,
+    revert: Option<ChangeSet>,
+    violation: &RuleViolation,
+    feedback: String,
+) -> (State, Vec<Command>) {
+    let feedback = vec![feedback];
+    let exhausted = attempt + 1 > cfg.max_agent_retries;
+    let esc = escalation(
+        &step.to_string(),
+        EscalationReason::Verdict(VerdictReason::RuleViolated),
+        format!("refused {} time(s); last: {violation}", attempt + 1),
+    );
+    let again = if exhausted {
+        Pending::Agent {
+            id: AssignmentId(0),
+            step: step.clone(),
+            attempt: 0,
+            feedback: feedback.clone(),
+        }
+    } else {
+        agent(s, step.clone(), attempt + 1, feedback)
+    };
+    let mut s = s.clone();
+    let again = if step.is_build() {
+        observe(again)
+    } else {
+        again
+    };
+    match (revert, exhausted) {
+        (Some(change_set), exhausted) => go(
+            s,
+            Pending::Revert {
+                change_set,
+                then: Box::new(again),
+                halt: exhausted.then_some(esc),
+            },
+        ),
+        (None, true) => halt(&mut s, esc, again),
+        (None, false) => go(s, again),
+    }
+}
+
+/// The conductor did not apply the pending change set (see [`Event::ApplyDenied`]): the agent
+/// retries with the violation, and the links its paths went through, as feedback (bounded).
+/// A revert the file system refuses is refused in turn, and so halts: it is nobody's answer.
+fn apply_denied(
+    cfg: &MachineConfig,
+    state: &State,
+    pending: Pending,
+    violation: &RuleViolation,
+    resolved: &std::collections::BTreeMap<String, String>,
+) -> Outcome {
+    let mut s = state.clone();
+    let Pending::Apply { step, attempt, .. } = &pending else {
+        return Err(violation.clone());
+    };
+    if violation.remedy() != Remedy::RetryAgent {
+        let esc = escalation(
+            &describe(&pending),
+            EscalationReason::Verdict(VerdictReason::RuleViolated),
+            violation.to_string(),
+        );
+        return Ok(halt(&mut s, esc, pending));
+    }
+    let links: Vec<String> = resolved
+        .iter()
+        .map(|(a, b)| format!("{a} -> {b}"))
+        .collect();
+    let through = if links.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (your paths resolve through symbolic links: {})",
+            links.join(", ")
+        )
+    };
+    let feedback = format!(
+        "Your previous answer was refused when it was applied: {violation}{through}. Nothing of it was written. Try again within the rules."
+    );
+    Ok(retry_agent(
+        cfg,
+        &mut s,
+        step.clone(),
+        *attempt,
+        None,
+        violation,
+        feedback,
+    ))
+}
+
+/// The writer a change set for `step` is checked as: the Navigator in RED (who must write the
+/// current entry's test file), the Driver otherwise.
+fn writer<'a>(s: &'a State, step: &Step) -> Result<Writer<'a>, RuleViolation> {
+    Ok(match step {
+        Step::Red { .. } => Writer::Red {
+            must_write: &s.current_test().ok_or_else(|| missing("test entry"))?.path,
+        },
+        _ => Writer::Code,
+    })
+}
+
+pub(super) fn check_resolved(
+    cfg: &MachineConfig,
+    state: &State,
+    resolved: &ChangeSet,
+) -> Result<ChangeSet, RuleViolation> {
+    match &state.pending {
+        Some(Pending::Apply { step, .. }) if state.status == RunStatus::Running => {
+            check_change_set(
+                resolved,
+                writer(state, step)?,
+                &cfg.paths,
+                &state.build.frozen_tests,
+            )
+        }
+        _ => Ok(resolved.clone()),
     }
 }
 

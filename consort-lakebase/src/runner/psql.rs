@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use consort_actors::worktree::TreeFilter;
 use consort_actors::{ExitRecord, TestOutcome, TestStatus};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
@@ -14,9 +15,6 @@ use super::{RunContext, RunReport, TestRunner, redact};
 use crate::error::{Error, Result};
 use crate::pgbin::find_psql;
 use crate::provider::BoxFuture;
-
-/// Directories at the top of a work tree that never hold code or tests.
-const SKIPPED_DIRS: [&str; 4] = [".consort", ".git", "target", "node_modules"];
 
 /// How the psql runner finds and runs SQL files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +32,9 @@ pub struct PsqlRunnerConfig {
     pub env: EnvPolicy,
     /// Output limits.
     pub limits: OutputLimits,
+    /// The project's extra cache directory names (`[paths] caches`): like the defaults of
+    /// [`TreeFilter`], never searched for code or test files, at any depth.
+    pub caches: Vec<String>,
 }
 
 impl Default for PsqlRunnerConfig {
@@ -45,6 +46,7 @@ impl Default for PsqlRunnerConfig {
             timeout_per_file: Duration::from_secs(60),
             env: EnvPolicy::default(),
             limits: OutputLimits::default(),
+            caches: Vec::new(),
         }
     }
 }
@@ -67,9 +69,11 @@ fn globset(globs: &[String]) -> Result<GlobSet> {
         .map_err(|e| Error::Config(format!("bad globs: {e}")))
 }
 
-/// Every regular file of the tree (not following links), as sorted relative paths.
-fn list_files(root: &Path) -> Result<Vec<String>> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+/// Every regular file of the tree (not following links), as sorted relative paths; the
+/// directories `filter` skips (caches, version control, Consort's state) are not entered, at any
+/// depth.
+fn list_files(root: &Path, filter: &TreeFilter) -> Result<Vec<String>> {
+    fn walk(root: &Path, dir: &Path, filter: &TreeFilter, out: &mut Vec<String>) -> Result<()> {
         let rd =
             std::fs::read_dir(dir).map_err(|e| Error::io(format!("list {}", dir.display()), e))?;
         for entry in rd.filter_map(|e| e.ok()) {
@@ -77,10 +81,10 @@ fn list_files(root: &Path) -> Result<Vec<String>> {
             let Ok(ft) = entry.file_type() else { continue };
             if ft.is_dir() {
                 let name = entry.file_name();
-                if dir == root && SKIPPED_DIRS.contains(&name.to_string_lossy().as_ref()) {
+                if filter.skips(&name.to_string_lossy()) {
                     continue;
                 }
-                walk(root, &path, out)?;
+                walk(root, &path, filter, out)?;
             } else if ft.is_file()
                 && let Ok(rel) = path.strip_prefix(root)
             {
@@ -90,7 +94,7 @@ fn list_files(root: &Path) -> Result<Vec<String>> {
         Ok(())
     }
     let mut out = Vec::new();
-    walk(root, root, &mut out)?;
+    walk(root, root, filter, &mut out)?;
     out.sort();
     Ok(out)
 }
@@ -123,7 +127,7 @@ impl PsqlRunner {
 
     async fn run_inner(&self, ctx: &RunContext) -> Result<RunReport> {
         let limits = self.cfg.limits;
-        let files = list_files(&ctx.work_tree)?;
+        let files = list_files(&ctx.work_tree, &TreeFilter::new(&self.cfg.caches))?;
         let setup: Vec<&String> = files.iter().filter(|f| self.setup.is_match(f)).collect();
         let tests: Vec<&String> = files
             .iter()
