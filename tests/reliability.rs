@@ -1304,11 +1304,9 @@ COMMIT;
         let tree = rig.root.join("hang-tree");
         ctx(std::fs::create_dir_all(tree.join("tests")), "mkdir")?;
         ctx(std::fs::write(tree.join("tests/t1.sh"), "true\n"), "write")?;
-        let pidfile = rig.root.join("hang-sleeper.pid");
-        let mut cfg = CommandRunnerConfig::new(format!(
-            "sleep 300 & echo $! > '{}'; wait",
-            pidfile.display()
-        ));
+        // The run is confined (it may write only its scratch directory): the sleeper's pid
+        // comes back in the output.
+        let mut cfg = CommandRunnerConfig::new("sleep 300 & echo \"sleeper pid $!\"; wait");
         cfg.timeout = Duration::from_secs(2);
         let provider = rig.provider("rel_hang").await?;
         let args = LakebaseArgs::new(provider.clone(), Arc::new(CommandRunner::new(cfg)));
@@ -1345,7 +1343,11 @@ COMMIT;
             "a test of a timed-out run passed".into()
         })?;
         let pid: u32 = ctx(
-            ctx(std::fs::read_to_string(&pidfile), "read the sleeper's pid")?
+            receipt
+                .output_excerpt
+                .lines()
+                .find_map(|l| l.strip_prefix("sleeper pid "))
+                .ok_or_else(|| format!("no sleeper pid in: {}", receipt.output_excerpt))?
                 .trim()
                 .parse(),
             "pid",
