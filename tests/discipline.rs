@@ -1981,10 +1981,6 @@ impl RoleEndpoint for ForgingEndpoint {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The harness: every case in order, one summary line.
-
-/// The cases, in order.
-// ------------------------------------------------------------------------------------------------
 // What the code under test does while it runs (issue 11).
 
 /// The off-by-one `add_item` (T1 fails against it) followed by `extra` SQL.
@@ -2212,6 +2208,10 @@ async fn run_that_changes_the_tree(world: &World) -> String {
     "RunChangedTree [src/planted.sql] (halt); the receipt records sandbox off".into()
 }
 
+// ------------------------------------------------------------------------------------------------
+// The harness: every case in order, one summary line.
+
+/// The cases, in order.
 const CASES: [&str; 22] = [
     "1 frozen test edited in GREEN",
     "2 test deleted or renamed",

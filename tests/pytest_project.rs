@@ -68,11 +68,17 @@ fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
     let verify = consort(&dir, &["verify"]);
     assert!(verify.status.success(), "{}", text(&verify));
 
-    assert_eq!(
-        std::fs::read_to_string(dir.join("app/items.py"))
-            .expect("the code was written")
-            .contains("def item_total"),
-        true
+    let code = std::fs::read_to_string(dir.join("app/items.py")).expect("the code was written");
+    assert!(code.contains("def item_total"), "{code}");
+    assert!(
+        !dir.join("tests/__pycache__/test_t1_add_item.cpython-311-pytest-9.2.0.pyc")
+            .exists(),
+        "bytecode goes to the scratch directory, not the tree"
+    );
+    assert!(
+        dir.join("tests/__pycache__/test_old.cpython-311-pytest-9.2.0.pyc")
+            .exists(),
+        "the stale cache is left alone"
     );
     assert!(
         !dir.join("junit.xml").exists(),
