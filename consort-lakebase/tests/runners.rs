@@ -13,33 +13,17 @@ use consort_lakebase::procinfo;
 use consort_lakebase::{
     BaseSpec, Branch, BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedProvider,
     EnvPolicy, Error, OutputLimits, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport,
-    SandboxMode, TestRunner, names::BranchNamer,
+    TestRunner,
 };
 
-/// A fresh branch of `spec` and a run context for `tree`.
+/// A fresh branch of `spec` and a confined run context for `tree`.
 async fn branch_for(
     tree: &Path,
     spec: &BaseSpec,
     tests: &[&str],
     focus: Option<&str>,
 ) -> (Arc<EmbeddedProvider>, Branch, RunContext) {
-    let p = common::provider().await;
-    let base = p.prepare_base(spec).await.expect("base");
-    let branch = p
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("branch");
-    let conn = p.connect_info(&branch).await.expect("info");
-    let mut hidden = vec![tree.join(".consort")];
-    hidden.extend(p.private_paths());
-    let mut ctx = RunContext::prepare(
-        tree.to_path_buf(),
-        conn,
-        SandboxMode::Landlock,
-        hidden,
-        Vec::new(),
-    )
-    .expect("a confined run context");
+    let (p, branch, mut ctx) = common::confined_branch(tree, spec, Vec::new()).await;
     ctx.tests = tests.iter().map(|s| s.to_string()).collect();
     ctx.focus = focus.map(str::to_string);
     (p, branch, ctx)

@@ -20,29 +20,15 @@ use consort_actors::{
 use consort_lakebase::{
     BaseSpec, BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs,
     PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport,
-    TestRunner, names::BranchNamer,
+    TestRunner,
 };
 use ractor::rpc::CallResult;
 
 /// A confined context for `tree` on a fresh branch of the shared cluster.
 async fn confined(tree: &Path, caches: Vec<std::path::PathBuf>) -> RunContext {
-    let p = common::provider().await;
-    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
-    let branch = p
-        .create(&BranchNamer::new().next_name(), &base)
+    common::confined_branch(tree, &BaseSpec::default(), caches)
         .await
-        .expect("branch");
-    let conn = p.connect_info(&branch).await.expect("info");
-    let mut hidden = vec![tree.join(".consort")];
-    hidden.extend(p.private_paths());
-    RunContext::prepare(
-        tree.to_path_buf(),
-        conn,
-        SandboxMode::Landlock,
-        hidden,
-        caches,
-    )
-    .expect("a confined context")
+        .2
 }
 
 fn status(r: &RunReport, name: &str) -> Option<TestStatus> {

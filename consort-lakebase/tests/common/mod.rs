@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use consort_actors::Migration;
 use consort_lakebase::{
-    BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
+    BaseSpec, Branch, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
+    EmbeddedProvider, RunContext, SandboxMode, names::BranchNamer,
 };
 use tokio::sync::OnceCell;
 
@@ -81,4 +82,31 @@ pub async fn query_strings(
             _ => None,
         })
         .collect())
+}
+
+/// A fresh branch of `spec` on the shared cluster and a confined run context for `tree` on it
+/// (Consort's state and the cluster hidden, `caches` writable).
+pub async fn confined_branch(
+    tree: &Path,
+    spec: &BaseSpec,
+    caches: Vec<std::path::PathBuf>,
+) -> (Arc<EmbeddedProvider>, Branch, RunContext) {
+    let p = provider().await;
+    let base = p.prepare_base(spec).await.expect("base");
+    let branch = p
+        .create(&BranchNamer::new().next_name(), &base)
+        .await
+        .expect("branch");
+    let conn = p.connect_info(&branch).await.expect("info");
+    let mut hidden = vec![tree.join(".consort")];
+    hidden.extend(p.private_paths());
+    let ctx = RunContext::prepare(
+        tree.to_path_buf(),
+        conn,
+        SandboxMode::Landlock,
+        hidden,
+        caches,
+    )
+    .expect("a confined run context");
+    (p, branch, ctx)
 }
