@@ -81,14 +81,6 @@ impl std::fmt::Debug for EnsembleBuilder {
     }
 }
 
-/// The default runner's configuration: the psql runner, skipping the machine's caches.
-fn default_runner(machine: &MachineConfig) -> PsqlRunnerConfig {
-    PsqlRunnerConfig {
-        caches: machine.paths.tree_filter().extra().to_vec(),
-        ..PsqlRunnerConfig::default()
-    }
-}
-
 impl EnsembleBuilder {
     /// The feature request of a new run (a resumed run reads it from the ledger).
     pub fn feature(mut self, feature: FeatureRequest) -> Self {
@@ -216,7 +208,7 @@ impl EnsembleBuilder {
         };
         let runner: Arc<dyn TestRunner> = match self.runner {
             Some(r) => r,
-            None => Arc::new(PsqlRunner::new(default_runner(&self.machine))?),
+            None => Arc::new(PsqlRunner::new(PsqlRunnerConfig::default())?),
         };
         let stats = Arc::new(PoolStats::default());
         let mut args = LakebaseArgs::new(provider.clone(), runner);

@@ -211,7 +211,6 @@ impl Project {
                 setup_globs: setup.clone(),
                 test_globs: tests.clone(),
                 timeout_per_file: Duration::from_secs(*timeout_secs),
-                caches: self.config.paths.caches.clone(),
                 ..PsqlRunnerConfig::default()
             })?),
             RunnerConfig::Command {

@@ -431,6 +431,18 @@ impl WorkTree {
         Ok(out)
     }
 
+    /// Every file of the tree (outside the directories the [`TreeFilter`] skips), as sorted
+    /// relative paths, without reading them.
+    pub fn files(&self) -> Result<Vec<String>, WorkTreeError> {
+        let mut out = Vec::new();
+        walk(&self.root, &self.root, &self.filter, &mut |rel, _| {
+            out.push(rel.to_string());
+            Ok(())
+        })?;
+        out.sort();
+        Ok(out)
+    }
+
     /// One hash for the whole tree: the canonical hash of [`WorkTree::file_hashes`].
     pub fn hash(&self) -> Result<ContentHash, WorkTreeError> {
         Ok(ContentHash::of(&self.file_hashes()?))

@@ -49,7 +49,28 @@ struct Snapshot {
     cache_dirs: Vec<PathBuf>,
 }
 
+/// The tree before a run: the files' hashes and the caches the run may write.
 async fn snapshot(root: &Path, filter: TreeFilter) -> Result<Snapshot, InfraError> {
+    in_tree(root, filter, |tree| {
+        Ok(Snapshot {
+            files: tree.file_hashes()?,
+            cache_dirs: tree.cache_dirs()?,
+        })
+    })
+    .await
+}
+
+/// The files' hashes after a run.
+async fn hashes_after(root: &Path, filter: TreeFilter) -> Result<FileHashes, InfraError> {
+    in_tree(root, filter, |tree| tree.file_hashes()).await
+}
+
+/// Runs `read` on the work tree on a blocking thread.
+async fn in_tree<T: Send + 'static>(
+    root: &Path,
+    filter: TreeFilter,
+    read: impl FnOnce(&WorkTree) -> Result<T, consort_actors::WorkTreeError> + Send + 'static,
+) -> Result<T, InfraError> {
     let root = root.to_path_buf();
     let io = |e: String| {
         infra(
@@ -61,9 +82,7 @@ async fn snapshot(root: &Path, filter: TreeFilter) -> Result<Snapshot, InfraErro
         let tree = WorkTree::open(&root)
             .map_err(|e| e.to_string())?
             .with_filter(filter);
-        let files = tree.file_hashes().map_err(|e| e.to_string())?;
-        let cache_dirs = tree.cache_dirs().map_err(|e| e.to_string())?;
-        Ok(Snapshot { files, cache_dirs })
+        read(&tree).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| io(e.to_string()))?
@@ -146,30 +165,22 @@ impl Verifier {
     /// session); the run is repeated once on a fresh branch, and a second break with the
     /// database up is the verdict (the tests errored).
     pub async fn verify(&self, req: &VerifyRequest) -> Result<TestRunReceipt, InfraError> {
-        let mut lost_before = None;
-        for attempt in 0..2 {
-            let mut done = match self.verify_once(req).await? {
-                Attempt::Receipt(r) => return Ok(*r),
-                Attempt::SessionsLost(r) => r,
-            };
-            if attempt == 0 {
-                info!(request = %req.id, tests = ?done.receipt.outcomes.len(), "a test session broke off with its database up; repeating on a fresh branch");
-                lost_before = Some(done.lost);
-                continue;
-            }
-            let first = lost_before.take().unwrap_or_default();
-            done.receipt.output_excerpt = format!(
-                "the database session of {} broke off while its database stayed up, on two fresh branches (first: {}): the code under test ended it\n{}",
-                done.lost.join(", "),
-                first.join(", "),
-                done.receipt.output_excerpt
-            );
-            return Ok(*done.receipt);
-        }
-        Err(infra(
-            InfraFault::RunnerFailed,
-            "the verification loop ended without a receipt",
-        ))
+        let first = match self.verify_once(req).await? {
+            Attempt::Receipt(r) => return Ok(*r),
+            Attempt::SessionsLost(done) => done,
+        };
+        info!(request = %req.id, sessions = %first.lost.join(", "), "a test session broke off with its database up; repeating on a fresh branch");
+        let mut second = match self.verify_once(req).await? {
+            Attempt::Receipt(r) => return Ok(*r),
+            Attempt::SessionsLost(done) => done,
+        };
+        second.receipt.output_excerpt = format!(
+            "the database session of {} broke off while its database stayed up, on two fresh branches (first: {}): the code under test ended it\n{}",
+            second.lost.join(", "),
+            first.lost.join(", "),
+            second.receipt.output_excerpt
+        );
+        Ok(*second.receipt)
     }
 
     /// One run on one fresh branch.
@@ -220,7 +231,7 @@ impl Verifier {
                 ),
             ));
         }
-        let after = snapshot(&req.work_tree, TreeFilter::new(&req.caches)).await?;
+        let after = hashes_after(&req.work_tree, ctx.filter.clone()).await?;
         let failed = !report.exit.success()
             || report
                 .outcomes
@@ -244,7 +255,7 @@ impl Verifier {
         let lost = report.sessions_lost.clone();
         let mut receipt = self.receipt(req, workspace_hash, &branch.id, timings, report);
         receipt.confinement = ctx.jail.confinement();
-        receipt.tree_changes = changed_paths(&before.files, &after.files);
+        receipt.tree_changes = changed_paths(&before.files, &after);
         if lost.is_empty() {
             Ok(Attempt::Receipt(Box::new(receipt)))
         } else {
@@ -280,6 +291,7 @@ impl Verifier {
         ctx.tests = req.tests.clone();
         ctx.focus = req.focus.clone();
         ctx.pinned = SessionSettings::for_migrations(&req.migrations);
+        ctx.filter = TreeFilter::new(&req.caches);
         Ok(ctx)
     }
 

@@ -436,12 +436,10 @@ async fn psql_never_takes_a_file_in_a_cache_directory_for_code_or_a_test() {
             ("src/.git/hook.sql", broken),
         ],
     );
-    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
-    let runner = PsqlRunner::new(PsqlRunnerConfig {
-        caches: vec!["build".into()],
-        ..PsqlRunnerConfig::default()
-    })
-    .expect("psql runner");
+    let (p, b, mut ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
+    let plain = ctx.clone();
+    ctx.filter = consort_actors::worktree::TreeFilter::new(&["build"]);
     let r = runner.run(&ctx).await.expect("run");
     let names: Vec<&str> = r.outcomes.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(
@@ -455,11 +453,7 @@ async fn psql_never_takes_a_file_in_a_cache_directory_for_code_or_a_test() {
         r.output_excerpt
     );
     // Without the extra name, `build` is an ordinary directory.
-    let r = PsqlRunner::new(PsqlRunnerConfig::default())
-        .expect("psql runner")
-        .run(&ctx)
-        .await
-        .expect("run");
+    let r = runner.run(&plain).await.expect("run");
     assert_eq!(status(&r, "tests/build/t3.sql"), Some(TestStatus::Failed));
     p.delete(&b.name).await.expect("delete");
 }

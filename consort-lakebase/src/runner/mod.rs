@@ -25,6 +25,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use consort_actors::worktree::TreeFilter;
 use consort_actors::{ContentHash, ExitRecord, TestOutcome};
 
 use crate::error::Result;
@@ -56,6 +57,9 @@ pub struct RunContext {
     pub scratch: Arc<Scratch>,
     /// The settings pinned for every database session of the run.
     pub pinned: SessionSettings,
+    /// The directories never searched for code or tests: the defaults and the project's
+    /// caches (the verifier takes them from the request).
+    pub filter: TreeFilter,
 }
 
 impl fmt::Debug for RunContext {
@@ -68,6 +72,7 @@ impl fmt::Debug for RunContext {
             .field("jail", &self.jail)
             .field("scratch", &self.scratch.root())
             .field("pinned", &self.pinned)
+            .field("filter", &self.filter)
             .finish()
     }
 }
@@ -75,8 +80,9 @@ impl fmt::Debug for RunContext {
 impl RunContext {
     /// A context for a run of `work_tree` against `conn`, confined as `mode` says: Consort's
     /// private state in `hidden` unreadable, writes only in a fresh scratch directory and the
-    /// tree's existing `cache_dirs`, TCP only to the branch's port. No tests are expected yet
-    /// and only `public` is searched; set the fields to change that.
+    /// tree's existing `cache_dirs`, TCP only to the branch's port. No tests are expected yet,
+    /// only `public` is searched and only the default caches are skipped; set the fields to
+    /// change that.
     pub fn prepare(
         work_tree: PathBuf,
         conn: ConnectInfo,
@@ -101,6 +107,7 @@ impl RunContext {
             jail,
             scratch: Arc::new(scratch),
             pinned: SessionSettings::default(),
+            filter: TreeFilter::default(),
         })
     }
 

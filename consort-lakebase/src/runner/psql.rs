@@ -1,10 +1,9 @@
 //! The psql runner: SQL code files loaded into the branch, then each SQL test file run in its
 //! own `psql` session inside a transaction that is rolled back.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use consort_actors::worktree::TreeFilter;
 use consort_actors::{ExitRecord, TestOutcome, TestStatus};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
@@ -32,9 +31,6 @@ pub struct PsqlRunnerConfig {
     pub env: EnvPolicy,
     /// Output limits.
     pub limits: OutputLimits,
-    /// The project's extra cache directory names (`[paths] caches`): like the defaults of
-    /// [`TreeFilter`], never searched for code or test files, at any depth.
-    pub caches: Vec<String>,
 }
 
 impl Default for PsqlRunnerConfig {
@@ -46,7 +42,6 @@ impl Default for PsqlRunnerConfig {
             timeout_per_file: Duration::from_secs(60),
             env: EnvPolicy::default(),
             limits: OutputLimits::default(),
-            caches: Vec::new(),
         }
     }
 }
@@ -69,34 +64,13 @@ fn globset(globs: &[String]) -> Result<GlobSet> {
         .map_err(|e| Error::Config(format!("bad globs: {e}")))
 }
 
-/// Every regular file of the tree (not following links), as sorted relative paths; the
-/// directories `filter` skips (caches, version control, Consort's state) are not entered, at any
-/// depth.
-fn list_files(root: &Path, filter: &TreeFilter) -> Result<Vec<String>> {
-    fn walk(root: &Path, dir: &Path, filter: &TreeFilter, out: &mut Vec<String>) -> Result<()> {
-        let rd =
-            std::fs::read_dir(dir).map_err(|e| Error::io(format!("list {}", dir.display()), e))?;
-        for entry in rd.filter_map(|e| e.ok()) {
-            let path = entry.path();
-            let Ok(ft) = entry.file_type() else { continue };
-            if ft.is_dir() {
-                let name = entry.file_name();
-                if filter.skips(&name.to_string_lossy()) {
-                    continue;
-                }
-                walk(root, &path, filter, out)?;
-            } else if ft.is_file()
-                && let Ok(rel) = path.strip_prefix(root)
-            {
-                out.push(rel.to_string_lossy().replace('\\', "/"));
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(root, root, filter, &mut out)?;
-    out.sort();
-    Ok(out)
+/// Every file of the tree as the verifier sees it (the filter's directories left out), as
+/// sorted relative paths.
+fn list_files(ctx: &RunContext) -> Result<Vec<String>> {
+    let listing = consort_actors::WorkTree::open(&ctx.work_tree)
+        .map(|t| t.with_filter(ctx.filter.clone()))
+        .and_then(|t| t.files());
+    listing.map_err(|e| Error::io("list the work tree", std::io::Error::other(e.to_string())))
 }
 
 impl PsqlRunner {
@@ -127,7 +101,7 @@ impl PsqlRunner {
 
     async fn run_inner(&self, ctx: &RunContext) -> Result<RunReport> {
         let limits = self.cfg.limits;
-        let files = list_files(&ctx.work_tree, &TreeFilter::new(&self.cfg.caches))?;
+        let files = list_files(ctx)?;
         let setup: Vec<&String> = files.iter().filter(|f| self.setup.is_match(f)).collect();
         let tests: Vec<&String> = files
             .iter()

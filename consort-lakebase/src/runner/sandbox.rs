@@ -100,6 +100,19 @@ impl std::fmt::Display for SandboxSupport {
     }
 }
 
+/// What this process can confine with, probed once; the first call also makes this process
+/// non-dumpable: its memory and environment (API keys, tokens) are not for the code under
+/// test, and a non-dumpable process's `/proc` files need privileges the runs do not have.
+fn process_support() -> &'static SandboxSupport {
+    static SUPPORT: std::sync::OnceLock<SandboxSupport> = std::sync::OnceLock::new();
+    SUPPORT.get_or_init(|| match nix::sys::prctl::set_dumpable(false) {
+        Ok(()) => SandboxSupport::probe(),
+        Err(e) => {
+            SandboxSupport::Unavailable(format!("cannot make this process non-dumpable: {e}"))
+        }
+    })
+}
+
 fn enforced_abi(
     ruleset: &RulesetStatus,
     status: LandlockStatus,
@@ -225,12 +238,8 @@ impl Jail {
         if mode == SandboxMode::Off {
             return Ok(Jail::off());
         }
-        // This process's memory and environment (API keys, tokens) are not for the code under
-        // test: a non-dumpable process's /proc files need privileges the runs do not have.
-        nix::sys::prctl::set_dumpable(false)
-            .map_err(|e| Error::Runner(format!("cannot make this process non-dumpable: {e}")))?;
-        let abi = match SandboxSupport::probe() {
-            SandboxSupport::Available { abi } => abi,
+        let abi = match process_support() {
+            SandboxSupport::Available { abi } => *abi,
             SandboxSupport::Unavailable(why) => {
                 return Err(Error::Runner(format!(
                     "test runs must be confined, but this machine cannot ({why}); fix the kernel, \
