@@ -516,12 +516,6 @@ pub fn hash_dir(root: &Path) -> Result<ContentHash, WorkTreeError> {
     WorkTree::open(root)?.hash()
 }
 
-/// Hashes a work tree directory as [`hash_dir`] does, skipping the directories of `filter` (the
-/// defaults and the project's caches): the hash the conductor computes for the same tree.
-pub fn hash_dir_with(root: &Path, filter: &TreeFilter) -> Result<ContentHash, WorkTreeError> {
-    WorkTree::open(root)?.with_filter(filter.clone()).hash()
-}
-
 /// Why a path could not be resolved physically.
 enum Physical {
     /// This existing file stands where a directory must be.
@@ -970,7 +964,11 @@ mod tests {
             "but only where it is configured"
         );
         assert_eq!(
-            hash_dir_with(root, &TreeFilter::new(&["build"])).expect("hash"),
+            WorkTree::open(root)
+                .expect("open")
+                .with_filter(TreeFilter::new(&["build"]))
+                .hash()
+                .expect("hash"),
             hc,
             "the verifier's hash is the conductor's"
         );

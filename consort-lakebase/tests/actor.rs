@@ -326,7 +326,11 @@ async fn the_receipt_hashes_the_tree_without_the_requests_caches() {
     let filter = consort_actors::worktree::TreeFilter::new(&["build"]);
     assert_eq!(
         receipt.workspace_hash,
-        consort_actors::worktree::hash_dir_with(tree.path(), &filter).expect("hash"),
+        consort_actors::WorkTree::open(tree.path())
+            .expect("open")
+            .with_filter(filter)
+            .hash()
+            .expect("hash"),
         "the conductor's hash, with the project's caches skipped"
     );
     assert_ne!(

@@ -129,10 +129,9 @@ impl Actor for FakeLakebase {
                 let failed = outcomes.iter().any(|o| o.status != TestStatus::Passed);
                 let receipt = TestRunReceipt {
                     request_id: req.id,
-                    workspace_hash: crate::worktree::hash_dir_with(
-                        &req.work_tree,
-                        &crate::worktree::TreeFilter::new(&req.caches),
-                    )?,
+                    workspace_hash: WorkTree::open(&req.work_tree)?
+                        .with_filter(crate::worktree::TreeFilter::new(&req.caches))
+                        .hash()?,
                     provider: "fake".into(),
                     branch_id: format!("consort-fake-{}", req.id.0),
                     runner: "fake".into(),
