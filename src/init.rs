@@ -202,6 +202,22 @@ pub fn openai_from_env() -> Result<AgentConfig, crate::ProjectError> {
     Ok(AgentConfig::Openai(cfg))
 }
 
+/// The JUnit report path when the runner's command names it as a file of the work tree: the
+/// command would write it there, but a confined run can write only its report directory.
+pub fn junit_written_into_tree(config: &ProjectConfig) -> Option<String> {
+    let RunnerConfig::Command { junit: Some(j), .. } = &config.runner else {
+        return None;
+    };
+    let j = j.to_string_lossy();
+    let j = j.trim_start_matches("./");
+    let harness = config.runner_harness().ok()?;
+    harness
+        .files
+        .iter()
+        .any(|f| !f.script && f.path == j)
+        .then(|| j.to_string())
+}
+
 /// The lines `consort doctor` prints about what the runner's configuration makes harness (see
 /// [`crate::runner_harness`]), so the user sees what no agent may change.
 pub fn runner_harness_report(config: &ProjectConfig) -> Vec<String> {
@@ -289,6 +305,16 @@ pub fn doctor(dir: &Path) -> i32 {
     let Ok(config) = config else { return 1 };
     for line in runner_harness_report(&config) {
         println!("{line}");
+    }
+    if let RunnerConfig::Command { junit: Some(j), .. } = &config.runner {
+        report(
+            junit_written_into_tree(&config).is_none(),
+            &format!(
+                "the JUnit report {} goes to the run's report directory ($CONSORT_JUNIT)",
+                j.display()
+            ),
+            "the command writes it into the work tree, which a confined run cannot write: write it to \"$CONSORT_JUNIT\" (for example --junitxml=\"$CONSORT_JUNIT\")",
+        );
     }
     let feature = dir.join(&config.feature.request);
     report(
@@ -384,6 +410,21 @@ mod tests {
             runner_harness_report(&c),
             ["ok    harness from [runner]: none (the psql runner reads no configuration file)"]
         );
+    }
+
+    #[test]
+    fn a_junit_report_the_command_writes_into_the_tree_is_found() {
+        let into_tree = config_with_runner(
+            "kind = \"command\"\ncommand = \"pytest --junitxml=out/report.xml\"\njunit = \"./out/report.xml\"\n",
+        );
+        assert_eq!(
+            junit_written_into_tree(&into_tree).as_deref(),
+            Some("out/report.xml")
+        );
+        let right = config_with_runner(
+            "kind = \"command\"\ncommand = \"pytest --junitxml=\\\"$CONSORT_JUNIT\\\"\"\njunit = \"report.xml\"\n",
+        );
+        assert_eq!(junit_written_into_tree(&right), None);
     }
 
     #[test]

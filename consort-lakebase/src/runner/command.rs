@@ -96,6 +96,14 @@ impl CommandRunner {
 
         let mut outcomes: Option<Vec<TestOutcome>> = None;
         if let Some(path) = &junit
+            && !path.exists()
+        {
+            capture.push_str(&format!(
+                "\n[consort: the command wrote no JUnit report to $CONSORT_JUNIT ({}); a run can write only its report and scratch directories, never the work tree]\n",
+                path.display()
+            ));
+        }
+        if let Some(path) = &junit
             && let Ok(xml) = std::fs::read_to_string(path)
         {
             match parse_junit(&xml, &self.cfg.junit_name_format) {
