@@ -1,0 +1,282 @@
+//! The architecture invariants of ARCHITECTURE.md, checked against the code itself.
+//!
+//! * `consort-actors` knows no LLM and no database: no crate that talks to PostgreSQL or to a
+//!   model is among its dependencies, however indirect (read from `cargo metadata`).
+//! * The role agents and the branch backends do not know each other: neither `consort-agents`
+//!   nor `consort-lakebase` depends on the other.
+//! * The state machine is pure: no file in `consort-actors/src/machine/` uses tokio, the file
+//!   system, the environment or a clock.
+//!
+//! Each check is a function over plain data, tested once against the real workspace and once
+//! against a copy broken on purpose, so a check that could never fail would be caught.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Crates that reach a database.
+const DATABASE_CRATES: &[&str] = &[
+    "tokio-postgres",
+    "postgres",
+    "postgres-protocol",
+    "sqlx",
+    "diesel",
+    "rusqlite",
+    "deadpool-postgres",
+    "sea-orm",
+];
+
+/// Crates that reach a model (or an HTTP client to reach one with).
+const LLM_CRATES: &[&str] = &["async-openai", "reqwest", "hyper", "ollama-rs", "anthropic"];
+
+/// Names in the state machine's source that mean I/O, the environment or a clock.
+const IMPURE: &[&str] = &[
+    "tokio",
+    "std::fs",
+    "fs::",
+    "std::env",
+    "env::",
+    "SystemTime",
+    "Instant",
+];
+
+/// The workspace's `cargo metadata`.
+fn metadata() -> Value {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata starts");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+}
+
+/// Every package's name by id, and its normal and build dependencies (not dev) by id.
+struct Graph {
+    names: BTreeMap<String, String>,
+    deps: BTreeMap<String, Vec<String>>,
+}
+
+impl Graph {
+    fn from_metadata(meta: &Value) -> Graph {
+        let names = meta["packages"]
+            .as_array()
+            .expect("packages")
+            .iter()
+            .map(|p| (str_at(p, "id"), str_at(p, "name")))
+            .collect();
+        let deps = meta["resolve"]["nodes"]
+            .as_array()
+            .expect("resolve nodes")
+            .iter()
+            .map(|node| {
+                let linked = node["deps"]
+                    .as_array()
+                    .expect("deps")
+                    .iter()
+                    .filter(|d| {
+                        d["dep_kinds"]
+                            .as_array()
+                            .expect("dep_kinds")
+                            .iter()
+                            .any(|k| k["kind"].is_null() || k["kind"] == "build")
+                    })
+                    .map(|d| str_at(d, "pkg"))
+                    .collect();
+                (str_at(node, "id"), linked)
+            })
+            .collect();
+        Graph { names, deps }
+    }
+
+    fn id_of(&self, name: &str) -> String {
+        self.names
+            .iter()
+            .find(|(_, n)| n.as_str() == name)
+            .map(|(id, _)| id.clone())
+            .unwrap_or_else(|| panic!("no package {name} in the workspace"))
+    }
+
+    /// The names of everything `name` depends on, directly or not (dev-dependencies aside).
+    fn reaches(&self, name: &str) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![self.id_of(name)];
+        while let Some(id) = todo.pop() {
+            for dep in self.deps.get(&id).into_iter().flatten() {
+                if seen.insert(dep.clone()) {
+                    todo.push(dep.clone());
+                }
+            }
+        }
+        seen.iter().map(|id| self.names[id].clone()).collect()
+    }
+}
+
+fn str_at(v: &Value, key: &str) -> String {
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("{key} is a string"))
+        .to_string()
+}
+
+/// Every dependency that breaks a crate boundary, one line each.
+fn boundary_violations(graph: &Graph) -> Vec<String> {
+    let mut found = Vec::new();
+    let actors = graph.reaches("consort-actors");
+    for name in DATABASE_CRATES
+        .iter()
+        .chain(LLM_CRATES)
+        .chain(&["consort-agents", "consort-lakebase"])
+    {
+        if actors.contains(*name) {
+            found.push(format!("consort-actors depends on {name}"));
+        }
+    }
+    for (from, to) in [
+        ("consort-agents", "consort-lakebase"),
+        ("consort-lakebase", "consort-agents"),
+    ] {
+        if graph.reaches(from).contains(to) {
+            found.push(format!("{from} depends on {to}"));
+        }
+    }
+    found
+}
+
+/// Every use of an impure name in one source file, as `line: text`, comments aside.
+fn impure_uses(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .enumerate()
+        .filter_map(|(i, line)| {
+            let code = line.split("//").next().unwrap_or_default();
+            IMPURE
+                .iter()
+                .find(|name| contains_word(code, name))
+                .map(|name| format!("line {}: {name} in `{}`", i + 1, line.trim()))
+        })
+        .collect()
+}
+
+/// Whether `name` stands in `code` with no identifier character right before or after it.
+fn contains_word(code: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices(name).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + name.len()..].chars().next();
+        !before.is_some_and(ident) && !after.is_some_and(|c| ident(c) && !name.ends_with("::"))
+    })
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("the directory is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn crate_boundaries_hold() {
+    let graph = Graph::from_metadata(&metadata());
+    assert_eq!(boundary_violations(&graph), Vec::<String>::new());
+}
+
+#[test]
+fn a_database_crate_under_the_runtime_is_caught() {
+    let mut meta = metadata();
+    let graph = Graph::from_metadata(&meta);
+    let actors = graph.id_of("consort-actors");
+    let postgres = graph.id_of("tokio-postgres");
+    let agents = graph.id_of("consort-agents");
+    let lakebase = graph.id_of("consort-lakebase");
+    let link = |pkg: &str| serde_json::json!({"pkg": pkg, "dep_kinds": [{"kind": null}]});
+    for node in meta["resolve"]["nodes"].as_array_mut().expect("nodes") {
+        let id = node["id"].as_str().expect("id").to_string();
+        let deps = node["deps"].as_array_mut().expect("deps");
+        if id == actors {
+            deps.push(link(&postgres));
+        } else if id == agents {
+            deps.push(link(&lakebase));
+        }
+    }
+    let found = boundary_violations(&Graph::from_metadata(&meta));
+    assert!(
+        found.contains(&"consort-actors depends on tokio-postgres".to_string()),
+        "{found:?}"
+    );
+    // Indirect dependencies count: tokio-postgres brings postgres-protocol.
+    assert!(
+        found.contains(&"consort-actors depends on postgres-protocol".to_string()),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&"consort-agents depends on consort-lakebase".to_string()),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_dev_dependency_does_not_count() {
+    let mut meta = metadata();
+    let graph = Graph::from_metadata(&meta);
+    let actors = graph.id_of("consort-actors");
+    let postgres = graph.id_of("tokio-postgres");
+    for node in meta["resolve"]["nodes"].as_array_mut().expect("nodes") {
+        if node["id"] == actors.as_str() {
+            let dev = serde_json::json!({"pkg": postgres, "dep_kinds": [{"kind": "dev"}]});
+            node["deps"].as_array_mut().expect("deps").push(dev);
+        }
+    }
+    assert_eq!(
+        boundary_violations(&Graph::from_metadata(&meta)),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn the_state_machine_does_no_io_and_reads_no_clock() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("consort-actors/src/machine");
+    let files = rust_files(&dir);
+    assert!(
+        files.len() >= 3,
+        "the machine's sources are at {}",
+        dir.display()
+    );
+    let mut found = Vec::new();
+    for file in files {
+        let source = std::fs::read_to_string(&file).expect("a source file is readable");
+        for hit in impure_uses(&source) {
+            found.push(format!("{}: {hit}", file.display()));
+        }
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn impure_code_in_the_machine_is_caught() {
+    let source = "use tokio::time;\n\
+                  let now = std::time::Instant::now();\n\
+                  let t = SystemTime::now();\n\
+                  let text = fs::read_to_string(p);\n\
+                  let key = std::env::var(\"K\");\n\
+                  // a comment may say tokio and Instant\n\
+                  let instantly = phase.tokio_free();\n";
+    let found = impure_uses(source);
+    assert_eq!(found.len(), 5, "{found:#?}");
+    assert!(found[0].starts_with("line 1: tokio"), "{found:?}");
+    assert!(found[4].starts_with("line 5: std::env"), "{found:?}");
+}
