@@ -74,7 +74,7 @@ pub use actor::{LakebaseActor, LakebaseArgs, LakebaseState};
 pub use embedded::{EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider};
 pub use error::{Error, Result};
 pub use lakebase_api::{LakebaseConfig, LakebaseProvider};
-pub use pgbranch::ServerOptions;
+pub use pgbranch::{ServerOptions, ServerProvider};
 pub use pool::{Acquired, BranchPool, Lease, PoolConfig, PoolStats, PoolStatsSnapshot, Released};
 pub use provider::*;
 pub use runner::{

@@ -267,7 +267,7 @@ impl PoolInner {
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, PoolState>> {
         self.state
             .lock()
-            .map_err(|_| Error::Other("pool state poisoned".into()))
+            .map_err(|_| Error::Poisoned("the branch pool's state"))
     }
 
     /// Starts the background refill when it is not running.
@@ -483,7 +483,7 @@ impl BranchPool {
     /// Gets a fresh branch of `spec`'s base.
     pub async fn acquire(&self, spec: &BaseSpec) -> Result<Acquired> {
         if self.inner.closed.load(Ordering::Acquire) {
-            return Err(Error::Other("the branch pool is shut down".into()));
+            return Err(Error::PoolShutDown);
         }
         let (base, prepare_ms) = self.switch_base(spec).await?;
         let t = Instant::now();

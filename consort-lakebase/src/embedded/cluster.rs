@@ -138,7 +138,7 @@ impl EmbeddedPostgres {
             None => (make_temp_dir(run_as.as_ref())?, None, true),
             Some(d) => {
                 let abs = std::path::absolute(d)
-                    .map_err(|e| Error::io(format!("resolve {}", d.display()), e))?;
+                    .map_err(|e| Error::cluster_io(format!("resolve {}", d.display()), e))?;
                 let dir = match &run_as {
                     Some(ra) if !ra.can_reach(&abs) => {
                         let fb = fallback_dir(&abs);
@@ -317,9 +317,10 @@ fn wait_child(child: &mut Child, patience: Duration) -> bool {
 
 fn make_temp_dir(run_as: Option<&RunAs>) -> Result<PathBuf> {
     let dir = PathBuf::from("/tmp").join(format!("consort-pg-tmp-{}", random_tag(12)));
-    std::fs::create_dir(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    std::fs::create_dir(&dir)
+        .map_err(|e| Error::cluster_io(format!("create {}", dir.display()), e))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| Error::io(format!("chmod {}", dir.display()), e))?;
+        .map_err(|e| Error::cluster_io(format!("chmod {}", dir.display()), e))?;
     if let Some(ra) = run_as {
         ra.chown(&dir)?;
     }
@@ -339,9 +340,9 @@ fn socket_dir_for(dir: &Path) -> PathBuf {
 
 fn ensure_dir(path: &Path, run_as: Option<&RunAs>, mode: u32) -> Result<()> {
     std::fs::create_dir_all(path)
-        .map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+        .map_err(|e| Error::cluster_io(format!("create {}", path.display()), e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| Error::io(format!("chmod {}", path.display()), e))?;
+        .map_err(|e| Error::cluster_io(format!("chmod {}", path.display()), e))?;
     if let Some(ra) = run_as {
         ra.chown(path)?;
     }
@@ -349,9 +350,10 @@ fn ensure_dir(path: &Path, run_as: Option<&RunAs>, mode: u32) -> Result<()> {
 }
 
 fn write_private(path: &Path, content: &str, run_as: Option<&RunAs>) -> Result<()> {
-    std::fs::write(path, content).map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+    std::fs::write(path, content)
+        .map_err(|e| Error::cluster_io(format!("write {}", path.display()), e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| Error::io(format!("chmod {}", path.display()), e))?;
+        .map_err(|e| Error::cluster_io(format!("chmod {}", path.display()), e))?;
     if let Some(ra) = run_as {
         ra.chown(path)?;
     }
@@ -396,10 +398,10 @@ fn is_postgres(pid: u32) -> bool {
 
 fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| Error::io("bind a loopback port", e))?;
+        .map_err(|e| Error::cluster_io("bind a loopback port", e))?;
     l.local_addr()
         .map(|a| a.port())
-        .map_err(|e| Error::io("read the loopback port", e))
+        .map_err(|e| Error::cluster_io("read the loopback port", e))
 }
 
 const HBA: &str = "\
@@ -449,7 +451,7 @@ async fn start_cluster(
     }
     if let Some((pid, port, sock)) = running.filter(|(pid, _, _)| is_postgres(*pid)) {
         let password = std::fs::read_to_string(&pw_file)
-            .map_err(|e| Error::io(format!("read {}", pw_file.display()), e))?;
+            .map_err(|e| Error::cluster_io(format!("read {}", pw_file.display()), e))?;
         let cluster = EmbeddedCluster {
             dir: dir.clone(),
             requested: requested.clone(),
@@ -491,7 +493,7 @@ async fn start_cluster(
         if data_dir.exists() {
             // A half-made cluster (initdb interrupted): start over.
             std::fs::remove_dir_all(&data_dir)
-                .map_err(|e| Error::io(format!("remove {}", data_dir.display()), e))?;
+                .map_err(|e| Error::cluster_io(format!("remove {}", data_dir.display()), e))?;
         }
         let password = crate::names::random_password();
         write_private(&pw_file, &password, run_as.as_ref())?;
@@ -522,7 +524,7 @@ async fn start_cluster(
         let out = cmd
             .output()
             .await
-            .map_err(|e| Error::io(format!("run {}", bins.initdb().display()), e))?;
+            .map_err(|e| Error::cluster_io(format!("run {}", bins.initdb().display()), e))?;
         if !out.status.success() {
             return Err(Error::Cluster(format!(
                 "initdb failed ({}): {}",
@@ -534,7 +536,7 @@ async fn start_cluster(
     }
     write_private(&data_dir.join("pg_hba.conf"), HBA, run_as.as_ref())?;
     let password = std::fs::read_to_string(&pw_file)
-        .map_err(|e| Error::io(format!("read {}", pw_file.display()), e))?;
+        .map_err(|e| Error::cluster_io(format!("read {}", pw_file.display()), e))?;
     let socket_dir = socket_dir_for(&dir);
     ensure_dir(&socket_dir, run_as.as_ref(), 0o700)?;
 
@@ -545,10 +547,10 @@ async fn start_cluster(
             .create(true)
             .append(true)
             .open(&log_file)
-            .map_err(|e| Error::io(format!("open {}", log_file.display()), e))?;
+            .map_err(|e| Error::cluster_io(format!("open {}", log_file.display()), e))?;
         let log2 = log
             .try_clone()
-            .map_err(|e| Error::io("clone the log handle", e))?;
+            .map_err(|e| Error::cluster_io("clone the log handle", e))?;
         let mut cmd = Command::new(bins.postgres());
         cmd.arg("-D")
             .arg(&data_dir)
@@ -577,7 +579,7 @@ async fn start_cluster(
         as_user(&mut cmd, run_as.as_ref());
         let postmaster = cmd
             .spawn()
-            .map_err(|e| Error::io(format!("start {}", bins.postgres().display()), e))?;
+            .map_err(|e| Error::cluster_io(format!("start {}", bins.postgres().display()), e))?;
         let pid = postmaster.id();
         let watchdog = spawn_watchdog(
             pid,
@@ -659,7 +661,7 @@ fn spawn_watchdog(
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
-        .map_err(|e| Error::io("start the cluster watchdog (sh)", e))?;
+        .map_err(|e| Error::cluster_io("start the cluster watchdog (sh)", e))?;
     let stdin = child
         .stdin
         .take()

@@ -242,11 +242,13 @@ impl From<ApiError> for crate::error::Error {
                 message,
             } => E::Database {
                 context,
-                code: Some(code),
-                detail: message,
+                code: tokio_postgres::error::SqlState::from_code(&code),
+                server: Box::new(crate::error::ServerText::message(message)),
+                source: None,
             },
             ApiError::Postgres { code: None, .. } => E::Connect(text),
-            ApiError::Conflict { .. } => E::Other(text),
+            // The name is taken by a branch of another lineage.
+            ApiError::Conflict { .. } => E::AlreadyExists(text),
         }
     }
 }
