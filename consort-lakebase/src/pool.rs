@@ -345,8 +345,12 @@ impl Drop for PoolInner {
         let leftovers: Vec<String> = self
             .state
             .get_mut()
-            .map(|st| st.ready.drain(..).map(|b| b.name).collect())
-            .unwrap_or_default();
+            // A panic elsewhere does not make the ready branches any less ours to delete.
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .ready
+            .drain(..)
+            .map(|b| b.name)
+            .collect();
         if leftovers.is_empty() {
             return;
         }
@@ -536,8 +540,11 @@ impl BranchPool {
             .inner
             .releasing
             .lock()
-            .map(|mut set| std::mem::take(&mut *set))
-            .unwrap_or_default();
+            // The set of release tasks stays whole whatever panicked: wait for all of them.
+            .map_or_else(
+                |poisoned| std::mem::take(&mut *poisoned.into_inner()),
+                |mut set| std::mem::take(&mut *set),
+            );
         while releasing.join_next().await.is_some() {}
         let mut names: Vec<String> = self.inner.lock()?.ready.drain(..).map(|b| b.name).collect();
         if let Ok(mut o) = self.inner.orphaned.lock() {

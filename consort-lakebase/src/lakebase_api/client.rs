@@ -188,6 +188,7 @@ impl LakebaseClient {
         let mut interval = self.poll.initial_interval;
         loop {
             if op.done == Some(true) {
+                // The operation's name is only for the message; an unnamed one reads as "".
                 let name = op.name.clone().unwrap_or_default();
                 if let Some(err) = op.error {
                     let code = err.code_text();
@@ -362,6 +363,7 @@ impl LakebaseClient {
             .name
             .as_deref()
             .map(super::naming::last_segment)
+            // The service echoes the id it was asked for; without a name, that id it is.
             .unwrap_or(endpoint_id)
             .to_string();
         let started = Instant::now();

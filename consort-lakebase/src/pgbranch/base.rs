@@ -43,7 +43,7 @@ impl ServerProvider {
             }
         }
         let tmp = format!("{BUILDING_PREFIX}{}", random_tag(16));
-        let meta = Meta::now(Some(&base)).text()?;
+        let meta = Meta::now(Some(&base))?.text()?;
         {
             let mut slot = self.admin.slot().await;
             let admin = self.admin.client(&mut slot).await?;

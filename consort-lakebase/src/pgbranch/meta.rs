@@ -37,20 +37,23 @@ pub(super) fn unix_secs(t: SystemTime) -> i64 {
 }
 
 impl Meta {
-    /// The marker of this process, now, for something made from `base`.
-    pub(super) fn now(base: Option<&BaseRef>) -> Self {
-        let (pid, ticks) = procinfo::me();
-        Meta {
+    /// The marker of this process, now, for something made from `base`. An error when this
+    /// process cannot describe itself: a marker without its start time, boot or host would let
+    /// a sweeper take a live branch for an orphan (or never see an orphan).
+    pub(super) fn now(base: Option<&BaseRef>) -> Result<Self> {
+        let unknown = |what| Error::Unsupported(format!("{what} is not readable from /proc"));
+        let (pid, ticks) = procinfo::me().ok_or_else(|| unknown("this process's start time"))?;
+        Ok(Meta {
             consort: 1,
             base: base.map(|b| b.id.clone()),
             key: base.map(|b| b.key.to_hex()),
             created: unix_now(),
             pid,
             ticks,
-            boot: procinfo::boot_id(),
-            host: procinfo::hostname(),
+            boot: procinfo::boot_id().ok_or_else(|| unknown("the boot id"))?,
+            host: procinfo::hostname().ok_or_else(|| unknown("the host name"))?,
             kept_until: None,
-        }
+        })
     }
 
     /// The marker in a comment; `None` when the comment is not one of ours.
@@ -69,10 +72,13 @@ impl Meta {
     }
 
     /// Whether the creating process is known to be gone (same host: other boot or dead pid).
+    /// When this host's name or boot cannot be read, nothing is known to be gone.
     pub(super) fn owner_gone(&self) -> bool {
-        self.host == procinfo::hostname()
-            && (self.boot != procinfo::boot_id()
-                || !procinfo::same_process_alive(self.pid, self.ticks))
+        let (Some(host), Some(boot)) = (procinfo::hostname(), procinfo::boot_id()) else {
+            return false;
+        };
+        self.host == host
+            && (self.boot != boot || !procinfo::same_process_alive(self.pid, self.ticks))
     }
 
     /// When it was created.
