@@ -91,6 +91,10 @@ pub enum Error {
         /// The server's message.
         detail: String,
     },
+    /// The migration plan itself is unusable (an empty or repeated version): the work's fault,
+    /// unlike [`Error::Config`].
+    #[error("invalid migration plan: {0}")]
+    InvalidPlan(String),
     /// A migration version is already recorded with another checksum.
     #[error("migration {version} is recorded with checksum {recorded} but the plan has {planned}")]
     ChecksumMismatch {
@@ -230,7 +234,9 @@ impl Error {
             | Error::PermissionDenied(_)
             | Error::QuotaExceeded(_) => InfraFault::DatabaseDown,
             // A migration the provider could not apply (only reached here through promote).
-            Error::Migration { .. } | Error::ChecksumMismatch { .. } => InfraFault::DatabaseDown,
+            Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::InvalidPlan(_) => {
+                InfraFault::DatabaseDown
+            }
         }
     }
 }

@@ -34,10 +34,12 @@ pub fn check_plan(migrations: &[Migration]) -> Result<()> {
     let mut seen = HashSet::new();
     for m in migrations {
         if m.version.trim().is_empty() {
-            return Err(Error::Config("a migration has an empty version".into()));
+            return Err(Error::InvalidPlan(
+                "a migration has an empty version".into(),
+            ));
         }
         if !seen.insert(m.version.as_str()) {
-            return Err(Error::Config(format!(
+            return Err(Error::InvalidPlan(format!(
                 "migration version {} appears twice in the plan",
                 m.version
             )));

@@ -123,7 +123,7 @@ fn infra(fault: InfraFault, detail: impl Into<String>) -> InfraError {
 fn is_work_fault(e: &Error) -> bool {
     matches!(
         e,
-        Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::Config(_)
+        Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::InvalidPlan(_)
     )
 }
 
