@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
 use super::runas::{RunAs, fallback_dir};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, duration_text};
 use crate::names::random_tag;
 use crate::pgbin::PgBinaries;
 use crate::procinfo;
@@ -788,8 +788,9 @@ async fn wait_attach(
             }
             Err(e) if Instant::now() >= deadline => {
                 return Err(Error::Cluster(format!(
-                    "the server another process started (pid {}) neither accepted connections nor exited within {timeout:?} ({e}); log: {}",
+                    "the server another process started (pid {}) neither accepted connections nor exited within {} ({e}); log: {}",
                     cluster.pid,
+                    duration_text(timeout),
                     log_tail(log_file, 2000)
                 )));
             }
@@ -832,7 +833,8 @@ async fn wait_ready(
             Err(e) => {
                 if Instant::now() >= deadline {
                     return Err(Error::Cluster(format!(
-                        "the server did not accept connections within {timeout:?} ({e}); log: {}",
+                        "the server did not accept connections within {} ({e}); log: {}",
+                        duration_text(timeout),
                         log_tail(log_file, 2000)
                     )));
                 }

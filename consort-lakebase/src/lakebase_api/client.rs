@@ -376,7 +376,10 @@ impl LakebaseClient {
             if waited >= self.poll.timeout {
                 return Err(ApiError::Endpoint {
                     branch: branch.to_string(),
-                    message: format!("no host assigned after {waited:?}"),
+                    message: format!(
+                        "no host assigned after {}",
+                        crate::error::duration_text(waited)
+                    ),
                 });
             }
             tokio::time::sleep(interval).await;

@@ -165,8 +165,8 @@ fn note_kills(
     }
     if timed_out {
         capture.push_str(&format!(
-            "\n[consort: time limit of {:?} reached; the process group was killed]\n",
-            spec.timeout
+            "\n[consort: time limit of {} reached; the process group was killed]\n",
+            crate::error::duration_text(spec.timeout)
         ));
     }
 }
