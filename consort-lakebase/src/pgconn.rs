@@ -67,7 +67,8 @@ where
     });
 }
 
-/// `user@host:port/db` for messages (never the password).
+/// `user@host:port/db` for messages (never the password); a part the configuration does not
+/// name reads as `?` (the port as libpq's default).
 pub fn describe(cfg: &Config) -> String {
     let host = cfg
         .get_hosts()

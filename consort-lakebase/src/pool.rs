@@ -194,9 +194,11 @@ impl Lease {
     }
 }
 
-/// Locks one of the pool's side lists (orphaned names, release tasks, the refill handle). A
-/// panic elsewhere cannot leave them half-changed (each use is one push, take or spawn), and
-/// dropping their content would leave branches undeleted: a poisoned lock is taken over.
+/// Locks one of the pool's side lists (orphaned names, release tasks, the refill handle), or
+/// the state for a read. A panic elsewhere cannot leave the lists half-changed (each use is one
+/// push, take or spawn), dropping their content would leave branches undeleted, and a read
+/// reports what is there: a poisoned lock is taken over. (Changes to the state go through
+/// `PoolInner::lock`, which refuses a poisoned one.)
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -414,12 +416,12 @@ impl BranchPool {
 
     /// How many branches are ready now.
     pub fn ready(&self) -> usize {
-        self.inner.lock().map(|s| s.ready.len()).unwrap_or(0)
+        relock(&self.inner.state).ready.len()
     }
 
     /// The current base, once one was prepared.
     pub fn current_base(&self) -> Option<BaseRef> {
-        self.inner.lock().ok().and_then(|s| s.base.clone())
+        relock(&self.inner.state).base.clone()
     }
 
     /// Waits for the running refill (if any) to end. Its outcome is in the pool's state and

@@ -120,6 +120,7 @@ pub fn with_cmdline_containing(needle: &str) -> Vec<u32> {
                             .replace('\0', " ")
                             .contains(needle)
                     })
+                    // A command line that cannot be read contains nothing.
                     .unwrap_or(false)
         })
         .collect()
