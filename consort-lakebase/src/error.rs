@@ -5,6 +5,7 @@
 //! parts.
 
 use consort_actors::InfraFault;
+use tokio_postgres::error::{DbError, SqlState};
 
 /// Everything that can go wrong on the database side. Test failures are not errors: they are
 /// outcomes in a receipt.
@@ -59,15 +60,28 @@ pub enum Error {
     /// The database cannot be reached (down, refused, authentication failed).
     #[error("cannot connect to the database: {0}")]
     Connect(String),
+    /// The driver lost or could not open its connection (refused, closed, authentication,
+    /// TLS); the server's message, detail and hint are in the text when it sent them.
+    #[error("database connection failed while {context}: {}", pg_text(source))]
+    Connection {
+        /// What was being done (and on which server, never with a password).
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
     /// A statement failed on the server.
-    #[error("database error while {context}: {detail}{}", code.as_deref().map(|c| format!(" (SQLSTATE {c})")).unwrap_or_default())]
+    #[error("database error while {context}: {server} (SQLSTATE {})", code.code())]
     Database {
         /// What was being done.
         context: String,
-        /// The SQLSTATE, when the server sent one.
-        code: Option<String>,
-        /// The server's message.
-        detail: String,
+        /// The SQLSTATE the server sent.
+        code: SqlState,
+        /// The server's message, detail and hint.
+        server: Box<ServerText>,
+        /// The driver's error (absent when the error came through an HTTP API).
+        #[source]
+        source: Option<tokio_postgres::Error>,
     },
     /// A migration's SQL failed; the migration's transaction was rolled back.
     #[error("migration {version} failed: {detail}")]
@@ -77,6 +91,10 @@ pub enum Error {
         /// The server's message.
         detail: String,
     },
+    /// The migration plan itself is unusable (an empty or repeated version): the work's fault,
+    /// unlike [`Error::Config`].
+    #[error("invalid migration plan: {0}")]
+    InvalidPlan(String),
     /// A migration version is already recorded with another checksum.
     #[error("migration {version} is recorded with checksum {recorded} but the plan has {planned}")]
     ChecksumMismatch {
@@ -105,9 +123,30 @@ pub enum Error {
     /// The backend does not support this operation.
     #[error("unsupported: {0}")]
     Unsupported(String),
-    /// Anything else.
-    #[error("{0}")]
-    Other(String),
+    /// A file-system operation on the embedded cluster's own files or processes failed.
+    #[error("embedded PostgreSQL: {context}: {source}")]
+    ClusterIo {
+        /// What was being done, and on which path.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A value could not be encoded (a marker comment, a request body).
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The branch pool was shut down; no branch is handed out any more.
+    #[error("the branch pool is shut down")]
+    PoolShutDown,
+    /// A lock around in-process state was poisoned by a panic on another task.
+    #[error("{0} poisoned by a panic")]
+    Poisoned(&'static str),
 }
 
 impl Error {
@@ -119,23 +158,34 @@ impl Error {
         }
     }
 
-    /// Maps a `tokio_postgres` error: server errors keep their SQLSTATE and message, anything
-    /// else (closed connection, refused, authentication) becomes [`Error::Connect`].
-    pub fn from_pg(context: impl Into<String>, e: &tokio_postgres::Error) -> Self {
+    /// Wraps an I/O error on the embedded cluster's files with what was being done.
+    pub fn cluster_io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::ClusterIo {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Maps a `tokio_postgres` error, keeping it as the source: server errors keep their
+    /// SQLSTATE, message, detail and hint ([`Error::Database`]); anything else (closed
+    /// connection, refused, TLS) is [`Error::Connection`].
+    pub fn from_pg(context: impl Into<String>, e: tokio_postgres::Error) -> Self {
+        let context = context.into();
         match e.as_db_error() {
             Some(db) => Error::Database {
-                context: context.into(),
-                code: Some(db.code().code().to_string()),
-                detail: db.message().to_string(),
+                context,
+                code: db.code().clone(),
+                server: Box::new(ServerText::of(db)),
+                source: Some(e),
             },
-            None => Error::Connect(format!("{}: {e}", context.into())),
+            None => Error::Connection { context, source: e },
         }
     }
 
     /// The SQLSTATE of a [`Error::Database`] error.
-    pub fn sqlstate(&self) -> Option<&str> {
+    pub fn sqlstate(&self) -> Option<&SqlState> {
         match self {
-            Error::Database { code, .. } => code.as_deref(),
+            Error::Database { code, .. } => Some(code),
             _ => None,
         }
     }
@@ -146,20 +196,118 @@ impl Error {
         match self {
             Error::Http { status, .. } => matches!(status, 429 | 502 | 503 | 504),
             Error::Transport(_) | Error::TemplateBusy(_) | Error::Timeout(_) => true,
-            Error::Database { code, .. } => code.as_deref() == Some("55006"),
+            Error::Database { code, .. } => *code == SqlState::OBJECT_IN_USE,
             _ => false,
         }
     }
 
     /// The infrastructure fault this error means when it stops a verification.
+    ///
+    /// [`InfraFault`] has no variant for a configuration, permission or quota problem of the
+    /// branch provider; those are [`InfraFault::DatabaseDown`] ("the database or branch
+    /// provider failed"), the closest honest one. Every variant is listed: a new one must be
+    /// placed here on purpose.
     pub fn infra_fault(&self) -> InfraFault {
         match self {
             Error::Runner(_) => InfraFault::RunnerFailed,
-            Error::Timeout(_) => InfraFault::Timeout,
+            Error::Timeout(_) | Error::TemplateBusy(_) => InfraFault::Timeout,
             Error::Io { .. } => InfraFault::WorkTreeIo,
-            _ => InfraFault::DatabaseDown,
+            Error::Poisoned(_) => InfraFault::ActorCrashing,
+            // The provider is unreachable, broken or refuses: the database side failed.
+            Error::Http { .. }
+            | Error::Transport(_)
+            | Error::Connect(_)
+            | Error::Connection { .. }
+            | Error::Database { .. }
+            | Error::OperationFailed(_)
+            | Error::NotFound(_)
+            | Error::AlreadyExists(_)
+            | Error::Cluster(_)
+            | Error::ClusterIo { .. }
+            | Error::BinariesNotFound(_)
+            | Error::PoolShutDown
+            | Error::Encode { .. }
+            | Error::Unsupported(_) => InfraFault::DatabaseDown,
+            // Closest honest fault: the branch provider's configuration, permission or quota.
+            Error::Config(_)
+            | Error::InvalidName(_)
+            | Error::PermissionDenied(_)
+            | Error::QuotaExceeded(_) => InfraFault::DatabaseDown,
+            // A migration the provider could not apply (only reached here through promote).
+            Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::InvalidPlan(_) => {
+                InfraFault::DatabaseDown
+            }
         }
     }
+}
+
+/// What the server said about an error: its message, and its detail and hint when it sent
+/// them. Shown as `message; detail: …; hint: …`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerText {
+    /// The server's message (`MESSAGE`).
+    pub message: String,
+    /// The server's detail (`DETAIL`), when it sent one.
+    pub detail: Option<String>,
+    /// The server's hint (`HINT`), when it sent one.
+    pub hint: Option<String>,
+}
+
+impl ServerText {
+    /// The message, detail and hint of a server error.
+    pub fn of(db: &DbError) -> Self {
+        ServerText {
+            message: db.message().to_string(),
+            detail: db.detail().map(str::to_string),
+            hint: db.hint().map(str::to_string),
+        }
+    }
+
+    /// A message without detail or hint.
+    pub fn message(message: impl Into<String>) -> Self {
+        ServerText {
+            message: message.into(),
+            detail: None,
+            hint: None,
+        }
+    }
+}
+
+impl std::fmt::Display for ServerText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(d) = &self.detail {
+            write!(f, "; detail: {d}")?;
+        }
+        if let Some(h) = &self.hint {
+            write!(f, "; hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A duration for people: `250 ms`, `3 s`, `2.5 s`.
+pub(crate) fn duration_text(d: std::time::Duration) -> String {
+    if d < std::time::Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+/// The driver error's text, with the server's message, detail and hint when it sent them.
+fn pg_text(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db_text(db),
+        None => e.to_string(),
+    }
+}
+
+/// A server error as one line: message, detail, hint and SQLSTATE.
+pub(crate) fn db_text(db: &DbError) -> String {
+    format!("{} (SQLSTATE {})", ServerText::of(db), db.code().code())
 }
 
 /// The crate's result type.
@@ -168,6 +316,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        use std::time::Duration;
+        assert_eq!(duration_text(Duration::from_millis(250)), "250 ms");
+        assert_eq!(duration_text(Duration::from_secs(3)), "3 s");
+        assert_eq!(duration_text(Duration::from_millis(2500)), "2.5 s");
+    }
 
     #[test]
     fn messages_carry_codes_and_retry_classes() {
@@ -184,11 +340,20 @@ mod tests {
         assert!(!Error::QuotaExceeded("10 branches".into()).is_retryable());
         let busy = Error::Database {
             context: "create".into(),
-            code: Some("55006".into()),
-            detail: "source database is being accessed".into(),
+            code: SqlState::OBJECT_IN_USE,
+            server: Box::new(ServerText {
+                message: "source database is being accessed".into(),
+                detail: Some("There is 1 other session using the database.".into()),
+                hint: None,
+            }),
+            source: None,
         };
         assert!(busy.is_retryable());
-        assert_eq!(busy.sqlstate(), Some("55006"));
+        assert_eq!(busy.sqlstate(), Some(&SqlState::OBJECT_IN_USE));
+        assert_eq!(
+            busy.to_string(),
+            "database error while create: source database is being accessed; detail: There is 1 other session using the database. (SQLSTATE 55006)"
+        );
         assert_eq!(
             Error::Runner("no psql".into()).infra_fault(),
             InfraFault::RunnerFailed
@@ -196,6 +361,14 @@ mod tests {
         assert_eq!(
             Error::Connect("refused".into()).infra_fault(),
             InfraFault::DatabaseDown
+        );
+        assert_eq!(
+            Error::TemplateBusy("30 s".into()).infra_fault(),
+            InfraFault::Timeout
+        );
+        assert_eq!(
+            Error::Poisoned("the secret store").infra_fault(),
+            InfraFault::ActorCrashing
         );
     }
 }

@@ -27,7 +27,8 @@
 //!   private PostgreSQL cluster (`initdb` + `postgres` as the `postgres` user when root, fast
 //!   test settings, owner watchdog so no server outlives this process). See [`embedded`].
 //! * [`PostgresUrlProvider`]: the same template branching inside an existing server
-//!   (`CONSORT_DATABASE_URL`). See [`url`].
+//!   (`CONSORT_DATABASE_URL`). See [`url`]. Both are names of one type, [`ServerProvider`]
+//!   (see [`pgbranch`]); only their constructors differ.
 //! * [`BranchPool`]: N ready branches of the current base, [`Lease`]s that delete their
 //!   branch on release, invalidation on a new base, orphan sweeps at start and shutdown.
 //! * [`migrate`]: ordered migrations, each in its own transaction, recorded with their
@@ -74,7 +75,7 @@ pub use actor::{LakebaseActor, LakebaseArgs, LakebaseState};
 pub use embedded::{EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider};
 pub use error::{Error, Result};
 pub use lakebase_api::{LakebaseConfig, LakebaseProvider};
-pub use pgbranch::ServerOptions;
+pub use pgbranch::{ServerOptions, ServerProvider};
 pub use pool::{Acquired, BranchPool, Lease, PoolConfig, PoolStats, PoolStatsSnapshot, Released};
 pub use provider::*;
 pub use runner::{

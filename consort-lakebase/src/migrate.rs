@@ -34,10 +34,12 @@ pub fn check_plan(migrations: &[Migration]) -> Result<()> {
     let mut seen = HashSet::new();
     for m in migrations {
         if m.version.trim().is_empty() {
-            return Err(Error::Config("a migration has an empty version".into()));
+            return Err(Error::InvalidPlan(
+                "a migration has an empty version".into(),
+            ));
         }
         if !seen.insert(m.version.as_str()) {
-            return Err(Error::Config(format!(
+            return Err(Error::InvalidPlan(format!(
                 "migration version {} appears twice in the plan",
                 m.version
             )));
@@ -56,7 +58,7 @@ pub async fn ensure_table(client: &Client) -> Result<()> {
                 applied_at timestamptz NOT NULL DEFAULT clock_timestamp())",
         )
         .await
-        .map_err(|e| Error::from_pg("creating consort_migrations", &e))
+        .map_err(|e| Error::from_pg("creating consort_migrations", e))
 }
 
 /// Applies `migrations` in order, each in its own transaction with its record.
@@ -90,17 +92,17 @@ async fn apply_into(
         let tx = client
             .transaction()
             .await
-            .map_err(|e| Error::from_pg("beginning a migration transaction", &e))?;
+            .map_err(|e| Error::from_pg("beginning a migration transaction", e))?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY])
             .await
-            .map_err(|e| Error::from_pg("locking consort_migrations", &e))?;
+            .map_err(|e| Error::from_pg("locking consort_migrations", e))?;
         let row = tx
             .query_opt(
                 "SELECT checksum FROM consort_migrations WHERE version = $1",
                 &[&m.version],
             )
             .await
-            .map_err(|e| Error::from_pg("reading consort_migrations", &e))?;
+            .map_err(|e| Error::from_pg("reading consort_migrations", e))?;
         if let Some(row) = row {
             let recorded: String = row.get(0);
             if recorded != planned {
@@ -127,7 +129,7 @@ async fn apply_into(
             &[&m.version, &planned],
         )
         .await
-        .map_err(|e| Error::from_pg(format!("recording migration {}", m.version), &e))?;
+        .map_err(|e| Error::from_pg(format!("recording migration {}", m.version), e))?;
         tx.commit().await.map_err(|e| Error::Migration {
             version: m.version.clone(),
             detail: format!("commit failed: {e}"),
@@ -143,7 +145,7 @@ pub async fn recorded(client: &Client) -> Result<BTreeMap<String, String>> {
     let exists: bool = client
         .query_one("SELECT to_regclass('consort_migrations') IS NOT NULL", &[])
         .await
-        .map_err(|e| Error::from_pg("looking for consort_migrations", &e))?
+        .map_err(|e| Error::from_pg("looking for consort_migrations", e))?
         .get(0);
     if !exists {
         return Ok(BTreeMap::new());
@@ -154,7 +156,7 @@ pub async fn recorded(client: &Client) -> Result<BTreeMap<String, String>> {
             &[],
         )
         .await
-        .map_err(|e| Error::from_pg("reading consort_migrations", &e))?;
+        .map_err(|e| Error::from_pg("reading consort_migrations", e))?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 

@@ -16,6 +16,7 @@ pub struct PgBinaries {
 fn is_executable(p: &Path) -> bool {
     p.metadata()
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        // A path that cannot be inspected is not a usable program.
         .unwrap_or(false)
 }
 
@@ -26,6 +27,7 @@ fn has_server(dir: &Path) -> bool {
 fn path_dirs() -> Vec<PathBuf> {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
+        // No PATH: no directories to search (the other places are still searched).
         .unwrap_or_default()
 }
 
@@ -40,6 +42,7 @@ fn debian_dirs() -> Vec<PathBuf> {
                 })
                 .collect()
         })
+        // No Debian-style installation: nothing found here (PATH is searched as well).
         .unwrap_or_default();
     found.sort_by_key(|f| std::cmp::Reverse(f.0));
     found.into_iter().map(|(_, p)| p).collect()

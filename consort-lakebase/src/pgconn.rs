@@ -31,18 +31,16 @@ pub async fn connect(info: &ConnectInfo) -> Result<Client> {
 
 /// Connects with a ready configuration. `SslMode::Require` uses rustls with the web PKI roots.
 pub async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Client> {
-    let target = describe(cfg);
+    // A failure keeps the driver's error (and with it the server's message, detail and hint);
+    // the target is described without the password.
+    let failed = |source| Error::Connection {
+        context: format!("connecting to {}", describe(cfg)),
+        source,
+    };
     match sslmode {
         SslMode::Disable => {
-            let (client, conn) = cfg
-                .connect(NoTls)
-                .await
-                .map_err(|e| connect_error(&target, &e))?;
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    debug!(error = %e, "postgres connection ended");
-                }
-            });
+            let (client, conn) = cfg.connect(NoTls).await.map_err(failed)?;
+            drive(conn);
             Ok(client)
         }
         SslMode::Require => {
@@ -50,33 +48,27 @@ pub async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Client> {
             let tls = tokio_postgres_rustls::MakeRustlsConnect::with_webpki_roots();
             let mut cfg = cfg.clone();
             cfg.ssl_mode(tokio_postgres::config::SslMode::Require);
-            let (client, conn) = cfg
-                .connect(tls)
-                .await
-                .map_err(|e| connect_error(&target, &e))?;
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    debug!(error = %e, "postgres connection ended");
-                }
-            });
+            let (client, conn) = cfg.connect(tls).await.map_err(failed)?;
+            drive(conn);
             Ok(client)
         }
     }
 }
 
-/// A connection failure with the server's message when it sent one (never the password).
-fn connect_error(target: &str, e: &tokio_postgres::Error) -> Error {
-    match e.as_db_error() {
-        Some(db) => Error::Connect(format!(
-            "{target}: {} (SQLSTATE {})",
-            db.message(),
-            db.code().code()
-        )),
-        None => Error::Connect(format!("{target}: {e}")),
-    }
+/// Runs a connection's driver on the current runtime until the connection ends.
+fn drive<C>(conn: C)
+where
+    C: Future<Output = std::result::Result<(), tokio_postgres::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            debug!(error = %e, "postgres connection ended");
+        }
+    });
 }
 
-/// `user@host:port/db` for messages (never the password).
+/// `user@host:port/db` for messages (never the password); a part the configuration does not
+/// name reads as `?` (the port as libpq's default).
 pub fn describe(cfg: &Config) -> String {
     let host = cfg
         .get_hosts()

@@ -16,7 +16,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -187,13 +187,20 @@ impl Lease {
         }
         if let Err(e) = p.delete(&branch.name).await {
             // Deletion failed now: leave it to the shutdown sweep.
-            if let Ok(mut o) = p.orphaned.lock() {
-                o.push(branch.name.clone());
-            }
+            relock(&p.orphaned).push(branch.name.clone());
             return Err(e);
         }
         Ok(Released::Deleted)
     }
+}
+
+/// Locks one of the pool's side lists (orphaned names, release tasks, the refill handle), or
+/// the state for a read. A panic elsewhere cannot leave the lists half-changed (each use is one
+/// push, take or spawn), dropping their content would leave branches undeleted, and a read
+/// reports what is there: a poisoned lock is taken over. (Changes to the state go through
+/// `PoolInner::lock`, which refuses a poisoned one.)
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Lease {
@@ -213,14 +220,10 @@ impl Lease {
                 warn!(branch = %name, error = %e, "releasing a branch in the background");
             }
         };
-        match pool.releasing.lock() {
-            Ok(mut set) => {
-                // Reap the releases that are done, so the set holds only running ones.
-                while set.try_join_next().is_some() {}
-                set.spawn_on(release, &handle);
-            }
-            Err(_) => drop(handle.spawn(release)),
-        }
+        let mut set = relock(&pool.releasing);
+        // Reap the releases that are done, so the set holds only running ones.
+        while set.try_join_next().is_some() {}
+        set.spawn_on(release, &handle);
     }
 }
 
@@ -250,9 +253,7 @@ impl PoolInner {
                 });
             }
             Err(_) => {
-                if let Ok(mut o) = self.orphaned.lock() {
-                    o.push(name);
-                }
+                relock(&self.orphaned).push(name);
             }
         }
     }
@@ -267,7 +268,7 @@ impl PoolInner {
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, PoolState>> {
         self.state
             .lock()
-            .map_err(|_| Error::Other("pool state poisoned".into()))
+            .map_err(|_| Error::Poisoned("the branch pool's state"))
     }
 
     /// Starts the background refill when it is not running.
@@ -287,9 +288,10 @@ impl PoolInner {
             me.refill_loop().await;
             me.refilling.store(false, Ordering::Release);
         });
-        if let Ok(mut t) = self.refill_task.lock() {
-            *t = Some(task);
-        }
+        *self
+            .refill_task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(task);
     }
 
     async fn refill_loop(self: &Arc<Self>) {
@@ -345,8 +347,12 @@ impl Drop for PoolInner {
         let leftovers: Vec<String> = self
             .state
             .get_mut()
-            .map(|st| st.ready.drain(..).map(|b| b.name).collect())
-            .unwrap_or_default();
+            // A panic elsewhere does not make the ready branches any less ours to delete.
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .ready
+            .drain(..)
+            .map(|b| b.name)
+            .collect();
         if leftovers.is_empty() {
             return;
         }
@@ -410,12 +416,26 @@ impl BranchPool {
 
     /// How many branches are ready now.
     pub fn ready(&self) -> usize {
-        self.inner.lock().map(|s| s.ready.len()).unwrap_or(0)
+        relock(&self.inner.state).ready.len()
     }
 
     /// The current base, once one was prepared.
     pub fn current_base(&self) -> Option<BaseRef> {
-        self.inner.lock().ok().and_then(|s| s.base.clone())
+        relock(&self.inner.state).base.clone()
+    }
+
+    /// Waits for the running refill (if any) to end. Its outcome is in the pool's state and
+    /// stats; a refill that panicked has nothing left to wait for.
+    async fn join_refill(&self) {
+        let task = self
+            .inner
+            .refill_task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
     }
 
     /// The start-up sweep: removes the provider's orphans. Returns how many.
@@ -433,15 +453,7 @@ impl BranchPool {
     pub async fn warm(&self, spec: &BaseSpec) -> Result<()> {
         self.switch_base(spec).await?;
         self.inner.refill();
-        let task = self
-            .inner
-            .refill_task
-            .lock()
-            .ok()
-            .and_then(|mut t| t.take());
-        if let Some(task) = task {
-            let _ = task.await;
-        }
+        self.join_refill().await;
         Ok(())
     }
 
@@ -483,7 +495,7 @@ impl BranchPool {
     /// Gets a fresh branch of `spec`'s base.
     pub async fn acquire(&self, spec: &BaseSpec) -> Result<Acquired> {
         if self.inner.closed.load(Ordering::Acquire) {
-            return Err(Error::Other("the branch pool is shut down".into()));
+            return Err(Error::PoolShutDown);
         }
         let (base, prepare_ms) = self.switch_base(spec).await?;
         let t = Instant::now();
@@ -523,26 +535,11 @@ impl BranchPool {
     /// then sweeps the provider's orphans. Returns how many branches were removed.
     pub async fn shutdown(&self) -> Result<usize> {
         self.inner.closed.store(true, Ordering::Release);
-        let task = self
-            .inner
-            .refill_task
-            .lock()
-            .ok()
-            .and_then(|mut t| t.take());
-        if let Some(task) = task {
-            let _ = task.await;
-        }
-        let mut releasing = self
-            .inner
-            .releasing
-            .lock()
-            .map(|mut set| std::mem::take(&mut *set))
-            .unwrap_or_default();
+        self.join_refill().await;
+        let mut releasing = std::mem::take(&mut *relock(&self.inner.releasing));
         while releasing.join_next().await.is_some() {}
         let mut names: Vec<String> = self.inner.lock()?.ready.drain(..).map(|b| b.name).collect();
-        if let Ok(mut o) = self.inner.orphaned.lock() {
-            names.append(&mut o);
-        }
+        names.append(&mut relock(&self.inner.orphaned));
         let mut n = 0;
         for name in names {
             match self.inner.delete(&name).await {

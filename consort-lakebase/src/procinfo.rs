@@ -5,22 +5,49 @@
 
 use std::path::Path;
 
+/// The fields of `/proc/<pid>/stat` this module reads.
+struct Stat {
+    /// Field 3: `R`, `S`, … (`Z` zombie, `X` dead).
+    state: String,
+    /// Field 4.
+    ppid: u32,
+    /// Field 5.
+    pgrp: u32,
+    /// Field 22: clock ticks since boot.
+    start_ticks: u64,
+    /// Field 52 (exit code) is non-zero once the process is exiting.
+    dying: bool,
+}
+
+impl Stat {
+    /// `None` when the process does not exist (or its stat line cannot be read).
+    fn of(pid: u32) -> Option<Stat> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name (field 2) is in parentheses and may contain spaces: split after it.
+        let rest = stat.rsplit_once(')')?.1;
+        // `f` starts at field 3 (state): field n is index n - 3.
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some(Stat {
+            state: (*f.first()?).to_string(),
+            ppid: f.get(1)?.parse().ok()?,
+            pgrp: f.get(2)?.parse().ok()?,
+            start_ticks: f.get(19)?.parse().ok()?,
+            dying: f.get(49).is_some_and(|c| *c != "0"),
+        })
+    }
+
+    /// Not a zombie and not dead.
+    fn live(&self) -> bool {
+        self.state != "Z" && self.state != "X"
+    }
+}
+
 /// The kernel's start time of a process (clock ticks since boot, `/proc/<pid>/stat` field 22),
-/// or `None` when the process does not exist or is a zombie.
+/// or `None` when the process does not exist, is a zombie or is exiting.
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may contain spaces: split after it.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state); field 22 is index 19.
-    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
-        return None;
-    }
-    // Field 52 (exit code) is non-zero once the process is exiting.
-    if fields.get(49).is_some_and(|c| *c != "0") {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
+    Stat::of(pid)
+        .filter(|s| s.live() && !s.dying)
+        .map(|s| s.start_ticks)
 }
 
 /// Whether `pid` is a live (non-zombie) process.
@@ -33,73 +60,49 @@ pub fn same_process_alive(pid: u32, ticks: u64) -> bool {
     start_ticks(pid) == Some(ticks)
 }
 
-/// This process's id and start time.
-pub fn me() -> (u32, u64) {
+/// This process's id and start time; `None` when `/proc/self/stat` cannot be read (then a
+/// marker could not tell this process from a dead one).
+pub fn me() -> Option<(u32, u64)> {
     let pid = std::process::id();
-    (pid, start_ticks(pid).unwrap_or(0))
+    Some((pid, start_ticks(pid)?))
 }
 
-/// The kernel boot id, which tells whether a recorded pid belongs to this boot.
-pub fn boot_id() -> String {
+/// The kernel boot id, which tells whether a recorded pid belongs to this boot; `None` when
+/// it cannot be read.
+pub fn boot_id() -> Option<String> {
     read_trimmed("/proc/sys/kernel/random/boot_id")
 }
 
-/// The host name.
-pub fn hostname() -> String {
+/// The host name; `None` when it cannot be read.
+pub fn hostname() -> Option<String> {
     read_trimmed("/proc/sys/kernel/hostname")
 }
 
-fn read_trimmed(p: impl AsRef<Path>) -> String {
-    std::fs::read_to_string(p)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+fn read_trimmed(p: impl AsRef<Path>) -> Option<String> {
+    let text = std::fs::read_to_string(p).ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_string())
+}
+
+/// The pids in `/proc` whose stat line satisfies `keep`.
+fn pids_where(keep: impl Fn(&Stat) -> bool) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| Stat::of(*pid).is_some_and(|s| keep(&s)))
+        .collect()
 }
 
 /// The pids of live processes whose parent is `ppid`.
 pub fn children_of(ppid: u32) -> Vec<u32> {
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    rd.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let rest = s.rsplit_once(')')?.1.to_string();
-                    let f: Vec<&str> = rest.split_whitespace().collect();
-                    let state = *f.first()?;
-                    let parent: u32 = f.get(1)?.parse().ok()?;
-                    Some(parent == ppid && state != "Z" && state != "X")
-                })
-                .unwrap_or(false)
-        })
-        .collect()
+    pids_where(|s| s.ppid == ppid && s.live())
 }
 
-/// The pids of live (non-zombie) processes in process group `pgid`.
+/// The pids of live (non-zombie, not exiting) processes in process group `pgid`.
 pub fn group_members(pgid: u32) -> Vec<u32> {
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    rd.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let rest = s.rsplit_once(')')?.1.to_string();
-                    let f: Vec<&str> = rest.split_whitespace().collect();
-                    // fields 3 (state), 4 (ppid), 5 (pgrp); field 52 (exit code) is set
-                    // once the process is already dying.
-                    let state = *f.first()?;
-                    let pgrp: u32 = f.get(2)?.parse().ok()?;
-                    let dying = f.get(49).is_some_and(|c| *c != "0");
-                    Some(pgrp == pgid && state != "Z" && state != "X" && !dying)
-                })
-                .unwrap_or(false)
-        })
-        .collect()
+    pids_where(|s| s.pgrp == pgid && s.live() && !s.dying)
 }
 
 /// The pids of live processes whose command line contains `needle`.
@@ -117,6 +120,7 @@ pub fn with_cmdline_containing(needle: &str) -> Vec<u32> {
                             .replace('\0', " ")
                             .contains(needle)
                     })
+                    // A command line that cannot be read contains nothing.
                     .unwrap_or(false)
         })
         .collect()
@@ -128,7 +132,7 @@ mod tests {
 
     #[test]
     fn this_process_is_alive_and_a_dead_one_is_not() {
-        let (pid, ticks) = me();
+        let (pid, ticks) = me().expect("this process's stat line");
         assert!(ticks > 0);
         assert!(same_process_alive(pid, ticks));
         assert!(!same_process_alive(pid, ticks + 1));
@@ -138,6 +142,6 @@ mod tests {
         let cpid = child.id();
         child.wait().expect("wait");
         assert!(!alive(cpid));
-        assert!(!boot_id().is_empty());
+        assert!(boot_id().is_some_and(|b| !b.is_empty()));
     }
 }

@@ -105,7 +105,7 @@ fn changed_paths(before: &FileHashes, after: &FileHashes) -> Vec<String> {
 /// tree's when it could not read it, the runner's otherwise.
 fn runner_fault(e: &Error) -> InfraError {
     let fault = match e {
-        Error::Connect(_) => InfraFault::DatabaseDown,
+        Error::Connect(_) | Error::Connection { .. } => InfraFault::DatabaseDown,
         Error::Io { .. } => InfraFault::WorkTreeIo,
         _ => InfraFault::RunnerFailed,
     };
@@ -123,7 +123,7 @@ fn infra(fault: InfraFault, detail: impl Into<String>) -> InfraError {
 fn is_work_fault(e: &Error) -> bool {
     matches!(
         e,
-        Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::Config(_)
+        Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::InvalidPlan(_)
     )
 }
 

@@ -962,7 +962,7 @@ async fn create_reuses_a_branch_only_when_the_lineage_matches() {
         .await
         .expect_err("other lineage");
     assert!(
-        matches!(err, Error::Other(ref m) if m.contains("exists with source")),
+        matches!(err, Error::AlreadyExists(ref m) if m.contains("exists with source")),
         "{err:?}"
     );
     p.delete("consort-dup-1").await.expect("delete");

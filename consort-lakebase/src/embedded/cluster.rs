@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
 use super::runas::{RunAs, fallback_dir};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, duration_text};
 use crate::names::random_tag;
 use crate::pgbin::PgBinaries;
 use crate::procinfo;
@@ -138,7 +138,7 @@ impl EmbeddedPostgres {
             None => (make_temp_dir(run_as.as_ref())?, None, true),
             Some(d) => {
                 let abs = std::path::absolute(d)
-                    .map_err(|e| Error::io(format!("resolve {}", d.display()), e))?;
+                    .map_err(|e| Error::cluster_io(format!("resolve {}", d.display()), e))?;
                 let dir = match &run_as {
                     Some(ra) if !ra.can_reach(&abs) => {
                         let fb = fallback_dir(&abs);
@@ -213,7 +213,11 @@ impl EmbeddedCluster {
 
     /// Whether this process started the server (and so stops it).
     pub fn is_owned(&self) -> bool {
-        self.owned.lock().map(|o| o.is_some()).unwrap_or(false)
+        self.owned
+            .lock()
+            // Whether we own the server does not change because a panic held the lock.
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
     }
 
     /// Whether the server process is alive.
@@ -317,9 +321,10 @@ fn wait_child(child: &mut Child, patience: Duration) -> bool {
 
 fn make_temp_dir(run_as: Option<&RunAs>) -> Result<PathBuf> {
     let dir = PathBuf::from("/tmp").join(format!("consort-pg-tmp-{}", random_tag(12)));
-    std::fs::create_dir(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    std::fs::create_dir(&dir)
+        .map_err(|e| Error::cluster_io(format!("create {}", dir.display()), e))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| Error::io(format!("chmod {}", dir.display()), e))?;
+        .map_err(|e| Error::cluster_io(format!("chmod {}", dir.display()), e))?;
     if let Some(ra) = run_as {
         ra.chown(&dir)?;
     }
@@ -339,9 +344,9 @@ fn socket_dir_for(dir: &Path) -> PathBuf {
 
 fn ensure_dir(path: &Path, run_as: Option<&RunAs>, mode: u32) -> Result<()> {
     std::fs::create_dir_all(path)
-        .map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+        .map_err(|e| Error::cluster_io(format!("create {}", path.display()), e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| Error::io(format!("chmod {}", path.display()), e))?;
+        .map_err(|e| Error::cluster_io(format!("chmod {}", path.display()), e))?;
     if let Some(ra) = run_as {
         ra.chown(path)?;
     }
@@ -349,9 +354,10 @@ fn ensure_dir(path: &Path, run_as: Option<&RunAs>, mode: u32) -> Result<()> {
 }
 
 fn write_private(path: &Path, content: &str, run_as: Option<&RunAs>) -> Result<()> {
-    std::fs::write(path, content).map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+    std::fs::write(path, content)
+        .map_err(|e| Error::cluster_io(format!("write {}", path.display()), e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| Error::io(format!("chmod {}", path.display()), e))?;
+        .map_err(|e| Error::cluster_io(format!("chmod {}", path.display()), e))?;
     if let Some(ra) = run_as {
         ra.chown(path)?;
     }
@@ -369,6 +375,7 @@ fn log_tail(path: &Path, max: u64) -> String {
     let Ok(mut f) = std::fs::File::open(path) else {
         return String::new();
     };
+    // Only for an error message: a log whose length is unknown is read from its start.
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
     let mut buf = Vec::new();
@@ -391,15 +398,16 @@ fn read_pid_file(data_dir: &Path) -> Option<(u32, u16, PathBuf)> {
 fn is_postgres(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim() == "postgres")
+        // A process whose name cannot be read is not known to be the server.
         .unwrap_or(false)
 }
 
 fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| Error::io("bind a loopback port", e))?;
+        .map_err(|e| Error::cluster_io("bind a loopback port", e))?;
     l.local_addr()
         .map(|a| a.port())
-        .map_err(|e| Error::io("read the loopback port", e))
+        .map_err(|e| Error::cluster_io("read the loopback port", e))
 }
 
 const HBA: &str = "\
@@ -422,6 +430,90 @@ if [ -n "$3" ]; then rm -rf -- "$3"; fi
 if [ -n "$4" ]; then rm -rf -- "$4"; fi
 "#;
 
+/// Where one cluster lives and how it is started: what every step of the start shares.
+struct Site<'a> {
+    cfg: &'a EmbeddedConfig,
+    bins: PgBinaries,
+    run_as: Option<RunAs>,
+    dir: PathBuf,
+    requested: Option<PathBuf>,
+    temporary: bool,
+    data_dir: PathBuf,
+    pw_file: PathBuf,
+    log_file: PathBuf,
+}
+
+impl Site<'_> {
+    /// The cluster handle for a server at `pid` (`owned`: started by us).
+    fn cluster(
+        &self,
+        socket_dir: PathBuf,
+        port: u16,
+        password: &str,
+        pid: u32,
+        owned: Option<Owned>,
+    ) -> EmbeddedCluster {
+        EmbeddedCluster {
+            dir: self.dir.clone(),
+            requested: self.requested.clone(),
+            data_dir: self.data_dir.clone(),
+            socket_dir,
+            port,
+            superuser: self.cfg.superuser.clone(),
+            password: Secret::new(password.trim()),
+            bins: self.bins.clone(),
+            run_as: self.run_as.clone(),
+            temporary: self.temporary && owned.is_some(),
+            pid,
+            owned: Mutex::new(owned),
+        }
+    }
+
+    fn read_password(&self) -> Result<String> {
+        std::fs::read_to_string(&self.pw_file)
+            .map_err(|e| Error::cluster_io(format!("read {}", self.pw_file.display()), e))
+    }
+
+    /// The environment of the server's programs: nothing but `PATH` (none when this process
+    /// has none) and the C locale.
+    fn clean_env<C: CommandEnv>(&self, cmd: &mut C) {
+        cmd.clear_env();
+        cmd.set_env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        cmd.set_env("LC_ALL", "C".into());
+    }
+
+    /// Removes a temporary cluster's directory after a failed start.
+    fn discard(&self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The environment calls of both `Command` types.
+trait CommandEnv {
+    fn clear_env(&mut self);
+    fn set_env(&mut self, key: &str, value: std::ffi::OsString);
+}
+
+impl CommandEnv for Command {
+    fn clear_env(&mut self) {
+        self.env_clear();
+    }
+    fn set_env(&mut self, key: &str, value: std::ffi::OsString) {
+        self.env(key, value);
+    }
+}
+
+impl CommandEnv for tokio::process::Command {
+    fn clear_env(&mut self) {
+        self.env_clear();
+    }
+    fn set_env(&mut self, key: &str, value: std::ffi::OsString) {
+        self.env(key, value);
+    }
+}
+
 async fn start_cluster(
     cfg: &EmbeddedConfig,
     bins: PgBinaries,
@@ -431,190 +523,40 @@ async fn start_cluster(
     temporary: bool,
 ) -> Result<EmbeddedCluster> {
     ensure_dir(&dir, run_as.as_ref(), 0o700)?;
-    let data_dir = dir.join("data");
-    let pw_file = dir.join("admin.pw");
-    let log_file = dir.join("postgres.log");
-
-    // A server another process runs for this directory: attach to it. A lock file whose
-    // pid now belongs to some other program is stale (PostgreSQL would refuse to start).
-    let running = read_pid_file(&data_dir).filter(|(pid, _, _)| procinfo::alive(*pid));
-    if let Some((pid, _, _)) = running
-        && !is_postgres(pid)
-    {
-        warn!(
-            pid,
-            "removing a stale postmaster.pid whose pid belongs to another program"
-        );
-        let _ = std::fs::remove_file(data_dir.join("postmaster.pid"));
+    let site = Site {
+        cfg,
+        bins,
+        run_as,
+        data_dir: dir.join("data"),
+        pw_file: dir.join("admin.pw"),
+        log_file: dir.join("postgres.log"),
+        dir,
+        requested,
+        temporary,
+    };
+    if let Some(cluster) = try_attach(&site).await? {
+        return Ok(cluster);
     }
-    if let Some((pid, port, sock)) = running.filter(|(pid, _, _)| is_postgres(*pid)) {
-        let password = std::fs::read_to_string(&pw_file)
-            .map_err(|e| Error::io(format!("read {}", pw_file.display()), e))?;
-        let cluster = EmbeddedCluster {
-            dir: dir.clone(),
-            requested: requested.clone(),
-            data_dir: data_dir.clone(),
-            socket_dir: sock,
-            port,
-            superuser: cfg.superuser.clone(),
-            password: Secret::new(password.trim()),
-            bins: bins.clone(),
-            run_as: run_as.clone(),
-            temporary: false,
-            pid,
-            owned: Mutex::new(None),
-        };
-        // The server may be on its way out: its owner crashed a moment ago and the owner's
-        // watchdog is stopping it. Then wait for it to exit and start our own.
-        match wait_attach(
-            &cluster,
-            &log_file,
-            cfg.start_timeout.min(Duration::from_secs(10)),
-        )
-        .await?
-        {
-            Attach::Ready => {
-                info!(dir = %dir.display(), pid, "attached to a running cluster started by another process");
-                return Ok(cluster);
-            }
-            Attach::Exited => {
-                info!(
-                    dir = %dir.display(),
-                    pid,
-                    "the running cluster shut down while we waited for it; starting a new server"
-                );
-            }
-        }
+    if !site.data_dir.join("PG_VERSION").exists() || !site.pw_file.exists() {
+        init_data_dir(&site).await?;
     }
-
-    if !data_dir.join("PG_VERSION").exists() || !pw_file.exists() {
-        if data_dir.exists() {
-            // A half-made cluster (initdb interrupted): start over.
-            std::fs::remove_dir_all(&data_dir)
-                .map_err(|e| Error::io(format!("remove {}", data_dir.display()), e))?;
-        }
-        let password = crate::names::random_password();
-        write_private(&pw_file, &password, run_as.as_ref())?;
-        let mut cmd = tokio::process::Command::new(bins.initdb());
-        cmd.arg("-D")
-            .arg(&data_dir)
-            .arg("-U")
-            .arg(&cfg.superuser)
-            .arg("--pwfile")
-            .arg(&pw_file)
-            .args([
-                "-A",
-                "scram-sha-256",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",
-            ])
-            .current_dir(&dir)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        if let Some(ra) = &run_as {
-            cmd.uid(ra.uid).gid(ra.gid);
-        }
-        let out = cmd
-            .output()
-            .await
-            .map_err(|e| Error::io(format!("run {}", bins.initdb().display()), e))?;
-        if !out.status.success() {
-            return Err(Error::Cluster(format!(
-                "initdb failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        debug!(dir = %dir.display(), "initdb done");
-    }
-    write_private(&data_dir.join("pg_hba.conf"), HBA, run_as.as_ref())?;
-    let password = std::fs::read_to_string(&pw_file)
-        .map_err(|e| Error::io(format!("read {}", pw_file.display()), e))?;
-    let socket_dir = socket_dir_for(&dir);
-    ensure_dir(&socket_dir, run_as.as_ref(), 0o700)?;
+    write_private(
+        &site.data_dir.join("pg_hba.conf"),
+        HBA,
+        site.run_as.as_ref(),
+    )?;
+    let password = site.read_password()?;
+    let socket_dir = socket_dir_for(&site.dir);
+    ensure_dir(&socket_dir, site.run_as.as_ref(), 0o700)?;
 
     let mut last_err = None;
     for _attempt in 0..3 {
         let port = free_port()?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_file)
-            .map_err(|e| Error::io(format!("open {}", log_file.display()), e))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| Error::io("clone the log handle", e))?;
-        let mut cmd = Command::new(bins.postgres());
-        cmd.arg("-D")
-            .arg(&data_dir)
-            .arg("-p")
-            .arg(port.to_string())
-            .arg("-k")
-            .arg(&socket_dir)
-            .args(["-h", "127.0.0.1"])
-            .args(["-c", "fsync=off"])
-            .args(["-c", "synchronous_commit=off"])
-            .args(["-c", "full_page_writes=off"])
-            .args(["-c", "max_connections=200"])
-            .args(["-c", "unix_socket_permissions=0700"])
-            .args(["-c", "shared_buffers=32MB"]);
-        for (k, v) in &cfg.settings {
-            cmd.arg("-c").arg(format!("{k}={v}"));
-        }
-        cmd.current_dir(&dir)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .process_group(0);
-        as_user(&mut cmd, run_as.as_ref());
-        let postmaster = cmd
-            .spawn()
-            .map_err(|e| Error::io(format!("start {}", bins.postgres().display()), e))?;
-        let pid = postmaster.id();
-        let watchdog = spawn_watchdog(
-            pid,
-            temporary,
-            temporary.then_some(dir.as_path()),
-            (!socket_dir.starts_with(&dir)).then_some(socket_dir.as_path()),
-        );
-        let (watchdog, lifeline) = match watchdog {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGQUIT);
-                let mut pm = postmaster;
-                let _ = pm.wait();
-                return Err(e);
-            }
-        };
-        let cluster = EmbeddedCluster {
-            dir: dir.clone(),
-            requested: requested.clone(),
-            data_dir: data_dir.clone(),
-            socket_dir: socket_dir.clone(),
-            port,
-            superuser: cfg.superuser.clone(),
-            password: Secret::new(password.trim()),
-            bins: bins.clone(),
-            run_as: run_as.clone(),
-            temporary,
-            pid,
-            owned: Mutex::new(Some(Owned {
-                postmaster,
-                watchdog,
-                _lifeline: Some(lifeline),
-            })),
-        };
-        match wait_ready(&cluster, Some(pid), &log_file, cfg.start_timeout).await {
+        let cluster = spawn_server(&site, &socket_dir, port, &password)?;
+        let pid = cluster.pid;
+        match wait_ready(&cluster, Some(pid), &site.log_file, cfg.start_timeout).await {
             Ok(()) => {
-                info!(dir = %dir.display(), port, pid, "embedded PostgreSQL started");
+                info!(dir = %site.dir.display(), port, pid, "embedded PostgreSQL started");
                 return Ok(cluster);
             }
             Err(e) => {
@@ -623,19 +565,168 @@ async fn start_cluster(
                 cluster.stop_inner(false);
                 drop(cluster);
                 if !port_taken {
-                    if temporary {
-                        let _ = std::fs::remove_dir_all(&dir);
-                    }
+                    site.discard();
                     return Err(e);
                 }
                 last_err = Some(e);
             }
         }
     }
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    site.discard();
+    // Every attempt above either returned or recorded its error.
     Err(last_err.unwrap_or_else(|| Error::Cluster("could not start the server".into())))
+}
+
+/// A server another process runs for this directory: attach to it (`None`: there is none, or
+/// it shut down while we waited). A lock file whose pid now belongs to some other program is
+/// stale (PostgreSQL would refuse to start) and is removed.
+async fn try_attach(site: &Site<'_>) -> Result<Option<EmbeddedCluster>> {
+    let running = read_pid_file(&site.data_dir).filter(|(pid, _, _)| procinfo::alive(*pid));
+    if let Some((pid, _, _)) = running
+        && !is_postgres(pid)
+    {
+        warn!(
+            pid,
+            "removing a stale postmaster.pid whose pid belongs to another program"
+        );
+        let _ = std::fs::remove_file(site.data_dir.join("postmaster.pid"));
+    }
+    let Some((pid, port, sock)) = running.filter(|(pid, _, _)| is_postgres(*pid)) else {
+        return Ok(None);
+    };
+    let cluster = site.cluster(sock, port, &site.read_password()?, pid, None);
+    // The server may be on its way out: its owner crashed a moment ago and the owner's
+    // watchdog is stopping it. Then wait for it to exit and start our own.
+    let patience = site.cfg.start_timeout.min(Duration::from_secs(10));
+    let dir = site.dir.display();
+    match wait_attach(&cluster, &site.log_file, patience).await? {
+        Attach::Ready => {
+            info!(dir = %dir, pid, "attached to a running cluster started by another process");
+            Ok(Some(cluster))
+        }
+        Attach::Exited => {
+            info!(
+                dir = %dir,
+                pid,
+                "the running cluster shut down while we waited for it; starting a new server"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// `initdb` with a fresh superuser password (a half-made data directory is started over).
+async fn init_data_dir(site: &Site<'_>) -> Result<()> {
+    let data_dir = &site.data_dir;
+    if data_dir.exists() {
+        // A half-made cluster (initdb interrupted): start over.
+        std::fs::remove_dir_all(data_dir)
+            .map_err(|e| Error::cluster_io(format!("remove {}", data_dir.display()), e))?;
+    }
+    let password = crate::names::random_password();
+    write_private(&site.pw_file, &password, site.run_as.as_ref())?;
+    let initdb = site.bins.initdb();
+    let mut cmd = tokio::process::Command::new(&initdb);
+    cmd.arg("-D")
+        .arg(data_dir)
+        .arg("-U")
+        .arg(&site.cfg.superuser)
+        .arg("--pwfile")
+        .arg(&site.pw_file)
+        .args([
+            "-A",
+            "scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ])
+        .current_dir(&site.dir);
+    site.clean_env(&mut cmd);
+    cmd.stdin(Stdio::null()).kill_on_drop(true);
+    if let Some(ra) = &site.run_as {
+        cmd.uid(ra.uid).gid(ra.gid);
+    }
+    let out = cmd
+        .output()
+        .await
+        .map_err(|e| Error::cluster_io(format!("run {}", initdb.display()), e))?;
+    if !out.status.success() {
+        return Err(Error::Cluster(format!(
+            "initdb failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    debug!(dir = %site.dir.display(), "initdb done");
+    Ok(())
+}
+
+/// Starts the postmaster on `port` with its watchdog; the cluster it returns owns both.
+fn spawn_server(
+    site: &Site<'_>,
+    socket_dir: &Path,
+    port: u16,
+    password: &str,
+) -> Result<EmbeddedCluster> {
+    let log_file = &site.log_file;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_file)
+        .map_err(|e| Error::cluster_io(format!("open {}", log_file.display()), e))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| Error::cluster_io("clone the log handle", e))?;
+    let mut cmd = Command::new(site.bins.postgres());
+    cmd.arg("-D")
+        .arg(&site.data_dir)
+        .arg("-p")
+        .arg(port.to_string())
+        .arg("-k")
+        .arg(socket_dir)
+        .args(["-h", "127.0.0.1"])
+        .args(["-c", "fsync=off"])
+        .args(["-c", "synchronous_commit=off"])
+        .args(["-c", "full_page_writes=off"])
+        .args(["-c", "max_connections=200"])
+        .args(["-c", "unix_socket_permissions=0700"])
+        .args(["-c", "shared_buffers=32MB"]);
+    for (k, v) in &site.cfg.settings {
+        cmd.arg("-c").arg(format!("{k}={v}"));
+    }
+    cmd.current_dir(&site.dir);
+    site.clean_env(&mut cmd);
+    cmd.stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .process_group(0);
+    as_user(&mut cmd, site.run_as.as_ref());
+    let postmaster = cmd
+        .spawn()
+        .map_err(|e| Error::cluster_io(format!("start {}", site.bins.postgres().display()), e))?;
+    let pid = postmaster.id();
+    let watchdog = spawn_watchdog(
+        pid,
+        site.temporary,
+        site.temporary.then_some(site.dir.as_path()),
+        (!socket_dir.starts_with(&site.dir)).then_some(socket_dir),
+    );
+    let (watchdog, lifeline) = match watchdog {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGQUIT);
+            let mut pm = postmaster;
+            let _ = pm.wait();
+            return Err(e);
+        }
+    };
+    let owned = Owned {
+        postmaster,
+        watchdog,
+        _lifeline: Some(lifeline),
+    };
+    Ok(site.cluster(socket_dir.to_path_buf(), port, password, pid, Some(owned)))
 }
 
 fn spawn_watchdog(
@@ -645,6 +736,7 @@ fn spawn_watchdog(
     remove_socket_dir: Option<&Path>,
 ) -> Result<(Child, ChildStdin)> {
     let signal = if temporary { "QUIT" } else { "INT" };
+    // An empty directory argument tells the watchdog script there is nothing to remove.
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(WATCHDOG)
@@ -659,7 +751,7 @@ fn spawn_watchdog(
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
-        .map_err(|e| Error::io("start the cluster watchdog (sh)", e))?;
+        .map_err(|e| Error::cluster_io("start the cluster watchdog (sh)", e))?;
     let stdin = child
         .stdin
         .take()
@@ -696,8 +788,9 @@ async fn wait_attach(
             }
             Err(e) if Instant::now() >= deadline => {
                 return Err(Error::Cluster(format!(
-                    "the server another process started (pid {}) neither accepted connections nor exited within {timeout:?} ({e}); log: {}",
+                    "the server another process started (pid {}) neither accepted connections nor exited within {} ({e}); log: {}",
                     cluster.pid,
+                    duration_text(timeout),
                     log_tail(log_file, 2000)
                 )));
             }
@@ -720,10 +813,11 @@ async fn wait_ready(
             let exited = cluster
                 .owned
                 .lock()
-                .ok()
-                .and_then(|mut o| o.as_mut().map(|o| o.postmaster.try_wait()))
-                .map(|r| !matches!(r, Ok(None)))
-                .unwrap_or(true);
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_mut()
+                .map(|o| o.postmaster.try_wait())
+                // No child any more (stopped) or one that cannot be waited for: exited.
+                .is_none_or(|r| !matches!(r, Ok(None)));
             if exited {
                 return Err(Error::Cluster(format!(
                     "the server exited during start-up: {}",
@@ -739,7 +833,8 @@ async fn wait_ready(
             Err(e) => {
                 if Instant::now() >= deadline {
                     return Err(Error::Cluster(format!(
-                        "the server did not accept connections within {timeout:?} ({e}); log: {}",
+                        "the server did not accept connections within {} ({e}); log: {}",
+                        duration_text(timeout),
                         log_tail(log_file, 2000)
                     )));
                 }

@@ -1,28 +1,32 @@
-//! [`BranchProvider`] over an [`EmbeddedCluster`].
+//! [`EmbeddedProvider`]: template branching on an [`EmbeddedCluster`].
 
 use std::sync::Arc;
 
 use super::cluster::EmbeddedCluster;
 use crate::error::Result;
-use crate::pgbranch::{PgBrancher, ServerOptions, ServerTarget};
+use crate::pgbranch::{ServerOptions, ServerProvider, ServerTarget};
 use crate::pgconn::config_of;
 use crate::provider::SslMode;
 
 /// Template branching on an embedded cluster: the administrator connects over the Unix
-/// socket, branches are reached over loopback TCP with their own password.
-#[derive(Debug)]
-pub struct EmbeddedProvider {
-    cluster: Arc<EmbeddedCluster>,
-    inner: PgBrancher,
-}
+/// socket, branches are reached over loopback TCP with their own password. The cluster's
+/// directories are the provider's private paths.
+///
+/// The same type as [`PostgresUrlProvider`](crate::PostgresUrlProvider): both are a
+/// [`ServerProvider`], built by [`EmbeddedProvider::new`] / [`EmbeddedProvider::with_options`]
+/// here.
+pub type EmbeddedProvider = ServerProvider;
 
-impl EmbeddedProvider {
-    /// A provider with the default options (parent database `consort`).
+/// Typical create time of a branch on an embedded cluster.
+const EMBEDDED_CREATE_MS: u64 = 50;
+
+impl ServerProvider {
+    /// A provider on `cluster` with the default options (parent database `consort`).
     pub async fn new(cluster: Arc<EmbeddedCluster>) -> Result<Self> {
         Self::with_options(cluster, ServerOptions::default()).await
     }
 
-    /// A provider with explicit options.
+    /// A provider on `cluster` with explicit options.
     pub async fn with_options(cluster: Arc<EmbeddedCluster>, opts: ServerOptions) -> Result<Self> {
         let parent = opts
             .parent_database
@@ -37,33 +41,9 @@ impl EmbeddedProvider {
             branch_port: cluster.port(),
             branch_ssl: SslMode::Disable,
             manage_parent: true,
+            typical_create_ms: EMBEDDED_CREATE_MS,
+            cluster: Some(cluster),
         };
-        let inner = PgBrancher::init(target, opts).await?;
-        Ok(EmbeddedProvider { cluster, inner })
-    }
-
-    /// The cluster this provider branches in.
-    pub fn cluster(&self) -> &Arc<EmbeddedCluster> {
-        &self.cluster
-    }
-
-    /// The parent database's name.
-    pub fn parent_database(&self) -> &str {
-        self.inner.parent()
-    }
-
-    /// The cluster's directory and socket directory: private to the provider.
-    fn private_dirs(&self) -> Vec<std::path::PathBuf> {
-        vec![
-            self.cluster.dir().to_path_buf(),
-            self.cluster.socket_dir().to_path_buf(),
-        ]
-    }
-
-    /// How often a busy source database (SQLSTATE 55006) was retried so far.
-    pub fn busy_retries(&self) -> u64 {
-        self.inner.busy_retries()
+        ServerProvider::init(target, opts).await
     }
 }
-
-crate::pgbranch::branch_provider_via_pg_brancher!(EmbeddedProvider, typical_create_ms = 50);

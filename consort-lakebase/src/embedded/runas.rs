@@ -83,7 +83,7 @@ impl RunAs {
     /// Gives `path` to this user.
     pub fn chown(&self, path: &Path) -> Result<()> {
         std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid))
-            .map_err(|e| Error::io(format!("chown {} to {}", path.display(), self.name), e))
+            .map_err(|e| Error::cluster_io(format!("chown {} to {}", path.display(), self.name), e))
     }
 }
 

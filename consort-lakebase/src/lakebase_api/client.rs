@@ -5,7 +5,6 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, Url};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -71,23 +70,14 @@ impl LakebaseClient {
         self.rest.url(&segs)
     }
 
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: Method,
-        url: Url,
-        body: Option<&Value>,
-        what: &str,
-    ) -> Result<T, ApiError> {
-        self.rest.call(method, url, body, what).await
-    }
-
     /// `POST …/branches?branch_id=` — starts creating a branch; returns the operation.
     pub async fn create_branch(&self, id: &str, spec: &BranchSpec) -> Result<Operation, ApiError> {
         validate_branch_id(id)?;
         let mut url = self.url(&["branches"])?;
         url.query_pairs_mut().append_pair("branch_id", id);
         let body = json!({ "spec": spec });
-        self.call(Method::POST, url, Some(&body), "create branch")
+        self.rest
+            .call(Method::POST, url, Some(&body), "create branch")
             .await
     }
 
@@ -110,7 +100,7 @@ impl LakebaseClient {
     pub async fn get_branch(&self, id: &str) -> Result<BranchResource, ApiError> {
         validate_branch_id(id)?;
         let url = self.url(&["branches", id])?;
-        self.call(Method::GET, url, None, "get branch").await
+        self.rest.call(Method::GET, url, None, "get branch").await
     }
 
     /// `GET …/branches`, following `next_page_token` to the end.
@@ -123,8 +113,10 @@ impl LakebaseClient {
             if let Some(t) = &token {
                 url.query_pairs_mut().append_pair("page_token", t);
             }
-            let page: ListBranchesResponse =
-                self.call(Method::GET, url, None, "list branches").await?;
+            let page: ListBranchesResponse = self
+                .rest
+                .call(Method::GET, url, None, "list branches")
+                .await?;
             out.extend(page.branches);
             match page.next_page_token.filter(|t| !t.is_empty()) {
                 None => return Ok(out),
@@ -158,6 +150,7 @@ impl LakebaseClient {
             .append_pair("update_mask", "spec.expiration");
         let body = json!({ "spec": { "expire_time": expire_time } });
         let op: Operation = self
+            .rest
             .call(Method::PATCH, url, Some(&body), "update branch")
             .await?;
         self.wait(op).await.map(|_| ())
@@ -169,7 +162,11 @@ impl LakebaseClient {
         validate_branch_id(id)?;
         let mut url = self.url(&["branches", id])?;
         url.query_pairs_mut().append_pair("purge", "true");
-        let op: Operation = match self.call(Method::DELETE, url, None, "delete branch").await {
+        let op: Operation = match self
+            .rest
+            .call(Method::DELETE, url, None, "delete branch")
+            .await
+        {
             Ok(op) => op,
             Err(e) if e.is_not_found() => return Ok(false),
             Err(e) => return Err(e),
@@ -188,6 +185,7 @@ impl LakebaseClient {
         let mut interval = self.poll.initial_interval;
         loop {
             if op.done == Some(true) {
+                // The operation's name is only for the message; an unnamed one reads as "".
                 let name = op.name.clone().unwrap_or_default();
                 if let Some(err) = op.error {
                     let code = err.code_text();
@@ -217,7 +215,10 @@ impl LakebaseClient {
             tokio::time::sleep(interval.min(self.poll.timeout.saturating_sub(waited))).await;
             interval = self.poll.next_interval(interval);
             let url = self.operation_url(&name)?;
-            op = self.call(Method::GET, url, None, "poll operation").await?;
+            op = self
+                .rest
+                .call(Method::GET, url, None, "poll operation")
+                .await?;
             if op.name.is_none() {
                 op.name = Some(name);
             }
@@ -262,8 +263,10 @@ impl LakebaseClient {
             if let Some(t) = &token {
                 url.query_pairs_mut().append_pair("page_token", t);
             }
-            let page: ListEndpointsResponse =
-                self.call(Method::GET, url, None, "list endpoints").await?;
+            let page: ListEndpointsResponse = self
+                .rest
+                .call(Method::GET, url, None, "list endpoints")
+                .await?;
             out.extend(page.endpoints);
             match page.next_page_token.filter(|t| !t.is_empty()) {
                 None => return Ok(out),
@@ -291,7 +294,7 @@ impl LakebaseClient {
         validate_branch_id(branch)?;
         validate_segment("endpoint", endpoint)?;
         let url = self.url(&["branches", branch, "endpoints", endpoint])?;
-        self.call(Method::GET, url, None, "get endpoint").await
+        self.rest.call(Method::GET, url, None, "get endpoint").await
     }
 
     /// `POST …/branches/{b}/endpoints?endpoint_id=` — starts creating an endpoint.
@@ -306,7 +309,8 @@ impl LakebaseClient {
         let mut url = self.url(&["branches", branch, "endpoints"])?;
         url.query_pairs_mut().append_pair("endpoint_id", endpoint);
         let body = json!({ "spec": spec });
-        self.call(Method::POST, url, Some(&body), "create endpoint")
+        self.rest
+            .call(Method::POST, url, Some(&body), "create endpoint")
             .await
     }
 
@@ -362,6 +366,7 @@ impl LakebaseClient {
             .name
             .as_deref()
             .map(super::naming::last_segment)
+            // The service echoes the id it was asked for; without a name, that id it is.
             .unwrap_or(endpoint_id)
             .to_string();
         let started = Instant::now();
@@ -371,7 +376,10 @@ impl LakebaseClient {
             if waited >= self.poll.timeout {
                 return Err(ApiError::Endpoint {
                     branch: branch.to_string(),
-                    message: format!("no host assigned after {waited:?}"),
+                    message: format!(
+                        "no host assigned after {}",
+                        crate::error::duration_text(waited)
+                    ),
                 });
             }
             tokio::time::sleep(interval).await;
@@ -401,6 +409,7 @@ impl LakebaseClient {
         segs.push("credentials");
         let url = self.rest.url(&segs)?;
         let cred: CredentialResponse = self
+            .rest
             .call(Method::POST, url, Some(&body), "generate credential")
             .await?;
         if cred.token.expose().is_empty() {

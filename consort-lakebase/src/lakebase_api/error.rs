@@ -105,7 +105,7 @@ pub enum ApiError {
         message: String,
     },
     /// A long-running operation was not done within the polling budget.
-    #[error("operation {operation} not done after {waited:?}")]
+    #[error("operation {operation} not done after {}", crate::error::duration_text(*waited))]
     OperationTimeout {
         /// The operation's name.
         operation: String,
@@ -143,7 +143,10 @@ pub enum ApiError {
     },
     /// A new branch did not accept logins within the budget (the "External authorization
     /// failed" window did not close).
-    #[error("branch {branch} did not accept logins within {waited:?}: {last_error}")]
+    #[error(
+        "branch {branch} did not accept logins within {}: {last_error}",
+        crate::error::duration_text(*waited)
+    )]
     AuthNotReady {
         /// The branch id.
         branch: String,
@@ -242,11 +245,13 @@ impl From<ApiError> for crate::error::Error {
                 message,
             } => E::Database {
                 context,
-                code: Some(code),
-                detail: message,
+                code: tokio_postgres::error::SqlState::from_code(&code),
+                server: Box::new(crate::error::ServerText::message(message)),
+                source: None,
             },
             ApiError::Postgres { code: None, .. } => E::Connect(text),
-            ApiError::Conflict { .. } => E::Other(text),
+            // The name is taken by a branch of another lineage.
+            ApiError::Conflict { .. } => E::AlreadyExists(text),
         }
     }
 }

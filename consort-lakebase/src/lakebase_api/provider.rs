@@ -371,6 +371,7 @@ impl LakebaseProvider {
                 self.cfg.endpoint_max_cu,
             )
             .await?;
+        // No host is an empty one, which `check_host` refuses with the branch named.
         let host = ep.host().unwrap_or_default().trim().to_string();
         check_host(branch, &host)?;
         let resource = match ep.name.as_deref() {
@@ -557,6 +558,8 @@ impl LakebaseProvider {
         }
     }
 
+    /// The base of a branch with source `source`; a branch without a source (the project's
+    /// root) has the empty base id, keyed by the empty name.
     fn base_ref_for(&self, source: Option<&str>) -> BaseRef {
         let id = source.map(last_segment).unwrap_or_default().to_string();
         if let Some(key) = lock(&self.bases).get(&id) {
@@ -740,14 +743,18 @@ impl LakebaseProvider {
             .filter(|b| Self::is_live(b))
             .filter_map(|b| {
                 let id = b.id()?;
+                // `id()` is the last segment of `name`, so `name` is present here.
+                let resource = b.name.clone()?;
                 id.starts_with(prefix).then(|| Branch {
                     name: id.to_string(),
-                    id: b.name.clone().unwrap_or_default(),
+                    id: resource,
                     base: self.base_ref_for(b.source()),
                     created_at: b
                         .create_time
                         .as_deref()
                         .and_then(parse_rfc3339)
+                        // The service always sends it. Shown as the epoch when it did not;
+                        // sweeps read the time themselves and never sweep an unknown age.
                         .unwrap_or(SystemTime::UNIX_EPOCH),
                 })
             })
@@ -775,6 +782,7 @@ impl LakebaseProvider {
     }
 
     async fn sweep_impl(&self, older_than: Duration) -> std::result::Result<usize, ApiError> {
+        // An age reaching back before 1970 is "older than anything": the cutoff saturates.
         let cutoff = SystemTime::now()
             .checked_sub(older_than)
             .unwrap_or(SystemTime::UNIX_EPOCH);
@@ -784,6 +792,7 @@ impl LakebaseProvider {
 
     async fn sweep_orphans_impl(&self) -> std::result::Result<usize, ApiError> {
         let now = SystemTime::now();
+        // (Saturates at the epoch on a clock set before 1970.)
         let day_ago = now
             .checked_sub(Duration::from_secs(24 * 3600))
             .unwrap_or(SystemTime::UNIX_EPOCH);

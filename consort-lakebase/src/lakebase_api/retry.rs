@@ -110,6 +110,7 @@ fn jitter(max: Duration) -> Duration {
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
+        // A clock before 1970 only loses the jitter, never a retry.
         .unwrap_or(0);
     let max_ns = max.as_nanos().min(u128::from(u64::MAX)) as u64;
     if max_ns == 0 {

@@ -92,6 +92,7 @@ impl BranchResource {
         self.status
             .as_ref()
             .and_then(|s| s.default)
+            // Not marked is not the default.
             .unwrap_or(false)
     }
 }

@@ -15,6 +15,7 @@ pub fn parse_junit(xml: &str, name_format: &str) -> Result<Vec<TestOutcome>> {
         .descendants()
         .filter(|n| n.is_element() && n.tag_name().name() == "testcase")
     {
+        // A case without a name (or class) has the empty one, which no expected test has.
         let name = case.attribute("name").unwrap_or("").trim();
         let class = case.attribute("classname").unwrap_or("").trim();
         let full = if class.is_empty() {

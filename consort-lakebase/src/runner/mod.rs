@@ -9,7 +9,7 @@
 //! [`EnvPolicy`]), kill the whole process group at the time limit, and stream the output into
 //! a digest plus a capped excerpt. A failing test is an outcome, never an error: a runner
 //! returns [`Error::Runner`](crate::Error::Runner) only when it cannot run at all, and
-//! [`Error::Connect`](crate::Error::Connect) when it lost its connection to the branch mid-run
+//! [`Error::Connection`](crate::Error::Connection) when it lost its connection to the branch mid-run
 //! (the database's fault, so the verification is retried rather than judged).
 
 mod capture;

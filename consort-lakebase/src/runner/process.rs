@@ -137,6 +137,40 @@ fn kill_group(pgid: Option<u32>) {
     }
 }
 
+/// Whatever the leader left behind in its group dies with it, before the run returns.
+async fn reap_group(pgid: Option<u32>) {
+    kill_group(pgid);
+    if let Some(g) = pgid {
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !crate::procinfo::group_members(g).is_empty() && tokio::time::Instant::now() < until {
+            kill_group(pgid);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Says in the output why Consort killed the command, when it did.
+fn note_kills(
+    capture: &mut Capture,
+    limits: &OutputLimits,
+    spec: &ProcSpec,
+    over_cap: bool,
+    timed_out: bool,
+) {
+    if over_cap {
+        capture.push_str(&format!(
+            "\n[consort: output exceeded {} bytes; the command was killed]\n",
+            limits.max_total
+        ));
+    }
+    if timed_out {
+        capture.push_str(&format!(
+            "\n[consort: time limit of {} reached; the process group was killed]\n",
+            crate::error::duration_text(spec.timeout)
+        ));
+    }
+}
+
 /// Runs `spec`, streaming stdout and stderr (interleaved as they arrive) into `capture`.
 /// Returns [`Error::Runner`] only when the program cannot be started.
 pub(crate) async fn run(
@@ -208,15 +242,7 @@ pub(crate) async fn run(
             }
         }
     }
-    // Whatever the leader left behind in its group dies with it, before we return.
-    kill_group(pgid);
-    if let Some(g) = pgid {
-        let until = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !crate::procinfo::group_members(g).is_empty() && tokio::time::Instant::now() < until {
-            kill_group(pgid);
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
+    reap_group(pgid).await;
     let grace = tokio::time::Instant::now() + Duration::from_secs(2);
     while streams_open {
         tokio::select! {
@@ -228,18 +254,7 @@ pub(crate) async fn run(
         }
     }
     let status = status.ok_or_else(|| Error::Runner("the test process vanished".into()))?;
-    if over_cap {
-        capture.push_str(&format!(
-            "\n[consort: output exceeded {} bytes; the command was killed]\n",
-            limits.max_total
-        ));
-    }
-    if timed_out {
-        capture.push_str(&format!(
-            "\n[consort: time limit of {:?} reached; the process group was killed]\n",
-            spec.timeout
-        ));
-    }
+    note_kills(capture, limits, spec, over_cap, timed_out);
     Ok(ProcOutcome {
         exit: ExitRecord {
             code: status.code(),

@@ -396,6 +396,7 @@ pub(crate) fn readable_except(dir: &Path, hidden: &[PathBuf], out: &mut Vec<Path
     };
     for entry in entries.filter_map(|e| e.ok()) {
         let path = entry.path();
+        // An entry whose type cannot be read is treated as a link (resolved, never trusted).
         let is_link = entry.file_type().map(|t| t.is_symlink()).unwrap_or(true);
         let real = if is_link {
             match path.canonicalize() {

@@ -43,6 +43,7 @@ pub fn parse_tap(text: &str) -> Option<Vec<TestOutcome>> {
         points += 1;
         let rest = rest.trim_start();
         let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        // TAP: a test point without a number is numbered by its position.
         let number = digits.parse::<usize>().ok().unwrap_or(points);
         let rest = rest[digits.len()..].trim_start();
         let rest = rest.strip_prefix("- ").unwrap_or(rest);

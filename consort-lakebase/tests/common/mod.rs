@@ -74,7 +74,7 @@ pub async fn query_strings(
     let rows = c
         .simple_query(sql)
         .await
-        .map_err(|e| consort_lakebase::Error::from_pg("query", &e))?;
+        .map_err(|e| consort_lakebase::Error::from_pg("query", e))?;
     Ok(rows
         .iter()
         .filter_map(|m| match m {

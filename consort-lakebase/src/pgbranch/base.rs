@@ -1,0 +1,188 @@
+//! Base templates ("golden" databases): built under a temporary name, filled as the owner
+//! role, renamed, sealed, and pruned to the newest few.
+
+use std::time::{Duration, Instant};
+
+use consort_actors::ContentHash;
+use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
+use tracing::{debug, info, warn};
+
+use super::catalog::{comment_db, drop_db, is_template};
+use super::meta::{Meta, unix_now};
+use super::{BUILDING_PREFIX, ServerProvider, TEMPLATE_PREFIX};
+use crate::error::{Error, Result};
+use crate::migrate;
+use crate::names::{quote_ident, random_tag};
+use crate::provider::{BaseRef, BaseSpec};
+
+/// Templates younger than this are never pruned (another provider may be copying one).
+const PRUNE_GRACE_SECS: i64 = 600;
+
+/// The template name of the base with key `key`.
+fn template_name(key: &ContentHash) -> String {
+    format!("{TEMPLATE_PREFIX}{}", &key.to_hex()[..24])
+}
+
+impl ServerProvider {
+    /// Makes or reuses the base template of `spec`.
+    pub(super) async fn prepare_base_impl(&self, spec: &BaseSpec) -> Result<BaseRef> {
+        migrate::check_plan(&spec.migrations)?;
+        let key = spec.key();
+        let name = template_name(&key);
+        let base = BaseRef {
+            id: name.clone(),
+            key,
+        };
+        let _building = self.base_lock.lock().await;
+        {
+            let mut slot = self.admin.slot().await;
+            let admin = self.admin.client(&mut slot).await?;
+            if is_template(admin, &name).await? {
+                return Ok(base);
+            }
+        }
+        let tmp = format!("{BUILDING_PREFIX}{}", random_tag(16));
+        let meta = Meta::now(Some(&base))?.text()?;
+        {
+            let mut slot = self.admin.slot().await;
+            let admin = self.admin.client(&mut slot).await?;
+            let sql = format!(
+                "CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY",
+                quote_ident(&tmp),
+                quote_ident(&self.target.parent)
+            );
+            self.admin
+                .exec_busy(admin, &sql, "copying the parent into a new base")
+                .await?;
+            comment_db(admin, &tmp, &meta).await?;
+        }
+        let built = self.fill_base(&tmp, spec).await;
+        let mut slot = self.admin.slot().await;
+        let admin = self.admin.client(&mut slot).await?;
+        if let Err(e) = built {
+            let _ = drop_db(admin, &tmp).await;
+            return Err(e);
+        }
+        if !self.rename_base(admin, &tmp, &name).await? {
+            return Ok(base);
+        }
+        let q = quote_ident(&name);
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE {q} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false; \
+                 REVOKE CONNECT, TEMPORARY ON DATABASE {q} FROM PUBLIC"
+            ))
+            .await
+            .map_err(|e| Error::from_pg("sealing the base template", e))?;
+        info!(base = %name, migrations = spec.migrations.len(), "base template built");
+        if let Err(e) = self.prune_templates(admin, &name).await {
+            warn!(error = %e, "pruning old base templates");
+        }
+        Ok(base)
+    }
+
+    /// Renames the finished base `tmp` to `name`. `false` when another provider built the
+    /// same base first (theirs is used once it is sealed; `tmp` is dropped).
+    async fn rename_base(&self, admin: &Client, tmp: &str, name: &str) -> Result<bool> {
+        let sql = format!(
+            "ALTER DATABASE {} RENAME TO {}",
+            quote_ident(tmp),
+            quote_ident(name)
+        );
+        let err = match self
+            .admin
+            .exec_busy(admin, &sql, "renaming the new base")
+            .await
+        {
+            Ok(()) => return Ok(true),
+            Err(e) => e,
+        };
+        let _ = drop_db(admin, tmp).await;
+        let taken = err.sqlstate().is_some_and(|c| {
+            *c == SqlState::DUPLICATE_DATABASE || *c == SqlState::UNIQUE_VIOLATION
+        });
+        if !taken {
+            return Err(err);
+        }
+        let deadline = Instant::now() + self.opts.busy_timeout;
+        while !is_template(admin, name).await? {
+            if Instant::now() >= deadline {
+                return Err(Error::TemplateBusy(format!(
+                    "base {name} was built elsewhere but never sealed"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(false)
+    }
+
+    /// Applies the migrations and fixtures to the base being built (as the owner role).
+    async fn fill_base(&self, db: &str, spec: &BaseSpec) -> Result<()> {
+        let mut c = self.admin.connect(db).await?;
+        let owner = quote_ident(&self.opts.owner_role);
+        if !self.target.manage_parent {
+            let sql = if self.is_super {
+                format!("ALTER SCHEMA public OWNER TO {owner}")
+            } else {
+                format!("GRANT USAGE, CREATE ON SCHEMA public TO {owner}")
+            };
+            if let Err(e) = c.batch_execute(&sql).await {
+                warn!(error = %e, "could not give the base's public schema to the owner role");
+            }
+        }
+        c.batch_execute(&format!("SET ROLE {owner}"))
+            .await
+            .map_err(|e| Error::from_pg("switching to the owner role", e))?;
+        migrate::apply(&mut c, &spec.migrations).await?;
+        for (i, fx) in spec.fixtures.iter().enumerate() {
+            c.batch_execute(fx).await.map_err(|e| Error::Migration {
+                version: format!("fixture #{}", i + 1),
+                detail: match e.as_db_error() {
+                    Some(db) => crate::error::db_text(db),
+                    None => e.to_string(),
+                },
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Drops our oldest templates beyond `max_templates` (never `keep`, never a young one).
+    async fn prune_templates(&self, admin: &Client, keep: &str) -> Result<()> {
+        let rows = admin
+            .query(
+                "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database \
+                 WHERE datistemplate AND datname LIKE 'consorttpl\\_%'",
+                &[],
+            )
+            .await
+            .map_err(|e| Error::from_pg("listing base templates", e))?;
+        let mut ours: Vec<(i64, String)> = rows
+            .iter()
+            .filter_map(|r| {
+                let name: String = r.get(0);
+                let meta = Meta::parse(r.get::<_, Option<&str>>(1))?;
+                (name != keep).then_some((meta.created, name))
+            })
+            .collect();
+        ours.sort_by_key(|o| std::cmp::Reverse(o.0));
+        let recent = unix_now().saturating_sub(PRUNE_GRACE_SECS);
+        for (created, name) in ours
+            .into_iter()
+            .skip(self.opts.max_templates.saturating_sub(1))
+        {
+            if created > recent {
+                continue;
+            }
+            let q = quote_ident(&name);
+            let res = admin
+                .batch_execute(&format!("ALTER DATABASE {q} WITH IS_TEMPLATE false"))
+                .await;
+            if res.is_ok() {
+                let _ = drop_db(admin, &name).await;
+                debug!(template = %name, "old base template dropped");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! Catalog look-ups and the few statements every part of template branching shares.
+
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
+
+use super::meta::Meta;
+use crate::error::{Error, Result};
+use crate::names::{quote_ident, quote_literal};
+
+/// Whether `e` says the object exists already (role, row or database).
+pub(super) fn is_dup(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        *c == SqlState::DUPLICATE_OBJECT
+            || *c == SqlState::UNIQUE_VIOLATION
+            || *c == SqlState::DUPLICATE_DATABASE
+    })
+}
+
+/// Whether database `db` exists.
+pub(super) async fn db_exists(admin: &Client, db: &str) -> Result<bool> {
+    Ok(admin
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&db])
+        .await
+        .map_err(|e| Error::from_pg("looking up a database", e))?
+        .is_some())
+}
+
+/// Whether `db` exists and is a template.
+pub(super) async fn is_template(admin: &Client, db: &str) -> Result<bool> {
+    Ok(admin
+        .query_opt(
+            "SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate",
+            &[&db],
+        )
+        .await
+        .map_err(|e| Error::from_pg("looking up a base", e))?
+        .is_some())
+}
+
+/// The marker of `db`; `None` when it does not exist or is not one of ours.
+pub(super) async fn db_meta(admin: &Client, db: &str) -> Result<Option<Meta>> {
+    Ok(db_lookup(admin, db).await?.flatten())
+}
+
+/// In one round trip: `None` when `db` does not exist, else its marker (`None` when it is not
+/// one of ours).
+pub(super) async fn db_lookup(admin: &Client, db: &str) -> Result<Option<Option<Meta>>> {
+    let row = admin
+        .query_opt(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1",
+            &[&db],
+        )
+        .await
+        .map_err(|e| Error::from_pg("reading a database marker", e))?;
+    Ok(row.map(|r| Meta::parse(r.get::<_, Option<&str>>(0))))
+}
+
+/// The marker of role `role`; `None` when it does not exist or is not one of ours.
+pub(super) async fn role_meta(admin: &Client, role: &str) -> Result<Option<Meta>> {
+    let row = admin
+        .query_opt(
+            "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
+            &[&role],
+        )
+        .await
+        .map_err(|e| Error::from_pg("reading a role marker", e))?;
+    Ok(row.and_then(|r| Meta::parse(r.get::<_, Option<&str>>(0))))
+}
+
+/// Writes the marker `text` on database `db`.
+pub(super) async fn comment_db(admin: &Client, db: &str, text: &str) -> Result<()> {
+    admin
+        .batch_execute(&format!(
+            "COMMENT ON DATABASE {} IS {}",
+            quote_ident(db),
+            quote_literal(text)
+        ))
+        .await
+        .map_err(|e| Error::from_pg("marking a database", e))
+}
+
+/// Ends every session on `db` and waits (briefly) until their backends are gone.
+///
+/// `DROP DATABASE … WITH (FORCE)` signals the sessions it finds and then re-checks every
+/// **100 ms** until they have exited (PostgreSQL's `CountOtherDBBackends`). A session that
+/// has just disconnected — the login probe of `create`, a test runner's `psql` that has just
+/// exited — is usually still exiting when the branch is dropped, so every drop paid that
+/// 100 ms sleep. Terminating first and polling at 1 ms gets the same result in a few
+/// milliseconds; `FORCE` stays as the backstop.
+async fn end_sessions(admin: &Client, db: &str) -> Result<()> {
+    let signalled: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = $1 AND pid <> pg_backend_pid()",
+            &[&db],
+        )
+        .await
+        .map_err(|e| Error::from_pg(format!("ending the sessions on {db}"), e))?
+        .get(0);
+    if signalled == 0 {
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let left: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+                &[&db],
+            )
+            .await
+            .map_err(|e| Error::from_pg(format!("ending the sessions on {db}"), e))?
+            .get(0);
+        if left == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Ends the sessions on `db` and drops it.
+pub(super) async fn drop_db(admin: &Client, db: &str) -> Result<()> {
+    end_sessions(admin, db).await?;
+    admin
+        .batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            quote_ident(db)
+        ))
+        .await
+        .map_err(|e| Error::from_pg(format!("dropping database {db}"), e))
+}

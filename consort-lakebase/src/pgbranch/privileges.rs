@@ -1,0 +1,137 @@
+//! What the administrator may do, and the roles and privileges set up once per server: the
+//! owner role and (when the provider manages it) the parent database.
+
+use tokio_postgres::{Client, Config};
+use tracing::{info, warn};
+
+use super::catalog::{db_exists, is_dup};
+use super::{ServerOptions, ServerTarget};
+use crate::error::{Error, Result};
+use crate::names::quote_ident;
+use crate::pgconn::{connect_config, describe};
+
+/// Whether the administrator is a superuser; an error when it may not branch at all.
+pub(super) async fn check_admin(client: &Client, admin: &Config) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await
+        .map_err(|e| Error::from_pg("reading the administrator's privileges", e))?;
+    let (is_super, createdb, createrole): (bool, bool, bool) = (row.get(0), row.get(1), row.get(2));
+    if !(is_super || (createdb && createrole)) {
+        return Err(Error::PermissionDenied(format!(
+            "{} needs SUPERUSER or CREATEDB and CREATEROLE to branch databases",
+            describe(admin)
+        )));
+    }
+    Ok(is_super)
+}
+
+/// Makes the owner role and prepares the parent.
+pub(super) async fn set_up(
+    client: &Client,
+    target: &ServerTarget,
+    opts: &ServerOptions,
+    is_super: bool,
+) -> Result<()> {
+    let owner = quote_ident(&opts.owner_role);
+    if let Err(e) = client
+        .batch_execute(&format!("CREATE ROLE {owner} NOLOGIN"))
+        .await
+        && !is_dup(&e)
+    {
+        return Err(Error::from_pg("creating the owner role", e));
+    }
+    if !is_super {
+        // Already a member when the role existed before: the error is the expected answer.
+        let _ = client
+            .batch_execute(&format!("GRANT {owner} TO CURRENT_USER"))
+            .await;
+    }
+    let exists = db_exists(client, &target.parent).await?;
+    if target.manage_parent {
+        manage_parent(client, target, opts, exists).await
+    } else if !exists {
+        Err(Error::NotFound(format!(
+            "the parent database {} does not exist",
+            target.parent
+        )))
+    } else {
+        warn_if_public_connect(client, &target.parent).await
+    }
+}
+
+/// Creates the parent when missing, closes `CONNECT` for `PUBLIC` on it and the maintenance
+/// databases, and gives its `public` schema to the owner role.
+async fn manage_parent(
+    client: &Client,
+    target: &ServerTarget,
+    opts: &ServerOptions,
+    exists: bool,
+) -> Result<()> {
+    let parent = target.parent.as_str();
+    if !exists {
+        match client
+            .batch_execute(&format!("CREATE DATABASE {}", quote_ident(parent)))
+            .await
+        {
+            Ok(()) => info!(parent = %parent, "created the parent database"),
+            Err(e) if is_dup(&e) => {}
+            Err(e) => return Err(Error::from_pg("creating the parent database", e)),
+        }
+    }
+    for db in [parent, "postgres", "template1"] {
+        if public_may_connect(client, db).await? {
+            client
+                .batch_execute(&format!(
+                    "REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC",
+                    quote_ident(db)
+                ))
+                .await
+                .map_err(|e| Error::from_pg("restricting CONNECT", e))?;
+        }
+    }
+    let mut pcfg = target.admin.clone();
+    pcfg.dbname(parent);
+    let pc = connect_config(&pcfg, target.admin_ssl).await?;
+    let owned: bool = pc
+        .query_one(
+            "SELECT pg_get_userbyid(nspowner) = $1 FROM pg_namespace WHERE nspname = 'public'",
+            &[&opts.owner_role],
+        )
+        .await
+        .map_err(|e| Error::from_pg("reading the parent's schema owner", e))?
+        .get(0);
+    if !owned {
+        let owner = quote_ident(&opts.owner_role);
+        pc.batch_execute(&format!("ALTER SCHEMA public OWNER TO {owner}"))
+            .await
+            .map_err(|e| Error::from_pg("giving the parent's schema to the owner role", e))?;
+    }
+    Ok(())
+}
+
+/// Whether `PUBLIC` may connect to database `db`.
+async fn public_may_connect(client: &Client, db: &str) -> Result<bool> {
+    Ok(client
+        .query_one(
+            "SELECT has_database_privilege('public', $1, 'CONNECT')",
+            &[&db],
+        )
+        .await
+        .map_err(|e| Error::from_pg("reading database privileges", e))?
+        .get(0))
+}
+
+/// A parent Consort did not create is never changed; an open one is worth a warning.
+async fn warn_if_public_connect(client: &Client, parent: &str) -> Result<()> {
+    if public_may_connect(client, parent).await? {
+        warn!(
+            parent = %parent,
+            "PUBLIC may CONNECT to the parent database; branch roles could connect to it (Consort does not change a database it did not create)"
+        );
+    }
+    Ok(())
+}

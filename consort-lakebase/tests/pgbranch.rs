@@ -1,0 +1,364 @@
+//! Template branching on a server (`pgbranch/`), through the provider both server backends
+//! share: busy parents, open sessions, concurrency over several administrator connections,
+//! orphan sweeps, and the URL backend inside an existing server. Each test starts its own
+//! cluster: they sweep everything and sit on the parent, which would disturb a shared one.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use consort_actors::Migration;
+use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
+use consort_lakebase::{
+    BaseSpec, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
+    EmbeddedProvider, Error, PostgresUrlProvider, Secret, ServerOptions, SslMode, pgconn,
+};
+use tokio_postgres::Client;
+
+/// Most administrator connections one provider opens (`pgbranch/admin.rs`).
+const ADMIN_CONNECTIONS: i64 = 4;
+
+async fn provider() -> (Arc<EmbeddedCluster>, EmbeddedProvider) {
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+        .await
+        .expect("cluster");
+    let p = EmbeddedProvider::new(cluster.clone())
+        .await
+        .expect("provider");
+    (cluster, p)
+}
+
+/// The superuser over the cluster's Unix socket (the password is in the cluster's
+/// directory, which this process made).
+fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
+    let password = std::fs::read_to_string(cluster.dir().join("admin.pw"))
+        .expect("the cluster's admin.pw (this process started the cluster)");
+    ConnectInfo {
+        host: cluster.socket_dir().display().to_string(),
+        port: cluster.port(),
+        database: database.into(),
+        user: cluster.superuser().into(),
+        secret: Secret::new(password.trim()),
+        expires_at: None,
+        sslmode: SslMode::Disable,
+    }
+}
+
+async fn admin(cluster: &EmbeddedCluster) -> Client {
+    pgconn::connect(&admin_info(cluster, "postgres"))
+        .await
+        .expect("admin")
+}
+
+async fn db_exists(admin: &Client, db: &str) -> bool {
+    admin
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&db])
+        .await
+        .expect("lookup")
+        .is_some()
+}
+
+fn migration(version: &str, sql: &str) -> Migration {
+    Migration {
+        version: version.into(),
+        story_id: "S1".into(),
+        description: String::new(),
+        sql: sql.into(),
+    }
+}
+
+#[tokio::test]
+async fn a_session_on_the_parent_is_waited_out() {
+    let (cluster, b) = provider().await;
+    // Someone sits on the parent: copying it fails with 55006 until they leave.
+    let holder = pgconn::connect(&admin_info(&cluster, "consort"))
+        .await
+        .expect("hold the parent");
+    let spec = BaseSpec {
+        migrations: vec![migration("0001", "CREATE TABLE t (x int)")],
+        fixtures: vec![],
+    };
+    let release = async {
+        while b.busy_retries() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(holder);
+    };
+    let (base, ()) = tokio::join!(b.prepare_base(&spec), release);
+    let base = base.expect("the base is built once the parent is free");
+    assert!(b.busy_retries() > 0);
+    let branch = b
+        .create(&BranchNamer::new().next_name(), &base)
+        .await
+        .expect("branch");
+    b.delete(&branch.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn a_branch_with_open_sessions_is_dropped_and_its_sessions_ended() {
+    let (cluster, b) = provider().await;
+    let base = b.prepare_base(&BaseSpec::default()).await.expect("base");
+    let branch = b
+        .create(&BranchNamer::new().next_name(), &base)
+        .await
+        .expect("branch");
+    let info = b.connect_info(&branch).await.expect("info");
+    let held = pgconn::connect(&info).await.expect("a session");
+    held.batch_execute("SELECT 1").await.expect("in use");
+    b.delete(&branch.name)
+        .await
+        .expect("dropped although in use");
+    assert!(
+        held.batch_execute("SELECT 1").await.is_err(),
+        "the session was ended"
+    );
+    let admin = admin(&cluster).await;
+    assert!(!db_exists(&admin, &branch.id).await);
+    let sessions: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+            &[&branch.id],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(sessions, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn branches_are_created_and_dropped_concurrently_over_several_connections() {
+    let (cluster, b) = provider().await;
+    let b = Arc::new(b);
+    let base = b.prepare_base(&BaseSpec::default()).await.expect("base");
+    let namer = Arc::new(BranchNamer::new());
+    let tasks: Vec<_> = (0..12)
+        .map(|_| {
+            let (b, base, namer) = (b.clone(), base.clone(), namer.clone());
+            tokio::spawn(async move {
+                let branch = b.create(&namer.next_name(), &base).await?;
+                b.delete(&branch.name).await
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task").expect("create and delete");
+    }
+    assert!(b.list(BRANCH_PREFIX).await.expect("list").is_empty());
+    // The provider's administrator connections are its sessions on the maintenance database.
+    let opened: i64 = admin(&cluster)
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = 'postgres' \
+             AND application_name = 'consort' AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert!(
+        (1..=ADMIN_CONNECTIONS).contains(&opened),
+        "{opened} administrator connections"
+    );
+}
+
+#[tokio::test]
+async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
+    let (cluster, b) = provider().await;
+    let base = b.prepare_base(&BaseSpec::default()).await.expect("base");
+    let namer = BranchNamer::new();
+    let mine = b.create(&namer.next_name(), &base).await.expect("mine");
+    let dead = b.create(&namer.next_name(), &base).await.expect("dead");
+    let kept = b.create(&namer.next_name(), &base).await.expect("kept");
+    let expired = b.create(&namer.next_name(), &base).await.expect("expired");
+    // Give `dead` the marker of a process that has exited.
+    let mut gone = std::process::Command::new("true").spawn().expect("spawn");
+    let gone_pid = gone.id();
+    gone.wait().expect("reap");
+    let admin = admin(&cluster).await;
+    let marker: String = admin
+        .query_one(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1",
+            &[&dead.id],
+        )
+        .await
+        .expect("marker")
+        .get(0);
+    let mut meta: serde_json::Value = serde_json::from_str(&marker).expect("a JSON marker");
+    meta["pid"] = gone_pid.into();
+    admin
+        .batch_execute(&format!(
+            "COMMENT ON DATABASE {} IS {}",
+            dead.id,
+            quote_literal(&meta.to_string())
+        ))
+        .await
+        .expect("re-mark");
+    // `kept` is kept for an hour, `expired` was kept until a minute ago.
+    b.keep_for_inspection(&kept, SystemTime::now() + Duration::from_secs(3600))
+        .await
+        .expect("keep");
+    b.keep_for_inspection(&expired, SystemTime::now() - Duration::from_secs(60))
+        .await
+        .expect("keep");
+    // A database with the prefix that Consort did not make is never touched.
+    admin
+        .batch_execute("CREATE DATABASE consort_foreign_1")
+        .await
+        .expect("foreign db");
+    let swept = b.sweep_orphans().await.expect("sweep");
+    assert_eq!(swept, 2);
+    let left: Vec<String> = b
+        .list(BRANCH_PREFIX)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|x| x.name)
+        .collect();
+    assert_eq!(left, vec![mine.name.clone(), kept.name.clone()]);
+    assert!(db_exists(&admin, "consort_foreign_1").await);
+    assert!(matches!(
+        b.delete("consort-foreign-1").await,
+        Err(Error::PermissionDenied(_))
+    ));
+    // sweep(older_than = 0) removes every Consort branch, still nothing foreign.
+    assert_eq!(b.sweep(Duration::ZERO).await.expect("sweep all"), 2);
+    assert!(b.list(BRANCH_PREFIX).await.expect("list").is_empty());
+    assert!(db_exists(&admin, "consort_foreign_1").await);
+    let roles: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'consort\\_%'",
+            &[],
+        )
+        .await
+        .expect("roles")
+        .get(0);
+    assert_eq!(roles, 0, "branch roles are dropped with their branches");
+}
+
+#[tokio::test]
+async fn a_statement_error_keeps_the_servers_message_detail_and_source() {
+    let (cluster, _p) = provider().await;
+    let admin = admin(&cluster).await;
+    let e = admin
+        .batch_execute("CREATE DATABASE consort_held TEMPLATE consort")
+        .await;
+    // Nobody holds the parent here, so this works; the second copy collides by name.
+    e.expect("first copy");
+    let dup = admin
+        .batch_execute("CREATE DATABASE consort_held TEMPLATE consort")
+        .await
+        .expect_err("a duplicate database");
+    let err = Error::from_pg("copying", dup);
+    assert_eq!(
+        err.sqlstate(),
+        Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE)
+    );
+    assert!(
+        err.to_string()
+            .contains("database \"consort_held\" already exists"),
+        "{err}"
+    );
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the source is kept"
+    );
+}
+
+#[tokio::test]
+async fn branches_inside_an_existing_server_without_touching_foreign_databases() {
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+        .await
+        .expect("cluster");
+    let admin = admin(&cluster).await;
+    // An application role (not a superuser) that owns the parent, as on a shared server.
+    for sql in [
+        "CREATE ROLE appuser LOGIN CREATEDB CREATEROLE PASSWORD 'app-Secret-42'",
+        "CREATE DATABASE app OWNER appuser",
+        "CREATE DATABASE consort_not_ours_1",
+    ] {
+        admin.batch_execute(sql).await.expect("setup");
+    }
+    let url = Secret::new(format!(
+        "postgresql://appuser:app-Secret-42@127.0.0.1:{}/app?sslmode=disable",
+        cluster.port()
+    ));
+    let p = PostgresUrlProvider::connect(&url, ServerOptions::default())
+        .await
+        .expect("connect");
+    assert_eq!(p.parent_database(), "app");
+    assert_eq!(p.kind(), "postgres-url");
+    assert!(p.private_paths().is_empty());
+    assert!(!format!("{p:?}").contains("app-Secret-42"));
+
+    let migrations = vec![migration(
+        "0001_notes",
+        "CREATE TABLE notes (id int PRIMARY KEY, body text)",
+    )];
+    let base = p
+        .prepare_base(&BaseSpec {
+            migrations: migrations.clone(),
+            fixtures: vec!["INSERT INTO notes VALUES (1, 'fixture')".into()],
+        })
+        .await
+        .expect("base");
+    let namer = BranchNamer::new();
+    let a = p.create(&namer.next_name(), &base).await.expect("a");
+    let b = p.create(&namer.next_name(), &base).await.expect("b");
+    let ia = p.connect_info(&a).await.expect("info");
+    let ca = pgconn::connect(&ia).await.expect("connect a");
+    ca.batch_execute("INSERT INTO notes VALUES (2, 'in a')")
+        .await
+        .expect("write a");
+    let cb = pgconn::connect(&p.connect_info(&b).await.expect("info"))
+        .await
+        .expect("connect b");
+    let n: i64 = cb
+        .query_one("SELECT count(*) FROM notes", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(n, 1, "b has the fixture row only");
+    drop((ca, cb));
+
+    // Foreign databases with the prefix are neither deleted nor swept.
+    assert!(matches!(
+        p.delete("consort-not-ours-1").await,
+        Err(Error::PermissionDenied(_))
+    ));
+    assert_eq!(p.sweep(Duration::ZERO).await.expect("sweep"), 2);
+    let still: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_database WHERE datname IN ('consort_not_ours_1', 'app')",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(still, 2);
+
+    // Promote reaches the URL's database.
+    let out = p.promote(&migrations).await.expect("promote");
+    assert_eq!(out.target, "app");
+    assert!(out.verified);
+
+    // A wrong password: a clear error that keeps the driver's error, without the password.
+    let bad = Secret::new(format!(
+        "postgresql://appuser:wrong-Pass-77@127.0.0.1:{}/app",
+        cluster.port()
+    ));
+    let err = PostgresUrlProvider::connect(&bad, ServerOptions::default())
+        .await
+        .expect_err("bad password");
+    assert!(matches!(err, Error::Connection { .. }), "{err}");
+    assert!(
+        err.to_string().contains("password authentication failed"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("wrong-Pass-77"), "{err}");
+    let err = PostgresUrlProvider::connect(
+        &Secret::new("postgresql://u:pw-Zz9@[bad"),
+        ServerOptions::default(),
+    )
+    .await
+    .expect_err("bad url");
+    assert!(!err.to_string().contains("pw-Zz9"), "{err}");
+}
