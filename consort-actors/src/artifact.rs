@@ -601,6 +601,8 @@ pub enum InfraFault {
     RunnerFailed,
     /// The work tree could not be read or written.
     WorkTreeIo,
+    /// Consort reached a state its lifecycle does not allow (a bug in Consort itself).
+    InvariantBroken,
 }
 
 /// A stop for a human, with its typed reason.

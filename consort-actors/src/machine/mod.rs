@@ -16,6 +16,7 @@
 //! [`Event::ApplyDenied`], which the machine accepts and answers the same way (the rule check
 //! itself stays here: the conductor asks [`Machine::check_resolved`]).
 
+mod next;
 mod rules;
 mod transition;
 

@@ -217,6 +217,13 @@ pub enum RuleViolation {
     /// The run is over.
     #[error("the run is over")]
     Finished,
+    /// The machine reached a state its lifecycle does not allow: a bug in Consort, not a fault
+    /// of the work. The run halts (retrying would meet the same state again).
+    #[error("internal invariant broken: {what} (a bug in Consort, not in the work)")]
+    Invariant {
+        /// What should have held.
+        what: String,
+    },
 }
 
 /// What the machine does after refusing an event.
@@ -263,7 +270,8 @@ impl RuleViolation {
             | RunChangedTree { .. }
             | ReviewerIsAuthor { .. }
             | DesignHashMismatch { .. }
-            | PromoteUnverified { .. } => Remedy::Halt,
+            | PromoteUnverified { .. }
+            | Invariant { .. } => Remedy::Halt,
         }
     }
 }
