@@ -605,6 +605,20 @@ pub enum InfraFault {
     InvariantBroken,
 }
 
+impl fmt::Display for InfraFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InfraFault::DatabaseDown => "the database is down",
+            InfraFault::ModelServerFailing => "the model server is failing",
+            InfraFault::ActorCrashing => "an actor keeps crashing",
+            InfraFault::Timeout => "a deadline passed",
+            InfraFault::RunnerFailed => "the test runner could not be started",
+            InfraFault::WorkTreeIo => "the work tree could not be read or written",
+            InfraFault::InvariantBroken => "an internal invariant broke (a bug in Consort)",
+        })
+    }
+}
+
 /// A stop for a human, with its typed reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Escalation {
@@ -686,13 +700,39 @@ impl Artifact {
     }
 }
 
+impl ArtifactKind {
+    /// Every kind.
+    pub const ALL: [ArtifactKind; 9] = [
+        ArtifactKind::Stories,
+        ArtifactKind::Spec,
+        ArtifactKind::ArchitectureVerdict,
+        ArtifactKind::SchemaPlan,
+        ArtifactKind::TestList,
+        ArtifactKind::UxDesign,
+        ArtifactKind::ChangeSet,
+        ArtifactKind::ReviewVerdict,
+        ArtifactKind::TestRunReceipt,
+    ];
+
+    /// The kind's name, as serialised (`test-list`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArtifactKind::Stories => "stories",
+            ArtifactKind::Spec => "spec",
+            ArtifactKind::ArchitectureVerdict => "architecture-verdict",
+            ArtifactKind::SchemaPlan => "schema-plan",
+            ArtifactKind::TestList => "test-list",
+            ArtifactKind::UxDesign => "ux-design",
+            ArtifactKind::ChangeSet => "change-set",
+            ArtifactKind::ReviewVerdict => "review-verdict",
+            ArtifactKind::TestRunReceipt => "test-run-receipt",
+        }
+    }
+}
+
 impl fmt::Display for ArtifactKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = serde_json::to_value(self)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        f.write_str(&s)
+        f.write_str(self.as_str())
     }
 }
 
@@ -728,6 +768,15 @@ pub type FileHashes = BTreeMap<String, ContentHash>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_is_named_as_it_is_serialised() {
+        for kind in ArtifactKind::ALL {
+            let json = serde_json::to_value(kind).expect("serialise");
+            assert_eq!(json.as_str(), Some(kind.as_str()));
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
+    }
 
     #[test]
     fn artifacts_round_trip_through_json() {

@@ -15,6 +15,7 @@ use crate::{GateKind, RequestId};
 /// A broken rule. Every variant is a refusal: the event that broke it changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "rule", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum RuleViolation {
     /// The event does not fit what the machine is waiting for.
     #[error("step out of order: waiting for {expected}, got {got}")]
