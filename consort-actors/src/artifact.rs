@@ -239,13 +239,61 @@ pub enum FileChange {
         /// Path relative to the work tree.
         path: String,
     },
+    /// Put back exactly these bytes, given in hex: the conductor's undo of a file that is not
+    /// UTF-8 text (which a [`FileChange::Write`] cannot hold). No agent may write it: it is not
+    /// in the schema agents answer with, and the machine refuses it in their change sets.
+    #[schemars(skip)]
+    Restore {
+        /// Path relative to the work tree.
+        path: String,
+        /// The file's bytes, as lowercase hex.
+        hex: String,
+    },
 }
 
 impl FileChange {
     /// The path this change touches.
     pub fn path(&self) -> &str {
         match self {
-            FileChange::Write { path, .. } | FileChange::Delete { path } => path,
+            FileChange::Write { path, .. }
+            | FileChange::Delete { path }
+            | FileChange::Restore { path, .. } => path,
+        }
+    }
+
+    /// The same change at another path.
+    pub fn at(&self, path: String) -> FileChange {
+        match self {
+            FileChange::Write { content, .. } => FileChange::Write {
+                path,
+                content: content.clone(),
+            },
+            FileChange::Delete { .. } => FileChange::Delete { path },
+            FileChange::Restore { hex, .. } => FileChange::Restore {
+                path,
+                hex: hex.clone(),
+            },
+        }
+    }
+
+    /// The change that makes `path` hold exactly `bytes`: a [`FileChange::Write`] when they are
+    /// UTF-8 text, a [`FileChange::Restore`] otherwise. Nothing is lost either way.
+    pub fn exactly(path: String, bytes: Vec<u8>) -> FileChange {
+        match String::from_utf8(bytes) {
+            Ok(content) => FileChange::Write { path, content },
+            Err(e) => FileChange::Restore {
+                path,
+                hex: hex::encode(e.into_bytes()),
+            },
+        }
+    }
+
+    /// The bytes this change leaves at its path (None for a deletion, or a malformed restore).
+    pub fn bytes(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match self {
+            FileChange::Write { content, .. } => Some(content.as_bytes().into()),
+            FileChange::Delete { .. } => None,
+            FileChange::Restore { hex, .. } => hex::decode(hex).ok().map(Into::into),
         }
     }
 }

@@ -127,6 +127,12 @@ pub enum WriteProblem {
         /// The file (relative to the work tree).
         path: String,
     },
+    /// A restore of raw bytes whose hex does not decode.
+    #[error("the bytes to restore at {path} are not hex")]
+    MalformedRestore {
+        /// The file (relative to the work tree).
+        path: String,
+    },
     /// The operating system refused the operation for this path.
     #[error("the file system refused to {op} it: {detail}")]
     Refused {

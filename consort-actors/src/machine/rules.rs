@@ -475,6 +475,13 @@ pub fn check_change_set(
                 content: content.clone(),
             },
             FileChange::Delete { .. } => FileChange::Delete { path },
+            FileChange::Restore { .. } => {
+                return Err(RuleViolation::InvalidArtifact {
+                    detail: format!(
+                        "{path}: a restore of raw bytes is the conductor's own undo; write text with a write change"
+                    ),
+                });
+            }
         });
     }
     // A change to a frozen test is refused as such wherever it sits in the set: a rename is a
@@ -523,12 +530,12 @@ pub fn check_change_set(
 pub fn written_hashes(set: &ChangeSet) -> FileHashes {
     let mut out = FileHashes::new();
     for c in &set.changes {
-        match c {
-            FileChange::Write { path, content } => {
-                out.insert(path.clone(), ContentHash::of_bytes(content.as_bytes()));
+        match c.bytes() {
+            Some(bytes) => {
+                out.insert(c.path().to_string(), ContentHash::of_bytes(&bytes));
             }
-            FileChange::Delete { path } => {
-                out.remove(path);
+            None => {
+                out.remove(c.path());
             }
         }
     }

@@ -326,6 +326,9 @@ impl Run {
                 FileChange::Delete { path } => {
                     self.disk.remove(path);
                 }
+                FileChange::Restore { .. } => {
+                    unreachable!("the fake disk holds text only; it never restores raw bytes")
+                }
             }
         }
         inverse.reverse();
