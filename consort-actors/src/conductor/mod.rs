@@ -423,7 +423,12 @@ impl Conductor {
         }
         let filter = wiring.config.machine.paths.tree_filter().clone();
         let work = WorkTree::open(&wiring.config.work_tree)?.with_filter(filter);
-        let ledger = Ledger::<Event>::open(&wiring.config.ledger_path)?;
+        // Opening verifies the whole chain and takes the file lock: blocking work, off the
+        // runtime's async workers.
+        let path = wiring.config.ledger_path.clone();
+        let ledger = tokio::task::spawn_blocking(move || Ledger::<Event>::open(&path))
+            .await
+            .map_err(|e| ConductorError::Actor(format!("opening the ledger: {e}")))??;
         let machine = Machine::new(wiring.config.machine.clone());
         let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
         if ledger.is_empty() && wiring.feature.is_none() {
@@ -573,7 +578,9 @@ impl ConductorState {
     }
 
     fn append(&mut self, event: &Event) -> Result<(), ConductorError> {
-        self.ledger.append(event)?;
+        // Durable before it takes effect: the append (lock, write, fsync) completes here, on
+        // this thread, before the caller steps the machine.
+        blocking(|| self.ledger.append(event))?;
         self.appended += 1;
         if let Some(observer) = &self.wiring.config.append_observer {
             let index = self.appended as u64;
@@ -645,15 +652,15 @@ impl ConductorState {
                 return self.finish_err(ConductorError::NoPendingCommand);
             };
             let event = match command {
-                Command::Observe => self.observe(),
-                Command::Apply { change_set } => self.apply(&change_set),
+                Command::Observe => blocking(|| self.observe()),
+                Command::Apply { change_set } => blocking(|| self.apply(&change_set)),
                 Command::Assign {
                     id,
                     role,
                     step,
                     attempt,
                     feedback,
-                } => match self.assignment(id, role, step, attempt, feedback) {
+                } => match blocking(|| self.assignment(id, role, step, attempt, feedback)) {
                     Ok(Some(a)) => {
                         self.spawn_assign(myself, a);
                         return;
@@ -981,7 +988,7 @@ impl ConductorState {
                     source,
                 }
             })?;
-            write_file(self.work.root(), DESIGN_FILE, &text)?;
+            blocking(|| write_file(self.work.root(), DESIGN_FILE, &text))?;
         }
         self.progress(Progress::GateWaiting { gate, hash });
         let approver = Arc::clone(&self.wiring.approver);
@@ -1053,6 +1060,20 @@ fn write_file(root: &Path, rel: &str, text: &str) -> Result<(), ConductorError> 
         source,
     })?;
     Ok(())
+}
+
+/// Runs blocking I/O (the ledger's lock and fsync, tree hashing, file reads and writes) without
+/// stalling the runtime: on a multi-threaded runtime through [`tokio::task::block_in_place`]
+/// (the worker hands its other tasks to another thread while this one blocks), inline on a
+/// current-thread runtime (which has no other worker to hand them to). Synchronous either way,
+/// so the conductor's order — an event durable before it takes effect — is unchanged.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
 }
 
 fn write_journal(root: &Path, text: &str) -> Result<(), ConductorError> {

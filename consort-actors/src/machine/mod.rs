@@ -35,9 +35,12 @@ use crate::protocol::{AgentFailure, AssignmentId, InfraError, PromoteReport, Ver
 use crate::role::{ActorId, Role};
 use crate::step::Step;
 
+/// The pure checks, one per artifact kind an agent produces (a receipt is never an agent's:
+/// only the Lakebase side makes one), plus the disk checks the conductor's observations get.
 pub use rules::{
-    Remedy, RuleViolation, Writer, check_change_set, check_schema, check_spec, check_stories,
-    check_test_list, check_tests_on_disk, check_ux, written_hashes,
+    Remedy, RuleViolation, Writer, check_architecture, check_change_set, check_review,
+    check_schema, check_spec, check_stories, check_test_list, check_tests_on_disk, check_ux,
+    written_hashes,
 };
 
 /// Bounds and path rules the machine enforces.

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{
-    ArtifactKind, ChangeSet, FileChange, FileHashes, SchemaPlan, Spec, Stories, TestList, UxDesign,
+    ArchitectureVerdict, ArtifactKind, ChangeSet, FileChange, FileHashes, ReviewVerdict,
+    SchemaPlan, Spec, Stories, TestList, UxDesign,
 };
 use crate::hash::ContentHash;
 use crate::paths::{PathError, PathPolicy, WriteProblem, normalise_relative};
@@ -438,6 +439,31 @@ pub fn check_ux(ux: &UxDesign, stories: &Stories) -> Result<(), RuleViolation> {
         })?;
     }
     Ok(())
+}
+
+/// Architecture verdict: a revise verdict needs reasons.
+pub fn check_architecture(verdict: &ArchitectureVerdict) -> Result<(), RuleViolation> {
+    match verdict {
+        ArchitectureVerdict::Approve { .. } => Ok(()),
+        ArchitectureVerdict::Revise { reasons } => require(has_reasons(reasons), || {
+            "a revise verdict needs reasons".into()
+        }),
+    }
+}
+
+/// Review verdict: a change request needs reasons. (Who may review is the machine's to judge
+/// against the code's authors, as the verdict arrives.)
+pub fn check_review(verdict: &ReviewVerdict) -> Result<(), RuleViolation> {
+    match verdict {
+        ReviewVerdict::Approve { .. } => Ok(()),
+        ReviewVerdict::ChangesRequested { reasons } => require(has_reasons(reasons), || {
+            "a change request needs reasons".into()
+        }),
+    }
+}
+
+fn has_reasons(reasons: &[String]) -> bool {
+    reasons.iter().any(|r| !r.trim().is_empty())
 }
 
 /// Who may write what in a change set.

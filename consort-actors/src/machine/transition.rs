@@ -22,8 +22,9 @@ use super::next::{
     Done, Next, agent, escalation, invariant, next_after, observe, resume_agent, revert,
 };
 use super::rules::{
-    Remedy, RuleViolation, Writer, check_change_set, check_schema, check_spec, check_stories,
-    check_test_list, check_tests_on_disk, check_ux, written_hashes,
+    Remedy, RuleViolation, Writer, check_architecture, check_change_set, check_review,
+    check_schema, check_spec, check_stories, check_test_list, check_tests_on_disk, check_ux,
+    written_hashes,
 };
 use super::{Command, Event, Frozen, HumanDecision, MachineConfig, Pending, RunStatus, State};
 
@@ -560,7 +561,7 @@ fn accept_design(
                 Done::ArchitectureApproved
             }
             ArchitectureVerdict::Revise { reasons } => {
-                needs_reasons(reasons, "a revise verdict needs reasons")?;
+                check_architecture(verdict)?;
                 Done::RevisionAsked {
                     step: step.clone(),
                     reasons: reasons.clone(),
@@ -625,22 +626,13 @@ fn accept_review(
     Ok(match verdict {
         ReviewVerdict::Approve { .. } => Done::ReviewApproved,
         ReviewVerdict::ChangesRequested { reasons } => {
-            needs_reasons(reasons, "a change request needs reasons")?;
+            check_review(verdict)?;
             Done::ChangesRequested {
                 step: step.clone(),
                 reasons: reasons.clone(),
             }
         }
     })
-}
-
-fn needs_reasons(reasons: &[String], detail: &str) -> Result<(), RuleViolation> {
-    if reasons.iter().all(|r| r.trim().is_empty()) {
-        return Err(RuleViolation::InvalidArtifact {
-            detail: detail.into(),
-        });
-    }
-    Ok(())
 }
 
 fn wrong_kind(step: &Step, artifact: &Artifact) -> RuleViolation {
