@@ -261,8 +261,8 @@ fn repair_or_halt(
         test: current_id(s)?,
         round: s.build.repairs,
     };
-    if s.build.repairs > cfg.max_repairs {
-        let esc = escalation(
+    let spent = (s.build.repairs > cfg.max_repairs).then(|| {
+        escalation(
             &step.to_string(),
             EscalationReason::Verdict(VerdictReason::RepairBoundSpent),
             format!(
@@ -270,10 +270,9 @@ fn repair_or_halt(
                 cfg.max_repairs,
                 feedback.join(" ")
             ),
-        );
-        return Ok(Next::Halt(esc, observe(resume_agent(s, repair, feedback))));
-    }
-    Ok(Next::Go(observe(agent(s, repair, 0, feedback))))
+        )
+    });
+    Ok(build_step_or_halt(s, repair, feedback, spent))
 }
 
 /// A change request sends the code back to REFACTOR, unless every review round is used.
@@ -288,8 +287,8 @@ fn refactor_or_halt(
         test: current_id(s)?,
         round: s.build.review_rounds,
     };
-    if s.build.review_rounds > cfg.max_review_rounds {
-        let esc = escalation(
+    let spent = (s.build.review_rounds > cfg.max_review_rounds).then(|| {
+        escalation(
             &step.to_string(),
             EscalationReason::Verdict(VerdictReason::ReviewBoundSpent),
             format!(
@@ -297,10 +296,23 @@ fn refactor_or_halt(
                 s.build.review_rounds,
                 reasons.join("; ")
             ),
-        );
-        return Ok(Next::Halt(esc, observe(resume_agent(s, refactor, reasons))));
+        )
+    });
+    Ok(build_step_or_halt(s, refactor, reasons, spent))
+}
+
+/// The next build step with its feedback, after an observation of the disk; or, when its bound
+/// is `spent`, a halt whose retry assigns exactly that step.
+fn build_step_or_halt(
+    s: &mut State,
+    step: Step,
+    feedback: Vec<String>,
+    spent: Option<Escalation>,
+) -> Next {
+    match spent {
+        Some(esc) => Next::Halt(esc, observe(resume_agent(s, step, feedback))),
+        None => Next::Go(observe(agent(s, step, 0, feedback))),
     }
-    Ok(Next::Go(observe(agent(s, refactor, 0, reasons))))
 }
 
 /// The run on a fresh branch that judges an applied change: RED and REFACTOR keep the undo
