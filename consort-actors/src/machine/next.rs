@@ -206,14 +206,14 @@ pub(super) fn next_after(
         Done::ReviewApproved => Go(next_test(s)?),
         Done::ChangesRequested { step, reasons } => refactor_or_halt(cfg, s, &step, reasons)?,
         // Release: deploy gate → full-suite run → promote gate → promote → done.
-        Done::DeployApproved => Go(observe(deploy_verify(s))),
+        Done::DeployApproved => Go(observe(deploy_verify(s)?)),
         Done::DeployFails { feedback } => {
             let esc = escalation(
                 "deploy",
                 EscalationReason::Verdict(VerdictReason::TestsRed),
                 feedback,
             );
-            Next::Halt(esc, observe(deploy_verify(s)))
+            Next::Halt(esc, observe(deploy_verify(s)?))
         }
         Done::DeployPasses { hash } => Go(Pending::Gate {
             gate: GateKind::Promote,
@@ -388,16 +388,21 @@ fn next_test(s: &mut State) -> Result<Pending, RuleViolation> {
     })
 }
 
-fn deploy_verify(s: &mut State) -> Pending {
-    Pending::Verify {
+/// The full-suite run on a fresh branch, for the work tree the build lane left.
+fn deploy_verify(s: &mut State) -> Result<Pending, RuleViolation> {
+    let workspace_hash = s
+        .build
+        .workspace_hash
+        .ok_or_else(|| invariant("the build lane applied its changes before the deploy run"))?;
+    Ok(Pending::Verify {
         request: next_request(s),
         step: None,
         purpose: VerifyPurpose::Deploy,
-        workspace_hash: s.build.workspace_hash.unwrap_or(ContentHash::of_bytes(b"")),
+        workspace_hash,
         inverse: None,
         attempt: 0,
         tests_after: s.build.frozen_tests.clone(),
-    }
+    })
 }
 
 /// A new assignment of `step` (the next assignment id).

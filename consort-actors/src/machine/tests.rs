@@ -901,6 +901,24 @@ fn red_may_write_only_test_paths() {
 }
 
 #[test]
+fn no_agent_restores_raw_bytes() {
+    let mut r = Run::new();
+    r.reach_build();
+    let v = r
+        .produce(cs(vec![
+            write("tests/t1.sql", "x"),
+            FileChange::Restore {
+                path: "src/blob.bin".into(),
+                hex: "ff00".into(),
+            },
+        ]))
+        .expect_err("refused");
+    assert!(matches!(v, RuleViolation::InvalidArtifact { .. }), "{v:?}");
+    assert_eq!(v.remedy(), Remedy::RetryAgent);
+    assert!(r.disk.is_empty(), "nothing applied");
+}
+
+#[test]
 fn red_must_write_the_entrys_test_file() {
     let mut r = Run::new();
     r.reach_build();

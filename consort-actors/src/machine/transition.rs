@@ -1000,13 +1000,11 @@ pub(super) fn command_for(s: &State, p: &Pending) -> Option<Command> {
             gate: *gate,
             hash: *hash,
         },
+        // No schema plan at promotion is a state no lifecycle reaches: no command (the
+        // conductor stops with `NoPendingCommand`) rather than promoting nothing.
         Pending::Promote { request } => Command::Promote {
             request: *request,
-            migrations: s
-                .schema
-                .as_ref()
-                .map(|p| p.migrations.clone())
-                .unwrap_or_default(),
+            migrations: s.schema.as_ref()?.migrations.clone(),
         },
     })
 }
