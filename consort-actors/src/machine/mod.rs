@@ -383,7 +383,8 @@ pub enum RunStatus {
     Halted {
         /// Why.
         escalation: Escalation,
-        /// What a retry re-issues.
+        /// What a retry re-issues. An agent's step names the assignment id the retry gives it
+        /// (nothing allocates an id while halted), attempt 0.
         resume: Box<Pending>,
     },
     /// Finished.
