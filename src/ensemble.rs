@@ -11,8 +11,8 @@ use consort_actors::conductor::{
 };
 use consort_actors::supervision::{ChildSpec, RestartPolicy, Supervised};
 use consort_actors::{
-    ActorId, Approver, Conductor, ConductorError, ConductorHandle, FeatureRequest, LakebaseMsg,
-    MachineConfig, Progress, Role, RoleMsg, RunReport, StopAtGates, Wiring,
+    ActorId, AppendObserver, Approver, Conductor, ConductorError, ConductorHandle, FeatureRequest,
+    LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunReport, StopAtGates, Wiring,
 };
 use consort_agents::{Agent, RoleArgs, spawn_role_linked};
 use consort_lakebase::{
@@ -68,7 +68,7 @@ pub struct EnsembleBuilder {
     verify_timeout: Duration,
     restart: RestartPolicy,
     progress: Option<mpsc::UnboundedSender<Progress>>,
-    crash_after_appends: Option<usize>,
+    append_observer: Option<Arc<dyn AppendObserver>>,
     run_lock: Option<RunLock>,
 }
 
@@ -175,10 +175,10 @@ impl EnsembleBuilder {
         self
     }
 
-    /// Testing aid: the conductor stops abruptly after this many ledger appends.
-    #[doc(hidden)]
-    pub fn crash_after_appends(mut self, n: Option<usize>) -> Self {
-        self.crash_after_appends = n;
+    /// Tells `observer` of every durable ledger append; it may stop the conductor right after
+    /// one, as a crash would (see [`AppendObserver`]).
+    pub fn append_observer(mut self, observer: Arc<dyn AppendObserver>) -> Self {
+        self.append_observer = Some(observer);
         self
     }
 
@@ -261,7 +261,7 @@ impl EnsembleBuilder {
         config.machine = self.machine;
         config.step_timeout = self.step_timeout + Duration::from_secs(5);
         config.verify_timeout = self.verify_timeout;
-        config.crash_after_appends = self.crash_after_appends;
+        config.append_observer = self.append_observer;
         let endpoint: Arc<dyn LakebaseEndpoint> = Arc::new(SupervisedLakebase {
             handle: lakebase.clone(),
         });
@@ -334,7 +334,7 @@ impl Ensemble {
             verify_timeout: Duration::from_secs(900),
             restart: RestartPolicy::default(),
             progress: None,
-            crash_after_appends: None,
+            append_observer: None,
             run_lock: None,
         }
     }

@@ -77,8 +77,9 @@ pub struct RunOptions {
     pub progress: Option<mpsc::UnboundedSender<Progress>>,
     /// Use this backend for every role instead of the configured ones.
     pub agents_override: Option<AgentConfig>,
-    /// Testing aid: the conductor stops abruptly after this many ledger appends.
-    pub crash_after_appends: Option<usize>,
+    /// Told of every durable ledger append; it may stop the conductor right after one (see
+    /// [`AppendObserver`](consort_actors::AppendObserver)).
+    pub append_observer: Option<Arc<dyn consort_actors::AppendObserver>>,
     /// How the run lock names this run to a refused second one (default: this program's file
     /// name).
     pub command: Option<String>,
@@ -269,8 +270,10 @@ impl Project {
                 self.config.pool.max_concurrent,
             )
             .timeouts(self.config.step_timeout(), self.config.verify_timeout())
-            .sandbox(self.config.runner.sandbox())
-            .crash_after_appends(opts.crash_after_appends);
+            .sandbox(self.config.runner.sandbox());
+        if let Some(observer) = &opts.append_observer {
+            builder = builder.append_observer(observer.clone());
+        }
         if !self.ledger_path().exists()
             || std::fs::metadata(self.ledger_path())
                 .map(|m| m.len())

@@ -10,8 +10,10 @@
 //! * **crash** — the small scripted ensemble in `tests/fixtures/reliability/` (one story, two
 //!   tests, a review that asks for a refactor, a GREEN that is repaired) runs once through the
 //!   `consort` binary uninterrupted; then, for every event index `N` of that run, a fresh copy
-//!   is run with `CONSORT_CRASH_AFTER_APPEND=N` (the process aborts right after its `N`-th
-//!   fsynced ledger append) and run again to the end. Each resumed run must exit 0 with the
+//!   is run by this test binary re-executing itself with `RELIABILITY_CRASH_CHILD=N` (it runs
+//!   the project as `consort run --approve-as ada` does, with an append observer that aborts
+//!   the process right after its `N`-th fsynced ledger append) and run again to the end
+//!   through the `consort` binary. Each resumed run must exit 0 with the
 //!   same ledger (timestamps, branch names and timings aside), the same `consort status --json`,
 //!   the same replayed state and work tree, no verify request answered twice, `consort verify`
 //!   passing and no branch with Consort's prefix left.
@@ -40,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use consort::actors::conductor::design_hash_on_disk;
-use consort::actors::ledger::{CRASH_AFTER_APPEND_ENV, Entry, Ledger};
+use consort::actors::ledger::{Entry, Ledger};
 use consort::actors::worktree::hash_dir;
 use consort::actors::{
     Artifact, EscalationReason, Event, GateKind, InfraFault, LakebaseMsg, Migration, RequestId,
@@ -103,7 +105,7 @@ fn ctx<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> Result<T, String
 
 fn consort() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_consort"));
-    c.env_remove(CRASH_AFTER_APPEND_ENV)
+    c.env_remove(crash::CHILD_ENV)
         .env("CONSORT_LOG", "warn")
         .stdin(Stdio::null());
     c
@@ -247,6 +249,61 @@ impl Tally {
 
 mod crash {
     use super::*;
+    use consort::actors::AppendObserver;
+    use consort::project::RunOptions;
+    use std::ops::ControlFlow;
+
+    /// Set (to `N`) only for a crash point's child: this binary's `main` then runs the project
+    /// in [`CHILD_DIR_ENV`] and aborts right after its `N`-th ledger append. Read by this test
+    /// binary alone; no library reads it.
+    pub const CHILD_ENV: &str = "RELIABILITY_CRASH_CHILD";
+    /// The project a crash point's child runs.
+    pub const CHILD_DIR_ENV: &str = "RELIABILITY_CRASH_DIR";
+
+    /// Aborts the process right after the `n`-th durable append, as a crash there would.
+    #[derive(Debug)]
+    struct AbortAfter(u64);
+
+    impl AppendObserver for AbortAfter {
+        fn appended(&self, index: u64) -> ControlFlow<()> {
+            if index == self.0 {
+                std::process::abort();
+            }
+            ControlFlow::Continue(())
+        }
+    }
+
+    /// The crash point's child mode, when [`CHILD_ENV`] is set: runs the project as
+    /// `consort run --approve-as ada --dir DIR` does, aborting after the `N`-th append. Returns
+    /// the exit code when the run ends without reaching that append (the parent expects an
+    /// abort, so any return is a failure it reports).
+    pub fn child() -> Option<ExitCode> {
+        let n: u64 = std::env::var(CHILD_ENV).ok()?.parse().ok()?;
+        let dir = PathBuf::from(std::env::var_os(CHILD_DIR_ENV)?);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        let outcome = runtime.block_on(async {
+            let project = ctx(Project::open(&dir), "open the project")?;
+            let lock = ctx(project.lock("consort run"), "take the run lock")?;
+            let opts = RunOptions {
+                approver: Some(Arc::new(ApproveAs { name: "ada".into() })),
+                append_observer: Some(Arc::new(AbortAfter(n))),
+                ..RunOptions::default()
+            };
+            let ensemble = ctx(project.ensemble_locked(lock, opts).await, "build")?;
+            let result = ensemble.run().await;
+            ensemble.shutdown().await;
+            ctx(result, "run").map(|r| r.events_appended)
+        });
+        let how = match outcome {
+            Ok(events) => format!("{events} events appended"),
+            Err(e) => e,
+        };
+        eprintln!("the crash child ended without aborting after append {n}: {how}");
+        Some(ExitCode::FAILURE)
+    }
 
     /// What a finished run looks like, with everything that differs between two correct runs
     /// (times, branch names, timings) left out.
@@ -452,10 +509,13 @@ mod crash {
         let dir = root.join(format!("crash-{n:03}"));
         p.result = (|| {
             copy(template, &dir)?;
-            let crashed = run(consort()
-                .args(["run", "--approve-as", "ada", "--dir"])
-                .arg(&dir)
-                .env(CRASH_AFTER_APPEND_ENV, n.to_string()));
+            let crashed = run(
+                Command::new(ctx(std::env::current_exe(), "this test binary")?)
+                    .env(CHILD_ENV, n.to_string())
+                    .env(CHILD_DIR_ENV, &dir)
+                    .env("CONSORT_LOG", "warn")
+                    .stdin(Stdio::null()),
+            );
             p.panics += child_panics(&crashed);
             ensure(crashed.status.signal() == Some(6), || {
                 format!(
@@ -2733,6 +2793,9 @@ fn selected() -> Option<BTreeSet<&'static str>> {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = crash::child() {
+        return code;
+    }
     let only = selected();
     let wants = |p: &str| only.as_ref().is_none_or(|s| s.contains(p));
     if only.as_ref().is_some_and(BTreeSet::is_empty) {
@@ -2747,10 +2810,6 @@ fn main() -> ExitCode {
         .init();
     let started = Instant::now();
     let mut t = Tally::default();
-    if std::env::var_os(CRASH_AFTER_APPEND_ENV).is_some() {
-        eprintln!("{CRASH_AFTER_APPEND_ENV} is set in the environment; unset it to run this suite");
-        return ExitCode::FAILURE;
-    }
     let root = reachable_tempdir("consort-reliability-");
     let workers: usize = std::env::var("RELIABILITY_WORKERS")
         .ok()

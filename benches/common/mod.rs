@@ -347,6 +347,11 @@ impl Simulation {
                         FileChange::Delete { path } => {
                             self.disk.remove(path);
                         }
+                        FileChange::Restore { .. } => {
+                            unreachable!(
+                                "the fake disk holds text only; it never restores raw bytes"
+                            )
+                        }
                     }
                 }
                 inverse.reverse();

@@ -239,13 +239,61 @@ pub enum FileChange {
         /// Path relative to the work tree.
         path: String,
     },
+    /// Put back exactly these bytes, given in hex: the conductor's undo of a file that is not
+    /// UTF-8 text (which a [`FileChange::Write`] cannot hold). No agent may write it: it is not
+    /// in the schema agents answer with, and the machine refuses it in their change sets.
+    #[schemars(skip)]
+    Restore {
+        /// Path relative to the work tree.
+        path: String,
+        /// The file's bytes, as lowercase hex.
+        hex: String,
+    },
 }
 
 impl FileChange {
     /// The path this change touches.
     pub fn path(&self) -> &str {
         match self {
-            FileChange::Write { path, .. } | FileChange::Delete { path } => path,
+            FileChange::Write { path, .. }
+            | FileChange::Delete { path }
+            | FileChange::Restore { path, .. } => path,
+        }
+    }
+
+    /// The same change at another path.
+    pub fn at(&self, path: String) -> FileChange {
+        match self {
+            FileChange::Write { content, .. } => FileChange::Write {
+                path,
+                content: content.clone(),
+            },
+            FileChange::Delete { .. } => FileChange::Delete { path },
+            FileChange::Restore { hex, .. } => FileChange::Restore {
+                path,
+                hex: hex.clone(),
+            },
+        }
+    }
+
+    /// The change that makes `path` hold exactly `bytes`: a [`FileChange::Write`] when they are
+    /// UTF-8 text, a [`FileChange::Restore`] otherwise. Nothing is lost either way.
+    pub fn exactly(path: String, bytes: Vec<u8>) -> FileChange {
+        match String::from_utf8(bytes) {
+            Ok(content) => FileChange::Write { path, content },
+            Err(e) => FileChange::Restore {
+                path,
+                hex: hex::encode(e.into_bytes()),
+            },
+        }
+    }
+
+    /// The bytes this change leaves at its path (None for a deletion, or a malformed restore).
+    pub fn bytes(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match self {
+            FileChange::Write { content, .. } => Some(content.as_bytes().into()),
+            FileChange::Delete { .. } => None,
+            FileChange::Restore { hex, .. } => hex::decode(hex).ok().map(Into::into),
         }
     }
 }
@@ -601,6 +649,22 @@ pub enum InfraFault {
     RunnerFailed,
     /// The work tree could not be read or written.
     WorkTreeIo,
+    /// Consort reached a state its lifecycle does not allow (a bug in Consort itself).
+    InvariantBroken,
+}
+
+impl fmt::Display for InfraFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InfraFault::DatabaseDown => "the database is down",
+            InfraFault::ModelServerFailing => "the model server is failing",
+            InfraFault::ActorCrashing => "an actor keeps crashing",
+            InfraFault::Timeout => "a deadline passed",
+            InfraFault::RunnerFailed => "the test runner could not be started",
+            InfraFault::WorkTreeIo => "the work tree could not be read or written",
+            InfraFault::InvariantBroken => "an internal invariant broke (a bug in Consort)",
+        })
+    }
 }
 
 /// A stop for a human, with its typed reason.
@@ -684,13 +748,39 @@ impl Artifact {
     }
 }
 
+impl ArtifactKind {
+    /// Every kind.
+    pub const ALL: [ArtifactKind; 9] = [
+        ArtifactKind::Stories,
+        ArtifactKind::Spec,
+        ArtifactKind::ArchitectureVerdict,
+        ArtifactKind::SchemaPlan,
+        ArtifactKind::TestList,
+        ArtifactKind::UxDesign,
+        ArtifactKind::ChangeSet,
+        ArtifactKind::ReviewVerdict,
+        ArtifactKind::TestRunReceipt,
+    ];
+
+    /// The kind's name, as serialised (`test-list`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArtifactKind::Stories => "stories",
+            ArtifactKind::Spec => "spec",
+            ArtifactKind::ArchitectureVerdict => "architecture-verdict",
+            ArtifactKind::SchemaPlan => "schema-plan",
+            ArtifactKind::TestList => "test-list",
+            ArtifactKind::UxDesign => "ux-design",
+            ArtifactKind::ChangeSet => "change-set",
+            ArtifactKind::ReviewVerdict => "review-verdict",
+            ArtifactKind::TestRunReceipt => "test-run-receipt",
+        }
+    }
+}
+
 impl fmt::Display for ArtifactKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = serde_json::to_value(self)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        f.write_str(&s)
+        f.write_str(self.as_str())
     }
 }
 
@@ -726,6 +816,15 @@ pub type FileHashes = BTreeMap<String, ContentHash>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_is_named_as_it_is_serialised() {
+        for kind in ArtifactKind::ALL {
+            let json = serde_json::to_value(kind).expect("serialise");
+            assert_eq!(json.as_str(), Some(kind.as_str()));
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
+    }
 
     #[test]
     fn artifacts_round_trip_through_json() {

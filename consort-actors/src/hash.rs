@@ -19,6 +19,11 @@ use crate::sorted_json::{self, Strings};
 pub struct ContentHash([u8; 32]);
 
 impl ContentHash {
+    /// A hash given by its 32 bytes.
+    pub const fn from_raw(bytes: [u8; 32]) -> Self {
+        ContentHash(bytes)
+    }
+
     /// The hash of raw bytes.
     pub fn of_bytes(bytes: &[u8]) -> Self {
         Self::of_pieces([bytes])

@@ -49,19 +49,11 @@
 //!
 //! The API is synchronous (plain `std::fs` and `fsync`); from async code call it directly for
 //! the occasional event, or through `tokio::task::spawn_blocking` when the lock may be contended.
-//!
-//! # Testing aid: simulated crashes
-//!
-//! When the environment variable [`CRASH_AFTER_APPEND_ENV`] (`CONSORT_CRASH_AFTER_APPEND`) is set
-//! to `N`, the process calls [`std::process::abort`] right after the `N`-th append of this
-//! process (counted over all ledgers) has been fsynced. Resume tests use it to crash a run at
-//! every event index. It is a testing aid only; never set it in production.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
@@ -84,24 +76,18 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 /// The default time to wait for another process's lock: 30 s.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Testing aid: set to `N` to abort the process right after its `N`-th fsynced append.
-pub const CRASH_AFTER_APPEND_ENV: &str = "CONSORT_CRASH_AFTER_APPEND";
-
-/// Appends made by this process, for the [`CRASH_AFTER_APPEND_ENV`] hook.
-static APPENDS_IN_PROCESS: AtomicU64 = AtomicU64::new(0);
-
 /// Longest excerpt of a parser's message kept in an error.
 const MAX_REASON_CHARS: usize = 300;
 
 /// The fixed field names of a line.
 const FIELDS: [&str; 5] = ["event", "hash", "prev", "seq", "time"];
 
-/// The hash every chain starts from ([`GENESIS_HEX`]).
+/// The hash every chain starts from: 32 zero bytes ([`GENESIS_HEX`]).
+pub const GENESIS: ContentHash = ContentHash::from_raw([0; 32]);
+
+/// The hash every chain starts from ([`GENESIS`], written [`GENESIS_HEX`]).
 pub fn genesis() -> ContentHash {
-    // 64 hex zeros always parse; the fallback keeps the function total without a panic path.
-    GENESIS_HEX
-        .parse()
-        .unwrap_or_else(|_| ContentHash::of_bytes(GENESIS_HEX.as_bytes()))
+    GENESIS
 }
 
 /// One recorded event with its place in the chain.
@@ -404,7 +390,6 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
             hash,
             event: event.clone(),
         });
-        crash_hook();
         Ok(&self.entries[self.entries.len() - 1])
     }
 
@@ -838,25 +823,6 @@ fn cap(text: &str) -> String {
     let mut out: String = text.chars().take(MAX_REASON_CHARS).collect();
     out.push('…');
     out
-}
-
-/// The [`CRASH_AFTER_APPEND_ENV`] testing hook, run after every fsynced append.
-/// The variable is read once, at the first append of the process (not once per append).
-fn crash_hook() {
-    static CRASH_AFTER: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let n = APPENDS_IN_PROCESS.fetch_add(1, Ordering::SeqCst) + 1;
-    let crash_after = CRASH_AFTER.get_or_init(|| {
-        std::env::var(CRASH_AFTER_APPEND_ENV)
-            .ok()
-            .and_then(|text| text.trim().parse::<u64>().ok())
-    });
-    if *crash_after == Some(n) {
-        tracing::error!(
-            appends = n,
-            "{CRASH_AFTER_APPEND_ENV} reached: aborting the process (testing aid)"
-        );
-        std::process::abort();
-    }
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@ pub mod worktree;
 
 pub use artifact::*;
 pub use conductor::{
-    Conductor, ConductorConfig, ConductorError, ConductorHandle, Progress, RunOutcome, RunReport,
-    Wiring,
+    AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle, Progress,
+    RunOutcome, RunReport, Wiring,
 };
 pub use gate::{ApproveAs, Approver, GateRequest, StopAtGates};
 pub use hash::{ContentHash, canonical_json};

@@ -57,6 +57,7 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// Why a path is refused before any file is touched.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "problem", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum PathError {
     /// Empty, or only dots and slashes.
     #[error("empty path")]
@@ -98,6 +99,7 @@ pub enum PathError {
 /// way nothing of the change set stays applied, and the agent may try again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "problem", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum WriteProblem {
     /// A path component is longer than the file system allows.
     #[error("a path component is {len} bytes long; at most {max}")]
@@ -122,6 +124,12 @@ pub enum WriteProblem {
     /// The file to overwrite or delete is not UTF-8 text, so its undo cannot be recorded.
     #[error("{path} is not UTF-8 text; its undo cannot be recorded")]
     NotText {
+        /// The file (relative to the work tree).
+        path: String,
+    },
+    /// A restore of raw bytes whose hex does not decode.
+    #[error("the bytes to restore at {path} are not hex")]
+    MalformedRestore {
         /// The file (relative to the work tree).
         path: String,
     },

@@ -125,6 +125,7 @@ pub struct Produced {
     Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, thiserror::Error,
 )]
 #[serde(tag = "failure", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum AgentFailure {
     /// The output stayed invalid (bad JSON, wrong schema, broken role rule) after the retries.
     #[error("invalid output after {attempts} attempt(s): {detail}")]
@@ -313,7 +314,7 @@ pub struct PromoteReport {
 #[derive(
     Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, thiserror::Error,
 )]
-#[error("{fault:?}: {detail}")]
+#[error("{fault}: {detail}")]
 pub struct InfraError {
     /// Which kind of fault.
     pub fault: InfraFault,

@@ -125,7 +125,8 @@ fn check_names(rel: &str) -> Result<(), WorkTreeError> {
 
 /// One change, checked and with the bytes its file holds now (`None`: no file), ready to write.
 struct Planned<'a> {
-    change: &'a FileChange,
+    /// What the change leaves at the path (None: nothing, a deletion).
+    bytes: Option<std::borrow::Cow<'a, [u8]>>,
     norm: String,
     full: PathBuf,
     before: Option<Vec<u8>>,
@@ -249,13 +250,7 @@ impl WorkTree {
             if path != change.path() {
                 moved.insert(change.path().to_string(), path.clone());
             }
-            changes.push(match change {
-                FileChange::Write { content, .. } => FileChange::Write {
-                    path,
-                    content: content.clone(),
-                },
-                FileChange::Delete { .. } => FileChange::Delete { path },
-            });
+            changes.push(change.at(path));
         }
         let set = ChangeSet {
             summary: set.summary.clone(),
@@ -288,8 +283,14 @@ impl WorkTree {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => None,
                 Err(e) => return Err(classify("read", &norm, e)),
             };
+            let bytes = match change {
+                FileChange::Restore { .. } => Some(change.bytes().ok_or_else(|| {
+                    not_writable(&norm, WriteProblem::MalformedRestore { path: norm.clone() })
+                })?),
+                _ => change.bytes(),
+            };
             plan.push(Planned {
-                change,
+                bytes,
                 norm,
                 full,
                 before,
@@ -300,8 +301,8 @@ impl WorkTree {
 
     /// The change set that restores every file `set` touches as it is now (the first time a
     /// path appears counts), computed without writing anything and after the same checks as
-    /// [`WorkTree::apply`]. A file that is not UTF-8 text cannot be restored from a change set
-    /// and is refused ([`WriteProblem::NotText`]).
+    /// [`WorkTree::apply`]. Bytes-safe: a file that is not UTF-8 text is put back byte for byte
+    /// ([`FileChange::Restore`]).
     pub fn undo(&self, set: &ChangeSet) -> Result<ChangeSet, WorkTreeError> {
         let mut changes = Vec::with_capacity(set.changes.len());
         let mut seen = std::collections::BTreeSet::new();
@@ -310,17 +311,7 @@ impl WorkTree {
                 continue;
             }
             changes.push(match p.before {
-                Some(bytes) => FileChange::Write {
-                    content: String::from_utf8(bytes).map_err(|_| {
-                        not_writable(
-                            &p.norm,
-                            WriteProblem::NotText {
-                                path: p.norm.clone(),
-                            },
-                        )
-                    })?,
-                    path: p.norm,
-                },
+                Some(bytes) => FileChange::exactly(p.norm, bytes),
                 None => FileChange::Delete { path: p.norm },
             });
         }
@@ -348,10 +339,7 @@ impl WorkTree {
         let mut inverse: Vec<FileChange> = plan
             .into_iter()
             .map(|p| match p.before {
-                Some(bytes) => FileChange::Write {
-                    path: p.norm,
-                    content: String::from_utf8_lossy(&bytes).into_owned(),
-                },
+                Some(bytes) => FileChange::exactly(p.norm, bytes),
                 None => FileChange::Delete { path: p.norm },
             })
             .collect();
@@ -363,15 +351,14 @@ impl WorkTree {
     }
 
     fn write_one(&self, p: &Planned<'_>, created: &mut Vec<PathBuf>) -> Result<(), WorkTreeError> {
-        match p.change {
-            FileChange::Write { content, .. } => {
+        match &p.bytes {
+            Some(bytes) => {
                 if let Some(parent) = p.full.parent() {
                     self.create_dirs(parent, &p.norm, created)?;
                 }
-                write_atomic(&p.full, content.as_bytes())
-                    .map_err(|(op, e)| classify(op, &p.norm, e))
+                write_atomic(&p.full, bytes).map_err(|(op, e)| classify(op, &p.norm, e))
             }
-            FileChange::Delete { .. } => match fs::remove_file(&p.full) {
+            None => match fs::remove_file(&p.full) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(classify("delete", &p.norm, e)),
@@ -893,21 +880,64 @@ mod tests {
     }
 
     #[test]
-    fn a_file_that_is_not_text_has_no_undo_and_is_refused() {
+    fn a_file_that_is_not_text_is_undone_byte_for_byte() {
         let dir = tempfile::tempdir().expect("tempdir");
         let wt = WorkTree::open(dir.path()).expect("open");
-        fs::write(dir.path().join("blob.bin"), [0xff, 0xfe, 0x00]).expect("seed");
+        let blob = [0xff, 0xfe, 0x00, b'x', 0x80];
+        fs::write(dir.path().join("blob.bin"), blob).expect("seed");
+        fs::write(dir.path().join("gone.bin"), [0xc3, 0x28]).expect("seed");
+        let before = wt.hash().expect("hash");
         let set = ChangeSet {
             summary: String::new(),
-            changes: vec![write("blob.bin", "text")],
+            changes: vec![
+                write("blob.bin", "text"),
+                FileChange::Delete {
+                    path: "gone.bin".into(),
+                },
+            ],
+        };
+        let undo = wt
+            .undo(&set)
+            .expect("an undo, computed before anything is written");
+        let inverse = wt.apply(&set).expect("applied");
+        assert_eq!(
+            fs::read(dir.path().join("blob.bin")).expect("read"),
+            b"text"
+        );
+        assert!(!dir.path().join("gone.bin").exists());
+        // The undo and the inverse agree, and neither loses a byte.
+        let mut reversed = inverse.changes.clone();
+        reversed.reverse();
+        assert_eq!(undo.changes, reversed);
+        assert!(
+            undo.changes
+                .iter()
+                .all(|c| matches!(c, FileChange::Restore { .. })),
+            "{undo:?}"
+        );
+        wt.apply(&inverse).expect("undone");
+        assert_eq!(fs::read(dir.path().join("blob.bin")).expect("read"), blob);
+        assert_eq!(
+            fs::read(dir.path().join("gone.bin")).expect("read"),
+            [0xc3, 0x28]
+        );
+        assert_eq!(wt.hash().expect("hash"), before);
+        // A restore whose hex does not decode is refused before anything is written.
+        let bad = ChangeSet {
+            summary: String::new(),
+            changes: vec![FileChange::Restore {
+                path: "blob.bin".into(),
+                hex: "zz".into(),
+            }],
         };
         assert!(matches!(
-            wt.undo(&set),
+            wt.apply(&bad),
             Err(WorkTreeError::NotWritable {
-                problem: WriteProblem::NotText { .. },
+                problem: WriteProblem::MalformedRestore { .. },
                 ..
             })
         ));
+        assert_eq!(wt.hash().expect("hash"), before);
     }
 
     #[test]

@@ -1,15 +1,15 @@
 //! Ledger tests: durability, tamper evidence, crash recovery, locking, hostile input.
 
 use std::fs;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use consort_actors::AppendObserver;
 use consort_actors::canonical_json;
 use consort_actors::hash::ContentHash;
-use consort_actors::ledger::{
-    CRASH_AFTER_APPEND_ENV, GENESIS_HEX, Ledger, LedgerError, LedgerOptions, genesis,
-};
+use consort_actors::ledger::{GENESIS_HEX, Ledger, LedgerError, LedgerOptions, genesis};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -497,8 +497,25 @@ fn verify_of_a_missing_file_is_an_io_error_and_open_of_a_directory_fails() {
     assert!(matches!(err, LedgerError::Io { .. }), "{err}");
 }
 
+/// Set (to `N`) only by `crash_after_the_nth_append_keeps_exactly_n_entries` for its child:
+/// the child aborts right after its `N`-th append. Read by this test binary alone.
+const CRASH_CHILD_ENV: &str = "LEDGER_TEST_CRASH_AFTER";
+
+/// Aborts the process right after the `n`-th append, as a crash there would.
+#[derive(Debug)]
+struct AbortAfter(u64);
+
+impl AppendObserver for AbortAfter {
+    fn appended(&self, index: u64) -> ControlFlow<()> {
+        if index == self.0 {
+            std::process::abort();
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 /// Appends five events. Run by itself it checks them; run as the child of
-/// `crash_after_the_nth_append_keeps_exactly_n_entries` (with the crash variable set) the
+/// `crash_after_the_nth_append_keeps_exactly_n_entries` (with [`CRASH_CHILD_ENV`] set) the
 /// process aborts after the third.
 #[test]
 fn crash_child_appends_five_events() {
@@ -506,9 +523,16 @@ fn crash_child_appends_five_events() {
     let path = std::env::var_os("CONSORT_TEST_LEDGER")
         .map(PathBuf::from)
         .unwrap_or_else(|| ledger_path(&dir));
+    let observer = std::env::var(CRASH_CHILD_ENV)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .map(AbortAfter);
     let mut ledger = Ledger::<Ev>::open(&path).expect("open");
     for i in 1..=5 {
         ledger.append(&step(i)).expect("append");
+        if let Some(observer) = &observer {
+            let _ = observer.appended(u64::from(i));
+        }
     }
     assert_eq!(Ledger::<Ev>::verify(&path).expect("verify").entries, 5);
 }
@@ -524,7 +548,7 @@ fn crash_after_the_nth_append_keeps_exactly_n_entries() {
             "--test-threads=1",
             "--quiet",
         ])
-        .env(CRASH_AFTER_APPEND_ENV, "3")
+        .env(CRASH_CHILD_ENV, "3")
         .env("CONSORT_TEST_LEDGER", &path)
         .output()
         .expect("run the child");

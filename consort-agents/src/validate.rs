@@ -4,11 +4,17 @@
 //! These checks are about the artifact itself and its references to the assignment's inputs
 //! (an acceptance criterion a test cites must exist, a change set may not name a path outside
 //! the work tree). They are what the OpenAI-compatible backend feeds back to the model, and what
-//! the role actor applies to every backend's output. The conductor's own rules (test paths are
-//! the Navigator's alone, frozen tests, …) are checked by the state machine, not here.
+//! the role actor applies to every backend's output. Where the state machine has the same rule,
+//! it is the machine's check that runs here ([`consort_actors::machine`]'s `check_stories`,
+//! `check_spec`, `check_schema`, `check_ux`, `check_architecture`, `check_review`), so an agent
+//! hears of a violation before the machine refuses it, in the machine's words. What is checked
+//! only here: the kind against the step, fields left empty, the JSON form, and change sets'
+//! size and duplicate paths. The conductor's own rules (test paths are the Navigator's alone,
+//! frozen tests, test lists against the project's test globs, …) are the machine's alone.
 
 use std::collections::BTreeSet;
 
+use consort_actors::machine;
 use consort_actors::paths::normalise_relative;
 use consort_actors::{
     ArchitectureVerdict, Artifact, ArtifactKind, Assignment, ChangeSet, FileChange, ReviewVerdict,
@@ -130,6 +136,13 @@ impl Problems {
         }
     }
 
+    /// The machine's verdict on the same rule, in its words.
+    fn machine(&mut self, verdict: Result<(), machine::RuleViolation>) {
+        if let Err(violation) = verdict {
+            self.push(violation.to_string());
+        }
+    }
+
     fn unique<'a>(&mut self, what: &str, ids: impl IntoIterator<Item = &'a str>) {
         let mut seen = BTreeSet::new();
         for id in ids {
@@ -146,109 +159,48 @@ fn ac_ids(stories: &Stories) -> BTreeSet<&str> {
 
 fn check_stories(a: &Assignment, s: &Stories, p: &mut Problems) {
     p.non_empty("feature_id", &s.feature_id);
-    if let Some(f) = &a.inputs.feature
-        && s.feature_id != f.id
-    {
-        p.push(format!(
-            "feature_id {:?} is not the feature's id {:?}",
-            s.feature_id, f.id
-        ));
-    }
-    if s.stories.is_empty() {
-        p.push("stories is empty: write at least one story");
-    }
-    p.unique("story id", s.stories.iter().map(|s| s.id.as_str()));
-    p.unique("acceptance criterion id", s.ac_ids());
     for story in &s.stories {
-        p.non_empty("a story id", &story.id);
         p.non_empty(&format!("story {} title", story.id), &story.title);
-        if story.acceptance_criteria.is_empty() {
-            p.push(format!("story {} has no acceptance criteria", story.id));
-        }
         for ac in &story.acceptance_criteria {
-            p.non_empty(
-                &format!("an acceptance criterion id of {}", story.id),
-                &ac.id,
-            );
             for (field, text) in [("given", &ac.given), ("when", &ac.when), ("then", &ac.then)] {
                 p.non_empty(&format!("{} {field}", ac.id), text);
             }
         }
     }
+    // The feature's id, when the assignment names the feature (the machine always does).
+    let feature_id = a.inputs.feature.as_ref().map_or(&s.feature_id, |f| &f.id);
+    p.machine(machine::check_stories(s, feature_id));
 }
 
 fn check_spec(a: &Assignment, s: &Spec, p: &mut Problems) {
     p.non_empty("feature_id", &s.feature_id);
     p.non_empty("summary", &s.summary);
-    if s.requirements.is_empty() {
-        p.push("requirements is empty: write at least one testable requirement");
-    }
-    p.unique(
-        "requirement id",
-        s.requirements.iter().map(|r| r.id.as_str()),
-    );
-    let acs = a.inputs.stories.as_deref().map(ac_ids);
     for r in &s.requirements {
-        p.non_empty("a requirement id", &r.id);
         p.non_empty(&format!("requirement {} statement", r.id), &r.statement);
-        if let Some(acs) = &acs
-            && !acs.contains(r.ac_id.as_str())
-        {
-            p.push(format!(
-                "requirement {} cites acceptance criterion {:?}, which no story has",
-                r.id, r.ac_id
-            ));
-        }
+    }
+    if let Some(stories) = &a.inputs.stories {
+        p.machine(machine::check_spec(s, stories));
     }
 }
 
 fn check_architecture(v: &ArchitectureVerdict, p: &mut Problems) {
-    match v {
-        ArchitectureVerdict::Approve { invariants, .. } => {
-            p.unique("invariant id", invariants.iter().map(|i| i.id.as_str()));
-            for i in invariants {
-                p.non_empty("an invariant id", &i.id);
-                p.non_empty(&format!("invariant {} kind", i.id), &i.kind);
-                p.non_empty(&format!("invariant {} brief", i.id), &i.brief);
-            }
-        }
-        ArchitectureVerdict::Revise { reasons } => {
-            if reasons.iter().all(|r| r.trim().is_empty()) {
-                p.push("a revise verdict needs at least one specific reason");
-            }
+    if let ArchitectureVerdict::Approve { invariants, .. } = v {
+        p.unique("invariant id", invariants.iter().map(|i| i.id.as_str()));
+        for i in invariants {
+            p.non_empty("an invariant id", &i.id);
+            p.non_empty(&format!("invariant {} kind", i.id), &i.kind);
+            p.non_empty(&format!("invariant {} brief", i.id), &i.brief);
         }
     }
+    p.machine(machine::check_architecture(v));
 }
 
 fn check_schema(a: &Assignment, s: &SchemaPlan, p: &mut Problems) {
-    p.unique(
-        "migration version",
-        s.migrations.iter().map(|m| m.version.as_str()),
-    );
-    for pair in s.migrations.windows(2) {
-        if pair[0].version >= pair[1].version {
-            p.push(format!(
-                "migration versions must be in ascending order: {:?} comes before {:?}",
-                pair[0].version, pair[1].version
-            ));
-        }
-    }
-    let story_ids: Option<BTreeSet<&str>> = a
-        .inputs
-        .stories
-        .as_ref()
-        .map(|s| s.stories.iter().map(|s| s.id.as_str()).collect());
     for m in &s.migrations {
         p.non_empty("a migration version", &m.version);
-        p.non_empty(&format!("migration {} sql", m.version), &m.sql);
-        if let Some(ids) = &story_ids
-            && !ids.contains(m.story_id.as_str())
-        {
-            p.push(format!(
-                "migration {} serves story {:?}, which does not exist",
-                m.version, m.story_id
-            ));
-        }
+    }
+    if let Some(stories) = &a.inputs.stories {
+        p.machine(machine::check_schema(s, stories));
     }
 }
 
@@ -289,25 +241,7 @@ fn check_ux(a: &Assignment, u: &UxDesign, p: &mut Problems) {
         }
     }
     if let Some(stories) = &a.inputs.stories {
-        let facing: BTreeSet<&str> = stories
-            .stories
-            .iter()
-            .filter(|s| s.user_facing)
-            .map(|s| s.id.as_str())
-            .collect();
-        for s in &u.screens {
-            if !facing.contains(s.story_id.as_str()) {
-                p.push(format!(
-                    "screen {:?} serves {:?}, which is not a user-facing story",
-                    s.name, s.story_id
-                ));
-            }
-        }
-        for id in &facing {
-            if !u.screens.iter().any(|s| s.story_id == *id) {
-                p.push(format!("user-facing story {id} has no screen"));
-            }
-        }
+        p.machine(machine::check_ux(u, stories));
     }
 }
 
@@ -338,11 +272,7 @@ fn check_change_set(step: &Step, c: &ChangeSet, p: &mut Problems) {
 }
 
 fn check_review(r: &ReviewVerdict, p: &mut Problems) {
-    if let ReviewVerdict::ChangesRequested { reasons } = r
-        && reasons.iter().all(|r| r.trim().is_empty())
-    {
-        p.push("a changes-requested verdict needs at least one specific reason");
-    }
+    p.machine(machine::check_review(r));
 }
 
 #[cfg(test)]

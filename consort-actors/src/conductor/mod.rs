@@ -15,6 +15,7 @@
 mod endpoints;
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,15 +65,19 @@ pub struct ConductorConfig {
     pub verify_retries: u32,
     /// Most bytes of work-tree files handed to an agent with a build step.
     pub max_input_bytes: usize,
-    /// Testing aid: stop the conductor abruptly (no answer, no cleanup) right after this many
-    /// ledger appends by this process, as a crash would.
-    #[doc(hidden)]
-    pub crash_after_appends: Option<usize>,
-    /// Benchmark aid: keep events in memory only. No ledger line is written or fsynced, so
-    /// nothing survives a crash and nothing resumes; it isolates the conductor's own cost per
-    /// event (`benches/conductor.rs`). Never set it for a real run.
-    #[doc(hidden)]
-    pub ledger_off: bool,
+    /// Told of every durable ledger append, and may stop the conductor right after one (see
+    /// [`AppendObserver`]); none by default.
+    pub append_observer: Option<Arc<dyn AppendObserver>>,
+}
+
+/// Watches the conductor's ledger appends. Tests implement it to stop a run after any event,
+/// exactly where a crash would.
+pub trait AppendObserver: Send + Sync + std::fmt::Debug {
+    /// Called right after this conductor's `index`-th append (1 for its first) is durable
+    /// (fsynced), before the event takes effect. [`ControlFlow::Break`] stops the conductor
+    /// dead: it writes nothing more (no further line, no journal clean-up) and answers the run
+    /// with [`ConductorError::Stopped`] — what a crash at that point would leave on disk.
+    fn appended(&self, index: u64) -> ControlFlow<()>;
 }
 
 impl ConductorConfig {
@@ -88,8 +93,7 @@ impl ConductorConfig {
             gate_timeout: Duration::from_secs(24 * 3600),
             verify_retries: 1,
             max_input_bytes: 512 * 1024,
-            crash_after_appends: None,
-            ledger_off: false,
+            append_observer: None,
         }
     }
 }
@@ -225,9 +229,32 @@ pub enum ConductorError {
     /// The same actor is set up to write code and to review it.
     #[error("{0} is set up as both Driver and Navigator; the author never reviews its own code")]
     ReviewerIsAuthor(String),
-    /// The conductor actor failed.
+    /// The conductor actor could not be spawned, or stopped before answering.
     #[error("conductor actor: {0}")]
     Actor(String),
+    /// [`ConductorHandle::run`] was called while a run is being driven.
+    #[error("a run is already being driven")]
+    AlreadyDriving,
+    /// The conductor stopped on an error earlier; start a new one to resume.
+    #[error("the conductor failed earlier; start a new one to resume")]
+    FailedEarlier,
+    /// The machine is running but asks for nothing: a bug in Consort.
+    #[error("internal invariant broken: the run is running without a pending command")]
+    NoPendingCommand,
+    /// Something the conductor must write could not be serialised; nothing of it was written.
+    #[error("could not serialise {what}: {source}")]
+    Serialise {
+        /// What was being written.
+        what: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The [`AppendObserver`] stopped the conductor right after its `appends`-th append.
+    #[error("stopped by the append observer after {appends} ledger appends")]
+    Stopped {
+        /// Appends this conductor made, the last one included.
+        appends: u64,
+    },
     /// A gate decision does not fit the run (from [`record_gate_decision`]).
     #[error("{0}")]
     Gate(String),
@@ -396,7 +423,12 @@ impl Conductor {
         }
         let filter = wiring.config.machine.paths.tree_filter().clone();
         let work = WorkTree::open(&wiring.config.work_tree)?.with_filter(filter);
-        let ledger = Ledger::<Event>::open(&wiring.config.ledger_path)?;
+        // Opening verifies the whole chain and takes the file lock: blocking work, off the
+        // runtime's async workers.
+        let path = wiring.config.ledger_path.clone();
+        let ledger = tokio::task::spawn_blocking(move || Ledger::<Event>::open(&path))
+            .await
+            .map_err(|e| ConductorError::Actor(format!("opening the ledger: {e}")))??;
         let machine = Machine::new(wiring.config.machine.clone());
         let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
         if ledger.is_empty() && wiring.feature.is_none() {
@@ -448,15 +480,11 @@ impl Actor for Conductor {
             }
             ConductorMsg::Run(port) => {
                 if st.failed {
-                    let _ = port.send(Err(ConductorError::Actor(
-                        "the conductor failed earlier; start a new one to resume".into(),
-                    )));
+                    let _ = port.send(Err(ConductorError::FailedEarlier));
                     return Ok(());
                 }
                 if st.waiter.is_some() {
-                    let _ = port.send(Err(ConductorError::Actor(
-                        "a run is already being driven".into(),
-                    )));
+                    let _ = port.send(Err(ConductorError::AlreadyDriving));
                     return Ok(());
                 }
                 st.waiter = Some(port);
@@ -550,15 +578,15 @@ impl ConductorState {
     }
 
     fn append(&mut self, event: &Event) -> Result<(), ConductorError> {
-        if !self.wiring.config.ledger_off {
-            self.ledger.append(event)?;
-        }
+        // Durable before it takes effect: the append (lock, write, fsync) completes here, on
+        // this thread, before the caller steps the machine.
+        blocking(|| self.ledger.append(event))?;
         self.appended += 1;
-        if self.wiring.config.crash_after_appends == Some(self.appended) {
-            return Err(ConductorError::Actor(format!(
-                "simulated crash after {} appends",
-                self.appended
-            )));
+        if let Some(observer) = &self.wiring.config.append_observer {
+            let index = self.appended as u64;
+            if observer.appended(index).is_break() {
+                return Err(ConductorError::Stopped { appends: index });
+            }
         }
         Ok(())
     }
@@ -621,20 +649,18 @@ impl ConductorState {
                 RunStatus::Running => {}
             }
             let Some(command) = self.state.pending_command() else {
-                return self.finish_err(ConductorError::Actor(
-                    "running without a pending command".into(),
-                ));
+                return self.finish_err(ConductorError::NoPendingCommand);
             };
             let event = match command {
-                Command::Observe => self.observe(),
-                Command::Apply { change_set } => self.apply(&change_set),
+                Command::Observe => blocking(|| self.observe()),
+                Command::Apply { change_set } => blocking(|| self.apply(&change_set)),
                 Command::Assign {
                     id,
                     role,
                     step,
                     attempt,
                     feedback,
-                } => match self.assignment(id, role, step, attempt, feedback) {
+                } => match blocking(|| self.assignment(id, role, step, attempt, feedback)) {
                     Ok(Some(a)) => {
                         self.spawn_assign(myself, a);
                         return;
@@ -753,7 +779,12 @@ impl ConductorState {
                     Ok(inv) => inv,
                     Err(e) => return self.refuse_apply(e, moved, None),
                 };
-                let journal = serde_json::to_string(&(set_hash, &inverse)).unwrap_or_default();
+                let journal = serde_json::to_string(&(set_hash, &inverse)).map_err(|source| {
+                    ConductorError::Serialise {
+                        what: "the apply journal",
+                        source,
+                    }
+                })?;
                 write_journal(self.work.root(), &journal)?;
                 inverse
             }
@@ -951,8 +982,13 @@ impl ConductorState {
         if gate == GateKind::Design
             && let Some(bundle) = self.state.design_bundle()
         {
-            let text = serde_json::to_string_pretty(&bundle).unwrap_or_default();
-            write_file(self.work.root(), DESIGN_FILE, &text)?;
+            let text = serde_json::to_string_pretty(&bundle).map_err(|source| {
+                ConductorError::Serialise {
+                    what: "the frozen design",
+                    source,
+                }
+            })?;
+            blocking(|| write_file(self.work.root(), DESIGN_FILE, &text))?;
         }
         self.progress(Progress::GateWaiting { gate, hash });
         let approver = Arc::clone(&self.wiring.approver);
@@ -1024,6 +1060,20 @@ fn write_file(root: &Path, rel: &str, text: &str) -> Result<(), ConductorError> 
         source,
     })?;
     Ok(())
+}
+
+/// Runs blocking I/O (the ledger's lock and fsync, tree hashing, file reads and writes) without
+/// stalling the runtime: on a multi-threaded runtime through [`tokio::task::block_in_place`]
+/// (the worker hands its other tasks to another thread while this one blocks), inline on a
+/// current-thread runtime (which has no other worker to hand them to). Synchronous either way,
+/// so the conductor's order — an event durable before it takes effect — is unchanged.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
 }
 
 fn write_journal(root: &Path, text: &str) -> Result<(), ConductorError> {

@@ -421,6 +421,20 @@ async fn without_an_approver_the_run_stops_at_the_design_gate_and_resumes_after_
     assert_eq!(report.state.build.completed, 2);
 }
 
+/// Stops the conductor right after its `n`-th append, as a crash there would.
+#[derive(Debug)]
+struct StopAfter(u64);
+
+impl AppendObserver for StopAfter {
+    fn appended(&self, index: u64) -> std::ops::ControlFlow<()> {
+        if index == self.0 {
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_crash_after_any_event_resumes_to_the_same_end_without_redoing_recorded_work() {
     let reference = Fixture::new();
@@ -433,11 +447,11 @@ async fn a_crash_after_any_event_resumes_to_the_same_end_without_redoing_recorde
     for cut in 1..total {
         let fx = Fixture::new();
         let mut config = fx.config();
-        config.crash_after_appends = Some(cut);
+        config.append_observer = Some(Arc::new(StopAfter(cut as u64)));
         let w = fx.wiring(config, answer(honest), approve_all()).await;
         let crashed = Conductor::start(w).await.expect("start").run().await;
         assert!(
-            crashed.is_err(),
+            matches!(crashed, Err(ConductorError::Stopped { appends }) if appends == cut as u64),
             "cut {cut}: the simulated crash stops the run"
         );
         let prefix = fx.events();

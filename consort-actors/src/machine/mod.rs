@@ -16,6 +16,7 @@
 //! [`Event::ApplyDenied`], which the machine accepts and answers the same way (the rule check
 //! itself stays here: the conductor asks [`Machine::check_resolved`]).
 
+mod next;
 mod rules;
 mod transition;
 
@@ -34,9 +35,12 @@ use crate::protocol::{AgentFailure, AssignmentId, InfraError, PromoteReport, Ver
 use crate::role::{ActorId, Role};
 use crate::step::Step;
 
+/// The pure checks, one per artifact kind an agent produces (a receipt is never an agent's:
+/// only the Lakebase side makes one), plus the disk checks the conductor's observations get.
 pub use rules::{
-    Remedy, RuleViolation, Writer, check_change_set, check_schema, check_spec, check_stories,
-    check_test_list, check_tests_on_disk, check_ux, written_hashes,
+    Remedy, RuleViolation, Writer, check_architecture, check_change_set, check_review,
+    check_schema, check_spec, check_stories, check_test_list, check_tests_on_disk, check_ux,
+    written_hashes,
 };
 
 /// Bounds and path rules the machine enforces.
@@ -379,7 +383,8 @@ pub enum RunStatus {
     Halted {
         /// Why.
         escalation: Escalation,
-        /// What a retry re-issues.
+        /// What a retry re-issues. An agent's step names the assignment id the retry gives it
+        /// (nothing allocates an id while halted), attempt 0.
         resume: Box<Pending>,
     },
     /// Finished.

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{
-    ArtifactKind, ChangeSet, FileChange, FileHashes, SchemaPlan, Spec, Stories, TestList, UxDesign,
+    ArchitectureVerdict, ArtifactKind, ChangeSet, FileChange, FileHashes, ReviewVerdict,
+    SchemaPlan, Spec, Stories, TestList, UxDesign,
 };
 use crate::hash::ContentHash;
 use crate::paths::{PathError, PathPolicy, WriteProblem, normalise_relative};
@@ -15,6 +16,7 @@ use crate::{GateKind, RequestId};
 /// A broken rule. Every variant is a refusal: the event that broke it changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "rule", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum RuleViolation {
     /// The event does not fit what the machine is waiting for.
     #[error("step out of order: waiting for {expected}, got {got}")]
@@ -217,6 +219,13 @@ pub enum RuleViolation {
     /// The run is over.
     #[error("the run is over")]
     Finished,
+    /// The machine reached a state its lifecycle does not allow: a bug in Consort, not a fault
+    /// of the work. The run halts (retrying would meet the same state again).
+    #[error("internal invariant broken: {what} (a bug in Consort, not in the work)")]
+    Invariant {
+        /// What should have held.
+        what: String,
+    },
 }
 
 /// What the machine does after refusing an event.
@@ -263,7 +272,8 @@ impl RuleViolation {
             | RunChangedTree { .. }
             | ReviewerIsAuthor { .. }
             | DesignHashMismatch { .. }
-            | PromoteUnverified { .. } => Remedy::Halt,
+            | PromoteUnverified { .. }
+            | Invariant { .. } => Remedy::Halt,
         }
     }
 }
@@ -431,6 +441,31 @@ pub fn check_ux(ux: &UxDesign, stories: &Stories) -> Result<(), RuleViolation> {
     Ok(())
 }
 
+/// Architecture verdict: a revise verdict needs reasons.
+pub fn check_architecture(verdict: &ArchitectureVerdict) -> Result<(), RuleViolation> {
+    match verdict {
+        ArchitectureVerdict::Approve { .. } => Ok(()),
+        ArchitectureVerdict::Revise { reasons } => require(has_reasons(reasons), || {
+            "a revise verdict needs reasons".into()
+        }),
+    }
+}
+
+/// Review verdict: a change request needs reasons. (Who may review is the machine's to judge
+/// against the code's authors, as the verdict arrives.)
+pub fn check_review(verdict: &ReviewVerdict) -> Result<(), RuleViolation> {
+    match verdict {
+        ReviewVerdict::Approve { .. } => Ok(()),
+        ReviewVerdict::ChangesRequested { reasons } => require(has_reasons(reasons), || {
+            "a change request needs reasons".into()
+        }),
+    }
+}
+
+fn has_reasons(reasons: &[String]) -> bool {
+    reasons.iter().any(|r| !r.trim().is_empty())
+}
+
 /// Who may write what in a change set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writer<'a> {
@@ -466,6 +501,13 @@ pub fn check_change_set(
                 content: content.clone(),
             },
             FileChange::Delete { .. } => FileChange::Delete { path },
+            FileChange::Restore { .. } => {
+                return Err(RuleViolation::InvalidArtifact {
+                    detail: format!(
+                        "{path}: a restore of raw bytes is the conductor's own undo; write text with a write change"
+                    ),
+                });
+            }
         });
     }
     // A change to a frozen test is refused as such wherever it sits in the set: a rename is a
@@ -514,12 +556,12 @@ pub fn check_change_set(
 pub fn written_hashes(set: &ChangeSet) -> FileHashes {
     let mut out = FileHashes::new();
     for c in &set.changes {
-        match c {
-            FileChange::Write { path, content } => {
-                out.insert(path.clone(), ContentHash::of_bytes(content.as_bytes()));
+        match c.bytes() {
+            Some(bytes) => {
+                out.insert(c.path().to_string(), ContentHash::of_bytes(&bytes));
             }
-            FileChange::Delete { path } => {
-                out.remove(path);
+            None => {
+                out.remove(c.path());
             }
         }
     }

@@ -326,6 +326,9 @@ impl Run {
                 FileChange::Delete { path } => {
                     self.disk.remove(path);
                 }
+                FileChange::Restore { .. } => {
+                    unreachable!("the fake disk holds text only; it never restores raw bytes")
+                }
             }
         }
         inverse.reverse();
@@ -894,6 +897,24 @@ fn red_may_write_only_test_paths() {
             path: "src/cheat.sql".into()
         }
     );
+    assert!(r.disk.is_empty(), "nothing applied");
+}
+
+#[test]
+fn no_agent_restores_raw_bytes() {
+    let mut r = Run::new();
+    r.reach_build();
+    let v = r
+        .produce(cs(vec![
+            write("tests/t1.sql", "x"),
+            FileChange::Restore {
+                path: "src/blob.bin".into(),
+                hex: "ff00".into(),
+            },
+        ]))
+        .expect_err("refused");
+    assert!(matches!(v, RuleViolation::InvalidArtifact { .. }), "{v:?}");
+    assert_eq!(v.remedy(), Remedy::RetryAgent);
     assert!(r.disk.is_empty(), "nothing applied");
 }
 
@@ -1981,38 +2002,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
         },
         (_, None) => Event::Start { feature: feature() },
         (_, Some(Pending::Agent { id: aid, step, .. })) => {
-            let artifact = match (&step, choice % 5) {
-                (_, 0) => Artifact::Spec(spec()),
-                (Step::Stories, _) => Artifact::Stories(stories(choice.is_multiple_of(2))),
-                (Step::Spec { .. }, _) => Artifact::Spec(spec()),
-                (Step::Architecture { .. }, 1) => {
-                    Artifact::ArchitectureVerdict(ArchitectureVerdict::Revise {
-                        reasons: vec!["r".into()],
-                    })
-                }
-                (Step::Architecture { .. }, _) => Artifact::ArchitectureVerdict(approve_arch()),
-                (Step::Schema, _) => Artifact::SchemaPlan(schema()),
-                (Step::TestList, _) => Artifact::TestList(test_list()),
-                (Step::Ux, _) => Artifact::UxDesign(ux()),
-                (Step::Red { .. }, 1) => cs(vec![write("src/x.sql", "x")]),
-                (Step::Red { .. }, _) => {
-                    let path =
-                        r.s.current_test()
-                            .map(|e| e.path.clone())
-                            .unwrap_or_default();
-                    cs(vec![write(&path, "t")])
-                }
-                (Step::Review { .. }, 1) => {
-                    Artifact::ReviewVerdict(ReviewVerdict::ChangesRequested {
-                        reasons: vec!["x".into()],
-                    })
-                }
-                (Step::Review { .. }, _) => {
-                    Artifact::ReviewVerdict(ReviewVerdict::Approve { notes: vec![] })
-                }
-                (_, 1) => cs(vec![write("tests/t1.sql", "cheat")]),
-                (_, _) => cs(vec![write("src/x.sql", &format!("{choice}"))]),
-            };
+            let artifact = agent_artifact(r, &step, choice);
             let role = if choice.is_multiple_of(11) {
                 Role::Driver
             } else {
@@ -2037,35 +2027,9 @@ fn next_event(r: &Run, choice: u8) -> Event {
             tests: r.test_hashes(),
             inverse: ChangeSet::default(),
         },
-        (_, Some(Pending::Verify { .. })) => {
-            let names: Vec<String> =
-                r.s.test_list
-                    .as_ref()
-                    .map(|l| {
-                        l.entries
-                            .iter()
-                            .map(|e| e.runner_name().to_string())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-            let status = |i: usize| {
-                if (choice as usize >> (i % 8)) & 1 == 1 {
-                    TestStatus::Passed
-                } else {
-                    TestStatus::Failed
-                }
-            };
-            let outcomes: Vec<(&str, TestStatus)> = names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.as_str(), status(i)))
-                .collect();
-            let mut receipt = r.receipt(&outcomes, if choice.is_multiple_of(3) { 1 } else { 0 });
-            if choice.is_multiple_of(17) {
-                receipt.request_id = RequestId(9999);
-            }
-            Event::VerifyCompleted { receipt }
-        }
+        (_, Some(Pending::Verify { .. })) => Event::VerifyCompleted {
+            receipt: perturbed_receipt(r, choice),
+        },
         (_, Some(Pending::Gate { gate, hash })) => {
             let hash = if choice.is_multiple_of(7) {
                 bad_hash
@@ -2090,6 +2054,71 @@ fn next_event(r: &Run, choice: u8) -> Event {
             },
         },
     }
+}
+
+/// A plausible (or perturbed) answer of the agent assigned `step`.
+fn agent_artifact(r: &Run, step: &Step, choice: u8) -> Artifact {
+    match (step, choice % 5) {
+        (_, 0) => Artifact::Spec(spec()),
+        (Step::Stories, _) => Artifact::Stories(stories(choice.is_multiple_of(2))),
+        (Step::Spec { .. }, _) => Artifact::Spec(spec()),
+        (Step::Architecture { .. }, 1) => {
+            Artifact::ArchitectureVerdict(ArchitectureVerdict::Revise {
+                reasons: vec!["r".into()],
+            })
+        }
+        (Step::Architecture { .. }, _) => Artifact::ArchitectureVerdict(approve_arch()),
+        (Step::Schema, _) => Artifact::SchemaPlan(schema()),
+        (Step::TestList, _) => Artifact::TestList(test_list()),
+        (Step::Ux, _) => Artifact::UxDesign(ux()),
+        (Step::Red { .. }, 1) => cs(vec![write("src/x.sql", "x")]),
+        (Step::Red { .. }, _) => {
+            let path =
+                r.s.current_test()
+                    .map(|e| e.path.clone())
+                    .unwrap_or_default();
+            cs(vec![write(&path, "t")])
+        }
+        (Step::Review { .. }, 1) => Artifact::ReviewVerdict(ReviewVerdict::ChangesRequested {
+            reasons: vec!["x".into()],
+        }),
+        (Step::Review { .. }, _) => {
+            Artifact::ReviewVerdict(ReviewVerdict::Approve { notes: vec![] })
+        }
+        (_, 1) => cs(vec![write("tests/t1.sql", "cheat")]),
+        (_, _) => cs(vec![write("src/x.sql", &format!("{choice}"))]),
+    }
+}
+
+/// A receipt for the pending verify run, its outcomes (and sometimes its request) perturbed.
+fn perturbed_receipt(r: &Run, choice: u8) -> TestRunReceipt {
+    let names: Vec<String> =
+        r.s.test_list
+            .as_ref()
+            .map(|l| {
+                l.entries
+                    .iter()
+                    .map(|e| e.runner_name().to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+    let status = |i: usize| {
+        if (choice as usize >> (i % 8)) & 1 == 1 {
+            TestStatus::Passed
+        } else {
+            TestStatus::Failed
+        }
+    };
+    let outcomes: Vec<(&str, TestStatus)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), status(i)))
+        .collect();
+    let mut receipt = r.receipt(&outcomes, if choice.is_multiple_of(3) { 1 } else { 0 });
+    if choice.is_multiple_of(17) {
+        receipt.request_id = RequestId(9999);
+    }
+    receipt
 }
 
 impl Run {
@@ -2148,4 +2177,84 @@ proptest! {
             prop_assert!(s.status != RunStatus::Done);
         }
     }
+}
+
+// ---------- invariants ----------
+
+#[test]
+fn an_impossible_state_halts_with_a_typed_internal_reason() {
+    let m = Machine::default();
+    // Running with nothing pending: no lifecycle leads there.
+    let nothing = State {
+        status: RunStatus::Running,
+        ..State::default()
+    };
+    let v = m
+        .step(&nothing, &Event::Start { feature: feature() })
+        .expect_err("refused");
+    assert!(matches!(v, RuleViolation::Invariant { .. }), "{v:?}");
+    assert_eq!(v.remedy(), Remedy::Halt);
+
+    // Stories assigned although no feature request was accepted: the answer cannot be judged.
+    let no_feature = State {
+        status: RunStatus::Running,
+        pending: Some(Pending::Agent {
+            id: AssignmentId(1),
+            step: Step::Stories,
+            attempt: 0,
+            feedback: Vec::new(),
+        }),
+        next_assignment: 1,
+        ..State::default()
+    };
+    let v = m
+        .step(
+            &no_feature,
+            &Event::Produced {
+                assignment: AssignmentId(1),
+                author: id(Role::ProductOwner),
+                artifact: Artifact::Stories(stories(false)),
+            },
+        )
+        .expect_err("refused");
+    assert!(matches!(v, RuleViolation::Invariant { .. }), "{v:?}");
+    // The refusal halts (instead of re-issuing the same assignment for ever), and says the
+    // fault is Consort's own, not the work's.
+    let (halted, commands) = m
+        .step(&no_feature, &Event::Refused { violation: v })
+        .expect("the refusal is recorded");
+    let RunStatus::Halted { escalation, .. } = &halted.status else {
+        panic!("expected a halt, got {:?}", halted.status);
+    };
+    assert_eq!(
+        escalation.reason,
+        EscalationReason::Infrastructure(InfraFault::InvariantBroken)
+    );
+    assert!(matches!(commands.as_slice(), [Command::Escalate { .. }]));
+}
+
+#[test]
+fn a_resume_point_names_the_assignment_its_retry_issues() {
+    let mut r = Run::new();
+    r.feed(Event::Start { feature: feature() }).expect("start");
+    let (aid, step, _) = r.assignment();
+    r.ok(Event::AgentFailed {
+        assignment: aid,
+        failure: crate::AgentFailure::ModelUnavailable {
+            detail: "503".into(),
+        },
+    });
+    let RunStatus::Halted { resume, .. } = r.s.status.clone() else {
+        panic!("expected a halt");
+    };
+    let Pending::Agent { id: resumed, .. } = *resume else {
+        panic!("expected an agent to resume");
+    };
+    r.ok(Event::Human {
+        decision: HumanDecision::Retry,
+        by: "ada".into(),
+    });
+    let (retried, again, attempt) = r.assignment();
+    assert_eq!((retried, again, attempt), (resumed, step, 0));
+    assert_ne!(retried, aid, "a retry is a new assignment");
 }

@@ -1,21 +1,30 @@
-//! The transition function. Reads like the lifecycle: idle → design lane → design gate → build
-//! lane (RED, GREEN, repair, REFACTOR, REVIEW per test) → deploy gate → deploy → promote gate →
-//! promote → done; any step can halt for a human.
+//! The transition function. Each event is first checked against what is pending — the
+//! assignment it answers, the request a receipt is for, the work tree it was run on — and its
+//! content against the rules; what finished is then handed to the lifecycle table
+//! ([`super::next::next_after`]), the one place that says what comes next: idle → design lane →
+//! design gate → build lane (RED, GREEN, repair, REFACTOR, REVIEW per test) → deploy gate →
+//! deploy → promote gate → promote → done. Any step can halt for a human.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::artifact::{
     ArchitectureVerdict, Artifact, ChangeSet, Escalation, EscalationReason, FileHashes,
-    GateDecision, GateKind, Migration, ReviewVerdict, TestRunReceipt, TestStatus, VerdictReason,
+    GateApproval, GateDecision, GateKind, InfraFault, Migration, RequestId, ReviewVerdict,
+    TestRunReceipt, TestStatus, VerdictReason,
 };
 use crate::hash::ContentHash;
-use crate::protocol::{AssignmentId, VerifyPurpose};
+use crate::protocol::{AgentFailure, AssignmentId, InfraError, PromoteReport, VerifyPurpose};
 use crate::role::ActorId;
 use crate::step::Step;
 
+use super::next::{
+    Done, Next, agent, escalation, invariant, next_after, observe, resume_agent, revert,
+};
 use super::rules::{
-    Remedy, RuleViolation, Writer, check_change_set, check_schema, check_spec, check_stories,
-    check_test_list, check_tests_on_disk, check_ux, written_hashes,
+    Remedy, RuleViolation, Writer, check_architecture, check_change_set, check_review,
+    check_schema, check_spec, check_stories, check_test_list, check_tests_on_disk, check_ux,
+    written_hashes,
 };
 use super::{Command, Event, Frozen, HumanDecision, MachineConfig, Pending, RunStatus, State};
 
@@ -30,7 +39,7 @@ pub(super) fn step(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome
             Event::Refused { .. } => Ok((state.clone(), Vec::new())),
             _ => Err(RuleViolation::Finished),
         },
-        RunStatus::Idle => idle(state, event),
+        RunStatus::Idle => idle(cfg, state, event),
         RunStatus::Halted { .. } => halted(state, event),
         RunStatus::Running => running(cfg, state, event),
     }
@@ -43,7 +52,7 @@ fn out_of_order(expected: &str, event: &Event) -> RuleViolation {
     }
 }
 
-fn idle(state: &State, event: &Event) -> Outcome {
+fn idle(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
     match event {
         Event::Start { feature } => {
             if feature.id.trim().is_empty() || feature.title.trim().is_empty() {
@@ -54,8 +63,7 @@ fn idle(state: &State, event: &Event) -> Outcome {
             let mut s = state.clone();
             s.status = RunStatus::Running;
             s.feature = Some(Arc::new(feature.clone()));
-            let next = agent(&mut s, Step::Stories, 0, Vec::new());
-            Ok(go(s, next))
+            advance(cfg, s, Done::Started)
         }
         Event::Refused { .. } => Ok((state.clone(), Vec::new())),
         _ => Err(out_of_order("a feature request", event)),
@@ -105,41 +113,41 @@ fn stopped(state: &State) -> (State, Vec<Command>) {
 fn refresh(s: &mut State, p: Pending) -> Pending {
     match p {
         Pending::Agent { step, feedback, .. } => agent(s, step, 0, feedback),
-        Pending::Observe { then } => Pending::Observe {
-            then: Box::new(refresh(s, *then)),
-        },
-        Pending::Revert {
-            change_set,
-            then,
-            halt,
-        } => Pending::Revert {
-            change_set,
-            then,
-            halt,
-        },
+        Pending::Observe { then } => observe(refresh(s, *then)),
         other => other,
     }
 }
 
+/// Steps on from `done` by the lifecycle table.
+fn advance(cfg: &MachineConfig, mut s: State, done: Done) -> Outcome {
+    Ok(match next_after(cfg, &mut s, done)? {
+        Next::Go(next) => go(s, next),
+        Next::Halt(esc, resume) => halt(&mut s, esc, resume),
+        Next::Finish => {
+            s.status = RunStatus::Done;
+            s.pending = None;
+            (s, vec![Command::Finish])
+        }
+    })
+}
+
 fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
     let Some(pending) = state.pending.clone() else {
-        return Err(out_of_order("nothing (no pending step)", event));
+        return Err(invariant("a running machine waits for something"));
     };
-    if let Event::Refused { violation } = event {
-        return refused(cfg, state, pending, violation);
-    }
-    // A human may end a run that is not halted: one interrupted mid-step (its process killed,
-    // its ledger still running) or one waiting at a gate. A retry still needs a halt.
-    if let Event::Human {
-        decision: HumanDecision::Stop,
-        ..
-    } = event
-    {
-        return Ok(stopped(state));
+    match event {
+        Event::Refused { violation } => return refused(cfg, state, pending, violation),
+        // A human may end a run that is not halted: one interrupted mid-step (its process
+        // killed, its ledger still running) or one waiting at a gate. A retry needs a halt.
+        Event::Human {
+            decision: HumanDecision::Stop,
+            ..
+        } => return Ok(stopped(state)),
+        _ => {}
     }
     if let Pending::Gate { gate, hash } = &pending {
         return match event {
-            Event::Gate { approval } => gate_decision(state, *gate, *hash, approval),
+            Event::Gate { approval } => gate_decision(cfg, state, *gate, *hash, approval),
             Event::Human { .. } => Err(RuleViolation::NotHalted),
             _ => Err(RuleViolation::GateNotApproved { gate: *gate }),
         };
@@ -155,12 +163,7 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
                 id, step, attempt, ..
             },
         ) => {
-            if *assignment != id {
-                return Err(RuleViolation::UnknownAssignment {
-                    expected: Some(id),
-                    got: *assignment,
-                });
-            }
+            same_assignment(id, *assignment)?;
             produced(cfg, state, step, attempt, author, artifact)
         }
         (Event::Produced { assignment, .. }, _) => Err(RuleViolation::UnknownAssignment {
@@ -176,94 +179,14 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
                 id, step, feedback, ..
             },
         ) => {
-            if *assignment != id {
-                return Err(RuleViolation::UnknownAssignment {
-                    expected: Some(id),
-                    got: *assignment,
-                });
-            }
-            let mut s = state.clone();
-            let resume = Pending::Agent {
-                id,
-                step: step.clone(),
-                attempt: 0,
-                feedback,
-            };
-            let esc = escalation(
-                &step.to_string(),
-                failure.escalation_reason(),
-                failure.to_string(),
-            );
-            Ok(halt(&mut s, esc, resume))
+            same_assignment(id, *assignment)?;
+            Ok(agent_failed(state, step, feedback, failure))
         }
         (Event::Observed { design_hash, tests }, Pending::Observe { then }) => {
-            if let Some(frozen) = &state.frozen
-                && *design_hash != Some(frozen.hash)
-            {
-                return Err(RuleViolation::DesignHashMismatch {
-                    expected: frozen.hash,
-                    found: *design_hash,
-                });
-            }
-            check_tests_on_disk(&state.build.frozen_tests, tests)?;
-            let s = state.clone();
-            Ok(go(s, *then))
+            observed(state, *design_hash, tests, *then)
         }
-        (
-            Event::Applied {
-                workspace_hash,
-                tests,
-                inverse,
-            },
-            Pending::Apply {
-                step,
-                attempt,
-                change_set,
-            },
-        ) => {
-            let mut expected = state.build.frozen_tests.clone();
-            if matches!(step, Step::Red { .. }) {
-                expected.extend(written_hashes(&change_set));
-            }
-            check_tests_on_disk(&expected, tests)?;
-            let mut s = state.clone();
-            s.build.workspace_hash = Some(*workspace_hash);
-            let droppable = matches!(step, Step::Red { .. } | Step::Refactor { .. });
-            let purpose = match step {
-                Step::Red { .. } => VerifyPurpose::Red,
-                Step::Refactor { .. } => VerifyPurpose::Refactor,
-                _ => VerifyPurpose::Green,
-            };
-            let next = Pending::Verify {
-                request: next_request(&mut s),
-                step: Some(step),
-                purpose,
-                workspace_hash: *workspace_hash,
-                inverse: droppable.then(|| inverse.clone()),
-                attempt,
-                tests_after: tests.clone(),
-            };
-            Ok(go(s, next))
-        }
-        (
-            Event::Applied {
-                workspace_hash,
-                tests,
-                ..
-            },
-            Pending::Revert {
-                then,
-                halt: halting,
-                ..
-            },
-        ) => {
-            check_tests_on_disk(&state.build.frozen_tests, tests)?;
-            let mut s = state.clone();
-            s.build.workspace_hash = Some(*workspace_hash);
-            match halting {
-                Some(esc) => Ok(halt(&mut s, esc, *then)),
-                None => Ok(go(s, *then)),
-            }
+        (Event::Applied { .. }, p @ (Pending::Apply { .. } | Pending::Revert { .. })) => {
+            applied(cfg, state, event, p)
         }
         (Event::ApplyRefused { reason }, Pending::Apply { .. }) => {
             Err(RuleViolation::PathOutsideWorkTree {
@@ -277,113 +200,15 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             },
             p @ (Pending::Apply { .. } | Pending::Revert { .. }),
         ) => apply_denied(cfg, state, p, violation, resolved),
-        (
-            Event::VerifyCompleted { receipt },
-            Pending::Verify {
-                request,
-                step,
-                purpose,
-                workspace_hash,
-                inverse,
-                attempt,
-                tests_after,
-            },
-        ) => {
-            if receipt.request_id != request {
-                return Err(RuleViolation::ReceiptNotForRequest {
-                    expected: Some(request),
-                    got: receipt.request_id,
-                });
-            }
-            if !receipt.tree_changes.is_empty() {
-                return Err(RuleViolation::RunChangedTree {
-                    paths: receipt.tree_changes.clone(),
-                });
-            }
-            if receipt.workspace_hash != workspace_hash {
-                return Err(RuleViolation::ReceiptWorkspaceMismatch {
-                    expected: workspace_hash,
-                    got: receipt.workspace_hash,
-                });
-            }
-            verified(
-                cfg,
-                state,
-                step,
-                purpose,
-                inverse,
-                attempt,
-                tests_after,
-                receipt,
-            )
-        }
-        (Event::VerifyCompleted { receipt }, _) => Err(RuleViolation::ReceiptNotForRequest {
-            expected: None,
-            got: receipt.request_id,
-        }),
+        (Event::VerifyCompleted { receipt }, p) => verify_completed(cfg, state, receipt, p),
         (Event::VerifyFailed { request, error }, p @ Pending::Verify { .. }) => {
-            if !matches!(&p, Pending::Verify { request: r, .. } if r == request) {
-                return Err(RuleViolation::ReceiptNotForRequest {
-                    expected: None,
-                    got: *request,
-                });
-            }
-            let mut s = state.clone();
-            let esc = escalation(
-                &describe(&p),
-                EscalationReason::Infrastructure(error.fault.clone()),
-                error.detail.clone(),
-            );
-            Ok(halt(&mut s, esc, p))
+            infra_failed(state, *request, error, p)
         }
         (Event::Promoted { report }, Pending::Promote { request }) => {
-            if report.request_id != request {
-                return Err(RuleViolation::ReceiptNotForRequest {
-                    expected: Some(request),
-                    got: report.request_id,
-                });
-            }
-            let planned: Vec<&str> = state
-                .schema
-                .iter()
-                .flat_map(|p| p.migrations.iter().map(|m| m.version.as_str()))
-                .collect();
-            let missing: Vec<&str> = planned
-                .iter()
-                .copied()
-                .filter(|v| {
-                    !report
-                        .applied
-                        .iter()
-                        .chain(&report.already_applied)
-                        .any(|a| a == v)
-                })
-                .collect();
-            if !report.verified || !missing.is_empty() {
-                return Err(RuleViolation::PromoteUnverified {
-                    detail: format!("verified={}, missing versions {missing:?}", report.verified),
-                });
-            }
-            let mut s = state.clone();
-            s.promotion = Some(report.clone());
-            s.status = RunStatus::Done;
-            s.pending = None;
-            Ok((s, vec![Command::Finish]))
+            promoted(cfg, state, request, report)
         }
         (Event::PromoteFailed { request, error }, p @ Pending::Promote { .. }) => {
-            if !matches!(&p, Pending::Promote { request: r } if r == request) {
-                return Err(RuleViolation::ReceiptNotForRequest {
-                    expected: None,
-                    got: *request,
-                });
-            }
-            let mut s = state.clone();
-            let esc = escalation(
-                "promote",
-                EscalationReason::Infrastructure(error.fault.clone()),
-                error.detail.clone(),
-            );
-            Ok(halt(&mut s, esc, p))
+            infra_failed(state, *request, error, p)
         }
         (Event::Gate { approval }, _) => Err(RuleViolation::GateNotPending {
             gate: approval.gate,
@@ -393,6 +218,279 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
     }
 }
 
+// ---------- identity: does the event answer what is pending? ----------
+
+/// The assignment an agent's answer (or failure) names must be the pending one.
+fn same_assignment(pending: AssignmentId, got: AssignmentId) -> Result<(), RuleViolation> {
+    if pending == got {
+        return Ok(());
+    }
+    Err(RuleViolation::UnknownAssignment {
+        expected: Some(pending),
+        got,
+    })
+}
+
+/// A receipt must answer the pending request, leave the tree as it was, and be for the work
+/// tree the request was issued for.
+fn receipt_answers(pending: &Pending, receipt: &TestRunReceipt) -> Result<(), RuleViolation> {
+    let Pending::Verify {
+        request,
+        workspace_hash,
+        ..
+    } = pending
+    else {
+        return Err(RuleViolation::ReceiptNotForRequest {
+            expected: None,
+            got: receipt.request_id,
+        });
+    };
+    if receipt.request_id != *request {
+        return Err(RuleViolation::ReceiptNotForRequest {
+            expected: Some(*request),
+            got: receipt.request_id,
+        });
+    }
+    if !receipt.tree_changes.is_empty() {
+        return Err(RuleViolation::RunChangedTree {
+            paths: receipt.tree_changes.clone(),
+        });
+    }
+    if receipt.workspace_hash != *workspace_hash {
+        return Err(RuleViolation::ReceiptWorkspaceMismatch {
+            expected: *workspace_hash,
+            got: receipt.workspace_hash,
+        });
+    }
+    Ok(())
+}
+
+// ---------- acceptance: check what arrived, keep it, name what finished ----------
+
+/// An agent could not answer: halt; a retry assigns the step afresh.
+fn agent_failed(
+    state: &State,
+    step: Step,
+    feedback: Vec<String>,
+    failure: &AgentFailure,
+) -> (State, Vec<Command>) {
+    let mut s = state.clone();
+    let esc = escalation(
+        &step.to_string(),
+        failure.escalation_reason(),
+        failure.to_string(),
+    );
+    let resume = resume_agent(&s, step, feedback);
+    halt(&mut s, esc, resume)
+}
+
+fn observed(
+    state: &State,
+    design_hash: Option<ContentHash>,
+    tests: &FileHashes,
+    then: Pending,
+) -> Outcome {
+    if let Some(frozen) = &state.frozen
+        && design_hash != Some(frozen.hash)
+    {
+        return Err(RuleViolation::DesignHashMismatch {
+            expected: frozen.hash,
+            found: design_hash,
+        });
+    }
+    check_tests_on_disk(&state.build.frozen_tests, tests)?;
+    Ok(go(state.clone(), then))
+}
+
+/// The conductor applied the pending change set or revert.
+fn applied(cfg: &MachineConfig, state: &State, event: &Event, pending: Pending) -> Outcome {
+    let Event::Applied {
+        workspace_hash,
+        tests,
+        inverse,
+    } = event
+    else {
+        return Err(invariant("only an applied event is applied"));
+    };
+    match pending {
+        Pending::Apply {
+            step,
+            attempt,
+            change_set,
+        } => {
+            let mut expected = state.build.frozen_tests.clone();
+            if matches!(step, Step::Red { .. }) {
+                expected.extend(written_hashes(&change_set));
+            }
+            check_tests_on_disk(&expected, tests)?;
+            let mut s = state.clone();
+            s.build.workspace_hash = Some(*workspace_hash);
+            let done = Done::Applied {
+                step,
+                attempt,
+                workspace_hash: *workspace_hash,
+                tests: tests.clone(),
+                inverse: inverse.clone(),
+            };
+            advance(cfg, s, done)
+        }
+        Pending::Revert { then, halt: h, .. } => {
+            check_tests_on_disk(&state.build.frozen_tests, tests)?;
+            let mut s = state.clone();
+            s.build.workspace_hash = Some(*workspace_hash);
+            Ok(match h {
+                Some(esc) => halt(&mut s, esc, *then),
+                None => go(s, *then),
+            })
+        }
+        _ => Err(invariant("only an apply or a revert is applied")),
+    }
+}
+
+fn verify_completed(
+    cfg: &MachineConfig,
+    state: &State,
+    receipt: &TestRunReceipt,
+    pending: Pending,
+) -> Outcome {
+    receipt_answers(&pending, receipt)?;
+    let Pending::Verify {
+        step,
+        purpose,
+        inverse,
+        tests_after,
+        ..
+    } = pending
+    else {
+        return Err(invariant("a receipt answers a pending verify run"));
+    };
+    let mut s = state.clone();
+    let names = expected_names(&s, purpose);
+    let done = match purpose {
+        VerifyPurpose::Red => {
+            let focus = red_fails(&s, receipt, &names)?;
+            s.build.frozen_tests = tests_after;
+            Done::RedFails {
+                focus,
+                excerpt: excerpt(receipt),
+            }
+        }
+        VerifyPurpose::Green if all_pass(receipt, &names) => Done::GreenPasses,
+        VerifyPurpose::Green => Done::GreenFails {
+            step,
+            feedback: failure_feedback(receipt, &names),
+        },
+        VerifyPurpose::Refactor if all_pass(receipt, &names) => Done::RefactorKept,
+        VerifyPurpose::Refactor => Done::RefactorBroke { inverse },
+        VerifyPurpose::Deploy if all_pass(receipt, &names) => Done::DeployPasses {
+            hash: ContentHash::of(&(
+                s.schema.clone(),
+                receipt.output_digest,
+                receipt.workspace_hash,
+            )),
+        },
+        VerifyPurpose::Deploy => Done::DeployFails {
+            feedback: failure_feedback(receipt, &names),
+        },
+    };
+    s.receipts.push(Arc::new(receipt.clone()));
+    advance(cfg, s, done)
+}
+
+/// A RED is real when the new test fails (or errors) and every earlier test still passes.
+/// Returns the new test's runner name.
+fn red_fails(
+    s: &State,
+    receipt: &TestRunReceipt,
+    names: &[String],
+) -> Result<String, RuleViolation> {
+    let focus = s
+        .current_test()
+        .map(|e| e.runner_name().to_string())
+        .ok_or_else(|| invariant("a RED run has a current test entry"))?;
+    match receipt.status_of(&focus) {
+        Some(TestStatus::Failed | TestStatus::Errored) => {}
+        Some(TestStatus::Passed) => {
+            return Err(RuleViolation::RedPassedWithoutCode { test: focus });
+        }
+        Some(TestStatus::Skipped) | None => {
+            return Err(RuleViolation::RedTestNotRun { test: focus });
+        }
+    }
+    let broken: Vec<String> = names
+        .iter()
+        .filter(|n| **n != focus && receipt.status_of(n) != Some(TestStatus::Passed))
+        .cloned()
+        .collect();
+    if !broken.is_empty() {
+        return Err(RuleViolation::RedBrokeGreenTest { tests: broken });
+    }
+    Ok(focus)
+}
+
+/// The Lakebase side could not run the pending verify request or promotion: halt, and a retry
+/// issues the same request again.
+fn infra_failed(state: &State, request: RequestId, error: &InfraError, p: Pending) -> Outcome {
+    let (pending_request, step) = match &p {
+        Pending::Verify { request, .. } => (*request, describe(&p)),
+        Pending::Promote { request } => (*request, "promote".to_string()),
+        _ => return Err(invariant("only a verify run or a promotion fails so")),
+    };
+    if pending_request != request {
+        return Err(RuleViolation::ReceiptNotForRequest {
+            expected: None,
+            got: request,
+        });
+    }
+    let mut s = state.clone();
+    let esc = escalation(
+        &step,
+        EscalationReason::Infrastructure(error.fault.clone()),
+        error.detail.clone(),
+    );
+    Ok(halt(&mut s, esc, p))
+}
+
+fn promoted(
+    cfg: &MachineConfig,
+    state: &State,
+    request: RequestId,
+    report: &PromoteReport,
+) -> Outcome {
+    if report.request_id != request {
+        return Err(RuleViolation::ReceiptNotForRequest {
+            expected: Some(request),
+            got: report.request_id,
+        });
+    }
+    let planned: Vec<&str> = state
+        .schema
+        .iter()
+        .flat_map(|p| p.migrations.iter().map(|m| m.version.as_str()))
+        .collect();
+    let missing: Vec<&str> = planned
+        .iter()
+        .copied()
+        .filter(|v| {
+            !report
+                .applied
+                .iter()
+                .chain(&report.already_applied)
+                .any(|a| a == v)
+        })
+        .collect();
+    if !report.verified || !missing.is_empty() {
+        return Err(RuleViolation::PromoteUnverified {
+            detail: format!("verified={}, missing versions {missing:?}", report.verified),
+        });
+    }
+    let mut s = state.clone();
+    s.promotion = Some(report.clone());
+    advance(cfg, s, Done::Promoted)
+}
+
+/// An agent answered the pending assignment: who answered and what kind of artifact, then its
+/// content, are checked before it is kept.
 fn produced(
     cfg: &MachineConfig,
     state: &State,
@@ -419,305 +517,128 @@ fn produced(
         });
     }
     let mut s = state.clone();
-    let key = step.to_string();
-    let next = match (&step, artifact) {
+    let done = match artifact {
+        Artifact::ChangeSet(set) => accept_change_set(cfg, &mut s, &step, attempt, author, set)?,
+        Artifact::ReviewVerdict(verdict) => accept_review(&mut s, &step, author, verdict)?,
+        _ => accept_design(cfg, &mut s, &step, artifact)?,
+    };
+    s.authors.push(Arc::new((step.to_string(), author.clone())));
+    advance(cfg, s, done)
+}
+
+/// A design artifact, checked against the design so far and kept.
+fn accept_design(
+    cfg: &MachineConfig,
+    s: &mut State,
+    step: &Step,
+    artifact: &Artifact,
+) -> Result<Done, RuleViolation> {
+    let stories = || {
+        s.stories
+            .clone()
+            .ok_or_else(|| invariant("the stories are accepted before the rest of the design"))
+    };
+    Ok(match (step, artifact) {
         (Step::Stories, Artifact::Stories(stories)) => {
-            let feature_id = s.feature.as_ref().map(|f| f.id.clone()).unwrap_or_default();
-            check_stories(stories, &feature_id)?;
+            let feature = s
+                .feature
+                .as_ref()
+                .ok_or_else(|| invariant("a running machine has a feature request"))?;
+            check_stories(stories, &feature.id)?;
             s.stories = Some(Arc::new(stories.clone()));
-            {
-                let revision = s.revisions;
-                agent(&mut s, Step::Spec { revision }, 0, Vec::new())
-            }
+            Done::Stories
         }
         (Step::Spec { revision }, Artifact::Spec(spec)) => {
-            check_spec(spec, s.stories.as_ref().ok_or_else(|| missing("stories"))?)?;
+            check_spec(spec, stories()?.as_ref())?;
             s.spec = Some(Arc::new(spec.clone()));
-            agent(
-                &mut s,
-                Step::Architecture {
-                    revision: *revision,
-                },
-                0,
-                Vec::new(),
-            )
+            Done::Spec {
+                revision: *revision,
+            }
         }
         (Step::Architecture { .. }, Artifact::ArchitectureVerdict(verdict)) => match verdict {
             ArchitectureVerdict::Approve { .. } => {
                 s.architecture = Some(Arc::new(verdict.clone()));
-                agent(&mut s, Step::Schema, 0, Vec::new())
+                Done::ArchitectureApproved
             }
             ArchitectureVerdict::Revise { reasons } => {
-                if reasons.iter().all(|r| r.trim().is_empty()) {
-                    return Err(RuleViolation::InvalidArtifact {
-                        detail: "a revise verdict needs reasons".into(),
-                    });
+                check_architecture(verdict)?;
+                Done::RevisionAsked {
+                    step: step.clone(),
+                    reasons: reasons.clone(),
                 }
-                s.authors.push(Arc::new((key, author.clone())));
-                if s.revisions >= cfg.max_revisions {
-                    let esc = escalation(
-                        &step.to_string(),
-                        EscalationReason::Verdict(VerdictReason::RevisionBoundSpent),
-                        format!(
-                            "the architect asked for revisions {} times: {}",
-                            s.revisions + 1,
-                            reasons.join("; ")
-                        ),
-                    );
-                    let resume = Pending::Agent {
-                        id: AssignmentId(0),
-                        step: Step::Spec {
-                            revision: s.revisions + 1,
-                        },
-                        attempt: 0,
-                        feedback: reasons.clone(),
-                    };
-                    return Ok(halt(&mut s, esc, resume));
-                }
-                s.revisions += 1;
-                let revision = s.revisions;
-                let next = agent(&mut s, Step::Spec { revision }, 0, reasons.clone());
-                return Ok(go(s, next));
             }
         },
         (Step::Schema, Artifact::SchemaPlan(plan)) => {
-            check_schema(plan, s.stories.as_ref().ok_or_else(|| missing("stories"))?)?;
+            check_schema(plan, stories()?.as_ref())?;
             s.schema = Some(Arc::new(plan.clone()));
-            agent(&mut s, Step::TestList, 0, Vec::new())
+            Done::Schema
         }
         (Step::TestList, Artifact::TestList(list)) => {
-            check_test_list(
-                list,
-                s.stories.as_ref().ok_or_else(|| missing("stories"))?,
-                &cfg.paths,
-            )?;
+            check_test_list(list, stories()?.as_ref(), &cfg.paths)?;
             s.test_list = Some(Arc::new(list.clone()));
-            let user_facing = s
-                .stories
-                .as_ref()
-                .is_some_and(|st| st.stories.iter().any(|x| x.user_facing));
-            if user_facing {
-                agent(&mut s, Step::Ux, 0, Vec::new())
-            } else {
-                design_gate(&s)?
-            }
+            Done::TestList
         }
         (Step::Ux, Artifact::UxDesign(ux)) => {
-            check_ux(ux, s.stories.as_ref().ok_or_else(|| missing("stories"))?)?;
+            check_ux(ux, stories()?.as_ref())?;
             s.ux = Some(Arc::new(ux.clone()));
-            design_gate(&s)?
+            Done::Ux
         }
-        (Step::Red { .. }, Artifact::ChangeSet(set)) => {
-            let set = check_change_set(set, writer(&s, &step)?, &cfg.paths, &s.build.frozen_tests)?;
-            Pending::Apply {
-                step: step.clone(),
-                attempt,
-                change_set: set,
-            }
-        }
-        (
-            Step::Green { .. } | Step::Repair { .. } | Step::Refactor { .. },
-            Artifact::ChangeSet(set),
-        ) => {
-            let set = check_change_set(set, Writer::Code, &cfg.paths, &s.build.frozen_tests)?;
-            if !s.build.code_authors.contains(author) {
-                s.build.code_authors.push(author.clone());
-            }
-            if set.changes.is_empty() && matches!(step, Step::Refactor { .. }) {
-                s.authors.push(Arc::new((key, author.clone())));
-                let next = review(&mut s);
-                return Ok(go(s, next));
-            }
-            Pending::Apply {
-                step: step.clone(),
-                attempt,
-                change_set: set,
-            }
-        }
-        (Step::Review { .. }, Artifact::ReviewVerdict(verdict)) => {
-            if s.build.code_authors.iter().any(|a| a.name == author.name) {
-                return Err(RuleViolation::ReviewerIsAuthor {
-                    reviewer: author.clone(),
-                });
-            }
-            s.authors.push(Arc::new((key, author.clone())));
-            let next = match verdict {
-                ReviewVerdict::Approve { .. } => next_test(&mut s)?,
-                ReviewVerdict::ChangesRequested { reasons } => {
-                    if reasons.iter().all(|r| r.trim().is_empty()) {
-                        return Err(RuleViolation::InvalidArtifact {
-                            detail: "a change request needs reasons".into(),
-                        });
-                    }
-                    s.build.review_rounds += 1;
-                    let test = current_id(&s)?;
-                    let refactor = Step::Refactor {
-                        test,
-                        round: s.build.review_rounds,
-                    };
-                    if s.build.review_rounds > cfg.max_review_rounds {
-                        let esc = escalation(
-                            &step.to_string(),
-                            EscalationReason::Verdict(VerdictReason::ReviewBoundSpent),
-                            format!(
-                                "the review asked for changes {} times: {}",
-                                s.build.review_rounds,
-                                reasons.join("; ")
-                            ),
-                        );
-                        let resume = Pending::Agent {
-                            id: AssignmentId(0),
-                            step: refactor,
-                            attempt: 0,
-                            feedback: reasons.clone(),
-                        };
-                        return Ok(halt(&mut s, esc, observe(resume)));
-                    }
-                    observe(agent(&mut s, refactor, 0, reasons.clone()))
-                }
-            };
-            return Ok(go(s, next));
-        }
-        _ => {
-            return Err(RuleViolation::WrongArtifactKind {
-                expected: step.output_kind(),
-                got: artifact.kind(),
-            });
-        }
-    };
-    s.authors.push(Arc::new((key, author.clone())));
-    Ok(go(s, next))
+        _ => return Err(wrong_kind(step, artifact)),
+    })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn verified(
+/// A change set for a build step: RED as the Navigator writing the entry's test, the rest as
+/// code. An empty REFACTOR changes nothing and goes straight on.
+fn accept_change_set(
     cfg: &MachineConfig,
-    state: &State,
-    step: Option<Step>,
-    purpose: VerifyPurpose,
-    inverse: Option<ChangeSet>,
-    _attempt: u32,
-    tests_after: FileHashes,
-    receipt: &TestRunReceipt,
-) -> Outcome {
-    let mut s = state.clone();
-    let names = expected_names(&s, purpose);
-    match purpose {
-        VerifyPurpose::Red => {
-            let focus = s
-                .current_test()
-                .map(|e| e.runner_name().to_string())
-                .ok_or_else(|| missing("test entry"))?;
-            match receipt.status_of(&focus) {
-                Some(TestStatus::Failed | TestStatus::Errored) => {}
-                Some(TestStatus::Passed) => {
-                    return Err(RuleViolation::RedPassedWithoutCode { test: focus });
-                }
-                Some(TestStatus::Skipped) | None => {
-                    return Err(RuleViolation::RedTestNotRun { test: focus });
-                }
-            }
-            let broken: Vec<String> = names
-                .iter()
-                .filter(|n| **n != focus && receipt.status_of(n) != Some(TestStatus::Passed))
-                .cloned()
-                .collect();
-            if !broken.is_empty() {
-                return Err(RuleViolation::RedBrokeGreenTest { tests: broken });
-            }
-            s.build.frozen_tests = tests_after;
-            s.receipts.push(Arc::new(receipt.clone()));
-            let test = current_id(&s)?;
-            let feedback = vec![format!(
-                "The new test {focus} fails as it should. Make it pass without touching any test.\n{}",
-                excerpt(receipt)
-            )];
-            let next = observe(agent(&mut s, Step::Green { test }, 0, feedback));
-            Ok(go(s, next))
-        }
-        VerifyPurpose::Green => {
-            s.receipts.push(Arc::new(receipt.clone()));
-            let test = current_id(&s)?;
-            if all_pass(receipt, &names) {
-                s.build.repairs = 0;
-                let refactor = Step::Refactor {
-                    test,
-                    round: s.build.review_rounds,
-                };
-                let next = observe(agent(&mut s, refactor, 0, Vec::new()));
-                return Ok(go(s, next));
-            }
-            s.build.repairs += 1;
-            let feedback = vec![failure_feedback(receipt, &names)];
-            let repair = Step::Repair {
-                test,
-                round: s.build.repairs,
-            };
-            if s.build.repairs > cfg.max_repairs {
-                let esc = escalation(
-                    &step.map(|x| x.to_string()).unwrap_or_default(),
-                    EscalationReason::Verdict(VerdictReason::RepairBoundSpent),
-                    format!(
-                        "GREEN still fails after {} repair rounds: {}",
-                        cfg.max_repairs,
-                        feedback.join(" ")
-                    ),
-                );
-                let resume = Pending::Agent {
-                    id: AssignmentId(0),
-                    step: repair,
-                    attempt: 0,
-                    feedback,
-                };
-                return Ok(halt(&mut s, esc, observe(resume)));
-            }
-            let next = observe(agent(&mut s, repair, 0, feedback));
-            Ok(go(s, next))
-        }
-        VerifyPurpose::Refactor => {
-            s.receipts.push(Arc::new(receipt.clone()));
-            if all_pass(receipt, &names) {
-                let next = review(&mut s);
-                return Ok(go(s, next));
-            }
-            // The refactor broke something: drop it, keep the green code, go on to review.
-            let next = review(&mut s);
-            match inverse {
-                Some(change_set) => Ok(go(
-                    s,
-                    Pending::Revert {
-                        change_set,
-                        then: Box::new(next),
-                        halt: None,
-                    },
-                )),
-                None => Ok(go(s, next)),
+    s: &mut State,
+    step: &Step,
+    attempt: u32,
+    author: &ActorId,
+    set: &ChangeSet,
+) -> Result<Done, RuleViolation> {
+    let change_set = check_change_set(set, writer(s, step)?, &cfg.paths, &s.build.frozen_tests)?;
+    if !matches!(step, Step::Red { .. }) && !s.build.code_authors.contains(author) {
+        s.build.code_authors.push(author.clone());
+    }
+    if change_set.changes.is_empty() && matches!(step, Step::Refactor { .. }) {
+        return Ok(Done::RefactorKept);
+    }
+    Ok(Done::ChangeAccepted {
+        step: step.clone(),
+        attempt,
+        change_set,
+    })
+}
+
+/// A review verdict, from anyone but an author of the code under review.
+fn accept_review(
+    s: &mut State,
+    step: &Step,
+    author: &ActorId,
+    verdict: &ReviewVerdict,
+) -> Result<Done, RuleViolation> {
+    if s.build.code_authors.iter().any(|a| a.name == author.name) {
+        return Err(RuleViolation::ReviewerIsAuthor {
+            reviewer: author.clone(),
+        });
+    }
+    Ok(match verdict {
+        ReviewVerdict::Approve { .. } => Done::ReviewApproved,
+        ReviewVerdict::ChangesRequested { reasons } => {
+            check_review(verdict)?;
+            Done::ChangesRequested {
+                step: step.clone(),
+                reasons: reasons.clone(),
             }
         }
-        VerifyPurpose::Deploy => {
-            s.receipts.push(Arc::new(receipt.clone()));
-            if !all_pass(receipt, &names) {
-                let esc = escalation(
-                    "deploy",
-                    EscalationReason::Verdict(VerdictReason::TestsRed),
-                    failure_feedback(receipt, &names),
-                );
-                let resume = observe(deploy_verify(&mut s));
-                return Ok(halt(&mut s, esc, resume));
-            }
-            let hash = ContentHash::of(&(
-                s.schema.clone(),
-                receipt.output_digest,
-                receipt.workspace_hash,
-            ));
-            Ok(go(
-                s,
-                Pending::Gate {
-                    gate: GateKind::Promote,
-                    hash,
-                },
-            ))
-        }
+    })
+}
+
+fn wrong_kind(step: &Step, artifact: &Artifact) -> RuleViolation {
+    RuleViolation::WrongArtifactKind {
+        expected: step.output_kind(),
+        got: artifact.kind(),
     }
 }
 
@@ -759,7 +680,7 @@ fn refused(
         (_, pending) => {
             let esc = escalation(
                 &describe(&pending),
-                EscalationReason::Verdict(VerdictReason::RuleViolated),
+                halt_reason(violation),
                 violation.to_string(),
             );
             Ok(halt(&mut s, esc, pending))
@@ -767,14 +688,14 @@ fn refused(
     }
 }
 
-/// The agent of `step` tries again with `feedback` (attempt + 1), after `revert` is undone;
+/// The agent of `step` tries again with `feedback` (attempt + 1), after `undo` is undone;
 /// past the retry bound the run halts instead, with the violation as the reason.
 fn retry_agent(
     cfg: &MachineConfig,
     s: &mut State,
     step: Step,
     attempt: u32,
-    revert: Option<ChangeSet>,
+    undo: Option<ChangeSet>,
     violation: &RuleViolation,
     feedback: String,
 ) -> (State, Vec<Command>) {
@@ -786,12 +707,7 @@ fn retry_agent(
         format!("refused {} time(s); last: {violation}", attempt + 1),
     );
     let again = if exhausted {
-        Pending::Agent {
-            id: AssignmentId(0),
-            step: step.clone(),
-            attempt: 0,
-            feedback: feedback.clone(),
-        }
+        resume_agent(s, step.clone(), feedback)
     } else {
         agent(s, step.clone(), attempt + 1, feedback)
     };
@@ -801,15 +717,8 @@ fn retry_agent(
     } else {
         again
     };
-    match (revert, exhausted) {
-        (Some(change_set), exhausted) => go(
-            s,
-            Pending::Revert {
-                change_set,
-                then: Box::new(again),
-                halt: exhausted.then_some(esc),
-            },
-        ),
+    match (undo, exhausted) {
+        (Some(change_set), exhausted) => go(s, revert(change_set, again, exhausted.then_some(esc))),
         (None, true) => halt(&mut s, esc, again),
         (None, false) => go(s, again),
     }
@@ -823,7 +732,7 @@ fn apply_denied(
     state: &State,
     pending: Pending,
     violation: &RuleViolation,
-    resolved: &std::collections::BTreeMap<String, String>,
+    resolved: &BTreeMap<String, String>,
 ) -> Outcome {
     let mut s = state.clone();
     let Pending::Apply { step, attempt, .. } = &pending else {
@@ -832,7 +741,7 @@ fn apply_denied(
     if violation.remedy() != Remedy::RetryAgent {
         let esc = escalation(
             &describe(&pending),
-            EscalationReason::Verdict(VerdictReason::RuleViolated),
+            halt_reason(violation),
             violation.to_string(),
         );
         return Ok(halt(&mut s, esc, pending));
@@ -868,7 +777,10 @@ fn apply_denied(
 fn writer<'a>(s: &'a State, step: &Step) -> Result<Writer<'a>, RuleViolation> {
     Ok(match step {
         Step::Red { .. } => Writer::Red {
-            must_write: &s.current_test().ok_or_else(|| missing("test entry"))?.path,
+            must_write: &s
+                .current_test()
+                .ok_or_else(|| invariant("a RED has a current test entry"))?
+                .path,
         },
         _ => Writer::Code,
     })
@@ -892,11 +804,23 @@ pub(super) fn check_resolved(
     }
 }
 
+/// Whose fault a halt on `violation` is: a broken invariant is Consort's own, any other rule
+/// the work's.
+fn halt_reason(violation: &RuleViolation) -> EscalationReason {
+    match violation {
+        RuleViolation::Invariant { .. } => {
+            EscalationReason::Infrastructure(InfraFault::InvariantBroken)
+        }
+        _ => EscalationReason::Verdict(VerdictReason::RuleViolated),
+    }
+}
+
 fn gate_decision(
+    cfg: &MachineConfig,
     state: &State,
     gate: GateKind,
     hash: ContentHash,
-    approval: &crate::GateApproval,
+    approval: &GateApproval,
 ) -> Outcome {
     if approval.gate != gate {
         return Err(RuleViolation::GateNotPending {
@@ -920,97 +844,15 @@ fn gate_decision(
         return Ok(halt(&mut s, esc, Pending::Gate { gate, hash }));
     }
     s.approvals.push(approval.clone());
-    let next = match gate {
+    let done = match gate {
         GateKind::Design => {
             s.frozen = Some(Frozen { hash });
-            s.build = Default::default();
-            let test = current_id(&s)?;
-            observe(agent(&mut s, Step::Red { test }, 0, Vec::new()))
+            Done::DesignApproved
         }
-        GateKind::Deploy => Pending::Observe {
-            then: Box::new(deploy_verify(&mut s)),
-        },
-        GateKind::Promote => {
-            let request = next_request(&mut s);
-            Pending::Observe {
-                then: Box::new(Pending::Promote { request }),
-            }
-        }
+        GateKind::Deploy => Done::DeployApproved,
+        GateKind::Promote => Done::PromoteApproved,
     };
-    Ok(go(s, next))
-}
-
-fn design_gate(s: &State) -> Result<Pending, RuleViolation> {
-    let bundle = s.design_bundle().ok_or_else(|| missing("design bundle"))?;
-    Ok(Pending::Gate {
-        gate: GateKind::Design,
-        hash: bundle.hash(),
-    })
-}
-
-fn review(s: &mut State) -> Pending {
-    let test = s.current_test().map(|e| e.id.clone()).unwrap_or_default();
-    observe(agent(
-        s,
-        Step::Review {
-            test,
-            round: s.build.review_rounds,
-        },
-        0,
-        Vec::new(),
-    ))
-}
-
-fn next_test(s: &mut State) -> Result<Pending, RuleViolation> {
-    s.build.completed += 1;
-    s.build.current += 1;
-    s.build.code_authors.clear();
-    s.build.repairs = 0;
-    s.build.review_rounds = 0;
-    if s.current_test().is_some() {
-        let test = current_id(s)?;
-        return Ok(observe(agent(s, Step::Red { test }, 0, Vec::new())));
-    }
-    let evidence = s
-        .release_evidence()
-        .ok_or_else(|| missing("release evidence"))?;
-    Ok(Pending::Gate {
-        gate: GateKind::Deploy,
-        hash: ContentHash::of(&evidence),
-    })
-}
-
-fn deploy_verify(s: &mut State) -> Pending {
-    Pending::Verify {
-        request: next_request(s),
-        step: None,
-        purpose: VerifyPurpose::Deploy,
-        workspace_hash: s.build.workspace_hash.unwrap_or(ContentHash::of_bytes(b"")),
-        inverse: None,
-        attempt: 0,
-        tests_after: s.build.frozen_tests.clone(),
-    }
-}
-
-fn agent(s: &mut State, step: Step, attempt: u32, feedback: Vec<String>) -> Pending {
-    s.next_assignment += 1;
-    Pending::Agent {
-        id: AssignmentId(s.next_assignment),
-        step,
-        attempt,
-        feedback,
-    }
-}
-
-fn next_request(s: &mut State) -> crate::RequestId {
-    s.next_request += 1;
-    crate::RequestId(s.next_request)
-}
-
-fn observe(then: Pending) -> Pending {
-    Pending::Observe {
-        then: Box::new(then),
-    }
+    advance(cfg, s, done)
 }
 
 fn go(mut s: State, next: Pending) -> (State, Vec<Command>) {
@@ -1026,27 +868,6 @@ fn halt(s: &mut State, escalation: Escalation, resume: Pending) -> (State, Vec<C
         resume: Box::new(resume),
     };
     (s.clone(), vec![Command::Escalate { escalation }])
-}
-
-fn escalation(step: &str, reason: EscalationReason, detail: String) -> Escalation {
-    Escalation {
-        step: step.to_string(),
-        reason,
-        detail,
-    }
-}
-
-fn missing(what: &str) -> RuleViolation {
-    RuleViolation::StepOutOfOrder {
-        expected: format!("{what} first"),
-        got: "a later step".into(),
-    }
-}
-
-fn current_id(s: &State) -> Result<String, RuleViolation> {
-    s.current_test()
-        .map(|e| e.id.clone())
-        .ok_or_else(|| missing("a test entry"))
 }
 
 /// Runner names of the tests that must pass: all entries up to the current one (all for deploy).
@@ -1179,13 +1000,11 @@ pub(super) fn command_for(s: &State, p: &Pending) -> Option<Command> {
             gate: *gate,
             hash: *hash,
         },
+        // No schema plan at promotion is a state no lifecycle reaches: no command (the
+        // conductor stops with `NoPendingCommand`) rather than promoting nothing.
         Pending::Promote { request } => Command::Promote {
             request: *request,
-            migrations: s
-                .schema
-                .as_ref()
-                .map(|p| p.migrations.clone())
-                .unwrap_or_default(),
+            migrations: s.schema.as_ref()?.migrations.clone(),
         },
     })
 }
