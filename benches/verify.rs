@@ -25,8 +25,8 @@ use consort::actors::{
 use consort::lakebase::SandboxMode;
 use consort::lakebase::runner::EnvPolicy;
 use consort::lakebase::{
-    BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedConfig, EmbeddedPostgres,
-    EmbeddedProvider, PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, TestRunner, Verifier,
+    BaseSpec, BranchPool, BranchProvider, ConnectInfo, PoolConfig, PsqlRunner, PsqlRunnerConfig,
+    RunContext, TestRunner, Verifier,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
@@ -196,14 +196,8 @@ fn bench(c: &mut Criterion) {
     work_tree(dir.path());
     let runner = Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
     let (cluster, verifier, standing_lease, standing) = rt.block_on(async {
-        let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-            .await
-            .expect("embedded cluster");
-        let provider: Arc<dyn BranchProvider> = Arc::new(
-            EmbeddedProvider::new(cluster.clone())
-                .await
-                .expect("provider"),
-        );
+        let cluster = consort_testkit::cluster::cluster().await;
+        let provider: Arc<dyn BranchProvider> = consort_testkit::cluster::provider().await;
         let pool = BranchPool::new(
             provider.clone(),
             PoolConfig {

@@ -6,16 +6,18 @@
 //! The fixture is a small feature (one story, two SQL tests, one migration) answered honestly by
 //! `tests/fixtures/discipline/script.toml`; each case replaces one or a few answers with a cheat
 //! (a script entry, or a small agent for a cheat a script cannot express) and keeps everything
-//! else honest, so a refusal can only come from the cheat. The cases run in order in one test
-//! (they share one embedded cluster; each has its own work tree and ledger), and the target ends
-//! with one summary line: `discipline: N of N cheats refused`.
+//! else honest, so a refusal can only come from the cheat. Each case is its own test (a
+//! `libtest-mimic` trial: `cargo test --test discipline -- case_07` runs case 7 alone); they
+//! share one embedded cluster, each has its own work tree and ledger, and the target ends with
+//! one summary line: `discipline: N of N cheats refused` (N: the cases that ran).
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use consort::actors::conductor::{
@@ -28,20 +30,24 @@ use consort::actors::{
     ActorId, AgentFailure, Artifact, ArtifactKind, Assignment, Conductor, ConductorConfig,
     ConductorError, Confinement, ContentHash, DesignBundle, Escalation, EscalationReason, Event,
     ExitRecord, FeatureRequest, GateApproval, GateDecision, GateKind, Machine, MachineConfig,
-    PathError, Pending, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings, Step,
-    TestList, TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose, Wiring,
+    PathError, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings, Step, TestList,
+    TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose, Wiring,
     WriteProblem,
 };
 use consort::agents::{Agent, AgentOutput, BoxFuture, RoleArgs, Script, ScriptEntry, spawn_role};
 use consort::lakebase::{
-    BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedCluster, EmbeddedConfig,
-    EmbeddedPostgres, EmbeddedProvider, LakebaseActor, LakebaseArgs, PoolConfig, PsqlRunner,
-    PsqlRunnerConfig, SandboxMode, TestRunner,
+    BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs, PoolConfig,
+    PsqlRunner, PsqlRunnerConfig, SandboxMode, TestRunner,
 };
 use consort::{
     ApproveAs, Approver, Ensemble, EnsembleBuilder, EnsembleError, RunOutcome, RunReport,
     StopAtGates,
 };
+use consort_testkit::assert::{
+    Seen, accepted_greens, accepted_receipts, annotate, answered, assert_replays, denials, halted,
+    is_rule_violation, refusals, verifications,
+};
+use libtest_mimic::{Failed, Trial};
 
 /// The honest answers of every role.
 const HONEST: &str = include_str!("fixtures/discipline/script.toml");
@@ -54,10 +60,10 @@ const CODE: &str = "src/items.sql";
 const CASE_LIMIT: Duration = Duration::from_secs(180);
 
 // ------------------------------------------------------------------------------------------------
-// The world every case shares: one embedded cluster and the honest script.
+// The world of a case: a provider on the binary's shared embedded cluster and the honest
+// script.
 
 struct World {
-    cluster: Arc<EmbeddedCluster>,
     provider: Arc<dyn BranchProvider>,
     honest: Script,
 }
@@ -261,6 +267,20 @@ impl Case {
             .collect()
     }
 
+    /// Runs `builder` once and reads the ledger back: the report, the events and each event
+    /// with what was pending. The ledger alone must rebuild the state the run ended in.
+    async fn run(
+        &self,
+        builder: EnsembleBuilder,
+        cfg: &MachineConfig,
+    ) -> (RunReport, Vec<Event>, Vec<Seen>) {
+        let report = run_once(builder).await;
+        let events = self.events();
+        let seen = annotate(&events, cfg);
+        assert_replays(&events, cfg, &report.state);
+        (report, events, seen)
+    }
+
     fn file(&self, rel: &str) -> Option<String> {
         std::fs::read_to_string(self.work.join(rel)).ok()
     }
@@ -289,124 +309,20 @@ impl Case {
     }
 }
 
+/// The escalation of a run that halted at `step` for a broken rule.
+fn halted_for_rule(report: &RunReport, step: &str) -> Escalation {
+    let esc = halted(report);
+    assert_eq!(esc.step, step);
+    assert!(is_rule_violation(&esc), "{esc:?}");
+    esc
+}
+
 /// Builds, runs once and shuts down.
 async fn run_once(builder: EnsembleBuilder) -> RunReport {
     let ensemble = builder.build().await.expect("the ensemble starts");
     let report = ensemble.run().await.expect("the run returns a report");
     ensemble.shutdown().await;
     report
-}
-
-fn halted(report: &RunReport) -> Escalation {
-    match &report.outcome {
-        RunOutcome::Halted { escalation } => escalation.clone(),
-        other => panic!("expected a halt, the run ended {other:?}"),
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
-// Reading the ledger: each event with what the machine was waiting for when it arrived, and
-// whether the machine accepted it.
-
-struct Seen {
-    pending: Option<Pending>,
-    event: Event,
-    accepted: bool,
-}
-
-fn annotate(events: &[Event], cfg: &MachineConfig) -> Vec<Seen> {
-    let machine = Machine::new(cfg.clone());
-    let mut state = consort::actors::State::default();
-    let mut out = Vec::with_capacity(events.len());
-    for event in events {
-        let pending = state.pending.clone();
-        let accepted = match machine.step(&state, event) {
-            Ok((next, _)) => {
-                state = next;
-                true
-            }
-            Err(_) => false,
-        };
-        out.push(Seen {
-            pending,
-            event: event.clone(),
-            accepted,
-        });
-    }
-    out
-}
-
-/// Every refusal recorded in the ledger, in order.
-fn refusals(events: &[Event]) -> Vec<RuleViolation> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Refused { violation } => Some(violation.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Receipts the machine accepted, with the purpose of the run.
-fn accepted_receipts(seen: &[Seen]) -> Vec<(VerifyPurpose, TestRunReceipt)> {
-    seen.iter()
-        .filter_map(|s| match (&s.pending, &s.event, s.accepted) {
-            (Some(Pending::Verify { purpose, .. }), Event::VerifyCompleted { receipt }, true) => {
-                Some((*purpose, receipt.clone()))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// Every verification that came back, accepted or not, with its purpose.
-fn verifications(seen: &[Seen]) -> Vec<(VerifyPurpose, TestRunReceipt)> {
-    seen.iter()
-        .filter_map(|s| match (&s.pending, &s.event) {
-            (Some(Pending::Verify { purpose, .. }), Event::VerifyCompleted { receipt }) => {
-                Some((*purpose, receipt.clone()))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// The steps agents answered, as keys, with whether the answer was accepted.
-fn answered(seen: &[Seen]) -> Vec<(String, bool)> {
-    seen.iter()
-        .filter_map(|s| match (&s.pending, &s.event) {
-            (Some(Pending::Agent { step, .. }), Event::Produced { .. }) => {
-                Some((step.to_string(), s.accepted))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// The ledger alone rebuilds the state the run ended in: the refusal and the halt are on record.
-fn assert_replays(events: &[Event], cfg: &MachineConfig, state: &consort::actors::State) {
-    assert_eq!(
-        &Machine::new(cfg.clone()).replay(events),
-        state,
-        "replaying the ledger rebuilds the final state"
-    );
-}
-
-fn is_rule_violation(e: &Escalation) -> bool {
-    e.reason == EscalationReason::Verdict(VerdictReason::RuleViolated)
-}
-
-/// The GREEN-side runs (GREEN, repair, refactor) that the machine accepted as all-passing.
-fn accepted_greens(seen: &[Seen]) -> Vec<TestRunReceipt> {
-    accepted_receipts(seen)
-        .into_iter()
-        .filter(|(p, r)| {
-            matches!(p, VerifyPurpose::Green | VerifyPurpose::Refactor)
-                && r.exit.success()
-                && r.outcomes.iter().all(|o| o.status == TestStatus::Passed)
-        })
-        .map(|(_, r)| r)
-        .collect()
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -432,14 +348,11 @@ async fn frozen_test_edited_in_green(world: &World) -> String {
         path = "tests/t1_add_item.sql"
         content = "SELECT 1; -- the test now asks nothing\n"
     "#;
-    let report = run_once(case.ensemble(world, cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
+        .await;
 
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "green/T1");
     let want = RuleViolation::FrozenTestModified { path: T1.into() };
     assert_eq!(
         refusals(&events),
@@ -489,14 +402,11 @@ async fn test_deleted_or_renamed(world: &World) -> String {
         op = "delete"
         path = "tests/t1_add_item.sql"
     "#;
-    let report = run_once(case.ensemble(world, cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
+        .await;
 
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "green/T1");
     let want = RuleViolation::FrozenTestModified { path: T1.into() };
     assert_eq!(
         refusals(&events),
@@ -545,14 +455,11 @@ async fn new_test_file_from_the_driver(world: &World) -> String {
         content = "SELECT 2;\n"
     "#
     );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
 
-    let esc = halted(&report);
-    assert_eq!(esc.step, "refactor/T1/0");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "refactor/T1/0");
     let helper = RuleViolation::TouchesTests {
         path: "tests/t1_helper.sql".into(),
     };
@@ -587,14 +494,11 @@ async fn red_that_already_passes(world: &World) -> String {
         path = "tests/t1_add_item.sql"
         content = "-- S1-AC1\nSELECT 1;\n"
     "#;
-    let report = run_once(case.ensemble(world, cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
+        .await;
 
-    let esc = halted(&report);
-    assert_eq!(esc.step, "red/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "red/T1");
     let want = RuleViolation::RedPassedWithoutCode { test: T1.into() };
     assert_eq!(refusals(&events), vec![want.clone(), want]);
     // Both runs really happened and really passed; neither was accepted.
@@ -639,14 +543,11 @@ INSERT INTO items (sku, qty) VALUES ('A-1', 1);
 '''
     "#
     );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
 
-    let esc = halted(&report);
-    assert_eq!(esc.step, "red/T2");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "red/T2");
     let want = RuleViolation::RedBrokeGreenTest {
         tests: vec![T1.into()],
     };
@@ -704,13 +605,8 @@ async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
             honest: Cheating::new(Role::Driver, &script(""), &world.honest),
         },
     );
-    let report = run_once(builder).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    let (report, events, seen) = case.run(builder, &cfg).await;
+    halted_for_rule(&report, "green/T1");
     let failures: Vec<&AgentFailure> = events
         .iter()
         .filter_map(|e| match e {
@@ -761,9 +657,7 @@ async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
     let events = case.events();
     let seen = annotate(&events, &cfg);
     assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "green/T1");
     assert_eq!(
         refusals(&events),
         vec![
@@ -847,9 +741,7 @@ async fn author_reviews_own_code(world: &World) -> String {
     let events = case.events();
     let seen = annotate(&events, &cfg);
     assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "review/T1/0");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "review/T1/0");
     assert_eq!(
         refusals(&events),
         vec![RuleViolation::ReviewerIsAuthor {
@@ -994,12 +886,8 @@ async fn design_changed_after_approval(world: &World) -> String {
     .expect("tamper with the design");
     let approved_len = case.events().len();
 
-    let report = run_once(case.ensemble(world, "", cfg.clone())).await;
-    let events = case.events();
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert!(is_rule_violation(&esc), "{esc:?}");
-    assert_eq!(esc.step, "observe before red/T1");
+    let (report, events, _) = case.run(case.ensemble(world, "", cfg.clone()), &cfg).await;
+    halted_for_rule(&report, "observe before red/T1");
     assert_eq!(
         refusals(&events),
         vec![RuleViolation::DesignHashMismatch {
@@ -1190,14 +1078,11 @@ async fn writes_outside_the_work_tree(world: &World) -> String {
     "#,
         absolute.display()
     );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
 
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "green/T1");
     let got = refusals(&events);
     assert_eq!(got.len(), 3, "{got:?}");
     assert!(
@@ -1251,14 +1136,9 @@ async fn test_edited_on_disk_before_the_run(world: &World) -> String {
             honest: Cheating::new(Role::Driver, &script(""), &world.honest),
         },
     );
-    let report = run_once(builder).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case.run(builder, &cfg).await;
 
-    let esc = halted(&report);
-    assert!(is_rule_violation(&esc), "{esc:?}");
-    assert_eq!(esc.step, "apply green/T1");
+    halted_for_rule(&report, "apply green/T1");
     assert_eq!(
         refusals(&events),
         vec![RuleViolation::FrozenTestModified { path: T1.into() }]
@@ -1361,10 +1241,9 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
     let cheats = format!(
         "[[entry]]\nstep = \"green/T1\"\n{wrong}\n[[entry]]\nstep = \"repair/T1/*\"\n{wrong}"
     );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
 
     let esc = halted(&report);
     assert_eq!(
@@ -1457,10 +1336,12 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
     for (format, runner) in [("TAP", tap), ("JUnit", junit)] {
         let case = Case::new();
         let runner: Arc<dyn TestRunner> = Arc::new(CommandRunner::new(runner));
-        let report = run_once(case.ensemble(world, cheats, cfg.clone()).runner(runner)).await;
-        let events = case.events();
-        let seen = annotate(&events, &cfg);
-        assert_replays(&events, &cfg, &report.state);
+        let (report, _, seen) = case
+            .run(
+                case.ensemble(world, cheats, cfg.clone()).runner(runner),
+                &cfg,
+            )
+            .await;
         let esc = halted(&report);
         assert_eq!(
             esc.reason,
@@ -1494,17 +1375,6 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
 // ------------------------------------------------------------------------------------------------
 // Cases 15-18: paths judged by what they reach, version-control metadata, caches, and paths the
 // file system refuses.
-
-/// Every change set the conductor did not apply (`ApplyDenied`), with its violation, in order.
-fn denials(events: &[Event]) -> Vec<RuleViolation> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::ApplyDenied { violation, .. } => Some(violation.clone()),
-            _ => None,
-        })
-        .collect()
-}
 
 /// A GREEN change set for T1 at one attempt, as a cheat-script entry: the honest code first
 /// (so a refusal can only come from the rest), then `(path, content)` writes.
@@ -1560,13 +1430,10 @@ async fn write_through_a_link(world: &World) -> String {
         green_cheat(world, 2, &[("src/link/t9_mine.sql", "SELECT 1;")]),
     ]
     .concat();
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
+    halted_for_rule(&report, "green/T1");
     assert!(refusals(&events).is_empty(), "spelled, every path was code");
     assert_eq!(
         denials(&events),
@@ -1618,13 +1485,10 @@ async fn write_through_a_link(world: &World) -> String {
         content = "-- code from the Navigator\n"
     "#
     );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "red/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
+    halted_for_rule(&report, "red/T1");
     let want = RuleViolation::NonTestInRed { path: CODE.into() };
     assert_eq!(denials(&events), vec![want.clone(), want]);
     assert!(verifications(&seen).is_empty(), "nothing ran");
@@ -1651,13 +1515,10 @@ async fn writes_version_control_metadata(world: &World) -> String {
         green_cheat(world, 2, &[("vendor/lib/.git/config", "[core]\\n")]),
     ]
     .concat();
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
+    halted_for_rule(&report, "green/T1");
     assert_eq!(
         refusals(&events),
         vec![
@@ -1705,10 +1566,9 @@ async fn writes_into_a_cache(world: &World) -> String {
         green_cheat(world, 1, &[("sub/target/items.sql", "SELECT 1;")]),
     ]
     .concat();
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
     let esc = halted(&report);
     assert_eq!(
         esc.step, "green/T1",
@@ -1764,10 +1624,9 @@ async fn paths_the_file_system_refuses(world: &World) -> String {
         ),
     ]
     .concat();
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
     let esc = halted(&report);
     assert_eq!(
         esc.step, "green/T1",
@@ -2037,10 +1896,12 @@ async fn judged_red(
 ) -> (Case, Vec<TestRunReceipt>) {
     let case = Case::new();
     let cfg = machine(1, 1);
-    let report = run_once(case.ensemble(world, cheats, cfg.clone()).runner(runner)).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, _, seen) = case
+        .run(
+            case.ensemble(world, cheats, cfg.clone()).runner(runner),
+            &cfg,
+        )
+        .await;
     let esc = halted(&report);
     assert_eq!(
         esc.reason,
@@ -2182,10 +2043,7 @@ async fn run_that_changes_the_tree(world: &World) -> String {
         .ensemble(world, &cheats, cfg.clone())
         .runner(shell_suite())
         .sandbox(SandboxMode::Off);
-    let report = run_once(builder).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case.run(builder, &cfg).await;
     let esc = halted(&report);
     assert!(esc.step.contains("T1"), "{}", esc.step);
     assert!(is_rule_violation(&esc), "{esc:?}");
@@ -2265,106 +2123,101 @@ async fn run_case(number: usize, world: &World) -> String {
     }
 }
 
-#[test]
-fn every_cheat_is_refused() {
+fn main() -> ExitCode {
+    let mut args = libtest_mimic::Arguments::from_args();
+    // The cases ran one after the other before they were trials; they still do unless asked.
+    args.test_threads = args.test_threads.or(Some(1));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(Mutex::new(Vec::new()));
+    let mut trials: Vec<Trial> = CASES
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (ran, refused) = (ran.clone(), refused.clone());
+            Trial::test(trial_name(name), move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+                let started = Instant::now();
+                let what = in_world(name, move |world| Box::pin(run_case(i + 1, world)))?;
+                let secs = started.elapsed().as_secs_f64();
+                lock(&refused).push((i, format!("case {name}: refused in {secs:.1} s — {what}")));
+                Ok(())
+            })
+        })
+        .collect();
+    trials.push(Trial::test(
+        "control_the_honest_fixture_runs_to_done",
+        || in_world("control", |world| Box::pin(honest_run_finishes(world))),
+    ));
+    let conclusion = libtest_mimic::run(&args, trials);
+    if !args.list {
+        if let Err(e) = consort_testkit::cluster::stop() {
+            println!("the shared cluster did not stop: {e}");
+        }
+        let mut refused = lock(&refused).clone();
+        refused.sort();
+        let ran = ran.load(Ordering::SeqCst);
+        let mut out = std::io::stdout().lock();
+        for (_, line) in &refused {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = writeln!(out, "discipline: {} of {ran} cheats refused", refused.len());
+        let _ = out.flush();
+    }
+    conclusion.exit_code()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A case's trial name: `case_01_frozen_test_edited_in_green` (filter with any part of it).
+fn trial_name(case: &str) -> String {
+    let (number, title) = case.split_once(' ').unwrap_or(("0", case));
+    let words: String = title
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut name = format!("case_{:0>2}_", number);
+    for w in words.split('_').filter(|w| !w.is_empty()) {
+        if !name.ends_with('_') {
+            name.push('_');
+        }
+        name.push_str(w);
+    }
+    name
+}
+
+type CaseFuture<'w, T> = std::pin::Pin<Box<dyn Future<Output = T> + 'w>>;
+
+/// Runs one case on its own runtime against the binary's shared cluster, within
+/// [`CASE_LIMIT`] (a conductor that loops is a failed case, not a hang).
+fn in_world<T>(
+    name: &str,
+    case: impl for<'w> FnOnce(&'w World) -> CaseFuture<'w, T>,
+) -> Result<T, Failed> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .expect("runtime");
+        .map_err(|e| Failed::from(format!("runtime: {e}")))?;
     rt.block_on(async {
         let started = Instant::now();
-        let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-            .await
-            .expect("the embedded cluster starts");
-        let provider: Arc<dyn BranchProvider> = Arc::new(
-            EmbeddedProvider::new(cluster.clone())
-                .await
-                .expect("provider"),
-        );
         let world = World {
-            cluster,
-            provider,
+            provider: consort_testkit::cluster::dyn_provider().await,
             honest: Script::from_toml_str(HONEST).expect("the honest script parses"),
         };
-
-        let total = CASES.len();
-        let mut refused = 0usize;
-        let mut failed = Vec::new();
-        for (i, name) in CASES.into_iter().enumerate() {
-            let t = Instant::now();
-            // A panic (a failed assertion) in one case must not stop the others.
-            let outcome = tokio::time::timeout(
-                CASE_LIMIT,
-                CatchUnwind {
-                    inner: Box::pin(run_case(i + 1, &world)),
-                },
-            )
-            .await;
-            let secs = t.elapsed().as_secs_f64();
-            match outcome {
-                Ok(Ok(what)) => {
-                    refused += 1;
-                    println!("case {name}: refused in {secs:.1} s — {what}");
-                }
-                Ok(Err(panic)) => {
-                    let msg = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_default();
-                    println!("case {name}: NOT REFUSED ({secs:.1} s): {msg}");
-                    failed.push(name);
-                }
-                Err(_) => {
-                    println!("case {name}: NOT REFUSED: no outcome within {CASE_LIMIT:?}");
-                    failed.push(name);
-                }
-            }
-        }
-        let control = tokio::time::timeout(
-            CASE_LIMIT,
-            CatchUnwind {
-                inner: Box::pin(honest_run_finishes(&world)),
-            },
-        )
-        .await;
-        let control_ok = matches!(control, Ok(Ok(())));
-        println!(
-            "control (the honest fixture runs to done): {}",
-            if control_ok { "ok" } else { "FAILED" }
-        );
-        world.cluster.stop().expect("the cluster stops");
-        println!("all cases in {:.1} s", started.elapsed().as_secs_f64());
-        // The summary line goes straight to stdout, past the test harness's capture.
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "discipline: {refused} of {total} cheats refused");
-        let _ = out.flush();
-        assert!(failed.is_empty(), "cheats not refused: {failed:?}");
-        assert!(control_ok, "the honest fixture must run to done");
-    });
-}
-
-/// Catches a panic of the wrapped future (a failed assertion in a case), so one case that
-/// fails does not stop the others.
-struct CatchUnwind<F> {
-    inner: F,
-}
-
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let inner = &mut self.get_mut().inner;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            std::pin::Pin::new(&mut *inner).poll(cx)
-        })) {
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
-            Err(panic) => std::task::Poll::Ready(Err(panic)),
-        }
-    }
+        let outcome = tokio::time::timeout(CASE_LIMIT, case(&world)).await;
+        let secs = started.elapsed().as_secs_f64();
+        outcome.map_err(|_| {
+            Failed::from(format!(
+                "{name}: NOT REFUSED: no outcome within {CASE_LIMIT:?} ({secs:.1} s)"
+            ))
+        })
+    })
 }

@@ -1,12 +1,9 @@
 //! The role actor: kinds, identity, roles, time limits, crashes, one assignment at a time.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::assignment;
 use consort_actors::{
     ActorId, AgentFailure, Artifact, ArtifactKind, Assignment, ChangeSet, ExitRecord, FileChange,
     RequestId, Role, RoleMsg, RunTimings, TestList, TestRunReceipt,
@@ -14,6 +11,7 @@ use consort_actors::{
 use consort_agents::{
     Agent, AgentOutput, BoxFuture, RoleArgs, assign, identify, spawn_role, spawn_role_linked,
 };
+use consort_testkit::artifacts::assignment;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::mpsc;
 

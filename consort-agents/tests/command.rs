@@ -1,19 +1,17 @@
 //! The external-command backend, with real `sh` scripts as agents.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::assignment;
 use consort_actors::{
     ActorId, AgentFailure, Artifact, Assignment, ChangeSet, FileChange, ReviewVerdict, Role,
 };
 use consort_agents::{
     CommandConfig, CommandError, ExternalCommandAgent, RoleArgs, assign, spawn_role,
 };
+use consort_testkit::artifacts::assignment;
 
 /// Writes an executable `sh` script into `dir` and returns its path.
 fn script(dir: &Path, name: &str, body: &str) -> String {

@@ -1,15 +1,14 @@
 //! The OpenAI-compatible backend, driven through a role actor, against a loopback server.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Reply, assignment, green_answer, ok, start_stub};
 use consort_actors::{ActorId, AgentFailure, Artifact, ChangeSet, FileChange, Role};
 use consort_agents::{
     Agent, ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, assign, spawn_role,
 };
+use consort_testkit::artifacts::assignment;
+use consort_testkit::model::{Reply, green_answer, ok, start_stub};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-0123456789abcdef";
@@ -249,8 +248,9 @@ async fn a_refused_connection_is_model_unavailable() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn rate_limits_are_retried_after_the_delay_the_server_asks_for() {
-    let capture = common::Capture::default();
-    let _guard = tracing::subscriber::set_default(common::capturing_subscriber(&capture));
+    let capture = consort_testkit::logs::Capture::default();
+    let _guard =
+        tracing::subscriber::set_default(consort_testkit::logs::capturing_subscriber(&capture));
     let (base, stub) = start_stub(vec![
         Reply::Json(
             429,
@@ -387,16 +387,18 @@ async fn the_wall_time_budget_stops_a_slow_role() {
 
 #[tokio::test]
 async fn every_role_gets_its_own_prompt_and_schema() {
-    let stories =
-        json!({"kind": "stories", "body": serde_json::to_value(common::stories()).expect("json")});
+    let stories = json!({"kind": "stories", "body": serde_json::to_value(consort_testkit::artifacts::stories(true)).expect("json")});
     let (base, stub) = start_stub(vec![ok(&stories.to_string())]).await;
     let mut a = assignment(18, "stories");
-    a.inputs.feature = Some(common::feature().into());
+    a.inputs.feature = Some(consort_testkit::artifacts::feature().into());
     let out = agent(Role::ProductOwner, config(&base))
         .act(&a)
         .await
         .expect("stories accepted");
-    assert_eq!(out.artifact, Artifact::Stories(common::stories()));
+    assert_eq!(
+        out.artifact,
+        Artifact::Stories(consort_testkit::artifacts::stories(true))
+    );
     let req = &stub.seen()[0];
     assert!(req.content(0).contains("**Product Owner**"));
     assert_eq!(
@@ -404,7 +406,10 @@ async fn every_role_gets_its_own_prompt_and_schema() {
         "stories"
     );
     let user: Value = serde_json::from_str(req.content(1)).expect("json");
-    assert_eq!(user["inputs"]["feature"]["id"], "F1-stock-visibility");
+    assert_eq!(
+        user["inputs"]["feature"]["id"],
+        consort_testkit::artifacts::feature().id
+    );
 }
 
 #[tokio::test]

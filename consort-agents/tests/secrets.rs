@@ -3,16 +3,16 @@
 //!
 //! This binary holds one test because it installs a global subscriber.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Capture, Reply, assignment, capturing_subscriber, green_answer, ok, start_stub};
 use consort_actors::{ActorId, Role};
 use consort_agents::{
     Agent, ApiKey, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiConfigError, RoleArgs, assign,
     spawn_role,
 };
+use consort_testkit::artifacts::assignment;
+use consort_testkit::logs::{Capture, capturing_subscriber};
+use consort_testkit::model::{Reply, green_answer, ok, start_stub};
 use serde_json::json;
 use std::sync::Arc;
 

@@ -7,16 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::migration;
-use consort_lakebase::{
-    BaseSpec, BranchPool, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
-    PoolConfig, Released,
-};
+use consort_lakebase::{BaseSpec, BranchPool, BranchProvider, PoolConfig, Released};
 
+/// A provider whose branches no other test sees (its own parent database).
 async fn private_provider() -> Arc<dyn BranchProvider> {
-    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-        .await
-        .expect("cluster");
-    Arc::new(EmbeddedProvider::new(cluster).await.expect("provider"))
+    consort_testkit::cluster::isolated_provider().await
 }
 
 async fn count_consort_branches(p: &Arc<dyn BranchProvider>) -> usize {
