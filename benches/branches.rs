@@ -28,7 +28,7 @@ use consort::actors::Migration;
 use consort::lakebase::names::BranchNamer;
 use consort::lakebase::{
     BaseRef, BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedProvider,
-    PoolConfig, Secret, SslMode, pgconn,
+    Secret, SslMode, pgconn,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
@@ -195,13 +195,7 @@ fn bench(c: &mut Criterion) {
     // The warm pool, over the 10 MB base.
     let spec = base_spec(10);
     let provider: Arc<dyn BranchProvider> = fx.provider.clone();
-    let pool = BranchPool::new(
-        provider.clone(),
-        PoolConfig {
-            size: 2,
-            ..PoolConfig::default()
-        },
-    );
+    let pool = BranchPool::new(provider.clone(), consort_testkit::cluster::pool_config(2));
     fx.rt.block_on(pool.warm(&spec)).expect("warm");
     let acquire = || {
         fx.rt.block_on(async {

@@ -25,8 +25,8 @@ use consort::actors::{
 };
 use consort::lakebase::runner::EnvPolicy;
 use consort::lakebase::{
-    BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, LakebaseActor,
-    LakebaseArgs, PoolConfig, PsqlRunner, PsqlRunnerConfig, Secret, SslMode, pgconn,
+    BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, LakebaseActor, LakebaseArgs,
+    PsqlRunner, PsqlRunnerConfig, Secret, SslMode, pgconn,
 };
 use consort::project::{Project, RunOptions};
 use consort::{ApproveAs, RunOutcome};
@@ -208,17 +208,8 @@ fn burst(rt: &Runtime) -> Burst {
         let after = stats.snapshot();
 
         // The floor: the same 32 psql runs at once, on one database that is already there.
-        let pool = BranchPool::new(
-            provider.clone(),
-            PoolConfig {
-                size: 0,
-                ..PoolConfig::default()
-            },
-        );
-        let spec = BaseSpec {
-            migrations: migrations(),
-            fixtures: vec![],
-        };
+        let pool = BranchPool::new(provider.clone(), consort_testkit::cluster::pool_config(0));
+        let spec = consort_testkit::cluster::base_spec(migrations());
         let standing = pool.acquire(&spec).await.expect("standing branch");
         let info = provider
             .connect_info(standing.lease.branch())

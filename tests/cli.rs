@@ -1,6 +1,7 @@
 //! The `consort` command and the StockFlow example, end to end, in temporary directories, on
 //! the embedded PostgreSQL.
 
+use consort_testkit::process::text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -20,14 +21,6 @@ fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null())
         .output()
         .expect("the command starts")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn dir_arg(dir: &Path) -> [&std::ffi::OsStr; 2] {

@@ -36,8 +36,8 @@ use consort::actors::{
 };
 use consort::agents::{Agent, AgentOutput, BoxFuture, RoleArgs, Script, ScriptEntry, spawn_role};
 use consort::lakebase::{
-    BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs, PoolConfig,
-    PsqlRunner, PsqlRunnerConfig, SandboxMode, TestRunner,
+    BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs, PsqlRunner,
+    PsqlRunnerConfig, SandboxMode, TestRunner,
 };
 use consort::{
     ApproveAs, Approver, Ensemble, EnsembleBuilder, EnsembleError, RunOutcome, RunReport,
@@ -293,13 +293,7 @@ impl Case {
             .feature(feature())
             .machine(machine)
             .provider(world.provider.clone())
-            .pool(
-                PoolConfig {
-                    size: 1,
-                    ..PoolConfig::default()
-                },
-                2,
-            )
+            .pool(consort_testkit::cluster::pool_config(1), 2)
             .timeouts(Duration::from_secs(60), Duration::from_secs(120))
             .approver(Arc::new(ApproveAs { name: "ada".into() }));
         for role in Role::ALL {
@@ -332,22 +326,18 @@ async fn run_once(builder: EnsembleBuilder) -> RunReport {
 async fn frozen_test_edited_in_green(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
-    let cheats = r#"
-        [[entry]]
-        step = "green/T1"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "make T1 pass by asking less of it"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = "-- nothing needed\n"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_add_item.sql"
-        content = "SELECT 1; -- the test now asks nothing\n"
-    "#;
+    let cheats = &change_entry(
+        "green/T1",
+        None,
+        "make T1 pass by asking less of it",
+        &[
+            ("src/items.sql", Some("-- nothing needed\n")),
+            (
+                "tests/t1_add_item.sql",
+                Some("SELECT 1; -- the test now asks nothing\n"),
+            ),
+        ],
+    );
     let (report, events, seen) = case
         .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
         .await;
@@ -375,33 +365,24 @@ async fn frozen_test_edited_in_green(world: &World) -> String {
 async fn test_deleted_or_renamed(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
-    let cheats = r#"
-        [[entry]]
-        step = "green/T1"
-        attempt = 0
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "no test, no failure"
-        [[entry.artifact.body.changes]]
-        op = "delete"
-        path = "tests/t1_add_item.sql"
-
-        [[entry]]
-        step = "green/T1"
-        attempt = 1
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "rename the test out of the way"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_add_item.sql.disabled"
-        content = "-- parked\n"
-        [[entry.artifact.body.changes]]
-        op = "delete"
-        path = "tests/t1_add_item.sql"
-    "#;
+    let cheats = &[
+        change_entry(
+            "green/T1",
+            Some(0),
+            "no test, no failure",
+            &[("tests/t1_add_item.sql", None)],
+        ),
+        change_entry(
+            "green/T1",
+            Some(1),
+            "rename the test out of the way",
+            &[
+                ("tests/t1_add_item.sql.disabled", Some("-- parked\n")),
+                ("tests/t1_add_item.sql", None),
+            ],
+        ),
+    ]
+    .concat();
     let (report, events, seen) = case
         .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
         .await;
@@ -425,36 +406,24 @@ async fn new_test_file_from_the_driver(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
     let code = honest_file(world, "green/T1", CODE);
-    let cheats = format!(
-        r#"
-        [[entry]]
-        step = "green/T1"
-        attempt = 0
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "the code, and a test of my own that passes"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = '''{code}'''
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_helper.sql"
-        content = "SELECT 1;\n"
-
-        [[entry]]
-        step = "refactor/T1/0"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "tidy up, and one more test"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_extra.sql"
-        content = "SELECT 2;\n"
-    "#
-    );
+    let cheats = [
+        change_entry(
+            "green/T1",
+            Some(0),
+            "the code, and a test of my own that passes",
+            &[
+                ("src/items.sql", Some(&code)),
+                ("tests/t1_helper.sql", Some("SELECT 1;\n")),
+            ],
+        ),
+        change_entry(
+            "refactor/T1/0",
+            None,
+            "tidy up, and one more test",
+            &[("tests/t1_extra.sql", Some("SELECT 2;\n"))],
+        ),
+    ]
+    .concat();
     let (report, events, seen) = case
         .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
         .await;
@@ -482,18 +451,12 @@ async fn new_test_file_from_the_driver(world: &World) -> String {
 async fn red_that_already_passes(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
-    let cheats = r#"
-        [[entry]]
-        step = "red/T1"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "T1 (asks nothing)"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_add_item.sql"
-        content = "-- S1-AC1\nSELECT 1;\n"
-    "#;
+    let cheats = &change_entry(
+        "red/T1",
+        None,
+        "T1 (asks nothing)",
+        &[("tests/t1_add_item.sql", Some("-- S1-AC1\nSELECT 1;\n"))],
+    );
     let (report, events, seen) = case
         .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
         .await;
@@ -521,27 +484,19 @@ async fn red_that_breaks_a_green_test(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
     let red = honest_file(world, "red/T2", T2);
-    let cheats = format!(
-        r#"
-        [[entry]]
-        step = "red/T2"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "T2, with shared seed data"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t2_item_total.sql"
-        content = '''{red}'''
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/a0_seed.sql"
-        content = '''
--- seed data for every test (committed, so the others see it)
-COMMIT;
-INSERT INTO items (sku, qty) VALUES ('A-1', 1);
-'''
-    "#
+    let cheats = change_entry(
+        "red/T2",
+        None,
+        "T2, with shared seed data",
+        &[
+            ("tests/t2_item_total.sql", Some(&red)),
+            (
+                "tests/a0_seed.sql",
+                Some(
+                    "-- seed data for every test (committed, so the others see it)\nCOMMIT;\nINSERT INTO items (sku, qty) VALUES ('A-1', 1);\n",
+                ),
+            ),
+        ],
     );
     let (report, events, seen) = case
         .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
@@ -1044,40 +999,28 @@ async fn writes_outside_the_work_tree(world: &World) -> String {
     std::fs::create_dir_all(case.work.join("src")).expect("src");
     std::os::unix::fs::symlink(&outside, case.work.join("src/vendor")).expect("plant a link");
     let absolute = outside.join("abs.sql");
-    let cheats = format!(
-        r#"
-        [[entry]]
-        step = "green/T1"
-        attempt = 0
-        [entry.artifact]
-        kind = "change-set"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "../escape.sql"
-        content = "-- up and out\n"
-
-        [[entry]]
-        step = "green/T1"
-        attempt = 1
-        [entry.artifact]
-        kind = "change-set"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "{}"
-        content = "-- absolute\n"
-
-        [[entry]]
-        step = "green/T1"
-        attempt = 2
-        [entry.artifact]
-        kind = "change-set"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/vendor/evil.sql"
-        content = "-- through the link\n"
-    "#,
-        absolute.display()
-    );
+    let absolute_path = absolute.display().to_string();
+    let cheats = [
+        change_entry(
+            "green/T1",
+            Some(0),
+            "",
+            &[("../escape.sql", Some("-- up and out\n"))],
+        ),
+        change_entry(
+            "green/T1",
+            Some(1),
+            "",
+            &[(&absolute_path, Some("-- absolute\n"))],
+        ),
+        change_entry(
+            "green/T1",
+            Some(2),
+            "",
+            &[("src/vendor/evil.sql", Some("-- through the link\n"))],
+        ),
+    ]
+    .concat();
     let (report, events, seen) = case
         .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
         .await;
@@ -1225,22 +1168,15 @@ async fn ledger_line_edited(world: &World) -> String {
 async fn green_that_keeps_failing(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 2);
-    let wrong = r#"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "store the quantity (off by one)"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = '''
-CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void
+    let wrong = "CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void
 LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
-'''
-    "#;
-    let cheats = format!(
-        "[[entry]]\nstep = \"green/T1\"\n{wrong}\n[[entry]]\nstep = \"repair/T1/*\"\n{wrong}"
-    );
+";
+    let off_by_one = "store the quantity (off by one)";
+    let cheats = [
+        change_entry("green/T1", None, off_by_one, &[(CODE, Some(wrong))]),
+        change_entry("repair/T1/*", None, off_by_one, &[(CODE, Some(wrong))]),
+    ]
+    .concat();
     let (report, events, seen) = case
         .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
         .await;
@@ -1312,21 +1248,17 @@ for f in src/*.sql; do [ -f "$f" ] && psql -X -q -v ON_ERROR_STOP=1 -f "$f" >/de
 echo "all done"
 exit 0
 "#;
-    let cheats = r#"
-        [[entry]]
-        step = "green/T1"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "store the quantity (off by one)"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = '''
-CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void
-LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
-'''
-    "#;
+    let cheats = &change_entry(
+        "green/T1",
+        None,
+        "store the quantity (off by one)",
+        &[(
+            "src/items.sql",
+            Some(
+                "CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void\nLANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;\n",
+            ),
+        )],
+    );
     let cfg = machine(1, 0);
     let mut tap = CommandRunnerConfig::new(TAP_SUITE);
     tap.tap = true;
@@ -1376,36 +1308,48 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
 // Cases 15-18: paths judged by what they reach, version-control metadata, caches, and paths the
 // file system refuses.
 
+/// A cheat-script entry that answers `step` (at `attempt`, or at every attempt) with a change
+/// set: `(path, Some(content))` writes, `(path, None)` deletes.
+fn change_entry(
+    step: &str,
+    attempt: Option<u32>,
+    summary: &str,
+    changes: &[(&str, Option<&str>)],
+) -> String {
+    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+    let mut entry = format!("\n[[entry]]\nstep = {}\n", q(step));
+    if let Some(a) = attempt {
+        entry.push_str(&format!("attempt = {a}\n"));
+    }
+    entry.push_str(&format!(
+        "[entry.artifact]\nkind = \"change-set\"\n[entry.artifact.body]\nsummary = {}\n",
+        q(summary)
+    ));
+    for (path, content) in changes {
+        entry.push_str(&format!(
+            "[[entry.artifact.body.changes]]\npath = {}\n",
+            q(path)
+        ));
+        match content {
+            Some(c) => entry.push_str(&format!("op = \"write\"\ncontent = {}\n", q(c))),
+            None => entry.push_str("op = \"delete\"\n"),
+        }
+    }
+    entry
+}
+
 /// A GREEN change set for T1 at one attempt, as a cheat-script entry: the honest code first
 /// (so a refusal can only come from the rest), then `(path, content)` writes.
 fn green_cheat(world: &World, attempt: u32, writes: &[(&str, &str)]) -> String {
     let code = honest_file(world, "green/T1", CODE);
-    let mut entry = format!(
-        r#"
-        [[entry]]
-        step = "green/T1"
-        attempt = {attempt}
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "the code, and a little more"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = '''{code}'''
-"#
-    );
-    for (path, content) in writes {
-        entry.push_str(&format!(
-            r#"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "{path}"
-        content = "{content}"
-"#
-        ));
-    }
-    entry
+    let mut changes = vec![(CODE, Some(code.as_str()))];
+    changes.extend(writes.iter().map(|(path, content)| (*path, Some(*content))));
+    change_entry(
+        "green/T1",
+        Some(attempt),
+        "the code, and a little more",
+        &changes,
+    )
 }
 
 fn symlink(target: &str, at: &Path) {
@@ -1467,23 +1411,14 @@ async fn write_through_a_link(world: &World) -> String {
     let cfg = machine(1, 3);
     symlink("../src", &case.work.join("tests/lib"));
     let red = honest_file(world, "red/T1", T1);
-    let cheats = format!(
-        r#"
-        [[entry]]
-        step = "red/T1"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "T1, and the code it needs"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_add_item.sql"
-        content = '''{red}'''
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/lib/items.sql"
-        content = "-- code from the Navigator\n"
-    "#
+    let cheats = change_entry(
+        "red/T1",
+        None,
+        "T1, and the code it needs",
+        &[
+            ("tests/t1_add_item.sql", Some(&red)),
+            ("tests/lib/items.sql", Some("-- code from the Navigator\n")),
+        ],
     );
     let (report, events, seen) = case
         .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
@@ -1509,10 +1444,10 @@ async fn writes_version_control_metadata(world: &World) -> String {
         green_cheat(
             world,
             0,
-            &[(".git/hooks/pre-commit", "#!/bin/sh\\necho pwned\\n")],
+            &[(".git/hooks/pre-commit", "#!/bin/sh\necho pwned\n")],
         ),
-        green_cheat(world, 1, &[(".git/config", "[core]\\nhooksPath = src\\n")]),
-        green_cheat(world, 2, &[("vendor/lib/.git/config", "[core]\\n")]),
+        green_cheat(world, 1, &[(".git/config", "[core]\nhooksPath = src\n")]),
+        green_cheat(world, 2, &[("vendor/lib/.git/config", "[core]\n")]),
     ]
     .concat();
     let (report, events, seen) = case
@@ -1729,10 +1664,7 @@ impl Wired {
         let runner: Arc<dyn TestRunner> =
             Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
         let mut args = LakebaseArgs::new(world.provider.clone(), runner);
-        args.pool = PoolConfig {
-            size: 1,
-            ..PoolConfig::default()
-        };
+        args.pool = consort_testkit::cluster::pool_config(1);
         args.max_concurrent = 2;
         let (actor, _join) = LakebaseActor::spawn(args).await.expect("lakebase actor");
         Wired {
@@ -1852,11 +1784,11 @@ fn wrong_code_and(extra: &str) -> String {
 
 /// One script entry: the Driver answers `step` with `code` in src/items.sql.
 fn code_entry(step: &str, code: &str) -> String {
-    format!(
-        "[[entry]]\nstep = \"{step}\"\n[entry.artifact]\nkind = \"change-set\"\n\
-         [entry.artifact.body]\nsummary = \"make T1 pass\"\n\
-         [[entry.artifact.body.changes]]\nop = \"write\"\npath = \"{CODE}\"\n\
-         content = '''\n{code}\n'''\n"
+    change_entry(
+        step,
+        None,
+        "make T1 pass",
+        &[(CODE, Some(&format!("{code}\n")))],
     )
 }
 

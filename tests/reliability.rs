@@ -31,6 +31,7 @@
 //! The summary line is printed when every part ran. `RELIABILITY_WORKERS` sets how many
 //! crash points run at once (default 2). `RELIABILITY_KEEP=1` keeps the temporary directories.
 
+use consort_testkit::process::{eventually, text};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
@@ -49,10 +50,10 @@ use consort::actors::{
     Artifact, EscalationReason, Event, GateKind, InfraFault, LakebaseMsg, Migration, RequestId,
     Role, RunOutcome, State, Step, TestStatus, VerifyPurpose, VerifyRequest, WorkTree,
 };
-use consort::agents::{Agent, AgentFailure, AgentOutput, Assignment, BoxFuture, Script};
+use consort::agents::{Agent, Assignment, Script};
 use consort::lakebase::{
-    BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedProvider, PoolConfig, PsqlRunner,
-    PsqlRunnerConfig, RunContext, RunReport, ServerOptions, TestRunner,
+    BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedProvider, PsqlRunner, PsqlRunnerConfig,
+    RunContext, RunReport, ServerOptions, TestRunner,
 };
 use consort::project::Project;
 use consort::{ApproveAs, Approver, Ensemble, EnsembleBuilder, StopAtGates};
@@ -117,14 +118,6 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("the command starts")
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// The last `n` characters of a text (for failure messages).
 fn tail(s: &str, n: usize) -> String {
     let chars: Vec<char> = s.chars().collect();
@@ -179,18 +172,6 @@ fn new_project(dir: &Path, config: Option<&str>) -> Result<(), String> {
 
 fn ledger_path(dir: &Path) -> PathBuf {
     dir.join(".consort/ledger.jsonl")
-}
-
-/// Waits up to `secs` for `cond` (a process to die, a file to appear); no timing is asserted.
-fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
 }
 
 /// The figures of the summary line, and every failure found on the way.
@@ -573,6 +554,25 @@ mod faults {
             ))
         }
 
+        /// A scenario's project `name` and a provider on its own parent database `parent`.
+        pub async fn scenario(
+            &self,
+            name: &str,
+            parent: &str,
+        ) -> Result<(PathBuf, Arc<dyn BranchProvider>), String> {
+            Ok((self.project(name)?, self.provider(parent).await?))
+        }
+
+        /// The same, with a provider whose first `fail_creates` creates fail.
+        pub async fn flaky_scenario(
+            &self,
+            name: &str,
+            parent: &str,
+            fail_creates: u32,
+        ) -> Result<(PathBuf, Arc<RecordingProvider>), String> {
+            Ok((self.project(name)?, self.flaky(parent, fail_creates).await?))
+        }
+
         pub fn project(&self, name: &str) -> Result<PathBuf, String> {
             let dir = self.root.join(name);
             new_project(&dir, None)?;
@@ -584,32 +584,29 @@ mod faults {
         }
     }
 
-    /// An agent that panics on one step (a number of times, or always), else plays `inner`.
-    pub struct PanicOn {
-        pub inner: Arc<dyn Agent>,
-        pub step: &'static str,
-        pub panics_left: AtomicU32,
-        pub calls: Arc<AtomicU32>,
-    }
-
-    impl Agent for PanicOn {
-        fn act<'a>(
-            &'a self,
-            a: &'a Assignment,
-        ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
-            Box::pin(async move {
-                if a.step.to_string() == self.step {
-                    self.calls.fetch_add(1, Ordering::SeqCst);
-                    let left = self.panics_left.load(Ordering::SeqCst);
+    /// An agent that panics on `step` (`panics` times, then plays `inner`), else plays
+    /// `inner`; `calls` counts the assignments of `step`.
+    pub fn panic_on(
+        inner: Arc<dyn Agent>,
+        step: &'static str,
+        panics: u32,
+        calls: Arc<AtomicU32>,
+    ) -> impl Agent {
+        let panics_left = Arc::new(AtomicU32::new(panics));
+        consort_testkit::agents::agent_fn(move |a: Assignment| {
+            let (inner, calls, panics_left) = (inner.clone(), calls.clone(), panics_left.clone());
+            async move {
+                if a.step.to_string() == step {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let left = panics_left.load(Ordering::SeqCst);
                     if left > 0 {
-                        self.panics_left
-                            .store(left.saturating_sub(1), Ordering::SeqCst);
+                        panics_left.store(left.saturating_sub(1), Ordering::SeqCst);
                         panic!("{DELIBERATE_PANIC}: the agent blows up on {}", a.step);
                     }
                 }
-                self.inner.act(a).await
-            })
-        }
+                inner.act(&a).await
+            }
+        })
     }
 
     /// The psql runner, with a saboteur: in the first run of the GREEN code it holds an
@@ -751,13 +748,7 @@ COMMIT;
             .provider(provider)
             .runner(runner)
             .approver(approver)
-            .pool(
-                PoolConfig {
-                    size: 1,
-                    ..PoolConfig::default()
-                },
-                2,
-            )
+            .pool(consort_testkit::cluster::pool_config(1), 2)
             .timeouts(Duration::from_secs(60), Duration::from_secs(60));
         for role in Role::ALL {
             b = b.agent(role, script.agent(role));
@@ -822,15 +813,14 @@ COMMIT;
 
     /// A role actor panics twice on a step: restarted, the step retried, the run goes on.
     pub async fn panic_then_recover(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("panic-recover")?;
-        let provider = rig.provider("rel_panic_recover").await?;
+        let (dir, provider) = rig.scenario("panic-recover", "rel_panic_recover").await?;
         let calls = Arc::new(AtomicU32::new(0));
-        let panicky = PanicOn {
-            inner: script_agent(&dir, Role::ProductOwner)?,
-            step: "stories",
-            panics_left: AtomicU32::new(2),
-            calls: calls.clone(),
-        };
+        let panicky = panic_on(
+            script_agent(&dir, Role::ProductOwner)?,
+            "stories",
+            2,
+            calls.clone(),
+        );
         let before = DELIBERATE_PANICS.load(Ordering::SeqCst);
         let b = builder(
             &dir,
@@ -877,15 +867,14 @@ COMMIT;
     /// A role actor that always panics: past the restart intensity, an infrastructure
     /// escalation (actor crashing), not a loop.
     pub async fn panic_past_intensity(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("panic-always")?;
-        let provider = rig.provider("rel_panic_always").await?;
+        let (dir, provider) = rig.scenario("panic-always", "rel_panic_always").await?;
         let calls = Arc::new(AtomicU32::new(0));
-        let panicky = PanicOn {
-            inner: script_agent(&dir, Role::ProductOwner)?,
-            step: "stories",
-            panics_left: AtomicU32::new(u32::MAX),
-            calls: calls.clone(),
-        };
+        let panicky = panic_on(
+            script_agent(&dir, Role::ProductOwner)?,
+            "stories",
+            u32::MAX,
+            calls.clone(),
+        );
         let policy = consort::actors::supervision::RestartPolicy::default();
         let b = builder(
             &dir,
@@ -927,8 +916,9 @@ COMMIT;
     /// The branch provider fails the first create: the verification is retried on a new
     /// branch and the run finishes.
     pub async fn create_fails_once(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("create-once")?;
-        let flaky = rig.flaky("rel_create_once", 1).await?;
+        let (dir, flaky) = rig
+            .flaky_scenario("create-once", "rel_create_once", 1)
+            .await?;
         let provider: Arc<dyn BranchProvider> = flaky.clone();
         let b = builder(
             &dir,
@@ -954,8 +944,9 @@ COMMIT;
 
     /// The branch provider fails every create: a typed escalation (database down).
     pub async fn create_always_fails(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("create-always")?;
-        let flaky = rig.flaky("rel_create_always", u32::MAX).await?;
+        let (dir, flaky) = rig
+            .flaky_scenario("create-always", "rel_create_always", u32::MAX)
+            .await?;
         let provider: Arc<dyn BranchProvider> = flaky.clone();
         let b = builder(
             &dir,
@@ -991,8 +982,7 @@ COMMIT;
     /// The connection to the branch drops in the middle of a test run: not a verdict on the
     /// code — the verification is retried and the run finishes.
     pub async fn connection_dropped(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("conn-drop")?;
-        let provider = rig.provider("rel_conn_drop").await?;
+        let (dir, provider) = rig.scenario("conn-drop", "rel_conn_drop").await?;
         let runner = Arc::new(DropConnection::new()?);
         let b = builder(
             &dir,
@@ -1210,10 +1200,7 @@ mod load {
             Arc::new(ctx(PsqlRunner::new(PsqlRunnerConfig::default()), "psql")?);
         let mut args = LakebaseArgs::new(provider.clone(), runner);
         args.max_concurrent = RUNS as usize;
-        args.pool = PoolConfig {
-            size: 4,
-            ..PoolConfig::default()
-        };
+        args.pool = consort_testkit::cluster::pool_config(4);
         let stats = args.stats.clone();
         let (actor, handle) = ctx(LakebaseActor::spawn(args).await, "spawn")?;
         let migrations = vec![Migration {

@@ -77,3 +77,19 @@ pub fn stop() -> Result<(), consort_lakebase::Error> {
         None => Ok(()),
     }
 }
+
+/// A pool configuration of `size` standing branches, the rest default.
+pub fn pool_config(size: usize) -> consort_lakebase::PoolConfig {
+    consort_lakebase::PoolConfig {
+        size,
+        ..consort_lakebase::PoolConfig::default()
+    }
+}
+
+/// A base of these migrations and no fixtures.
+pub fn base_spec(migrations: Vec<consort_actors::Migration>) -> consort_lakebase::BaseSpec {
+    consort_lakebase::BaseSpec {
+        migrations,
+        fixtures: vec![],
+    }
+}
