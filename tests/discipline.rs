@@ -267,6 +267,19 @@ impl Case {
             .collect()
     }
 
+    /// An ensemble where every role answers honestly but the Driver, which is
+    /// `driver(work tree, the honest Driver)`.
+    fn with_driver<A: Agent>(
+        &self,
+        world: &World,
+        cfg: &MachineConfig,
+        driver: impl FnOnce(PathBuf, Cheating) -> A,
+    ) -> EnsembleBuilder {
+        let honest = Cheating::new(Role::Driver, &script(""), &world.honest);
+        self.ensemble(world, "", cfg.clone())
+            .agent(Role::Driver, driver(self.work.clone(), honest))
+    }
+
     /// Runs `builder` once and reads the ledger back: the report, the events and each event
     /// with what was pending. The ledger alone must rebuild the state the run ended in.
     async fn run(
@@ -553,13 +566,7 @@ async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
     // a) Through the ensemble: the role actor refuses the kind before the conductor sees it.
     let case = Case::new();
     let cfg = machine(1, 3);
-    let builder = case.ensemble(world, "", cfg.clone()).agent(
-        Role::Driver,
-        ReceiptForger {
-            work: case.work.clone(),
-            honest: Cheating::new(Role::Driver, &script(""), &world.honest),
-        },
-    );
+    let builder = case.with_driver(world, &cfg, |work, honest| ReceiptForger { work, honest });
     let (report, events, seen) = case.run(builder, &cfg).await;
     halted_for_rule(&report, "green/T1");
     let failures: Vec<&AgentFailure> = events
@@ -1072,13 +1079,7 @@ async fn writes_outside_the_work_tree(world: &World) -> String {
 async fn test_edited_on_disk_before_the_run(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
-    let builder = case.ensemble(world, "", cfg.clone()).agent(
-        Role::Driver,
-        DiskTamperer {
-            work: case.work.clone(),
-            honest: Cheating::new(Role::Driver, &script(""), &world.honest),
-        },
-    );
+    let builder = case.with_driver(world, &cfg, |work, honest| DiskTamperer { work, honest });
     let (report, events, seen) = case.run(builder, &cfg).await;
 
     halted_for_rule(&report, "apply green/T1");

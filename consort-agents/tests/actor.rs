@@ -10,7 +10,7 @@ use consort_actors::{
 use consort_agents::{
     Agent, AgentOutput, RoleArgs, assign, identify, spawn_role, spawn_role_linked,
 };
-use consort_testkit::agents::{agent_fn, fixed};
+use consort_testkit::agents::{agent_fn, ask, fixed};
 use consort_testkit::artifacts::{assignment, change, receipt_with};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::mpsc;
@@ -43,9 +43,7 @@ async fn a_driver_cannot_produce_a_test_list() {
         fixed(Artifact::TestList(TestList { entries: vec![] })),
     )
     .await;
-    let reply = assign(&driver, assignment(1, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&driver, assignment(1, "green/T1")).await;
     assert_eq!(
         reply,
         Err(AgentFailure::KindNotAllowed {
@@ -64,7 +62,7 @@ async fn nobody_can_produce_a_test_run_receipt() {
         (Role::Dba, "schema"),
     ] {
         let a = actor(role, "forger", fixed(receipt())).await;
-        let reply = assign(&a, assignment(2, step), None).await.expect("reply");
+        let reply = ask(&a, assignment(2, step)).await;
         assert_eq!(
             reply,
             Err(AgentFailure::KindNotAllowed {
@@ -84,13 +82,9 @@ async fn a_navigator_produces_a_change_set_in_red_and_a_verdict_in_review() {
         fixed(change_set("tests/t1.sql")),
     )
     .await;
-    let red = assign(&nav, assignment(3, "red/T1"), None)
-        .await
-        .expect("reply");
+    let red = ask(&nav, assignment(3, "red/T1")).await;
     assert!(red.is_ok(), "{red:?}");
-    let review = assign(&nav, assignment(4, "review/T1/0"), None)
-        .await
-        .expect("reply");
+    let review = ask(&nav, assignment(4, "review/T1/0")).await;
     assert_eq!(
         review,
         Err(AgentFailure::KindNotAllowed {
@@ -108,13 +102,11 @@ async fn every_artifact_is_stamped_with_the_actor_that_produced_it() {
         identify(&one).await.expect("identify"),
         ActorId::new(Role::Driver, "driver-a")
     );
-    let p1 = assign(&one, assignment(5, "green/T1"), None)
+    let p1 = ask(&one, assignment(5, "green/T1"))
         .await
-        .expect("reply")
         .expect("produced");
-    let p2 = assign(&two, assignment(6, "green/T1"), None)
+    let p2 = ask(&two, assignment(6, "green/T1"))
         .await
-        .expect("reply")
         .expect("produced");
     assert_eq!(p1.author, ActorId::new(Role::Driver, "driver-a"));
     assert_eq!(p2.author, ActorId::new(Role::Driver, "driver-b"));
@@ -133,9 +125,7 @@ async fn a_step_of_another_role_is_refused_before_the_agent_runs() {
         async { Ok(AgentOutput::new(change_set("src/a.sql"))) }
     });
     let driver = actor(Role::Driver, "driver", counting).await;
-    let reply = assign(&driver, assignment(7, "review/T1/0"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&driver, assignment(7, "review/T1/0")).await;
     assert_eq!(
         reply,
         Err(AgentFailure::WrongRole {
@@ -147,7 +137,7 @@ async fn a_step_of_another_role_is_refused_before_the_agent_runs() {
     let mut mislabelled = assignment(8, "green/T1");
     mislabelled.role = Role::Navigator;
     assert!(matches!(
-        assign(&driver, mislabelled, None).await.expect("reply"),
+        ask(&driver, mislabelled).await,
         Err(AgentFailure::WrongRole { .. })
     ));
     assert_eq!(calls.load(Ordering::SeqCst), 0);
@@ -157,10 +147,7 @@ async fn a_step_of_another_role_is_refused_before_the_agent_runs() {
 async fn role_rules_are_checked_unless_switched_off() {
     let empty = Artifact::ChangeSet(ChangeSet::default());
     let strict = actor(Role::Driver, "driver", fixed(empty.clone())).await;
-    match assign(&strict, assignment(9, "green/T1"), None)
-        .await
-        .expect("reply")
-    {
+    match ask(&strict, assignment(9, "green/T1")).await {
         Err(AgentFailure::InvalidOutput { attempts, detail }) => {
             assert_eq!(attempts, 1);
             assert!(detail.contains("changes is empty"), "{detail}");
@@ -170,12 +157,7 @@ async fn role_rules_are_checked_unless_switched_off() {
     let args = RoleArgs::new(ActorId::new(Role::Driver, "lax"), Arc::new(fixed(empty)))
         .with_rule_check(false);
     let (lax, _) = spawn_role(args).await.expect("spawn");
-    assert!(
-        assign(&lax, assignment(10, "green/T1"), None)
-            .await
-            .expect("reply")
-            .is_ok()
-    );
+    assert!(ask(&lax, assignment(10, "green/T1")).await.is_ok());
 }
 
 #[tokio::test]
@@ -189,16 +171,11 @@ async fn a_slow_agent_runs_into_the_time_limit_and_the_actor_carries_on() {
     let args = RoleArgs::new(ActorId::new(Role::Driver, "driver"), Arc::new(sleepy))
         .with_timeout(Duration::from_millis(200));
     let (driver, _) = spawn_role(args).await.expect("spawn");
-    let reply = assign(&driver, assignment(11, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&driver, assignment(11, "green/T1")).await;
     assert_eq!(reply, Err(AgentFailure::Timeout { secs: 1 }));
     let mut retry = assignment(12, "green/T1");
     retry.attempt = 1;
-    let produced = assign(&driver, retry, None)
-        .await
-        .expect("reply")
-        .expect("the retry is answered");
+    let produced = ask(&driver, retry).await.expect("the retry is answered");
     assert_eq!(produced.assignment.0, 12);
 }
 

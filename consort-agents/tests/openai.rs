@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use consort_actors::{ActorId, AgentFailure, Artifact, ChangeSet, FileChange, Role};
 use consort_agents::{
-    Agent, ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, assign, spawn_role,
+    Agent, ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, spawn_role,
 };
+use consort_testkit::agents::ask;
 use consort_testkit::artifacts::assignment;
 use consort_testkit::model::{Reply, green_answer, ok, start_stub};
 use serde_json::{Value, json};
@@ -57,10 +58,7 @@ async fn valid_structured_output_is_produced_and_the_request_is_well_formed() {
     let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
     let mut a = assignment(1, "green/T1");
     a.feedback = vec!["remember the index".into()];
-    let produced = assign(&actor, a, None)
-        .await
-        .expect("reply")
-        .expect("produced");
+    let produced = ask(&actor, a).await.expect("produced");
     assert_eq!(produced.artifact, expected_change_set());
     assert_eq!(produced.author, ActorId::new(Role::Driver, "driver"));
     assert_eq!(produced.usage.prompt_tokens, 10);
@@ -105,9 +103,8 @@ async fn invalid_json_is_retried_with_the_error_fed_back() {
     ])
     .await;
     let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
-    let produced = assign(&actor, assignment(2, "green/T1"), None)
+    let produced = ask(&actor, assignment(2, "green/T1"))
         .await
-        .expect("reply")
         .expect("produced on the second try");
     assert_eq!(produced.artifact, expected_change_set());
     assert_eq!(produced.usage.calls, 2);
@@ -131,9 +128,7 @@ async fn schema_violations_until_the_bound_are_a_typed_error() {
     let bad = json!({"kind": "change-set", "body": {"changes": "everything"}}).to_string();
     let (base, stub) = start_stub(vec![ok(&bad)]).await;
     let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
-    let reply = assign(&actor, assignment(3, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&actor, assignment(3, "green/T1")).await;
     match reply {
         Err(AgentFailure::InvalidOutput { attempts, detail }) => {
             assert_eq!(attempts, 3, "one try and the default two retries");
@@ -281,9 +276,7 @@ async fn a_hung_server_runs_into_the_time_limit() {
         Duration::from_millis(300),
     )
     .await;
-    let reply = assign(&actor, assignment(10, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&actor, assignment(10, "green/T1")).await;
     assert_eq!(reply, Err(AgentFailure::Timeout { secs: 1 }));
     assert_eq!(stub.seen().len(), 1);
     // The actor is still there and answers.

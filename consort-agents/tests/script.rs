@@ -7,7 +7,8 @@ use consort_actors::{
     ActorId, AgentFailure, ArchitectureVerdict, Artifact, Assignment, FileChange, ReviewVerdict,
     Role, RoleMsg, Step,
 };
-use consort_agents::{Agent, RoleArgs, Script, ScriptError, assign, spawn_role};
+use consort_agents::{Agent, RoleArgs, Script, ScriptError, spawn_role};
+use consort_testkit::agents::ask;
 use consort_testkit::artifacts::{assignment, feature};
 use ractor::ActorRef;
 
@@ -140,10 +141,7 @@ async fn a_whole_design_lane_runs_from_one_script() {
     let ask = |a: Assignment| {
         let actor = actors[&a.step.role()].clone();
         async move {
-            let p = assign(&actor, a, None)
-                .await
-                .expect("reply")
-                .expect("produced");
+            let p = ask(&actor, a).await.expect("produced");
             assert_eq!(p.author.name, format!("{}-scripted", p.author.role));
             p.artifact
         }
@@ -538,9 +536,7 @@ async fn a_script_holding_a_wrong_kind_is_refused_by_the_role_actor() {
     )
     .expect("parses");
     let actor = actor_for(Role::Driver, &script).await;
-    let reply = assign(&actor, assignment(1, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&actor, assignment(1, "green/T1")).await;
     assert_eq!(
         reply,
         Err(AgentFailure::KindNotAllowed {

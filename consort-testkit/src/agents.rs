@@ -40,3 +40,14 @@ pub fn fixed(artifact: Artifact) -> impl Agent {
         async move { Ok(AgentOutput::new(artifact)) }
     })
 }
+
+/// Sends `assignment` to a role actor (no time limit) and returns its reply; panics when the
+/// actor does not answer.
+pub async fn ask(
+    actor: &ractor::ActorRef<consort_actors::RoleMsg>,
+    assignment: Assignment,
+) -> consort_actors::RoleReply {
+    consort_agents::assign(actor, assignment, None)
+        .await
+        .expect("reply")
+}
