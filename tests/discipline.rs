@@ -2057,9 +2057,6 @@ async fn run_case(number: usize, world: &World) -> String {
 }
 
 fn main() -> ExitCode {
-    let mut args = libtest_mimic::Arguments::from_args();
-    // The cases ran one after the other before they were trials; they still do unless asked.
-    args.test_threads = args.test_threads.or(Some(1));
     let ran = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(Mutex::new(Vec::new()));
     let mut trials: Vec<Trial> = CASES
@@ -2081,7 +2078,10 @@ fn main() -> ExitCode {
         "control_the_honest_fixture_runs_to_done",
         || in_world("control", |world| Box::pin(honest_run_finishes(world))),
     ));
-    let conclusion = libtest_mimic::run(&args, trials);
+    // The cases ran one after the other before they were trials; they still do unless asked.
+    let selection = consort_testkit::harness::select(trials);
+    let args = selection.args;
+    let conclusion = libtest_mimic::run(&args, selection.trials);
     if !args.list {
         if let Err(e) = consort_testkit::cluster::stop() {
             println!("the shared cluster did not stop: {e}");

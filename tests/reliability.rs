@@ -2656,37 +2656,7 @@ fn trials(suite: &Arc<Suite>) -> Vec<Trial> {
     trials
 }
 
-/// The harness's arguments, and the filters: unlike libtest-mimic's one filter, any number of
-/// names (`-- faults load`) select the trials that contain any of them.
-fn arguments() -> (libtest_mimic::Arguments, Vec<String>) {
-    const TAKES_VALUE: [&str; 5] = [
-        "--test-threads",
-        "--logfile",
-        "--skip",
-        "--color",
-        "--format",
-    ];
-    let mut options = vec![];
-    let mut filters = vec![];
-    let mut raw = std::env::args();
-    options.extend(raw.next());
-    while let Some(a) = raw.next() {
-        if TAKES_VALUE.contains(&a.as_str()) {
-            options.push(a);
-            options.extend(raw.next());
-        } else if a.starts_with('-') {
-            options.push(a);
-        } else {
-            filters.push(a);
-        }
-    }
-    (libtest_mimic::Arguments::from_iter(options), filters)
-}
-
 fn main() -> ExitCode {
-    let (mut args, filters) = arguments();
-    // The parts share one scratch root and one cluster and ran in order; they still do.
-    args.test_threads = args.test_threads.or(Some(1));
     if std::env::var_os(CRASH_AFTER_APPEND_ENV).is_some() {
         eprintln!("{CRASH_AFTER_APPEND_ENV} is set in the environment; unset it to run this suite");
         return ExitCode::FAILURE;
@@ -2704,14 +2674,10 @@ fn main() -> ExitCode {
         rig: tokio::sync::OnceCell::new(),
     });
     let started = Instant::now();
-    let all = trials(&suite);
-    let total = all.len();
-    let selected: Vec<Trial> = all
-        .into_iter()
-        .filter(|t| filters.is_empty() || filters.iter().any(|f| t.name().contains(f.as_str())))
-        .collect();
-    let every_part = selected.len() == total;
-    let conclusion = libtest_mimic::run(&args, selected);
+    // The parts share one scratch root and one cluster and run in order (one thread).
+    let consort_testkit::harness::Selection { args, trials, all } =
+        consort_testkit::harness::select(trials(&suite));
+    let conclusion = libtest_mimic::run(&args, trials);
     if args.list {
         return ExitCode::SUCCESS;
     }
@@ -2734,7 +2700,7 @@ fn main() -> ExitCode {
     if std::env::var_os("RELIABILITY_KEEP").is_some() {
         eprintln!("kept {}", suite.root.keep().display());
     }
-    if every_part && conclusion.num_filtered_out == 0 && conclusion.num_ignored == 0 {
+    if all && conclusion.num_filtered_out == 0 && conclusion.num_ignored == 0 {
         println!(
             "reliability: crash points {} of {} resumed, faults {} of {} handled, leaked branches {}, fuzz cases {}, panics {}",
             t.crash_resumed,

@@ -9,6 +9,7 @@
 //! * [`simulation`]: a simulated conductor over the pure machine that answers every command.
 //! * [`cluster`]: one embedded PostgreSQL cluster per test binary, started on first use.
 //! * [`model`]: a loopback OpenAI-compatible chat-completions server.
+//! * [`harness`]: the command line of `libtest-mimic` harnesses, with libtest's filters.
 //! * [`logs`]: a tracing writer that keeps every line in memory.
 //! * [`process`]: a process's output as text, and waiting for a condition.
 //! * [`providers`]: a branch provider that records the secrets it hands out and can fail.
@@ -22,6 +23,7 @@ pub mod artifacts;
 pub mod assert;
 pub mod cluster;
 pub mod disk;
+pub mod harness;
 pub mod logs;
 pub mod model;
 pub mod process;
