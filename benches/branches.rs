@@ -27,8 +27,8 @@ use common::{interleave, median_of, report_line, report_ratio};
 use consort::actors::Migration;
 use consort::lakebase::names::BranchNamer;
 use consort::lakebase::{
-    BaseRef, BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig,
-    EmbeddedPostgres, EmbeddedProvider, PoolConfig, Secret, SslMode, pgconn,
+    BaseRef, BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedProvider,
+    Secret, SslMode, pgconn,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
@@ -144,14 +144,8 @@ async fn until_ready(pool: &BranchPool, n: usize) {
 fn bench(c: &mut Criterion) {
     let rt = common::runtime();
     let (cluster, provider, sql) = rt.block_on(async {
-        let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-            .await
-            .expect("embedded cluster");
-        let provider = Arc::new(
-            EmbeddedProvider::new(cluster.clone())
-                .await
-                .expect("provider"),
-        );
+        let cluster = consort_testkit::cluster::cluster().await;
+        let provider = consort_testkit::cluster::provider().await;
         let sql = admin_sql(&cluster).await;
         (cluster, provider, sql)
     });
@@ -201,13 +195,7 @@ fn bench(c: &mut Criterion) {
     // The warm pool, over the 10 MB base.
     let spec = base_spec(10);
     let provider: Arc<dyn BranchProvider> = fx.provider.clone();
-    let pool = BranchPool::new(
-        provider.clone(),
-        PoolConfig {
-            size: 2,
-            ..PoolConfig::default()
-        },
-    );
+    let pool = BranchPool::new(provider.clone(), consort_testkit::cluster::pool_config(2));
     fx.rt.block_on(pool.warm(&spec)).expect("warm");
     let acquire = || {
         fx.rt.block_on(async {

@@ -25,9 +25,8 @@ use consort::actors::{
 };
 use consort::lakebase::runner::EnvPolicy;
 use consort::lakebase::{
-    BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig,
-    EmbeddedPostgres, EmbeddedProvider, LakebaseActor, LakebaseArgs, PoolConfig, PsqlRunner,
-    PsqlRunnerConfig, Secret, SslMode, pgconn,
+    BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, LakebaseActor, LakebaseArgs,
+    PsqlRunner, PsqlRunnerConfig, Secret, SslMode, pgconn,
 };
 use consort::project::{Project, RunOptions};
 use consort::{ApproveAs, RunOutcome};
@@ -146,14 +145,8 @@ fn burst(rt: &Runtime) -> Burst {
     )
     .expect("test file");
     rt.block_on(async {
-        let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-            .await
-            .expect("cluster");
-        let provider: Arc<dyn BranchProvider> = Arc::new(
-            EmbeddedProvider::new(cluster.clone())
-                .await
-                .expect("provider"),
-        );
+        let cluster = consort_testkit::cluster::cluster().await;
+        let provider: Arc<dyn BranchProvider> = consort_testkit::cluster::provider().await;
         let runner = Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("runner"));
         let mut args = LakebaseArgs::new(provider.clone(), runner);
         args.max_concurrent = CONCURRENT;
@@ -215,17 +208,8 @@ fn burst(rt: &Runtime) -> Burst {
         let after = stats.snapshot();
 
         // The floor: the same 32 psql runs at once, on one database that is already there.
-        let pool = BranchPool::new(
-            provider.clone(),
-            PoolConfig {
-                size: 0,
-                ..PoolConfig::default()
-            },
-        );
-        let spec = BaseSpec {
-            migrations: migrations(),
-            fixtures: vec![],
-        };
+        let pool = BranchPool::new(provider.clone(), consort_testkit::cluster::pool_config(0));
+        let spec = consort_testkit::cluster::base_spec(migrations());
         let standing = pool.acquire(&spec).await.expect("standing branch");
         let info = provider
             .connect_info(standing.lease.branch())

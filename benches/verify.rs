@@ -25,8 +25,8 @@ use consort::actors::{
 use consort::lakebase::SandboxMode;
 use consort::lakebase::runner::EnvPolicy;
 use consort::lakebase::{
-    BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedConfig, EmbeddedPostgres,
-    EmbeddedProvider, PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, TestRunner, Verifier,
+    BranchPool, BranchProvider, ConnectInfo, PsqlRunner, PsqlRunnerConfig, RunContext, TestRunner,
+    Verifier,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
@@ -196,25 +196,10 @@ fn bench(c: &mut Criterion) {
     work_tree(dir.path());
     let runner = Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
     let (cluster, verifier, standing_lease, standing) = rt.block_on(async {
-        let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-            .await
-            .expect("embedded cluster");
-        let provider: Arc<dyn BranchProvider> = Arc::new(
-            EmbeddedProvider::new(cluster.clone())
-                .await
-                .expect("provider"),
-        );
-        let pool = BranchPool::new(
-            provider.clone(),
-            PoolConfig {
-                size: 2,
-                ..PoolConfig::default()
-            },
-        );
-        let spec = BaseSpec {
-            migrations: migrations(None),
-            fixtures: vec![],
-        };
+        let cluster = consort_testkit::cluster::cluster().await;
+        let provider: Arc<dyn BranchProvider> = consort_testkit::cluster::provider().await;
+        let pool = BranchPool::new(provider.clone(), consort_testkit::cluster::pool_config(2));
+        let spec = consort_testkit::cluster::base_spec(migrations(None));
         pool.warm(&spec).await.expect("warm");
         // The database that is already there: a branch of the same base, held for the bench.
         let standing = pool.acquire(&spec).await.expect("standing branch");

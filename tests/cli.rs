@@ -1,6 +1,7 @@
 //! The `consort` command and the StockFlow example, end to end, in temporary directories, on
 //! the embedded PostgreSQL.
 
+use consort_testkit::process::text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -20,14 +21,6 @@ fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null())
         .output()
         .expect("the command starts")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn dir_arg(dir: &Path) -> [&std::ffi::OsStr; 2] {
@@ -642,27 +635,24 @@ fn the_runner_configuration_is_harness_and_checked_against_the_test_paths() {
     let cfg = std::fs::read_to_string(dir.join("consort.toml")).expect("read");
     let write = |text: &str| std::fs::write(dir.join("consort.toml"), text).expect("write");
 
+    // A configuration `status` refuses (exit 2) with a message that names all of `names`.
+    let refused_naming = |config: &str, names: &[&str]| {
+        write(config);
+        let o = run(consort().arg("status").args(dir_arg(dir)));
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(names.iter().all(|n| text(&o).contains(n)), "{}", text(&o));
+    };
+
     // psql test globs the test paths do not cover: a configuration error naming both keys.
-    write(&cfg.replace("tests = [\"tests/**/*.sql\"]", "tests = [\"**/*.sql\"]"));
-    let o = run(consort().arg("status").args(dir_arg(dir)));
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        text(&o).contains("`runner.tests`") && text(&o).contains("`paths.tests`"),
-        "{}",
-        text(&o)
+    refused_naming(
+        &cfg.replace("tests = [\"tests/**/*.sql\"]", "tests = [\"**/*.sql\"]"),
+        &["`runner.tests`", "`paths.tests`"],
     );
 
     // A runner script inside the test paths: refused, naming the command's key.
-    write(&with_runner(
-        &cfg,
-        "kind = \"command\"\ncommand = \"./tests/run.sh\"",
-    ));
-    let o = run(consort().arg("status").args(dir_arg(dir)));
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        text(&o).contains("`runner.command`") && text(&o).contains("tests/run.sh"),
-        "{}",
-        text(&o)
+    refused_naming(
+        &with_runner(&cfg, "kind = \"command\"\ncommand = \"./tests/run.sh\""),
+        &["`runner.command`", "tests/run.sh"],
     );
 
     // A command runner: doctor lists what it protects.

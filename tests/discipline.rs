@@ -6,16 +6,18 @@
 //! The fixture is a small feature (one story, two SQL tests, one migration) answered honestly by
 //! `tests/fixtures/discipline/script.toml`; each case replaces one or a few answers with a cheat
 //! (a script entry, or a small agent for a cheat a script cannot express) and keeps everything
-//! else honest, so a refusal can only come from the cheat. The cases run in order in one test
-//! (they share one embedded cluster; each has its own work tree and ledger), and the target ends
-//! with one summary line: `discipline: N of N cheats refused`.
+//! else honest, so a refusal can only come from the cheat. Each case is its own test (a
+//! `libtest-mimic` trial: `cargo test --test discipline -- case_07` runs case 7 alone); they
+//! share one embedded cluster, each has its own work tree and ledger, and the target ends with
+//! one summary line: `discipline: N of N cheats refused` (N: the cases that ran).
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use consort::actors::conductor::{
@@ -28,20 +30,24 @@ use consort::actors::{
     ActorId, AgentFailure, Artifact, ArtifactKind, Assignment, Conductor, ConductorConfig,
     ConductorError, Confinement, ContentHash, DesignBundle, Escalation, EscalationReason, Event,
     ExitRecord, FeatureRequest, GateApproval, GateDecision, GateKind, Machine, MachineConfig,
-    PathError, Pending, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings, Step,
-    TestList, TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose, Wiring,
+    PathError, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings, Step, TestList,
+    TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose, Wiring,
     WriteProblem,
 };
 use consort::agents::{Agent, AgentOutput, BoxFuture, RoleArgs, Script, ScriptEntry, spawn_role};
 use consort::lakebase::{
-    BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedCluster, EmbeddedConfig,
-    EmbeddedPostgres, EmbeddedProvider, LakebaseActor, LakebaseArgs, PoolConfig, PsqlRunner,
+    BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs, PsqlRunner,
     PsqlRunnerConfig, SandboxMode, TestRunner,
 };
 use consort::{
     ApproveAs, Approver, Ensemble, EnsembleBuilder, EnsembleError, RunOutcome, RunReport,
     StopAtGates,
 };
+use consort_testkit::assert::{
+    Seen, accepted_greens, accepted_receipts, annotate, answered, assert_replays, denials, halted,
+    is_rule_violation, refusals, verifications,
+};
+use libtest_mimic::{Failed, Trial};
 
 /// The honest answers of every role.
 const HONEST: &str = include_str!("fixtures/discipline/script.toml");
@@ -54,10 +60,10 @@ const CODE: &str = "src/items.sql";
 const CASE_LIMIT: Duration = Duration::from_secs(180);
 
 // ------------------------------------------------------------------------------------------------
-// The world every case shares: one embedded cluster and the honest script.
+// The world of a case: a provider on the binary's shared embedded cluster and the honest
+// script.
 
 struct World {
-    cluster: Arc<EmbeddedCluster>,
     provider: Arc<dyn BranchProvider>,
     honest: Script,
 }
@@ -261,6 +267,33 @@ impl Case {
             .collect()
     }
 
+    /// An ensemble where every role answers honestly but the Driver, which is
+    /// `driver(work tree, the honest Driver)`.
+    fn with_driver<A: Agent>(
+        &self,
+        world: &World,
+        cfg: &MachineConfig,
+        driver: impl FnOnce(PathBuf, Cheating) -> A,
+    ) -> EnsembleBuilder {
+        let honest = Cheating::new(Role::Driver, &script(""), &world.honest);
+        self.ensemble(world, "", cfg.clone())
+            .agent(Role::Driver, driver(self.work.clone(), honest))
+    }
+
+    /// Runs `builder` once and reads the ledger back: the report, the events and each event
+    /// with what was pending. The ledger alone must rebuild the state the run ended in.
+    async fn run(
+        &self,
+        builder: EnsembleBuilder,
+        cfg: &MachineConfig,
+    ) -> (RunReport, Vec<Event>, Vec<Seen>) {
+        let report = run_once(builder).await;
+        let events = self.events();
+        let seen = annotate(&events, cfg);
+        assert_replays(&events, cfg, &report.state);
+        (report, events, seen)
+    }
+
     fn file(&self, rel: &str) -> Option<String> {
         std::fs::read_to_string(self.work.join(rel)).ok()
     }
@@ -273,13 +306,7 @@ impl Case {
             .feature(feature())
             .machine(machine)
             .provider(world.provider.clone())
-            .pool(
-                PoolConfig {
-                    size: 1,
-                    ..PoolConfig::default()
-                },
-                2,
-            )
+            .pool(consort_testkit::cluster::pool_config(1), 2)
             .timeouts(Duration::from_secs(60), Duration::from_secs(120))
             .approver(Arc::new(ApproveAs { name: "ada".into() }));
         for role in Role::ALL {
@@ -287,6 +314,14 @@ impl Case {
         }
         b
     }
+}
+
+/// The escalation of a run that halted at `step` for a broken rule.
+fn halted_for_rule(report: &RunReport, step: &str) -> Escalation {
+    let esc = halted(report);
+    assert_eq!(esc.step, step);
+    assert!(is_rule_violation(&esc), "{esc:?}");
+    esc
 }
 
 /// Builds, runs once and shuts down.
@@ -297,118 +332,6 @@ async fn run_once(builder: EnsembleBuilder) -> RunReport {
     report
 }
 
-fn halted(report: &RunReport) -> Escalation {
-    match &report.outcome {
-        RunOutcome::Halted { escalation } => escalation.clone(),
-        other => panic!("expected a halt, the run ended {other:?}"),
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
-// Reading the ledger: each event with what the machine was waiting for when it arrived, and
-// whether the machine accepted it.
-
-struct Seen {
-    pending: Option<Pending>,
-    event: Event,
-    accepted: bool,
-}
-
-fn annotate(events: &[Event], cfg: &MachineConfig) -> Vec<Seen> {
-    let machine = Machine::new(cfg.clone());
-    let mut state = consort::actors::State::default();
-    let mut out = Vec::with_capacity(events.len());
-    for event in events {
-        let pending = state.pending.clone();
-        let accepted = match machine.step(&state, event) {
-            Ok((next, _)) => {
-                state = next;
-                true
-            }
-            Err(_) => false,
-        };
-        out.push(Seen {
-            pending,
-            event: event.clone(),
-            accepted,
-        });
-    }
-    out
-}
-
-/// Every refusal recorded in the ledger, in order.
-fn refusals(events: &[Event]) -> Vec<RuleViolation> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Refused { violation } => Some(violation.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Receipts the machine accepted, with the purpose of the run.
-fn accepted_receipts(seen: &[Seen]) -> Vec<(VerifyPurpose, TestRunReceipt)> {
-    seen.iter()
-        .filter_map(|s| match (&s.pending, &s.event, s.accepted) {
-            (Some(Pending::Verify { purpose, .. }), Event::VerifyCompleted { receipt }, true) => {
-                Some((*purpose, receipt.clone()))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// Every verification that came back, accepted or not, with its purpose.
-fn verifications(seen: &[Seen]) -> Vec<(VerifyPurpose, TestRunReceipt)> {
-    seen.iter()
-        .filter_map(|s| match (&s.pending, &s.event) {
-            (Some(Pending::Verify { purpose, .. }), Event::VerifyCompleted { receipt }) => {
-                Some((*purpose, receipt.clone()))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// The steps agents answered, as keys, with whether the answer was accepted.
-fn answered(seen: &[Seen]) -> Vec<(String, bool)> {
-    seen.iter()
-        .filter_map(|s| match (&s.pending, &s.event) {
-            (Some(Pending::Agent { step, .. }), Event::Produced { .. }) => {
-                Some((step.to_string(), s.accepted))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// The ledger alone rebuilds the state the run ended in: the refusal and the halt are on record.
-fn assert_replays(events: &[Event], cfg: &MachineConfig, state: &consort::actors::State) {
-    assert_eq!(
-        &Machine::new(cfg.clone()).replay(events),
-        state,
-        "replaying the ledger rebuilds the final state"
-    );
-}
-
-fn is_rule_violation(e: &Escalation) -> bool {
-    e.reason == EscalationReason::Verdict(VerdictReason::RuleViolated)
-}
-
-/// The GREEN-side runs (GREEN, repair, refactor) that the machine accepted as all-passing.
-fn accepted_greens(seen: &[Seen]) -> Vec<TestRunReceipt> {
-    accepted_receipts(seen)
-        .into_iter()
-        .filter(|(p, r)| {
-            matches!(p, VerifyPurpose::Green | VerifyPurpose::Refactor)
-                && r.exit.success()
-                && r.outcomes.iter().all(|o| o.status == TestStatus::Passed)
-        })
-        .map(|(_, r)| r)
-        .collect()
-}
-
 // ------------------------------------------------------------------------------------------------
 // The cases. Each returns a one-line description of the refusal it observed.
 
@@ -416,30 +339,23 @@ fn accepted_greens(seen: &[Seen]) -> Vec<TestRunReceipt> {
 async fn frozen_test_edited_in_green(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
-    let cheats = r#"
-        [[entry]]
-        step = "green/T1"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "make T1 pass by asking less of it"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = "-- nothing needed\n"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_add_item.sql"
-        content = "SELECT 1; -- the test now asks nothing\n"
-    "#;
-    let report = run_once(case.ensemble(world, cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let cheats = &change_entry(
+        "green/T1",
+        None,
+        "make T1 pass by asking less of it",
+        &[
+            ("src/items.sql", Some("-- nothing needed\n")),
+            (
+                "tests/t1_add_item.sql",
+                Some("SELECT 1; -- the test now asks nothing\n"),
+            ),
+        ],
+    );
+    let (report, events, seen) = case
+        .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
+        .await;
 
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "green/T1");
     let want = RuleViolation::FrozenTestModified { path: T1.into() };
     assert_eq!(
         refusals(&events),
@@ -462,41 +378,29 @@ async fn frozen_test_edited_in_green(world: &World) -> String {
 async fn test_deleted_or_renamed(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
-    let cheats = r#"
-        [[entry]]
-        step = "green/T1"
-        attempt = 0
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "no test, no failure"
-        [[entry.artifact.body.changes]]
-        op = "delete"
-        path = "tests/t1_add_item.sql"
+    let cheats = &[
+        change_entry(
+            "green/T1",
+            Some(0),
+            "no test, no failure",
+            &[("tests/t1_add_item.sql", None)],
+        ),
+        change_entry(
+            "green/T1",
+            Some(1),
+            "rename the test out of the way",
+            &[
+                ("tests/t1_add_item.sql.disabled", Some("-- parked\n")),
+                ("tests/t1_add_item.sql", None),
+            ],
+        ),
+    ]
+    .concat();
+    let (report, events, seen) = case
+        .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
+        .await;
 
-        [[entry]]
-        step = "green/T1"
-        attempt = 1
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "rename the test out of the way"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_add_item.sql.disabled"
-        content = "-- parked\n"
-        [[entry.artifact.body.changes]]
-        op = "delete"
-        path = "tests/t1_add_item.sql"
-    "#;
-    let report = run_once(case.ensemble(world, cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "green/T1");
     let want = RuleViolation::FrozenTestModified { path: T1.into() };
     assert_eq!(
         refusals(&events),
@@ -515,44 +419,29 @@ async fn new_test_file_from_the_driver(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
     let code = honest_file(world, "green/T1", CODE);
-    let cheats = format!(
-        r#"
-        [[entry]]
-        step = "green/T1"
-        attempt = 0
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "the code, and a test of my own that passes"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = '''{code}'''
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_helper.sql"
-        content = "SELECT 1;\n"
+    let cheats = [
+        change_entry(
+            "green/T1",
+            Some(0),
+            "the code, and a test of my own that passes",
+            &[
+                ("src/items.sql", Some(&code)),
+                ("tests/t1_helper.sql", Some("SELECT 1;\n")),
+            ],
+        ),
+        change_entry(
+            "refactor/T1/0",
+            None,
+            "tidy up, and one more test",
+            &[("tests/t1_extra.sql", Some("SELECT 2;\n"))],
+        ),
+    ]
+    .concat();
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
 
-        [[entry]]
-        step = "refactor/T1/0"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "tidy up, and one more test"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_extra.sql"
-        content = "SELECT 2;\n"
-    "#
-    );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-
-    let esc = halted(&report);
-    assert_eq!(esc.step, "refactor/T1/0");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "refactor/T1/0");
     let helper = RuleViolation::TouchesTests {
         path: "tests/t1_helper.sql".into(),
     };
@@ -575,26 +464,17 @@ async fn new_test_file_from_the_driver(world: &World) -> String {
 async fn red_that_already_passes(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
-    let cheats = r#"
-        [[entry]]
-        step = "red/T1"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "T1 (asks nothing)"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_add_item.sql"
-        content = "-- S1-AC1\nSELECT 1;\n"
-    "#;
-    let report = run_once(case.ensemble(world, cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let cheats = &change_entry(
+        "red/T1",
+        None,
+        "T1 (asks nothing)",
+        &[("tests/t1_add_item.sql", Some("-- S1-AC1\nSELECT 1;\n"))],
+    );
+    let (report, events, seen) = case
+        .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
+        .await;
 
-    let esc = halted(&report);
-    assert_eq!(esc.step, "red/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "red/T1");
     let want = RuleViolation::RedPassedWithoutCode { test: T1.into() };
     assert_eq!(refusals(&events), vec![want.clone(), want]);
     // Both runs really happened and really passed; neither was accepted.
@@ -617,36 +497,25 @@ async fn red_that_breaks_a_green_test(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
     let red = honest_file(world, "red/T2", T2);
-    let cheats = format!(
-        r#"
-        [[entry]]
-        step = "red/T2"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "T2, with shared seed data"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t2_item_total.sql"
-        content = '''{red}'''
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/a0_seed.sql"
-        content = '''
--- seed data for every test (committed, so the others see it)
-COMMIT;
-INSERT INTO items (sku, qty) VALUES ('A-1', 1);
-'''
-    "#
+    let cheats = change_entry(
+        "red/T2",
+        None,
+        "T2, with shared seed data",
+        &[
+            ("tests/t2_item_total.sql", Some(&red)),
+            (
+                "tests/a0_seed.sql",
+                Some(
+                    "-- seed data for every test (committed, so the others see it)\nCOMMIT;\nINSERT INTO items (sku, qty) VALUES ('A-1', 1);\n",
+                ),
+            ),
+        ],
     );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
 
-    let esc = halted(&report);
-    assert_eq!(esc.step, "red/T2");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "red/T2");
     let want = RuleViolation::RedBrokeGreenTest {
         tests: vec![T1.into()],
     };
@@ -697,20 +566,9 @@ async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
     // a) Through the ensemble: the role actor refuses the kind before the conductor sees it.
     let case = Case::new();
     let cfg = machine(1, 3);
-    let builder = case.ensemble(world, "", cfg.clone()).agent(
-        Role::Driver,
-        ReceiptForger {
-            work: case.work.clone(),
-            honest: Cheating::new(Role::Driver, &script(""), &world.honest),
-        },
-    );
-    let report = run_once(builder).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    let builder = case.with_driver(world, &cfg, |work, honest| ReceiptForger { work, honest });
+    let (report, events, seen) = case.run(builder, &cfg).await;
+    halted_for_rule(&report, "green/T1");
     let failures: Vec<&AgentFailure> = events
         .iter()
         .filter_map(|e| match e {
@@ -761,9 +619,7 @@ async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
     let events = case.events();
     let seen = annotate(&events, &cfg);
     assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "green/T1");
     assert_eq!(
         refusals(&events),
         vec![
@@ -847,9 +703,7 @@ async fn author_reviews_own_code(world: &World) -> String {
     let events = case.events();
     let seen = annotate(&events, &cfg);
     assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "review/T1/0");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "review/T1/0");
     assert_eq!(
         refusals(&events),
         vec![RuleViolation::ReviewerIsAuthor {
@@ -994,12 +848,8 @@ async fn design_changed_after_approval(world: &World) -> String {
     .expect("tamper with the design");
     let approved_len = case.events().len();
 
-    let report = run_once(case.ensemble(world, "", cfg.clone())).await;
-    let events = case.events();
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert!(is_rule_violation(&esc), "{esc:?}");
-    assert_eq!(esc.step, "observe before red/T1");
+    let (report, events, _) = case.run(case.ensemble(world, "", cfg.clone()), &cfg).await;
+    halted_for_rule(&report, "observe before red/T1");
     assert_eq!(
         refusals(&events),
         vec![RuleViolation::DesignHashMismatch {
@@ -1156,48 +1006,33 @@ async fn writes_outside_the_work_tree(world: &World) -> String {
     std::fs::create_dir_all(case.work.join("src")).expect("src");
     std::os::unix::fs::symlink(&outside, case.work.join("src/vendor")).expect("plant a link");
     let absolute = outside.join("abs.sql");
-    let cheats = format!(
-        r#"
-        [[entry]]
-        step = "green/T1"
-        attempt = 0
-        [entry.artifact]
-        kind = "change-set"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "../escape.sql"
-        content = "-- up and out\n"
+    let absolute_path = absolute.display().to_string();
+    let cheats = [
+        change_entry(
+            "green/T1",
+            Some(0),
+            "",
+            &[("../escape.sql", Some("-- up and out\n"))],
+        ),
+        change_entry(
+            "green/T1",
+            Some(1),
+            "",
+            &[(&absolute_path, Some("-- absolute\n"))],
+        ),
+        change_entry(
+            "green/T1",
+            Some(2),
+            "",
+            &[("src/vendor/evil.sql", Some("-- through the link\n"))],
+        ),
+    ]
+    .concat();
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
 
-        [[entry]]
-        step = "green/T1"
-        attempt = 1
-        [entry.artifact]
-        kind = "change-set"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "{}"
-        content = "-- absolute\n"
-
-        [[entry]]
-        step = "green/T1"
-        attempt = 2
-        [entry.artifact]
-        kind = "change-set"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/vendor/evil.sql"
-        content = "-- through the link\n"
-    "#,
-        absolute.display()
-    );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    halted_for_rule(&report, "green/T1");
     let got = refusals(&events);
     assert_eq!(got.len(), 3, "{got:?}");
     assert!(
@@ -1244,21 +1079,10 @@ async fn writes_outside_the_work_tree(world: &World) -> String {
 async fn test_edited_on_disk_before_the_run(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 3);
-    let builder = case.ensemble(world, "", cfg.clone()).agent(
-        Role::Driver,
-        DiskTamperer {
-            work: case.work.clone(),
-            honest: Cheating::new(Role::Driver, &script(""), &world.honest),
-        },
-    );
-    let report = run_once(builder).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let builder = case.with_driver(world, &cfg, |work, honest| DiskTamperer { work, honest });
+    let (report, events, seen) = case.run(builder, &cfg).await;
 
-    let esc = halted(&report);
-    assert!(is_rule_violation(&esc), "{esc:?}");
-    assert_eq!(esc.step, "apply green/T1");
+    halted_for_rule(&report, "apply green/T1");
     assert_eq!(
         refusals(&events),
         vec![RuleViolation::FrozenTestModified { path: T1.into() }]
@@ -1345,26 +1169,18 @@ async fn ledger_line_edited(world: &World) -> String {
 async fn green_that_keeps_failing(world: &World) -> String {
     let case = Case::new();
     let cfg = machine(1, 2);
-    let wrong = r#"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "store the quantity (off by one)"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = '''
-CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void
+    let wrong = "CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void
 LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
-'''
-    "#;
-    let cheats = format!(
-        "[[entry]]\nstep = \"green/T1\"\n{wrong}\n[[entry]]\nstep = \"repair/T1/*\"\n{wrong}"
-    );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+";
+    let off_by_one = "store the quantity (off by one)";
+    let cheats = [
+        change_entry("green/T1", None, off_by_one, &[(CODE, Some(wrong))]),
+        change_entry("repair/T1/*", None, off_by_one, &[(CODE, Some(wrong))]),
+    ]
+    .concat();
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
 
     let esc = halted(&report);
     assert_eq!(
@@ -1433,21 +1249,17 @@ for f in src/*.sql; do [ -f "$f" ] && psql -X -q -v ON_ERROR_STOP=1 -f "$f" >/de
 echo "all done"
 exit 0
 "#;
-    let cheats = r#"
-        [[entry]]
-        step = "green/T1"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "store the quantity (off by one)"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = '''
-CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void
-LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
-'''
-    "#;
+    let cheats = &change_entry(
+        "green/T1",
+        None,
+        "store the quantity (off by one)",
+        &[(
+            "src/items.sql",
+            Some(
+                "CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void\nLANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;\n",
+            ),
+        )],
+    );
     let cfg = machine(1, 0);
     let mut tap = CommandRunnerConfig::new(TAP_SUITE);
     tap.tap = true;
@@ -1457,10 +1269,12 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
     for (format, runner) in [("TAP", tap), ("JUnit", junit)] {
         let case = Case::new();
         let runner: Arc<dyn TestRunner> = Arc::new(CommandRunner::new(runner));
-        let report = run_once(case.ensemble(world, cheats, cfg.clone()).runner(runner)).await;
-        let events = case.events();
-        let seen = annotate(&events, &cfg);
-        assert_replays(&events, &cfg, &report.state);
+        let (report, _, seen) = case
+            .run(
+                case.ensemble(world, cheats, cfg.clone()).runner(runner),
+                &cfg,
+            )
+            .await;
         let esc = halted(&report);
         assert_eq!(
             esc.reason,
@@ -1495,47 +1309,48 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
 // Cases 15-18: paths judged by what they reach, version-control metadata, caches, and paths the
 // file system refuses.
 
-/// Every change set the conductor did not apply (`ApplyDenied`), with its violation, in order.
-fn denials(events: &[Event]) -> Vec<RuleViolation> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::ApplyDenied { violation, .. } => Some(violation.clone()),
-            _ => None,
-        })
-        .collect()
+/// A cheat-script entry that answers `step` (at `attempt`, or at every attempt) with a change
+/// set: `(path, Some(content))` writes, `(path, None)` deletes.
+fn change_entry(
+    step: &str,
+    attempt: Option<u32>,
+    summary: &str,
+    changes: &[(&str, Option<&str>)],
+) -> String {
+    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+    let mut entry = format!("\n[[entry]]\nstep = {}\n", q(step));
+    if let Some(a) = attempt {
+        entry.push_str(&format!("attempt = {a}\n"));
+    }
+    entry.push_str(&format!(
+        "[entry.artifact]\nkind = \"change-set\"\n[entry.artifact.body]\nsummary = {}\n",
+        q(summary)
+    ));
+    for (path, content) in changes {
+        entry.push_str(&format!(
+            "[[entry.artifact.body.changes]]\npath = {}\n",
+            q(path)
+        ));
+        match content {
+            Some(c) => entry.push_str(&format!("op = \"write\"\ncontent = {}\n", q(c))),
+            None => entry.push_str("op = \"delete\"\n"),
+        }
+    }
+    entry
 }
 
 /// A GREEN change set for T1 at one attempt, as a cheat-script entry: the honest code first
 /// (so a refusal can only come from the rest), then `(path, content)` writes.
 fn green_cheat(world: &World, attempt: u32, writes: &[(&str, &str)]) -> String {
     let code = honest_file(world, "green/T1", CODE);
-    let mut entry = format!(
-        r#"
-        [[entry]]
-        step = "green/T1"
-        attempt = {attempt}
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "the code, and a little more"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "src/items.sql"
-        content = '''{code}'''
-"#
-    );
-    for (path, content) in writes {
-        entry.push_str(&format!(
-            r#"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "{path}"
-        content = "{content}"
-"#
-        ));
-    }
-    entry
+    let mut changes = vec![(CODE, Some(code.as_str()))];
+    changes.extend(writes.iter().map(|(path, content)| (*path, Some(*content))));
+    change_entry(
+        "green/T1",
+        Some(attempt),
+        "the code, and a little more",
+        &changes,
+    )
 }
 
 fn symlink(target: &str, at: &Path) {
@@ -1560,13 +1375,10 @@ async fn write_through_a_link(world: &World) -> String {
         green_cheat(world, 2, &[("src/link/t9_mine.sql", "SELECT 1;")]),
     ]
     .concat();
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
+    halted_for_rule(&report, "green/T1");
     assert!(refusals(&events).is_empty(), "spelled, every path was code");
     assert_eq!(
         denials(&events),
@@ -1600,31 +1412,19 @@ async fn write_through_a_link(world: &World) -> String {
     let cfg = machine(1, 3);
     symlink("../src", &case.work.join("tests/lib"));
     let red = honest_file(world, "red/T1", T1);
-    let cheats = format!(
-        r#"
-        [[entry]]
-        step = "red/T1"
-        [entry.artifact]
-        kind = "change-set"
-        [entry.artifact.body]
-        summary = "T1, and the code it needs"
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/t1_add_item.sql"
-        content = '''{red}'''
-        [[entry.artifact.body.changes]]
-        op = "write"
-        path = "tests/lib/items.sql"
-        content = "-- code from the Navigator\n"
-    "#
+    let cheats = change_entry(
+        "red/T1",
+        None,
+        "T1, and the code it needs",
+        &[
+            ("tests/t1_add_item.sql", Some(&red)),
+            ("tests/lib/items.sql", Some("-- code from the Navigator\n")),
+        ],
     );
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "red/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
+    halted_for_rule(&report, "red/T1");
     let want = RuleViolation::NonTestInRed { path: CODE.into() };
     assert_eq!(denials(&events), vec![want.clone(), want]);
     assert!(verifications(&seen).is_empty(), "nothing ran");
@@ -1645,19 +1445,16 @@ async fn writes_version_control_metadata(world: &World) -> String {
         green_cheat(
             world,
             0,
-            &[(".git/hooks/pre-commit", "#!/bin/sh\\necho pwned\\n")],
+            &[(".git/hooks/pre-commit", "#!/bin/sh\necho pwned\n")],
         ),
-        green_cheat(world, 1, &[(".git/config", "[core]\\nhooksPath = src\\n")]),
-        green_cheat(world, 2, &[("vendor/lib/.git/config", "[core]\\n")]),
+        green_cheat(world, 1, &[(".git/config", "[core]\nhooksPath = src\n")]),
+        green_cheat(world, 2, &[("vendor/lib/.git/config", "[core]\n")]),
     ]
     .concat();
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
-    let esc = halted(&report);
-    assert_eq!(esc.step, "green/T1");
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
+    halted_for_rule(&report, "green/T1");
     assert_eq!(
         refusals(&events),
         vec![
@@ -1705,10 +1502,9 @@ async fn writes_into_a_cache(world: &World) -> String {
         green_cheat(world, 1, &[("sub/target/items.sql", "SELECT 1;")]),
     ]
     .concat();
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
     let esc = halted(&report);
     assert_eq!(
         esc.step, "green/T1",
@@ -1764,10 +1560,9 @@ async fn paths_the_file_system_refuses(world: &World) -> String {
         ),
     ]
     .concat();
-    let report = run_once(case.ensemble(world, &cheats, cfg.clone())).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case
+        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
+        .await;
     let esc = halted(&report);
     assert_eq!(
         esc.step, "green/T1",
@@ -1870,10 +1665,7 @@ impl Wired {
         let runner: Arc<dyn TestRunner> =
             Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
         let mut args = LakebaseArgs::new(world.provider.clone(), runner);
-        args.pool = PoolConfig {
-            size: 1,
-            ..PoolConfig::default()
-        };
+        args.pool = consort_testkit::cluster::pool_config(1);
         args.max_concurrent = 2;
         let (actor, _join) = LakebaseActor::spawn(args).await.expect("lakebase actor");
         Wired {
@@ -1993,11 +1785,11 @@ fn wrong_code_and(extra: &str) -> String {
 
 /// One script entry: the Driver answers `step` with `code` in src/items.sql.
 fn code_entry(step: &str, code: &str) -> String {
-    format!(
-        "[[entry]]\nstep = \"{step}\"\n[entry.artifact]\nkind = \"change-set\"\n\
-         [entry.artifact.body]\nsummary = \"make T1 pass\"\n\
-         [[entry.artifact.body.changes]]\nop = \"write\"\npath = \"{CODE}\"\n\
-         content = '''\n{code}\n'''\n"
+    change_entry(
+        step,
+        None,
+        "make T1 pass",
+        &[(CODE, Some(&format!("{code}\n")))],
     )
 }
 
@@ -2037,10 +1829,12 @@ async fn judged_red(
 ) -> (Case, Vec<TestRunReceipt>) {
     let case = Case::new();
     let cfg = machine(1, 1);
-    let report = run_once(case.ensemble(world, cheats, cfg.clone()).runner(runner)).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, _, seen) = case
+        .run(
+            case.ensemble(world, cheats, cfg.clone()).runner(runner),
+            &cfg,
+        )
+        .await;
     let esc = halted(&report);
     assert_eq!(
         esc.reason,
@@ -2182,10 +1976,7 @@ async fn run_that_changes_the_tree(world: &World) -> String {
         .ensemble(world, &cheats, cfg.clone())
         .runner(shell_suite())
         .sandbox(SandboxMode::Off);
-    let report = run_once(builder).await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
+    let (report, events, seen) = case.run(builder, &cfg).await;
     let esc = halted(&report);
     assert!(esc.step.contains("T1"), "{}", esc.step);
     assert!(is_rule_violation(&esc), "{esc:?}");
@@ -2265,106 +2056,101 @@ async fn run_case(number: usize, world: &World) -> String {
     }
 }
 
-#[test]
-fn every_cheat_is_refused() {
+fn main() -> ExitCode {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(Mutex::new(Vec::new()));
+    let mut trials: Vec<Trial> = CASES
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (ran, refused) = (ran.clone(), refused.clone());
+            Trial::test(trial_name(name), move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+                let started = Instant::now();
+                let what = in_world(name, move |world| Box::pin(run_case(i + 1, world)))?;
+                let secs = started.elapsed().as_secs_f64();
+                lock(&refused).push((i, format!("case {name}: refused in {secs:.1} s — {what}")));
+                Ok(())
+            })
+        })
+        .collect();
+    trials.push(Trial::test(
+        "control_the_honest_fixture_runs_to_done",
+        || in_world("control", |world| Box::pin(honest_run_finishes(world))),
+    ));
+    // The cases ran one after the other before they were trials; they still do unless asked.
+    let selection = consort_testkit::harness::select(trials);
+    let args = selection.args;
+    let conclusion = libtest_mimic::run(&args, selection.trials);
+    if !args.list {
+        if let Err(e) = consort_testkit::cluster::stop() {
+            println!("the shared cluster did not stop: {e}");
+        }
+        let mut refused = lock(&refused).clone();
+        refused.sort();
+        let ran = ran.load(Ordering::SeqCst);
+        let mut out = std::io::stdout().lock();
+        for (_, line) in &refused {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = writeln!(out, "discipline: {} of {ran} cheats refused", refused.len());
+        let _ = out.flush();
+    }
+    conclusion.exit_code()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A case's trial name: `case_01_frozen_test_edited_in_green` (filter with any part of it).
+fn trial_name(case: &str) -> String {
+    let (number, title) = case.split_once(' ').unwrap_or(("0", case));
+    let words: String = title
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut name = format!("case_{:0>2}_", number);
+    for w in words.split('_').filter(|w| !w.is_empty()) {
+        if !name.ends_with('_') {
+            name.push('_');
+        }
+        name.push_str(w);
+    }
+    name
+}
+
+type CaseFuture<'w, T> = std::pin::Pin<Box<dyn Future<Output = T> + 'w>>;
+
+/// Runs one case on its own runtime against the binary's shared cluster, within
+/// [`CASE_LIMIT`] (a conductor that loops is a failed case, not a hang).
+fn in_world<T>(
+    name: &str,
+    case: impl for<'w> FnOnce(&'w World) -> CaseFuture<'w, T>,
+) -> Result<T, Failed> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .expect("runtime");
+        .map_err(|e| Failed::from(format!("runtime: {e}")))?;
     rt.block_on(async {
         let started = Instant::now();
-        let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-            .await
-            .expect("the embedded cluster starts");
-        let provider: Arc<dyn BranchProvider> = Arc::new(
-            EmbeddedProvider::new(cluster.clone())
-                .await
-                .expect("provider"),
-        );
         let world = World {
-            cluster,
-            provider,
+            provider: consort_testkit::cluster::dyn_provider().await,
             honest: Script::from_toml_str(HONEST).expect("the honest script parses"),
         };
-
-        let total = CASES.len();
-        let mut refused = 0usize;
-        let mut failed = Vec::new();
-        for (i, name) in CASES.into_iter().enumerate() {
-            let t = Instant::now();
-            // A panic (a failed assertion) in one case must not stop the others.
-            let outcome = tokio::time::timeout(
-                CASE_LIMIT,
-                CatchUnwind {
-                    inner: Box::pin(run_case(i + 1, &world)),
-                },
-            )
-            .await;
-            let secs = t.elapsed().as_secs_f64();
-            match outcome {
-                Ok(Ok(what)) => {
-                    refused += 1;
-                    println!("case {name}: refused in {secs:.1} s — {what}");
-                }
-                Ok(Err(panic)) => {
-                    let msg = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_default();
-                    println!("case {name}: NOT REFUSED ({secs:.1} s): {msg}");
-                    failed.push(name);
-                }
-                Err(_) => {
-                    println!("case {name}: NOT REFUSED: no outcome within {CASE_LIMIT:?}");
-                    failed.push(name);
-                }
-            }
-        }
-        let control = tokio::time::timeout(
-            CASE_LIMIT,
-            CatchUnwind {
-                inner: Box::pin(honest_run_finishes(&world)),
-            },
-        )
-        .await;
-        let control_ok = matches!(control, Ok(Ok(())));
-        println!(
-            "control (the honest fixture runs to done): {}",
-            if control_ok { "ok" } else { "FAILED" }
-        );
-        world.cluster.stop().expect("the cluster stops");
-        println!("all cases in {:.1} s", started.elapsed().as_secs_f64());
-        // The summary line goes straight to stdout, past the test harness's capture.
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "discipline: {refused} of {total} cheats refused");
-        let _ = out.flush();
-        assert!(failed.is_empty(), "cheats not refused: {failed:?}");
-        assert!(control_ok, "the honest fixture must run to done");
-    });
-}
-
-/// Catches a panic of the wrapped future (a failed assertion in a case), so one case that
-/// fails does not stop the others.
-struct CatchUnwind<F> {
-    inner: F,
-}
-
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let inner = &mut self.get_mut().inner;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            std::pin::Pin::new(&mut *inner).poll(cx)
-        })) {
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
-            Err(panic) => std::task::Poll::Ready(Err(panic)),
-        }
-    }
+        let outcome = tokio::time::timeout(CASE_LIMIT, case(&world)).await;
+        let secs = started.elapsed().as_secs_f64();
+        outcome.map_err(|_| {
+            Failed::from(format!(
+                "{name}: NOT REFUSED: no outcome within {CASE_LIMIT:?} ({secs:.1} s)"
+            ))
+        })
+    })
 }

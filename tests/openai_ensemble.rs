@@ -3,28 +3,16 @@
 //! each assignment from the StockFlow script. The whole path runs: HTTP, structured output,
 //! parsing, validation, the conductor's rules, real branches, real psql runs.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
 use consort::actors::{Artifact, Role, Step};
 use consort::agents::Script;
+use consort_testkit::model::{Reply, Seen, start_answering};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-consort-test-7f3a9c2e51d8";
-
-#[derive(Clone)]
-struct Model {
-    script: Script,
-    calls: Arc<AtomicUsize>,
-}
 
 /// The body of an artifact, as the model is asked to answer it.
 fn body(artifact: &Artifact) -> Value {
@@ -34,53 +22,44 @@ fn body(artifact: &Artifact) -> Value {
         .unwrap_or(Value::Null)
 }
 
-async fn chat(
-    State(model): State<Model>,
-    headers: HeaderMap,
-    Json(req): Json<Value>,
-) -> (StatusCode, Json<Value>) {
-    model.calls.fetch_add(1, Ordering::SeqCst);
-    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {KEY}"))
-    {
-        return (
-            StatusCode::UNAUTHORIZED,
-            Json(json!({"error": {"message": "bad key"}})),
-        );
+fn refuse(status: u16, message: &str) -> Reply {
+    Reply::Json(status, vec![], json!({"error": {"message": message}}))
+}
+
+/// The "model": answers each assignment from the StockFlow script.
+fn answer(script: &Script, req: &Seen) -> Reply {
+    if req.authorization.as_deref() != Some(&format!("Bearer {KEY}")) {
+        return refuse(401, "bad key");
     }
-    let assignment: Option<Value> = req["messages"]
+    let assignment: Option<Value> = req.body["messages"]
         .as_array()
         .and_then(|m| m.iter().find(|m| m["role"] == "user"))
         .and_then(|m| m["content"].as_str())
         .and_then(|t| serde_json::from_str(t).ok());
     let Some(a) = assignment else {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": {"message": "no assignment"}})),
-        );
+        return refuse(400, "no assignment");
     };
     let step = a["step"].as_str().and_then(|s| Step::from_str(s).ok());
     let role = a["role"].as_str().and_then(|s| Role::from_str(s).ok());
     let attempt = a["attempt"].as_u64().unwrap_or(0) as u32;
     let (Some(step), Some(role)) = (step, role) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": {"message": "no step"}})),
-        );
+        return refuse(400, "no step");
     };
-    let content = match model.script.lookup(role, &step, attempt) {
+    let content = match script.lookup(role, &step, attempt) {
         Ok(entry) => body(&entry.artifact).to_string(),
         Err(e) => format!("I cannot answer {step}: {e}"),
     };
     // A "compatible" server: no id, no usage.
-    (
-        StatusCode::OK,
-        Json(json!({
+    Reply::Json(
+        200,
+        vec![],
+        json!({
             "id": null,
             "object": "chat.completion",
             "created": 0,
             "model": "replay",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]
-        })),
+        }),
     )
 }
 
@@ -97,30 +76,13 @@ fn example() -> PathBuf {
 fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let script = Script::from_toml_str(consort::init::STOCKFLOW_SCRIPT).expect("script");
-    let model = Model {
-        script,
-        calls: Arc::new(AtomicUsize::new(0)),
-    };
-    let calls = model.calls.clone();
-    let addr: SocketAddr = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let app = axum::Router::new()
-            .route("/v1/chat/completions", post(chat))
-            .with_state(model);
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        addr
-    });
+    let (base, model) = rt.block_on(start_answering(move |req| answer(&script, req)));
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("sf");
     let out = Command::new(example())
         .args(["--agents", "openai", "--approve-as", "ada", "--dir"])
         .arg(&dir)
-        .env("CONSORT_OPENAI_BASE_URL", format!("http://{addr}/v1"))
+        .env("CONSORT_OPENAI_BASE_URL", &base)
         .env("CONSORT_OPENAI_MODEL", "replay")
         .env("CONSORT_OPENAI_API_KEY", KEY)
         .env("CONSORT_LOG", "debug")
@@ -144,7 +106,7 @@ fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
         &text[text.len().saturating_sub(2000)..]
     );
     assert!(
-        calls.load(Ordering::SeqCst) >= 40,
+        model.requests() >= 40,
         "every step went through the model server"
     );
     let ledger = std::fs::read_to_string(dir.join(".consort/ledger.jsonl")).expect("ledger");

@@ -7,6 +7,7 @@
 //!
 //! Needs `python3` with `pytest` and `psycopg` (`.ci/run` installs them).
 
+use consort_testkit::process::text;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -20,14 +21,6 @@ fn consort(dir: &Path, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("consort starts")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The project as a user would have it: configuration, request, agent script, and the

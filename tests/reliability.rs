@@ -1,7 +1,7 @@
 //! The reliability suite (issue 6): crashes at every transition, injected faults, malformed
 //! input, secrets and load — on real PostgreSQL, real processes and real HTTP on loopback.
 //!
-//! A custom harness (`harness = false`) runs the parts in order and ends with one line:
+//! A `libtest-mimic` harness (`harness = false`) runs the parts in order and ends with one line:
 //!
 //! ```text
 //! reliability: crash points N of N resumed, faults N of N handled, leaked branches 0, fuzz cases N, panics 0
@@ -27,18 +27,22 @@
 //! * **fuzz** — proptest over malformed agent outputs (through `consort::agents` parsing and
 //!   validation and through `Machine::step`), configuration files and ledger lines.
 //!
-//! Arguments that do not start with `-` select parts by name (`cargo test --test reliability --
-//! fuzz`); the summary line is printed when every part ran. `RELIABILITY_WORKERS` sets how many
+//! Each part (the crash sweep, each fault scenario, load, secrets, fuzz) is a `libtest-mimic`
+//! trial that a filter selects (`cargo test --test reliability -- fuzz`, `-- faults::hanging`);
+//! they run one after the other in the order above unless `--test-threads` says otherwise.
+//! The summary line is printed when every part ran. `RELIABILITY_WORKERS` sets how many
 //! crash points run at once (default 2). `RELIABILITY_KEEP=1` keeps the temporary directories.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::io::Write;
+use consort_testkit::process::{eventually, text};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::{Command, ExitCode, Output, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use consort::actors::conductor::design_hash_on_disk;
@@ -48,14 +52,15 @@ use consort::actors::{
     Artifact, EscalationReason, Event, GateKind, InfraFault, LakebaseMsg, Migration, RequestId,
     Role, RunOutcome, State, Step, TestStatus, VerifyPurpose, VerifyRequest, WorkTree,
 };
-use consort::agents::{Agent, AgentFailure, AgentOutput, Assignment, BoxFuture, Script};
+use consort::agents::{Agent, Assignment, Script};
 use consort::lakebase::{
-    BaseRef, BaseSpec, Branch, BranchProvider, Capabilities, ConnectInfo, EmbeddedCluster,
-    EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, PoolConfig, PromoteOutcome, PsqlRunner,
-    PsqlRunnerConfig, RunContext, RunReport, ServerOptions, TestRunner,
+    BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedProvider, PsqlRunner, PsqlRunnerConfig,
+    RunContext, RunReport, ServerOptions, TestRunner,
 };
 use consort::project::Project;
 use consort::{ApproveAs, Approver, Ensemble, EnsembleBuilder, StopAtGates};
+use consort_testkit::providers::RecordingProvider;
+use libtest_mimic::{Failed, Trial};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -115,14 +120,6 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("the command starts")
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// The last `n` characters of a text (for failure messages).
 fn tail(s: &str, n: usize) -> String {
     let chars: Vec<char> = s.chars().collect();
@@ -177,50 +174,6 @@ fn new_project(dir: &Path, config: Option<&str>) -> Result<(), String> {
 
 fn ledger_path(dir: &Path) -> PathBuf {
     dir.join(".consort/ledger.jsonl")
-}
-
-/// Waits up to `secs` for `cond` (a process to die, a file to appear); no timing is asserted.
-fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
-}
-
-/// A `MakeWriter` that keeps every log line of this process in memory.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("capture lock")).into_owned()
-    }
-}
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .map_err(|_| std::io::Error::other("capture lock"))?
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
 }
 
 /// The figures of the summary line, and every failure found on the way.
@@ -615,138 +568,12 @@ mod crash {
 // ---------------------------------------------------------------------------------------------
 // Injected faults.
 
-mod model_stub {
-    //! A loopback OpenAI-compatible chat-completions server that answers from a queue.
-
-    use super::*;
-    use axum::Json;
-    use axum::extract::State as AxState;
-    use axum::http::{HeaderMap, StatusCode};
-    use axum::response::{IntoResponse, Response};
-    use axum::routing::post;
-
-    /// One answer.
-    #[derive(Clone, Debug)]
-    pub enum Reply {
-        /// An error status with an OpenAI-style error body (and `Retry-After: 0` for 429).
-        Fail(u16),
-        /// An error status whose message repeats the `Authorization` header it received, as a
-        /// careless server might.
-        EchoKey(u16),
-        /// 200 with this text as the message content.
-        Answer(String),
-    }
-
-    #[derive(Default)]
-    pub struct Stub {
-        replies: Mutex<VecDeque<Reply>>,
-        last: Mutex<Option<Reply>>,
-        /// Requests received.
-        pub seen: AtomicUsize,
-        /// The `Authorization` headers received.
-        pub auth: Mutex<Vec<String>>,
-        /// Stop serving after this many requests (the server goes away).
-        stop_after: Option<usize>,
-        stop: tokio::sync::Notify,
-    }
-
-    fn completion(content: &str) -> Value {
-        json!({
-            "id": "chatcmpl-reliability",
-            "object": "chat.completion",
-            "created": 1_700_000_000,
-            "model": "stub-model",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-        })
-    }
-
-    fn error_body(message: String) -> Value {
-        json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}})
-    }
-
-    async fn chat(AxState(stub): AxState<Arc<Stub>>, headers: HeaderMap) -> Response {
-        let n = stub.seen.fetch_add(1, Ordering::SeqCst) + 1;
-        let auth = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        stub.auth.lock().expect("auth").push(auth.clone());
-        let reply = {
-            let next = stub.replies.lock().expect("replies").pop_front();
-            let mut last = stub.last.lock().expect("last");
-            if let Some(r) = next {
-                *last = Some(r);
-            }
-            last.clone()
-        };
-        let response = match reply {
-            Some(Reply::Answer(content)) => Json(completion(&content)).into_response(),
-            Some(Reply::Fail(status)) => {
-                let code =
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                let mut r = (
-                    code,
-                    Json(error_body(format!("the model server says {status}"))),
-                )
-                    .into_response();
-                if status == 429 {
-                    r.headers_mut()
-                        .insert("retry-after", axum::http::HeaderValue::from_static("0"));
-                }
-                r
-            }
-            Some(Reply::EchoKey(status)) => {
-                let code =
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                (
-                    code,
-                    Json(error_body(format!("rejected credentials: {auth}"))),
-                )
-                    .into_response()
-            }
-            None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-        };
-        if stub.stop_after == Some(n) {
-            stub.stop.notify_one();
-        }
-        response
-    }
-
-    /// Starts a stub on 127.0.0.1; returns its base URL (with `/v1`) and its state.
-    pub async fn start(replies: Vec<Reply>, stop_after: Option<usize>) -> (String, Arc<Stub>) {
-        let stub = Arc::new(Stub {
-            replies: Mutex::new(replies.into()),
-            stop_after,
-            ..Stub::default()
-        });
-        let app = axum::Router::new()
-            .route("/v1/chat/completions", post(chat))
-            .with_state(Arc::clone(&stub));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("address");
-        let s = Arc::clone(&stub);
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { s.stop.notified().await })
-                .await;
-        });
-        (format!("http://{addr}/v1"), stub)
-    }
-}
-
 mod faults {
-    use super::model_stub::{Reply, start as start_stub};
     use super::*;
     use consort::actors::RunReport as Report;
     use consort::agents::{ApiKey, HttpPolicy, OpenAiAgent, OpenAiConfig};
-    use consort::lakebase::{
-        CommandRunner, CommandRunnerConfig, Error as LbError, LakebaseActor, LakebaseArgs,
-    };
+    use consort::lakebase::{CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs};
+    use consort_testkit::model::{fail, ok, start_stub_stopping as start_stub};
 
     /// How many fault scenarios there are.
     pub const SCENARIOS: usize = 8;
@@ -765,27 +592,14 @@ mod faults {
 
     impl Rig {
         pub async fn provider(&self, parent: &str) -> Result<Arc<dyn BranchProvider>, String> {
-            let opts = ServerOptions {
-                parent_database: Some(parent.to_string()),
-                ..ServerOptions::default()
-            };
-            let p = ctx(
-                EmbeddedProvider::with_options(self.cluster.clone(), opts).await,
-                "embedded provider",
-            )?;
-            Ok(Arc::new(Recording {
-                inner: Arc::new(p),
-                fail_creates: AtomicU32::new(0),
-                injected: AtomicU32::new(0),
-                secrets: self.branch_secrets.clone(),
-            }))
+            Ok(self.flaky(parent, 0).await?)
         }
 
         pub async fn flaky(
             &self,
             parent: &str,
             fail_creates: u32,
-        ) -> Result<Arc<Recording>, String> {
+        ) -> Result<Arc<RecordingProvider>, String> {
             let opts = ServerOptions {
                 parent_database: Some(parent.to_string()),
                 ..ServerOptions::default()
@@ -794,12 +608,29 @@ mod faults {
                 EmbeddedProvider::with_options(self.cluster.clone(), opts).await,
                 "embedded provider",
             )?;
-            Ok(Arc::new(Recording {
-                inner: Arc::new(p),
-                fail_creates: AtomicU32::new(fail_creates),
-                injected: AtomicU32::new(0),
-                secrets: self.branch_secrets.clone(),
-            }))
+            Ok(Arc::new(
+                RecordingProvider::new(Arc::new(p), self.branch_secrets.clone())
+                    .failing_creates(fail_creates),
+            ))
+        }
+
+        /// A scenario's project `name` and a provider on its own parent database `parent`.
+        pub async fn scenario(
+            &self,
+            name: &str,
+            parent: &str,
+        ) -> Result<(PathBuf, Arc<dyn BranchProvider>), String> {
+            Ok((self.project(name)?, self.provider(parent).await?))
+        }
+
+        /// The same, with a provider whose first `fail_creates` creates fail.
+        pub async fn flaky_scenario(
+            &self,
+            name: &str,
+            parent: &str,
+            fail_creates: u32,
+        ) -> Result<(PathBuf, Arc<RecordingProvider>), String> {
+            Ok((self.project(name)?, self.flaky(parent, fail_creates).await?))
         }
 
         pub fn project(&self, name: &str) -> Result<PathBuf, String> {
@@ -813,139 +644,29 @@ mod faults {
         }
     }
 
-    /// A provider that records every branch password it hands out and can fail `create`.
-    #[derive(Debug)]
-    pub struct Recording {
-        inner: Arc<dyn BranchProvider>,
-        fail_creates: AtomicU32,
-        pub injected: AtomicU32,
-        secrets: Arc<Mutex<BTreeSet<String>>>,
-    }
-
-    impl BranchProvider for Recording {
-        fn kind(&self) -> &'static str {
-            self.inner.kind()
-        }
-
-        fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities()
-        }
-
-        fn prepare_base<'a>(
-            &'a self,
-            spec: &'a BaseSpec,
-        ) -> consort::lakebase::BoxFuture<'a, consort::lakebase::Result<BaseRef>> {
-            self.inner.prepare_base(spec)
-        }
-
-        fn create<'a>(
-            &'a self,
-            name: &'a str,
-            from: &'a BaseRef,
-        ) -> consort::lakebase::BoxFuture<'a, consort::lakebase::Result<Branch>> {
-            Box::pin(async move {
-                let left = self.fail_creates.load(Ordering::SeqCst);
-                if left > 0 {
-                    self.fail_creates.store(left - 1, Ordering::SeqCst);
-                    self.injected.fetch_add(1, Ordering::SeqCst);
-                    return Err(LbError::Connect(format!(
-                        "injected fault: the server dropped the connection while creating {name}"
-                    )));
-                }
-                self.inner.create(name, from).await
-            })
-        }
-
-        fn connect_info<'a>(
-            &'a self,
-            branch: &'a Branch,
-        ) -> consort::lakebase::BoxFuture<'a, consort::lakebase::Result<ConnectInfo>> {
-            Box::pin(async move {
-                let info = self.inner.connect_info(branch).await?;
-                self.secrets
-                    .lock()
-                    .expect("secrets")
-                    .insert(info.secret.expose().to_string());
-                Ok(info)
-            })
-        }
-
-        fn reset<'a>(
-            &'a self,
-            branch: &'a Branch,
-        ) -> consort::lakebase::BoxFuture<'a, consort::lakebase::Result<Branch>> {
-            self.inner.reset(branch)
-        }
-
-        fn delete<'a>(
-            &'a self,
-            name: &'a str,
-        ) -> consort::lakebase::BoxFuture<'a, consort::lakebase::Result<()>> {
-            self.inner.delete(name)
-        }
-
-        fn list<'a>(
-            &'a self,
-            prefix: &'a str,
-        ) -> consort::lakebase::BoxFuture<'a, consort::lakebase::Result<Vec<Branch>>> {
-            self.inner.list(prefix)
-        }
-
-        fn sweep(
-            &self,
-            older_than: Duration,
-        ) -> consort::lakebase::BoxFuture<'_, consort::lakebase::Result<usize>> {
-            self.inner.sweep(older_than)
-        }
-
-        fn sweep_orphans(
-            &self,
-        ) -> consort::lakebase::BoxFuture<'_, consort::lakebase::Result<usize>> {
-            self.inner.sweep_orphans()
-        }
-
-        fn keep_for_inspection<'a>(
-            &'a self,
-            branch: &'a Branch,
-            until: std::time::SystemTime,
-        ) -> consort::lakebase::BoxFuture<'a, consort::lakebase::Result<()>> {
-            self.inner.keep_for_inspection(branch, until)
-        }
-
-        fn promote<'a>(
-            &'a self,
-            migrations: &'a [Migration],
-        ) -> consort::lakebase::BoxFuture<'a, consort::lakebase::Result<PromoteOutcome>> {
-            self.inner.promote(migrations)
-        }
-    }
-
-    /// An agent that panics on one step (a number of times, or always), else plays `inner`.
-    pub struct PanicOn {
-        pub inner: Arc<dyn Agent>,
-        pub step: &'static str,
-        pub panics_left: AtomicU32,
-        pub calls: Arc<AtomicU32>,
-    }
-
-    impl Agent for PanicOn {
-        fn act<'a>(
-            &'a self,
-            a: &'a Assignment,
-        ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
-            Box::pin(async move {
-                if a.step.to_string() == self.step {
-                    self.calls.fetch_add(1, Ordering::SeqCst);
-                    let left = self.panics_left.load(Ordering::SeqCst);
+    /// An agent that panics on `step` (`panics` times, then plays `inner`), else plays
+    /// `inner`; `calls` counts the assignments of `step`.
+    pub fn panic_on(
+        inner: Arc<dyn Agent>,
+        step: &'static str,
+        panics: u32,
+        calls: Arc<AtomicU32>,
+    ) -> impl Agent {
+        let panics_left = Arc::new(AtomicU32::new(panics));
+        consort_testkit::agents::agent_fn(move |a: Assignment| {
+            let (inner, calls, panics_left) = (inner.clone(), calls.clone(), panics_left.clone());
+            async move {
+                if a.step.to_string() == step {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let left = panics_left.load(Ordering::SeqCst);
                     if left > 0 {
-                        self.panics_left
-                            .store(left.saturating_sub(1), Ordering::SeqCst);
+                        panics_left.store(left.saturating_sub(1), Ordering::SeqCst);
                         panic!("{DELIBERATE_PANIC}: the agent blows up on {}", a.step);
                     }
                 }
-                self.inner.act(a).await
-            })
-        }
+                inner.act(&a).await
+            }
+        })
     }
 
     /// The psql runner, with a saboteur: in the first run of the GREEN code it holds an
@@ -1087,13 +808,7 @@ COMMIT;
             .provider(provider)
             .runner(runner)
             .approver(approver)
-            .pool(
-                PoolConfig {
-                    size: 1,
-                    ..PoolConfig::default()
-                },
-                2,
-            )
+            .pool(consort_testkit::cluster::pool_config(1), 2)
             .timeouts(Duration::from_secs(60), Duration::from_secs(60));
         for role in Role::ALL {
             b = b.agent(role, script.agent(role));
@@ -1158,15 +873,14 @@ COMMIT;
 
     /// A role actor panics twice on a step: restarted, the step retried, the run goes on.
     pub async fn panic_then_recover(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("panic-recover")?;
-        let provider = rig.provider("rel_panic_recover").await?;
+        let (dir, provider) = rig.scenario("panic-recover", "rel_panic_recover").await?;
         let calls = Arc::new(AtomicU32::new(0));
-        let panicky = PanicOn {
-            inner: script_agent(&dir, Role::ProductOwner)?,
-            step: "stories",
-            panics_left: AtomicU32::new(2),
-            calls: calls.clone(),
-        };
+        let panicky = panic_on(
+            script_agent(&dir, Role::ProductOwner)?,
+            "stories",
+            2,
+            calls.clone(),
+        );
         let before = DELIBERATE_PANICS.load(Ordering::SeqCst);
         let b = builder(
             &dir,
@@ -1213,15 +927,14 @@ COMMIT;
     /// A role actor that always panics: past the restart intensity, an infrastructure
     /// escalation (actor crashing), not a loop.
     pub async fn panic_past_intensity(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("panic-always")?;
-        let provider = rig.provider("rel_panic_always").await?;
+        let (dir, provider) = rig.scenario("panic-always", "rel_panic_always").await?;
         let calls = Arc::new(AtomicU32::new(0));
-        let panicky = PanicOn {
-            inner: script_agent(&dir, Role::ProductOwner)?,
-            step: "stories",
-            panics_left: AtomicU32::new(u32::MAX),
-            calls: calls.clone(),
-        };
+        let panicky = panic_on(
+            script_agent(&dir, Role::ProductOwner)?,
+            "stories",
+            u32::MAX,
+            calls.clone(),
+        );
         let policy = consort::actors::supervision::RestartPolicy::default();
         let b = builder(
             &dir,
@@ -1263,8 +976,9 @@ COMMIT;
     /// The branch provider fails the first create: the verification is retried on a new
     /// branch and the run finishes.
     pub async fn create_fails_once(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("create-once")?;
-        let flaky = rig.flaky("rel_create_once", 1).await?;
+        let (dir, flaky) = rig
+            .flaky_scenario("create-once", "rel_create_once", 1)
+            .await?;
         let provider: Arc<dyn BranchProvider> = flaky.clone();
         let b = builder(
             &dir,
@@ -1276,7 +990,7 @@ COMMIT;
         ensure(ran.report.outcome == RunOutcome::Done, || {
             format!("expected done, got {:?}", ran.report.outcome)
         })?;
-        ensure(flaky.injected.load(Ordering::SeqCst) == 1, || {
+        ensure(flaky.injected() == 1, || {
             "the fault was not injected".into()
         })?;
         ensure(count(&ran.entries, "verify-failed") == 0, || {
@@ -1290,8 +1004,9 @@ COMMIT;
 
     /// The branch provider fails every create: a typed escalation (database down).
     pub async fn create_always_fails(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("create-always")?;
-        let flaky = rig.flaky("rel_create_always", u32::MAX).await?;
+        let (dir, flaky) = rig
+            .flaky_scenario("create-always", "rel_create_always", u32::MAX)
+            .await?;
         let provider: Arc<dyn BranchProvider> = flaky.clone();
         let b = builder(
             &dir,
@@ -1327,8 +1042,7 @@ COMMIT;
     /// The connection to the branch drops in the middle of a test run: not a verdict on the
     /// code — the verification is retried and the run finishes.
     pub async fn connection_dropped(rig: &Rig) -> Result<usize, String> {
-        let dir = rig.project("conn-drop")?;
-        let provider = rig.provider("rel_conn_drop").await?;
+        let (dir, provider) = rig.scenario("conn-drop", "rel_conn_drop").await?;
         let runner = Arc::new(DropConnection::new()?);
         let b = builder(
             &dir,
@@ -1445,15 +1159,8 @@ COMMIT;
     /// The model server answers 500, then 429: retried; the third answer is used.
     pub async fn model_server_errors(rig: &Rig) -> Result<usize, String> {
         let dir = rig.project("model-errors")?;
-        let (base, stub) = start_stub(
-            vec![
-                Reply::Fail(500),
-                Reply::Fail(429),
-                Reply::Answer(stories_answer()?),
-            ],
-            None,
-        )
-        .await;
+        let (base, stub) =
+            start_stub(vec![fail(500), fail(429), ok(&stories_answer()?)], None).await;
         let provider = rig.provider("rel_model_errors").await?;
         let b = builder(
             &dir,
@@ -1473,10 +1180,10 @@ COMMIT;
             ),
             || format!("expected the design gate, got {:?}", ran.report.outcome),
         )?;
-        ensure(stub.seen.load(Ordering::SeqCst) == 3, || {
+        ensure(stub.requests() == 3, || {
             format!(
                 "the model server saw {} requests, expected 3",
-                stub.seen.load(Ordering::SeqCst)
+                stub.requests()
             )
         })?;
         let expected: Artifact = ctx(serde_json::from_str(&stories_answer()?), "stories")?;
@@ -1496,7 +1203,7 @@ COMMIT;
     /// model-server-failing after its retries.
     pub async fn model_server_gone(rig: &Rig) -> Result<usize, String> {
         let dir = rig.project("model-gone")?;
-        let (base, stub) = start_stub(vec![Reply::Answer(stories_answer()?)], Some(1)).await;
+        let (base, stub) = start_stub(vec![ok(&stories_answer()?)], Some(1)).await;
         let provider = rig.provider("rel_model_gone").await?;
         let b = builder(
             &dir,
@@ -1522,7 +1229,7 @@ COMMIT;
                 )
             },
         )?;
-        ensure(stub.seen.load(Ordering::SeqCst) == 1, || {
+        ensure(stub.requests() == 1, || {
             "the server answered after it went away".into()
         })?;
         Ok(ran.leaked)
@@ -1553,10 +1260,7 @@ mod load {
             Arc::new(ctx(PsqlRunner::new(PsqlRunnerConfig::default()), "psql")?);
         let mut args = LakebaseArgs::new(provider.clone(), runner);
         args.max_concurrent = RUNS as usize;
-        args.pool = PoolConfig {
-            size: 4,
-            ..PoolConfig::default()
-        };
+        args.pool = consort_testkit::cluster::pool_config(4);
         let stats = args.stats.clone();
         let (actor, handle) = ctx(LakebaseActor::spawn(args).await, "spawn")?;
         let migrations = vec![Migration {
@@ -1685,8 +1389,8 @@ mod load {
 
 mod secrets {
     use super::faults::{FAULT_KEY, Rig, stories_answer};
-    use super::model_stub::{Reply, start as start_stub};
     use super::*;
+    use consort_testkit::model::{Reply, ok, start_stub_stopping as start_stub};
 
     pub const API_KEY: &str = "sk-reliability-Zq7RkW2mXv9tLp4N";
     pub const DB_PASSWORD: &str = "Kn0wnPass-reliability-4417";
@@ -1776,7 +1480,10 @@ http = {{ max_retries = 2, initial_backoff_ms = 10, max_backoff_ms = 50, request
     }
 
     /// Returns the branches left behind.
-    pub async fn sweep(rig: &Rig, capture: &Capture) -> Result<usize, String> {
+    pub async fn sweep(
+        rig: &Rig,
+        capture: &consort_testkit::logs::Capture,
+    ) -> Result<usize, String> {
         admin_sql(
             &rig.cluster,
             &[
@@ -1802,11 +1509,8 @@ http = {{ max_retries = 2, initial_backoff_ms = 10, max_backoff_ms = 50, request
 
         // A whole run: the model server first fails with an error that repeats the key.
         let dir = rig.root.join("secrets-run");
-        let (base, stub) = start_stub(
-            vec![Reply::EchoKey(500), Reply::Answer(stories_answer()?)],
-            None,
-        )
-        .await;
+        let (base, stub) =
+            start_stub(vec![Reply::EchoKey(500), ok(&stories_answer()?)], None).await;
         new_project(&dir, Some(&config(&base)))?;
         let d = dir.display().to_string();
         let o = binary(
@@ -1825,9 +1529,7 @@ http = {{ max_retries = 2, initial_backoff_ms = 10, max_backoff_ms = 50, request
         })?;
         outputs.push(("consort run".into(), text(&o)));
         ensure(
-            stub.auth
-                .lock()
-                .expect("auth")
+            stub.authorizations()
                 .iter()
                 .any(|a| a == &format!("Bearer {API_KEY}")),
             || "the model server never received the key".into(),
@@ -2767,241 +2469,297 @@ mod fuzz {
 // ---------------------------------------------------------------------------------------------
 // The harness.
 
-const PARTS: [&str; 5] = ["crash", "faults", "load", "secrets", "fuzz"];
+/// What the trials share: the scratch root, the log capture, the figures of the summary line,
+/// the uninterrupted reference run (made by the first trial that needs it) and the rig of the
+/// in-process parts.
+struct Suite {
+    root: tempfile::TempDir,
+    capture: consort_testkit::logs::Capture,
+    workers: usize,
+    tally: Mutex<Tally>,
+    reference: OnceLock<Result<(PathBuf, crash::Reference), String>>,
+    rig: tokio::sync::OnceCell<faults::Rig>,
+}
 
-fn selected() -> Option<BTreeSet<&'static str>> {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if std::env::args().any(|a| a == "--list") {
-        return Some(BTreeSet::new());
+impl Suite {
+    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-    if args.is_empty() {
-        return None;
-    }
-    Some(
-        PARTS
-            .iter()
-            .copied()
-            .filter(|p| {
-                args.iter()
-                    .any(|a| p.contains(a.as_str()) || "reliability".contains(a.as_str()))
+
+    /// The template and the uninterrupted run (also the fuzzers' ledger), made once.
+    fn reference(&self) -> Result<&(PathBuf, crash::Reference), String> {
+        self.reference
+            .get_or_init(|| {
+                let started = Instant::now();
+                let tpl = crash::template(self.root.path())?;
+                let (reference, panics) = crash::reference(self.root.path(), &tpl)?;
+                self.tally().child_panics += panics;
+                eprintln!(
+                    "reference run: {} events ({:.1} s)",
+                    reference.events,
+                    started.elapsed().as_secs_f64()
+                );
+                Ok((tpl, reference))
             })
-            .collect(),
-    )
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The rig on the binary's shared embedded cluster, made once.
+    async fn rig(&self) -> &faults::Rig {
+        self.rig
+            .get_or_init(|| async {
+                faults::Rig {
+                    cluster: consort_testkit::cluster::cluster().await,
+                    root: self.root.path().join("rig"),
+                    branch_secrets: Arc::new(Mutex::new(BTreeSet::new())),
+                    ledgers: Mutex::new(Vec::new()),
+                }
+            })
+            .await
+    }
+
+    /// Runs an in-process part on a runtime of its own.
+    fn in_rig<T>(
+        &self,
+        part: impl for<'r> FnOnce(&'r faults::Rig, &'r Suite) -> Pin<Box<dyn Future<Output = T> + 'r>>,
+    ) -> Result<T, Failed> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failed::from(format!("runtime: {e}")))?;
+        Ok(runtime.block_on(async { part(self.rig().await, self).await }))
+    }
+
+    /// Records the failures of one trial and turns them into its verdict.
+    fn verdict(&self, part: &str, failures: Vec<String>) -> Result<(), Failed> {
+        let mut t = self.tally();
+        for f in &failures {
+            t.fail(part, f.clone());
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("\n").into())
+        }
+    }
+}
+
+/// Every crash point, resumed.
+fn crash_sweep(suite: &Suite) -> Result<(), Failed> {
+    let started = Instant::now();
+    let (tpl, reference) = match suite.reference() {
+        Ok(r) => r,
+        Err(e) => return suite.verdict("crash", vec![e]),
+    };
+    let points = crash::sweep(suite.root.path(), tpl, reference, suite.workers);
+    let mut failures = Vec::new();
+    let mut t = suite.tally();
+    t.crash_points = reference.events;
+    for p in &points {
+        t.leaked += p.leaked;
+        t.child_panics += p.panics;
+        match &p.result {
+            Ok(()) => t.crash_resumed += 1,
+            Err(e) => failures.push(format!("point {}: {e}", p.n)),
+        }
+    }
+    eprintln!(
+        "crash sweep: {} of {} resumed ({:.1} s)",
+        t.crash_resumed,
+        t.crash_points,
+        started.elapsed().as_secs_f64()
+    );
+    drop(t);
+    suite.verdict("crash", failures)
+}
+
+type Part<'r> = Pin<Box<dyn Future<Output = Result<usize, String>> + 'r>>;
+
+type Scenario = for<'r> fn(&'r faults::Rig) -> Part<'r>;
+
+/// The fault scenarios: a name, a trial name and the scenario.
+const FAULTS: [(&str, &str, Scenario); faults::SCENARIOS] = [
+    (
+        "a role actor panics, is restarted and the step retried",
+        "panic_then_recover",
+        |rig| Box::pin(faults::panic_then_recover(rig)),
+    ),
+    (
+        "a role actor panics past the restart intensity",
+        "panic_past_intensity",
+        |rig| Box::pin(faults::panic_past_intensity(rig)),
+    ),
+    (
+        "the branch provider fails on create, once",
+        "create_fails_once",
+        |rig| Box::pin(faults::create_fails_once(rig)),
+    ),
+    (
+        "the branch provider fails on every create",
+        "create_always_fails",
+        |rig| Box::pin(faults::create_always_fails(rig)),
+    ),
+    (
+        "the connection drops during a test run",
+        "connection_dropped",
+        |rig| Box::pin(faults::connection_dropped(rig)),
+    ),
+    ("a test command hangs", "hanging_command", |rig| {
+        Box::pin(faults::hanging_command(rig))
+    }),
+    (
+        "the model server answers 500 and 429",
+        "model_server_errors",
+        |rig| Box::pin(faults::model_server_errors(rig)),
+    ),
+    ("the model server goes away", "model_server_gone", |rig| {
+        Box::pin(faults::model_server_gone(rig))
+    }),
+];
+
+/// One fault scenario: handled when it passes and leaves no branch behind.
+fn fault(suite: &Suite, name: &str, scenario: Scenario) -> Result<(), Failed> {
+    let started = Instant::now();
+    let outcome = suite.in_rig(|rig, _| scenario(rig))?;
+    eprintln!("fault: {name} ({:.1} s)", started.elapsed().as_secs_f64());
+    let mut t = suite.tally();
+    t.faults += 1;
+    let failure = match outcome {
+        Ok(0) => {
+            t.faults_handled += 1;
+            None
+        }
+        Ok(leaked) => {
+            t.leaked += leaked;
+            Some(format!("{name}: {leaked} branch(es) left"))
+        }
+        Err(e) => Some(format!("{name}: {e}")),
+    };
+    drop(t);
+    suite.verdict("faults", failure.into_iter().collect())
+}
+
+/// A part that returns the branches it left behind (load, secrets).
+fn leaves_nothing(suite: &Suite, part: &str, outcome: Result<usize, String>) -> Result<(), Failed> {
+    let failure = match outcome {
+        Ok(0) => None,
+        Ok(leaked) => {
+            suite.tally().leaked += leaked;
+            Some(format!("{leaked} branch(es) left"))
+        }
+        Err(e) => Some(e),
+    };
+    suite.verdict(part, failure.into_iter().collect())
+}
+
+fn load(suite: &Suite) -> Result<(), Failed> {
+    let started = Instant::now();
+    let outcome = suite.in_rig(|rig, _| Box::pin(load::thirty_two_at_once(rig)))?;
+    eprintln!(
+        "load: {} verifications at once ({:.1} s)",
+        load::RUNS,
+        started.elapsed().as_secs_f64()
+    );
+    leaves_nothing(suite, "load", outcome)
+}
+
+fn secrets(suite: &Suite) -> Result<(), Failed> {
+    let started = Instant::now();
+    let outcome = suite.in_rig(|rig, suite| Box::pin(secrets::sweep(rig, &suite.capture)))?;
+    eprintln!("secrets ({:.1} s)", started.elapsed().as_secs_f64());
+    leaves_nothing(suite, "secrets", outcome)
+}
+
+fn fuzz(suite: &Suite) -> Result<(), Failed> {
+    let started = Instant::now();
+    let dir = match suite.reference() {
+        Ok((_, reference)) => &reference.dir,
+        Err(e) => return suite.verdict("fuzz", vec![format!("no reference ledger to fuzz: {e}")]),
+    };
+    let scratch = suite.root.path().join("fuzz");
+    let _ = std::fs::create_dir_all(&scratch);
+    let mut failures = Vec::new();
+    let cases = fuzz::all(dir, &scratch, &mut failures);
+    suite.tally().fuzz_cases = cases;
+    eprintln!(
+        "fuzz: {cases} cases ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    if cases < 10_000 {
+        failures.push(format!(
+            "only {cases} fuzz cases; at least 10000 are required"
+        ));
+    }
+    suite.verdict("fuzz", failures)
+}
+
+/// The trials, in the order the parts always ran: the crash sweep, each fault scenario, load,
+/// secrets (which looks for every secret the earlier parts handed out), fuzz.
+fn trials(suite: &Arc<Suite>) -> Vec<Trial> {
+    let trial = |name: &str, f: fn(&Suite) -> Result<(), Failed>| {
+        let suite = Arc::clone(suite);
+        Trial::test(name, move || f(&suite))
+    };
+    let mut trials = vec![trial("crash::sweep", crash_sweep)];
+    for (name, key, scenario) in FAULTS {
+        let suite = Arc::clone(suite);
+        trials.push(Trial::test(format!("faults::{key}"), move || {
+            fault(&suite, name, scenario)
+        }));
+    }
+    trials.push(trial("load::thirty_two_at_once", load));
+    trials.push(trial("secrets::sweep", secrets));
+    trials.push(trial("fuzz::all", fuzz));
+    trials
 }
 
 fn main() -> ExitCode {
     if let Some(code) = crash::child() {
         return code;
     }
-    let only = selected();
-    let wants = |p: &str| only.as_ref().is_none_or(|s| s.contains(p));
-    if only.as_ref().is_some_and(BTreeSet::is_empty) {
+    install_panic_hook();
+    let suite = Arc::new(Suite {
+        root: reachable_tempdir("consort-reliability-"),
+        capture: consort_testkit::logs::capture_globally("debug"),
+        workers: std::env::var("RELIABILITY_WORKERS")
+            .ok()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(2),
+        tally: Mutex::new(Tally::default()),
+        reference: OnceLock::new(),
+        rig: tokio::sync::OnceCell::new(),
+    });
+    let started = Instant::now();
+    // The parts share one scratch root and one cluster and run in order (one thread).
+    let consort_testkit::harness::Selection { args, trials, all } =
+        consort_testkit::harness::select(trials(&suite));
+    let conclusion = libtest_mimic::run(&args, trials);
+    if args.list {
         return ExitCode::SUCCESS;
     }
-    install_panic_hook();
-    let capture = Capture::default();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
-        .with_ansi(false)
-        .with_writer(capture.clone())
-        .init();
-    let started = Instant::now();
-    let mut t = Tally::default();
-    let root = reachable_tempdir("consort-reliability-");
-    let workers: usize = std::env::var("RELIABILITY_WORKERS")
-        .ok()
-        .and_then(|w| w.parse().ok())
-        .unwrap_or(2);
-
-    // The uninterrupted run (also the fuzzers' ledger), then every crash point.
-    let mut reference_dir = None;
-    if wants("crash") || wants("fuzz") {
-        let made = crash::template(root.path()).and_then(|tpl| {
-            crash::reference(root.path(), &tpl).map(|(r, panics)| (tpl, r, panics))
-        });
-        match made {
-            Ok((tpl, reference, panics)) => {
-                t.child_panics += panics;
-                eprintln!(
-                    "reference run: {} events ({:.1} s so far)",
-                    reference.events,
-                    started.elapsed().as_secs_f64()
-                );
-                if wants("crash") {
-                    let points = crash::sweep(root.path(), &tpl, &reference, workers);
-                    t.crash_points = reference.events;
-                    for p in &points {
-                        t.leaked += p.leaked;
-                        t.child_panics += p.panics;
-                        match &p.result {
-                            Ok(()) => t.crash_resumed += 1,
-                            Err(e) => t.fail("crash", format!("point {}: {e}", p.n)),
-                        }
-                    }
-                    eprintln!(
-                        "crash sweep: {} of {} resumed ({:.1} s so far)",
-                        t.crash_resumed,
-                        t.crash_points,
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-                reference_dir = Some(reference.dir);
-            }
-            Err(e) => t.fail("crash", e),
-        }
+    if suite.rig.initialized()
+        && let Err(e) = consort_testkit::cluster::stop()
+    {
+        suite
+            .tally()
+            .fail("faults", format!("stop the cluster: {e}"));
     }
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    if wants("faults") || wants("load") || wants("secrets") {
-        runtime.block_on(async {
-            let cluster = match EmbeddedPostgres::start(EmbeddedConfig::temporary()).await {
-                Ok(c) => c,
-                Err(e) => {
-                    t.faults = faults::SCENARIOS;
-                    t.fail("faults", format!("start the embedded cluster: {e}"));
-                    return;
-                }
-            };
-            let rig = faults::Rig {
-                cluster,
-                root: root.path().join("rig"),
-                branch_secrets: Arc::new(Mutex::new(BTreeSet::new())),
-                ledgers: Mutex::new(Vec::new()),
-            };
-            if wants("faults") || wants("secrets") {
-                type Scenario<'r> = std::pin::Pin<
-                    Box<dyn std::future::Future<Output = Result<usize, String>> + 'r>,
-                >;
-                let scenarios: Vec<(&str, Scenario<'_>)> = vec![
-                    (
-                        "a role actor panics, is restarted and the step retried",
-                        Box::pin(faults::panic_then_recover(&rig)),
-                    ),
-                    (
-                        "a role actor panics past the restart intensity",
-                        Box::pin(faults::panic_past_intensity(&rig)),
-                    ),
-                    (
-                        "the branch provider fails on create, once",
-                        Box::pin(faults::create_fails_once(&rig)),
-                    ),
-                    (
-                        "the branch provider fails on every create",
-                        Box::pin(faults::create_always_fails(&rig)),
-                    ),
-                    (
-                        "the connection drops during a test run",
-                        Box::pin(faults::connection_dropped(&rig)),
-                    ),
-                    (
-                        "a test command hangs",
-                        Box::pin(faults::hanging_command(&rig)),
-                    ),
-                    (
-                        "the model server answers 500 and 429",
-                        Box::pin(faults::model_server_errors(&rig)),
-                    ),
-                    (
-                        "the model server goes away",
-                        Box::pin(faults::model_server_gone(&rig)),
-                    ),
-                ];
-                assert_eq!(scenarios.len(), faults::SCENARIOS);
-                for (name, scenario) in scenarios {
-                    let t0 = Instant::now();
-                    t.faults += 1;
-                    match scenario.await {
-                        Ok(leaked) => {
-                            t.leaked += leaked;
-                            if leaked == 0 {
-                                t.faults_handled += 1;
-                            } else {
-                                t.fail("faults", format!("{name}: {leaked} branch(es) left"));
-                            }
-                        }
-                        Err(e) => t.fail("faults", format!("{name}: {e}")),
-                    }
-                    eprintln!("fault: {name} ({:.1} s)", t0.elapsed().as_secs_f64());
-                }
-            }
-            if wants("load") {
-                let t0 = Instant::now();
-                match load::thirty_two_at_once(&rig).await {
-                    Ok(leaked) => {
-                        t.leaked += leaked;
-                        if leaked > 0 {
-                            t.fail("load", format!("{leaked} branch(es) left"));
-                        }
-                    }
-                    Err(e) => t.fail("load", e),
-                }
-                eprintln!(
-                    "load: {} verifications at once ({:.1} s)",
-                    load::RUNS,
-                    t0.elapsed().as_secs_f64()
-                );
-            }
-            if wants("secrets") {
-                let t0 = Instant::now();
-                match secrets::sweep(&rig, &capture).await {
-                    Ok(leaked) => {
-                        t.leaked += leaked;
-                        if leaked > 0 {
-                            t.fail("secrets", format!("{leaked} branch(es) left"));
-                        }
-                    }
-                    Err(e) => t.fail("secrets", e),
-                }
-                eprintln!("secrets ({:.1} s)", t0.elapsed().as_secs_f64());
-            }
-            if let Err(e) = rig.cluster.stop() {
-                t.fail("faults", format!("stop the cluster: {e}"));
-            }
-        });
-    }
-    drop(runtime);
-
-    if wants("fuzz") {
-        let t0 = Instant::now();
-        match &reference_dir {
-            Some(dir) => {
-                let scratch = root.path().join("fuzz");
-                let _ = std::fs::create_dir_all(&scratch);
-                let mut failures = Vec::new();
-                t.fuzz_cases = fuzz::all(dir, &scratch, &mut failures);
-                for f in failures {
-                    t.fail("fuzz", f);
-                }
-            }
-            None => t.fail("fuzz", "no reference ledger to fuzz"),
-        }
-        eprintln!(
-            "fuzz: {} cases ({:.1} s)",
-            t.fuzz_cases,
-            t0.elapsed().as_secs_f64()
-        );
-    }
-
+    let Ok(suite) = Arc::try_unwrap(suite) else {
+        eprintln!("a trial still holds the suite");
+        return ExitCode::FAILURE;
+    };
+    let mut t = suite
+        .tally
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let panics = UNEXPECTED_PANICS.load(Ordering::SeqCst) + t.child_panics;
     if std::env::var_os("RELIABILITY_KEEP").is_some() {
-        eprintln!("kept {}", root.keep().display());
+        eprintln!("kept {}", suite.root.keep().display());
     }
-    if PARTS.iter().all(|p| wants(p)) {
-        if t.fuzz_cases < 10_000 {
-            t.fail(
-                "fuzz",
-                format!(
-                    "only {} fuzz cases; at least 10000 are required",
-                    t.fuzz_cases
-                ),
-            );
-        }
+    if all && conclusion.num_filtered_out == 0 && conclusion.num_ignored == 0 {
         println!(
             "reliability: crash points {} of {} resumed, faults {} of {} handled, leaked branches {}, fuzz cases {}, panics {}",
             t.crash_resumed,
@@ -3017,7 +2775,7 @@ fn main() -> ExitCode {
     if panics > 0 {
         t.fail("panics", format!("{panics} unexpected panic(s)"));
     }
-    if t.failures.is_empty() {
+    if t.failures.is_empty() && !conclusion.has_failed() {
         ExitCode::SUCCESS
     } else {
         eprintln!("{} failure(s):", t.failures.len());

@@ -1,61 +1,32 @@
 //! The role actor: kinds, identity, roles, time limits, crashes, one assignment at a time.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::assignment;
 use consort_actors::{
-    ActorId, AgentFailure, Artifact, ArtifactKind, Assignment, ChangeSet, ExitRecord, FileChange,
-    RequestId, Role, RoleMsg, RunTimings, TestList, TestRunReceipt,
+    ActorId, AgentFailure, Artifact, ArtifactKind, ChangeSet, RequestId, Role, RoleMsg, TestList,
 };
 use consort_agents::{
-    Agent, AgentOutput, BoxFuture, RoleArgs, assign, identify, spawn_role, spawn_role_linked,
+    Agent, AgentOutput, RoleArgs, assign, identify, spawn_role, spawn_role_linked,
 };
+use consort_testkit::agents::{agent_fn, ask, fixed};
+use consort_testkit::artifacts::{assignment, change, receipt_with};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::mpsc;
 
-/// An agent that answers every assignment with the same artifact.
-struct Fixed(Artifact);
-
-impl Agent for Fixed {
-    fn act<'a>(&'a self, _a: &'a Assignment) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
-        Box::pin(async move { Ok(AgentOutput::new(self.0.clone())) })
-    }
-}
-
 fn change_set(path: &str) -> Artifact {
-    Artifact::ChangeSet(ChangeSet {
-        summary: "work".into(),
-        changes: vec![FileChange::Write {
-            path: path.into(),
-            content: "select 1;\n".into(),
-        }],
-    })
+    change(path, "select 1;\n")
 }
 
 fn receipt() -> Artifact {
-    Artifact::TestRunReceipt(TestRunReceipt {
-        request_id: RequestId(1),
-        workspace_hash: consort_actors::ContentHash::of_bytes(b"tree"),
-        provider: "embedded".into(),
-        branch_id: "b1".into(),
-        runner: "psql".into(),
-        command: "psql".into(),
-        timings: RunTimings::default(),
-        outcomes: vec![],
-        exit: ExitRecord {
-            code: Some(0),
-            signal: None,
-            timed_out: false,
-        },
-        output_digest: consort_actors::ContentHash::of_bytes(b""),
-        output_excerpt: String::new(),
-        confinement: Default::default(),
-        tree_changes: Vec::new(),
-    })
+    Artifact::TestRunReceipt(receipt_with(
+        RequestId(1),
+        consort_actors::ContentHash::of_bytes(b"tree"),
+        &[],
+        0,
+        "",
+    ))
 }
 
 async fn actor(role: Role, name: &str, agent: impl Agent) -> ActorRef<RoleMsg> {
@@ -69,12 +40,10 @@ async fn a_driver_cannot_produce_a_test_list() {
     let driver = actor(
         Role::Driver,
         "driver",
-        Fixed(Artifact::TestList(TestList { entries: vec![] })),
+        fixed(Artifact::TestList(TestList { entries: vec![] })),
     )
     .await;
-    let reply = assign(&driver, assignment(1, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&driver, assignment(1, "green/T1")).await;
     assert_eq!(
         reply,
         Err(AgentFailure::KindNotAllowed {
@@ -92,8 +61,8 @@ async fn nobody_can_produce_a_test_run_receipt() {
         (Role::Driver, "green/T1"),
         (Role::Dba, "schema"),
     ] {
-        let a = actor(role, "forger", Fixed(receipt())).await;
-        let reply = assign(&a, assignment(2, step), None).await.expect("reply");
+        let a = actor(role, "forger", fixed(receipt())).await;
+        let reply = ask(&a, assignment(2, step)).await;
         assert_eq!(
             reply,
             Err(AgentFailure::KindNotAllowed {
@@ -110,16 +79,12 @@ async fn a_navigator_produces_a_change_set_in_red_and_a_verdict_in_review() {
     let nav = actor(
         Role::Navigator,
         "navigator",
-        Fixed(change_set("tests/t1.sql")),
+        fixed(change_set("tests/t1.sql")),
     )
     .await;
-    let red = assign(&nav, assignment(3, "red/T1"), None)
-        .await
-        .expect("reply");
+    let red = ask(&nav, assignment(3, "red/T1")).await;
     assert!(red.is_ok(), "{red:?}");
-    let review = assign(&nav, assignment(4, "review/T1/0"), None)
-        .await
-        .expect("reply");
+    let review = ask(&nav, assignment(4, "review/T1/0")).await;
     assert_eq!(
         review,
         Err(AgentFailure::KindNotAllowed {
@@ -131,19 +96,17 @@ async fn a_navigator_produces_a_change_set_in_red_and_a_verdict_in_review() {
 
 #[tokio::test]
 async fn every_artifact_is_stamped_with_the_actor_that_produced_it() {
-    let one = actor(Role::Driver, "driver-a", Fixed(change_set("src/a.sql"))).await;
-    let two = actor(Role::Driver, "driver-b", Fixed(change_set("src/a.sql"))).await;
+    let one = actor(Role::Driver, "driver-a", fixed(change_set("src/a.sql"))).await;
+    let two = actor(Role::Driver, "driver-b", fixed(change_set("src/a.sql"))).await;
     assert_eq!(
         identify(&one).await.expect("identify"),
         ActorId::new(Role::Driver, "driver-a")
     );
-    let p1 = assign(&one, assignment(5, "green/T1"), None)
+    let p1 = ask(&one, assignment(5, "green/T1"))
         .await
-        .expect("reply")
         .expect("produced");
-    let p2 = assign(&two, assignment(6, "green/T1"), None)
+    let p2 = ask(&two, assignment(6, "green/T1"))
         .await
-        .expect("reply")
         .expect("produced");
     assert_eq!(p1.author, ActorId::new(Role::Driver, "driver-a"));
     assert_eq!(p2.author, ActorId::new(Role::Driver, "driver-b"));
@@ -156,20 +119,13 @@ async fn every_artifact_is_stamped_with_the_actor_that_produced_it() {
 #[tokio::test]
 async fn a_step_of_another_role_is_refused_before_the_agent_runs() {
     let calls = Arc::new(AtomicUsize::new(0));
-    struct Counting(Arc<AtomicUsize>);
-    impl Agent for Counting {
-        fn act<'a>(
-            &'a self,
-            _: &'a Assignment,
-        ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
-            self.0.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async { Ok(AgentOutput::new(change_set("src/a.sql"))) })
-        }
-    }
-    let driver = actor(Role::Driver, "driver", Counting(calls.clone())).await;
-    let reply = assign(&driver, assignment(7, "review/T1/0"), None)
-        .await
-        .expect("reply");
+    let counted = calls.clone();
+    let counting = agent_fn(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok(AgentOutput::new(change_set("src/a.sql"))) }
+    });
+    let driver = actor(Role::Driver, "driver", counting).await;
+    let reply = ask(&driver, assignment(7, "review/T1/0")).await;
     assert_eq!(
         reply,
         Err(AgentFailure::WrongRole {
@@ -181,7 +137,7 @@ async fn a_step_of_another_role_is_refused_before_the_agent_runs() {
     let mut mislabelled = assignment(8, "green/T1");
     mislabelled.role = Role::Navigator;
     assert!(matches!(
-        assign(&driver, mislabelled, None).await.expect("reply"),
+        ask(&driver, mislabelled).await,
         Err(AgentFailure::WrongRole { .. })
     ));
     assert_eq!(calls.load(Ordering::SeqCst), 0);
@@ -190,85 +146,55 @@ async fn a_step_of_another_role_is_refused_before_the_agent_runs() {
 #[tokio::test]
 async fn role_rules_are_checked_unless_switched_off() {
     let empty = Artifact::ChangeSet(ChangeSet::default());
-    let strict = actor(Role::Driver, "driver", Fixed(empty.clone())).await;
-    match assign(&strict, assignment(9, "green/T1"), None)
-        .await
-        .expect("reply")
-    {
+    let strict = actor(Role::Driver, "driver", fixed(empty.clone())).await;
+    match ask(&strict, assignment(9, "green/T1")).await {
         Err(AgentFailure::InvalidOutput { attempts, detail }) => {
             assert_eq!(attempts, 1);
             assert!(detail.contains("changes is empty"), "{detail}");
         }
         other => panic!("expected InvalidOutput, got {other:?}"),
     }
-    let args = RoleArgs::new(ActorId::new(Role::Driver, "lax"), Arc::new(Fixed(empty)))
+    let args = RoleArgs::new(ActorId::new(Role::Driver, "lax"), Arc::new(fixed(empty)))
         .with_rule_check(false);
     let (lax, _) = spawn_role(args).await.expect("spawn");
-    assert!(
-        assign(&lax, assignment(10, "green/T1"), None)
-            .await
-            .expect("reply")
-            .is_ok()
-    );
+    assert!(ask(&lax, assignment(10, "green/T1")).await.is_ok());
 }
 
 #[tokio::test]
 async fn a_slow_agent_runs_into_the_time_limit_and_the_actor_carries_on() {
-    struct Sleepy;
-    impl Agent for Sleepy {
-        fn act<'a>(
-            &'a self,
-            a: &'a Assignment,
-        ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
-            Box::pin(async move {
-                if a.attempt == 0 {
-                    tokio::time::sleep(Duration::from_secs(3600)).await;
-                }
-                Ok(AgentOutput::new(change_set("src/a.sql")))
-            })
+    let sleepy = agent_fn(|a| async move {
+        if a.attempt == 0 {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
         }
-    }
-    let args = RoleArgs::new(ActorId::new(Role::Driver, "driver"), Arc::new(Sleepy))
+        Ok(AgentOutput::new(change_set("src/a.sql")))
+    });
+    let args = RoleArgs::new(ActorId::new(Role::Driver, "driver"), Arc::new(sleepy))
         .with_timeout(Duration::from_millis(200));
     let (driver, _) = spawn_role(args).await.expect("spawn");
-    let reply = assign(&driver, assignment(11, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&driver, assignment(11, "green/T1")).await;
     assert_eq!(reply, Err(AgentFailure::Timeout { secs: 1 }));
     let mut retry = assignment(12, "green/T1");
     retry.attempt = 1;
-    let produced = assign(&driver, retry, None)
-        .await
-        .expect("reply")
-        .expect("the retry is answered");
+    let produced = ask(&driver, retry).await.expect("the retry is answered");
     assert_eq!(produced.assignment.0, 12);
 }
 
 #[tokio::test]
 async fn assignments_are_worked_one_at_a_time() {
-    struct Tracking {
-        now: AtomicUsize,
-        max: AtomicUsize,
-    }
-    impl Agent for Tracking {
-        fn act<'a>(
-            &'a self,
-            _: &'a Assignment,
-        ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
-            Box::pin(async move {
-                let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-                self.max.fetch_max(n, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                self.now.fetch_sub(1, Ordering::SeqCst);
-                Ok(AgentOutput::new(change_set("src/a.sql")))
-            })
+    // How many assignments are being worked now, and the most at once.
+    let (now, max) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (now_in, max_in) = (now.clone(), max.clone());
+    let tracking = agent_fn(move |_| {
+        let (now, max) = (now_in.clone(), max_in.clone());
+        async move {
+            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+            max.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            Ok(AgentOutput::new(change_set("src/a.sql")))
         }
-    }
-    let agent = Arc::new(Tracking {
-        now: AtomicUsize::new(0),
-        max: AtomicUsize::new(0),
     });
-    let args = RoleArgs::new(ActorId::new(Role::Driver, "driver"), agent.clone());
+    let args = RoleArgs::new(ActorId::new(Role::Driver, "driver"), Arc::new(tracking));
     let (driver, _) = spawn_role(args).await.expect("spawn");
     let calls: Vec<_> = (0..5)
         .map(|i| {
@@ -279,7 +205,7 @@ async fn assignments_are_worked_one_at_a_time() {
     for c in calls {
         c.await.expect("join").expect("reply").expect("produced");
     }
-    assert_eq!(agent.max.load(Ordering::SeqCst), 1);
+    assert_eq!(max.load(Ordering::SeqCst), 1);
 }
 
 /// A supervisor that forwards its children's failures to the test.
@@ -309,18 +235,15 @@ impl Actor for Watcher {
 
 #[tokio::test]
 async fn a_panicking_agent_crashes_the_actor_for_its_supervisor() {
-    struct Panicky;
-    impl Agent for Panicky {
-        fn act<'a>(
-            &'a self,
-            _: &'a Assignment,
-        ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
-            Box::pin(async move { panic!("the model client exploded") })
-        }
+    async fn explode() -> Result<AgentOutput, AgentFailure> {
+        panic!("the model client exploded")
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (watcher, _) = Actor::spawn(None, Watcher(tx), ()).await.expect("watcher");
-    let args = RoleArgs::new(ActorId::new(Role::Driver, "driver"), Arc::new(Panicky));
+    let args = RoleArgs::new(
+        ActorId::new(Role::Driver, "driver"),
+        Arc::new(agent_fn(|_| explode())),
+    );
     let (driver, handle) = spawn_role_linked(args.clone(), watcher.get_cell())
         .await
         .expect("spawn");

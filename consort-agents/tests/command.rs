@@ -1,19 +1,16 @@
 //! The external-command backend, with real `sh` scripts as agents.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::assignment;
 use consort_actors::{
     ActorId, AgentFailure, Artifact, Assignment, ChangeSet, FileChange, ReviewVerdict, Role,
 };
-use consort_agents::{
-    CommandConfig, CommandError, ExternalCommandAgent, RoleArgs, assign, spawn_role,
-};
+use consort_agents::{CommandConfig, CommandError, ExternalCommandAgent, RoleArgs, spawn_role};
+use consort_testkit::agents::ask;
+use consort_testkit::artifacts::assignment;
 
 /// Writes an executable `sh` script into `dir` and returns its path.
 fn script(dir: &Path, name: &str, body: &str) -> String {
@@ -67,10 +64,7 @@ rm src/gone.sql
         Arc::new(agent(Role::Driver, prog, Duration::from_secs(20))),
     );
     let (actor, _) = spawn_role(args).await.expect("spawn");
-    let produced = assign(&actor, a, None)
-        .await
-        .expect("reply")
-        .expect("produced");
+    let produced = ask(&actor, a).await.expect("produced");
     assert_eq!(produced.author.name, "driver-cli");
     let Artifact::ChangeSet(ChangeSet { changes, summary }) = produced.artifact else {
         panic!("a change set")
@@ -274,9 +268,7 @@ async fn the_time_limit_kills_the_whole_process_group() {
         Arc::new(agent(Role::Driver, prog, Duration::from_millis(300))),
     );
     let (actor, _) = spawn_role(args).await.expect("spawn");
-    let reply = assign(&actor, assignment(6, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&actor, assignment(6, "green/T1")).await;
     assert_eq!(reply, Err(AgentFailure::Timeout { secs: 1 }));
 }
 

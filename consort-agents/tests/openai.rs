@@ -1,15 +1,15 @@
 //! The OpenAI-compatible backend, driven through a role actor, against a loopback server.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Reply, assignment, green_answer, ok, start_stub};
 use consort_actors::{ActorId, AgentFailure, Artifact, ChangeSet, FileChange, Role};
 use consort_agents::{
-    Agent, ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, assign, spawn_role,
+    Agent, ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, spawn_role,
 };
+use consort_testkit::agents::ask;
+use consort_testkit::artifacts::assignment;
+use consort_testkit::model::{Reply, green_answer, ok, start_stub};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-0123456789abcdef";
@@ -58,10 +58,7 @@ async fn valid_structured_output_is_produced_and_the_request_is_well_formed() {
     let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
     let mut a = assignment(1, "green/T1");
     a.feedback = vec!["remember the index".into()];
-    let produced = assign(&actor, a, None)
-        .await
-        .expect("reply")
-        .expect("produced");
+    let produced = ask(&actor, a).await.expect("produced");
     assert_eq!(produced.artifact, expected_change_set());
     assert_eq!(produced.author, ActorId::new(Role::Driver, "driver"));
     assert_eq!(produced.usage.prompt_tokens, 10);
@@ -106,9 +103,8 @@ async fn invalid_json_is_retried_with_the_error_fed_back() {
     ])
     .await;
     let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
-    let produced = assign(&actor, assignment(2, "green/T1"), None)
+    let produced = ask(&actor, assignment(2, "green/T1"))
         .await
-        .expect("reply")
         .expect("produced on the second try");
     assert_eq!(produced.artifact, expected_change_set());
     assert_eq!(produced.usage.calls, 2);
@@ -132,9 +128,7 @@ async fn schema_violations_until_the_bound_are_a_typed_error() {
     let bad = json!({"kind": "change-set", "body": {"changes": "everything"}}).to_string();
     let (base, stub) = start_stub(vec![ok(&bad)]).await;
     let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
-    let reply = assign(&actor, assignment(3, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&actor, assignment(3, "green/T1")).await;
     match reply {
         Err(AgentFailure::InvalidOutput { attempts, detail }) => {
             assert_eq!(attempts, 3, "one try and the default two retries");
@@ -249,8 +243,9 @@ async fn a_refused_connection_is_model_unavailable() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn rate_limits_are_retried_after_the_delay_the_server_asks_for() {
-    let capture = common::Capture::default();
-    let _guard = tracing::subscriber::set_default(common::capturing_subscriber(&capture));
+    let capture = consort_testkit::logs::Capture::default();
+    let _guard =
+        tracing::subscriber::set_default(consort_testkit::logs::capturing_subscriber(&capture));
     let (base, stub) = start_stub(vec![
         Reply::Json(
             429,
@@ -281,9 +276,7 @@ async fn a_hung_server_runs_into_the_time_limit() {
         Duration::from_millis(300),
     )
     .await;
-    let reply = assign(&actor, assignment(10, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&actor, assignment(10, "green/T1")).await;
     assert_eq!(reply, Err(AgentFailure::Timeout { secs: 1 }));
     assert_eq!(stub.seen().len(), 1);
     // The actor is still there and answers.
@@ -387,16 +380,18 @@ async fn the_wall_time_budget_stops_a_slow_role() {
 
 #[tokio::test]
 async fn every_role_gets_its_own_prompt_and_schema() {
-    let stories =
-        json!({"kind": "stories", "body": serde_json::to_value(common::stories()).expect("json")});
+    let stories = json!({"kind": "stories", "body": serde_json::to_value(consort_testkit::artifacts::stories(true)).expect("json")});
     let (base, stub) = start_stub(vec![ok(&stories.to_string())]).await;
     let mut a = assignment(18, "stories");
-    a.inputs.feature = Some(common::feature().into());
+    a.inputs.feature = Some(consort_testkit::artifacts::feature().into());
     let out = agent(Role::ProductOwner, config(&base))
         .act(&a)
         .await
         .expect("stories accepted");
-    assert_eq!(out.artifact, Artifact::Stories(common::stories()));
+    assert_eq!(
+        out.artifact,
+        Artifact::Stories(consort_testkit::artifacts::stories(true))
+    );
     let req = &stub.seen()[0];
     assert!(req.content(0).contains("**Product Owner**"));
     assert_eq!(
@@ -404,7 +399,10 @@ async fn every_role_gets_its_own_prompt_and_schema() {
         "stories"
     );
     let user: Value = serde_json::from_str(req.content(1)).expect("json");
-    assert_eq!(user["inputs"]["feature"]["id"], "F1-stock-visibility");
+    assert_eq!(
+        user["inputs"]["feature"]["id"],
+        consort_testkit::artifacts::feature().id
+    );
 }
 
 #[tokio::test]

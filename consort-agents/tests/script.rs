@@ -1,25 +1,52 @@
 //! Scripted replay: a whole design lane from one script, and the script's failure modes.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{assignment, feature};
 use consort_actors::{
     ActorId, AgentFailure, ArchitectureVerdict, Artifact, Assignment, FileChange, ReviewVerdict,
     Role, RoleMsg, Step,
 };
-use consort_agents::{Agent, RoleArgs, Script, ScriptError, assign, spawn_role};
+use consort_agents::{Agent, RoleArgs, Script, ScriptError, spawn_role};
+use consort_testkit::agents::ask;
+use consort_testkit::artifacts::{assignment, feature};
 use ractor::ActorRef;
 
+/// A spec entry for `step` with one requirement.
+fn spec_entry(step: &str, statement: &str) -> String {
+    format!(
+        r#"
+[[entry]]
+step = "{step}"
+[entry.artifact]
+kind = "spec"
+body = {{ feature_id = "F1", summary = "stock lookup", requirements = [
+  {{ id = "R1", ac_id = "S1-AC1", statement = "{statement}" }},
+] }}
+"#
+    )
+}
+
 /// The design lane of a small feature, with one architect revision.
+fn design_lane() -> String {
+    DESIGN_LANE
+        .replace("{spec_r0}", &spec_entry("spec/r0", "lookup returns stock"))
+        .replace(
+            "{spec_r1}",
+            &spec_entry(
+                "spec/r1",
+                "lookup returns one row per location; an unknown SKU returns no rows",
+            ),
+        )
+}
+
+/// The design lane, with its two spec entries left as `{spec_r0}` and `{spec_r1}`.
 const DESIGN_LANE: &str = r#"
 [[entry]]
 step = "stories"
 [entry.artifact]
 kind = "stories"
-body.feature_id = "F1-stock-visibility"
+body.feature_id = "F1"
 [[entry.artifact.body.stories]]
 id = "S1"
 title = "See stock"
@@ -33,26 +60,12 @@ given = "a SKU stored in two locations"
 when = "I look it up"
 then = "I see both quantities"
 
-[[entry]]
-step = "spec/r0"
-[entry.artifact]
-kind = "spec"
-body = { feature_id = "F1-stock-visibility", summary = "stock lookup", requirements = [
-  { id = "R1", ac_id = "S1-AC1", statement = "lookup returns stock" },
-] }
-
+{spec_r0}
 [[entry]]
 step = "architecture/r0"
 artifact = { kind = "architecture-verdict", body = { decision = "revise", reasons = ["R1: say what an unknown SKU returns"] } }
 
-[[entry]]
-step = "spec/r1"
-[entry.artifact]
-kind = "spec"
-body = { feature_id = "F1-stock-visibility", summary = "stock lookup", requirements = [
-  { id = "R1", ac_id = "S1-AC1", statement = "lookup returns one row per location; an unknown SKU returns no rows" },
-] }
-
+{spec_r1}
 [[entry]]
 step = "architecture/*"
 [entry.artifact]
@@ -107,7 +120,7 @@ async fn actor_for(role: Role, script: &Script) -> ActorRef<RoleMsg> {
 
 #[tokio::test]
 async fn a_whole_design_lane_runs_from_one_script() {
-    let script = Script::from_toml_str(DESIGN_LANE).expect("the script parses");
+    let script = Script::from_toml_str(&design_lane()).expect("the script parses");
     assert_eq!(script.roles().len(), 6);
     let mut actors = BTreeMap::new();
     for role in script.roles() {
@@ -128,10 +141,7 @@ async fn a_whole_design_lane_runs_from_one_script() {
     let ask = |a: Assignment| {
         let actor = actors[&a.step.role()].clone();
         async move {
-            let p = assign(&actor, a, None)
-                .await
-                .expect("reply")
-                .expect("produced");
+            let p = ask(&actor, a).await.expect("produced");
             assert_eq!(p.author.name, format!("{}-scripted", p.author.role));
             p.artifact
         }
@@ -190,7 +200,7 @@ async fn a_whole_design_lane_runs_from_one_script() {
 
 #[tokio::test]
 async fn a_step_the_script_does_not_answer_is_a_mismatch() {
-    let script = Script::from_toml_str(DESIGN_LANE).expect("parses");
+    let script = Script::from_toml_str(&design_lane()).expect("parses");
     let agent = script.agent(Role::Navigator);
     match agent.act(&assignment(1, "red/T1")).await {
         Err(AgentFailure::ScriptMismatch { wanted, found }) => {
@@ -526,9 +536,7 @@ async fn a_script_holding_a_wrong_kind_is_refused_by_the_role_actor() {
     )
     .expect("parses");
     let actor = actor_for(Role::Driver, &script).await;
-    let reply = assign(&actor, assignment(1, "green/T1"), None)
-        .await
-        .expect("reply");
+    let reply = ask(&actor, assignment(1, "green/T1")).await;
     assert_eq!(
         reply,
         Err(AgentFailure::KindNotAllowed {

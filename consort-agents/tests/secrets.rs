@@ -3,16 +3,16 @@
 //!
 //! This binary holds one test because it installs a global subscriber.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Capture, Reply, assignment, capturing_subscriber, green_answer, ok, start_stub};
 use consort_actors::{ActorId, Role};
 use consort_agents::{
-    Agent, ApiKey, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiConfigError, RoleArgs, assign,
-    spawn_role,
+    Agent, ApiKey, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiConfigError, RoleArgs, spawn_role,
 };
+use consort_testkit::agents::ask;
+use consort_testkit::artifacts::assignment;
+use consort_testkit::logs::{Capture, capturing_subscriber};
+use consort_testkit::model::{Reply, green_answer, ok, start_stub};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -58,9 +58,8 @@ async fn the_api_key_never_reaches_logs_errors_or_debug_output() {
     let (actor, _) = spawn_role(args.clone()).await.expect("spawn");
 
     // 500 then 401: the failure must not carry the key the server echoed.
-    let failure = assign(&actor, assignment(1, "green/T1"), None)
+    let failure = ask(&actor, assignment(1, "green/T1"))
         .await
-        .expect("reply")
         .expect_err("401 fails");
     let shown = format!("{failure} {failure:?}");
     assert!(shown.contains("401"), "{shown}");
@@ -71,9 +70,8 @@ async fn the_api_key_never_reaches_logs_errors_or_debug_output() {
     assert!(shown.contains("<redacted>"), "{shown}");
 
     // Then a success, so the normal path is logged too.
-    assign(&actor, assignment(2, "green/T1"), None)
+    ask(&actor, assignment(2, "green/T1"))
         .await
-        .expect("reply")
         .expect("produced");
     // The key did go over the wire.
     assert!(

@@ -14,7 +14,7 @@ use consort_actors::{
 };
 use consort_lakebase::{
     BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, LakebaseActor,
-    LakebaseArgs, PoolConfig, PsqlRunner, PsqlRunnerConfig, TestRunner,
+    LakebaseArgs, PsqlRunner, PsqlRunnerConfig, TestRunner,
 };
 use ractor::{ActorRef, rpc::CallResult};
 
@@ -24,10 +24,7 @@ fn psql_runner() -> Arc<dyn TestRunner> {
 
 fn args(provider: Arc<dyn BranchProvider>, runner: Arc<dyn TestRunner>) -> LakebaseArgs {
     LakebaseArgs {
-        pool: PoolConfig {
-            size: 2,
-            ..PoolConfig::default()
-        },
+        pool: consort_testkit::cluster::pool_config(2),
         max_concurrent: 4,
         ..LakebaseArgs::new(provider, runner)
     }

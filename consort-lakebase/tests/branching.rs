@@ -4,13 +4,15 @@
 mod common;
 
 use common::{migration, provider, query_strings};
-use consort_lakebase::{BaseSpec, BranchProvider, Error, migrate, names::BranchNamer};
+use consort_lakebase::{BaseRef, BaseSpec, BranchProvider, Error, migrate, names::BranchNamer};
 
-fn spec(migrations: Vec<consort_actors::Migration>) -> BaseSpec {
-    BaseSpec {
-        migrations,
-        fixtures: vec![],
-    }
+use consort_testkit::cluster::base_spec as spec;
+
+/// The base of one migration on `p`.
+async fn base_with(p: &impl BranchProvider, version: &str, sql: &str) -> BaseRef {
+    p.prepare_base(&spec(vec![migration(version, sql)]))
+        .await
+        .expect("base")
 }
 
 #[tokio::test]
@@ -70,10 +72,7 @@ async fn a_row_written_in_one_branch_is_absent_from_another_and_from_the_parent(
 #[tokio::test]
 async fn the_golden_template_refuses_connections_and_create_still_works() {
     let p = provider().await;
-    let base = p
-        .prepare_base(&spec(vec![migration("0001_t", "CREATE TABLE t (x int)")]))
-        .await
-        .expect("base");
+    let base = base_with(&*p, "0001_t", "CREATE TABLE t (x int)").await;
     let namer = BranchNamer::new();
     let branch = p.create(&namer.next_name(), &base).await.expect("create");
     let mut to_template = p.connect_info(&branch).await.expect("info");
@@ -128,10 +127,7 @@ async fn names_without_the_prefix_or_with_bad_characters_are_refused() {
 #[tokio::test]
 async fn list_and_reset_work_on_this_runs_branches() {
     let p = provider().await;
-    let base = p
-        .prepare_base(&spec(vec![migration("0001_r", "CREATE TABLE r (x int)")]))
-        .await
-        .expect("base");
+    let base = base_with(&*p, "0001_r", "CREATE TABLE r (x int)").await;
     let namer = BranchNamer::new();
     let prefix = format!("consort-{}-", namer.run());
     let a = p.create(&namer.next_name(), &base).await.expect("a");

@@ -1,28 +1,17 @@
 //! The embedded cluster's life cycle: start (also as root), reuse, stop, no orphans.
 
+use consort_testkit::process::eventually;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use consort_lakebase::procinfo;
 use consort_lakebase::{
     BaseSpec, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
 };
-
-/// Waits up to `secs` for `cond`.
-fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
-}
 
 fn uid_of(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

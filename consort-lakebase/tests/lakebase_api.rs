@@ -161,37 +161,27 @@ async fn whole_path_create_poll_endpoint_credential_query_psql_delete() {
     drop(db);
 
     // A real test run: psql with an assertion, with only the branch's credentials.
-    let out = std::process::Command::new("psql")
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("PGHOST", &info.host)
-        .env("PGPORT", info.port.to_string())
-        .env("PGUSER", &info.user)
-        .env("PGDATABASE", &info.database)
-        .env("PGPASSWORD", info.secret.expose())
-        .env("PGSSLMODE", "disable")
-        .args(["-X", "-v", "ON_ERROR_STOP=1", "-c"])
-        .arg("DO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 2, 'two rows'; END $$")
-        .output()
-        .expect("run psql");
+    let psql = |sql: &str| {
+        std::process::Command::new("psql")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("PGHOST", &info.host)
+            .env("PGPORT", info.port.to_string())
+            .env("PGUSER", &info.user)
+            .env("PGDATABASE", &info.database)
+            .env("PGPASSWORD", info.secret.expose())
+            .env("PGSSLMODE", "disable")
+            .args(["-X", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .expect("run psql")
+    };
+    let out = psql("DO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 2, 'two rows'; END $$");
     assert!(
         out.status.success(),
         "psql: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let failing = std::process::Command::new("psql")
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("PGHOST", &info.host)
-        .env("PGPORT", info.port.to_string())
-        .env("PGUSER", &info.user)
-        .env("PGDATABASE", &info.database)
-        .env("PGPASSWORD", info.secret.expose())
-        .env("PGSSLMODE", "disable")
-        .args(["-X", "-v", "ON_ERROR_STOP=1", "-c"])
-        .arg("DO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 5, 'five rows'; END $$")
-        .output()
-        .expect("run psql");
+    let failing = psql("DO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 5, 'five rows'; END $$");
     assert!(!failing.status.success(), "a false assertion must fail");
 
     // The crate's psql runner on a work tree, against the Lakebase branch.

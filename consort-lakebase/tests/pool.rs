@@ -7,16 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::migration;
-use consort_lakebase::{
-    BaseSpec, BranchPool, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
-    PoolConfig, Released,
-};
+use consort_lakebase::{BaseSpec, BranchPool, BranchProvider, PoolConfig, Released};
 
+/// A provider whose branches no other test sees (its own parent database).
 async fn private_provider() -> Arc<dyn BranchProvider> {
-    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-        .await
-        .expect("cluster");
-    Arc::new(EmbeddedProvider::new(cluster).await.expect("provider"))
+    consort_testkit::cluster::isolated_provider().await
 }
 
 async fn count_consort_branches(p: &Arc<dyn BranchProvider>) -> usize {
@@ -43,18 +38,9 @@ where
 #[tokio::test]
 async fn warm_branches_serve_acquires_a_new_base_invalidates_and_nothing_is_left() {
     let provider = private_provider().await;
-    let pool = BranchPool::new(
-        provider.clone(),
-        PoolConfig {
-            size: 3,
-            ..PoolConfig::default()
-        },
-    );
+    let pool = BranchPool::new(provider.clone(), consort_testkit::cluster::pool_config(3));
     assert_eq!(pool.start().await.expect("start-up sweep"), 0);
-    let v1 = BaseSpec {
-        migrations: vec![migration("0001", "CREATE TABLE a (x int)")],
-        fixtures: vec![],
-    };
+    let v1 = consort_testkit::cluster::base_spec(vec![migration("0001", "CREATE TABLE a (x int)")]);
     pool.warm(&v1).await.expect("warm");
     assert_eq!(pool.ready(), 3);
     assert_eq!(count_consort_branches(&provider).await, 3);
@@ -209,17 +195,9 @@ async fn failed_runs_can_be_kept_and_dropped_leases_are_cleaned_up() {
 #[tokio::test]
 async fn background_releases_finish_before_shutdown_returns() {
     let provider = private_provider().await;
-    let pool = BranchPool::new(
-        provider.clone(),
-        PoolConfig {
-            size: 0,
-            ..PoolConfig::default()
-        },
-    );
-    let spec = BaseSpec {
-        migrations: vec![migration("0001", "CREATE TABLE a (x int)")],
-        fixtures: vec![],
-    };
+    let pool = BranchPool::new(provider.clone(), consort_testkit::cluster::pool_config(0));
+    let spec =
+        consort_testkit::cluster::base_spec(vec![migration("0001", "CREATE TABLE a (x int)")]);
     let mut names = Vec::new();
     for _ in 0..3 {
         let got = pool.acquire(&spec).await.expect("acquire");

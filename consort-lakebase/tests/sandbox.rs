@@ -19,8 +19,7 @@ use consort_actors::{
 };
 use consort_lakebase::{
     BaseSpec, BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs,
-    PoolConfig, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport,
-    TestRunner,
+    PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, TestRunner,
 };
 use ractor::rpc::CallResult;
 
@@ -236,10 +235,7 @@ async fn settings_and_schemas_the_code_stores_do_not_reach_the_tests() {
 
 fn args(runner: Arc<dyn TestRunner>, provider: Arc<dyn BranchProvider>) -> LakebaseArgs {
     LakebaseArgs {
-        pool: PoolConfig {
-            size: 1,
-            ..PoolConfig::default()
-        },
+        pool: consort_testkit::cluster::pool_config(1),
         ..LakebaseArgs::new(provider, runner)
     }
 }

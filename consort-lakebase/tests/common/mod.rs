@@ -1,8 +1,7 @@
-//! Shared helpers of the integration tests: one embedded cluster per test binary.
-//!
-//! The cluster is started on first use and never dropped (statics are not); it is stopped
-//! when the test binary exits by the cluster's owner watchdog, which sees this process's
-//! lifeline pipe close. `tests/cluster.rs` proves that a killed owner leaves no server.
+//! Shared helpers of the integration tests. The embedded cluster (one per test binary) comes
+//! from `consort_testkit::cluster`; it is stopped when the test binary exits by the cluster's
+//! owner watchdog, which sees this process's lifeline pipe close. `tests/cluster.rs` proves that
+//! a killed owner leaves no server.
 #![allow(dead_code)]
 
 use std::path::Path;
@@ -10,39 +9,11 @@ use std::sync::Arc;
 
 use consort_actors::Migration;
 use consort_lakebase::{
-    BaseSpec, Branch, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
-    EmbeddedProvider, RunContext, SandboxMode, names::BranchNamer,
+    BaseSpec, Branch, BranchProvider, EmbeddedProvider, RunContext, SandboxMode, names::BranchNamer,
 };
-use tokio::sync::OnceCell;
 
-static CLUSTER: OnceCell<Arc<EmbeddedCluster>> = OnceCell::const_new();
-
-/// The binary's shared cluster.
-pub async fn cluster() -> Arc<EmbeddedCluster> {
-    CLUSTER
-        .get_or_init(|| async {
-            EmbeddedPostgres::start(EmbeddedConfig::temporary())
-                .await
-                .expect("start the shared embedded cluster")
-        })
-        .await
-        .clone()
-}
-
-/// A provider on the shared cluster (providers hold connections bound to the test's runtime,
-/// so each test makes its own).
-pub async fn provider() -> Arc<EmbeddedProvider> {
-    Arc::new(
-        EmbeddedProvider::new(cluster().await)
-            .await
-            .expect("embedded provider"),
-    )
-}
-
-/// The same, as a trait object.
-pub async fn dyn_provider() -> Arc<dyn BranchProvider> {
-    provider().await
-}
+#[allow(unused_imports)] // each test binary uses some of them
+pub use consort_testkit::cluster::{cluster, dyn_provider, provider};
 
 /// A migration.
 pub fn migration(version: &str, sql: &str) -> Migration {

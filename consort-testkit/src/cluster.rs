@@ -1,0 +1,95 @@
+//! One embedded PostgreSQL cluster per test binary.
+//!
+//! The cluster is started on first use and shared by every test of the binary. It does not
+//! depend on the runtime that started it (each `#[tokio::test]` has its own): it is stopped
+//! when the binary exits, by the cluster's owner watchdog, which sees this process's lifeline
+//! pipe close (or earlier by [`stop`]). Providers hold connections bound to the runtime that
+//! made them, so each test makes its own with [`provider`] or [`provider_on`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use consort_lakebase::{
+    BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
+    ServerOptions,
+};
+use tokio::sync::OnceCell;
+
+static CLUSTER: OnceCell<Arc<EmbeddedCluster>> = OnceCell::const_new();
+
+/// The binary's shared cluster (started on the first call).
+pub async fn cluster() -> Arc<EmbeddedCluster> {
+    CLUSTER
+        .get_or_init(|| async {
+            EmbeddedPostgres::start(EmbeddedConfig::temporary())
+                .await
+                .expect("start the shared embedded cluster")
+        })
+        .await
+        .clone()
+}
+
+/// A provider on the shared cluster, with the default parent database.
+pub async fn provider() -> Arc<EmbeddedProvider> {
+    Arc::new(
+        EmbeddedProvider::new(cluster().await)
+            .await
+            .expect("embedded provider"),
+    )
+}
+
+/// The same, as a trait object.
+pub async fn dyn_provider() -> Arc<dyn BranchProvider> {
+    provider().await
+}
+
+/// A provider on the shared cluster whose branches come from their own parent database
+/// `parent` (so that tests which count or sweep branches do not see each other's).
+pub async fn provider_on(parent: &str) -> Arc<EmbeddedProvider> {
+    let opts = ServerOptions {
+        parent_database: Some(parent.to_string()),
+        ..ServerOptions::default()
+    };
+    Arc::new(
+        EmbeddedProvider::with_options(cluster().await, opts)
+            .await
+            .expect("embedded provider"),
+    )
+}
+
+/// A parent database name no other caller in this binary gets: `{prefix}_{n}`.
+pub fn unique_database(prefix: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    format!("{prefix}_{}", NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+/// A provider on the shared cluster with a parent database of its own (for tests that change
+/// the parent, such as promote, or count every branch), as a trait object.
+pub async fn isolated_provider() -> Arc<dyn BranchProvider> {
+    provider_on(&unique_database("isolated")).await
+}
+
+/// Stops the shared cluster if it was started (for harnesses that want it gone before they
+/// print their summary). Returns what stopping said.
+pub fn stop() -> Result<(), consort_lakebase::Error> {
+    match CLUSTER.get() {
+        Some(c) => c.stop(),
+        None => Ok(()),
+    }
+}
+
+/// A pool configuration of `size` standing branches, the rest default.
+pub fn pool_config(size: usize) -> consort_lakebase::PoolConfig {
+    consort_lakebase::PoolConfig {
+        size,
+        ..consort_lakebase::PoolConfig::default()
+    }
+}
+
+/// A base of these migrations and no fixtures.
+pub fn base_spec(migrations: Vec<consort_actors::Migration>) -> consort_lakebase::BaseSpec {
+    consort_lakebase::BaseSpec {
+        migrations,
+        fixtures: vec![],
+    }
+}

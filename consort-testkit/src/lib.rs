@@ -1,0 +1,31 @@
+//! Test support for the Consort workspace, written once and used by the tests and benches of
+//! every package.
+//!
+//! * [`agents`]: an agent made from a closure, and one that always gives the same answer.
+//! * [`artifacts`]: valid artifacts for every step of the lifecycle (a feature, stories, a
+//!   spec, a schema plan, a test list, a UX design, change sets, gate approvals, receipts).
+//! * [`disk`]: a fake disk that applies change sets and hands back their inverse, as the
+//!   conductor's apply does.
+//! * [`simulation`]: a simulated conductor over the pure machine that answers every command.
+//! * [`cluster`]: one embedded PostgreSQL cluster per test binary, started on first use.
+//! * [`model`]: a loopback OpenAI-compatible chat-completions server.
+//! * [`harness`]: the command line of `libtest-mimic` harnesses, with libtest's filters.
+//! * [`logs`]: a tracing writer that keeps every line in memory.
+//! * [`process`]: a process's output as text, and waiting for a condition.
+//! * [`providers`]: a branch provider that records the secrets it hands out and can fail.
+//! * [`assert`]: assertions for halts and refusals.
+//!
+//! The crate is a dev-dependency only (`publish = false`); its helpers panic on set-up
+//! failures, as tests do.
+
+pub mod agents;
+pub mod artifacts;
+pub mod assert;
+pub mod cluster;
+pub mod disk;
+pub mod harness;
+pub mod logs;
+pub mod model;
+pub mod process;
+pub mod providers;
+pub mod simulation;
