@@ -651,6 +651,14 @@ pub enum InfraFault {
     WorkTreeIo,
     /// Consort reached a state its lifecycle does not allow (a bug in Consort itself).
     InvariantBroken,
+    /// The branch backend's configuration is unusable (a bad setting, name or missing binary).
+    ProviderMisconfigured,
+    /// The branch backend's credentials lack a permission.
+    PermissionDenied,
+    /// The branch backend's quota or branch limit is used up.
+    QuotaExhausted,
+    /// A migration could not be applied (promote).
+    MigrationFailed,
 }
 
 impl fmt::Display for InfraFault {
@@ -663,6 +671,10 @@ impl fmt::Display for InfraFault {
             InfraFault::RunnerFailed => "the test runner could not be started",
             InfraFault::WorkTreeIo => "the work tree could not be read or written",
             InfraFault::InvariantBroken => "an internal invariant broke (a bug in Consort)",
+            InfraFault::ProviderMisconfigured => "the branch backend is misconfigured",
+            InfraFault::PermissionDenied => "the branch backend refused a permission",
+            InfraFault::QuotaExhausted => "the branch backend's quota is used up",
+            InfraFault::MigrationFailed => "a migration could not be applied",
         })
     }
 }

@@ -203,10 +203,9 @@ impl Error {
 
     /// The infrastructure fault this error means when it stops a verification.
     ///
-    /// [`InfraFault`] has no variant for a configuration, permission or quota problem of the
-    /// branch provider; those are [`InfraFault::DatabaseDown`] ("the database or branch
-    /// provider failed"), the closest honest one. Every variant is listed: a new one must be
-    /// placed here on purpose.
+    /// Only an unreachable or failing backend is "the database is down": a configuration,
+    /// permission, quota or migration problem keeps its own fault, so the human is told whose
+    /// move it is. Every variant is listed: a new one must be placed here on purpose.
     pub fn infra_fault(&self) -> InfraFault {
         match self {
             Error::Runner(_) => InfraFault::RunnerFailed,
@@ -224,18 +223,18 @@ impl Error {
             | Error::AlreadyExists(_)
             | Error::Cluster(_)
             | Error::ClusterIo { .. }
-            | Error::BinariesNotFound(_)
-            | Error::PoolShutDown
-            | Error::Encode { .. }
-            | Error::Unsupported(_) => InfraFault::DatabaseDown,
-            // Closest honest fault: the branch provider's configuration, permission or quota.
+            | Error::PoolShutDown => InfraFault::DatabaseDown,
+            // Consort could not write its own marker: a bug, not the database.
+            Error::Encode { .. } => InfraFault::InvariantBroken,
             Error::Config(_)
             | Error::InvalidName(_)
-            | Error::PermissionDenied(_)
-            | Error::QuotaExceeded(_) => InfraFault::DatabaseDown,
+            | Error::BinariesNotFound(_)
+            | Error::Unsupported(_) => InfraFault::ProviderMisconfigured,
+            Error::PermissionDenied(_) => InfraFault::PermissionDenied,
+            Error::QuotaExceeded(_) => InfraFault::QuotaExhausted,
             // A migration the provider could not apply (only reached here through promote).
             Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::InvalidPlan(_) => {
-                InfraFault::DatabaseDown
+                InfraFault::MigrationFailed
             }
         }
     }
@@ -370,5 +369,13 @@ mod tests {
             Error::Poisoned("the secret store").infra_fault(),
             InfraFault::ActorCrashing
         );
+        for (error, fault) in [
+            (Error::Config("no url".into()), InfraFault::ProviderMisconfigured),
+            (Error::PermissionDenied("create".into()), InfraFault::PermissionDenied),
+            (Error::QuotaExceeded("10 branches".into()), InfraFault::QuotaExhausted),
+            (Error::InvalidPlan("no version".into()), InfraFault::MigrationFailed),
+        ] {
+            assert_eq!(error.infra_fault(), fault, "{error}");
+        }
     }
 }
