@@ -28,16 +28,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Script, interleave, machine_config, median, report_line, report_ratio};
-use consort::actors::conductor::{LakebaseEndpoint, RoleEndpoint, SupervisedRole};
-use consort::actors::gate::BoxFuture;
-use consort::actors::ledger::Ledger;
+use consort::actors::BoxFuture;
+use consort::actors::Ledger;
 use consort::actors::ractor::{self, Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use consort::actors::supervision::{ChildSpec, Supervised};
 use consort::actors::{
     ActorId, Artifact, Assignment, AssignmentId, AssignmentInputs, Conductor, ConductorConfig,
     Event, InfraError, InfraFault, Produced, PromoteReport, PromoteRequest, Role, RoleMsg,
     RunOutcome, StopAtGates, TestRunReceipt, Usage, VerifyRequest, Wiring,
 };
+use consort::actors::{ChildSpec, Supervised};
+use consort::actors::{LakebaseEndpoint, RoleEndpoint, SupervisedRole};
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{median, report_line, report_ratio};
-use consort::actors::conductor::{DirectLakebase, LakebaseEndpoint};
 use consort::actors::{
     ContentHash, Migration, RequestId, TestStatus, VerifyPurpose, VerifyRequest,
 };
+use consort::actors::{DirectLakebase, LakebaseEndpoint};
 use consort::lakebase::runner::EnvPolicy;
 use consort::lakebase::{
     BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, LakebaseActor, LakebaseArgs,

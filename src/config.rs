@@ -97,7 +97,7 @@ pub struct PathsConfig {
     #[serde(default)]
     pub harness: Vec<String>,
     /// Extra cache directory names, added to the defaults (`__pycache__`, `.pytest_cache`,
-    /// `target`, `node_modules`, … see `consort_actors::paths::DEFAULT_CACHES`): a directory of
+    /// `target`, `node_modules`, … see `consort_actors::DEFAULT_CACHES`): a directory of
     /// one of these names, at any depth, is never hashed, never taken for test files and never
     /// written by an agent.
     #[serde(default)]
@@ -435,7 +435,7 @@ impl ProjectConfig {
     /// The path policy from `[paths]`, with what the runner's configuration makes harness
     /// (see [`crate::runner_harness`]): outside the test paths, the files the runner's commands
     /// name and the test tool's configuration; the cache names are added to the defaults.
-    pub fn path_policy(&self) -> Result<PathPolicy, consort_actors::paths::GlobError> {
+    pub fn path_policy(&self) -> Result<PathPolicy, consort_actors::GlobError> {
         let tests_only = PathPolicy::new(&self.paths.tests, &[])?;
         let runner = RunnerHarness::of(&self.runner, &tests_only);
         Ok(PathPolicy::new(&self.paths.tests, &self.paths.harness)?
@@ -444,7 +444,7 @@ impl ProjectConfig {
     }
 
     /// What the runner's configuration makes harness without `[paths] harness` listing it.
-    pub fn runner_harness(&self) -> Result<RunnerHarness, consort_actors::paths::GlobError> {
+    pub fn runner_harness(&self) -> Result<RunnerHarness, consort_actors::GlobError> {
         Ok(RunnerHarness::of(
             &self.runner,
             &PathPolicy::new(&self.paths.tests, &[])?,
@@ -452,7 +452,7 @@ impl ProjectConfig {
     }
 
     /// The machine configuration from `[paths]` and `[bounds]`.
-    pub fn machine_config(&self) -> Result<MachineConfig, consort_actors::paths::GlobError> {
+    pub fn machine_config(&self) -> Result<MachineConfig, consort_actors::GlobError> {
         Ok(MachineConfig {
             paths: self.path_policy()?,
             max_revisions: self.bounds.max_revisions,

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use consort_actors::conductor::{
-    ConductorConfig, LakebaseEndpoint, RoleEndpoint, SupervisedLakebase, SupervisedRole,
-};
-use consort_actors::supervision::{ChildSpec, RestartPolicy, Supervised};
 use consort_actors::{
     ActorId, AppendObserver, Approver, Conductor, ConductorError, ConductorHandle, FeatureRequest,
     LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunReport, StopAtGates, Wiring,
+};
+use consort_actors::{ChildSpec, RestartPolicy, Supervised};
+use consort_actors::{
+    ConductorConfig, LakebaseEndpoint, RoleEndpoint, SupervisedLakebase, SupervisedRole,
 };
 use consort_agents::{Agent, RoleArgs, spawn_role_linked};
 use consort_lakebase::{

@@ -11,12 +11,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use clap::{Parser, Subcommand, ValueEnum};
-use consort::actors::conductor::{
-    design_hash_on_disk, record_gate_decision, record_human_decision,
-};
-use consort::actors::ledger::Ledger;
-use consort::actors::machine::HumanDecision;
+use consort::actors::HumanDecision;
+use consort::actors::Ledger;
 use consort::actors::{ContentHash, Event, GateApproval, GateDecision, GateKind, WorkTree};
+use consort::actors::{design_hash_on_disk, record_gate_decision, record_human_decision};
 use consort::project::{Project, RunOptions, approve_command, status_of};
 use consort::ui::{self, EXIT_FAILURE, EXIT_USAGE};
 use consort::{ApproveAs, RunOutcome};

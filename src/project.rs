@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use consort_actors::conductor::{DESIGN_FILE, replay_ledger};
-use consort_actors::ledger::DEFAULT_LEDGER_PATH;
+use consort_actors::DEFAULT_LEDGER_PATH;
 use consort_actors::{
     Approver, FeatureRequest, GateKind, Machine, Phase, Progress, Role, RunStatus, State,
     TestStatus,
 };
+use consort_actors::{DESIGN_FILE, replay_ledger};
 use consort_agents::AgentConfig;
 use consort_lakebase::{
     BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedConfig, EmbeddedPostgres,

@@ -60,7 +60,7 @@
 use std::fmt;
 
 use consort_actors::PathPolicy;
-use consort_actors::paths::{PathError, check_glob, glob_covers, literal_glob, normalise_relative};
+use consort_actors::{PathError, check_glob, glob_covers, literal_glob, normalise_relative};
 
 use crate::config::RunnerConfig;
 

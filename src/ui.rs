@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::Utc;
-use consort_actors::gate::{Approver, BoxFuture, GateRequest};
+use consort_actors::{Approver, BoxFuture, GateRequest};
 use consort_actors::{GateApproval, GateDecision, Progress, RunOutcome, RunReport, TestStatus};
 use consort_lakebase::PoolStatsSnapshot;
 use indicatif::{ProgressBar, ProgressStyle};

@@ -20,12 +20,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use consort::actors::conductor::{
-    DirectLakebase, DirectRole, LakebaseEndpoint, RoleEndpoint, record_gate_decision,
-};
-use consort::actors::gate::GateRequest;
-use consort::actors::ledger::Ledger;
-use consort::actors::worktree::hash_dir;
+use consort::actors::GateRequest;
+use consort::actors::Ledger;
+use consort::actors::hash_dir;
 use consort::actors::{
     ActorId, AgentFailure, Artifact, ArtifactKind, Assignment, Conductor, ConductorConfig,
     ConductorError, Confinement, ContentHash, DesignBundle, Escalation, EscalationReason, Event,
@@ -33,6 +30,9 @@ use consort::actors::{
     PathError, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings, Step, TestList,
     TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose, Wiring,
     WriteProblem,
+};
+use consort::actors::{
+    DirectLakebase, DirectRole, LakebaseEndpoint, RoleEndpoint, record_gate_decision,
 };
 use consort::agents::{Agent, AgentOutput, BoxFuture, RoleArgs, Script, ScriptEntry, spawn_role};
 use consort::lakebase::{
@@ -256,7 +256,7 @@ impl Case {
     }
 
     fn ledger(&self) -> PathBuf {
-        self.work.join(consort::actors::ledger::DEFAULT_LEDGER_PATH)
+        self.work.join(consort::actors::DEFAULT_LEDGER_PATH)
     }
 
     fn events(&self) -> Vec<Event> {
@@ -790,7 +790,7 @@ impl RoleEndpoint for Turncoat {
         &self,
         a: Assignment,
         timeout: Duration,
-    ) -> consort::actors::gate::BoxFuture<'_, RoleReply> {
+    ) -> consort::actors::BoxFuture<'_, RoleReply> {
         Box::pin(async move {
             match a.step {
                 Step::Red { .. } => {
@@ -833,7 +833,7 @@ async fn design_changed_after_approval(world: &World) -> String {
     )
     .expect("the approval is recorded");
     // ... and then someone drops T2 from the frozen design on disk.
-    let design_path = case.work.join(consort::actors::conductor::DESIGN_FILE);
+    let design_path = case.work.join(consort::actors::DESIGN_FILE);
     let mut bundle: DesignBundle =
         serde_json::from_str(&std::fs::read_to_string(&design_path).expect("design file"))
             .expect("design bundle");
@@ -893,7 +893,7 @@ struct WrongApprover {
 
 impl WrongApprover {
     fn older_design_hash(&self) -> ContentHash {
-        let design = self.work.join(consort::actors::conductor::DESIGN_FILE);
+        let design = self.work.join(consort::actors::DESIGN_FILE);
         let mut bundle: DesignBundle =
             serde_json::from_str(&std::fs::read_to_string(design).expect("design file"))
                 .expect("design bundle");
@@ -906,7 +906,7 @@ impl Approver for WrongApprover {
     fn decide<'a>(
         &'a self,
         request: &'a GateRequest,
-    ) -> consort::actors::gate::BoxFuture<'a, Option<GateApproval>> {
+    ) -> consort::actors::BoxFuture<'a, Option<GateApproval>> {
         Box::pin(async move {
             self.asked.fetch_add(1, Ordering::SeqCst);
             Some(match self.mode.load(Ordering::SeqCst) {
@@ -1138,10 +1138,7 @@ async fn ledger_line_edited(world: &World) -> String {
     let err = Ledger::<Event>::verify(case.ledger()).expect_err("verify fails");
     assert_eq!(err.line(), Some(line), "{err}");
     assert!(
-        matches!(
-            err,
-            consort::actors::ledger::LedgerError::ChainBroken { .. }
-        ),
+        matches!(err, consort::actors::LedgerError::ChainBroken { .. }),
         "{err}"
     );
     // The run refuses to resume on it, and writes nothing.
@@ -1752,7 +1749,7 @@ impl RoleEndpoint for ForgingEndpoint {
         &self,
         a: Assignment,
         timeout: Duration,
-    ) -> consort::actors::gate::BoxFuture<'_, RoleReply> {
+    ) -> consort::actors::BoxFuture<'_, RoleReply> {
         Box::pin(async move {
             if !matches!(a.step, Step::Green { .. }) {
                 return self.inner.assign(a, timeout).await;

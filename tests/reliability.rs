@@ -45,13 +45,13 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use consort::actors::conductor::design_hash_on_disk;
-use consort::actors::ledger::{Entry, Ledger};
-use consort::actors::worktree::hash_dir;
+use consort::actors::design_hash_on_disk;
+use consort::actors::hash_dir;
 use consort::actors::{
     Artifact, EscalationReason, Event, GateKind, InfraFault, LakebaseMsg, Migration, RequestId,
     Role, RunOutcome, State, Step, TestStatus, VerifyPurpose, VerifyRequest, WorkTree,
 };
+use consort::actors::{Entry, Ledger};
 use consort::agents::{Agent, Assignment, Script};
 use consort::lakebase::{
     BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedProvider, PsqlRunner, PsqlRunnerConfig,
@@ -935,7 +935,7 @@ COMMIT;
             u32::MAX,
             calls.clone(),
         );
-        let policy = consort::actors::supervision::RestartPolicy::default();
+        let policy = consort::actors::RestartPolicy::default();
         let b = builder(
             &dir,
             provider.clone(),

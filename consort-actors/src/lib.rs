@@ -3,37 +3,102 @@
 //!
 //! **Architecture invariant:** this crate knows no LLM and no database. Role agents live in
 //! `consort-agents`, database branches and test runs in `consort-lakebase`; both speak to the
-//! conductor only through the messages in [`protocol`].
+//! conductor only through the messages [`RoleMsg`] and [`LakebaseMsg`].
+//!
+//! Every public item has one path, at this crate's root.
+//!
+//! # Example
+//!
+//! The [`Machine`] is a plain function of state and event: start a run, see what it asks for,
+//! and see it refuse an answer that breaks a rule while its state stays where it was.
+//!
+//! ```
+//! use consort_actors::{
+//!     ActorId, Artifact, Command, Event, FeatureRequest, Machine, MachineConfig, Role,
+//!     RuleViolation, State, Step, Stories,
+//! };
+//!
+//! let machine = Machine::new(MachineConfig::default());
+//! let start = Event::Start {
+//!     feature: FeatureRequest {
+//!         id: "F1".into(),
+//!         title: "Stock levels".into(),
+//!         body: "Show the stock of every product per warehouse.".into(),
+//!     },
+//! };
+//! let (state, commands) = machine.step(&State::default(), &start).expect("a run starts");
+//! let Some(Command::Assign { id, role, step, .. }) = commands.first() else {
+//!     panic!("the first command asks a role");
+//! };
+//! assert_eq!((*role, step), (Role::ProductOwner, &Step::Stories));
+//!
+//! // A backlog with no story in it is refused; the same command is still the one pending.
+//! let empty = Event::Produced {
+//!     assignment: *id,
+//!     author: ActorId::new(Role::ProductOwner, "product-owner"),
+//!     artifact: Artifact::Stories(Stories { feature_id: "F1".into(), stories: vec![] }),
+//! };
+//! let refused: RuleViolation = machine.step(&state, &empty).expect_err("refused");
+//! assert!(!refused.to_string().is_empty());
+//! assert_eq!(state.pending_command().as_ref(), commands.first());
+//! ```
 
-pub mod artifact;
-pub mod conductor;
-pub mod gate;
-pub mod hash;
-pub mod ledger;
-pub mod machine;
-pub mod paths;
-pub mod protocol;
-pub mod role;
+mod artifact;
+mod conductor;
+mod gate;
+mod hash;
+mod ledger;
+mod machine;
+mod paths;
+mod protocol;
+mod role;
 mod sorted_json;
-pub mod step;
-pub mod supervision;
-pub mod worktree;
+mod step;
+mod supervision;
+mod worktree;
 
-pub use artifact::*;
+// One flat public surface: every public item has exactly this one path.
+pub use artifact::{
+    AcceptanceCriterion, ArchitectureVerdict, Artifact, ArtifactKind, ChangeSet, Confinement,
+    DesignBundle, Escalation, EscalationReason, ExitRecord, FeatureRequest, FileChange, FileHashes,
+    GateApproval, GateDecision, GateKind, InfraFault, Migration, PersistenceInvariant, RequestId,
+    Requirement, ReviewVerdict, RunTimings, SchemaPlan, Screen, Spec, Stories, Story, TestEntry,
+    TestList, TestOutcome, TestRunReceipt, TestStatus, UxDesign, VerdictReason,
+};
 pub use conductor::{
-    AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle, Progress,
-    RunOutcome, RunReport, Wiring,
+    APPLY_JOURNAL, AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle,
+    ConductorMsg, ConductorState, DESIGN_FILE, DirectLakebase, DirectRole, LakebaseEndpoint,
+    Progress, RoleEndpoint, RunOutcome, RunReport, SupervisedLakebase, SupervisedRole, Wiring,
+    design_hash_on_disk, gate_summary, record_gate_decision, record_human_decision, replay_ledger,
 };
-pub use gate::{ApproveAs, Approver, GateRequest, StopAtGates};
-pub use hash::{ContentHash, canonical_json};
+pub use gate::{ApproveAs, Approver, BoxFuture, GateRequest, StopAtGates};
+pub use hash::{ContentHash, ParseHashError, canonical_json, normalise_newlines};
+pub use ledger::{
+    DEFAULT_LEDGER_PATH, DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_LINE_BYTES, Entry, GENESIS, GENESIS_HEX,
+    Ledger, LedgerError, LedgerOptions, VerifyReport, genesis,
+};
 pub use machine::{
-    Command, Event, Machine, MachineConfig, Pending, Phase, RuleViolation, RunStatus, State,
+    BuildProgress, Command, Event, Frozen, HumanDecision, Machine, MachineConfig, Pending, Phase,
+    ReleaseEvidence, Remedy, RuleViolation, RunStatus, State, Writer, check_architecture,
+    check_change_set, check_review, check_schema, check_spec, check_stories, check_test_list,
+    check_tests_on_disk, check_ux, written_hashes,
 };
-pub use paths::{PathError, PathPolicy, TreeFilter, WriteProblem};
-pub use protocol::*;
-pub use role::{ActorId, Role};
-pub use step::Step;
-pub use worktree::{WorkTree, WorkTreeError};
+pub use paths::{
+    ALWAYS_HARNESS, CacheNameError, DEFAULT_CACHES, GlobError, MAX_NAME_BYTES, PathError,
+    PathPolicy, STATE_DIR, TreeFilter, VCS_DIRS, WriteProblem, check_glob, glob_covers,
+    literal_glob, normalise_relative,
+};
+pub use protocol::{
+    AgentFailure, Assignment, AssignmentId, AssignmentInputs, InfraError, LakebaseMsg, Produced,
+    PromoteReport, PromoteRequest, RoleMsg, RoleReply, Usage, VerifyPurpose, VerifyRequest,
+};
+pub use role::{ActorId, Role, UnknownRole};
+pub use step::{ParseStepError, Step};
+pub use supervision::{
+    ChildPhase, ChildSpec, ChildStatus, RestartDecision, RestartIntensity, RestartPolicy, SpawnFn,
+    SpawnFuture, Supervised, SupervisionError,
+};
+pub use worktree::{WorkTree, WorkTreeError, hash_dir};
 
 /// The actor runtime the protocol is typed in ([`RoleMsg`] carries a `ractor::RpcReplyPort`), so
 /// that an embedder's own role or Lakebase actor uses exactly the same version.

@@ -19,8 +19,7 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::artifact::{ChangeSet, FileChange, FileHashes};
 use crate::hash::ContentHash;
-pub use crate::paths::TreeFilter;
-use crate::paths::{MAX_NAME_BYTES, PathError, WriteProblem, normalise_relative};
+use crate::paths::{MAX_NAME_BYTES, PathError, TreeFilter, WriteProblem, normalise_relative};
 
 /// Most symbolic links followed while resolving one path (as the OS's `ELOOP` limit).
 const MAX_LINK_HOPS: u32 = 40;

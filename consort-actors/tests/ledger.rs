@@ -7,9 +7,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use consort_actors::AppendObserver;
+use consort_actors::ContentHash;
 use consort_actors::canonical_json;
-use consort_actors::hash::ContentHash;
-use consort_actors::ledger::{GENESIS_HEX, Ledger, LedgerError, LedgerOptions, genesis};
+use consort_actors::{GENESIS_HEX, Ledger, LedgerError, LedgerOptions, genesis};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

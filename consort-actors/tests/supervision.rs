@@ -5,9 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use consort_actors::InfraFault;
-use consort_actors::supervision::{
-    ChildPhase, ChildSpec, RestartPolicy, Supervised, SupervisionError,
-};
+use consort_actors::{ChildPhase, ChildSpec, RestartPolicy, Supervised, SupervisionError};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 const T: Duration = Duration::from_secs(10);

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use consort_actors::paths::normalise_relative;
-use consort_actors::worktree::TreeFilter;
+use consort_actors::TreeFilter;
+use consort_actors::normalise_relative;
 use consort_actors::{
     AgentFailure, Artifact, ArtifactKind, Assignment, ChangeSet, FileChange, Role, Usage,
 };

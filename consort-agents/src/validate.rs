@@ -5,7 +5,7 @@
 //! (an acceptance criterion a test cites must exist, a change set may not name a path outside
 //! the work tree). They are what the OpenAI-compatible backend feeds back to the model, and what
 //! the role actor applies to every backend's output. Where the state machine has the same rule,
-//! it is the machine's check that runs here ([`consort_actors::machine`]'s `check_stories`,
+//! it is the machine's check that runs here (`consort_actors::check_stories`,
 //! `check_spec`, `check_schema`, `check_ux`, `check_architecture`, `check_review`), so an agent
 //! hears of a violation before the machine refuses it, in the machine's words. What is checked
 //! only here: the kind against the step, fields left empty, the JSON form, and change sets'
@@ -14,8 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use consort_actors::machine;
-use consort_actors::paths::normalise_relative;
+use consort_actors::normalise_relative;
 use consort_actors::{
     ArchitectureVerdict, Artifact, ArtifactKind, Assignment, ChangeSet, FileChange, ReviewVerdict,
     SchemaPlan, Spec, Step, Stories, TestList, UxDesign,
@@ -137,7 +136,7 @@ impl Problems {
     }
 
     /// The machine's verdict on the same rule, in its words.
-    fn machine(&mut self, verdict: Result<(), machine::RuleViolation>) {
+    fn machine(&mut self, verdict: Result<(), consort_actors::RuleViolation>) {
         if let Err(violation) = verdict {
             self.push(violation.to_string());
         }
@@ -169,7 +168,7 @@ fn check_stories(a: &Assignment, s: &Stories, p: &mut Problems) {
     }
     // The feature's id, when the assignment names the feature (the machine always does).
     let feature_id = a.inputs.feature.as_ref().map_or(&s.feature_id, |f| &f.id);
-    p.machine(machine::check_stories(s, feature_id));
+    p.machine(consort_actors::check_stories(s, feature_id));
 }
 
 fn check_spec(a: &Assignment, s: &Spec, p: &mut Problems) {
@@ -179,7 +178,7 @@ fn check_spec(a: &Assignment, s: &Spec, p: &mut Problems) {
         p.non_empty(&format!("requirement {} statement", r.id), &r.statement);
     }
     if let Some(stories) = &a.inputs.stories {
-        p.machine(machine::check_spec(s, stories));
+        p.machine(consort_actors::check_spec(s, stories));
     }
 }
 
@@ -192,7 +191,7 @@ fn check_architecture(v: &ArchitectureVerdict, p: &mut Problems) {
             p.non_empty(&format!("invariant {} brief", i.id), &i.brief);
         }
     }
-    p.machine(machine::check_architecture(v));
+    p.machine(consort_actors::check_architecture(v));
 }
 
 fn check_schema(a: &Assignment, s: &SchemaPlan, p: &mut Problems) {
@@ -200,7 +199,7 @@ fn check_schema(a: &Assignment, s: &SchemaPlan, p: &mut Problems) {
         p.non_empty("a migration version", &m.version);
     }
     if let Some(stories) = &a.inputs.stories {
-        p.machine(machine::check_schema(s, stories));
+        p.machine(consort_actors::check_schema(s, stories));
     }
 }
 
@@ -241,7 +240,7 @@ fn check_ux(a: &Assignment, u: &UxDesign, p: &mut Problems) {
         }
     }
     if let Some(stories) = &a.inputs.stories {
-        p.machine(machine::check_ux(u, stories));
+        p.machine(consort_actors::check_ux(u, stories));
     }
 }
 
@@ -272,7 +271,7 @@ fn check_change_set(step: &Step, c: &ChangeSet, p: &mut Problems) {
 }
 
 fn check_review(r: &ReviewVerdict, p: &mut Problems) {
-    p.machine(machine::check_review(r));
+    p.machine(consort_actors::check_review(r));
 }
 
 #[cfg(test)]

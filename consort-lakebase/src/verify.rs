@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use std::path::{Path, PathBuf};
 
-use consort_actors::worktree::TreeFilter;
+use consort_actors::TreeFilter;
 use consort_actors::{
     ContentHash, ExitRecord, FileHashes, InfraError, InfraFault, PromoteReport, PromoteRequest,
     RunTimings, TestOutcome, TestRunReceipt, TestStatus, VerifyRequest, WorkTree,

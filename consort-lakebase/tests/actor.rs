@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{migration, write_tree};
-use consort_actors::worktree::hash_dir;
+use consort_actors::hash_dir;
 use consort_actors::{
     ContentHash, InfraFault, LakebaseMsg, PromoteRequest, RequestId, TestRunReceipt, TestStatus,
     VerifyPurpose, VerifyRequest,
@@ -320,7 +320,7 @@ async fn the_receipt_hashes_the_tree_without_the_requests_caches() {
     let mut req = request(7, tree.path(), vec![]);
     req.caches = vec!["build".into()];
     let receipt = verify(&actor, req).await.expect("receipt");
-    let filter = consort_actors::worktree::TreeFilter::new(&["build"]);
+    let filter = consort_actors::TreeFilter::new(&["build"]);
     assert_eq!(
         receipt.workspace_hash,
         consort_actors::WorkTree::open(tree.path())

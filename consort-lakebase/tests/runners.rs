@@ -439,7 +439,7 @@ async fn psql_never_takes_a_file_in_a_cache_directory_for_code_or_a_test() {
     let (p, b, mut ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
     let plain = ctx.clone();
-    ctx.filter = consort_actors::worktree::TreeFilter::new(&["build"]);
+    ctx.filter = consort_actors::TreeFilter::new(&["build"]);
     let r = runner.run(&ctx).await.expect("run");
     let names: Vec<&str> = r.outcomes.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(

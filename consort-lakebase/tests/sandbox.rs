@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::write_tree;
-use consort_actors::worktree::hash_dir;
+use consort_actors::hash_dir;
 use consort_actors::{
     Confinement, ContentHash, LakebaseMsg, RequestId, TestRunReceipt, TestStatus, VerifyPurpose,
     VerifyRequest,

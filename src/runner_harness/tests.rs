@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use consort_actors::machine::{RuleViolation, Writer, check_change_set};
 use consort_actors::{ChangeSet, FileChange, FileHashes};
+use consort_actors::{RuleViolation, Writer, check_change_set};
 
 use super::*;
 use crate::config::{ConfigError, ProjectConfig, Sandbox};

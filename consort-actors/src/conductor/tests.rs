@@ -130,7 +130,7 @@ impl Actor for FakeLakebase {
                 let receipt = TestRunReceipt {
                     request_id: req.id,
                     workspace_hash: WorkTree::open(&req.work_tree)?
-                        .with_filter(crate::worktree::TreeFilter::new(&req.caches))
+                        .with_filter(crate::paths::TreeFilter::new(&req.caches))
                         .hash()?,
                     provider: "fake".into(),
                     branch_id: format!("consort-fake-{}", req.id.0),

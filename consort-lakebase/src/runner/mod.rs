@@ -25,7 +25,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use consort_actors::worktree::TreeFilter;
+use consort_actors::TreeFilter;
 use consort_actors::{ContentHash, ExitRecord, TestOutcome};
 
 use crate::error::Result;
