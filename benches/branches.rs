@@ -28,7 +28,7 @@ use consort::actors::Migration;
 use consort::lakebase::names::BranchNamer;
 use consort::lakebase::{
     BaseRef, BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedProvider,
-    Secret, SslMode, pgconn,
+    Secret, SslMode, connect,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
@@ -54,7 +54,7 @@ fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
 
 async fn admin_sql(cluster: &EmbeddedCluster) -> Sql {
     let client = Arc::new(
-        pgconn::connect(&admin_info(cluster, "postgres"))
+        connect(&admin_info(cluster, "postgres"))
             .await
             .expect("superuser connection"),
     );
@@ -214,7 +214,7 @@ fn bench(c: &mut Criterion) {
             let t = Instant::now();
             let a = pool.acquire(&spec).await.expect("acquire");
             let info = provider.connect_info(a.lease.branch()).await.expect("info");
-            let client = pgconn::connect(&info).await.expect("login");
+            let client = connect(&info).await.expect("login");
             client.batch_execute("SELECT 1").await.expect("select");
             let d = t.elapsed();
             drop(client);
@@ -234,7 +234,7 @@ fn bench(c: &mut Criterion) {
     let login_existing = || {
         fx.rt.block_on(async {
             let t = Instant::now();
-            let client = pgconn::connect(&standing_info).await.expect("login");
+            let client = connect(&standing_info).await.expect("login");
             client.batch_execute("SELECT 1").await.expect("select");
             t.elapsed()
         })

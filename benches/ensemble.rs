@@ -23,10 +23,10 @@ use consort::actors::{
     ContentHash, Migration, RequestId, TestStatus, VerifyPurpose, VerifyRequest,
 };
 use consort::actors::{DirectLakebase, LakebaseEndpoint};
-use consort::lakebase::runner::EnvPolicy;
+use consort::lakebase::EnvPolicy;
 use consort::lakebase::{
     BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, LakebaseActor, LakebaseArgs,
-    PsqlRunner, PsqlRunnerConfig, Secret, SslMode, pgconn,
+    PsqlRunner, PsqlRunnerConfig, Secret, SslMode, connect,
 };
 use consort::project::{Project, RunOptions};
 use consort::{ApproveAs, RunOutcome};
@@ -215,7 +215,7 @@ fn burst(rt: &Runtime) -> Burst {
             .connect_info(standing.lease.branch())
             .await
             .expect("info");
-        let psql = consort::lakebase::pgbin::find_psql().expect("psql");
+        let psql = consort::lakebase::find_psql().expect("psql");
         let env = EnvPolicy::default().build(&info);
         let t = Instant::now();
         let runs: Vec<_> = (0..CONCURRENT)
@@ -236,7 +236,7 @@ fn burst(rt: &Runtime) -> Burst {
         // Stop the actor: its pool drops the ready branches and sweeps; then count what is left.
         actor.stop(None);
         let _ = join.await;
-        let admin = pgconn::connect(&admin_info(&cluster)).await.expect("admin");
+        let admin = connect(&admin_info(&cluster)).await.expect("admin");
         let databases_left: i64 = admin
             .query_one(
                 "SELECT count(*) FROM pg_database WHERE datname LIKE 'consort\\_%'",

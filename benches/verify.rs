@@ -22,8 +22,8 @@ use common::{interleave, report_line, report_ratio};
 use consort::actors::{
     ContentHash, Migration, RequestId, TestStatus, VerifyPurpose, VerifyRequest,
 };
+use consort::lakebase::EnvPolicy;
 use consort::lakebase::SandboxMode;
-use consort::lakebase::runner::EnvPolicy;
 use consort::lakebase::{
     BranchPool, BranchProvider, ConnectInfo, PsqlRunner, PsqlRunnerConfig, RunContext, TestRunner,
     Verifier,
@@ -216,7 +216,7 @@ fn bench(c: &mut Criterion) {
         verifier,
         unconfined,
         runner,
-        psql: consort::lakebase::pgbin::find_psql().expect("psql"),
+        psql: consort::lakebase::find_psql().expect("psql"),
         dir,
         standing,
         next: std::cell::Cell::new(0),

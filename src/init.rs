@@ -262,7 +262,7 @@ pub fn doctor(dir: &Path) -> i32 {
             println!("FAIL  {what}\n      fix: {hint}");
         }
     };
-    let bins = consort_lakebase::pgbin::PgBinaries::find(None);
+    let bins = consort_lakebase::PgBinaries::find(None);
     report(
         bins.is_ok(),
         &match &bins {
@@ -271,7 +271,7 @@ pub fn doctor(dir: &Path) -> i32 {
         },
         "apt-get install postgresql (Debian/Ubuntu), or put initdb/postgres on PATH",
     );
-    let psql = consort_lakebase::pgbin::find_psql();
+    let psql = consort_lakebase::find_psql();
     report(
         psql.is_ok(),
         "psql client",

@@ -706,7 +706,7 @@ COMMIT;
         pub fn new() -> Result<Self, String> {
             Ok(DropConnection {
                 inner: ctx(PsqlRunner::new(PsqlRunnerConfig::default()), "psql runner")?,
-                psql: ctx(consort::lakebase::pgbin::find_psql(), "psql")?,
+                psql: ctx(consort::lakebase::find_psql(), "psql")?,
                 dropped: AtomicU32::new(0),
             })
         }
@@ -1403,7 +1403,7 @@ mod secrets {
             std::fs::read_to_string(cluster.dir().join("admin.pw")),
             "read the admin password",
         )?;
-        let psql = ctx(consort::lakebase::pgbin::find_psql(), "psql")?;
+        let psql = ctx(consort::lakebase::find_psql(), "psql")?;
         let o = run(Command::new(psql)
             .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U"])
             .arg(cluster.superuser())

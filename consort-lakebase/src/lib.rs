@@ -54,34 +54,43 @@
 //! # drop(lakebase); Ok(()) }
 //! ```
 
-pub mod actor;
-pub mod embedded;
-pub mod error;
+mod actor;
+mod embedded;
+mod error;
 pub mod lakebase_api;
 pub mod migrate;
 pub mod names;
-pub mod pgbin;
-pub mod pgbranch;
-pub mod pgconn;
-pub mod pool;
+mod pgbin;
+mod pgbranch;
+mod pgconn;
+mod pool;
 pub mod procinfo;
-pub mod provider;
-pub mod runner;
-pub mod scram;
-pub mod url;
-pub mod verify;
+mod provider;
+mod runner;
+mod scram;
+mod url;
+mod verify;
 
+// One path per item: the namespaces above (the Lakebase REST backend, migrations, branch names,
+// process inspection), everything else here at the root.
 pub use actor::{LakebaseActor, LakebaseArgs, LakebaseState};
-pub use embedded::{EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider};
-pub use error::{Error, Result};
-pub use lakebase_api::{LakebaseConfig, LakebaseProvider};
-pub use pgbranch::{ServerOptions, ServerProvider};
+pub use embedded::{
+    EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, RunAs, fallback_dir,
+};
+pub use error::{Error, Result, ServerText};
+pub use pgbin::{PgBinaries, find_psql};
+pub use pgbranch::{ServerOptions, ServerProvider, TEMPLATE_PREFIX};
+pub use pgconn::connect;
 pub use pool::{Acquired, BranchPool, Lease, PoolConfig, PoolStats, PoolStatsSnapshot, Released};
-pub use provider::*;
+pub use provider::{
+    BaseRef, BaseSpec, BoxFuture, Branch, BranchProvider, Capabilities, ConnectInfo,
+    PromoteOutcome, Secret, SslMode,
+};
 pub use runner::{
-    CommandRunner, CommandRunnerConfig, EnvPolicy, Jail, JailSpec, OutputLimits, PINNED,
-    PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, Scratch,
-    SessionSettings, TestRunner,
+    Capture, Captured, CommandRunner, CommandRunnerConfig, DEFAULT_ENV_ALLOW, EnvPolicy, Jail,
+    JailSpec, OutputLimits, PINNED, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport,
+    SandboxMode, SandboxSupport, Scratch, SessionSettings, TestRunner, parse_junit, parse_tap,
+    shell_quote,
 };
 pub use url::{DATABASE_URL_ENV, PostgresUrlProvider};
 pub use verify::Verifier;

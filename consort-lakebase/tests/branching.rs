@@ -191,9 +191,7 @@ async fn migrations_apply_in_order_once_and_a_changed_checksum_is_refused() {
     );
     // Apply again on the branch itself (as its owner): nothing new; a changed migration with
     // the same version is a typed error and nothing of it is applied.
-    let mut client = consort_lakebase::pgconn::connect(&info)
-        .await
-        .expect("connect");
+    let mut client = consort_lakebase::connect(&info).await.expect("connect");
     let again = migrate::apply(&mut client, &[m1.clone(), m2.clone()])
         .await
         .expect("reapply");

@@ -108,7 +108,7 @@ async fn a_running_cluster_is_reused_and_a_kept_one_survives_restart() {
         assert!(a.dir().starts_with("/tmp"));
         assert_eq!(
             a.dir(),
-            consort_lakebase::embedded::fallback_dir(&requested).as_path()
+            consort_lakebase::fallback_dir(&requested).as_path()
         );
     }
     let provider = EmbeddedProvider::new(a.clone()).await.expect("provider");

@@ -1015,7 +1015,8 @@ async fn kept_branches_outlive_the_orphan_sweep() {
     let sent = patch.body["spec"]["expire_time"]
         .as_str()
         .expect("expire_time");
-    let parsed = consort_lakebase::lakebase_api::time::parse_rfc3339(sent).expect("rfc3339");
+    let parsed =
+        std::time::SystemTime::from(chrono::DateTime::parse_from_rfc3339(sent).expect("rfc3339"));
     assert!(parsed.duration_since(until).unwrap_or_default() < Duration::from_secs(1));
 
     let n = p.sweep_orphans().await.expect("sweep orphans");

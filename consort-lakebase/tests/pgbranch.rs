@@ -10,7 +10,7 @@ use consort_actors::Migration;
 use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
 use consort_lakebase::{
     BaseSpec, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
-    EmbeddedProvider, Error, PostgresUrlProvider, Secret, ServerOptions, SslMode, pgconn,
+    EmbeddedProvider, Error, PostgresUrlProvider, Secret, ServerOptions, SslMode, connect,
 };
 use tokio_postgres::Client;
 
@@ -44,7 +44,7 @@ fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
 }
 
 async fn admin(cluster: &EmbeddedCluster) -> Client {
-    pgconn::connect(&admin_info(cluster, "postgres"))
+    connect(&admin_info(cluster, "postgres"))
         .await
         .expect("admin")
 }
@@ -70,7 +70,7 @@ fn migration(version: &str, sql: &str) -> Migration {
 async fn a_session_on_the_parent_is_waited_out() {
     let (cluster, b) = provider().await;
     // Someone sits on the parent: copying it fails with 55006 until they leave.
-    let holder = pgconn::connect(&admin_info(&cluster, "consort"))
+    let holder = connect(&admin_info(&cluster, "consort"))
         .await
         .expect("hold the parent");
     let spec = BaseSpec {
@@ -102,7 +102,7 @@ async fn a_branch_with_open_sessions_is_dropped_and_its_sessions_ended() {
         .await
         .expect("branch");
     let info = b.connect_info(&branch).await.expect("info");
-    let held = pgconn::connect(&info).await.expect("a session");
+    let held = connect(&info).await.expect("a session");
     held.batch_execute("SELECT 1").await.expect("in use");
     b.delete(&branch.name)
         .await
@@ -304,11 +304,11 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
     let a = p.create(&namer.next_name(), &base).await.expect("a");
     let b = p.create(&namer.next_name(), &base).await.expect("b");
     let ia = p.connect_info(&a).await.expect("info");
-    let ca = pgconn::connect(&ia).await.expect("connect a");
+    let ca = connect(&ia).await.expect("connect a");
     ca.batch_execute("INSERT INTO notes VALUES (2, 'in a')")
         .await
         .expect("write a");
-    let cb = pgconn::connect(&p.connect_info(&b).await.expect("info"))
+    let cb = connect(&p.connect_info(&b).await.expect("info"))
         .await
         .expect("connect b");
     let n: i64 = cb

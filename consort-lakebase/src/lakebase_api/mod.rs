@@ -13,15 +13,15 @@
 //!   [`base`] fills base branches; [`connect()`] opens TLS (or loopback-only plaintext)
 //!   connections.
 
-pub mod base;
-pub mod client;
-pub mod connect;
-pub mod error;
-pub mod http;
-pub mod naming;
-pub mod provider;
-pub mod retry;
-pub mod time;
+mod base;
+mod client;
+mod connect;
+mod error;
+mod http;
+mod naming;
+mod provider;
+mod retry;
+mod time;
 pub mod types;
 
 pub use base::{BaseBuilder, SqlBaseBuilder};

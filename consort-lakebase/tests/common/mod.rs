@@ -41,7 +41,7 @@ pub async fn query_strings(
     info: &consort_lakebase::ConnectInfo,
     sql: &str,
 ) -> Result<Vec<String>, consort_lakebase::Error> {
-    let c = consort_lakebase::pgconn::connect(info).await?;
+    let c = consort_lakebase::connect(info).await?;
     let rows = c
         .simple_query(sql)
         .await

@@ -15,7 +15,6 @@ use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use consort_lakebase::lakebase_api::time::format_rfc3339;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
@@ -762,7 +761,7 @@ fn update_branch(st: &mut St, id: &str, query: &HashMap<String, String>, body: &
             "spec.expire_time is required",
         );
     };
-    if consort_lakebase::lakebase_api::time::parse_rfc3339(t).is_none() {
+    if chrono::DateTime::parse_from_rfc3339(t).is_err() {
         return error(
             400,
             "INVALID_PARAMETER_VALUE",
@@ -896,4 +895,9 @@ async fn credential(sh: &Shared, st: &mut St, body: &Value) -> Response {
     };
     st.mints.push((endpoint, token.clone()));
     ok(json!({"token": token, "expire_time": format_rfc3339(expires)}))
+}
+
+/// A time as the API writes it: RFC 3339, UTC, milliseconds.
+fn format_rfc3339(t: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
