@@ -209,9 +209,9 @@ mod crash {
     /// Set (to `N`) only for a crash point's child: this binary's `main` then runs the project
     /// in [`CHILD_DIR_ENV`] and aborts right after its `N`-th ledger append. Read by this test
     /// binary alone; no library reads it.
-    pub const CHILD_ENV: &str = "RELIABILITY_CRASH_CHILD";
+    pub(crate) const CHILD_ENV: &str = "RELIABILITY_CRASH_CHILD";
     /// The project a crash point's child runs.
-    pub const CHILD_DIR_ENV: &str = "RELIABILITY_CRASH_DIR";
+    pub(crate) const CHILD_DIR_ENV: &str = "RELIABILITY_CRASH_DIR";
 
     /// Aborts the process right after the `n`-th durable append, as a crash there would.
     #[derive(Debug)]
@@ -230,7 +230,7 @@ mod crash {
     /// `consort run --approve-as ada --dir DIR` does, aborting after the `N`-th append. Returns
     /// the exit code when the run ends without reaching that append (the parent expects an
     /// abort, so any return is a failure it reports).
-    pub fn child() -> Option<ExitCode> {
+    pub(crate) fn child() -> Option<ExitCode> {
         let n: u64 = std::env::var(CHILD_ENV).ok()?.parse().ok()?;
         let dir = PathBuf::from(std::env::var_os(CHILD_DIR_ENV)?);
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -261,7 +261,7 @@ mod crash {
     /// What a finished run looks like, with everything that differs between two correct runs
     /// (times, branch names, timings) left out.
     #[derive(Debug, Clone, PartialEq)]
-    pub struct Facts {
+    pub(crate) struct Facts {
         /// One normalised value per ledger event.
         pub signature: Vec<Value>,
         /// `consort status --json` without the random branch name.
@@ -273,7 +273,7 @@ mod crash {
     }
 
     /// An event without what legitimately differs between runs.
-    pub fn normalise(event: &Event) -> Value {
+    pub(crate) fn normalise(event: &Event) -> Value {
         let mut v = serde_json::to_value(event).unwrap_or(Value::Null);
         if let Some(r) = v.get_mut("receipt").and_then(Value::as_object_mut) {
             r.remove("branch_id");
@@ -286,7 +286,7 @@ mod crash {
     }
 
     /// The parts of a state that must be equal after any crash and resume.
-    pub fn essentials(state: &State, dir: &Path) -> Result<Value, String> {
+    pub(crate) fn essentials(state: &State, dir: &Path) -> Result<Value, String> {
         let work = ctx(WorkTree::open(dir), "open the work tree")?;
         let files = ctx(work.file_hashes(), "hash the work tree")?;
         Ok(json!({
@@ -321,7 +321,7 @@ mod crash {
     }
 
     impl Facts {
-        pub fn read(dir: &Path) -> Result<Facts, String> {
+        pub(crate) fn read(dir: &Path) -> Result<Facts, String> {
             let entries = ctx(Ledger::<Event>::read(ledger_path(dir)), "read the ledger")?;
             let signature = entries.iter().map(|e| normalise(&e.event)).collect();
             let verify_ids = entries
@@ -355,7 +355,7 @@ mod crash {
 
     /// A project with the fixture and an initialised (stopped) embedded cluster, copied for
     /// every run so that each starts from the same place without paying for `initdb`.
-    pub fn template(root: &Path) -> Result<PathBuf, String> {
+    pub(crate) fn template(root: &Path) -> Result<PathBuf, String> {
         let t = root.join("template");
         new_project(&t, None)?;
         let o = run(consort().arg("branches").arg("--dir").arg(&t));
@@ -368,7 +368,7 @@ mod crash {
         Ok(t)
     }
 
-    pub fn copy(from: &Path, to: &Path) -> Result<(), String> {
+    pub(crate) fn copy(from: &Path, to: &Path) -> Result<(), String> {
         let o = run(Command::new("cp").arg("-a").arg(from).arg(to));
         ensure(o.status.success(), || format!("cp -a: {}", text(&o)))
     }
@@ -380,7 +380,7 @@ mod crash {
     }
 
     /// Branches with Consort's prefix that `consort branches` lists.
-    pub fn branches_left(dir: &Path) -> Result<usize, String> {
+    pub(crate) fn branches_left(dir: &Path) -> Result<usize, String> {
         let o = run(consort().arg("branches").arg("--dir").arg(dir));
         ensure(o.status.success(), || {
             format!("consort branches: {}", text(&o))
@@ -392,13 +392,13 @@ mod crash {
     }
 
     /// The uninterrupted run every crashed run is compared with.
-    pub struct Reference {
+    pub(crate) struct Reference {
         pub dir: PathBuf,
         pub events: usize,
         pub facts: Facts,
     }
 
-    pub fn reference(root: &Path, template: &Path) -> Result<(Reference, usize), String> {
+    pub(crate) fn reference(root: &Path, template: &Path) -> Result<(Reference, usize), String> {
         let dir = root.join("reference");
         copy(template, &dir)?;
         let o = run_to_end(&dir);
@@ -432,7 +432,7 @@ mod crash {
     }
 
     /// One crash point's verdict.
-    pub struct Point {
+    pub(crate) struct Point {
         pub n: usize,
         pub result: Result<(), String>,
         pub leaked: usize,
@@ -452,7 +452,7 @@ mod crash {
     }
 
     /// Crash after the `n`-th append, resume, compare.
-    pub fn point(root: &Path, template: &Path, reference: &Reference, n: usize) -> Point {
+    pub(crate) fn point(root: &Path, template: &Path, reference: &Reference, n: usize) -> Point {
         let mut p = Point {
             n,
             result: Ok(()),
@@ -534,7 +534,7 @@ mod crash {
     }
 
     /// Every crash point, `workers` at a time.
-    pub fn sweep(
+    pub(crate) fn sweep(
         root: &Path,
         template: &Path,
         reference: &Reference,
@@ -576,14 +576,14 @@ mod faults {
     use consort_testkit::model::{fail, ok, start_stub_stopping as start_stub};
 
     /// How many fault scenarios there are.
-    pub const SCENARIOS: usize = 8;
+    pub(crate) const SCENARIOS: usize = 8;
 
     /// The API key the fault scenarios' model agents send.
-    pub const FAULT_KEY: &str = "sk-reliability-fault-Hq3Vx8";
+    pub(crate) const FAULT_KEY: &str = "sk-reliability-fault-Hq3Vx8";
 
     /// What every in-process scenario shares: one embedded cluster (each scenario gets its own
     /// parent database on it) and the branch passwords seen, for the secrets sweep.
-    pub struct Rig {
+    pub(crate) struct Rig {
         pub cluster: Arc<EmbeddedCluster>,
         pub root: PathBuf,
         pub branch_secrets: Arc<Mutex<BTreeSet<String>>>,
@@ -591,11 +591,14 @@ mod faults {
     }
 
     impl Rig {
-        pub async fn provider(&self, parent: &str) -> Result<Arc<dyn BranchProvider>, String> {
+        pub(crate) async fn provider(
+            &self,
+            parent: &str,
+        ) -> Result<Arc<dyn BranchProvider>, String> {
             Ok(self.flaky(parent, 0).await?)
         }
 
-        pub async fn flaky(
+        pub(crate) async fn flaky(
             &self,
             parent: &str,
             fail_creates: u32,
@@ -615,7 +618,7 @@ mod faults {
         }
 
         /// A scenario's project `name` and a provider on its own parent database `parent`.
-        pub async fn scenario(
+        pub(crate) async fn scenario(
             &self,
             name: &str,
             parent: &str,
@@ -624,7 +627,7 @@ mod faults {
         }
 
         /// The same, with a provider whose first `fail_creates` creates fail.
-        pub async fn flaky_scenario(
+        pub(crate) async fn flaky_scenario(
             &self,
             name: &str,
             parent: &str,
@@ -633,7 +636,7 @@ mod faults {
             Ok((self.project(name)?, self.flaky(parent, fail_creates).await?))
         }
 
-        pub fn project(&self, name: &str) -> Result<PathBuf, String> {
+        pub(crate) fn project(&self, name: &str) -> Result<PathBuf, String> {
             let dir = self.root.join(name);
             new_project(&dir, None)?;
             self.ledgers
@@ -646,7 +649,7 @@ mod faults {
 
     /// An agent that panics on `step` (`panics` times, then plays `inner`), else plays
     /// `inner`; `calls` counts the assignments of `step`.
-    pub fn panic_on(
+    pub(crate) fn panic_on(
         inner: Arc<dyn Agent>,
         step: &'static str,
         panics: u32,
@@ -674,7 +677,7 @@ mod faults {
     /// and terminates the runner's session as soon as it waits for that lock — the connection
     /// drops in the middle of the run.
     #[derive(Debug)]
-    pub struct DropConnection {
+    pub(crate) struct DropConnection {
         inner: PsqlRunner,
         psql: PathBuf,
         pub dropped: AtomicU32,
@@ -703,7 +706,7 @@ COMMIT;
 "#;
 
     impl DropConnection {
-        pub fn new() -> Result<Self, String> {
+        pub(crate) fn new() -> Result<Self, String> {
             Ok(DropConnection {
                 inner: ctx(PsqlRunner::new(PsqlRunnerConfig::default()), "psql runner")?,
                 psql: ctx(consort::lakebase::find_psql(), "psql")?,
@@ -794,7 +797,7 @@ COMMIT;
     }
 
     /// An ensemble for the fixture project in `dir`, every role on the fixture's script.
-    pub fn builder(
+    pub(crate) fn builder(
         dir: &Path,
         provider: Arc<dyn BranchProvider>,
         runner: Arc<dyn TestRunner>,
@@ -816,20 +819,20 @@ COMMIT;
         Ok(b)
     }
 
-    pub fn script_agent(dir: &Path, role: Role) -> Result<Arc<dyn Agent>, String> {
+    pub(crate) fn script_agent(dir: &Path, role: Role) -> Result<Arc<dyn Agent>, String> {
         let script = ctx(Script::from_path(dir.join(SCRIPT_REL)), "the script")?;
         Ok(Arc::new(script.agent(role)))
     }
 
     /// A finished in-process run.
-    pub struct Ran {
+    pub(crate) struct Ran {
         pub report: Report,
         pub entries: Vec<Entry<Event>>,
         pub leaked: usize,
     }
 
     /// Builds, runs and shuts down; checks that no event was lost and counts leftover branches.
-    pub async fn drive(
+    pub(crate) async fn drive(
         b: EnsembleBuilder,
         provider: &Arc<dyn BranchProvider>,
     ) -> Result<Ran, String> {
@@ -872,7 +875,7 @@ COMMIT;
     }
 
     /// A role actor panics twice on a step: restarted, the step retried, the run goes on.
-    pub async fn panic_then_recover(rig: &Rig) -> Result<usize, String> {
+    pub(crate) async fn panic_then_recover(rig: &Rig) -> Result<usize, String> {
         let (dir, provider) = rig.scenario("panic-recover", "rel_panic_recover").await?;
         let calls = Arc::new(AtomicU32::new(0));
         let panicky = panic_on(
@@ -926,7 +929,7 @@ COMMIT;
 
     /// A role actor that always panics: past the restart intensity, an infrastructure
     /// escalation (actor crashing), not a loop.
-    pub async fn panic_past_intensity(rig: &Rig) -> Result<usize, String> {
+    pub(crate) async fn panic_past_intensity(rig: &Rig) -> Result<usize, String> {
         let (dir, provider) = rig.scenario("panic-always", "rel_panic_always").await?;
         let calls = Arc::new(AtomicU32::new(0));
         let panicky = panic_on(
@@ -975,7 +978,7 @@ COMMIT;
 
     /// The branch provider fails the first create: the verification is retried on a new
     /// branch and the run finishes.
-    pub async fn create_fails_once(rig: &Rig) -> Result<usize, String> {
+    pub(crate) async fn create_fails_once(rig: &Rig) -> Result<usize, String> {
         let (dir, flaky) = rig
             .flaky_scenario("create-once", "rel_create_once", 1)
             .await?;
@@ -1003,7 +1006,7 @@ COMMIT;
     }
 
     /// The branch provider fails every create: a typed escalation (database down).
-    pub async fn create_always_fails(rig: &Rig) -> Result<usize, String> {
+    pub(crate) async fn create_always_fails(rig: &Rig) -> Result<usize, String> {
         let (dir, flaky) = rig
             .flaky_scenario("create-always", "rel_create_always", u32::MAX)
             .await?;
@@ -1041,7 +1044,7 @@ COMMIT;
 
     /// The connection to the branch drops in the middle of a test run: not a verdict on the
     /// code — the verification is retried and the run finishes.
-    pub async fn connection_dropped(rig: &Rig) -> Result<usize, String> {
+    pub(crate) async fn connection_dropped(rig: &Rig) -> Result<usize, String> {
         let (dir, provider) = rig.scenario("conn-drop", "rel_conn_drop").await?;
         let runner = Arc::new(DropConnection::new()?);
         let b = builder(
@@ -1074,7 +1077,7 @@ COMMIT;
 
     /// A test command that hangs is killed with its process group at the time limit; the
     /// receipt says it timed out and is not a pass.
-    pub async fn hanging_command(rig: &Rig) -> Result<usize, String> {
+    pub(crate) async fn hanging_command(rig: &Rig) -> Result<usize, String> {
         let tree = rig.root.join("hang-tree");
         ctx(std::fs::create_dir_all(tree.join("tests")), "mkdir")?;
         ctx(std::fs::write(tree.join("tests/t1.sh"), "true\n"), "write")?;
@@ -1149,7 +1152,7 @@ COMMIT;
     }
 
     /// The stories the fixture's Product Owner answers, as a model would send them.
-    pub fn stories_answer() -> Result<String, String> {
+    pub(crate) fn stories_answer() -> Result<String, String> {
         let script = ctx(Script::from_toml_str(&fixture("script.toml")), "the script")?;
         let step: Step = ctx("stories".parse(), "step")?;
         let entry = ctx(script.lookup(Role::ProductOwner, &step, 0), "lookup")?;
@@ -1157,7 +1160,7 @@ COMMIT;
     }
 
     /// The model server answers 500, then 429: retried; the third answer is used.
-    pub async fn model_server_errors(rig: &Rig) -> Result<usize, String> {
+    pub(crate) async fn model_server_errors(rig: &Rig) -> Result<usize, String> {
         let dir = rig.project("model-errors")?;
         let (base, stub) =
             start_stub(vec![fail(500), fail(429), ok(&stories_answer()?)], None).await;
@@ -1201,7 +1204,7 @@ COMMIT;
 
     /// The model server answers once and goes away: the next role's step escalates with
     /// model-server-failing after its retries.
-    pub async fn model_server_gone(rig: &Rig) -> Result<usize, String> {
+    pub(crate) async fn model_server_gone(rig: &Rig) -> Result<usize, String> {
         let dir = rig.project("model-gone")?;
         let (base, stub) = start_stub(vec![ok(&stories_answer()?)], Some(1)).await;
         let provider = rig.provider("rel_model_gone").await?;
@@ -1244,7 +1247,7 @@ mod load {
     use super::*;
     use consort::lakebase::{LakebaseActor, LakebaseArgs};
 
-    pub const RUNS: u64 = 32;
+    pub(crate) const RUNS: u64 = 32;
 
     fn write(path: &Path, content: &str) -> Result<(), String> {
         if let Some(parent) = path.parent() {
@@ -1254,7 +1257,7 @@ mod load {
     }
 
     /// Returns the branches left behind.
-    pub async fn thirty_two_at_once(rig: &Rig) -> Result<usize, String> {
+    pub(crate) async fn thirty_two_at_once(rig: &Rig) -> Result<usize, String> {
         let provider = rig.provider("rel_load").await?;
         let runner: Arc<dyn TestRunner> =
             Arc::new(ctx(PsqlRunner::new(PsqlRunnerConfig::default()), "psql")?);
@@ -1392,8 +1395,8 @@ mod secrets {
     use super::*;
     use consort_testkit::model::{Reply, ok, start_stub_stopping as start_stub};
 
-    pub const API_KEY: &str = "sk-reliability-Zq7RkW2mXv9tLp4N";
-    pub const DB_PASSWORD: &str = "Kn0wnPass-reliability-4417";
+    pub(crate) const API_KEY: &str = "sk-reliability-Zq7RkW2mXv9tLp4N";
+    pub(crate) const DB_PASSWORD: &str = "Kn0wnPass-reliability-4417";
     const DB_USER: &str = "relsecret";
     const DB_NAME: &str = "relsecret_parent";
 
@@ -1480,7 +1483,7 @@ http = {{ max_retries = 2, initial_backoff_ms = 10, max_backoff_ms = 50, request
     }
 
     /// Returns the branches left behind.
-    pub async fn sweep(
+    pub(crate) async fn sweep(
         rig: &Rig,
         capture: &consort_testkit::logs::Capture,
     ) -> Result<usize, String> {
@@ -2163,7 +2166,7 @@ mod fuzz {
     }
 
     /// Runs every property; returns the cases run.
-    pub fn all(reference_dir: &Path, scratch: &Path, failures: &mut Vec<String>) -> usize {
+    pub(crate) fn all(reference_dir: &Path, scratch: &Path, failures: &mut Vec<String>) -> usize {
         let mut cases = 0;
         let tl = match timeline(reference_dir) {
             Ok(t) => t,

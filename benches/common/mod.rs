@@ -10,14 +10,14 @@
 use std::time::Duration;
 
 #[allow(unused_imports)] // each bench uses part of it
-pub use consort_testkit::artifacts::{feature, spec, stories};
+pub(crate) use consort_testkit::artifacts::{feature, spec, stories};
 #[allow(unused_imports)]
-pub use consort_testkit::simulation::{Script, Simulation, artifact_for, machine_config};
+pub(crate) use consort_testkit::simulation::{Script, Simulation, artifact_for, machine_config};
 
 // ---------------------------------------------------------------- side-by-side timing
 
 /// The median of some durations.
-pub fn median(v: &mut [Duration]) -> Duration {
+pub(crate) fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     if v.is_empty() {
         return Duration::ZERO;
@@ -27,7 +27,7 @@ pub fn median(v: &mut [Duration]) -> Duration {
 
 /// A figure and its floor, measured alternately in the same run.
 #[derive(Debug, Clone, Copy)]
-pub struct Pair {
+pub(crate) struct Pair {
     /// The median of the figure.
     pub figure: Duration,
     /// The median of the floor.
@@ -39,14 +39,14 @@ pub struct Pair {
 
 impl Pair {
     /// The ratio of the medians.
-    pub fn ratio(&self) -> f64 {
+    pub(crate) fn ratio(&self) -> f64 {
         self.figure.as_secs_f64() / self.floor.as_secs_f64().max(1e-12)
     }
 }
 
 /// Runs `figure` and `floor` alternately, `rounds` times each (so both see the same machine
 /// noise). Each closure returns the time of one operation.
-pub fn interleave(
+pub(crate) fn interleave(
     rounds: usize,
     mut figure: impl FnMut() -> Duration,
     mut floor: impl FnMut() -> Duration,
@@ -75,19 +75,19 @@ pub fn interleave(
 }
 
 /// The median of `rounds` runs of `f`.
-pub fn median_of(rounds: usize, mut f: impl FnMut() -> Duration) -> Duration {
+pub(crate) fn median_of(rounds: usize, mut f: impl FnMut() -> Duration) -> Duration {
     let mut v: Vec<Duration> = (0..rounds).map(|_| f()).collect();
     median(&mut v)
 }
 
 /// Whether criterion was asked to profile (`--profile-time`): then the benches skip their
 /// side-by-side summaries, so that a profiler sees only the benchmark selected by the filter.
-pub fn profiling() -> bool {
+pub(crate) fn profiling() -> bool {
     std::env::args().any(|a| a == "--profile-time")
 }
 
 /// A duration in a readable unit.
-pub fn fmt(d: Duration) -> String {
+pub(crate) fn fmt(d: Duration) -> String {
     let ns = d.as_nanos() as f64;
     if ns < 1_000.0 {
         format!("{ns:.0} ns")
@@ -102,7 +102,7 @@ pub fn fmt(d: Duration) -> String {
 
 /// Prints one summary line: the figure beside its floor, their ratios, and the goal (judged
 /// on the median of the per-round ratios).
-pub fn report_ratio(name: &str, pair: &Pair, floor_name: &str, goal: Option<f64>) {
+pub(crate) fn report_ratio(name: &str, pair: &Pair, floor_name: &str, goal: Option<f64>) {
     let verdict = match goal {
         Some(g) if pair.round_ratio <= g => format!(" | goal ≤ {g}×: met"),
         Some(g) => format!(" | goal ≤ {g}×: MISSED"),
@@ -118,12 +118,12 @@ pub fn report_ratio(name: &str, pair: &Pair, floor_name: &str, goal: Option<f64>
 }
 
 /// Prints one summary line for an absolute or additive goal.
-pub fn report_line(name: &str, text: &str) {
+pub(crate) fn report_line(name: &str, text: &str) {
     println!("SUMMARY {name}: {text}");
 }
 
 /// The benches' multi-thread runtime: two workers, like the machine.
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -133,7 +133,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// The psql command the runner issues for one test file, by hand: `-X -q -v ON_ERROR_STOP=1
 /// -c BEGIN -f <file> -c ROLLBACK` in `dir`, with exactly the environment `env`.
-pub fn bare_psql(
+pub(crate) fn bare_psql(
     psql: &std::path::Path,
     file: &str,
     dir: &std::path::Path,

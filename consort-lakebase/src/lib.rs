@@ -25,33 +25,57 @@
 //!   [`ConnectInfo`] with a redacted [`Secret`], delete, list, sweep, promote.
 //! * [`EmbeddedPostgres`] / [`EmbeddedCluster`] / [`EmbeddedProvider`]: the default backend, a
 //!   private PostgreSQL cluster (`initdb` + `postgres` as the `postgres` user when root, fast
-//!   test settings, owner watchdog so no server outlives this process). See [`embedded`].
+//!   test settings, owner watchdog so no server outlives this process).
 //! * [`PostgresUrlProvider`]: the same template branching inside an existing server
-//!   (`CONSORT_DATABASE_URL`). See [`url`]. Both are names of one type, [`ServerProvider`]
-//!   (see [`pgbranch`]); only their constructors differ.
+//!   (`CONSORT_DATABASE_URL`). Both are names of one type, [`ServerProvider`]; only their
+//!   constructors differ.
+//! * [`lakebase_api`]: the Lakebase Autoscaling REST backend.
 //! * [`BranchPool`]: N ready branches of the current base, [`Lease`]s that delete their
 //!   branch on release, invalidation on a new base, orphan sweeps at start and shutdown.
 //! * [`migrate`]: ordered migrations, each in its own transaction, recorded with their
 //!   checksum in `consort_migrations`.
-//! * [`runner`]: [`PsqlRunner`] and [`CommandRunner`] (scrubbed environment with only the
-//!   branch's credentials, process-group time limit, output cap, JUnit/TAP outcomes).
+//! * [`PsqlRunner`] and [`CommandRunner`] ([`TestRunner`]s: scrubbed environment with only the
+//!   branch's credentials, confined processes, process-group time limit, output cap,
+//!   JUnit/TAP outcomes).
 //! * [`Verifier`]: acquire → run → receipt → release; and promote.
 //! * [`LakebaseActor`]: the ractor actor the conductor talks to, spawned with
 //!   [`LakebaseActor::spawn`]`(`[`LakebaseArgs`]`)`.
 //!
 //! # Example
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::sync::Arc;
-//! use consort_lakebase::*;
+//! A private cluster, a base with one migration, and a branch of it that already holds the
+//! table (this starts a real PostgreSQL server from the binaries on `PATH`):
+//!
+//! ```
+//! # #[tokio::main(flavor = "multi_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use consort_actors::Migration;
+//! use consort_lakebase::{
+//!     BaseSpec, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, connect,
+//! };
 //!
 //! let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary()).await?;
-//! let provider: Arc<dyn BranchProvider> = Arc::new(EmbeddedProvider::new(cluster).await?);
-//! let runner: Arc<dyn TestRunner> = Arc::new(PsqlRunner::new(PsqlRunnerConfig::default())?);
-//! let (lakebase, _join) = LakebaseActor::spawn(LakebaseArgs::new(provider, runner)).await?;
-//! // lakebase.call(|port| consort_actors::LakebaseMsg::Verify(request, port), None).await?
-//! # drop(lakebase); Ok(()) }
+//! let provider = EmbeddedProvider::new(cluster.clone()).await?;
+//! let spec = BaseSpec {
+//!     migrations: vec![Migration {
+//!         version: "0001_stock".into(),
+//!         story_id: "S1".into(),
+//!         description: "stock levels".into(),
+//!         sql: "CREATE TABLE stock (sku text PRIMARY KEY, on_hand int NOT NULL);".into(),
+//!     }],
+//!     fixtures: vec!["INSERT INTO stock VALUES ('A-1', 3);".into()],
+//! };
+//! let base = provider.prepare_base(&spec).await?;
+//! let branch = provider.create("consort-doc-example", &base).await?;
+//!
+//! let client = connect(&provider.connect_info(&branch).await?).await?;
+//! let row = client.query_one("SELECT on_hand FROM stock WHERE sku = 'A-1'", &[]).await?;
+//! assert_eq!(row.get::<_, i32>(0), 3);
+//!
+//! drop(client);
+//! provider.delete(&branch.name).await?;
+//! cluster.stop()?;
+//! # Ok(()) }
 //! ```
 
 mod actor;

@@ -9,10 +9,10 @@ use crate::error::{Error, Result};
 use crate::provider::{ConnectInfo, SslMode};
 
 /// How long a connection attempt may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `tokio_postgres` configuration for `info` (the secret goes into the config only).
-pub fn config_of(info: &ConnectInfo) -> Config {
+pub(crate) fn config_of(info: &ConnectInfo) -> Config {
     let mut cfg = Config::new();
     cfg.host(&info.host)
         .port(info.port)
@@ -30,7 +30,7 @@ pub async fn connect(info: &ConnectInfo) -> Result<Client> {
 }
 
 /// Connects with a ready configuration. `SslMode::Require` uses rustls with the web PKI roots.
-pub async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Client> {
+pub(crate) async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Client> {
     // A failure keeps the driver's error (and with it the server's message, detail and hint);
     // the target is described without the password.
     let failed = |source| Error::Connection {
@@ -69,7 +69,7 @@ where
 
 /// `user@host:port/db` for messages (never the password); a part the configuration does not
 /// name reads as `?` (the port as libpq's default).
-pub fn describe(cfg: &Config) -> String {
+pub(crate) fn describe(cfg: &Config) -> String {
     let host = cfg
         .get_hosts()
         .first()

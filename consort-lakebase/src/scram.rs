@@ -17,21 +17,21 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 
 /// PBKDF2 iterations of a branch role's verifier (random 128-bit passwords only).
-pub const BRANCH_ITERATIONS: u32 = 16;
+pub(crate) const BRANCH_ITERATIONS: u32 = 16;
 
 /// The verifier PostgreSQL stores for `password` (`SCRAM-SHA-256$<i>:<salt>$<stored>:<server>`),
 /// with a fresh random 16-byte salt and `iterations` PBKDF2 rounds (at least 1).
 ///
 /// The password is used as bytes, without SASLprep: callers pass ASCII (hex) passwords, which
 /// SASLprep leaves unchanged.
-pub fn verifier(password: &[u8], iterations: u32) -> String {
+pub(crate) fn verifier(password: &[u8], iterations: u32) -> String {
     let mut salt = [0u8; 16];
     rand::rng().fill(&mut salt);
     verifier_with_salt(password, &salt, iterations)
 }
 
 /// [`verifier`] with a given salt.
-pub fn verifier_with_salt(password: &[u8], salt: &[u8], iterations: u32) -> String {
+pub(crate) fn verifier_with_salt(password: &[u8], salt: &[u8], iterations: u32) -> String {
     let iterations = iterations.max(1);
     let salted = salted_password(password, salt, iterations);
     let client_key = hmac(&salted, b"Client Key");
@@ -49,7 +49,7 @@ pub fn verifier_with_salt(password: &[u8], salt: &[u8], iterations: u32) -> Stri
 /// comma, semicolon or parenthesis) replaced by `SCRAM-SHA-256$<redacted>`. For server logs
 /// quoted in errors: PostgreSQL logs the text of a failed `CREATE ROLE … PASSWORD '…'`, and a
 /// verifier is enough to mount an offline guess or impersonate the server to its clients.
-pub fn redact_verifiers(text: &str) -> String {
+pub(crate) fn redact_verifiers(text: &str) -> String {
     const TAG: &str = "SCRAM-SHA-256$";
     let mut out = String::with_capacity(text.len());
     let mut rest = text;

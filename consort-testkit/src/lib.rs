@@ -13,7 +13,7 @@
 //! * [`logs`]: a tracing writer that keeps every line in memory.
 //! * [`process`]: a process's output as text, and waiting for a condition.
 //! * [`providers`]: a branch provider that records the secrets it hands out and can fail.
-//! * [`assert`]: assertions for halts and refusals.
+//! * [`assert`](mod@assert): assertions for halts and refusals.
 //!
 //! The crate is a dev-dependency only (`publish = false`); its helpers panic on set-up
 //! failures, as tests do.

@@ -369,6 +369,16 @@ pub struct ConductorState {
     phase_times: BTreeMap<String, Duration>,
 }
 
+impl std::fmt::Debug for ConductorState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConductorState")
+            .field("phase", &self.phase)
+            .field("appended", &self.appended)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A handle on a started conductor.
 #[derive(Debug, Clone)]
 pub struct ConductorHandle {

@@ -107,7 +107,7 @@ struct Zoo {
 /// `serialize_bytes` without a dependency.
 mod serde_bytes_like {
     #[derive(Debug)]
-    pub struct Bytes(pub Vec<u8>);
+    pub(super) struct Bytes(pub Vec<u8>);
     impl serde::Serialize for Bytes {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             s.serialize_bytes(&self.0)

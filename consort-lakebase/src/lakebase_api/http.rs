@@ -23,7 +23,7 @@ const MAX_MESSAGE_CHARS: usize = 2000;
 
 /// Whether a host name or address is the loopback interface (`localhost`, `127.0.0.0/8`,
 /// `::1`).
-pub fn is_loopback_host(host: &str) -> bool {
+pub(super) fn is_loopback_host(host: &str) -> bool {
     let h = host.trim_start_matches('[').trim_end_matches(']');
     if h.eq_ignore_ascii_case("localhost") {
         return true;
@@ -34,7 +34,7 @@ pub fn is_loopback_host(host: &str) -> bool {
 /// Parses a workspace URL (`https://adb-1.2.azuredatabricks.net`; a bare host gets
 /// `https://`). Plain `http` is accepted only for loopback hosts, because the bearer token
 /// travels in every request.
-pub fn parse_base_url(raw: &str) -> Result<Url, ApiError> {
+pub(super) fn parse_base_url(raw: &str) -> Result<Url, ApiError> {
     let raw = raw.trim();
     if raw.is_empty() {
         return Err(ApiError::Config("the workspace host is empty".into()));
@@ -73,7 +73,7 @@ pub fn parse_base_url(raw: &str) -> Result<Url, ApiError> {
 
 /// An error answer as it came off the wire, before classification.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WireError {
+pub(super) struct WireError {
     /// HTTP status.
     pub status: u16,
     /// `error_code` (Databricks) or `code` (Neon), or `UNKNOWN`.
@@ -85,7 +85,7 @@ pub struct WireError {
 impl WireError {
     /// Whether the request should be sent again: 429 and 503, unless the code says the
     /// quota is gone for good.
-    pub fn is_retryable(&self) -> bool {
+    pub(super) fn is_retryable(&self) -> bool {
         matches!(self.status, 429 | 503)
             && !matches!(
                 self.code.as_str(),
@@ -96,7 +96,7 @@ impl WireError {
 
 /// Maps a service error code to its typed error, when the code is one we know.
 /// Google-style numeric codes (from long-running operations) are understood too.
-pub fn classify_code(code: &str, message: &str) -> Option<ApiError> {
+pub(super) fn classify_code(code: &str, message: &str) -> Option<ApiError> {
     let c = || code.to_string();
     let m = || message.to_string();
     Some(match code {
@@ -137,7 +137,7 @@ pub fn classify_code(code: &str, message: &str) -> Option<ApiError> {
 }
 
 /// The typed error for a final (not retried) error answer: by code first, then by status.
-pub fn classify(wire: WireError) -> ApiError {
+pub(super) fn classify(wire: WireError) -> ApiError {
     if let Some(e) = classify_code(&wire.code, &wire.message) {
         return e;
     }
@@ -185,7 +185,7 @@ impl std::fmt::Debug for RestClient {
 }
 
 impl RestClient {
-    /// A client for `base_url` (see [`parse_base_url`]) with a per-request timeout.
+    /// A client for `base_url` (an `https://` URL; plain `http://` only on a loopback host) with a per-request timeout.
     pub fn new(
         base_url: &str,
         token: Secret,
@@ -431,7 +431,7 @@ enum Outcome {
 
 /// Decodes a JSON answer. The error names the position and kind only, never the input
 /// text (an answer may hold a secret, such as a database token).
-pub fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, ApiError> {
+pub(super) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, ApiError> {
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {

@@ -3,15 +3,15 @@
 //!
 //! Layers, from the wire up (so that a Neon adapter can sit beside this one and share the
 //! lower two):
-//! * [`http`] — bearer auth, base-URL rules, retries on 429/503 honouring `Retry-After`,
+//! * the REST client ([`RestClient`]) — bearer auth, base-URL rules, retries on 429/503
+//!   honouring `Retry-After` (budgets in [`RetryPolicy`], [`PollPolicy`], [`AuthReadyPolicy`]),
 //!   size-capped bodies, error bodies (`{error_code, message}` or `{code, message}`) mapped to
-//!   [`ApiError`], token scrubbing; [`retry`] holds the budgets; [`naming`] and [`time`] the
-//!   shared naming and timestamp rules.
-//! * [`types`] and [`client`] — Lakebase's JSON shapes and calls: branches, long-running
-//!   operations, endpoints, credentials.
-//! * [`provider`] — branch semantics: bases, TTLs, login probing, credential caching, sweep;
-//!   [`base`] fills base branches; [`connect()`] opens TLS (or loopback-only plaintext)
-//!   connections.
+//!   [`ApiError`], token scrubbing; shared naming and timestamp rules beside it.
+//! * [`types`] and [`LakebaseClient`] — Lakebase's JSON shapes and calls: branches,
+//!   long-running operations, endpoints, credentials.
+//! * [`LakebaseProvider`] — branch semantics: bases, TTLs, login probing, credential caching,
+//!   sweep; [`BaseBuilder`] fills base branches; [`connect()`] opens TLS (or loopback-only
+//!   plaintext) connections.
 
 mod base;
 mod client;
@@ -29,5 +29,8 @@ pub use client::LakebaseClient;
 pub use connect::connect;
 pub use error::ApiError;
 pub use http::RestClient;
-pub use provider::{LakebaseConfig, LakebaseProvider};
+pub use provider::{
+    ENV_DATABASE, ENV_HOST, ENV_PROJECT, ENV_SOURCE_BRANCH, ENV_TOKEN, ENV_USER, ENV_WORKSPACE_ID,
+    LakebaseConfig, LakebaseProvider,
+};
 pub use retry::{AuthReadyPolicy, PollPolicy, RetryPolicy};

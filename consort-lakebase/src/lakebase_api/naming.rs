@@ -5,11 +5,11 @@ use std::time::Duration;
 use super::error::ApiError;
 
 /// The longest branch id the service accepts (RFC 1123 label).
-pub const MAX_NAME_LEN: usize = 63;
+pub(super) const MAX_NAME_LEN: usize = 63;
 
 /// Checks a branch id against `^[a-z][a-z0-9-]{0,62}$` (and refuses a trailing `-`, which
 /// RFC 1123 labels do not allow).
-pub fn validate_branch_id(name: &str) -> Result<(), ApiError> {
+pub(super) fn validate_branch_id(name: &str) -> Result<(), ApiError> {
     let refuse = |reason: &str| {
         Err(ApiError::InvalidName {
             name: name.chars().take(80).collect(),
@@ -39,7 +39,7 @@ pub fn validate_branch_id(name: &str) -> Result<(), ApiError> {
 
 /// Checks a branch id and that it carries the owner prefix (`<prefix>-…`), so that Consort
 /// only ever creates, deletes or sweeps its own branches.
-pub fn validate_owned(name: &str, prefix: &str) -> Result<(), ApiError> {
+pub(super) fn validate_owned(name: &str, prefix: &str) -> Result<(), ApiError> {
     validate_branch_id(name)?;
     if !has_owner_prefix(name, prefix) {
         return Err(ApiError::InvalidName {
@@ -51,14 +51,14 @@ pub fn validate_owned(name: &str, prefix: &str) -> Result<(), ApiError> {
 }
 
 /// Whether `name` starts with `<prefix>-` (so `consortium` is not a `consort` branch).
-pub fn has_owner_prefix(name: &str, prefix: &str) -> bool {
+pub(super) fn has_owner_prefix(name: &str, prefix: &str) -> bool {
     name.strip_prefix(prefix)
         .is_some_and(|rest| rest.starts_with('-') && rest.len() > 1)
 }
 
 /// Checks an id used as one path segment (project, endpoint): `[a-z0-9-]`, not empty, at
 /// most 63 characters.
-pub fn validate_segment(kind: &str, value: &str) -> Result<(), ApiError> {
+pub(super) fn validate_segment(kind: &str, value: &str) -> Result<(), ApiError> {
     let ok = !value.is_empty()
         && value.len() <= MAX_NAME_LEN
         && value
@@ -75,12 +75,12 @@ pub fn validate_segment(kind: &str, value: &str) -> Result<(), ApiError> {
 }
 
 /// A duration in the protobuf JSON form the service uses: whole seconds, `"3600s"`.
-pub fn duration_wire(d: Duration) -> String {
+pub(super) fn duration_wire(d: Duration) -> String {
     format!("{}s", d.as_secs().max(1))
 }
 
 /// The last segment of a resource name: `projects/p/branches/b` → `b`.
-pub fn last_segment(resource: &str) -> &str {
+pub(super) fn last_segment(resource: &str) -> &str {
     resource.rsplit('/').next().unwrap_or(resource)
 }
 

@@ -94,7 +94,7 @@ impl Default for AuthReadyPolicy {
 
 /// Parses a `Retry-After` header given in seconds (integer or decimal). HTTP dates and
 /// garbage give `None` (the caller then backs off by itself).
-pub fn parse_retry_after(value: &str) -> Option<Duration> {
+pub(super) fn parse_retry_after(value: &str) -> Option<Duration> {
     let v = value.trim();
     let secs: f64 = v.parse().ok()?;
     if secs.is_finite() && (0.0..86_400.0).contains(&secs) {

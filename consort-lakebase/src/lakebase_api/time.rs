@@ -7,13 +7,13 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 /// Parses an RFC 3339 timestamp (`Z` or `±hh:mm` offset, optional fraction); `None` when it
 /// is not one or lies before 1970.
-pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+pub(super) fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     let t = DateTime::parse_from_rfc3339(s.trim()).ok()?;
     (t.timestamp() >= 0).then(|| SystemTime::from(t))
 }
 
 /// Formats a time as RFC 3339 in UTC with milliseconds: `2026-11-29T12:00:00.123Z`.
-pub fn format_rfc3339(t: SystemTime) -> String {
+pub(super) fn format_rfc3339(t: SystemTime) -> String {
     DateTime::<Utc>::from(t).to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 

@@ -13,10 +13,10 @@ use consort_lakebase::{
 };
 
 #[allow(unused_imports)] // each test binary uses some of them
-pub use consort_testkit::cluster::{cluster, dyn_provider, provider};
+pub(crate) use consort_testkit::cluster::{cluster, dyn_provider, provider};
 
 /// A migration.
-pub fn migration(version: &str, sql: &str) -> Migration {
+pub(crate) fn migration(version: &str, sql: &str) -> Migration {
     Migration {
         version: version.into(),
         story_id: "S1".into(),
@@ -26,7 +26,7 @@ pub fn migration(version: &str, sql: &str) -> Migration {
 }
 
 /// Writes files into a directory.
-pub fn write_tree(root: &Path, files: &[(&str, &str)]) {
+pub(crate) fn write_tree(root: &Path, files: &[(&str, &str)]) {
     for (rel, content) in files {
         let p = root.join(rel);
         if let Some(parent) = p.parent() {
@@ -37,7 +37,7 @@ pub fn write_tree(root: &Path, files: &[(&str, &str)]) {
 }
 
 /// Runs a query as the branch's own user and returns the first column of every row.
-pub async fn query_strings(
+pub(crate) async fn query_strings(
     info: &consort_lakebase::ConnectInfo,
     sql: &str,
 ) -> Result<Vec<String>, consort_lakebase::Error> {
@@ -57,7 +57,7 @@ pub async fn query_strings(
 
 /// A fresh branch of `spec` on the shared cluster and a confined run context for `tree` on it
 /// (Consort's state and the cluster hidden, `caches` writable).
-pub async fn confined_branch(
+pub(crate) async fn confined_branch(
     tree: &Path,
     spec: &BaseSpec,
     caches: Vec<std::path::PathBuf>,

@@ -25,7 +25,7 @@ fn bin(name: &str) -> PathBuf {
 }
 
 /// A running cluster. The superuser is `postgres` (trusted on 127.0.0.1).
-pub struct LocalPg {
+pub(crate) struct LocalPg {
     child: Option<Child>,
     /// The TCP port on 127.0.0.1.
     pub port: u16,
@@ -63,7 +63,7 @@ fn free_port() -> u16 {
 
 impl LocalPg {
     /// initdb + start; panics (it is a test fixture) when PostgreSQL cannot start.
-    pub async fn start() -> LocalPg {
+    pub(crate) async fn start() -> LocalPg {
         let ids = run_as();
         let dir = tempfile::Builder::new()
             .prefix("consort-lakebase-api-pg-")
@@ -143,7 +143,7 @@ impl LocalPg {
     }
 
     /// A superuser connection to `db` (no password: trusted on 127.0.0.1).
-    pub async fn admin_connect(
+    pub(crate) async fn admin_connect(
         &self,
         db: &str,
     ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {

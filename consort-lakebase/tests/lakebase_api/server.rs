@@ -21,13 +21,13 @@ use tokio::sync::Mutex;
 use super::pg::LocalPg;
 
 /// The project the server hosts.
-pub const PROJECT: &str = "demo";
+pub(crate) const PROJECT: &str = "demo";
 /// The identity behind the token (the Postgres user).
-pub const USER: &str = "ci-bot@example.com";
+pub(crate) const USER: &str = "ci-bot@example.com";
 
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
-pub struct Req {
+pub(crate) struct Req {
     /// When it arrived.
     pub at: Instant,
     /// HTTP method.
@@ -42,7 +42,7 @@ pub struct Req {
 
 /// A scripted failure answer.
 #[derive(Debug, Clone)]
-pub struct Fault {
+pub(crate) struct Fault {
     /// Method it applies to.
     pub method: &'static str,
     /// A substring of the path it applies to.
@@ -61,7 +61,7 @@ pub struct Fault {
 
 /// Behaviour knobs.
 #[derive(Debug, Clone)]
-pub struct Knobs {
+pub(crate) struct Knobs {
     /// Polls before an operation is done (0 = done at once).
     pub op_polls: u32,
     /// Largest list page.
@@ -119,7 +119,7 @@ struct Shared {
 }
 
 /// The running server; stops when dropped.
-pub struct Lakebase {
+pub(crate) struct Lakebase {
     /// Base URL, `http://127.0.0.1:<port>`.
     pub url: String,
     /// The API token it accepts.
@@ -220,7 +220,7 @@ fn valid_id(id: &str) -> bool {
 impl Lakebase {
     /// Starts the server. With `pg`, creates the user's role and the `production` branch
     /// database (a table `items` with one row, `seed`).
-    pub async fn start(pg: Option<&LocalPg>) -> Lakebase {
+    pub(crate) async fn start(pg: Option<&LocalPg>) -> Lakebase {
         let admin = match pg {
             Some(pg) => {
                 let admin = pg
@@ -303,17 +303,17 @@ impl Lakebase {
     }
 
     /// Changes the behaviour knobs.
-    pub async fn knobs(&self, f: impl FnOnce(&mut Knobs)) {
+    pub(crate) async fn knobs(&self, f: impl FnOnce(&mut Knobs)) {
         f(&mut self.shared.st.lock().await.knobs);
     }
 
     /// Adds a scripted fault.
-    pub async fn fault(&self, fault: Fault) {
+    pub(crate) async fn fault(&self, fault: Fault) {
         self.shared.st.lock().await.faults.push(fault);
     }
 
     /// Makes the create operation of `branch` finish with this `error` object.
-    pub async fn fail_operation(&self, branch: &str, error: Value) {
+    pub(crate) async fn fail_operation(&self, branch: &str, error: Value) {
         self.shared
             .st
             .lock()
@@ -323,7 +323,7 @@ impl Lakebase {
     }
 
     /// Adds a READY branch (no database) created `age` ago from `source` (a branch id).
-    pub async fn preload(&self, id: &str, source: Option<&str>, age: Duration) {
+    pub(crate) async fn preload(&self, id: &str, source: Option<&str>, age: Duration) {
         let mut st = self.shared.st.lock().await;
         st.seq += 1;
         let uid = format!("br-pre-{}", st.seq);
@@ -341,12 +341,12 @@ impl Lakebase {
     }
 
     /// Every request so far.
-    pub async fn requests(&self) -> Vec<Req> {
+    pub(crate) async fn requests(&self) -> Vec<Req> {
         self.shared.st.lock().await.requests.clone()
     }
 
     /// How many requests had this method and a path containing `part`.
-    pub async fn count(&self, method: &str, part: &str) -> usize {
+    pub(crate) async fn count(&self, method: &str, part: &str) -> usize {
         self.requests()
             .await
             .iter()
@@ -355,7 +355,7 @@ impl Lakebase {
     }
 
     /// How many create-branch requests (`POST …/branches`) arrived.
-    pub async fn creates(&self) -> usize {
+    pub(crate) async fn creates(&self) -> usize {
         self.requests()
             .await
             .iter()
@@ -364,17 +364,17 @@ impl Lakebase {
     }
 
     /// Requests that arrived before a `Retry-After` had passed.
-    pub async fn early_retries(&self) -> usize {
+    pub(crate) async fn early_retries(&self) -> usize {
         self.shared.st.lock().await.early
     }
 
     /// Credentials handed out: (endpoint, token).
-    pub async fn mints(&self) -> Vec<(String, String)> {
+    pub(crate) async fn mints(&self) -> Vec<(String, String)> {
         self.shared.st.lock().await.mints.clone()
     }
 
     /// Ids of live branches.
-    pub async fn branch_ids(&self) -> Vec<String> {
+    pub(crate) async fn branch_ids(&self) -> Vec<String> {
         self.shared
             .st
             .lock()
@@ -386,7 +386,7 @@ impl Lakebase {
     }
 
     /// The `spec` a branch was created with.
-    pub async fn spec_of(&self, id: &str) -> Option<Value> {
+    pub(crate) async fn spec_of(&self, id: &str) -> Option<Value> {
         self.shared
             .st
             .lock()
@@ -397,7 +397,7 @@ impl Lakebase {
     }
 
     /// Whether a database named like the branch exists in the PostgreSQL behind.
-    pub async fn database_exists(&self, id: &str) -> bool {
+    pub(crate) async fn database_exists(&self, id: &str) -> bool {
         let Some(admin) = &self.shared.admin else {
             return false;
         };
