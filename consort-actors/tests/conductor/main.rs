@@ -6,18 +6,22 @@
 //! when some file under `src/` contains `TOKEN`.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::*;
-use crate::artifact::*;
-use crate::machine::HumanDecision;
-use crate::protocol::{InfraError, LakebaseMsg, Produced, PromoteReport, RoleMsg, Usage};
-use crate::supervision::{ChildSpec, Supervised};
-use crate::{ApproveAs, StopAtGates};
-
+use consort_actors::*;
+// Not at the crate root today: the orchestrator re-exports them there.
+use consort_actors::conductor::{
+    APPLY_JOURNAL, DESIGN_FILE, DirectLakebase, DirectRole, RoleEndpoint, SupervisedRole,
+    record_gate_decision, record_human_decision,
+};
+use consort_actors::ledger::Ledger;
+use consort_actors::machine::HumanDecision;
+use consort_actors::supervision::{ChildSpec, Supervised};
 type Answer = Arc<dyn Fn(&Assignment) -> Artifact + Send + Sync>;
 
 #[derive(Clone)]
