@@ -1089,6 +1089,3 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 fn write_journal(root: &Path, text: &str) -> Result<(), ConductorError> {
     write_file(root, APPLY_JOURNAL, text)
 }
-
-#[cfg(test)]
-mod tests;

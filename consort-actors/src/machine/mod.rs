@@ -625,6 +625,3 @@ impl Machine {
         state
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,110 +1,42 @@
 //! Tests of the pure machine: every transition, every rule, and a property test.
 //!
-//! `Run` below is a tiny in-memory stand-in for the conductor: it keeps a fake disk (path →
-//! content), applies change sets to it and answers the machine's commands, so that each test
-//! reads like the lifecycle it checks.
+//! `Run` below is a tiny in-memory stand-in for the conductor: it keeps the test kit's fake disk,
+//! applies change sets to it and answers the machine's commands, so that each test reads like
+//! the lifecycle it checks. The artifacts come from `consort_testkit::artifacts`, in the shape
+//! these tests use: two stories (three acceptance criteria), one requirement, two migrations and
+//! a test list of two entries.
 
 use std::collections::BTreeMap;
 
-use chrono::{TimeZone, Utc};
 use proptest::prelude::*;
 
-use super::*;
-use crate::artifact::*;
-use crate::protocol::{InfraError, PromoteReport};
+use consort_actors::*;
+// Not at the crate root today: the orchestrator re-exports them there.
+use consort_actors::machine::{HumanDecision, Remedy, check_schema, check_spec, check_test_list};
+use consort_testkit::artifacts::{
+    self as kit, approval, approve_architecture as approve_arch, author as id, feature,
+    receipt_with, ux, write,
+};
+use consort_testkit::disk::FakeDisk;
 
-fn feature() -> FeatureRequest {
-    FeatureRequest {
-        id: "F1".into(),
-        title: "Stock".into(),
-        body: "Record stock.".into(),
-    }
-}
-
-fn ac(id: &str) -> AcceptanceCriterion {
-    AcceptanceCriterion {
-        id: id.into(),
-        given: "g".into(),
-        when: "w".into(),
-        then: "t".into(),
-    }
-}
-
+/// Story `S1` (user-facing when asked) with two criteria and story `S2` with one.
 fn stories(user_facing: bool) -> Stories {
-    Stories {
-        feature_id: "F1".into(),
-        stories: vec![
-            Story {
-                id: "S1".into(),
-                title: "file stock".into(),
-                as_a: "operator".into(),
-                i_want: "to file stock".into(),
-                so_that: "it is recorded".into(),
-                user_facing,
-                acceptance_criteria: vec![ac("S1-AC1"), ac("S1-AC2")],
-            },
-            Story {
-                id: "S2".into(),
-                title: "adjust".into(),
-                as_a: "manager".into(),
-                i_want: "to adjust".into(),
-                so_that: "counts match".into(),
-                user_facing: false,
-                acceptance_criteria: vec![ac("S2-AC1")],
-            },
-        ],
-    }
+    kit::stories_of(&[(user_facing, 2), (false, 1)])
 }
 
+/// One requirement, for `S1-AC1`.
 fn spec() -> Spec {
-    Spec {
-        feature_id: "F1".into(),
-        summary: "s".into(),
-        requirements: vec![Requirement {
-            id: "R1".into(),
-            ac_id: "S1-AC1".into(),
-            statement: "x".into(),
-        }],
-        out_of_scope: vec![],
-        open_questions: vec![],
-    }
+    kit::spec_of(&["S1-AC1".to_string()])
 }
 
-fn approve_arch() -> ArchitectureVerdict {
-    ArchitectureVerdict::Approve {
-        layers: vec![],
-        nfrs: vec![],
-        invariants: vec![],
-    }
-}
-
+/// Two migrations, one per story.
 fn schema() -> SchemaPlan {
-    SchemaPlan {
-        migrations: vec![
-            Migration {
-                version: "0001".into(),
-                story_id: "S1".into(),
-                description: String::new(),
-                sql: "create table a(x int);".into(),
-            },
-            Migration {
-                version: "0002".into(),
-                story_id: "S2".into(),
-                description: String::new(),
-                sql: "create table b(x int);".into(),
-            },
-        ],
-    }
+    kit::schema_of(2)
 }
 
+/// An entry `id` for `ac` at `tests/<id>.sql`.
 fn entry(id: &str, ac: &str) -> TestEntry {
-    TestEntry {
-        id: id.into(),
-        ac_id: ac.into(),
-        description: "d".into(),
-        path: format!("tests/{}.sql", id.to_lowercase()),
-        test_name: None,
-    }
+    kit::entry(id, ac, &format!("tests/{}.sql", id.to_lowercase()))
 }
 
 fn test_list() -> TestList {
@@ -113,53 +45,13 @@ fn test_list() -> TestList {
     }
 }
 
-fn ux() -> UxDesign {
-    UxDesign {
-        screens: vec![Screen {
-            story_id: "S1".into(),
-            name: "file".into(),
-            elements: vec!["form".into()],
-        }],
-        notes: vec![],
-    }
-}
-
-fn write(path: &str, content: &str) -> FileChange {
-    FileChange::Write {
-        path: path.into(),
-        content: content.into(),
-    }
-}
-
 fn cs(changes: Vec<FileChange>) -> Artifact {
-    Artifact::ChangeSet(ChangeSet {
-        summary: "c".into(),
-        changes,
-    })
+    kit::change_set("c", changes)
 }
-
-fn id(role: Role) -> ActorId {
-    ActorId::new(role, role.as_str())
-}
-
-fn approval(gate: GateKind, hash: ContentHash) -> GateApproval {
-    GateApproval {
-        gate,
-        hash,
-        approver: "ada".into(),
-        at: Utc
-            .with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
-            .single()
-            .unwrap_or_default(),
-        decision: GateDecision::Approve,
-        note: String::new(),
-    }
-}
-
 struct Run {
     m: Machine,
     s: State,
-    disk: BTreeMap<String, String>,
+    disk: FakeDisk,
     events: Vec<Event>,
     commands: Vec<Command>,
     design_on_disk: Option<ContentHash>,
@@ -178,7 +70,7 @@ impl Run {
         Run {
             m: Machine::new(cfg),
             s: State::default(),
-            disk: BTreeMap::new(),
+            disk: FakeDisk::new(),
             events: vec![],
             commands: vec![],
             design_on_disk: None,
@@ -274,15 +166,11 @@ impl Run {
     }
 
     fn test_hashes(&self) -> FileHashes {
-        self.disk
-            .iter()
-            .filter(|(p, _)| p.starts_with("tests/"))
-            .map(|(p, c)| (p.clone(), ContentHash::of_bytes(c.as_bytes())))
-            .collect()
+        self.disk.test_hashes()
     }
 
     fn workspace_hash(&self) -> ContentHash {
-        ContentHash::of(&self.disk)
+        self.disk.workspace_hash()
     }
 
     fn observe(&mut self) -> Vec<Command> {
@@ -311,35 +199,7 @@ impl Run {
             Pending::Apply { change_set, .. } | Pending::Revert { change_set, .. } => change_set,
             _ => return None,
         };
-        let mut inverse = vec![];
-        for c in &set.changes {
-            inverse.push(match self.disk.get(c.path()) {
-                Some(content) => write(c.path(), content),
-                None => FileChange::Delete {
-                    path: c.path().into(),
-                },
-            });
-            match c {
-                FileChange::Write { path, content } => {
-                    self.disk.insert(path.clone(), content.clone());
-                }
-                FileChange::Delete { path } => {
-                    self.disk.remove(path);
-                }
-                FileChange::Restore { .. } => {
-                    unreachable!("the fake disk holds text only; it never restores raw bytes")
-                }
-            }
-        }
-        inverse.reverse();
-        Some(Event::Applied {
-            workspace_hash: self.workspace_hash(),
-            tests: self.test_hashes(),
-            inverse: ChangeSet {
-                summary: "undo".into(),
-                changes: inverse,
-            },
-        })
+        Some(self.disk.applied(&set))
     }
 
     fn receipt(&self, outcomes: &[(&str, TestStatus)], exit: i32) -> TestRunReceipt {
@@ -351,31 +211,7 @@ impl Run {
             } => (request, workspace_hash),
             other => panic!("expected verify, got {other:?}"),
         };
-        TestRunReceipt {
-            request_id: request,
-            workspace_hash: hash,
-            provider: "test".into(),
-            branch_id: format!("consort-b{}", request.0),
-            runner: "psql".into(),
-            command: "psql".into(),
-            timings: RunTimings::default(),
-            outcomes: outcomes
-                .iter()
-                .map(|(n, s)| TestOutcome {
-                    name: n.to_string(),
-                    status: *s,
-                })
-                .collect(),
-            exit: ExitRecord {
-                code: Some(exit),
-                signal: None,
-                timed_out: false,
-            },
-            output_digest: ContentHash::of_bytes(b"out"),
-            output_excerpt: "out".into(),
-            confinement: Default::default(),
-            tree_changes: Vec::new(),
-        }
+        receipt_with(request, hash, outcomes, exit, "out")
     }
 
     fn verify(&mut self, outcomes: &[(&str, TestStatus)]) -> Result<Vec<Command>, RuleViolation> {
@@ -897,7 +733,7 @@ fn red_may_write_only_test_paths() {
             path: "src/cheat.sql".into()
         }
     );
-    assert!(r.disk.is_empty(), "nothing applied");
+    assert!(r.disk.files.is_empty(), "nothing applied");
 }
 
 #[test]
@@ -915,7 +751,7 @@ fn no_agent_restores_raw_bytes() {
         .expect_err("refused");
     assert!(matches!(v, RuleViolation::InvalidArtifact { .. }), "{v:?}");
     assert_eq!(v.remedy(), Remedy::RetryAgent);
-    assert!(r.disk.is_empty(), "nothing applied");
+    assert!(r.disk.files.is_empty(), "nothing applied");
 }
 
 #[test]
@@ -1000,7 +836,7 @@ fn a_driver_adding_a_dependency_to_a_harness_manifest_is_refused_and_told_it_is_
         last_command(&r)
     );
     assert!(
-        !r.disk.contains_key("pyproject.toml"),
+        !r.disk.files.contains_key("pyproject.toml"),
         "nothing was written"
     );
 }
@@ -1059,7 +895,7 @@ fn a_red_that_already_passes_is_refused_reverted_and_retried() {
     );
     assert!(matches!(r.pending(), Pending::Revert { .. }));
     r.apply();
-    assert!(r.disk.is_empty(), "the passing test was taken back");
+    assert!(r.disk.files.is_empty(), "the passing test was taken back");
     r.observe();
     assert_eq!(r.assignment().2, 1);
     assert!(r.s.build.frozen_tests.is_empty(), "nothing frozen");
@@ -1265,7 +1101,7 @@ fn a_path_the_file_system_refuses_is_retried_and_a_refused_revert_halts() {
     r.ok(Event::ApplyDenied {
         violation: RuleViolation::PathNotWritable {
             path: "tests/t1.sql".into(),
-            problem: crate::paths::WriteProblem::NameTooLong { len: 300, max: 255 },
+            problem: WriteProblem::NameTooLong { len: 300, max: 255 },
         },
         resolved: BTreeMap::new(),
     });
@@ -1283,7 +1119,7 @@ fn a_path_the_file_system_refuses_is_retried_and_a_refused_revert_halts() {
     let v = r.refused(Event::ApplyDenied {
         violation: RuleViolation::PathNotWritable {
             path: "tests/t1.sql".into(),
-            problem: crate::paths::WriteProblem::Refused {
+            problem: WriteProblem::Refused {
                 op: "delete".into(),
                 detail: "permission denied".into(),
             },
@@ -1418,8 +1254,8 @@ fn green_may_not_touch_tests() {
         EscalationReason::Verdict(VerdictReason::RuleViolated)
     );
     assert_eq!(
-        r.disk.get("tests/t1.sql").map(String::as_str),
-        Some("assert false;")
+        r.disk.files.get("tests/t1.sql").map(Vec::as_slice),
+        Some(b"assert false;".as_slice())
     );
 }
 
@@ -1510,6 +1346,7 @@ fn a_test_file_planted_on_disk_halts_before_the_run() {
     r.red("tests/t1.sql", &[]);
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     r.disk
+        .files
         .insert("tests/t1.sql".into(), "edited by someone else".into());
     let e = Event::Applied {
         workspace_hash: r.workspace_hash(),
@@ -1535,7 +1372,7 @@ fn an_unexpected_test_file_halts_at_observation() {
     r.apply();
     r.verify(&[("tests/t1.sql", TestStatus::Passed)])
         .expect("green");
-    r.disk.insert("tests/sneaky.sql".into(), "x".into());
+    r.disk.files.insert("tests/sneaky.sql".into(), "x".into());
     let e = Event::Observed {
         design_hash: r.design_on_disk,
         tests: r.test_hashes(),
@@ -1556,7 +1393,7 @@ fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
     r.reach_build();
     r.red("tests/t1.sql", &[]);
     r.green(&["tests/t1.sql"]);
-    let green_code = r.disk.get("src/code.sql").cloned();
+    let green_code = r.disk.files.get("src/code.sql").cloned();
     r.produce(cs(vec![write("src/code.sql", "broken refactor")]))
         .expect("refactor");
     r.apply();
@@ -1564,7 +1401,7 @@ fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
         .expect("a failing refactor is a result");
     assert!(matches!(r.pending(), Pending::Revert { .. }));
     r.apply();
-    assert_eq!(r.disk.get("src/code.sql").cloned(), green_code);
+    assert_eq!(r.disk.files.get("src/code.sql").cloned(), green_code);
     r.observe();
     assert_eq!(
         r.assignment().1,
@@ -1838,7 +1675,7 @@ fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
     let (aid, _, _) = r.assignment();
     r.ok(Event::AgentFailed {
         assignment: aid,
-        failure: crate::AgentFailure::ModelUnavailable {
+        failure: AgentFailure::ModelUnavailable {
             detail: "503".into(),
         },
     });
@@ -2158,7 +1995,7 @@ proptest! {
             let e = match k {
                 0 => Event::Start { feature: feature() },
                 1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)) },
-                2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: crate::AgentFailure::Timeout { secs: n } },
+                2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: AgentFailure::Timeout { secs: n } },
                 3 => Event::Refused { violation: RuleViolation::NotHalted },
                 4 => Event::Observed { design_hash: Some(h), tests: FileHashes::new() },
                 5 => Event::Applied { workspace_hash: h, tests: FileHashes::new(), inverse: ChangeSet::default() },
@@ -2240,7 +2077,7 @@ fn a_resume_point_names_the_assignment_its_retry_issues() {
     let (aid, step, _) = r.assignment();
     r.ok(Event::AgentFailed {
         assignment: aid,
-        failure: crate::AgentFailure::ModelUnavailable {
+        failure: AgentFailure::ModelUnavailable {
             detail: "503".into(),
         },
     });

@@ -6,18 +6,23 @@
 //! when some file under `src/` contains `TOKEN`.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::*;
-use crate::artifact::*;
-use crate::machine::HumanDecision;
-use crate::protocol::{InfraError, LakebaseMsg, Produced, PromoteReport, RoleMsg, Usage};
-use crate::supervision::{ChildSpec, Supervised};
-use crate::{ApproveAs, StopAtGates};
-
+use consort_actors::*;
+use consort_testkit::artifacts as kit;
+// Not at the crate root today: the orchestrator re-exports them there.
+use consort_actors::conductor::{
+    APPLY_JOURNAL, DESIGN_FILE, DirectLakebase, DirectRole, RoleEndpoint, SupervisedRole,
+    record_gate_decision, record_human_decision,
+};
+use consort_actors::ledger::Ledger;
+use consort_actors::machine::HumanDecision;
+use consort_actors::supervision::{ChildSpec, Supervised};
 type Answer = Arc<dyn Fn(&Assignment) -> Artifact + Send + Sync>;
 
 #[derive(Clone)]
@@ -164,80 +169,21 @@ impl Actor for FakeLakebase {
     }
 }
 
-fn story(id: &str, acs: &[&str]) -> Story {
-    Story {
-        id: id.into(),
-        title: id.into(),
-        as_a: "operator".into(),
-        i_want: "x".into(),
-        so_that: "y".into(),
-        user_facing: false,
-        acceptance_criteria: acs
-            .iter()
-            .map(|a| AcceptanceCriterion {
-                id: (*a).into(),
-                given: "g".into(),
-                when: "w".into(),
-                then: "t".into(),
-            })
-            .collect(),
-    }
-}
-
 /// The honest script: each RED needs a token, each GREEN writes it.
 fn honest(a: &Assignment) -> Artifact {
     let test = a.inputs.test.clone();
     match &a.step {
-        Step::Stories => Artifact::Stories(Stories {
-            feature_id: "F1".into(),
-            stories: vec![story("S1", &["S1-AC1"]), story("S2", &["S2-AC1"])],
-        }),
-        Step::Spec { .. } => Artifact::Spec(Spec {
-            feature_id: "F1".into(),
-            summary: "s".into(),
-            requirements: vec![Requirement {
-                id: "R1".into(),
-                ac_id: "S1-AC1".into(),
-                statement: "x".into(),
-            }],
-            out_of_scope: vec![],
-            open_questions: vec![],
-        }),
-        Step::Architecture { .. } => Artifact::ArchitectureVerdict(ArchitectureVerdict::Approve {
-            layers: vec![],
-            nfrs: vec![],
-            invariants: vec![],
-        }),
-        Step::Schema => Artifact::SchemaPlan(SchemaPlan {
-            migrations: vec![Migration {
-                version: "0001".into(),
-                story_id: "S1".into(),
-                description: String::new(),
-                sql: "create table t(x int);".into(),
-            }],
-        }),
+        Step::Stories => Artifact::Stories(kit::stories_of(&[(false, 1), (false, 1)])),
+        Step::Spec { .. } => Artifact::Spec(kit::spec_of(&["S1-AC1".to_string()])),
+        Step::Architecture { .. } => Artifact::ArchitectureVerdict(kit::approve_architecture()),
+        Step::Schema => Artifact::SchemaPlan(kit::schema_of(1)),
         Step::TestList => Artifact::TestList(TestList {
             entries: vec![
-                TestEntry {
-                    id: "T1".into(),
-                    ac_id: "S1-AC1".into(),
-                    description: "d".into(),
-                    path: "tests/t1.sql".into(),
-                    test_name: None,
-                },
-                TestEntry {
-                    id: "T2".into(),
-                    ac_id: "S2-AC1".into(),
-                    description: "d".into(),
-                    path: "tests/t2.sql".into(),
-                    test_name: None,
-                },
+                kit::entry("T1", "S1-AC1", "tests/t1.sql"),
+                kit::entry("T2", "S2-AC1", "tests/t2.sql"),
             ],
         }),
-        Step::Ux => Artifact::UxDesign(UxDesign {
-            screens: vec![],
-            notes: vec![],
-        }),
+        Step::Ux => Artifact::UxDesign(kit::ux()),
         Step::Red { test: t } => {
             let path = test.map(|e| e.path).unwrap_or_default();
             Artifact::ChangeSet(ChangeSet {
@@ -655,9 +601,13 @@ async fn a_design_edited_after_approval_halts_before_the_next_build_step() {
     record_gate_decision(&fx.ledger(), &Machine::default(), approval).expect("approve");
     let design = fx.root().join(DESIGN_FILE);
     let text = std::fs::read_to_string(&design).expect("design");
+    assert!(
+        text.contains("CREATE TABLE t1"),
+        "the design holds the migration"
+    );
     std::fs::write(
         &design,
-        text.replace("create table t", "create table hacked"),
+        text.replace("CREATE TABLE t1", "CREATE TABLE hacked"),
     )
     .expect("edit");
     let report = fx
