@@ -16,13 +16,13 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use consort_actors::*;
 use consort_testkit::artifacts as kit;
 // Not at the crate root today: the orchestrator re-exports them there.
-use consort_actors::conductor::{
+use consort_actors::HumanDecision;
+use consort_actors::Ledger;
+use consort_actors::{
     APPLY_JOURNAL, DESIGN_FILE, DirectLakebase, DirectRole, RoleEndpoint, SupervisedRole,
     record_gate_decision, record_human_decision,
 };
-use consort_actors::ledger::Ledger;
-use consort_actors::machine::HumanDecision;
-use consort_actors::supervision::{ChildSpec, Supervised};
+use consort_actors::{ChildSpec, Supervised};
 type Answer = Arc<dyn Fn(&Assignment) -> Artifact + Send + Sync>;
 
 #[derive(Clone)]
@@ -64,7 +64,7 @@ impl Actor for FnRole {
     }
 }
 
-use crate::role::ActorId;
+use consort_actors::ActorId;
 
 #[derive(Clone, Default)]
 struct FakeLakebase {
@@ -135,7 +135,7 @@ impl Actor for FakeLakebase {
                 let receipt = TestRunReceipt {
                     request_id: req.id,
                     workspace_hash: WorkTree::open(&req.work_tree)?
-                        .with_filter(crate::paths::TreeFilter::new(&req.caches))
+                        .with_filter(consort_actors::TreeFilter::new(&req.caches))
                         .hash()?,
                     provider: "fake".into(),
                     branch_id: format!("consort-fake-{}", req.id.0),
@@ -278,7 +278,7 @@ impl Fixture {
     }
 
     fn ledger(&self) -> PathBuf {
-        self.root().join(crate::ledger::DEFAULT_LEDGER_PATH)
+        self.root().join(consort_actors::DEFAULT_LEDGER_PATH)
     }
 
     fn events(&self) -> Vec<Event> {
@@ -531,7 +531,7 @@ async fn a_failing_database_is_retried_then_escalated_and_a_human_retry_finishes
         escalation.reason,
         EscalationReason::Infrastructure(InfraFault::DatabaseDown)
     );
-    crate::conductor::record_human_decision(
+    consort_actors::record_human_decision(
         &fx.ledger(),
         &Machine::default(),
         HumanDecision::Retry,
@@ -669,7 +669,7 @@ impl Approver for StaleApprover {
     fn decide<'a>(
         &'a self,
         request: &'a GateRequest,
-    ) -> crate::gate::BoxFuture<'a, Option<GateApproval>> {
+    ) -> consort_actors::BoxFuture<'a, Option<GateApproval>> {
         Box::pin(async move {
             self.asked.fetch_add(1, Ordering::SeqCst);
             let mut approval = ApproveAs { name: "ada".into() }.decide(request).await?;
@@ -976,7 +976,7 @@ async fn a_path_the_file_system_refuses_is_a_retry_and_nothing_is_left_half_appl
         "the run goes on to the honest retry"
     );
     let events = fx.events();
-    let problems: Vec<crate::paths::WriteProblem> = denials(&events)
+    let problems: Vec<consort_actors::WriteProblem> = denials(&events)
         .into_iter()
         .map(|v| match v {
             crate::RuleViolation::PathNotWritable { problem, .. } => problem,
@@ -986,11 +986,11 @@ async fn a_path_the_file_system_refuses_is_a_retry_and_nothing_is_left_half_appl
     assert_eq!(
         problems,
         vec![
-            crate::paths::WriteProblem::NameTooLong { len: 304, max: 255 },
-            crate::paths::WriteProblem::NotADirectory {
+            consort_actors::WriteProblem::NameTooLong { len: 304, max: 255 },
+            consort_actors::WriteProblem::NotADirectory {
                 path: "src/notes.txt".into()
             },
-            crate::paths::WriteProblem::IsADirectory {
+            consort_actors::WriteProblem::IsADirectory {
                 path: "src/gen".into()
             },
         ]

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 
 use consort_actors::*;
 // Not at the crate root today: the orchestrator re-exports them there.
-use consort_actors::machine::{HumanDecision, Remedy, check_schema, check_spec, check_test_list};
+use consort_actors::{HumanDecision, Remedy, check_schema, check_spec, check_test_list};
 use consort_testkit::artifacts::{
     self as kit, approval, approve_architecture as approve_arch, author as id, feature,
     receipt_with, ux, write,
