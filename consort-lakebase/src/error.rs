@@ -370,10 +370,22 @@ mod tests {
             InfraFault::ActorCrashing
         );
         for (error, fault) in [
-            (Error::Config("no url".into()), InfraFault::ProviderMisconfigured),
-            (Error::PermissionDenied("create".into()), InfraFault::PermissionDenied),
-            (Error::QuotaExceeded("10 branches".into()), InfraFault::QuotaExhausted),
-            (Error::InvalidPlan("no version".into()), InfraFault::MigrationFailed),
+            (
+                Error::Config("no url".into()),
+                InfraFault::ProviderMisconfigured,
+            ),
+            (
+                Error::PermissionDenied("create".into()),
+                InfraFault::PermissionDenied,
+            ),
+            (
+                Error::QuotaExceeded("10 branches".into()),
+                InfraFault::QuotaExhausted,
+            ),
+            (
+                Error::InvalidPlan("no version".into()),
+                InfraFault::MigrationFailed,
+            ),
         ] {
             assert_eq!(error.infra_fault(), fault, "{error}");
         }
