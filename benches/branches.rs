@@ -27,8 +27,7 @@ use common::{interleave, median_of, report_line, report_ratio};
 use consort::actors::Migration;
 use consort::lakebase::names::BranchNamer;
 use consort::lakebase::{
-    BaseRef, BaseSpec, BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedProvider,
-    Secret, SslMode, connect,
+    BaseRef, BaseSpec, BranchPool, BranchProvider, EmbeddedCluster, EmbeddedProvider, connect,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
@@ -37,20 +36,7 @@ type Fut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// Runs SQL as the superuser; returns the first column of the first row as text, if any.
 type Sql = Arc<dyn Fn(String) -> Fut<Option<String>> + Send + Sync>;
 
-/// The superuser over the cluster's Unix socket.
-fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
-    let password = std::fs::read_to_string(cluster.dir().join("admin.pw"))
-        .expect("the cluster's admin.pw (this process started the cluster)");
-    ConnectInfo {
-        host: cluster.socket_dir().display().to_string(),
-        port: cluster.port(),
-        database: database.into(),
-        user: cluster.superuser().into(),
-        secret: Secret::new(password.trim()),
-        expires_at: None,
-        sslmode: SslMode::Disable,
-    }
-}
+use consort_testkit::cluster::admin_info;
 
 async fn admin_sql(cluster: &EmbeddedCluster) -> Sql {
     let client = Arc::new(

@@ -474,10 +474,11 @@ impl ProjectConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const MINIMAL: &str = r#"
+    /// The smallest configuration that parses (shared with the runner harness tests).
+    pub(crate) const MINIMAL: &str = r#"
 [feature]
 id = "F1"
 request = "feature.md"

@@ -16,9 +16,9 @@ use consort_actors::{
 };
 use consort_agents::{Agent, RoleArgs, spawn_role_linked};
 use consort_lakebase::{
-    BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, LakebaseActor,
-    LakebaseArgs, PoolConfig, PoolStats, PoolStatsSnapshot, PsqlRunner, PsqlRunnerConfig,
-    SandboxMode, TestRunner,
+    BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
+    LakebaseActor, LakebaseArgs, PoolConfig, PoolStats, PoolStatsSnapshot, PsqlRunner,
+    PsqlRunnerConfig, SandboxMode, TestRunner,
 };
 use tokio::sync::mpsc;
 
@@ -183,97 +183,14 @@ impl EnsembleBuilder {
     }
 
     /// Starts the database side, the actors and the conductor.
-    pub async fn build(self) -> Result<Ensemble, EnsembleError> {
-        for role in Role::ALL {
-            if !self.agents.contains_key(&role) {
-                return Err(EnsembleError::MissingAgent(role));
-            }
-        }
-        if let (Some((_, d)), Some((_, n))) = (
-            self.agents.get(&Role::Driver),
-            self.agents.get(&Role::Navigator),
-        ) && d == n
-        {
-            return Err(EnsembleError::ReviewerIsAuthor(d.clone()));
-        }
-        let mut cluster = None;
-        let provider: Arc<dyn BranchProvider> = match self.provider {
-            Some(p) => p,
-            None => {
-                let c =
-                    EmbeddedPostgres::start(EmbeddedConfig::for_project(&self.work_tree)).await?;
-                cluster = Some(c.clone());
-                Arc::new(EmbeddedProvider::new(c).await?)
-            }
-        };
-        let runner: Arc<dyn TestRunner> = match self.runner {
-            Some(r) => r,
-            None => Arc::new(PsqlRunner::new(PsqlRunnerConfig::default())?),
-        };
+    pub async fn build(mut self) -> Result<Ensemble, EnsembleError> {
+        self.check_roles()?;
+        let (provider, cluster) = self.start_provider().await?;
         let stats = Arc::new(PoolStats::default());
-        let mut args = LakebaseArgs::new(provider.clone(), runner);
-        args.pool = self.pool;
-        args.max_concurrent = self.max_concurrent;
-        args.stats = stats.clone();
-        args.sandbox = self.sandbox;
-        let spec = ChildSpec::new("lakebase", move |sup| {
-            let args = args.clone();
-            async move {
-                LakebaseActor::spawn_linked(None, args, sup)
-                    .await
-                    .map(|(r, _)| r)
-            }
-        })
-        .with_policy(self.restart);
-        let lakebase =
-            Supervised::<LakebaseMsg>::start(spec)
-                .await
-                .map_err(|e| EnsembleError::Spawn {
-                    what: "lakebase".into(),
-                    detail: e.to_string(),
-                })?;
-
-        let mut roles: BTreeMap<Role, Arc<dyn RoleEndpoint>> = BTreeMap::new();
-        let mut role_handles = Vec::new();
-        for (role, (agent, name)) in self.agents {
-            let id = ActorId::new(role, name);
-            // Role rules are enforced in one place, the state machine; the actor checks only the kind.
-            let role_args = RoleArgs::new(id.clone(), agent)
-                .with_timeout(self.step_timeout)
-                .with_rule_check(false);
-            let spec = ChildSpec::new(role.as_str(), move |sup| {
-                let role_args = role_args.clone();
-                async move { spawn_role_linked(role_args, sup).await.map(|(r, _)| r) }
-            })
-            .with_policy(self.restart);
-            let handle =
-                Supervised::<RoleMsg>::start(spec)
-                    .await
-                    .map_err(|e| EnsembleError::Spawn {
-                        what: role.to_string(),
-                        detail: e.to_string(),
-                    })?;
-            role_handles.push(handle.clone());
-            roles.insert(role, Arc::new(SupervisedRole { id, handle }));
-        }
-
-        let mut config = ConductorConfig::new(&self.work_tree);
-        config.machine = self.machine;
-        config.step_timeout = self.step_timeout + Duration::from_secs(5);
-        config.verify_timeout = self.verify_timeout;
-        config.append_observer = self.append_observer;
-        let endpoint: Arc<dyn LakebaseEndpoint> = Arc::new(SupervisedLakebase {
-            handle: lakebase.clone(),
-        });
-        let wiring = Wiring {
-            config,
-            feature: self.feature,
-            roles,
-            lakebase: endpoint,
-            approver: self.approver,
-            progress: self.progress,
-        };
-        let conductor = match Conductor::start(wiring).await {
+        let lakebase = self.start_lakebase(provider.clone(), stats.clone()).await?;
+        let agents = std::mem::take(&mut self.agents);
+        let (roles, role_handles) = self.start_roles(agents).await?;
+        let conductor = match self.start_conductor(roles, &lakebase).await {
             Ok(c) => c,
             Err(e) => {
                 for h in &role_handles {
@@ -294,7 +211,131 @@ impl EnsembleBuilder {
             run_lock: self.run_lock,
         })
     }
+
+    /// Every role has an agent, and the Driver never reviews its own code.
+    fn check_roles(&self) -> Result<(), EnsembleError> {
+        for role in Role::ALL {
+            if !self.agents.contains_key(&role) {
+                return Err(EnsembleError::MissingAgent(role));
+            }
+        }
+        if let (Some((_, d)), Some((_, n))) = (
+            self.agents.get(&Role::Driver),
+            self.agents.get(&Role::Navigator),
+        ) && d == n
+        {
+            return Err(EnsembleError::ReviewerIsAuthor(d.clone()));
+        }
+        Ok(())
+    }
+
+    /// The given branch provider, or an embedded cluster for the work tree (returned too, so
+    /// the ensemble keeps it alive).
+    async fn start_provider(
+        &mut self,
+    ) -> Result<(Arc<dyn BranchProvider>, Option<Arc<EmbeddedCluster>>), EnsembleError> {
+        if let Some(p) = self.provider.take() {
+            return Ok((p, None));
+        }
+        let c = EmbeddedPostgres::start(EmbeddedConfig::for_project(&self.work_tree)).await?;
+        let provider = Arc::new(EmbeddedProvider::new(c.clone()).await?);
+        Ok((provider, Some(c)))
+    }
+
+    /// The supervised Lakebase actor over `provider` and the test runner.
+    async fn start_lakebase(
+        &mut self,
+        provider: Arc<dyn BranchProvider>,
+        stats: Arc<PoolStats>,
+    ) -> Result<Supervised<LakebaseMsg>, EnsembleError> {
+        let runner: Arc<dyn TestRunner> = match self.runner.take() {
+            Some(r) => r,
+            None => Arc::new(PsqlRunner::new(PsqlRunnerConfig::default())?),
+        };
+        let mut args = LakebaseArgs::new(provider, runner);
+        args.pool = self.pool.clone();
+        args.max_concurrent = self.max_concurrent;
+        args.stats = stats;
+        args.sandbox = self.sandbox;
+        let spec = ChildSpec::new("lakebase", move |sup| {
+            let args = args.clone();
+            async move {
+                LakebaseActor::spawn_linked(None, args, sup)
+                    .await
+                    .map(|(r, _)| r)
+            }
+        })
+        .with_policy(self.restart);
+        Supervised::<LakebaseMsg>::start(spec)
+            .await
+            .map_err(|e| EnsembleError::Spawn {
+                what: "lakebase".into(),
+                detail: e.to_string(),
+            })
+    }
+
+    /// One supervised actor per role.
+    async fn start_roles(
+        &self,
+        agents: BTreeMap<Role, (Arc<dyn Agent>, String)>,
+    ) -> Result<RoleActors, EnsembleError> {
+        let mut roles: BTreeMap<Role, Arc<dyn RoleEndpoint>> = BTreeMap::new();
+        let mut role_handles = Vec::new();
+        for (role, (agent, name)) in agents {
+            let id = ActorId::new(role, name);
+            // Role rules are enforced in one place, the state machine; the actor checks only the kind.
+            let role_args = RoleArgs::new(id.clone(), agent)
+                .with_timeout(self.step_timeout)
+                .with_rule_check(false);
+            let spec = ChildSpec::new(role.as_str(), move |sup| {
+                let role_args = role_args.clone();
+                async move { spawn_role_linked(role_args, sup).await.map(|(r, _)| r) }
+            })
+            .with_policy(self.restart);
+            let handle =
+                Supervised::<RoleMsg>::start(spec)
+                    .await
+                    .map_err(|e| EnsembleError::Spawn {
+                        what: role.to_string(),
+                        detail: e.to_string(),
+                    })?;
+            role_handles.push(handle.clone());
+            roles.insert(role, Arc::new(SupervisedRole { id, handle }));
+        }
+        Ok((roles, role_handles))
+    }
+
+    /// The conductor, wired to the role actors and the Lakebase actor.
+    async fn start_conductor(
+        &mut self,
+        roles: BTreeMap<Role, Arc<dyn RoleEndpoint>>,
+        lakebase: &Supervised<LakebaseMsg>,
+    ) -> Result<ConductorHandle, ConductorError> {
+        let mut config = ConductorConfig::new(&self.work_tree);
+        config.machine = self.machine.clone();
+        config.step_timeout = self.step_timeout + Duration::from_secs(5);
+        config.verify_timeout = self.verify_timeout;
+        config.append_observer = self.append_observer.take();
+        let endpoint: Arc<dyn LakebaseEndpoint> = Arc::new(SupervisedLakebase {
+            handle: lakebase.clone(),
+        });
+        let wiring = Wiring {
+            config,
+            feature: self.feature.take(),
+            roles,
+            lakebase: endpoint,
+            approver: self.approver.clone(),
+            progress: self.progress.take(),
+        };
+        Conductor::start(wiring).await
+    }
 }
+
+/// The role actors as the conductor reaches them, and their supervisors.
+type RoleActors = (
+    BTreeMap<Role, Arc<dyn RoleEndpoint>>,
+    Vec<Supervised<RoleMsg>>,
+);
 
 /// A running ensemble for one work tree.
 pub struct Ensemble {

@@ -250,20 +250,56 @@ pub fn runner_harness_report(config: &ProjectConfig) -> Vec<String> {
     out
 }
 
-/// `consort doctor`: checks the machine and the project; prints each check with a fix hint.
-/// Returns 0 when everything needed is in place, 1 otherwise.
-pub fn doctor(dir: &Path) -> i32 {
-    let mut failed = false;
-    let mut report = |ok: bool, what: &str, hint: &str| {
+/// The checks `consort doctor` has printed so far, and whether one failed.
+#[derive(Debug, Default)]
+struct Checks {
+    failed: bool,
+}
+
+impl Checks {
+    /// Prints one check; a failed one with its fix hint.
+    fn report(&mut self, ok: bool, what: &str, hint: &str) {
         if ok {
             println!("ok    {what}");
         } else {
-            failed = true;
+            self.failed = true;
             println!("FAIL  {what}\n      fix: {hint}");
         }
-    };
+    }
+}
+
+/// `consort doctor`: checks the machine and the project; prints each check with a fix hint.
+/// Returns 0 when everything needed is in place, 1 otherwise.
+pub fn doctor(dir: &Path) -> i32 {
+    let mut checks = Checks::default();
+    check_postgres_binaries(&mut checks);
+    let config = ProjectConfig::load(dir);
+    check_sandbox(&mut checks, config.as_ref().ok());
+    checks.report(
+        config.is_ok(),
+        &match &config {
+            Ok(_) => format!("{} parses", dir.join(CONFIG_FILE).display()),
+            Err(e) => format!("configuration: {e}"),
+        },
+        "run `consort init` or fix the key named above",
+    );
+    let Ok(config) = config else { return 1 };
+    check_runner(&mut checks, &config);
+    let feature = dir.join(&config.feature.request);
+    checks.report(
+        feature.exists(),
+        &format!("feature request {}", feature.display()),
+        "write the feature request as markdown with a '# Title' line",
+    );
+    check_agents(&mut checks, dir, &config);
+    check_database(&mut checks, &config);
+    i32::from(checks.failed)
+}
+
+/// The PostgreSQL server binaries and the psql client.
+fn check_postgres_binaries(checks: &mut Checks) {
     let bins = consort_lakebase::PgBinaries::find(None);
-    report(
+    checks.report(
         bins.is_ok(),
         &match &bins {
             Ok(b) => format!("PostgreSQL server binaries ({})", b.bin_dir.display()),
@@ -272,17 +308,19 @@ pub fn doctor(dir: &Path) -> i32 {
         "apt-get install postgresql (Debian/Ubuntu), or put initdb/postgres on PATH",
     );
     let psql = consort_lakebase::find_psql();
-    report(
+    checks.report(
         psql.is_ok(),
         "psql client",
         "apt-get install postgresql-client",
     );
+}
+
+/// Test-run confinement: available, or switched off by the configuration.
+fn check_sandbox(checks: &mut Checks, config: Option<&ProjectConfig>) {
     let sandbox = consort_lakebase::SandboxSupport::probe();
-    let config = ProjectConfig::load(dir);
-    let sandbox_off = config
-        .as_ref()
-        .is_ok_and(|c| c.runner.sandbox() == consort_lakebase::SandboxMode::Off);
-    report(
+    let sandbox_off =
+        config.is_some_and(|c| c.runner.sandbox() == consort_lakebase::SandboxMode::Off);
+    checks.report(
         sandbox_off || matches!(sandbox, consort_lakebase::SandboxSupport::Available { .. }),
         &format!(
             "test-run confinement: {sandbox}{}",
@@ -294,21 +332,16 @@ pub fn doctor(dir: &Path) -> i32 {
         ),
         "use a Linux kernel with Landlock enabled (5.13+; 6.7+ for TCP rules), or set sandbox = \"off\" under [runner]",
     );
-    report(
-        config.is_ok(),
-        &match &config {
-            Ok(_) => format!("{} parses", dir.join(CONFIG_FILE).display()),
-            Err(e) => format!("configuration: {e}"),
-        },
-        "run `consort init` or fix the key named above",
-    );
-    let Ok(config) = config else { return 1 };
-    for line in runner_harness_report(&config) {
+}
+
+/// The runner's harness files, and where a command runner's JUnit report goes.
+fn check_runner(checks: &mut Checks, config: &ProjectConfig) {
+    for line in runner_harness_report(config) {
         println!("{line}");
     }
     if let RunnerConfig::Command { junit: Some(j), .. } = &config.runner {
-        report(
-            junit_written_into_tree(&config).is_none(),
+        checks.report(
+            junit_written_into_tree(config).is_none(),
             &format!(
                 "the JUnit report {} goes to the run's report directory ($CONSORT_JUNIT)",
                 j.display()
@@ -316,12 +349,10 @@ pub fn doctor(dir: &Path) -> i32 {
             "the command writes it into the work tree, which a confined run cannot write: write it to \"$CONSORT_JUNIT\" (for example --junitxml=\"$CONSORT_JUNIT\")",
         );
     }
-    let feature = dir.join(&config.feature.request);
-    report(
-        feature.exists(),
-        &format!("feature request {}", feature.display()),
-        "write the feature request as markdown with a '# Title' line",
-    );
+}
+
+/// Each role's agent: its scripts exist, its API key is set, its command is named.
+fn check_agents(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
     for role in consort_actors::Role::ALL {
         match config.agents.for_role(role) {
             AgentConfig::Script { path, paths } => {
@@ -331,7 +362,7 @@ pub fn doctor(dir: &Path) -> i32 {
                     .map(|p| dir.join(p))
                     .filter(|p| !p.exists())
                     .collect();
-                report(
+                checks.report(
                     missing.is_empty(),
                     &format!("{role}: script {missing:?}"),
                     "write the script or fix [agents] paths",
@@ -342,7 +373,7 @@ pub fn doctor(dir: &Path) -> i32 {
                     .api_key_env
                     .as_deref()
                     .is_none_or(|k| std::env::var(k).is_ok());
-                report(
+                checks.report(
                     key,
                     &format!(
                         "{role}: OpenAI-compatible model {} at {}",
@@ -356,7 +387,7 @@ pub fn doctor(dir: &Path) -> i32 {
             }
             AgentConfig::Command(c) => {
                 let ok = !c.program.trim().is_empty();
-                report(
+                checks.report(
                     ok,
                     &format!("{role}: external command {}", c.program),
                     "set `program`",
@@ -364,31 +395,34 @@ pub fn doctor(dir: &Path) -> i32 {
             }
         }
     }
+}
+
+/// The database provider's environment: the Lakebase host and token, or the database URL.
+fn check_database(checks: &mut Checks, config: &ProjectConfig) {
     if let ProviderConfig::Lakebase {
         host_env,
         token_env,
         ..
     } = &config.database
     {
-        report(
+        checks.report(
             std::env::var(host_env).is_ok(),
             &format!("Lakebase host in {host_env}"),
             &format!("export {host_env}=https://<workspace>"),
         );
-        report(
+        checks.report(
             std::env::var(token_env).is_ok(),
             &format!("Lakebase token in {token_env}"),
             &format!("export {token_env}=<token>"),
         );
     }
     if let ProviderConfig::Url { url_env } = &config.database {
-        report(
+        checks.report(
             std::env::var(url_env).is_ok(),
             &format!("database URL in {url_env}"),
             &format!("export {url_env}=postgres://…"),
         );
     }
-    i32::from(failed)
 }
 
 #[cfg(test)]

@@ -76,6 +76,18 @@ impl Approver for TerminalApprover {
     }
 }
 
+/// Installs the command line's log subscriber: the filter from `CONSORT_LOG` (default
+/// `warn`), written to standard error.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CONSORT_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// Whether standard input and error are a terminal.
 pub fn is_terminal() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()

@@ -398,16 +398,7 @@ fn program_name(p: &str) -> &str {
 }
 
 fn excerpt(s: &str) -> String {
-    const MAX: usize = 2000;
-    let s = s.trim();
-    if s.len() <= MAX {
-        return s.to_string();
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    crate::validate::clip(s.trim(), 2000)
 }
 
 /// Kills the program's process group (its id is the leader's pid) when asked or dropped.

@@ -99,11 +99,15 @@ fn strip_nulls(v: &mut Value) {
 }
 
 fn short(s: &str) -> String {
-    const MAX: usize = 400;
-    if s.len() <= MAX {
+    clip(s, 400)
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary), with `…` when it was cut.
+pub(crate) fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
         return s.to_string();
     }
-    let mut end = MAX;
+    let mut end = max;
     while !s.is_char_boundary(end) {
         end -= 1;
     }

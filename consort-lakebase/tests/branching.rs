@@ -4,9 +4,22 @@
 mod common;
 
 use common::{migration, provider, query_strings};
-use consort_lakebase::{BaseRef, BaseSpec, BranchProvider, Error, migrate, names::BranchNamer};
+use consort_lakebase::{
+    BaseRef, BaseSpec, Branch, BranchProvider, ConnectInfo, Error, migrate, names::BranchNamer,
+};
 
 use consort_testkit::cluster::base_spec as spec;
+use consort_testkit::cluster::{provider_on, unique_database};
+
+/// A new branch of `base` on `p`, and how to reach it.
+async fn branch_of(p: &impl BranchProvider, base: &BaseRef) -> (Branch, ConnectInfo) {
+    let b = p
+        .create(&BranchNamer::new().next_name(), base)
+        .await
+        .expect("branch");
+    let info = p.connect_info(&b).await.expect("info");
+    (b, info)
+}
 
 /// The base of one migration on `p`.
 async fn base_with(p: &impl BranchProvider, version: &str, sql: &str) -> BaseRef {
@@ -171,11 +184,7 @@ async fn migrations_apply_in_order_once_and_a_changed_checksum_is_refused() {
         .prepare_base(&spec(vec![m1.clone(), m2.clone()]))
         .await
         .expect("base");
-    let b = p
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("branch");
-    let info = p.connect_info(&b).await.expect("info");
+    let (b, info) = branch_of(&*p, &base).await;
     // Both recorded, in order, with their checksums; the second depends on the first.
     assert_eq!(
         query_strings(
@@ -243,21 +252,17 @@ async fn a_failing_migration_fails_the_base_and_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
-    // A private cluster: promote changes the parent, which other tests copy from.
-    let cluster =
-        consort_lakebase::EmbeddedPostgres::start(consort_lakebase::EmbeddedConfig::temporary())
-            .await
-            .expect("cluster");
-    let p = consort_lakebase::EmbeddedProvider::new(cluster)
-        .await
-        .expect("provider");
+    // A parent of its own on the shared cluster: promote changes the parent, which other
+    // tests copy from.
+    let parent = unique_database("promote");
+    let p = provider_on(&parent).await;
     let m1 = migration("0001_loc", "CREATE TABLE locations (id int PRIMARY KEY)");
     let m2 = migration("0002_seed", "INSERT INTO locations VALUES (1), (2)");
     let first = p
         .promote(std::slice::from_ref(&m1))
         .await
         .expect("promote 1");
-    assert_eq!(first.target, "consort");
+    assert_eq!(first.target, parent);
     assert_eq!(first.applied, vec!["0001_loc"]);
     assert!(first.verified && first.failure.is_none());
     let second = p
@@ -270,11 +275,7 @@ async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
     // The parent now holds the data: a base copied from it (with no migrations of its own)
     // shows it in a branch.
     let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
-    let b = p
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("branch");
-    let info = p.connect_info(&b).await.expect("info");
+    let (b, info) = branch_of(&*p, &base).await;
     assert_eq!(
         query_strings(&info, "SELECT count(*) FROM locations")
             .await
@@ -295,4 +296,29 @@ async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
         third.failure
     );
     p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
+async fn a_base_is_copied_from_its_own_parent_even_when_another_parent_has_the_same_spec() {
+    let (first, second) = (unique_database("parent"), unique_database("parent"));
+    let (a, b) = (provider_on(&first).await, provider_on(&second).await);
+    a.promote(&[migration("0001_only_a", "CREATE TABLE only_in_a (id int)")])
+        .await
+        .expect("promote into the first parent");
+    // The same spec on both: each base must be a copy of its own parent.
+    let base_a = a.prepare_base(&BaseSpec::default()).await.expect("base a");
+    let base_b = b.prepare_base(&BaseSpec::default()).await.expect("base b");
+    assert_ne!(base_a.id, base_b.id, "two parents share one template");
+    let (branch, info) = branch_of(&*b, &base_b).await;
+    assert_eq!(
+        query_strings(
+            &info,
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'only_in_a'"
+        )
+        .await
+        .expect("count"),
+        vec!["0".to_string()],
+        "the second parent's base holds the first parent's table"
+    );
+    b.delete(&branch.name).await.expect("delete");
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use consort_actors::Migration;
 use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
 use consort_lakebase::{
-    BaseSpec, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
-    EmbeddedProvider, Error, PostgresUrlProvider, Secret, ServerOptions, SslMode, connect,
+    BaseSpec, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
+    Error, PostgresUrlProvider, Secret, ServerOptions, connect,
 };
 use tokio_postgres::Client;
 
@@ -27,21 +27,7 @@ async fn provider() -> (Arc<EmbeddedCluster>, EmbeddedProvider) {
     (cluster, p)
 }
 
-/// The superuser over the cluster's Unix socket (the password is in the cluster's
-/// directory, which this process made).
-fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
-    let password = std::fs::read_to_string(cluster.dir().join("admin.pw"))
-        .expect("the cluster's admin.pw (this process started the cluster)");
-    ConnectInfo {
-        host: cluster.socket_dir().display().to_string(),
-        port: cluster.port(),
-        database: database.into(),
-        user: cluster.superuser().into(),
-        secret: Secret::new(password.trim()),
-        expires_at: None,
-        sslmode: SslMode::Disable,
-    }
-}
+use consort_testkit::cluster::admin_info;
 
 async fn admin(cluster: &EmbeddedCluster) -> Client {
     connect(&admin_info(cluster, "postgres"))

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use consort_lakebase::{
-    BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
-    ServerOptions,
+    BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
+    EmbeddedProvider, Secret, ServerOptions, SslMode,
 };
 use tokio::sync::OnceCell;
 
@@ -91,5 +91,21 @@ pub fn base_spec(migrations: Vec<consort_actors::Migration>) -> consort_lakebase
     consort_lakebase::BaseSpec {
         migrations,
         fixtures: vec![],
+    }
+}
+
+/// The superuser of `cluster` on `database`, over the cluster's Unix socket (the password is
+/// in the cluster's directory, which this process made).
+pub fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
+    let password = std::fs::read_to_string(cluster.dir().join("admin.pw"))
+        .expect("the cluster's admin.pw (this process started the cluster)");
+    ConnectInfo {
+        host: cluster.socket_dir().display().to_string(),
+        port: cluster.port(),
+        database: database.into(),
+        user: cluster.superuser().into(),
+        secret: Secret::new(password.trim()),
+        expires_at: None,
+        sslmode: SslMode::Disable,
     }
 }

@@ -57,13 +57,7 @@ fn main() {
 
 fn run() -> Result<i32> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CONSORT_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    consort::ui::init_logging();
     let dir = match args.dir {
         Some(d) => d,
         None => std::env::temp_dir().join(format!("consort-stockflow-{}", std::process::id())),

@@ -10,15 +10,7 @@ use consort_actors::{RuleViolation, Writer, check_change_set};
 use super::*;
 use crate::config::{ConfigError, ProjectConfig, Sandbox};
 
-const MINIMAL: &str = r#"
-[feature]
-id = "F1"
-request = "feature.md"
-
-[agents.default]
-backend = "script"
-path = ".consort/script.toml"
-"#;
+use crate::config::tests::MINIMAL;
 
 fn tests_policy(globs: &[&str]) -> PathPolicy {
     PathPolicy::new(globs, &[]).expect("globs")

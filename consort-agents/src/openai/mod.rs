@@ -563,16 +563,7 @@ fn about_response_format(e: &async_openai::error::ApiError) -> bool {
 }
 
 fn excerpt(s: &str) -> String {
-    const MAX: usize = 300;
-    let s = s.trim();
-    if s.len() <= MAX {
-        return s.to_string();
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    crate::validate::clip(s.trim(), 300)
 }
 
 /// The user message: the assignment as JSON.

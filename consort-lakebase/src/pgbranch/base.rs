@@ -19,9 +19,12 @@ use crate::provider::{BaseRef, BaseSpec};
 /// Templates younger than this are never pruned (another provider may be copying one).
 const PRUNE_GRACE_SECS: i64 = 600;
 
-/// The template name of the base with key `key`.
-fn template_name(key: &ContentHash) -> String {
-    format!("{TEMPLATE_PREFIX}{}", &key.to_hex()[..24])
+/// The template name of the base with key `key` copied from the database `parent`: two
+/// parents on one server never share a template, even for the same [`BaseSpec`].
+fn template_name(parent: &str, key: &ContentHash) -> String {
+    let hex = key.to_hex();
+    let named = ContentHash::of_pieces([parent.as_bytes(), b"\0", hex.as_bytes()]);
+    format!("{TEMPLATE_PREFIX}{}", &named.to_hex()[..24])
 }
 
 impl ServerProvider {
@@ -29,7 +32,7 @@ impl ServerProvider {
     pub(super) async fn prepare_base_impl(&self, spec: &BaseSpec) -> Result<BaseRef> {
         migrate::check_plan(&spec.migrations)?;
         let key = spec.key();
-        let name = template_name(&key);
+        let name = template_name(&self.target.parent, &key);
         let base = BaseRef {
             id: name.clone(),
             key,
@@ -184,5 +187,20 @@ impl ServerProvider {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_name_depends_on_the_parent_as_well_as_the_base() {
+        let key = BaseSpec::default().key();
+        let a = template_name("consort", &key);
+        assert!(a.starts_with(TEMPLATE_PREFIX));
+        assert_eq!(a, template_name("consort", &key));
+        assert_ne!(a, template_name("other", &key));
+        assert_ne!(a, template_name("consort", &ContentHash::of_bytes(b"x")));
     }
 }
