@@ -7,11 +7,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::migration;
-use consort_lakebase::{BaseSpec, BranchPool, BranchProvider, PoolConfig, Released};
+use consort_lakebase::{
+    BaseSpec, BranchPool, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
+    PoolConfig, Released,
+};
 
-/// A provider whose branches no other test sees (its own parent database).
+/// A provider on a cluster of its own: `list` reports every Consort branch of a server, whatever
+/// its parent database, so exact branch counts need a server no other test uses.
 async fn private_provider() -> Arc<dyn BranchProvider> {
-    consort_testkit::cluster::isolated_provider().await
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
+        .await
+        .expect("a private cluster starts");
+    Arc::new(EmbeddedProvider::new(cluster).await.expect("provider"))
 }
 
 async fn count_consort_branches(p: &Arc<dyn BranchProvider>) -> usize {

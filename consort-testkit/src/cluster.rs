@@ -63,12 +63,6 @@ pub fn unique_database(prefix: &str) -> String {
     format!("{prefix}_{}", NEXT.fetch_add(1, Ordering::SeqCst))
 }
 
-/// A provider on the shared cluster with a parent database of its own (for tests that change
-/// the parent, such as promote, or count every branch), as a trait object.
-pub async fn isolated_provider() -> Arc<dyn BranchProvider> {
-    provider_on(&unique_database("isolated")).await
-}
-
 /// Stops the shared cluster if it was started (for harnesses that want it gone before they
 /// print their summary). Returns what stopping said.
 pub fn stop() -> Result<(), consort_lakebase::Error> {
