@@ -483,22 +483,11 @@ impl TestRunReceipt {
     }
 }
 
-/// The id of a verify or promote request; unique within a run.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(transparent)]
-pub struct RequestId(pub u64);
+key_type! {
+    /// The id of a verify or promote request; unique within a run.
+    #[serde(transparent)]
+    pub struct RequestId(pub u64);
+}
 
 impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -506,28 +495,17 @@ impl fmt::Display for RequestId {
     }
 }
 
-/// The three human gates.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum GateKind {
-    /// Approve the frozen design bundle.
-    Design,
-    /// Approve the release and its evidence.
-    Deploy,
-    /// Approve applying the migrations to the parent database.
-    Promote,
+key_type! {
+    /// The three human gates.
+    #[serde(rename_all = "kebab-case")]
+    pub enum GateKind {
+        /// Approve the frozen design bundle.
+        Design,
+        /// Approve the release and its evidence.
+        Deploy,
+        /// Approve applying the migrations to the parent database.
+        Promote,
+    }
 }
 
 impl GateKind {
@@ -541,11 +519,7 @@ impl GateKind {
     }
 }
 
-impl fmt::Display for GateKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+display_as_str!(GateKind);
 
 impl std::str::FromStr for GateKind {
     type Err = String;
@@ -790,11 +764,7 @@ impl ArtifactKind {
     }
 }
 
-impl fmt::Display for ArtifactKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+display_as_str!(ArtifactKind);
 
 /// The frozen design: everything the design lane produced, hashed as one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -43,6 +43,39 @@
 //! assert_eq!(state.pending_command().as_ref(), commands.first());
 //! ```
 
+/// Declares a small `Copy` key, an id or a closed set of names, with the derives every such key
+/// of the protocol has: comparable and hashable (a map or set key), serialisable, and described
+/// in the JSON schema.
+macro_rules! key_type {
+    ($item:item) => {
+        #[derive(
+            Debug,
+            Clone,
+            Copy,
+            PartialEq,
+            Eq,
+            Hash,
+            PartialOrd,
+            Ord,
+            serde::Serialize,
+            serde::Deserialize,
+            schemars::JsonSchema,
+        )]
+        $item
+    };
+}
+
+/// `Display` for closed sets of names: each value shows as its `as_str`.
+macro_rules! display_as_str {
+    ($($ty:ty),* $(,)?) => {$(
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+
 mod artifact;
 mod conductor;
 mod gate;

@@ -19,22 +19,11 @@ use crate::hash::ContentHash;
 use crate::role::{ActorId, Role};
 use crate::step::Step;
 
-/// The id of one assignment; unique within a run.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(transparent)]
-pub struct AssignmentId(pub u64);
+key_type! {
+    /// The id of one assignment; unique within a run.
+    #[serde(transparent)]
+    pub struct AssignmentId(pub u64);
+}
 
 impl std::fmt::Display for AssignmentId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -5,38 +5,27 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// One lifecycle role. Each is played by exactly one actor at a time.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    /// Owns the backlog: stories and their acceptance criteria.
-    ProductOwner,
-    /// Owns the structured, testable specification.
-    SpecAuthor,
-    /// Owns the architecture verdict: layering, NFRs, persistence invariants.
-    ArchitectReviewer,
-    /// Owns the physical schema and the per-story migration plan.
-    Dba,
-    /// Owns the ordered master test list, every test traced to an acceptance criterion.
-    TestStrategist,
-    /// Owns the interface design for user-facing stories.
-    UxDesigner,
-    /// Writes the failing test (RED) and reviews the Driver's code.
-    Navigator,
-    /// Writes the code that passes the test (GREEN), then refactors.
-    Driver,
+key_type! {
+    /// One lifecycle role. Each is played by exactly one actor at a time.
+    #[serde(rename_all = "kebab-case")]
+    pub enum Role {
+        /// Owns the backlog: stories and their acceptance criteria.
+        ProductOwner,
+        /// Owns the structured, testable specification.
+        SpecAuthor,
+        /// Owns the architecture verdict: layering, NFRs, persistence invariants.
+        ArchitectReviewer,
+        /// Owns the physical schema and the per-story migration plan.
+        Dba,
+        /// Owns the ordered master test list, every test traced to an acceptance criterion.
+        TestStrategist,
+        /// Owns the interface design for user-facing stories.
+        UxDesigner,
+        /// Writes the failing test (RED) and reviews the Driver's code.
+        Navigator,
+        /// Writes the code that passes the test (GREEN), then refactors.
+        Driver,
+    }
 }
 
 impl Role {
@@ -67,11 +56,7 @@ impl Role {
     }
 }
 
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+display_as_str!(Role);
 
 /// A role name that is not one of the eight.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

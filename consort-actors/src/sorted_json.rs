@@ -105,6 +105,16 @@ impl<'a> Sorted<'a> {
     }
 }
 
+/// The narrower integers are written as the 64-bit integer of their sign: a `Value` number holds
+/// them so.
+macro_rules! widened {
+    ($($method:ident($narrow:ty) => $wide:ident($to:ty)),* $(,)?) => {$(
+        fn $method(self, v: $narrow) -> Result<(), Error> {
+            self.$wide(<$to>::from(v))
+        }
+    )*};
+}
+
 impl<'a> ser::Serializer for Sorted<'a> {
     type Ok = ();
     type Error = Error;
@@ -121,15 +131,11 @@ impl<'a> ser::Serializer for Sorted<'a> {
             .extend_from_slice(if v { b"true" as &[u8] } else { b"false" });
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        self.serialize_i64(i64::from(v))
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        self.serialize_i64(i64::from(v))
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        self.serialize_i64(i64::from(v))
-    }
+    widened!(
+        serialize_i8(i8) => serialize_i64(i64),
+        serialize_i16(i16) => serialize_i64(i64),
+        serialize_i32(i32) => serialize_i64(i64),
+    );
     fn serialize_i64(self, v: i64) -> Result<(), Error> {
         write_display(self.out, v);
         Ok(())
@@ -143,15 +149,11 @@ impl<'a> ser::Serializer for Sorted<'a> {
             Err(Error::custom("number out of range"))
         }
     }
-    fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        self.serialize_u64(u64::from(v))
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        self.serialize_u64(u64::from(v))
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        self.serialize_u64(u64::from(v))
-    }
+    widened!(
+        serialize_u8(u8) => serialize_u64(u64),
+        serialize_u16(u16) => serialize_u64(u64),
+        serialize_u32(u32) => serialize_u64(u64),
+    );
     fn serialize_u64(self, v: u64) -> Result<(), Error> {
         write_display(self.out, v);
         Ok(())
@@ -427,35 +429,28 @@ impl ser::SerializeMap for Object<'_> {
     }
 }
 
-impl ser::SerializeStruct for Object<'_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Error> {
-        self.field(Cow::Borrowed(key), value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.finish()
-    }
+/// Structs and struct variants both write `{"field":value,…}`, their fields named by `'static`
+/// keys: the same field and end for the two serde traits.
+macro_rules! struct_like {
+    ($($trait:ident),* $(,)?) => {$(
+        impl ser::$trait for Object<'_> {
+            type Ok = ();
+            type Error = Error;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), Error> {
+                self.field(Cow::Borrowed(key), value)
+            }
+            fn end(self) -> Result<(), Error> {
+                self.finish()
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeStructVariant for Object<'_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Error> {
-        self.field(Cow::Borrowed(key), value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.finish()
-    }
-}
+struct_like!(SerializeStruct, SerializeStructVariant);
 
 /// A map key as a `Value` map holds it: a string, or a bool, number, char or unit variant
 /// written as one.
@@ -477,6 +472,15 @@ fn float_key(f: f64) -> Result<String, Error> {
     }
 }
 
+/// A bool or an integer key is written as its own text, as a `Value` map holds it.
+macro_rules! as_text {
+    ($($method:ident($ty:ty)),* $(,)?) => {$(
+        fn $method(self, v: $ty) -> Result<String, Error> {
+            Ok(v.to_string())
+        }
+    )*};
+}
+
 impl ser::Serializer for MapKey {
     type Ok = String;
     type Error = Error;
@@ -488,39 +492,19 @@ impl ser::Serializer for MapKey {
     type SerializeStruct = Impossible<String, Error>;
     type SerializeStructVariant = Impossible<String, Error>;
 
-    fn serialize_bool(self, v: bool) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_i8(self, v: i8) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_i16(self, v: i16) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_i32(self, v: i32) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_i64(self, v: i64) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_i128(self, v: i128) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_u8(self, v: u8) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_u16(self, v: u16) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_u32(self, v: u32) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_u64(self, v: u64) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-    fn serialize_u128(self, v: u128) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
+    as_text!(
+        serialize_bool(bool),
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_i128(i128),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+        serialize_u128(u128),
+    );
     fn serialize_f32(self, v: f32) -> Result<String, Error> {
         // Keys keep the f32's own shortest text (unlike values, which widen).
         if v.is_finite() {
