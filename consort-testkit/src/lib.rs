@@ -1,6 +1,7 @@
 //! Test support for the Consort workspace, written once and used by the tests and benches of
 //! every package.
 //!
+//! * [`actors`]: an actor made from a function, a double for a role or a Lakebase actor.
 //! * [`agents`]: an agent made from a closure, and one that always gives the same answer.
 //! * [`artifacts`]: valid artifacts for every step of the lifecycle (a feature, stories, a
 //!   spec, a schema plan, a test list, a UX design, change sets, gate approvals, receipts).
@@ -18,6 +19,7 @@
 //! The crate is a dev-dependency only (`publish = false`); its helpers panic on set-up
 //! failures, as tests do.
 
+pub mod actors;
 pub mod agents;
 pub mod artifacts;
 pub mod assert;

@@ -11,10 +11,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorProcessingErr};
 
 use consort_actors::*;
+use consort_testkit::actors::FnActor;
 use consort_testkit::artifacts as kit;
+use consort_testkit::assert::denials;
 // Not at the crate root today: the orchestrator re-exports them there.
 use consort_actors::HumanDecision;
 use consort_actors::Ledger;
@@ -25,46 +27,26 @@ use consort_actors::{
 use consort_actors::{ChildSpec, Supervised};
 type Answer = Arc<dyn Fn(&Assignment) -> Artifact + Send + Sync>;
 
-#[derive(Clone)]
-struct FnRole {
-    id: ActorId,
-    answer: Answer,
-}
-
-impl Actor for FnRole {
-    type Msg = RoleMsg;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(&self, _: ActorRef<RoleMsg>, _: ()) -> Result<(), ActorProcessingErr> {
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        _: ActorRef<RoleMsg>,
-        msg: RoleMsg,
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
+/// A role actor playing `id` that answers every assignment with `answer`.
+fn fn_role(id: ActorId, answer: Answer) -> FnActor<RoleMsg> {
+    FnActor::new(move |msg| {
         match msg {
             RoleMsg::Assign(a, port) => {
-                let artifact = (self.answer)(&a);
+                let artifact = answer(&a);
                 let _ = port.send(Ok(Produced {
                     assignment: a.id,
-                    author: self.id.clone(),
+                    author: id.clone(),
                     artifact,
                     usage: Usage::default(),
                 }));
             }
             RoleMsg::Identify(port) => {
-                let _ = port.send(self.id.clone());
+                let _ = port.send(id.clone());
             }
         }
         Ok(())
-    }
+    })
 }
-
-use consort_actors::ActorId;
 
 #[derive(Clone, Default)]
 struct FakeLakebase {
@@ -104,21 +86,14 @@ fn run_tests(root: &Path) -> Vec<TestOutcome> {
         .collect()
 }
 
-impl Actor for FakeLakebase {
-    type Msg = LakebaseMsg;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(&self, _: ActorRef<LakebaseMsg>, _: ()) -> Result<(), ActorProcessingErr> {
-        Ok(())
+impl FakeLakebase {
+    /// The actor: clones share what it served and the failures still to come.
+    fn actor(&self) -> FnActor<LakebaseMsg> {
+        let this = self.clone();
+        FnActor::new(move |msg| this.serve(msg))
     }
 
-    async fn handle(
-        &self,
-        _: ActorRef<LakebaseMsg>,
-        msg: LakebaseMsg,
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
+    fn serve(&self, msg: LakebaseMsg) -> Result<(), ActorProcessingErr> {
         match msg {
             LakebaseMsg::Verify(req, port) => {
                 if self.fail_next.load(Ordering::SeqCst) > 0 {
@@ -242,16 +217,13 @@ impl Fixture {
         let mut roles: BTreeMap<Role, Arc<dyn RoleEndpoint>> = BTreeMap::new();
         for role in Role::ALL {
             let id = ActorId::new(role, role.as_str());
-            let actor = FnRole {
-                id: id.clone(),
-                answer: Arc::clone(&answer),
-            };
+            let actor = fn_role(id.clone(), Arc::clone(&answer));
             let handle = Supervised::start(ChildSpec::for_actor(role.as_str(), actor, ()))
                 .await
                 .expect("role");
             roles.insert(role, Arc::new(SupervisedRole { id, handle }));
         }
-        let (lb, _) = Actor::spawn(None, self.lakebase.clone(), ())
+        let (lb, _) = Actor::spawn(None, self.lakebase.actor(), ())
             .await
             .expect("lakebase");
         Wiring {
@@ -277,6 +249,27 @@ impl Fixture {
         Conductor::start(w).await?.run().await
     }
 
+    /// Runs `answer` with no approver: the run stops at the first gate, or before.
+    async fn run_to_gate(&self, answer: Answer) -> RunReport {
+        self.run(answer, Arc::new(StopAtGates)).await.expect("run")
+    }
+
+    /// Runs the conductor wired with `config`, `answer` and `approver` to its end.
+    async fn run_with(
+        &self,
+        config: ConductorConfig,
+        answer: Answer,
+        approver: Arc<dyn Approver>,
+    ) -> RunReport {
+        let w = self.wiring(config, answer, approver).await;
+        Conductor::start(w)
+            .await
+            .expect("start")
+            .run()
+            .await
+            .expect("run")
+    }
+
     fn ledger(&self) -> PathBuf {
         self.root().join(consort_actors::DEFAULT_LEDGER_PATH)
     }
@@ -288,6 +281,22 @@ impl Fixture {
             .map(|e| e.event)
             .collect()
     }
+}
+
+/// The hash the design gate waits for; panics unless the run stopped there.
+fn design_gate_hash(report: &RunReport) -> ContentHash {
+    match &report.outcome {
+        RunOutcome::AtGate {
+            gate: GateKind::Design,
+            hash,
+        } => *hash,
+        other => panic!("expected the design gate, got {other:?}"),
+    }
+}
+
+/// Whether the run stopped at `gate`.
+fn stopped_at(report: &RunReport, gate: GateKind) -> bool {
+    matches!(report.outcome, RunOutcome::AtGate { gate: at, .. } if at == gate)
 }
 
 fn approve_all() -> Arc<dyn Approver> {
@@ -320,17 +329,8 @@ async fn a_whole_lifecycle_runs_to_done_through_real_actors() {
 #[tokio::test]
 async fn without_an_approver_the_run_stops_at_the_design_gate_and_resumes_after_an_approval() {
     let fx = Fixture::new();
-    let report = fx
-        .run(answer(honest), Arc::new(StopAtGates))
-        .await
-        .expect("run");
-    let RunOutcome::AtGate {
-        gate: GateKind::Design,
-        hash,
-    } = report.outcome
-    else {
-        panic!("expected the design gate, got {:?}", report.outcome)
-    };
+    let report = fx.run_to_gate(answer(honest)).await;
+    let hash = design_gate_hash(&report);
     assert!(
         fx.root().join(DESIGN_FILE).exists(),
         "the frozen design is on disk for the human"
@@ -353,17 +353,8 @@ async fn without_an_approver_the_run_stops_at_the_design_gate_and_resumes_after_
     );
     wrong.hash = hash;
     record_gate_decision(&fx.ledger(), &m, wrong).expect("the right hash is accepted");
-    let report = fx
-        .run(answer(honest), Arc::new(StopAtGates))
-        .await
-        .expect("run again");
-    assert!(matches!(
-        report.outcome,
-        RunOutcome::AtGate {
-            gate: GateKind::Deploy,
-            ..
-        }
-    ));
+    let report = fx.run_to_gate(answer(honest)).await;
+    assert!(stopped_at(&report, GateKind::Deploy));
     assert_eq!(report.state.build.completed, 2);
 }
 
@@ -446,9 +437,7 @@ async fn a_crash_after_any_event_resumes_to_the_same_end_without_redoing_recorde
 #[tokio::test]
 async fn an_edited_ledger_line_is_refused_and_the_run_does_not_resume() {
     let fx = Fixture::new();
-    fx.run(answer(honest), Arc::new(StopAtGates))
-        .await
-        .expect("run");
+    fx.run_to_gate(answer(honest)).await;
     let text = std::fs::read_to_string(fx.ledger()).expect("read");
     let edited = text.replacen("\"S1\"", "\"S9\"", 1);
     assert_ne!(text, edited);
@@ -471,17 +460,8 @@ fn crash_once(a: &Assignment) -> Artifact {
 #[tokio::test]
 async fn a_role_actor_that_panics_is_restarted_and_the_step_retried() {
     let fx = Fixture::new();
-    let report = fx
-        .run(answer(crash_once), Arc::new(StopAtGates))
-        .await
-        .expect("run");
-    assert!(matches!(
-        report.outcome,
-        RunOutcome::AtGate {
-            gate: GateKind::Design,
-            ..
-        }
-    ));
+    let report = fx.run_to_gate(answer(crash_once)).await;
+    assert!(stopped_at(&report, GateKind::Design));
     assert!(report.state.schema.is_some());
     let _ = &fx.crashes;
 }
@@ -496,10 +476,7 @@ fn always_crash(a: &Assignment) -> Artifact {
 #[tokio::test]
 async fn a_role_actor_that_keeps_panicking_escalates_as_an_infrastructure_fault() {
     let fx = Fixture::new();
-    let report = fx
-        .run(answer(always_crash), Arc::new(StopAtGates))
-        .await
-        .expect("run");
+    let report = fx.run_to_gate(answer(always_crash)).await;
     match report.outcome {
         RunOutcome::Halted { escalation } => {
             assert_eq!(
@@ -583,10 +560,7 @@ async fn a_change_set_through_a_symlink_out_of_the_tree_is_refused_and_nothing_w
 #[tokio::test]
 async fn a_design_edited_after_approval_halts_before_the_next_build_step() {
     let fx = Fixture::new();
-    let report = fx
-        .run(answer(honest), Arc::new(StopAtGates))
-        .await
-        .expect("run");
+    let report = fx.run_to_gate(answer(honest)).await;
     let RunOutcome::AtGate { hash, .. } = report.outcome else {
         panic!("gate")
     };
@@ -610,10 +584,7 @@ async fn a_design_edited_after_approval_halts_before_the_next_build_step() {
         text.replace("CREATE TABLE t1", "CREATE TABLE hacked"),
     )
     .expect("edit");
-    let report = fx
-        .run(answer(honest), Arc::new(StopAtGates))
-        .await
-        .expect("run");
+    let report = fx.run_to_gate(answer(honest)).await;
     let RunOutcome::Halted { escalation } = report.outcome else {
         panic!("expected a halt")
     };
@@ -630,16 +601,9 @@ async fn the_same_actor_cannot_be_set_up_as_driver_and_navigator() {
     let fx = Fixture::new();
     let mut w = fx.wiring(fx.config(), answer(honest), approve_all()).await;
     let solo = ActorId::new(Role::Driver, "solo");
-    let (actor, _) = Actor::spawn(
-        None,
-        FnRole {
-            id: solo.clone(),
-            answer: answer(honest),
-        },
-        (),
-    )
-    .await
-    .expect("spawn");
+    let (actor, _) = Actor::spawn(None, fn_role(solo.clone(), answer(honest)), ())
+        .await
+        .expect("spawn");
     w.roles.insert(
         Role::Driver,
         Arc::new(DirectRole {
@@ -692,13 +656,7 @@ async fn a_refused_live_approval_closes_the_gate_instead_of_asking_again() {
     .await
     .expect("the run stops instead of asking the approver forever")
     .expect("run");
-    let RunOutcome::AtGate {
-        gate: GateKind::Design,
-        hash,
-    } = report.outcome
-    else {
-        panic!("expected the design gate, got {:?}", report.outcome)
-    };
+    let hash = design_gate_hash(&report);
     assert_eq!(approver.asked.load(Ordering::SeqCst), 1);
     let events = fx.events();
     let refused: Vec<&Event> = events
@@ -789,6 +747,11 @@ async fn a_refused_apply_keeps_its_journal_so_a_retry_records_the_true_undo() {
     );
 }
 
+/// The honest GREEN write for T1 (what [`honest`] writes).
+fn t1_green() -> FileChange {
+    kit::write("src/t1.sql", "-- token-T1\n")
+}
+
 /// The Driver's GREEN for T1 answered with `cheats[attempt]` while there is one, honestly after.
 fn green_t1_cheats(cheats: Vec<Vec<FileChange>>) -> Answer {
     Arc::new(move |a: &Assignment| match &a.step {
@@ -800,23 +763,6 @@ fn green_t1_cheats(cheats: Vec<Vec<FileChange>>) -> Answer {
         }
         _ => honest(a),
     })
-}
-
-fn put(path: &str, content: &str) -> FileChange {
-    FileChange::Write {
-        path: path.into(),
-        content: content.into(),
-    }
-}
-
-fn denials(events: &[Event]) -> Vec<crate::RuleViolation> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::ApplyDenied { violation, .. } => Some(violation.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn applied_count(events: &[Event]) -> usize {
@@ -836,24 +782,15 @@ async fn a_write_through_a_link_is_judged_by_the_file_it_reaches_before_anything
     std::os::unix::fs::symlink("../consort.toml", root.join("src/cfg")).expect("link");
     std::os::unix::fs::symlink("../.git", root.join("src/g")).expect("link");
     let answer = green_t1_cheats(vec![
-        vec![
-            put("src/t1.sql", "-- token-T1\n"),
-            put("src/link/t1.sql", "weakened"),
-        ],
-        vec![put("src/link/t9.sql", "a test of my own")],
-        vec![put("src/cfg", "[paths]\ntests = []\n")],
-        vec![put("src/g/hooks/pre-commit", "#!/bin/sh\n")],
+        vec![t1_green(), kit::write("src/link/t1.sql", "weakened")],
+        vec![kit::write("src/link/t9.sql", "a test of my own")],
+        vec![kit::write("src/cfg", "[paths]\ntests = []\n")],
+        vec![kit::write("src/g/hooks/pre-commit", "#!/bin/sh\n")],
     ]);
     let mut config = fx.config();
     config.machine.max_agent_retries = 4;
     let machine = Machine::new(config.machine.clone());
-    let w = fx.wiring(config, answer, approve_all()).await;
-    let report = Conductor::start(w)
-        .await
-        .expect("start")
-        .run()
-        .await
-        .expect("run");
+    let report = fx.run_with(config, answer, approve_all()).await;
     assert_eq!(
         report.outcome,
         RunOutcome::Done,
@@ -908,8 +845,8 @@ async fn a_red_that_writes_a_test_path_through_a_link_to_code_is_non_test_in_red
         Step::Red { test } if test == "T1" && a.attempt == 0 => Artifact::ChangeSet(ChangeSet {
             summary: "red, and some code on the side".into(),
             changes: vec![
-                put("tests/t1.sql", "need: token-T1\n"),
-                put("tests/lib/t1.sql", "-- token-T1\n"),
+                kit::write("tests/t1.sql", "need: token-T1\n"),
+                kit::write("tests/lib/t1.sql", "-- token-T1\n"),
             ],
         }),
         _ => honest(a),
@@ -948,28 +885,19 @@ async fn a_path_the_file_system_refuses_is_a_retry_and_nothing_is_left_half_appl
     std::fs::write(root.join("src/notes.txt"), "notes\n").expect("seed");
     let long = format!("src/{}.sql", "n".repeat(300));
     let answer = green_t1_cheats(vec![
-        vec![put("src/t1.sql", "-- token-T1\n"), put(&long, "x")],
-        vec![
-            put("src/t1.sql", "-- token-T1\n"),
-            put("src/notes.txt/x.sql", "x"),
-        ],
+        vec![t1_green(), kit::write(&long, "x")],
+        vec![t1_green(), kit::write("src/notes.txt/x.sql", "x")],
         // Each path is fine on the tree as it is; the last collides with the one before it, so
         // the OS refuses it mid-way and the first two writes are undone.
         vec![
-            put("src/t1.sql", "-- token-T1\n"),
-            put("src/gen/a.sql", "a"),
-            put("src/gen", "a file where the directory now is"),
+            t1_green(),
+            kit::write("src/gen/a.sql", "a"),
+            kit::write("src/gen", "a file where the directory now is"),
         ],
     ]);
     let mut config = fx.config();
     config.machine.max_agent_retries = 3;
-    let w = fx.wiring(config, answer, approve_all()).await;
-    let report = Conductor::start(w)
-        .await
-        .expect("start")
-        .run()
-        .await
-        .expect("run");
+    let report = fx.run_with(config, answer, approve_all()).await;
     assert_eq!(
         report.outcome,
         RunOutcome::Done,
@@ -1030,20 +958,14 @@ async fn caches_are_not_test_files_not_hashed_and_not_writable() {
         std::fs::write(&full, "need: never-written\n").expect("plant");
     }
     let answer = green_t1_cheats(vec![vec![
-        put("src/t1.sql", "-- token-T1\n"),
-        put("src/__pycache__/t1.cpython-311.pyc", "bytecode"),
+        t1_green(),
+        kit::write("src/__pycache__/t1.cpython-311.pyc", "bytecode"),
     ]]);
     let mut config = fx.config();
     // `build` is the project's own cache name: it must reach the verifier's hash too, or the
     // receipts would be for another work tree.
     config.machine.paths = crate::PathPolicy::default().with_caches(&["build"]);
-    let w = fx.wiring(config, answer, approve_all()).await;
-    let report = Conductor::start(w)
-        .await
-        .expect("start")
-        .run()
-        .await
-        .expect("run");
+    let report = fx.run_with(config, answer, approve_all()).await;
     assert_eq!(
         report.outcome,
         RunOutcome::Done,

@@ -1,0 +1,56 @@
+//! An actor made from a function: a test double for any protocol whose answers need no state of
+//! their own (a role actor answering from a script, a Lakebase actor reading the work tree).
+
+use std::fmt;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, Message};
+
+/// How an [`FnActor`] handles one message.
+type Handler<M> = Arc<dyn Fn(M) -> Result<(), ActorProcessingErr> + Send + Sync>;
+
+/// An actor that hands every message to one function. It keeps no state; clones share the
+/// function, so a supervisor restarts it as the same double.
+pub struct FnActor<M> {
+    handle: Handler<M>,
+}
+
+impl<M> FnActor<M> {
+    /// An actor that handles each message with `handle`; an `Err` fails the actor, as an error
+    /// from a real actor's handler does.
+    pub fn new(
+        handle: impl Fn(M) -> Result<(), ActorProcessingErr> + Send + Sync + 'static,
+    ) -> Self {
+        FnActor {
+            handle: Arc::new(handle),
+        }
+    }
+}
+
+impl<M> Clone for FnActor<M> {
+    fn clone(&self) -> Self {
+        FnActor {
+            handle: Arc::clone(&self.handle),
+        }
+    }
+}
+
+impl<M> fmt::Debug for FnActor<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FnActor")
+    }
+}
+
+impl<M: Message> Actor for FnActor<M> {
+    type Msg = M;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(&self, _: ActorRef<M>, _: ()) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(&self, _: ActorRef<M>, msg: M, _: &mut ()) -> Result<(), ActorProcessingErr> {
+        (self.handle)(msg)
+    }
+}
