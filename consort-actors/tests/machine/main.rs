@@ -165,6 +165,19 @@ impl Run {
         })
     }
 
+    /// Produces an artifact for the pending step that the machine must refuse: the violation.
+    fn produce_refused(&mut self, artifact: Artifact) -> RuleViolation {
+        self.produce(artifact).expect_err("refused")
+    }
+
+    /// Produces a change set writing `content` to `path` for the pending step and applies it:
+    /// the apply's commands (its verify run).
+    fn write_and_apply(&mut self, path: &str, content: &str) -> Vec<Command> {
+        self.produce(cs(vec![write(path, content)]))
+            .expect("change set accepted");
+        self.apply()
+    }
+
     fn test_hashes(&self) -> FileHashes {
         self.disk.test_hashes()
     }
@@ -224,6 +237,11 @@ impl Run {
         self.feed(Event::VerifyCompleted { receipt: r })
     }
 
+    /// Answers the pending verify with these outcomes, which the machine must refuse.
+    fn verify_refused(&mut self, outcomes: &[(&str, TestStatus)]) -> RuleViolation {
+        self.verify(outcomes).expect_err("refused")
+    }
+
     fn gate_hash(&self) -> (GateKind, ContentHash) {
         self.s.pending_gate().expect("a gate is pending")
     }
@@ -235,10 +253,17 @@ impl Run {
         })
     }
 
-    fn design_lane(&mut self, user_facing: bool) {
+    /// Starts the run and has the Product Owner's stories accepted: the spec is asked for.
+    fn start_with_stories(&mut self, user_facing: bool) {
         self.ok(Event::Start { feature: feature() });
         self.produce(Artifact::Stories(stories(user_facing)))
             .expect("stories");
+    }
+
+    /// The design lane up to the accepted test list: the UX design is asked for next when a
+    /// story is user-facing, the design gate otherwise.
+    fn design_to_test_list(&mut self, user_facing: bool) {
+        self.start_with_stories(user_facing);
         self.produce(Artifact::Spec(spec())).expect("spec");
         self.produce(Artifact::ArchitectureVerdict(approve_arch()))
             .expect("arch");
@@ -246,6 +271,10 @@ impl Run {
             .expect("schema");
         self.produce(Artifact::TestList(test_list()))
             .expect("test list");
+    }
+
+    fn design_lane(&mut self, user_facing: bool) {
+        self.design_to_test_list(user_facing);
         if user_facing {
             self.produce(Artifact::UxDesign(ux())).expect("ux");
         }
@@ -255,6 +284,12 @@ impl Run {
         self.design_lane(false);
         self.approve();
         self.observe();
+    }
+
+    /// The build lane at T1's GREEN: its RED (`tests/t1.sql`) accepted and frozen.
+    fn reach_green(&mut self) {
+        self.reach_build();
+        self.red("tests/t1.sql", &[]);
     }
 
     /// RED for the current test: writes its file; the run shows it failing.
@@ -306,30 +341,33 @@ impl Run {
         self.full_test("tests/t2.sql", &["tests/t1.sql"]);
     }
 
-    fn reach_done(&mut self) {
+    /// Past the deploy gate: the deploy run is pending.
+    fn reach_deploy_run(&mut self) {
         self.reach_deploy_gate();
         self.approve();
         self.observe();
-        self.verify(&[
-            ("tests/t1.sql", TestStatus::Passed),
-            ("tests/t2.sql", TestStatus::Passed),
-        ])
-        .expect("deploy");
+    }
+
+    /// Answers the deploy run: `tests/t1.sql` passed, `tests/t2.sql` as given.
+    fn deploy_run(&mut self, t2: TestStatus) -> Result<Vec<Command>, RuleViolation> {
+        self.verify(&[("tests/t1.sql", TestStatus::Passed), ("tests/t2.sql", t2)])
+    }
+
+    /// Past the promote gate, after a passing deploy run: the promotion is pending.
+    fn reach_promote(&mut self) -> RequestId {
+        self.reach_deploy_run();
+        self.deploy_run(TestStatus::Passed).expect("deploy");
         self.approve();
         self.observe();
-        let request = match self.pending() {
+        match self.pending() {
             Pending::Promote { request } => request,
             other => panic!("expected promote, got {other:?}"),
-        };
-        self.ok(Event::Promoted {
-            report: PromoteReport {
-                request_id: request,
-                target: "parent".into(),
-                applied: vec!["0001".into(), "0002".into()],
-                already_applied: vec![],
-                verified: true,
-            },
-        });
+        }
+    }
+
+    fn reach_done(&mut self) {
+        let request = self.reach_promote();
+        self.ok(promoted(request, &["0001", "0002"]));
     }
 
     fn halted_reason(&self) -> EscalationReason {
@@ -337,6 +375,35 @@ impl Run {
             RunStatus::Halted { escalation, .. } => escalation.reason.clone(),
             other => panic!("expected a halt, got {other:?}"),
         }
+    }
+
+    /// The verdict the run halted with; panics on a halt for an infrastructure fault.
+    fn halted_verdict(&self) -> VerdictReason {
+        match self.halted_reason() {
+            EscalationReason::Verdict(verdict) => verdict,
+            other => panic!("expected a halt with a verdict, got {other:?}"),
+        }
+    }
+}
+
+/// A verified promotion report for `request` that applied these versions.
+fn promoted(request: RequestId, applied: &[&str]) -> Event {
+    Event::Promoted {
+        report: PromoteReport {
+            request_id: request,
+            target: "parent".into(),
+            applied: applied.iter().map(|v| v.to_string()).collect(),
+            already_applied: vec![],
+            verified: true,
+        },
+    }
+}
+
+/// A human's decision, by `ada`.
+fn human(decision: HumanDecision) -> Event {
+    Event::Human {
+        decision,
+        by: "ada".into(),
     }
 }
 
@@ -378,10 +445,7 @@ fn a_feature_request_needs_an_id_and_a_title() {
 #[test]
 fn nothing_but_a_feature_request_starts_a_run() {
     let mut r = Run::new();
-    let v = r.refused(Event::Human {
-        decision: HumanDecision::Retry,
-        by: "x".into(),
-    });
+    let v = r.refused(human(HumanDecision::Retry));
     assert!(matches!(v, RuleViolation::StepOutOfOrder { .. }));
 }
 
@@ -439,29 +503,18 @@ fn the_ux_designer_works_only_when_a_story_is_user_facing() {
 #[test]
 fn ux_design_must_cover_every_user_facing_story() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
-    r.produce(Artifact::Stories(stories(true)))
-        .expect("stories");
-    r.produce(Artifact::Spec(spec())).expect("spec");
-    r.produce(Artifact::ArchitectureVerdict(approve_arch()))
-        .expect("arch");
-    r.produce(Artifact::SchemaPlan(schema())).expect("schema");
-    r.produce(Artifact::TestList(test_list())).expect("list");
-    let v = r
-        .produce(Artifact::UxDesign(UxDesign {
-            screens: vec![],
-            notes: vec![],
-        }))
-        .expect_err("refused");
+    r.design_to_test_list(true);
+    let v = r.produce_refused(Artifact::UxDesign(UxDesign {
+        screens: vec![],
+        notes: vec![],
+    }));
     assert!(matches!(v, RuleViolation::InvalidArtifact { .. }));
 }
 
 #[test]
 fn a_revise_verdict_sends_the_spec_back_with_its_reasons() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
-    r.produce(Artifact::Stories(stories(false)))
-        .expect("stories");
+    r.start_with_stories(false);
     r.produce(Artifact::Spec(spec())).expect("spec");
     let cmds = r
         .produce(Artifact::ArchitectureVerdict(ArchitectureVerdict::Revise {
@@ -476,9 +529,7 @@ fn a_revise_verdict_sends_the_spec_back_with_its_reasons() {
 #[test]
 fn revisions_are_bounded_then_escalate_as_a_verdict() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
-    r.produce(Artifact::Stories(stories(false)))
-        .expect("stories");
+    r.start_with_stories(false);
     for _ in 0..=2 {
         r.produce(Artifact::Spec(spec())).expect("spec");
         r.produce(Artifact::ArchitectureVerdict(ArchitectureVerdict::Revise {
@@ -486,10 +537,7 @@ fn revisions_are_bounded_then_escalate_as_a_verdict() {
         }))
         .expect("revise");
     }
-    assert_eq!(
-        r.halted_reason(),
-        EscalationReason::Verdict(VerdictReason::RevisionBoundSpent)
-    );
+    assert_eq!(r.halted_verdict(), VerdictReason::RevisionBoundSpent);
     assert!(matches!(last_command(&r), Command::Escalate { .. }));
 }
 
@@ -499,7 +547,7 @@ fn malformed_design_artifacts_are_refused_and_the_agent_retries() {
     r.ok(Event::Start { feature: feature() });
     let mut bad = stories(false);
     bad.stories[0].acceptance_criteria[0].id = "AC1".into();
-    let v = r.produce(Artifact::Stories(bad)).expect_err("refused");
+    let v = r.produce_refused(Artifact::Stories(bad));
     assert!(matches!(v, RuleViolation::InvalidArtifact { .. }));
     let (_, step, attempt) = r.assignment();
     assert_eq!((step, attempt), (Step::Stories, 1));
@@ -517,20 +565,22 @@ fn design_checks_catch_broken_traces() {
     let mut sc = schema();
     sc.migrations.swap(0, 1);
     assert!(check_schema(&sc, &st).is_err());
-    let mut tl = test_list();
-    tl.entries[1].path = "src/t2.sql".into();
-    assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_err());
-    let mut tl = test_list();
-    tl.entries[1].ac_id = "nope".into();
-    assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_err());
-    let mut tl = test_list();
-    tl.entries[1].id = "T1".into();
-    assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_err());
-    // A test in a cache directory could never be written (nor hashed): not a test path.
+    // Each edit of the second entry breaks the list's trace or its paths.
+    type Edit = fn(&mut TestEntry);
+    let broken: [(&str, Edit); 4] = [
+        ("not a test path", |e| e.path = "src/t2.sql".into()),
+        ("an unknown criterion", |e| e.ac_id = "nope".into()),
+        ("a duplicate id", |e| e.id = "T1".into()),
+        // A test in a cache directory could never be written (nor hashed): not a test path.
+        ("a cache", |e| e.path = "tests/__pycache__/t2.sql".into()),
+    ];
+    for (case, edit) in broken {
+        let mut tl = test_list();
+        edit(&mut tl.entries[1]);
+        let checked = check_test_list(&tl, &st, &PathPolicy::default());
+        assert!(checked.is_err(), "{case}");
+    }
     assert!(check_test_list(&test_list(), &st, &PathPolicy::default()).is_ok());
-    let mut tl = test_list();
-    tl.entries[1].path = "tests/__pycache__/t2.sql".into();
-    assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_err());
     let mut tl = test_list();
     tl.entries[1].path = "tests/build/t2.sql".into();
     assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_ok());
@@ -547,10 +597,7 @@ fn refusals_are_bounded_then_escalate() {
             stories: vec![],
         }));
     }
-    assert_eq!(
-        r.halted_reason(),
-        EscalationReason::Verdict(VerdictReason::RuleViolated)
-    );
+    assert_eq!(r.halted_verdict(), VerdictReason::RuleViolated);
 }
 
 #[test]
@@ -573,7 +620,7 @@ fn an_artifact_from_the_wrong_role_is_refused() {
 fn an_artifact_of_the_wrong_kind_is_refused() {
     let mut r = Run::new();
     r.ok(Event::Start { feature: feature() });
-    let v = r.produce(Artifact::Spec(spec())).expect_err("refused");
+    let v = r.produce_refused(Artifact::Spec(spec()));
     assert_eq!(
         v,
         RuleViolation::WrongArtifactKind {
@@ -587,17 +634,13 @@ fn an_artifact_of_the_wrong_kind_is_refused() {
 fn an_agent_made_receipt_is_refused() {
     let mut r = Run::new();
     r.reach_build();
-    r.produce(cs(vec![write("tests/t1.sql", "x")]))
-        .expect("red");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "x");
     let receipt = r.receipt(&[("tests/t1.sql", TestStatus::Passed)], 0);
     // Forge a receipt while the navigator... is not even asked: use the next agent step.
     r.verify(&[("tests/t1.sql", TestStatus::Failed)])
         .expect("red");
     r.observe();
-    let v = r
-        .produce(Artifact::TestRunReceipt(receipt))
-        .expect_err("refused");
+    let v = r.produce_refused(Artifact::TestRunReceipt(receipt));
     assert!(matches!(v, RuleViolation::ForgedReceipt { .. }));
     assert_eq!(r.s.receipts.len(), 1, "the forged receipt was not recorded");
 }
@@ -672,14 +715,8 @@ fn a_rejection_halts_and_a_retry_reopens_the_gate() {
         reason: "too big".into(),
     };
     r.ok(Event::Gate { approval: a });
-    assert_eq!(
-        r.halted_reason(),
-        EscalationReason::Verdict(VerdictReason::GateRejected)
-    );
-    r.ok(Event::Human {
-        decision: HumanDecision::Retry,
-        by: "ada".into(),
-    });
+    assert_eq!(r.halted_verdict(), VerdictReason::GateRejected);
+    r.ok(human(HumanDecision::Retry));
     assert_eq!(r.gate_hash(), (gate, hash));
 }
 
@@ -709,10 +746,7 @@ fn a_design_changed_on_disk_halts_before_the_next_build_step() {
     };
     let v = r.refused(e);
     assert!(matches!(v, RuleViolation::DesignHashMismatch { .. }));
-    assert_eq!(
-        r.halted_reason(),
-        EscalationReason::Verdict(VerdictReason::RuleViolated)
-    );
+    assert_eq!(r.halted_verdict(), VerdictReason::RuleViolated);
 }
 
 // ---------- RED ----------
@@ -721,12 +755,10 @@ fn a_design_changed_on_disk_halts_before_the_next_build_step() {
 fn red_may_write_only_test_paths() {
     let mut r = Run::new();
     r.reach_build();
-    let v = r
-        .produce(cs(vec![
-            write("tests/t1.sql", "x"),
-            write("src/cheat.sql", "y"),
-        ]))
-        .expect_err("refused");
+    let v = r.produce_refused(cs(vec![
+        write("tests/t1.sql", "x"),
+        write("src/cheat.sql", "y"),
+    ]));
     assert_eq!(
         v,
         RuleViolation::NonTestInRed {
@@ -740,15 +772,13 @@ fn red_may_write_only_test_paths() {
 fn no_agent_restores_raw_bytes() {
     let mut r = Run::new();
     r.reach_build();
-    let v = r
-        .produce(cs(vec![
-            write("tests/t1.sql", "x"),
-            FileChange::Restore {
-                path: "src/blob.bin".into(),
-                hex: "ff00".into(),
-            },
-        ]))
-        .expect_err("refused");
+    let v = r.produce_refused(cs(vec![
+        write("tests/t1.sql", "x"),
+        FileChange::Restore {
+            path: "src/blob.bin".into(),
+            hex: "ff00".into(),
+        },
+    ]));
     assert!(matches!(v, RuleViolation::InvalidArtifact { .. }), "{v:?}");
     assert_eq!(v.remedy(), Remedy::RetryAgent);
     assert!(r.disk.files.is_empty(), "nothing applied");
@@ -758,9 +788,7 @@ fn no_agent_restores_raw_bytes() {
 fn red_must_write_the_entrys_test_file() {
     let mut r = Run::new();
     r.reach_build();
-    let v = r
-        .produce(cs(vec![write("tests/other.sql", "x")]))
-        .expect_err("refused");
+    let v = r.produce_refused(cs(vec![write("tests/other.sql", "x")]));
     assert_eq!(
         v,
         RuleViolation::RedMissingTest {
@@ -773,31 +801,14 @@ fn red_must_write_the_entrys_test_file() {
 fn no_agent_touches_the_harness() {
     let mut r = Run::new();
     r.reach_build();
-    let v = r
-        .produce(cs(vec![
-            write("tests/t1.sql", "x"),
-            write("consort.toml", ""),
-        ]))
-        .expect_err("refused");
-    assert_eq!(
-        v,
-        RuleViolation::TouchesHarness {
-            path: "consort.toml".into()
-        }
-    );
-    r.observe();
-    let v = r
-        .produce(cs(vec![
-            write("tests/t1.sql", "x"),
-            write("run-tests.sh", ""),
-        ]))
-        .expect_err("refused");
-    assert_eq!(
-        v,
-        RuleViolation::TouchesHarness {
-            path: "run-tests.sh".into()
-        }
-    );
+    for harness in ["consort.toml", "run-tests.sh"] {
+        let v = r.produce_refused(cs(vec![write("tests/t1.sql", "x"), write(harness, "")]));
+        let want = RuleViolation::TouchesHarness {
+            path: harness.into(),
+        };
+        assert_eq!(v, want, "{harness}");
+        r.observe();
+    }
 }
 
 #[test]
@@ -806,17 +817,14 @@ fn a_driver_adding_a_dependency_to_a_harness_manifest_is_refused_and_told_it_is_
         .and_then(|p| p.with_harness_outside_tests(&["**/pyproject.toml", "**/conftest.py"]))
         .expect("globs");
     let mut r = Run::with_paths(paths);
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
-    let v = r
-        .produce(cs(vec![
-            write("src/a.sql", "select 1;"),
-            write(
-                "./pyproject.toml",
-                "[project]\ndependencies = [\"requests\"]\n",
-            ),
-        ]))
-        .expect_err("refused");
+    r.reach_green();
+    let v = r.produce_refused(cs(vec![
+        write("src/a.sql", "select 1;"),
+        write(
+            "./pyproject.toml",
+            "[project]\ndependencies = [\"requests\"]\n",
+        ),
+    ]));
     assert_eq!(
         v,
         RuleViolation::TouchesHarness {
@@ -846,9 +854,7 @@ fn paths_outside_the_work_tree_are_refused() {
     let mut r = Run::new();
     r.reach_build();
     for bad in ["../evil.sql", "/etc/passwd"] {
-        let v = r
-            .produce(cs(vec![write("tests/t1.sql", "x"), write(bad, "y")]))
-            .expect_err("refused");
+        let v = r.produce_refused(cs(vec![write("tests/t1.sql", "x"), write(bad, "y")]));
         assert!(
             matches!(v, RuleViolation::PathOutsideWorkTree { .. }),
             "{bad}: {v:?}"
@@ -881,12 +887,8 @@ fn a_refused_apply_lets_the_agent_retry() {
 fn a_red_that_already_passes_is_refused_reverted_and_retried() {
     let mut r = Run::new();
     r.reach_build();
-    r.produce(cs(vec![write("tests/t1.sql", "select 1;")]))
-        .expect("red");
-    r.apply();
-    let v = r
-        .verify(&[("tests/t1.sql", TestStatus::Passed)])
-        .expect_err("refused");
+    r.write_and_apply("tests/t1.sql", "select 1;");
+    let v = r.verify_refused(&[("tests/t1.sql", TestStatus::Passed)]);
     assert_eq!(
         v,
         RuleViolation::RedPassedWithoutCode {
@@ -907,15 +909,11 @@ fn a_red_that_breaks_a_green_test_is_refused() {
     r.reach_build();
     r.full_test("tests/t1.sql", &[]);
     r.observe();
-    r.produce(cs(vec![write("tests/t2.sql", "x")]))
-        .expect("red");
-    r.apply();
-    let v = r
-        .verify(&[
-            ("tests/t1.sql", TestStatus::Failed),
-            ("tests/t2.sql", TestStatus::Failed),
-        ])
-        .expect_err("refused");
+    r.write_and_apply("tests/t2.sql", "x");
+    let v = r.verify_refused(&[
+        ("tests/t1.sql", TestStatus::Failed),
+        ("tests/t2.sql", TestStatus::Failed),
+    ]);
     assert_eq!(
         v,
         RuleViolation::RedBrokeGreenTest {
@@ -928,12 +926,8 @@ fn a_red_that_breaks_a_green_test_is_refused() {
 fn a_red_whose_test_did_not_run_is_refused() {
     let mut r = Run::new();
     r.reach_build();
-    r.produce(cs(vec![write("tests/t1.sql", "x")]))
-        .expect("red");
-    r.apply();
-    let v = r
-        .verify(&[("tests/zzz.sql", TestStatus::Failed)])
-        .expect_err("refused");
+    r.write_and_apply("tests/t1.sql", "x");
+    let v = r.verify_refused(&[("tests/zzz.sql", TestStatus::Failed)]);
     assert_eq!(
         v,
         RuleViolation::RedTestNotRun {
@@ -945,8 +939,7 @@ fn a_red_whose_test_did_not_run_is_refused() {
 #[test]
 fn an_accepted_red_freezes_its_test_files() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
+    r.reach_green();
     assert_eq!(
         r.s.build.frozen_tests.keys().collect::<Vec<_>>(),
         vec!["tests/t1.sql"]
@@ -966,8 +959,7 @@ fn set(changes: Vec<FileChange>) -> ChangeSet {
 #[test]
 fn a_change_set_is_judged_again_by_the_files_its_paths_reach() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
+    r.reach_green();
     r.produce(cs(vec![write("src/link/t1.sql", "weakened")]))
         .expect("spelled, it is code");
     assert!(matches!(r.pending(), Pending::Apply { .. }));
@@ -1051,8 +1043,7 @@ fn a_red_through_a_link_to_a_non_test_is_non_test_in_red() {
 #[test]
 fn a_denied_apply_lets_the_agent_retry_with_feedback_then_escalates() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
+    r.reach_green();
     let disk = r.disk.clone();
     let violation = RuleViolation::FrozenTestModified {
         path: "tests/t1.sql".into(),
@@ -1081,10 +1072,7 @@ fn a_denied_apply_lets_the_agent_retry_with_feedback_then_escalates() {
             );
         }
     }
-    assert_eq!(
-        r.halted_reason(),
-        EscalationReason::Verdict(VerdictReason::RuleViolated)
-    );
+    assert_eq!(r.halted_verdict(), VerdictReason::RuleViolated);
     assert!(
         r.s.receipts.len() == 1 && r.s.build.frozen_tests.len() == 1,
         "only RED's run"
@@ -1108,9 +1096,7 @@ fn a_path_the_file_system_refuses_is_retried_and_a_refused_revert_halts() {
     r.observe();
     assert_eq!(r.assignment().2, 1, "the Navigator tries again");
     // A revert is the machine's own undo: not re-checked, and a refusal of it halts.
-    r.produce(cs(vec![write("tests/t1.sql", "select 1;")]))
-        .expect("red");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "select 1;");
     r.verify(&[("tests/t1.sql", TestStatus::Passed)])
         .expect_err("passes without code");
     assert!(matches!(r.pending(), Pending::Revert { .. }));
@@ -1150,9 +1136,7 @@ fn a_denied_apply_answers_only_a_pending_apply() {
 fn a_receipt_for_another_request_is_ignored() {
     let mut r = Run::new();
     r.reach_build();
-    r.produce(cs(vec![write("tests/t1.sql", "x")]))
-        .expect("red");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "x");
     let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
     receipt.request_id = RequestId(77);
     let before = r.s.clone();
@@ -1165,9 +1149,7 @@ fn a_receipt_for_another_request_is_ignored() {
 fn a_receipt_for_another_work_tree_halts() {
     let mut r = Run::new();
     r.reach_build();
-    r.produce(cs(vec![write("tests/t1.sql", "x")]))
-        .expect("red");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "x");
     let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
     receipt.workspace_hash = ContentHash::of_bytes(b"tampered");
     let v = r.refused(Event::VerifyCompleted { receipt });
@@ -1178,32 +1160,11 @@ fn a_receipt_for_another_work_tree_halts() {
 #[test]
 fn green_comes_only_from_a_verify_run() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
+    r.reach_green();
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     // Skipping the apply and the run: a receipt cannot be accepted while nothing was verified.
-    let receipt = TestRunReceipt {
-        request_id: RequestId(99),
-        workspace_hash: r.workspace_hash(),
-        provider: "p".into(),
-        branch_id: "b".into(),
-        runner: "r".into(),
-        command: "c".into(),
-        timings: RunTimings::default(),
-        outcomes: vec![TestOutcome {
-            name: "tests/t1.sql".into(),
-            status: TestStatus::Passed,
-        }],
-        exit: ExitRecord {
-            code: Some(0),
-            signal: None,
-            timed_out: false,
-        },
-        output_digest: ContentHash::of_bytes(b""),
-        output_excerpt: String::new(),
-        confinement: Default::default(),
-        tree_changes: Vec::new(),
-    };
+    let passed = [("tests/t1.sql", TestStatus::Passed)];
+    let receipt = receipt_with(RequestId(99), r.workspace_hash(), &passed, 0, "");
     let v = r.refused(Event::VerifyCompleted { receipt });
     assert!(matches!(
         v,
@@ -1216,11 +1177,8 @@ fn green_comes_only_from_a_verify_run() {
 #[test]
 fn green_may_not_touch_tests() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
-    let v = r
-        .produce(cs(vec![write("tests/t1.sql", "select 1;")]))
-        .expect_err("refused");
+    r.reach_green();
+    let v = r.produce_refused(cs(vec![write("tests/t1.sql", "select 1;")]));
     assert_eq!(
         v,
         RuleViolation::FrozenTestModified {
@@ -1228,11 +1186,9 @@ fn green_may_not_touch_tests() {
         }
     );
     r.observe();
-    let v = r
-        .produce(cs(vec![FileChange::Delete {
-            path: "tests/t1.sql".into(),
-        }]))
-        .expect_err("refused");
+    let v = r.produce_refused(cs(vec![FileChange::Delete {
+        path: "tests/t1.sql".into(),
+    }]));
     assert_eq!(
         v,
         RuleViolation::FrozenTestModified {
@@ -1240,19 +1196,14 @@ fn green_may_not_touch_tests() {
         }
     );
     r.observe();
-    let v = r
-        .produce(cs(vec![write("tests/new.sql", "select 1;")]))
-        .expect_err("refused");
+    let v = r.produce_refused(cs(vec![write("tests/new.sql", "select 1;")]));
     assert_eq!(
         v,
         RuleViolation::TouchesTests {
             path: "tests/new.sql".into()
         }
     );
-    assert_eq!(
-        r.halted_reason(),
-        EscalationReason::Verdict(VerdictReason::RuleViolated)
-    );
+    assert_eq!(r.halted_verdict(), VerdictReason::RuleViolated);
     assert_eq!(
         r.disk.files.get("tests/t1.sql").map(Vec::as_slice),
         Some(b"assert false;".as_slice())
@@ -1262,11 +1213,8 @@ fn green_may_not_touch_tests() {
 #[test]
 fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
-    r.produce(cs(vec![write("src/a.sql", "bad")]))
-        .expect("green");
-    r.apply();
+    r.reach_green();
+    r.write_and_apply("src/a.sql", "bad");
     r.verify(&[("tests/t1.sql", TestStatus::Failed)])
         .expect("a red green is a result, not a violation");
     r.observe();
@@ -1294,8 +1242,7 @@ fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
 #[test]
 fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
+    r.reach_green();
     for round in 0..=3 {
         r.produce(cs(vec![write("src/a.sql", &format!("bad {round}"))]))
             .expect("code");
@@ -1306,44 +1253,34 @@ fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
             r.observe();
         }
     }
-    assert_eq!(
-        r.halted_reason(),
-        EscalationReason::Verdict(VerdictReason::RepairBoundSpent)
-    );
+    assert_eq!(r.halted_verdict(), VerdictReason::RepairBoundSpent);
 }
 
-#[test]
-fn exit_zero_with_a_failing_test_is_not_a_pass() {
+/// At T1's GREEN, a run with these outcomes and this exit code is no pass: a repair is asked for.
+fn assert_green_run_is_not_a_pass(outcomes: &[(&str, TestStatus)], exit: i32) {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
-    r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
-    r.apply();
-    let receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 0);
+    r.reach_green();
+    r.write_and_apply("src/a.sql", "x");
+    let receipt = r.receipt(outcomes, exit);
     r.ok(Event::VerifyCompleted { receipt });
     r.observe();
     assert!(matches!(r.assignment().1, Step::Repair { .. }));
 }
 
 #[test]
+fn exit_zero_with_a_failing_test_is_not_a_pass() {
+    assert_green_run_is_not_a_pass(&[("tests/t1.sql", TestStatus::Failed)], 0);
+}
+
+#[test]
 fn a_run_that_reports_nothing_is_not_a_pass() {
-    let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
-    r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
-    r.apply();
-    r.ok(Event::VerifyCompleted {
-        receipt: r.receipt(&[], 0),
-    });
-    r.observe();
-    assert!(matches!(r.assignment().1, Step::Repair { .. }));
+    assert_green_run_is_not_a_pass(&[], 0);
 }
 
 #[test]
 fn a_test_file_planted_on_disk_halts_before_the_run() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
+    r.reach_green();
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     r.disk
         .files
@@ -1366,10 +1303,8 @@ fn a_test_file_planted_on_disk_halts_before_the_run() {
 #[test]
 fn an_unexpected_test_file_halts_at_observation() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
-    r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
-    r.apply();
+    r.reach_green();
+    r.write_and_apply("src/a.sql", "x");
     r.verify(&[("tests/t1.sql", TestStatus::Passed)])
         .expect("green");
     r.disk.files.insert("tests/sneaky.sql".into(), "x".into());
@@ -1390,13 +1325,10 @@ fn an_unexpected_test_file_halts_at_observation() {
 #[test]
 fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
+    r.reach_green();
     r.green(&["tests/t1.sql"]);
     let green_code = r.disk.files.get("src/code.sql").cloned();
-    r.produce(cs(vec![write("src/code.sql", "broken refactor")]))
-        .expect("refactor");
-    r.apply();
+    r.write_and_apply("src/code.sql", "broken refactor");
     r.verify(&[("tests/t1.sql", TestStatus::Failed)])
         .expect("a failing refactor is a result");
     assert!(matches!(r.pending(), Pending::Revert { .. }));
@@ -1415,8 +1347,7 @@ fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
 #[test]
 fn the_author_never_reviews_its_own_code() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
+    r.reach_green();
     // One actor instance, "solo", is set up to play both the Driver and the Navigator.
     r.produce_as(
         ActorId::new(Role::Driver, "solo"),
@@ -1446,8 +1377,7 @@ fn the_author_never_reviews_its_own_code() {
 #[test]
 fn a_change_request_sends_the_driver_back_to_refactor_a_bounded_number_of_times() {
     let mut r = Run::new();
-    r.reach_build();
-    r.red("tests/t1.sql", &[]);
+    r.reach_green();
     r.green(&["tests/t1.sql"]);
     r.produce(cs(vec![])).expect("refactor");
     r.observe();
@@ -1469,10 +1399,7 @@ fn a_change_request_sends_the_driver_back_to_refactor_a_bounded_number_of_times(
             r.observe();
         }
     }
-    assert_eq!(
-        r.halted_reason(),
-        EscalationReason::Verdict(VerdictReason::ReviewBoundSpent)
-    );
+    assert_eq!(r.halted_verdict(), VerdictReason::ReviewBoundSpent);
 }
 
 #[test]
@@ -1528,9 +1455,7 @@ fn the_deploy_run_covers_every_test_and_every_migration() {
 fn a_build_run_gets_only_the_migrations_of_stories_so_far() {
     let mut r = Run::new();
     r.reach_build();
-    r.produce(cs(vec![write("tests/t1.sql", "x")]))
-        .expect("red");
-    let cmds = r.apply();
+    let cmds = r.write_and_apply("tests/t1.sql", "x");
     match &cmds[..] {
         [
             Command::Verify {
@@ -1553,23 +1478,9 @@ fn a_build_run_gets_only_the_migrations_of_stories_so_far() {
 #[test]
 fn promotion_needs_the_promote_gate() {
     let mut r = Run::new();
-    r.reach_deploy_gate();
-    r.approve();
-    r.observe();
-    r.verify(&[
-        ("tests/t1.sql", TestStatus::Passed),
-        ("tests/t2.sql", TestStatus::Passed),
-    ])
-    .expect("deploy");
-    let v = r.refused(Event::Promoted {
-        report: PromoteReport {
-            request_id: RequestId(1),
-            target: "p".into(),
-            applied: vec![],
-            already_applied: vec![],
-            verified: true,
-        },
-    });
+    r.reach_deploy_run();
+    r.deploy_run(TestStatus::Passed).expect("deploy");
+    let v = r.refused(promoted(RequestId(1), &[]));
     assert_eq!(
         v,
         RuleViolation::GateNotApproved {
@@ -1581,28 +1492,8 @@ fn promotion_needs_the_promote_gate() {
 #[test]
 fn an_unverified_promotion_halts() {
     let mut r = Run::new();
-    r.reach_deploy_gate();
-    r.approve();
-    r.observe();
-    r.verify(&[
-        ("tests/t1.sql", TestStatus::Passed),
-        ("tests/t2.sql", TestStatus::Passed),
-    ])
-    .expect("deploy");
-    r.approve();
-    r.observe();
-    let Pending::Promote { request } = r.pending() else {
-        panic!("promote pending")
-    };
-    let v = r.refused(Event::Promoted {
-        report: PromoteReport {
-            request_id: request,
-            target: "p".into(),
-            applied: vec!["0001".into()],
-            already_applied: vec![],
-            verified: true,
-        },
-    });
+    let request = r.reach_promote();
+    let v = r.refused(promoted(request, &["0001"]));
     assert!(matches!(v, RuleViolation::PromoteUnverified { .. }));
     assert!(matches!(r.s.status, RunStatus::Halted { .. }));
 }
@@ -1610,18 +1501,9 @@ fn an_unverified_promotion_halts() {
 #[test]
 fn a_red_deploy_run_halts_with_a_verdict() {
     let mut r = Run::new();
-    r.reach_deploy_gate();
-    r.approve();
-    r.observe();
-    r.verify(&[
-        ("tests/t1.sql", TestStatus::Passed),
-        ("tests/t2.sql", TestStatus::Failed),
-    ])
-    .expect("a result");
-    assert_eq!(
-        r.halted_reason(),
-        EscalationReason::Verdict(VerdictReason::TestsRed)
-    );
+    r.reach_deploy_run();
+    r.deploy_run(TestStatus::Failed).expect("a result");
+    assert_eq!(r.halted_verdict(), VerdictReason::TestsRed);
 }
 
 #[test]
@@ -1643,9 +1525,7 @@ fn the_whole_lifecycle_reaches_done() {
 fn an_infrastructure_fault_escalates_as_such_and_a_retry_reissues_the_step() {
     let mut r = Run::new();
     r.reach_build();
-    r.produce(cs(vec![write("tests/t1.sql", "x")]))
-        .expect("red");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "x");
     let Pending::Verify { request, .. } = r.pending() else {
         panic!("verify pending")
     };
@@ -1661,10 +1541,7 @@ fn an_infrastructure_fault_escalates_as_such_and_a_retry_reissues_the_step() {
         EscalationReason::Infrastructure(InfraFault::DatabaseDown)
     );
     assert_eq!(r.s.phase(), Phase::Halted);
-    let cmds = r.ok(Event::Human {
-        decision: HumanDecision::Retry,
-        by: "ada".into(),
-    });
+    let cmds = r.ok(human(HumanDecision::Retry));
     assert!(matches!(&cmds[..], [Command::Verify { request: again, .. }] if *again == request));
 }
 
@@ -1687,10 +1564,7 @@ fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
         approval: approval(GateKind::Design, ContentHash::of_bytes(b"")),
     });
     assert!(matches!(v, RuleViolation::StepOutOfOrder { .. }));
-    r.ok(Event::Human {
-        decision: HumanDecision::Stop,
-        by: "ada".into(),
-    });
+    r.ok(human(HumanDecision::Stop));
     assert_eq!(r.s.phase(), Phase::Stopped);
 }
 
@@ -1699,10 +1573,7 @@ fn a_retry_needs_a_halt() {
     let mut r = Run::new();
     r.ok(Event::Start { feature: feature() });
     assert_eq!(
-        r.refused(Event::Human {
-            decision: HumanDecision::Retry,
-            by: "x".into()
-        }),
+        r.refused(human(HumanDecision::Retry)),
         RuleViolation::NotHalted
     );
     assert_eq!(
@@ -1717,9 +1588,7 @@ fn a_human_can_stop_a_run_that_was_interrupted_mid_step_or_waits_at_a_gate() {
     // Interrupted in the build lane, a verification in flight: the ledger shows it running.
     let mut r = Run::new();
     r.reach_build();
-    r.produce(cs(vec![write("tests/t1.sql", "x")]))
-        .expect("red");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "x");
     assert!(
         matches!(r.pending(), Pending::Verify { .. }),
         "verify pending"
@@ -1727,10 +1596,7 @@ fn a_human_can_stop_a_run_that_was_interrupted_mid_step_or_waits_at_a_gate() {
     assert_eq!(r.s.phase(), Phase::Build);
     // The answer the interrupted step would have had.
     let late = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
-    let cmds = r.ok(Event::Human {
-        decision: HumanDecision::Stop,
-        by: "ada".into(),
-    });
+    let cmds = r.ok(human(HumanDecision::Stop));
     assert_eq!(cmds, vec![Command::Finish]);
     assert_eq!(r.s.phase(), Phase::Stopped);
     assert_eq!(r.s.pending, None, "nothing pending is performed any more");
@@ -1740,10 +1606,7 @@ fn a_human_can_stop_a_run_that_was_interrupted_mid_step_or_waits_at_a_gate() {
         RuleViolation::Finished
     );
     assert_eq!(
-        r.refused(Event::Human {
-            decision: HumanDecision::Retry,
-            by: "ada".into(),
-        }),
+        r.refused(human(HumanDecision::Retry)),
         RuleViolation::Finished
     );
 
@@ -1751,10 +1614,7 @@ fn a_human_can_stop_a_run_that_was_interrupted_mid_step_or_waits_at_a_gate() {
     let mut r = Run::new();
     r.design_lane(false);
     assert!(r.s.pending_gate().is_some());
-    r.ok(Event::Human {
-        decision: HumanDecision::Stop,
-        by: "ada".into(),
-    });
+    r.ok(human(HumanDecision::Stop));
     assert_eq!(r.s.phase(), Phase::Stopped);
     assert_eq!(r.s.pending_gate(), None, "the gate no longer waits");
     assert!(r.s.approvals.is_empty(), "a stop approves nothing");
@@ -2087,10 +1947,7 @@ fn a_resume_point_names_the_assignment_its_retry_issues() {
     let Pending::Agent { id: resumed, .. } = *resume else {
         panic!("expected an agent to resume");
     };
-    r.ok(Event::Human {
-        decision: HumanDecision::Retry,
-        by: "ada".into(),
-    });
+    r.ok(human(HumanDecision::Retry));
     let (retried, again, attempt) = r.assignment();
     assert_eq!((retried, again, attempt), (resumed, step, 0));
     assert_ne!(retried, aid, "a retry is a new assignment");
