@@ -58,13 +58,28 @@ fn write_lines(path: &Path, lines: &[String]) {
     fs::write(path, text).expect("write");
 }
 
+/// Applies `edit` to the file's lines and writes them back.
+fn edit_lines(path: &Path, edit: impl FnOnce(&mut Vec<String>)) {
+    let mut all = lines(path);
+    edit(&mut all);
+    write_lines(path, &all);
+}
+
 /// Applies `edit` to the JSON of line `n` (1-based) and writes the file back.
 fn edit_line(path: &Path, n: usize, edit: impl FnOnce(&mut Value)) {
-    let mut all = lines(path);
-    let mut v: Value = serde_json::from_str(&all[n - 1]).expect("json");
-    edit(&mut v);
-    all[n - 1] = serde_json::to_string(&v).expect("json");
-    write_lines(path, &all);
+    edit_lines(path, |all| {
+        let mut v: Value = serde_json::from_str(&all[n - 1]).expect("json");
+        edit(&mut v);
+        all[n - 1] = serde_json::to_string(&v).expect("json");
+    });
+}
+
+/// Asserts that `err` says the chain breaks at `line` (1-based).
+fn assert_chain_broken_at(err: &LedgerError, line: u64) {
+    assert!(
+        matches!(err, LedgerError::ChainBroken { line: at, .. } if *at == line),
+        "{err}"
+    );
 }
 
 fn verify_err(path: &Path) -> LedgerError {
@@ -143,10 +158,7 @@ fn an_edited_event_field_fails_verify_at_that_line() {
     let (_dir, path) = filled(5);
     edit_line(&path, 3, |v| v["event"]["n"] = json!(99));
     let err = verify_err(&path);
-    assert!(
-        matches!(err, LedgerError::ChainBroken { line: 3, .. }),
-        "{err}"
-    );
+    assert_chain_broken_at(&err, 3);
     // open refuses it too, naming the same line.
     let err = Ledger::<Ev>::open(&path).expect_err("open must refuse");
     assert_eq!(err.line(), Some(3));
@@ -156,11 +168,7 @@ fn an_edited_event_field_fails_verify_at_that_line() {
 fn an_edited_hash_fails_verify_at_that_line() {
     let (_dir, path) = filled(5);
     edit_line(&path, 2, |v| v["hash"] = json!("ab".repeat(32)));
-    let err = verify_err(&path);
-    assert!(
-        matches!(err, LedgerError::ChainBroken { line: 2, .. }),
-        "{err}"
-    );
+    assert_chain_broken_at(&verify_err(&path), 2);
 }
 
 #[test]
@@ -173,11 +181,7 @@ fn an_edited_time_or_seq_fails_verify_at_that_line() {
 
     let (_dir2, path2) = filled(4);
     edit_line(&path2, 2, |v| v["seq"] = json!(7));
-    let err = verify_err(&path2);
-    assert!(
-        matches!(err, LedgerError::ChainBroken { line: 2, .. }),
-        "{err}"
-    );
+    assert_chain_broken_at(&verify_err(&path2), 2);
 }
 
 #[test]
@@ -194,45 +198,29 @@ fn a_rehashed_edit_still_breaks_the_next_link() {
         );
         v["hash"] = json!(h.to_hex());
     });
-    let err = verify_err(&path);
-    assert!(
-        matches!(err, LedgerError::ChainBroken { line: 3, .. }),
-        "{err}"
-    );
+    assert_chain_broken_at(&verify_err(&path), 3);
 }
 
 #[test]
 fn a_deleted_line_fails_verify_at_that_line() {
     let (_dir, path) = filled(5);
-    let mut all = lines(&path);
-    all.remove(2); // line 3
-    write_lines(&path, &all);
-    let err = verify_err(&path);
-    assert!(
-        matches!(err, LedgerError::ChainBroken { line: 3, .. }),
-        "{err}"
-    );
+    edit_lines(&path, |all| {
+        all.remove(2); // line 3
+    });
+    assert_chain_broken_at(&verify_err(&path), 3);
 }
 
 #[test]
 fn a_swapped_pair_of_lines_fails_verify_at_the_first() {
     let (_dir, path) = filled(5);
-    let mut all = lines(&path);
-    all.swap(1, 2); // lines 2 and 3
-    write_lines(&path, &all);
-    let err = verify_err(&path);
-    assert!(
-        matches!(err, LedgerError::ChainBroken { line: 2, .. }),
-        "{err}"
-    );
+    edit_lines(&path, |all| all.swap(1, 2)); // lines 2 and 3
+    assert_chain_broken_at(&verify_err(&path), 2);
 }
 
 #[test]
 fn an_unparsable_middle_line_is_a_bad_line() {
     let (_dir, path) = filled(4);
-    let mut all = lines(&path);
-    all[1] = "{not json".into();
-    write_lines(&path, &all);
+    edit_lines(&path, |all| all[1] = "{not json".into());
     let err = verify_err(&path);
     assert!(matches!(err, LedgerError::BadLine { line: 2, .. }), "{err}");
     let err = Ledger::<Ev>::open(&path).expect_err("open must refuse");
@@ -240,9 +228,7 @@ fn an_unparsable_middle_line_is_a_bad_line() {
 
     // An empty line in the middle is bad as well.
     let (_dir2, path2) = filled(3);
-    let mut all = lines(&path2);
-    all.insert(1, String::new());
-    write_lines(&path2, &all);
+    edit_lines(&path2, |all| all.insert(1, String::new()));
     assert_eq!(verify_err(&path2).line(), Some(2));
 }
 
@@ -317,10 +303,7 @@ fn a_parsable_but_invalid_last_line_without_newline_is_an_error() {
     all[2] = serde_json::to_string(&v).expect("json");
     fs::write(&path, all.join("\n")).expect("write without final newline");
     let err = Ledger::<Ev>::open(&path).expect_err("not a crash artifact");
-    assert!(
-        matches!(err, LedgerError::ChainBroken { line: 3, .. }),
-        "{err}"
-    );
+    assert_chain_broken_at(&err, 3);
 }
 
 #[test]
