@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use consort_actors::InfraFault;
-use consort_actors::{ChildPhase, ChildSpec, RestartPolicy, Supervised, SupervisionError};
+use consort_actors::{
+    ChildPhase, ChildSpec, ChildStatus, RestartPolicy, Supervised, SupervisionError,
+};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 const T: Duration = Duration::from_secs(10);
@@ -109,14 +111,36 @@ async fn supervise(worker: &Worker, policy: RestartPolicy) -> Supervised<WorkMsg
     Supervised::start(spec).await.expect("start")
 }
 
+/// At most `max_restarts` restarts in a window of `window_secs` seconds.
+fn at_most(max_restarts: usize, window_secs: u64) -> RestartPolicy {
+    RestartPolicy {
+        max_restarts,
+        window: Duration::from_secs(window_secs),
+    }
+}
+
+/// Whether the child's last failure is recorded and says `text`.
+fn last_error_has<M>(status: &ChildStatus<M>, text: &str) -> bool {
+    status
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains(text))
+}
+
+/// A worker with this fault, supervised under the default policy.
+async fn supervised(fault: Fault) -> (Worker, Supervised<WorkMsg>) {
+    let worker = Worker::new(fault);
+    let sup = supervise(&worker, RestartPolicy::default()).await;
+    (worker, sup)
+}
+
 fn work(input: &str) -> impl Fn(RpcReplyPort<String>) -> WorkMsg + '_ {
     move |port| WorkMsg::Work(input.to_string(), port)
 }
 
 #[tokio::test]
 async fn a_child_that_panics_is_restarted_and_the_call_retried() {
-    let worker = Worker::new(Fault::PanicOnce);
-    let sup = supervise(&worker, RestartPolicy::default()).await;
+    let (worker, sup) = supervised(Fault::PanicOnce).await;
     let first = sup.current().expect("running");
     assert_eq!(sup.status().incarnation, 1);
 
@@ -130,12 +154,7 @@ async fn a_child_that_panics_is_restarted_and_the_call_retried() {
     assert_eq!(status.phase, ChildPhase::Running);
     assert_eq!(status.incarnation, 2);
     assert_eq!(status.restarts, 1);
-    assert!(
-        status
-            .last_error
-            .as_deref()
-            .is_some_and(|e| e.contains("boom on step-1"))
-    );
+    assert!(last_error_has(&status, "boom on step-1"));
     assert_ne!(sup.current().expect("running").get_id(), first.get_id());
     assert_eq!(worker.started.load(Ordering::SeqCst), 2);
     // The retried step got the same inputs.
@@ -145,24 +164,17 @@ async fn a_child_that_panics_is_restarted_and_the_call_retried() {
 
 #[tokio::test]
 async fn a_handler_error_counts_as_a_failure_too() {
-    let worker = Worker::new(Fault::ErrOnce);
-    let sup = supervise(&worker, RestartPolicy::default()).await;
+    let (_worker, sup) = supervised(Fault::ErrOnce).await;
     assert_eq!(sup.call(work("x"), T).await.expect("retried"), "X");
     let status = sup.status();
     assert_eq!(status.restarts, 1);
-    assert!(
-        status
-            .last_error
-            .as_deref()
-            .is_some_and(|e| e.contains("bad day on x"))
-    );
+    assert!(last_error_has(&status, "bad day on x"));
     sup.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_child_that_always_panics_leads_to_gave_up_after_max_restarts() {
-    let worker = Worker::new(Fault::AlwaysPanic);
-    let sup = supervise(&worker, RestartPolicy::default()).await;
+    let (worker, sup) = supervised(Fault::AlwaysPanic).await;
     let err = sup.call(work("x"), T).await.expect_err("must give up");
     match &err {
         SupervisionError::GaveUp {
@@ -199,10 +211,7 @@ async fn a_child_that_always_panics_leads_to_gave_up_after_max_restarts() {
 #[tokio::test]
 async fn zero_max_restarts_gives_up_at_the_first_failure() {
     let worker = Worker::new(Fault::PanicOnce);
-    let policy = RestartPolicy {
-        max_restarts: 0,
-        window: Duration::from_secs(60),
-    };
+    let policy = at_most(0, 60);
     let sup = supervise(&worker, policy).await;
     let err = sup
         .call(work("x"), T)
@@ -217,8 +226,7 @@ async fn zero_max_restarts_gives_up_at_the_first_failure() {
 
 #[tokio::test]
 async fn a_normal_stop_is_not_restarted() {
-    let worker = Worker::new(Fault::None);
-    let sup = supervise(&worker, RestartPolicy::default()).await;
+    let (worker, sup) = supervised(Fault::None).await;
     let child = sup.current().expect("running");
     child.cast(WorkMsg::Quit).expect("cast");
     let status = sup.wait_terminal(T).await.expect("terminal");
@@ -240,10 +248,7 @@ async fn a_normal_stop_is_not_restarted() {
 #[tokio::test(start_paused = true)]
 async fn the_intensity_window_slides_with_time() {
     let worker = Worker::new(Fault::None);
-    let policy = RestartPolicy {
-        max_restarts: 1,
-        window: Duration::from_secs(10),
-    };
+    let policy = at_most(1, 10);
     let sup = supervise(&worker, policy).await;
 
     // Crash 1: restarted.
@@ -270,10 +275,7 @@ async fn a_request_that_keeps_crashing_the_child_is_retried_at_most_max_restarts
     // Failures 11 s apart never exceed "1 restart in 10 s", so the supervisor keeps
     // restarting; the call still stops retrying the same request after max_restarts retries.
     let worker = Worker::new(Fault::SlowPanic);
-    let policy = RestartPolicy {
-        max_restarts: 1,
-        window: Duration::from_secs(10),
-    };
+    let policy = at_most(1, 10);
     let sup = supervise(&worker, policy).await;
     let err = sup
         .call(work("x"), Duration::from_secs(60))
@@ -326,10 +328,7 @@ async fn a_failing_restart_counts_against_the_intensity() {
     assert_eq!(status.phase, ChildPhase::GaveUp);
     assert_eq!(status.restarts, 3);
     assert!(
-        status
-            .last_error
-            .as_deref()
-            .is_some_and(|e| e.contains("model server unreachable")),
+        last_error_has(&status, "model server unreachable"),
         "{status:?}"
     );
     // The first start plus three failed restart attempts.
@@ -353,8 +352,7 @@ async fn a_failing_first_start_is_start_failed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_child_gives_timeout_and_is_not_restarted() {
-    let worker = Worker::new(Fault::None);
-    let sup = supervise(&worker, RestartPolicy::default()).await;
+    let (_worker, sup) = supervised(Fault::None).await;
     let err = sup
         .call(WorkMsg::Slow, Duration::from_secs(5))
         .await
@@ -368,8 +366,7 @@ async fn a_slow_child_gives_timeout_and_is_not_restarted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_reply_without_a_crash_is_no_reply() {
-    let worker = Worker::new(Fault::None);
-    let sup = supervise(&worker, RestartPolicy::default()).await;
+    let (_worker, sup) = supervised(Fault::None).await;
     let err = sup
         .call(WorkMsg::Ignore, Duration::from_secs(5))
         .await
@@ -381,8 +378,7 @@ async fn a_dropped_reply_without_a_crash_is_no_reply() {
 
 #[tokio::test]
 async fn shutdown_stops_the_child_and_reports_supervisor_stopped() {
-    let worker = Worker::new(Fault::None);
-    let sup = supervise(&worker, RestartPolicy::default()).await;
+    let (worker, sup) = supervised(Fault::None).await;
     let child = sup.current().expect("running");
     sup.shutdown().await;
     child
@@ -402,8 +398,7 @@ async fn shutdown_stops_the_child_and_reports_supervisor_stopped() {
 
 #[tokio::test]
 async fn clones_of_the_handle_follow_restarts() {
-    let worker = Worker::new(Fault::PanicOnce);
-    let sup = supervise(&worker, RestartPolicy::default()).await;
+    let (_worker, sup) = supervised(Fault::PanicOnce).await;
     let other = sup.clone();
     sup.call(work("a"), T).await.expect("retried");
     assert_eq!(other.status().incarnation, 2);
@@ -473,10 +468,7 @@ async fn a_linked_parent_learns_that_the_supervisor_gave_up() {
     .await
     .expect("parent");
     let worker = Worker::new(Fault::AlwaysPanic);
-    let spec = ChildSpec::for_actor("driver", worker.clone(), ()).with_policy(RestartPolicy {
-        max_restarts: 1,
-        window: Duration::from_secs(60),
-    });
+    let spec = ChildSpec::for_actor("driver", worker.clone(), ()).with_policy(at_most(1, 60));
     let sup = Supervised::start_linked(spec, parent.get_cell())
         .await
         .expect("start");
