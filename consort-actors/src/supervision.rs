@@ -856,22 +856,14 @@ mod tests {
     fn allows_max_restarts_then_gives_up() {
         let base = Instant::now();
         let mut t = RestartIntensity::new(RestartPolicy::default());
-        assert_eq!(
-            t.record(at(base, 0)),
-            RestartDecision::Restart { in_window: 1 }
-        );
-        assert_eq!(
-            t.record(at(base, 1)),
-            RestartDecision::Restart { in_window: 2 }
-        );
-        assert_eq!(
-            t.record(at(base, 2)),
-            RestartDecision::Restart { in_window: 3 }
-        );
-        assert_eq!(
-            t.record(at(base, 3)),
-            RestartDecision::GiveUp { in_window: 3 }
-        );
+        for (secs, want) in [
+            (0, RestartDecision::Restart { in_window: 1 }),
+            (1, RestartDecision::Restart { in_window: 2 }),
+            (2, RestartDecision::Restart { in_window: 3 }),
+            (3, RestartDecision::GiveUp { in_window: 3 }),
+        ] {
+            assert_eq!(t.record(at(base, secs)), want, "a failure at {secs} s");
+        }
         // Giving up does not record a restart.
         assert_eq!(t.in_window(at(base, 3)), 3);
     }

@@ -628,6 +628,16 @@ fn write_atomic(full: &Path, bytes: &[u8]) -> Result<(), (&'static str, io::Erro
 mod tests {
     use super::*;
 
+    /// A work tree in a fresh directory, holding these files.
+    fn tree_with(files: &[(&str, &str)]) -> (tempfile::TempDir, WorkTree) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wt = WorkTree::open(dir.path()).expect("open");
+        for (path, content) in files {
+            fs::write(dir.path().join(path), content).expect("seed");
+        }
+        (dir, wt)
+    }
+
     fn write(path: &str, content: &str) -> FileChange {
         FileChange::Write {
             path: path.into(),
@@ -637,9 +647,7 @@ mod tests {
 
     #[test]
     fn apply_then_inverse_restores_the_tree() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let wt = WorkTree::open(dir.path()).expect("open");
-        fs::write(dir.path().join("keep.sql"), "old").expect("seed");
+        let (_dir, wt) = tree_with(&[("keep.sql", "old")]);
         let before = wt.hash().expect("hash");
         let set = ChangeSet {
             summary: "s".into(),
@@ -690,8 +698,7 @@ mod tests {
 
     #[test]
     fn a_path_resolves_to_the_file_it_physically_reaches() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let wt = WorkTree::open(dir.path()).expect("open");
+        let (_dir, wt) = tree_with(&[]);
         let root = wt.root().to_path_buf();
         fs::create_dir_all(root.join("tests")).expect("mkdir");
         fs::write(root.join("tests/t1.sql"), "t1").expect("seed");
@@ -789,8 +796,7 @@ mod tests {
 
     #[test]
     fn what_the_file_system_refuses_is_found_before_anything_is_written() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let wt = WorkTree::open(dir.path()).expect("open");
+        let (dir, wt) = tree_with(&[]);
         fs::create_dir_all(dir.path().join("src/dir")).expect("mkdir");
         fs::write(dir.path().join("src/file.sql"), "file").expect("seed");
         let before = wt.hash().expect("hash");
@@ -837,9 +843,7 @@ mod tests {
 
     #[test]
     fn a_write_refused_mid_way_is_undone_files_and_directories() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let wt = WorkTree::open(dir.path()).expect("open");
-        fs::write(dir.path().join("keep.sql"), "old").expect("seed");
+        let (dir, wt) = tree_with(&[("keep.sql", "old")]);
         let before = wt.hash().expect("hash");
         // Each change is fine on the tree as it is; the later ones collide with the earlier.
         for changes in [
@@ -880,8 +884,7 @@ mod tests {
 
     #[test]
     fn a_file_that_is_not_text_is_undone_byte_for_byte() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let wt = WorkTree::open(dir.path()).expect("open");
+        let (dir, wt) = tree_with(&[]);
         let blob = [0xff, 0xfe, 0x00, b'x', 0x80];
         fs::write(dir.path().join("blob.bin"), blob).expect("seed");
         fs::write(dir.path().join("gone.bin"), [0xc3, 0x28]).expect("seed");
@@ -1008,9 +1011,7 @@ mod tests {
 
     #[test]
     fn consort_state_is_not_part_of_the_hash() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let wt = WorkTree::open(dir.path()).expect("open");
-        fs::write(dir.path().join("a.sql"), "a").expect("seed");
+        let (dir, wt) = tree_with(&[("a.sql", "a")]);
         let h = wt.hash().expect("hash");
         fs::create_dir_all(dir.path().join(".consort")).expect("mkdir");
         fs::write(dir.path().join(".consort/ledger.jsonl"), "{}").expect("seed");

@@ -595,11 +595,24 @@ mod tests {
         }
     }
 
+    /// A change set of these changes.
+    fn set(changes: Vec<FileChange>) -> ChangeSet {
+        ChangeSet {
+            summary: String::new(),
+            changes,
+        }
+    }
+
+    fn one(path: &str) -> ChangeSet {
+        set(vec![write(path)])
+    }
+
     #[test]
     fn a_renamed_frozen_test_is_refused_as_frozen_in_either_order() {
         let policy = PathPolicy::default();
         let mut frozen = FileHashes::new();
         frozen.insert("tests/t1.sql".into(), ContentHash::of_bytes(b"t1"));
+        let check = |changes| check_change_set(&set(changes), Writer::Code, &policy, &frozen);
         let delete = FileChange::Delete {
             path: "./tests/t1.sql".into(),
         };
@@ -608,44 +621,25 @@ mod tests {
             vec![delete.clone(), write("tests/t1_renamed.sql")],
             vec![write("src/a.sql"), write("tests/new.sql"), delete.clone()],
         ] {
-            let set = ChangeSet {
-                summary: String::new(),
-                changes,
-            };
             assert_eq!(
-                check_change_set(&set, Writer::Code, &policy, &frozen),
+                check(changes),
                 Err(RuleViolation::FrozenTestModified {
                     path: "tests/t1.sql".into()
                 })
             );
         }
         // Without a frozen test in it, a new test path is still refused for the Driver.
-        let set = ChangeSet {
-            summary: String::new(),
-            changes: vec![write("src/a.sql"), write("tests/new.sql")],
-        };
         assert_eq!(
-            check_change_set(&set, Writer::Code, &policy, &frozen),
+            check(vec![write("src/a.sql"), write("tests/new.sql")]),
             Err(RuleViolation::TouchesTests {
                 path: "tests/new.sql".into()
             })
         );
         // An escape is refused before anything else, wherever it sits.
-        let set = ChangeSet {
-            summary: String::new(),
-            changes: vec![delete, write("../out.sql")],
-        };
         assert!(matches!(
-            check_change_set(&set, Writer::Code, &policy, &frozen),
+            check(vec![delete, write("../out.sql")]),
             Err(RuleViolation::PathOutsideWorkTree { .. })
         ));
-    }
-
-    fn one(path: &str) -> ChangeSet {
-        ChangeSet {
-            summary: String::new(),
-            changes: vec![write(path)],
-        }
     }
 
     #[test]
