@@ -2,7 +2,7 @@
 //! the machine was waiting for when it arrived, and whether the machine accepted it.
 
 use consort_actors::{
-    Escalation, EscalationReason, Event, Machine, MachineConfig, Pending, RuleViolation,
+    ChangeSet, Escalation, EscalationReason, Event, Machine, MachineConfig, Pending, RuleViolation,
     RunOutcome, RunReport, State, TestRunReceipt, TestStatus, VerdictReason, VerifyPurpose,
 };
 
@@ -35,26 +35,33 @@ pub fn refused(machine: &Machine, state: &State, event: &Event) -> RuleViolation
     }
 }
 
+/// What `pick` reads from each event that has it, in order.
+fn picked<T>(events: &[Event], pick: impl Fn(&Event) -> Option<T>) -> Vec<T> {
+    events.iter().filter_map(pick).collect()
+}
+
 /// Every refusal recorded among `events`, in order.
 pub fn refusals(events: &[Event]) -> Vec<RuleViolation> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Refused { violation } => Some(violation.clone()),
-            _ => None,
-        })
-        .collect()
+    picked(events, |e| match e {
+        Event::Refused { violation } => Some(violation.clone()),
+        _ => None,
+    })
 }
 
 /// Every change set the conductor did not apply (`ApplyDenied`), with its violation, in order.
 pub fn denials(events: &[Event]) -> Vec<RuleViolation> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::ApplyDenied { violation, .. } => Some(violation.clone()),
-            _ => None,
-        })
-        .collect()
+    picked(events, |e| match e {
+        Event::ApplyDenied { violation, .. } => Some(violation.clone()),
+        _ => None,
+    })
+}
+
+/// The undo of every change set the conductor applied (`Applied`), in order.
+pub fn undos(events: &[Event]) -> Vec<ChangeSet> {
+    picked(events, |e| match e {
+        Event::Applied { inverse, .. } => Some(inverse.clone()),
+        _ => None,
+    })
 }
 
 /// The events alone rebuild `state`: the refusals and the halt are on record.

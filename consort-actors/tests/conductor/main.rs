@@ -16,7 +16,7 @@ use ractor::{Actor, ActorProcessingErr};
 use consort_actors::*;
 use consort_testkit::actors::FnActor;
 use consort_testkit::artifacts as kit;
-use consort_testkit::assert::denials;
+use consort_testkit::assert::{denials, undos};
 // Not at the crate root today: the orchestrator re-exports them there.
 use consort_actors::HumanDecision;
 use consort_actors::Ledger;
@@ -87,6 +87,11 @@ fn run_tests(root: &Path) -> Vec<TestOutcome> {
 }
 
 impl FakeLakebase {
+    /// The verify requests served so far, in order.
+    fn served(&self) -> Vec<RequestId> {
+        self.served.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
     /// The actor: clones share what it served and the failures still to come.
     fn actor(&self) -> FnActor<LakebaseMsg> {
         let this = self.clone();
@@ -323,7 +328,7 @@ async fn a_whole_lifecycle_runs_to_done_through_real_actors() {
         "replay reproduces the final state"
     );
     // Every RED and GREEN ran: 2 RED + 2 GREEN + 1 deploy.
-    assert_eq!(fx.lakebase.served.lock().map(|s| s.len()).unwrap_or(0), 5);
+    assert_eq!(fx.lakebase.served().len(), 5);
 }
 
 #[tokio::test]
@@ -392,12 +397,7 @@ async fn a_crash_after_any_event_resumes_to_the_same_end_without_redoing_recorde
             "cut {cut}: the simulated crash stops the run"
         );
         let prefix = fx.events();
-        let served_before: Vec<RequestId> = fx
-            .lakebase
-            .served
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default();
+        let served_before = fx.lakebase.served();
         fx.lakebase.served.lock().map(|mut s| s.clear()).ok();
         let resumed = fx.run(answer(honest), approve_all()).await.expect("resume");
         assert_eq!(resumed.outcome, RunOutcome::Done, "cut {cut}");
@@ -414,12 +414,7 @@ async fn a_crash_after_any_event_resumes_to_the_same_end_without_redoing_recorde
                 _ => None,
             })
             .collect();
-        let served_after: Vec<RequestId> = fx
-            .lakebase
-            .served
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default();
+        let served_after = fx.lakebase.served();
         for id in &recorded {
             assert!(
                 !served_after.contains(id),
@@ -765,13 +760,6 @@ fn green_t1_cheats(cheats: Vec<Vec<FileChange>>) -> Answer {
     })
 }
 
-fn applied_count(events: &[Event]) -> usize {
-    events
-        .iter()
-        .filter(|e| matches!(e, Event::Applied { .. }))
-        .count()
-}
-
 #[tokio::test]
 async fn a_write_through_a_link_is_judged_by_the_file_it_reaches_before_anything_is_written() {
     let fx = Fixture::new();
@@ -831,7 +819,7 @@ async fn a_write_through_a_link_is_judged_by_the_file_it_reaches_before_anything
     );
     assert!(!root.join(".git").exists());
     // Two REDs and two GREENs (T1's the honest retry); the empty REFACTORs apply nothing.
-    assert_eq!(applied_count(&events), 4);
+    assert_eq!(undos(&events).len(), 4);
     assert_eq!(machine.replay(&events), report.state);
 }
 
@@ -862,13 +850,8 @@ async fn a_red_that_writes_a_test_path_through_a_link_to_code_is_non_test_in_red
     );
     // The denied RED wrote nothing: the first Applied is the honest RED, and its undo deletes
     // only the test file.
-    let first = events
-        .iter()
-        .find_map(|e| match e {
-            Event::Applied { inverse, .. } => Some(inverse.clone()),
-            _ => None,
-        })
-        .expect("an applied RED");
+    let undos = undos(&events);
+    let first = undos.first().expect("an applied RED");
     assert_eq!(
         first.changes,
         vec![FileChange::Delete {
@@ -928,14 +911,8 @@ async fn a_path_the_file_system_refuses_is_a_retry_and_nothing_is_left_half_appl
         "the mid-way write was undone"
     );
     // The honest GREEN's undo is the tree before any cheat: src/t1.sql did not exist.
-    let undo_of_green = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Applied { inverse, .. } => Some(inverse.clone()),
-            _ => None,
-        })
-        .nth(1)
-        .expect("T1's GREEN");
+    let undos = undos(&events);
+    let undo_of_green = undos.get(1).expect("T1's GREEN");
     assert_eq!(
         undo_of_green.changes,
         vec![FileChange::Delete {
