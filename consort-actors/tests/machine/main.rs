@@ -62,6 +62,20 @@ impl Run {
         Run::with_paths(PathPolicy::new(&["tests/**"], &["run-tests.sh"]).expect("globs"))
     }
 
+    /// A run at T1's RED: the design approved and observed.
+    fn at_build() -> Self {
+        let mut r = Run::new();
+        r.reach_build();
+        r
+    }
+
+    /// A run at T1's GREEN: its RED accepted and frozen.
+    fn at_green() -> Self {
+        let mut r = Run::new();
+        r.reach_green();
+        r
+    }
+
     fn with_paths(paths: PathPolicy) -> Self {
         let cfg = MachineConfig {
             paths,
@@ -632,8 +646,7 @@ fn an_artifact_of_the_wrong_kind_is_refused() {
 
 #[test]
 fn an_agent_made_receipt_is_refused() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.write_and_apply("tests/t1.sql", "x");
     let receipt = r.receipt(&[("tests/t1.sql", TestStatus::Passed)], 0);
     // Forge a receipt while the navigator... is not even asked: use the next agent step.
@@ -753,8 +766,7 @@ fn a_design_changed_on_disk_halts_before_the_next_build_step() {
 
 #[test]
 fn red_may_write_only_test_paths() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     let v = r.produce_refused(cs(vec![
         write("tests/t1.sql", "x"),
         write("src/cheat.sql", "y"),
@@ -770,8 +782,7 @@ fn red_may_write_only_test_paths() {
 
 #[test]
 fn no_agent_restores_raw_bytes() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     let v = r.produce_refused(cs(vec![
         write("tests/t1.sql", "x"),
         FileChange::Restore {
@@ -786,8 +797,7 @@ fn no_agent_restores_raw_bytes() {
 
 #[test]
 fn red_must_write_the_entrys_test_file() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     let v = r.produce_refused(cs(vec![write("tests/other.sql", "x")]));
     assert_eq!(
         v,
@@ -799,8 +809,7 @@ fn red_must_write_the_entrys_test_file() {
 
 #[test]
 fn no_agent_touches_the_harness() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     for harness in ["consort.toml", "run-tests.sh"] {
         let v = r.produce_refused(cs(vec![write("tests/t1.sql", "x"), write(harness, "")]));
         let want = RuleViolation::TouchesHarness {
@@ -851,8 +860,7 @@ fn a_driver_adding_a_dependency_to_a_harness_manifest_is_refused_and_told_it_is_
 
 #[test]
 fn paths_outside_the_work_tree_are_refused() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     for bad in ["../evil.sql", "/etc/passwd"] {
         let v = r.produce_refused(cs(vec![write("tests/t1.sql", "x"), write(bad, "y")]));
         assert!(
@@ -868,8 +876,7 @@ fn paths_outside_the_work_tree_are_refused() {
 
 #[test]
 fn a_refused_apply_lets_the_agent_retry() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.produce(cs(vec![write("tests/t1.sql", "x")]))
         .expect("red");
     let v = r.refused(Event::ApplyRefused {
@@ -885,8 +892,7 @@ fn a_refused_apply_lets_the_agent_retry() {
 
 #[test]
 fn a_red_that_already_passes_is_refused_reverted_and_retried() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.write_and_apply("tests/t1.sql", "select 1;");
     let v = r.verify_refused(&[("tests/t1.sql", TestStatus::Passed)]);
     assert_eq!(
@@ -905,8 +911,7 @@ fn a_red_that_already_passes_is_refused_reverted_and_retried() {
 
 #[test]
 fn a_red_that_breaks_a_green_test_is_refused() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.full_test("tests/t1.sql", &[]);
     r.observe();
     r.write_and_apply("tests/t2.sql", "x");
@@ -924,8 +929,7 @@ fn a_red_that_breaks_a_green_test_is_refused() {
 
 #[test]
 fn a_red_whose_test_did_not_run_is_refused() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.write_and_apply("tests/t1.sql", "x");
     let v = r.verify_refused(&[("tests/zzz.sql", TestStatus::Failed)]);
     assert_eq!(
@@ -938,8 +942,7 @@ fn a_red_whose_test_did_not_run_is_refused() {
 
 #[test]
 fn an_accepted_red_freezes_its_test_files() {
-    let mut r = Run::new();
-    r.reach_green();
+    let r = Run::at_green();
     assert_eq!(
         r.s.build.frozen_tests.keys().collect::<Vec<_>>(),
         vec!["tests/t1.sql"]
@@ -958,8 +961,7 @@ fn set(changes: Vec<FileChange>) -> ChangeSet {
 
 #[test]
 fn a_change_set_is_judged_again_by_the_files_its_paths_reach() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     r.produce(cs(vec![write("src/link/t1.sql", "weakened")]))
         .expect("spelled, it is code");
     assert!(matches!(r.pending(), Pending::Apply { .. }));
@@ -1013,8 +1015,7 @@ fn a_change_set_is_judged_again_by_the_files_its_paths_reach() {
 
 #[test]
 fn a_red_through_a_link_to_a_non_test_is_non_test_in_red() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.produce(cs(vec![
         write("tests/t1.sql", "x"),
         write("tests/lib/helper.sql", "y"),
@@ -1042,8 +1043,7 @@ fn a_red_through_a_link_to_a_non_test_is_non_test_in_red() {
 
 #[test]
 fn a_denied_apply_lets_the_agent_retry_with_feedback_then_escalates() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     let disk = r.disk.clone();
     let violation = RuleViolation::FrozenTestModified {
         path: "tests/t1.sql".into(),
@@ -1082,8 +1082,7 @@ fn a_denied_apply_lets_the_agent_retry_with_feedback_then_escalates() {
 
 #[test]
 fn a_path_the_file_system_refuses_is_retried_and_a_refused_revert_halts() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.produce(cs(vec![write("tests/t1.sql", "select 1;")]))
         .expect("red");
     r.ok(Event::ApplyDenied {
@@ -1118,8 +1117,7 @@ fn a_path_the_file_system_refuses_is_retried_and_a_refused_revert_halts() {
 
 #[test]
 fn a_denied_apply_answers_only_a_pending_apply() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     let v = r.refused(Event::ApplyDenied {
         violation: RuleViolation::TouchesTests {
             path: "tests/x.sql".into(),
@@ -1134,8 +1132,7 @@ fn a_denied_apply_answers_only_a_pending_apply() {
 
 #[test]
 fn a_receipt_for_another_request_is_ignored() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.write_and_apply("tests/t1.sql", "x");
     let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
     receipt.request_id = RequestId(77);
@@ -1147,8 +1144,7 @@ fn a_receipt_for_another_request_is_ignored() {
 
 #[test]
 fn a_receipt_for_another_work_tree_halts() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.write_and_apply("tests/t1.sql", "x");
     let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
     receipt.workspace_hash = ContentHash::of_bytes(b"tampered");
@@ -1159,8 +1155,7 @@ fn a_receipt_for_another_work_tree_halts() {
 
 #[test]
 fn green_comes_only_from_a_verify_run() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     // Skipping the apply and the run: a receipt cannot be accepted while nothing was verified.
     let passed = [("tests/t1.sql", TestStatus::Passed)];
@@ -1176,8 +1171,7 @@ fn green_comes_only_from_a_verify_run() {
 
 #[test]
 fn green_may_not_touch_tests() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     let v = r.produce_refused(cs(vec![write("tests/t1.sql", "select 1;")]));
     assert_eq!(
         v,
@@ -1212,8 +1206,7 @@ fn green_may_not_touch_tests() {
 
 #[test]
 fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     r.write_and_apply("src/a.sql", "bad");
     r.verify(&[("tests/t1.sql", TestStatus::Failed)])
         .expect("a red green is a result, not a violation");
@@ -1241,8 +1234,7 @@ fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
 
 #[test]
 fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     for round in 0..=3 {
         r.produce(cs(vec![write("src/a.sql", &format!("bad {round}"))]))
             .expect("code");
@@ -1258,8 +1250,7 @@ fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
 
 /// At T1's GREEN, a run with these outcomes and this exit code is no pass: a repair is asked for.
 fn assert_green_run_is_not_a_pass(outcomes: &[(&str, TestStatus)], exit: i32) {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     r.write_and_apply("src/a.sql", "x");
     let receipt = r.receipt(outcomes, exit);
     r.ok(Event::VerifyCompleted { receipt });
@@ -1279,8 +1270,7 @@ fn a_run_that_reports_nothing_is_not_a_pass() {
 
 #[test]
 fn a_test_file_planted_on_disk_halts_before_the_run() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
     r.disk
         .files
@@ -1302,8 +1292,7 @@ fn a_test_file_planted_on_disk_halts_before_the_run() {
 
 #[test]
 fn an_unexpected_test_file_halts_at_observation() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     r.write_and_apply("src/a.sql", "x");
     r.verify(&[("tests/t1.sql", TestStatus::Passed)])
         .expect("green");
@@ -1324,8 +1313,7 @@ fn an_unexpected_test_file_halts_at_observation() {
 
 #[test]
 fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     r.green(&["tests/t1.sql"]);
     let green_code = r.disk.files.get("src/code.sql").cloned();
     r.write_and_apply("src/code.sql", "broken refactor");
@@ -1346,8 +1334,7 @@ fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
 
 #[test]
 fn the_author_never_reviews_its_own_code() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     // One actor instance, "solo", is set up to play both the Driver and the Navigator.
     r.produce_as(
         ActorId::new(Role::Driver, "solo"),
@@ -1376,8 +1363,7 @@ fn the_author_never_reviews_its_own_code() {
 
 #[test]
 fn a_change_request_sends_the_driver_back_to_refactor_a_bounded_number_of_times() {
-    let mut r = Run::new();
-    r.reach_green();
+    let mut r = Run::at_green();
     r.green(&["tests/t1.sql"]);
     r.produce(cs(vec![])).expect("refactor");
     r.observe();
@@ -1404,8 +1390,7 @@ fn a_change_request_sends_the_driver_back_to_refactor_a_bounded_number_of_times(
 
 #[test]
 fn an_approved_review_moves_to_the_next_test() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.full_test("tests/t1.sql", &[]);
     let cmds = r.observe();
     assert!(
@@ -1453,8 +1438,7 @@ fn the_deploy_run_covers_every_test_and_every_migration() {
 
 #[test]
 fn a_build_run_gets_only_the_migrations_of_stories_so_far() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     let cmds = r.write_and_apply("tests/t1.sql", "x");
     match &cmds[..] {
         [
@@ -1523,8 +1507,7 @@ fn the_whole_lifecycle_reaches_done() {
 
 #[test]
 fn an_infrastructure_fault_escalates_as_such_and_a_retry_reissues_the_step() {
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.write_and_apply("tests/t1.sql", "x");
     let Pending::Verify { request, .. } = r.pending() else {
         panic!("verify pending")
@@ -1586,8 +1569,7 @@ fn a_retry_needs_a_halt() {
 #[test]
 fn a_human_can_stop_a_run_that_was_interrupted_mid_step_or_waits_at_a_gate() {
     // Interrupted in the build lane, a verification in flight: the ledger shows it running.
-    let mut r = Run::new();
-    r.reach_build();
+    let mut r = Run::at_build();
     r.write_and_apply("tests/t1.sql", "x");
     assert!(
         matches!(r.pending(), Pending::Verify { .. }),
