@@ -202,9 +202,8 @@ impl Tally {
 
 mod crash {
     use super::*;
-    use consort::actors::AppendObserver;
     use consort::project::RunOptions;
-    use std::ops::ControlFlow;
+    use consort_testkit::observers::AbortAfter;
 
     /// Set (to `N`) only for a crash point's child: this binary's `main` then runs the project
     /// in [`CHILD_DIR_ENV`] and aborts right after its `N`-th ledger append. Read by this test
@@ -212,19 +211,6 @@ mod crash {
     pub(crate) const CHILD_ENV: &str = "RELIABILITY_CRASH_CHILD";
     /// The project a crash point's child runs.
     pub(crate) const CHILD_DIR_ENV: &str = "RELIABILITY_CRASH_DIR";
-
-    /// Aborts the process right after the `n`-th durable append, as a crash there would.
-    #[derive(Debug)]
-    struct AbortAfter(u64);
-
-    impl AppendObserver for AbortAfter {
-        fn appended(&self, index: u64) -> ControlFlow<()> {
-            if index == self.0 {
-                std::process::abort();
-            }
-            ControlFlow::Continue(())
-        }
-    }
 
     /// The crash point's child mode, when [`CHILD_ENV`] is set: runs the project as
     /// `consort run --approve-as ada --dir DIR` does, aborting after the `N`-th append. Returns

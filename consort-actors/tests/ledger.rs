@@ -1,7 +1,6 @@
 //! Ledger tests: durability, tamper evidence, crash recovery, locking, hostile input.
 
 use std::fs;
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -10,6 +9,7 @@ use consort_actors::AppendObserver;
 use consort_actors::ContentHash;
 use consort_actors::canonical_json;
 use consort_actors::{GENESIS_HEX, Ledger, LedgerError, LedgerOptions, genesis};
+use consort_testkit::observers::AbortAfter;
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -483,19 +483,6 @@ fn verify_of_a_missing_file_is_an_io_error_and_open_of_a_directory_fails() {
 /// Set (to `N`) only by `crash_after_the_nth_append_keeps_exactly_n_entries` for its child:
 /// the child aborts right after its `N`-th append. Read by this test binary alone.
 const CRASH_CHILD_ENV: &str = "LEDGER_TEST_CRASH_AFTER";
-
-/// Aborts the process right after the `n`-th append, as a crash there would.
-#[derive(Debug)]
-struct AbortAfter(u64);
-
-impl AppendObserver for AbortAfter {
-    fn appended(&self, index: u64) -> ControlFlow<()> {
-        if index == self.0 {
-            std::process::abort();
-        }
-        ControlFlow::Continue(())
-    }
-}
 
 /// Appends five events. Run by itself it checks them; run as the child of
 /// `crash_after_the_nth_append_keeps_exactly_n_entries` (with [`CRASH_CHILD_ENV`] set) the

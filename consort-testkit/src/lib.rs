@@ -10,6 +10,7 @@
 //! * [`simulation`]: a simulated conductor over the pure machine that answers every command.
 //! * [`cluster`]: one embedded PostgreSQL cluster per test binary, started on first use.
 //! * [`model`]: a loopback OpenAI-compatible chat-completions server.
+//! * [`observers`]: an append observer that aborts the process, for crash tests.
 //! * [`harness`]: the command line of `libtest-mimic` harnesses, with libtest's filters.
 //! * [`logs`]: a tracing writer that keeps every line in memory.
 //! * [`process`]: a process's output as text, and waiting for a condition.
@@ -28,6 +29,7 @@ pub mod disk;
 pub mod harness;
 pub mod logs;
 pub mod model;
+pub mod observers;
 pub mod process;
 pub mod providers;
 pub mod simulation;
