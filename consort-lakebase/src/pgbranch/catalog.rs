@@ -20,22 +20,32 @@ pub(super) fn is_dup(e: &tokio_postgres::Error) -> bool {
 
 /// Whether database `db` exists.
 pub(super) async fn db_exists(admin: &Client, db: &str) -> Result<bool> {
-    Ok(admin
-        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&db])
-        .await
-        .map_err(|e| Error::from_pg("looking up a database", e))?
-        .is_some())
+    returns_row(
+        admin,
+        "SELECT 1 FROM pg_database WHERE datname = $1",
+        db,
+        "looking up a database",
+    )
+    .await
 }
 
 /// Whether `db` exists and is a template.
 pub(super) async fn is_template(admin: &Client, db: &str) -> Result<bool> {
+    returns_row(
+        admin,
+        "SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate",
+        db,
+        "looking up a base",
+    )
+    .await
+}
+
+/// Whether `sql`, about the object named `$1`, returns a row.
+async fn returns_row(admin: &Client, sql: &str, name: &str, what: &str) -> Result<bool> {
     Ok(admin
-        .query_opt(
-            "SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate",
-            &[&db],
-        )
+        .query_opt(sql, &[&name])
         .await
-        .map_err(|e| Error::from_pg("looking up a base", e))?
+        .map_err(|e| Error::from_pg(what, e))?
         .is_some())
 }
 
