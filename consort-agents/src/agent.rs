@@ -10,6 +10,9 @@ use consort_actors::{AgentFailure, Artifact, Assignment, Usage};
 /// Write the body as `Box::pin(async move { … })`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// What [`Agent::act`] returns: the output or a typed failure, as a [`BoxFuture`].
+pub type ActFuture<'a> = BoxFuture<'a, Result<AgentOutput, AgentFailure>>;
+
 /// What an agent produced for one assignment: the artifact and what it cost.
 ///
 /// The role actor stamps the author and measures the wall time; the agent reports tokens and
@@ -68,10 +71,7 @@ impl AgentOutput {
 /// ```
 pub trait Agent: Send + Sync + 'static {
     /// Performs one assignment.
-    fn act<'a>(
-        &'a self,
-        assignment: &'a Assignment,
-    ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>>;
+    fn act<'a>(&'a self, assignment: &'a Assignment) -> ActFuture<'a>;
 
     /// A short description of the backend for logs (never contains a secret).
     fn describe(&self) -> String {

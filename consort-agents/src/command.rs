@@ -31,7 +31,7 @@ use consort_actors::{
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::agent::{Agent, AgentOutput, BoxFuture};
+use crate::agent::{ActFuture, Agent, AgentOutput};
 use crate::openai::extract_json;
 use crate::validate::parse_artifact;
 
@@ -593,10 +593,7 @@ fn lexically_inside(rel: &str, target: &Path) -> bool {
 }
 
 impl Agent for ExternalCommandAgent {
-    fn act<'a>(
-        &'a self,
-        assignment: &'a Assignment,
-    ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
+    fn act<'a>(&'a self, assignment: &'a Assignment) -> ActFuture<'a> {
         Box::pin(async move {
             self.run(assignment).await.map_err(|e| {
                 tracing::warn!(role = %self.role, error = %e, "external agent failed");

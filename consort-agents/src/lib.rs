@@ -129,7 +129,7 @@ pub use actor::{
     DEFAULT_TIMEOUT, RoleActor, RoleArgs, RoleState, assign, identify, spawn_role,
     spawn_role_linked,
 };
-pub use agent::{Agent, AgentOutput, BoxFuture};
+pub use agent::{ActFuture, Agent, AgentOutput, BoxFuture};
 pub use command::{CommandConfig, CommandError, ExternalCommandAgent};
 pub use config::{AgentConfig, Error};
 pub use consort_actors::{

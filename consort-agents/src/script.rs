@@ -12,7 +12,7 @@ use consort_actors::{AgentFailure, Artifact, Assignment, Role, Step, Usage};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::agent::{Agent, AgentOutput, BoxFuture};
+use crate::agent::{ActFuture, Agent, AgentOutput};
 
 /// A script file that cannot be used, with where the problem is.
 #[derive(Debug, thiserror::Error)]
@@ -529,10 +529,7 @@ impl ScriptedAgent {
 }
 
 impl Agent for ScriptedAgent {
-    fn act<'a>(
-        &'a self,
-        assignment: &'a Assignment,
-    ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
+    fn act<'a>(&'a self, assignment: &'a Assignment) -> ActFuture<'a> {
         Box::pin(async move {
             let entry = self
                 .script

@@ -21,6 +21,14 @@ fn script(dir: &Path, name: &str, body: &str) -> String {
     path.display().to_string()
 }
 
+/// A fresh directory holding one executable `sh` script `name`; returns the directory (keep it
+/// while the script runs) and the script's path.
+fn program(name: &str, body: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = script(dir.path(), name, body);
+    (dir, path)
+}
+
 fn with_files(mut a: Assignment, files: &[(&str, &str)]) -> Assignment {
     a.inputs.files = files
         .iter()
@@ -38,9 +46,7 @@ fn agent(role: Role, program: String, timeout: Duration) -> ExternalCommandAgent
 
 #[tokio::test]
 async fn edits_in_the_scratch_copy_become_a_change_set() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let prog = script(
-        dir.path(),
+    let (_dir, prog) = program(
         "driver.sh",
         r#"
 input=$(cat)
@@ -90,9 +96,7 @@ rm src/gone.sql
 
 #[tokio::test]
 async fn caches_the_program_leaves_in_the_scratch_copy_are_not_its_answer() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let prog = script(
-        dir.path(),
+    let (_dir, prog) = program(
         "driver.sh",
         r#"
 cat > /dev/null
@@ -130,9 +134,7 @@ printf 'kept' > src/target
 
 #[tokio::test]
 async fn an_artifact_on_stdout_is_the_answer() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let prog = script(
-        dir.path(),
+    let (_dir, prog) = program(
         "reviewer.sh",
         r#"
 cat > /dev/null
@@ -285,12 +287,7 @@ async fn only_allowed_environment_variables_reach_the_program() {
                 && !v.is_empty()
         })
         .expect("the test process has some environment");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let prog = script(
-        dir.path(),
-        "env.sh",
-        "cat > /dev/null\nenv | sort > env.txt",
-    );
+    let (_dir, prog) = program("env.sh", "cat > /dev/null\nenv | sort > env.txt");
     let mut cfg = CommandConfig::new(prog, Vec::<String>::new());
     cfg.env_allow = vec!["PATH".into()];
     cfg.env_set.insert("AGENT_MODE".into(), "strict".into());

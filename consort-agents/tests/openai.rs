@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use consort_actors::{ActorId, AgentFailure, Artifact, ChangeSet, FileChange, Role};
 use consort_agents::{
-    Agent, ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, spawn_role,
+    Agent, AgentOutput, ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, spawn_role,
 };
 use consort_testkit::agents::ask;
 use consort_testkit::artifacts::assignment;
@@ -50,6 +50,17 @@ fn expected_change_set() -> Artifact {
             content: "select 1;\n".into(),
         }],
     })
+}
+
+/// Asks a driver on the model at `base` for `green/T1` (assignment `id`); checks that the answer
+/// is the expected change set (`why` says why it should be) and returns it.
+async fn green_from(base: &str, id: u64, why: &str) -> AgentOutput {
+    let out = agent(Role::Driver, config(base))
+        .act(&assignment(id, "green/T1"))
+        .await
+        .expect(why);
+    assert_eq!(out.artifact, expected_change_set(), "{why}");
+    out
 }
 
 #[tokio::test]
@@ -170,11 +181,7 @@ async fn a_wrong_kind_from_the_model_is_corrected_by_feedback() {
         ok(&green_answer()),
     ])
     .await;
-    let out = agent(Role::Driver, config(&base))
-        .act(&assignment(5, "green/T1"))
-        .await
-        .expect("second answer accepted");
-    assert_eq!(out.artifact, expected_change_set());
+    green_from(&base, 5, "second answer accepted").await;
     let feedback = stub.seen()[1].content(3).to_string();
     assert!(
         feedback.contains("you answered with a test-list"),
@@ -189,11 +196,7 @@ async fn server_errors_are_retried_then_succeed() {
         ok(&green_answer()),
     ])
     .await;
-    let out = agent(Role::Driver, config(&base))
-        .act(&assignment(6, "green/T1"))
-        .await
-        .expect("succeeds after the retry");
-    assert_eq!(out.artifact, expected_change_set());
+    let out = green_from(&base, 6, "succeeds after the retry").await;
     assert_eq!(out.usage.calls, 1, "HTTP retries are not model calls");
     assert_eq!(stub.seen().len(), 2);
 }
@@ -255,11 +258,7 @@ async fn rate_limits_are_retried_after_the_delay_the_server_asks_for() {
         ok(&green_answer()),
     ])
     .await;
-    let out = agent(Role::Driver, config(&base))
-        .act(&assignment(9, "green/T1"))
-        .await
-        .expect("succeeds after the rate limit");
-    assert_eq!(out.artifact, expected_change_set());
+    green_from(&base, 9, "succeeds after the rate limit").await;
     assert_eq!(stub.seen().len(), 2);
     let logs = capture.text();
     // The configured backoff is 10 ms; the wait used is the server's 1 s.

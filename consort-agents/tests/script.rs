@@ -12,102 +12,8 @@ use consort_testkit::agents::ask;
 use consort_testkit::artifacts::{assignment, feature};
 use ractor::ActorRef;
 
-/// A spec entry for `step` with one requirement.
-fn spec_entry(step: &str, statement: &str) -> String {
-    format!(
-        r#"
-[[entry]]
-step = "{step}"
-[entry.artifact]
-kind = "spec"
-body = {{ feature_id = "F1", summary = "stock lookup", requirements = [
-  {{ id = "R1", ac_id = "S1-AC1", statement = "{statement}" }},
-] }}
-"#
-    )
-}
-
 /// The design lane of a small feature, with one architect revision.
-fn design_lane() -> String {
-    DESIGN_LANE
-        .replace("{spec_r0}", &spec_entry("spec/r0", "lookup returns stock"))
-        .replace(
-            "{spec_r1}",
-            &spec_entry(
-                "spec/r1",
-                "lookup returns one row per location; an unknown SKU returns no rows",
-            ),
-        )
-}
-
-/// The design lane, with its two spec entries left as `{spec_r0}` and `{spec_r1}`.
-const DESIGN_LANE: &str = r#"
-[[entry]]
-step = "stories"
-[entry.artifact]
-kind = "stories"
-body.feature_id = "F1"
-[[entry.artifact.body.stories]]
-id = "S1"
-title = "See stock"
-as_a = "clerk"
-i_want = "to see stock per SKU and location"
-so_that = "I can pick orders"
-user_facing = true
-[[entry.artifact.body.stories.acceptance_criteria]]
-id = "S1-AC1"
-given = "a SKU stored in two locations"
-when = "I look it up"
-then = "I see both quantities"
-
-{spec_r0}
-[[entry]]
-step = "architecture/r0"
-artifact = { kind = "architecture-verdict", body = { decision = "revise", reasons = ["R1: say what an unknown SKU returns"] } }
-
-{spec_r1}
-[[entry]]
-step = "architecture/*"
-[entry.artifact]
-kind = "architecture-verdict"
-body.decision = "approve"
-body.layers = ["repository"]
-body.invariants = [ { id = "PI1-sku-location-unique", kind = "unique", brief = "one row per SKU and location" } ]
-
-[[entry]]
-step = "schema"
-[entry.artifact]
-kind = "schema-plan"
-[[entry.artifact.body.migrations]]
-version = "0001_stock_records"
-story_id = "S1"
-description = "stock per SKU and location"
-sql = '''
-CREATE TABLE stock_records (
-    sku      text    NOT NULL,
-    location text    NOT NULL,
-    quantity integer NOT NULL CHECK (quantity >= 0),
-    PRIMARY KEY (sku, location)
-);
-COMMENT ON TABLE stock_records IS 'a \n stays literal';
-'''
-
-[[entry]]
-step = "test-list"
-[entry.artifact]
-kind = "test-list"
-[[entry.artifact.body.entries]]
-id = "T1"
-ac_id = "S1-AC1"
-description = "both locations are listed"
-path = "tests/t1_lookup.sql"
-
-[[entry]]
-step = "ux"
-[entry.artifact]
-kind = "ux-design"
-body.screens = [ { story_id = "S1", name = "Stock lookup", elements = ["SKU field", "table of locations"] } ]
-"#;
+const DESIGN_LANE: &str = include_str!("fixtures/design_lane.toml");
 
 async fn actor_for(role: Role, script: &Script) -> ActorRef<RoleMsg> {
     let args = RoleArgs::new(
@@ -120,7 +26,7 @@ async fn actor_for(role: Role, script: &Script) -> ActorRef<RoleMsg> {
 
 #[tokio::test]
 async fn a_whole_design_lane_runs_from_one_script() {
-    let script = Script::from_toml_str(&design_lane()).expect("the script parses");
+    let script = Script::from_toml_str(DESIGN_LANE).expect("the script parses");
     assert_eq!(script.roles().len(), 6);
     let mut actors = BTreeMap::new();
     for role in script.roles() {
@@ -200,7 +106,7 @@ async fn a_whole_design_lane_runs_from_one_script() {
 
 #[tokio::test]
 async fn a_step_the_script_does_not_answer_is_a_mismatch() {
-    let script = Script::from_toml_str(&design_lane()).expect("parses");
+    let script = Script::from_toml_str(DESIGN_LANE).expect("parses");
     let agent = script.agent(Role::Navigator);
     match agent.act(&assignment(1, "red/T1")).await {
         Err(AgentFailure::ScriptMismatch { wanted, found }) => {
@@ -512,20 +418,20 @@ fn the_documented_examples_parse() {
         &doc[start..start + doc[start..].find("```").expect("end")]
     };
     let s = Script::from_toml_str(doc_toml).expect("parses");
-    let first = s
-        .lookup(Role::Navigator, &step("review/T1/0"), 0)
-        .expect("first review");
-    assert!(matches!(
-        first.artifact,
-        Artifact::ReviewVerdict(ReviewVerdict::ChangesRequested { .. })
-    ));
-    let later = s
-        .lookup(Role::Navigator, &step("review/T1/1"), 0)
-        .expect("later review");
-    assert!(matches!(
-        later.artifact,
-        Artifact::ReviewVerdict(ReviewVerdict::Approve { .. })
-    ));
+    // The first review asks for changes; a later one approves.
+    for (key, changes_requested) in [("review/T1/0", true), ("review/T1/1", false)] {
+        let entry = s
+            .lookup(Role::Navigator, &step(key), 0)
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        let Artifact::ReviewVerdict(verdict) = &entry.artifact else {
+            panic!("{key}: a review verdict expected, got {:?}", entry.artifact)
+        };
+        assert_eq!(
+            matches!(verdict, ReviewVerdict::ChangesRequested { .. }),
+            changes_requested,
+            "{key}: {verdict:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -11,8 +11,8 @@
 
 use std::sync::Arc;
 
-use consort_actors::LakebaseMsg;
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use consort_actors::{LakebaseMsg, RequestId};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
@@ -131,24 +131,16 @@ impl Actor for LakebaseActor {
         match msg {
             LakebaseMsg::Verify(req, reply) => {
                 let verifier = state.verifier.clone();
-                let slots = state.slots.clone();
-                tokio::spawn(async move {
-                    let _slot = slots.acquire_owned().await;
-                    let result = verifier.verify(&req).await;
-                    if reply.send(result).is_err() {
-                        debug!(request = %req.id, "verify caller went away");
-                    }
+                let turn = state.slots.clone().acquire_owned();
+                answer(turn, req.id, "verify", reply, async move {
+                    verifier.verify(&req).await
                 });
             }
             LakebaseMsg::Promote(req, reply) => {
                 let verifier = state.verifier.clone();
-                let lock = state.promotions.clone();
-                tokio::spawn(async move {
-                    let _one = lock.lock().await;
-                    let result = verifier.promote(&req).await;
-                    if reply.send(result).is_err() {
-                        debug!(request = %req.id, "promote caller went away");
-                    }
+                let turn = state.promotions.clone().lock_owned();
+                answer(turn, req.id, "promote", reply, async move {
+                    verifier.promote(&req).await
                 });
             }
         }
@@ -165,4 +157,26 @@ impl Actor for LakebaseActor {
         }
         Ok(())
     }
+}
+
+/// Answers request `id` in a task of its own: waits for `turn` (a verification slot or the
+/// promotion lock) and holds it while `work` runs, then replies; a caller that went away is
+/// only logged (`what` names the request kind).
+fn answer<G, T>(
+    turn: impl Future<Output = G> + Send + 'static,
+    id: RequestId,
+    what: &'static str,
+    reply: RpcReplyPort<T>,
+    work: impl Future<Output = T> + Send + 'static,
+) where
+    G: Send,
+    T: Send + 'static,
+{
+    tokio::spawn(async move {
+        let _turn = turn.await;
+        let result = work.await;
+        if reply.send(result).is_err() {
+            debug!(request = %id, "{what} caller went away");
+        }
+    });
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{migration, write_tree};
+use common::{migration, tree_of, write_tree};
 use consort_actors::hash_dir;
 use consort_actors::{
     ContentHash, InfraFault, LakebaseMsg, PromoteRequest, RequestId, TestRunReceipt, TestStatus,
@@ -70,24 +70,20 @@ fn stock_migrations() -> Vec<consort_actors::Migration> {
 
 #[tokio::test]
 async fn a_verify_request_is_answered_with_a_receipt_of_the_real_run() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[
-            (
-                "src/stock.sql",
-                "CREATE OR REPLACE FUNCTION total() RETURNS bigint LANGUAGE sql AS 'SELECT coalesce(sum(qty), 0) FROM stock';\n",
-            ),
-            (
-                "tests/t1_empty.sql",
-                "DO $$ BEGIN ASSERT total() = 0; END $$;\n",
-            ),
-            (
-                "tests/t2_new.sql",
-                "INSERT INTO stock VALUES ('A', 3);\nDO $$ BEGIN ASSERT total() = 4, 'total counts reservations'; END $$;\n",
-            ),
-        ],
-    );
+    let tree = tree_of(&[
+        (
+            "src/stock.sql",
+            "CREATE OR REPLACE FUNCTION total() RETURNS bigint LANGUAGE sql AS 'SELECT coalesce(sum(qty), 0) FROM stock';\n",
+        ),
+        (
+            "tests/t1_empty.sql",
+            "DO $$ BEGIN ASSERT total() = 0; END $$;\n",
+        ),
+        (
+            "tests/t2_new.sql",
+            "INSERT INTO stock VALUES ('A', 3);\nDO $$ BEGIN ASSERT total() = 4, 'total counts reservations'; END $$;\n",
+        ),
+    ]);
     let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
         .await
         .expect("spawn");
@@ -201,8 +197,7 @@ async fn infrastructure_failures_are_typed_errors_and_promote_reaches_the_parent
             .await
             .expect("provider"),
     );
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(tree.path(), &[("tests/t.sql", "SELECT 1;\n")]);
+    let tree = tree_of(&[("tests/t.sql", "SELECT 1;\n")]);
 
     // A runner that cannot start.
     let broken: Arc<dyn TestRunner> = Arc::new(
@@ -274,14 +269,10 @@ async fn infrastructure_failures_are_typed_errors_and_promote_reaches_the_parent
 #[tokio::test]
 async fn a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch() {
     let provider = common::dyn_provider().await;
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[(
-            "tests/cut.sql",
-            "SELECT pg_terminate_backend(pg_backend_pid());\n",
-        )],
-    );
+    let tree = tree_of(&[(
+        "tests/cut.sql",
+        "SELECT pg_terminate_backend(pg_backend_pid());\n",
+    )]);
     let a = args(provider.clone(), psql_runner());
     let stats = a.stats.clone();
     let (actor, join) = LakebaseActor::spawn(a).await.expect("spawn");
@@ -305,15 +296,11 @@ async fn a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch() 
 
 #[tokio::test]
 async fn the_receipt_hashes_the_tree_without_the_requests_caches() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[
-            ("tests/t1.sql", "SELECT 1;\n"),
-            ("tests/__pycache__/t1.cpython-311.pyc", "bytecode"),
-            ("out/build/t1.o", "object"),
-        ],
-    );
+    let tree = tree_of(&[
+        ("tests/t1.sql", "SELECT 1;\n"),
+        ("tests/__pycache__/t1.cpython-311.pyc", "bytecode"),
+        ("out/build/t1.o", "object"),
+    ]);
     let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
         .await
         .expect("spawn");

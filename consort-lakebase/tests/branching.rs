@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{migration, provider, query_strings};
+use common::{branch_names, migration, must_query, provider, query_strings};
 use consort_lakebase::{
     BaseRef, BaseSpec, Branch, BranchProvider, ConnectInfo, Error, migrate, names::BranchNamer,
 };
@@ -44,20 +44,13 @@ async fn a_row_written_in_one_branch_is_absent_from_another_and_from_the_parent(
     let ia = p.connect_info(&a).await.expect("info a");
     let ib = p.connect_info(&b).await.expect("info b");
     assert_ne!(ia.secret, ib.secret, "each branch has its own password");
-    query_strings(&ia, "INSERT INTO items VALUES (1, 'only in a')")
-        .await
-        .expect("insert in a");
+    must_query(&ia, "INSERT INTO items VALUES (1, 'only in a')").await;
     assert_eq!(
-        query_strings(&ia, "SELECT name FROM items")
-            .await
-            .expect("read a"),
+        must_query(&ia, "SELECT name FROM items").await,
         vec!["only in a".to_string()]
     );
     assert!(
-        query_strings(&ib, "SELECT name FROM items")
-            .await
-            .expect("read b")
-            .is_empty(),
+        must_query(&ib, "SELECT name FROM items").await.is_empty(),
         "branch b does not see a's row"
     );
     // The parent has no items table at all (the migration lives only in the base).
@@ -145,26 +138,15 @@ async fn list_and_reset_work_on_this_runs_branches() {
     let prefix = format!("consort-{}-", namer.run());
     let a = p.create(&namer.next_name(), &base).await.expect("a");
     let b = p.create(&namer.next_name(), &base).await.expect("b");
-    let listed: Vec<String> = p
-        .list(&prefix)
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|x| x.name)
-        .collect();
+    let listed = branch_names(&*p, &prefix).await;
     assert_eq!(listed, vec![a.name.clone(), b.name.clone()]);
     let info = p.connect_info(&a).await.expect("info");
-    query_strings(&info, "INSERT INTO r VALUES (1)")
-        .await
-        .expect("write");
+    must_query(&info, "INSERT INTO r VALUES (1)").await;
     let a2 = p.reset(&a).await.expect("reset");
     assert_eq!(a2.name, a.name);
     let info = p.connect_info(&a2).await.expect("info");
     assert!(
-        query_strings(&info, "SELECT x FROM r")
-            .await
-            .expect("read")
-            .is_empty(),
+        must_query(&info, "SELECT x FROM r").await.is_empty(),
         "reset brings the branch back to its base"
     );
     p.delete(&a2.name).await.expect("delete");
@@ -187,12 +169,11 @@ async fn migrations_apply_in_order_once_and_a_changed_checksum_is_refused() {
     let (b, info) = branch_of(&*p, &base).await;
     // Both recorded, in order, with their checksums; the second depends on the first.
     assert_eq!(
-        query_strings(
+        must_query(
             &info,
             "SELECT version || ':' || checksum FROM consort_migrations ORDER BY applied_at"
         )
-        .await
-        .expect("records"),
+        .await,
         vec![
             format!("0001_stock:{}", m1.checksum()),
             format!("0002_qty:{}", m2.checksum())
@@ -277,9 +258,7 @@ async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
     let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
     let (b, info) = branch_of(&*p, &base).await;
     assert_eq!(
-        query_strings(&info, "SELECT count(*) FROM locations")
-            .await
-            .expect("count"),
+        must_query(&info, "SELECT count(*) FROM locations").await,
         vec!["2".to_string()]
     );
     // A changed migration is refused on the parent: verified false, reason given, nothing applied.
@@ -311,12 +290,11 @@ async fn a_base_is_copied_from_its_own_parent_even_when_another_parent_has_the_s
     assert_ne!(base_a.id, base_b.id, "two parents share one template");
     let (branch, info) = branch_of(&*b, &base_b).await;
     assert_eq!(
-        query_strings(
+        must_query(
             &info,
             "SELECT count(*) FROM pg_tables WHERE tablename = 'only_in_a'"
         )
-        .await
-        .expect("count"),
+        .await,
         vec!["0".to_string()],
         "the second parent's base holds the first parent's table"
     );

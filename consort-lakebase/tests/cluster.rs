@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use consort_lakebase::procinfo;
 use consort_lakebase::{
-    BaseSpec, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
+    BaseSpec, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
 };
 
 fn uid_of(pid: u32) -> Option<u32> {
@@ -24,11 +24,16 @@ fn uid_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
+/// A cluster in a temporary directory of its own, started by this process.
+async fn temporary_cluster() -> Arc<EmbeddedCluster> {
+    EmbeddedPostgres::start(EmbeddedConfig::temporary())
+        .await
+        .expect("start")
+}
+
 #[tokio::test]
 async fn starts_as_the_server_user_and_stop_leaves_no_process() {
-    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-        .await
-        .expect("start");
+    let cluster = temporary_cluster().await;
     let pid = cluster.postmaster_pid();
     let data = cluster.data_dir().display().to_string();
     assert!(cluster.is_running());
@@ -71,9 +76,7 @@ async fn starts_as_the_server_user_and_stop_leaves_no_process() {
 
 #[tokio::test]
 async fn dropping_the_last_handle_stops_the_server() {
-    let cluster = EmbeddedPostgres::start(EmbeddedConfig::temporary())
-        .await
-        .expect("start");
+    let cluster = temporary_cluster().await;
     let pid = cluster.postmaster_pid();
     let provider = EmbeddedProvider::new(cluster.clone())
         .await
@@ -228,6 +231,21 @@ fn spawn_holder(dir: Option<&std::path::Path>) -> (std::process::Child, Option<(
     (child, ready)
 }
 
+/// Starts a cluster in a holder process (see [`spawn_holder`]) at `pg` in a fresh directory
+/// under /tmp that the server user can reach. Returns that directory (keep it), the cluster's
+/// directory, the holder and its postmaster's pid.
+fn held_cluster(prefix: &str) -> (tempfile::TempDir, PathBuf, std::process::Child, u32) {
+    let holder = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dir = holder.path().join("pg");
+    let (child, ready) = spawn_holder(Some(&dir));
+    let (pid, _) = ready.expect("the holder started a cluster");
+    (holder, dir, child, pid)
+}
+
 #[test]
 fn a_killed_owner_leaves_no_server_behind() {
     let (mut child, ready) = spawn_holder(None);
@@ -247,14 +265,7 @@ fn a_killed_owner_leaves_no_server_behind() {
 
 #[tokio::test]
 async fn another_process_attaches_to_a_running_cluster_and_its_owner_stops_it() {
-    let holder = tempfile::Builder::new()
-        .prefix("consort-attach-")
-        .tempdir_in("/tmp")
-        .expect("tempdir");
-    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let dir = holder.path().join("pg");
-    let (mut child, ready) = spawn_holder(Some(&dir));
-    let (pid, _) = ready.expect("the holder started a cluster");
+    let (_holder, dir, mut child, pid) = held_cluster("consort-attach-");
     let attached = EmbeddedPostgres::start(EmbeddedConfig::at(&dir))
         .await
         .expect("attach");
@@ -293,14 +304,7 @@ async fn another_process_attaches_to_a_running_cluster_and_its_owner_stops_it() 
 /// wait for that server to exit and start its own, not attach to it and time out.
 #[tokio::test]
 async fn a_server_shutting_down_when_we_start_is_replaced_not_attached() {
-    let holder = tempfile::Builder::new()
-        .prefix("consort-dying-")
-        .tempdir_in("/tmp")
-        .expect("tempdir");
-    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let dir = holder.path().join("pg");
-    let (mut child, ready) = spawn_holder(Some(&dir));
-    let (old_pid, _) = ready.expect("the holder started a cluster");
+    let (_holder, dir, mut child, old_pid) = held_cluster("consort-dying-");
 
     // Hold a session open, then ask for a smart shutdown: the server stays alive, refusing new
     // connections, until that session ends (as a server in the middle of stopping does).

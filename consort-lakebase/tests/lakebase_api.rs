@@ -3,6 +3,7 @@
 //! PostgreSQL behind it: every branch is a real database and every minted credential a real
 //! password (with `VALID UNTIL` at the credential's expiry).
 
+mod common;
 #[path = "lakebase_api/pg.rs"]
 mod pg;
 #[path = "lakebase_api/server.rs"]
@@ -18,11 +19,12 @@ use consort_lakebase::lakebase_api::{
     RestClient, RetryPolicy, types::BranchSpec,
 };
 use consort_lakebase::{
-    BaseSpec, BranchProvider, Error, PsqlRunner, PsqlRunnerConfig, RunContext, Secret, SslMode,
-    TestRunner,
+    BaseRef, BaseSpec, BranchProvider, Error, PsqlRunner, PsqlRunnerConfig, RunContext, Secret,
+    SslMode, TestRunner,
 };
 use serde_json::json;
 
+use common::query_value;
 use pg::LocalPg;
 use server::{Fault, Lakebase, PROJECT, USER};
 
@@ -59,11 +61,31 @@ fn provider(lb: &Lakebase, pg_port: u16) -> LakebaseProvider {
     LakebaseProvider::new(config(lb, pg_port)).expect("provider")
 }
 
+/// A local PostgreSQL, the service in front of it and a provider of that service.
+async fn backed() -> (LocalPg, Lakebase, LakebaseProvider) {
+    let pg = LocalPg::start().await;
+    let lb = Lakebase::start(Some(&pg)).await;
+    let p = provider(&lb, pg.port);
+    (pg, lb, p)
+}
+
+/// A provider of the service on `lb` and its default base (the project's default branch).
+async fn provider_and_base(lb: &Lakebase, pg_port: u16) -> (LakebaseProvider, BaseRef) {
+    let p = provider(lb, pg_port);
+    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
+    (p, base)
+}
+
 fn client(lb: &Lakebase) -> LakebaseClient {
     let c = config(lb, 5432);
     let rest =
         RestClient::new(&c.host, c.token.clone(), c.retry, Duration::from_secs(10)).expect("rest");
     LakebaseClient::new(rest, PROJECT, c.poll).expect("client")
+}
+
+/// Creates branch `name` from `base`, which must fail (`why` says why); returns the error.
+async fn refused(p: &dyn BranchProvider, name: &str, base: &BaseRef, why: &str) -> Error {
+    p.create(name, base).await.expect_err(why)
 }
 
 fn ttl_spec(source: &str) -> BranchSpec {
@@ -149,11 +171,7 @@ async fn whole_path_create_poll_endpoint_credential_query_psql_delete() {
     assert_eq!(info.sslmode, SslMode::Disable);
     assert!(info.expires_at.is_some_and(|t| t > SystemTime::now()));
     let db = connect(&info).await;
-    let seed: String = db
-        .query_one("SELECT label FROM items WHERE id = 1", &[])
-        .await
-        .expect("seed row copied from the source branch")
-        .get(0);
+    let seed: String = query_value(&db, "SELECT label FROM items WHERE id = 1", &[]).await;
     assert_eq!(seed, "seed");
     db.execute("INSERT INTO items VALUES (2, 'from-the-branch')", &[])
         .await
@@ -224,11 +242,7 @@ async fn whole_path_create_poll_endpoint_credential_query_psql_delete() {
 
     // The parent is untouched.
     let admin = pg.admin_connect("production").await.expect("admin");
-    let n: i64 = admin
-        .query_one("SELECT count(*) FROM items", &[])
-        .await
-        .expect("count")
-        .get(0);
+    let n: i64 = query_value(&admin, "SELECT count(*) FROM items", &[]).await;
     assert_eq!(n, 1, "writes on the branch do not reach the parent");
     drop(admin);
 
@@ -240,12 +254,7 @@ async fn whole_path_create_poll_endpoint_credential_query_psql_delete() {
     assert_eq!(listed[0].base.id, "production");
 
     p.delete("consort-e2e-1").await.expect("delete");
-    let del = lb
-        .requests()
-        .await
-        .into_iter()
-        .find(|r| r.method == "DELETE")
-        .expect("delete request");
+    let del = lb.first_request("DELETE").await.expect("delete request");
     assert_eq!(del.query.get("purge").map(String::as_str), Some("true"));
     assert!(!lb.branch_ids().await.contains(&"consort-e2e-1".to_string()));
     assert!(!lb.database_exists("consort-e2e-1").await);
@@ -284,18 +293,9 @@ async fn operations_are_polled_until_done() {
 #[tokio::test]
 async fn retry_after_is_honoured_on_429() {
     let lb = Lakebase::start(None).await;
-    lb.fault(Fault {
-        method: "POST",
-        path_contains: "/branches".into(),
-        status: 429,
-        code: "REQUEST_LIMIT_EXCEEDED".into(),
-        message: "slow down".into(),
-        retry_after: Some(1),
-        times: 1,
-    })
-    .await;
-    let c = client(&lb);
-    let op = c
+    lb.fault(Fault::on_branches("POST", 429, "REQUEST_LIMIT_EXCEEDED", "slow down").retry_after(1))
+        .await;
+    let op = client(&lb)
         .create_branch("consort-rl-1", &ttl_spec("production"))
         .await
         .expect("succeeds after the retry");
@@ -306,12 +306,7 @@ async fn retry_after_is_honoured_on_429() {
         0,
         "the retry did not arrive before Retry-After had passed"
     );
-    let posts: Vec<_> = lb
-        .requests()
-        .await
-        .into_iter()
-        .filter(|r| r.method == "POST")
-        .collect();
+    let posts = lb.requests_of("POST").await;
     assert!(posts[1].at.duration_since(posts[0].at) >= Duration::from_secs(1));
 }
 
@@ -319,30 +314,14 @@ async fn retry_after_is_honoured_on_429() {
 async fn service_unavailable_is_retried_within_bounds() {
     let lb = Lakebase::start(None).await;
     let c = client(&lb);
-    lb.fault(Fault {
-        method: "GET",
-        path_contains: "/branches".into(),
-        status: 503,
-        code: "TEMPORARILY_UNAVAILABLE".into(),
-        message: "try again".into(),
-        retry_after: None,
-        times: 2,
-    })
-    .await;
+    lb.fault(Fault::on_branches("GET", 503, "TEMPORARILY_UNAVAILABLE", "try again").times(2))
+        .await;
     let all = c.list_branches().await.expect("third attempt succeeds");
     assert_eq!(all.len(), 1);
     assert_eq!(lb.count("GET", "/branches").await, 3);
 
-    lb.fault(Fault {
-        method: "GET",
-        path_contains: "/branches".into(),
-        status: 503,
-        code: "TEMPORARILY_UNAVAILABLE".into(),
-        message: "down".into(),
-        retry_after: None,
-        times: 100,
-    })
-    .await;
+    lb.fault(Fault::on_branches("GET", 503, "TEMPORARILY_UNAVAILABLE", "down").times(100))
+        .await;
     let err = c.list_branches().await.expect_err("gives up");
     assert!(
         matches!(
@@ -393,20 +372,13 @@ async fn a_failing_operation_is_a_typed_error() {
         other => panic!("expected OperationFailed, got {other:?}"),
     }
     // Through the provider, with a Google-style numeric code (8 = RESOURCE_EXHAUSTED).
-    let p = provider(&lb, 5432);
-    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
-    let err = p
-        .create("consort-op-quota", &base)
-        .await
-        .expect_err("quota");
+    let (p, base) = provider_and_base(&lb, 5432).await;
+    let err = refused(&p, "consort-op-quota", &base, "quota").await;
     assert!(
         matches!(err, Error::QuotaExceeded(ref m) if m.contains("branch limit")),
         "{err:?}"
     );
-    let err = p
-        .create("consort-op-fail", &base)
-        .await
-        .expect_err("failed");
+    let err = refused(&p, "consort-op-fail", &base, "failed").await;
     assert!(
         matches!(err, Error::OperationFailed(ref m) if m.contains("storage hiccup")),
         "{err:?}"
@@ -416,54 +388,40 @@ async fn a_failing_operation_is_a_typed_error() {
 #[tokio::test]
 async fn permission_and_quota_errors_are_typed_and_not_retried() {
     let lb = Lakebase::start(None).await;
-    let p = provider(&lb, 5432);
-    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
-    let posts = || lb.creates();
-
-    lb.fault(Fault {
-        method: "POST",
-        path_contains: "/branches".into(),
-        status: 403,
-        code: "PERMISSION_DENIED".into(),
-        message: "CAN MANAGE is required on project demo".into(),
-        retry_after: None,
-        times: 1,
-    })
-    .await;
-    let err = p.create("consort-perm-1", &base).await.expect_err("denied");
-    assert!(
-        matches!(err, Error::PermissionDenied(ref m) if m.contains("CAN MANAGE")),
-        "{err:?}"
-    );
-    assert_eq!(posts().await, 1, "permission errors are not retried");
-
-    lb.fault(Fault {
-        method: "POST",
-        path_contains: "/branches".into(),
-        status: 429,
-        code: "QUOTA_EXCEEDED".into(),
-        message: "10 unarchived branches".into(),
-        retry_after: None,
-        times: 1,
-    })
-    .await;
-    let err = p.create("consort-quota-1", &base).await.expect_err("quota");
-    assert!(matches!(err, Error::QuotaExceeded(_)), "{err:?}");
-    assert_eq!(posts().await, 2, "a quota 429 is permanent, not retried");
-
-    lb.fault(Fault {
-        method: "POST",
-        path_contains: "/branches".into(),
-        status: 400,
-        code: "RESOURCE_EXHAUSTED".into(),
-        message: "project is full".into(),
-        retry_after: None,
-        times: 1,
-    })
-    .await;
-    let err = p.create("consort-quota-2", &base).await.expect_err("quota");
-    assert!(matches!(err, Error::QuotaExceeded(_)), "{err:?}");
-    assert_eq!(posts().await, 3);
+    let (p, base) = provider_and_base(&lb, 5432).await;
+    // The fault, the branch asked for, the error expected and why only one request was sent.
+    type Case = (Fault, &'static str, fn(&Error) -> bool, &'static str);
+    let cases: [Case; 3] = [
+        (
+            Fault::on_branches(
+                "POST",
+                403,
+                "PERMISSION_DENIED",
+                "CAN MANAGE is required on project demo",
+            ),
+            "consort-perm-1",
+            |e| matches!(e, Error::PermissionDenied(m) if m.contains("CAN MANAGE")),
+            "permission errors are not retried",
+        ),
+        (
+            Fault::on_branches("POST", 429, "QUOTA_EXCEEDED", "10 unarchived branches"),
+            "consort-quota-1",
+            |e| matches!(e, Error::QuotaExceeded(_)),
+            "a quota 429 is permanent, not retried",
+        ),
+        (
+            Fault::on_branches("POST", 400, "RESOURCE_EXHAUSTED", "project is full"),
+            "consort-quota-2",
+            |e| matches!(e, Error::QuotaExceeded(_)),
+            "a full project is permanent, not retried",
+        ),
+    ];
+    for (sent, (fault, name, is_expected, why)) in (1..).zip(cases) {
+        lb.fault(fault).await;
+        let err = refused(&p, name, &base, "refused").await;
+        assert!(is_expected(&err), "{name}: {err:?}");
+        assert_eq!(lb.creates().await, sent, "{name}: {why}");
+    }
 }
 
 #[tokio::test]
@@ -495,10 +453,7 @@ async fn invalid_names_are_refused_before_any_request() {
     assert!(lb.requests().await.is_empty(), "the server saw no request");
 
     // A name the service refuses (INVALID_PARAMETER_VALUE) is an invalid name too.
-    let err = p
-        .create("consort-reserved-1", &base)
-        .await
-        .expect_err("refused by the service");
+    let err = refused(&p, "consort-reserved-1", &base, "refused by the service").await;
     assert!(
         matches!(err, Error::InvalidName(ref m) if m.contains("INVALID_PARAMETER_VALUE")),
         "{err:?}"
@@ -512,8 +467,7 @@ async fn an_expired_credential_is_refreshed() {
     let lb = Lakebase::start(Some(&pg)).await;
     lb.knobs(|k| k.credential_lifetime = Duration::from_secs(2))
         .await;
-    let p = provider(&lb, pg.port);
-    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
+    let (p, base) = provider_and_base(&lb, pg.port).await;
     let branch = p.create("consort-exp-1", &base).await.expect("create");
     let minted = lb.mints().await.len();
 
@@ -539,7 +493,7 @@ async fn an_expired_credential_is_refreshed() {
     assert!(b.expires_at.expect("expiry") > expires);
     assert_eq!(lb.mints().await.len(), minted + 1);
     let db = connect(&b).await;
-    let one: i32 = db.query_one("SELECT 1", &[]).await.expect("query").get(0);
+    let one: i32 = query_value(&db, "SELECT 1", &[]).await;
     assert_eq!(one, 1);
     drop(db);
 
@@ -558,8 +512,7 @@ async fn the_login_window_after_create_is_retried_with_fresh_credentials() {
     let pg = LocalPg::start().await;
     let lb = Lakebase::start(Some(&pg)).await;
     lb.knobs(|k| k.auth_window_mints = 2).await;
-    let p = provider(&lb, pg.port);
-    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
+    let (p, base) = provider_and_base(&lb, pg.port).await;
     let branch = p
         .create("consort-auth-1", &base)
         .await
@@ -587,10 +540,7 @@ async fn the_login_window_after_create_is_retried_with_fresh_credentials() {
     let mut cfg = config(&lb, pg.port);
     cfg.auth_ready.budget = Duration::from_millis(400);
     let p2 = LakebaseProvider::new(cfg).expect("provider");
-    let err = p2
-        .create("consort-auth-2", &base)
-        .await
-        .expect_err("never ready");
+    let err = refused(&p2, "consort-auth-2", &base, "never ready").await;
     assert!(
         matches!(err, Error::Connect(ref m) if m.contains("did not accept logins")),
         "{err:?}"
@@ -643,31 +593,23 @@ async fn list_follows_pages() {
 async fn sweep_deletes_only_old_branches_with_the_owner_prefix() {
     let lb = Lakebase::start(None).await;
     let day = Duration::from_secs(86_400);
-    lb.preload("consort-old-a", Some("production"), 2 * day)
-        .await;
-    lb.preload("consort-old-b", Some("production"), 2 * day)
-        .await;
-    lb.preload("consort-fresh", Some("production"), Duration::from_secs(60))
-        .await;
-    lb.preload("consortium-old", Some("production"), 2 * day)
-        .await;
-    lb.preload("dev-old", Some("production"), 2 * day).await;
-    lb.preload("consort-base-aaaaaaaaaaaa", Some("production"), 3 * day)
-        .await;
-    lb.preload(
-        "consort-kept-child",
-        Some("consort-base-aaaaaaaaaaaa"),
-        Duration::from_secs(60),
-    )
-    .await;
-    lb.preload("consort-base-bbbbbbbbbbbb", Some("production"), 3 * day)
-        .await;
-    lb.preload(
-        "consort-old-child",
-        Some("consort-base-bbbbbbbbbbbb"),
-        2 * day,
-    )
-    .await;
+    for (id, source, age) in [
+        ("consort-old-a", "production", 2 * day),
+        ("consort-old-b", "production", 2 * day),
+        ("consort-fresh", "production", Duration::from_secs(60)),
+        ("consortium-old", "production", 2 * day),
+        ("dev-old", "production", 2 * day),
+        ("consort-base-aaaaaaaaaaaa", "production", 3 * day),
+        (
+            "consort-kept-child",
+            "consort-base-aaaaaaaaaaaa",
+            Duration::from_secs(60),
+        ),
+        ("consort-base-bbbbbbbbbbbb", "production", 3 * day),
+        ("consort-old-child", "consort-base-bbbbbbbbbbbb", 2 * day),
+    ] {
+        lb.preload(id, Some(source), age).await;
+    }
 
     let p = provider(&lb, 5432);
     let n = p.sweep(day).await.expect("sweep");
@@ -685,12 +627,7 @@ async fn sweep_deletes_only_old_branches_with_the_owner_prefix() {
             "production",
         ]
     );
-    let deletes: Vec<_> = lb
-        .requests()
-        .await
-        .into_iter()
-        .filter(|r| r.method == "DELETE")
-        .collect();
+    let deletes = lb.requests_of("DELETE").await;
     assert_eq!(deletes.len(), 4, "children were deleted before their base");
     assert!(
         deletes
@@ -732,32 +669,28 @@ async fn tokens_never_appear_in_debug_errors_or_logs() {
     let lb = Lakebase::start(None).await;
     let api_token = lb.token.clone();
     let cfg = config(&lb, 5432);
-    let p = provider(&lb, 5432);
-    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
+    let (p, base) = provider_and_base(&lb, 5432).await;
     // The server echoes the token in its error message (some proxies do).
-    lb.fault(Fault {
-        method: "POST",
-        path_contains: "/branches".into(),
-        status: 403,
-        code: "PERMISSION_DENIED".into(),
-        message: format!("token {api_token} may not create branches"),
-        retry_after: None,
-        times: 1,
-    })
+    lb.fault(Fault::on_branches(
+        "POST",
+        403,
+        "PERMISSION_DENIED",
+        format!("token {api_token} may not create branches"),
+    ))
     .await;
     let denied = p
         .create("consort-secret-1", &base)
         .await
         .expect_err("denied");
-    lb.fault(Fault {
-        method: "GET",
-        path_contains: "/branches".into(),
-        status: 503,
-        code: "TEMPORARILY_UNAVAILABLE".into(),
-        message: format!("busy, {api_token}"),
-        retry_after: None,
-        times: 4,
-    })
+    lb.fault(
+        Fault::on_branches(
+            "GET",
+            503,
+            "TEMPORARILY_UNAVAILABLE",
+            format!("busy, {api_token}"),
+        )
+        .times(4),
+    )
     .await;
     let exhausted = p.list("consort-").await.expect_err("exhausted");
 
@@ -807,9 +740,8 @@ async fn plaintext_is_refused_for_non_loopback_hosts() {
     let lb = Lakebase::start(None).await;
     lb.knobs(|k| k.endpoint_host = "ep-cool-rain-123.database.example.com".into())
         .await;
-    let p = provider(&lb, 5432);
-    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
-    let err = p.create("consort-tls-1", &base).await.expect_err("refused");
+    let (p, base) = provider_and_base(&lb, 5432).await;
+    let err = refused(&p, "consort-tls-1", &base, "refused").await;
     assert!(
         matches!(err, Error::Config(ref m) if m.contains("not loopback")),
         "{err:?}"
@@ -845,9 +777,7 @@ async fn plaintext_is_refused_for_non_loopback_hosts() {
 
 #[tokio::test]
 async fn reset_recreates_the_branch_from_its_base() {
-    let pg = LocalPg::start().await;
-    let lb = Lakebase::start(Some(&pg)).await;
-    let p = provider(&lb, pg.port);
+    let (_pg, lb, p) = backed().await;
     let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
     let branch = p.create("consort-reset-1", &base).await.expect("create");
     let db = connect(&p.connect_info(&branch).await.expect("info")).await;
@@ -860,11 +790,7 @@ async fn reset_recreates_the_branch_from_its_base() {
     assert_eq!(again.name, branch.name);
     assert_eq!(again.base, base);
     let db = connect(&p.connect_info(&again).await.expect("info")).await;
-    let n: i64 = db
-        .query_one("SELECT count(*) FROM items", &[])
-        .await
-        .expect("count")
-        .get(0);
+    let n: i64 = query_value(&db, "SELECT count(*) FROM items", &[]).await;
     assert_eq!(n, 1, "the reset branch is back to the base's state");
     drop(db);
     assert_eq!(lb.count("DELETE", "consort-reset-1").await, 1);
@@ -874,9 +800,7 @@ async fn reset_recreates_the_branch_from_its_base() {
 
 #[tokio::test]
 async fn prepare_base_builds_a_no_expiry_branch_once() {
-    let pg = LocalPg::start().await;
-    let lb = Lakebase::start(Some(&pg)).await;
-    let p = provider(&lb, pg.port);
+    let (pg, lb, p) = backed().await;
     let spec = BaseSpec {
         migrations: vec![consort_actors::Migration {
             version: "0001_stock".into(),
@@ -907,20 +831,14 @@ async fn prepare_base_builds_a_no_expiry_branch_once() {
         .await
         .expect("create from base");
     let db = connect(&p.connect_info(&branch).await.expect("info")).await;
-    let qty: i32 = db
-        .query_one("SELECT qty FROM stock WHERE sku = 'apple'", &[])
-        .await
-        .expect("fixture row in the child")
-        .get(0);
+    let qty: i32 = query_value(&db, "SELECT qty FROM stock WHERE sku = 'apple'", &[]).await;
     assert_eq!(qty, 3);
-    let recorded: String = db
-        .query_one(
-            "SELECT checksum FROM consort_migrations WHERE version = '0001_stock'",
-            &[],
-        )
-        .await
-        .expect("migration recorded")
-        .get(0);
+    let recorded: String = query_value(
+        &db,
+        "SELECT checksum FROM consort_migrations WHERE version = '0001_stock'",
+        &[],
+    )
+    .await;
     assert_eq!(recorded, spec.migrations[0].checksum().to_hex());
     drop(db);
 
@@ -932,9 +850,7 @@ async fn prepare_base_builds_a_no_expiry_branch_once() {
 
 #[tokio::test]
 async fn create_reuses_a_branch_only_when_the_lineage_matches() {
-    let pg = LocalPg::start().await;
-    let lb = Lakebase::start(Some(&pg)).await;
-    let p = provider(&lb, pg.port);
+    let (_pg, lb, p) = backed().await;
     let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
     // The first create's answer was lost; the branch exists with the same source.
     client(&lb)
@@ -947,10 +863,7 @@ async fn create_reuses_a_branch_only_when_the_lineage_matches() {
 
     lb.preload("dev", Some("production"), HOUR).await;
     lb.preload("consort-dup-2", Some("dev"), HOUR).await;
-    let err = p
-        .create("consort-dup-2", &base)
-        .await
-        .expect_err("other lineage");
+    let err = refused(&p, "consort-dup-2", &base, "other lineage").await;
     assert!(
         matches!(err, Error::AlreadyExists(ref m) if m.contains("exists with source")),
         "{err:?}"
@@ -974,21 +887,18 @@ async fn delete_of_a_missing_branch_is_fine() {
 async fn kept_branches_outlive_the_orphan_sweep() {
     let lb = Lakebase::start(None).await;
     let day = Duration::from_secs(86_400);
-    // Created two days ago with a one-hour TTL: expired, the service has not removed it.
-    lb.preload("consort-orphan-1", Some("production"), 2 * day)
-        .await;
-    // Young: its owner may still be running.
-    lb.preload(
-        "consort-young-1",
-        Some("production"),
-        Duration::from_secs(60),
-    )
-    .await;
-    // Old, but kept for inspection until tomorrow.
-    lb.preload("consort-kept-1", Some("production"), 2 * day)
-        .await;
-    // Old and not ours.
-    lb.preload("feature-x", Some("production"), 2 * day).await;
+    for (id, age) in [
+        // Created two days ago with a one-hour TTL: expired, the service has not removed it.
+        ("consort-orphan-1", 2 * day),
+        // Young: its owner may still be running.
+        ("consort-young-1", Duration::from_secs(60)),
+        // Old, but kept for inspection until tomorrow.
+        ("consort-kept-1", 2 * day),
+        // Old and not ours.
+        ("feature-x", 2 * day),
+    ] {
+        lb.preload(id, Some("production"), age).await;
+    }
     let p = provider(&lb, 5432);
     let kept = consort_lakebase::Branch {
         name: "consort-kept-1".into(),
@@ -998,12 +908,7 @@ async fn kept_branches_outlive_the_orphan_sweep() {
     };
     let until = SystemTime::now() + day;
     p.keep_for_inspection(&kept, until).await.expect("keep");
-    let patch = lb
-        .requests()
-        .await
-        .into_iter()
-        .find(|r| r.method == "PATCH")
-        .expect("PATCH sent");
+    let patch = lb.first_request("PATCH").await.expect("PATCH sent");
     assert_eq!(
         patch.path,
         "/api/2.0/postgres/projects/demo/branches/consort-kept-1"
@@ -1036,9 +941,7 @@ async fn kept_branches_outlive_the_orphan_sweep() {
 
 #[tokio::test]
 async fn promote_applies_migrations_to_the_source_branch() {
-    let pg = LocalPg::start().await;
-    let lb = Lakebase::start(Some(&pg)).await;
-    let p = provider(&lb, pg.port);
+    let (pg, _lb, p) = backed().await;
     let m1 = consort_actors::Migration {
         version: "0001_labels".into(),
         story_id: "S1".into(),
@@ -1054,14 +957,12 @@ async fn promote_applies_migrations_to_the_source_branch() {
     assert_eq!(again.already_applied, ["0001_labels"]);
 
     let admin = pg.admin_connect("production").await.expect("admin");
-    let idx: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_indexes WHERE indexname = 'items_label'",
-            &[],
-        )
-        .await
-        .expect("query")
-        .get(0);
+    let idx: i64 = query_value(
+        &admin,
+        "SELECT count(*) FROM pg_indexes WHERE indexname = 'items_label'",
+        &[],
+    )
+    .await;
     assert_eq!(idx, 1, "the parent itself has the migration");
 
     let changed = consort_actors::Migration {

@@ -3,10 +3,12 @@
 //! orphan sweeps, and the URL backend inside an existing server. Each test starts its own
 //! cluster: they sweep everything and sit on the parent, which would disturb a shared one.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use consort_actors::Migration;
+use common::{branch_names, migration, query_value};
 use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
 use consort_lakebase::{
     BaseSpec, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
@@ -43,13 +45,12 @@ async fn db_exists(admin: &Client, db: &str) -> bool {
         .is_some()
 }
 
-fn migration(version: &str, sql: &str) -> Migration {
-    Migration {
-        version: version.into(),
-        story_id: "S1".into(),
-        description: String::new(),
-        sql: sql.into(),
-    }
+/// The URL of database `app` as `appuser` with `password` on `cluster`, then `params`.
+fn app_url(cluster: &EmbeddedCluster, password: &str, params: &str) -> Secret {
+    Secret::new(format!(
+        "postgresql://appuser:{password}@127.0.0.1:{}/app{params}",
+        cluster.port()
+    ))
 }
 
 #[tokio::test]
@@ -99,14 +100,12 @@ async fn a_branch_with_open_sessions_is_dropped_and_its_sessions_ended() {
     );
     let admin = admin(&cluster).await;
     assert!(!db_exists(&admin, &branch.id).await);
-    let sessions: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
-            &[&branch.id],
-        )
-        .await
-        .expect("count")
-        .get(0);
+    let sessions: i64 = query_value(
+        &admin,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+        &[&branch.id],
+    )
+    .await;
     assert_eq!(sessions, 0);
 }
 
@@ -130,16 +129,13 @@ async fn branches_are_created_and_dropped_concurrently_over_several_connections(
     }
     assert!(b.list(BRANCH_PREFIX).await.expect("list").is_empty());
     // The provider's administrator connections are its sessions on the maintenance database.
-    let opened: i64 = admin(&cluster)
-        .await
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = 'postgres' \
-             AND application_name = 'consort' AND pid <> pg_backend_pid()",
-            &[],
-        )
-        .await
-        .expect("count")
-        .get(0);
+    let opened: i64 = query_value(
+        &admin(&cluster).await,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = 'postgres' \
+         AND application_name = 'consort' AND pid <> pg_backend_pid()",
+        &[],
+    )
+    .await;
     assert!(
         (1..=ADMIN_CONNECTIONS).contains(&opened),
         "{opened} administrator connections"
@@ -160,14 +156,12 @@ async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
     let gone_pid = gone.id();
     gone.wait().expect("reap");
     let admin = admin(&cluster).await;
-    let marker: String = admin
-        .query_one(
-            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1",
-            &[&dead.id],
-        )
-        .await
-        .expect("marker")
-        .get(0);
+    let marker: String = query_value(
+        &admin,
+        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1",
+        &[&dead.id],
+    )
+    .await;
     let mut meta: serde_json::Value = serde_json::from_str(&marker).expect("a JSON marker");
     meta["pid"] = gone_pid.into();
     admin
@@ -192,13 +186,7 @@ async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
         .expect("foreign db");
     let swept = b.sweep_orphans().await.expect("sweep");
     assert_eq!(swept, 2);
-    let left: Vec<String> = b
-        .list(BRANCH_PREFIX)
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|x| x.name)
-        .collect();
+    let left = branch_names(&b, BRANCH_PREFIX).await;
     assert_eq!(left, vec![mine.name.clone(), kept.name.clone()]);
     assert!(db_exists(&admin, "consort_foreign_1").await);
     assert!(matches!(
@@ -209,14 +197,12 @@ async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
     assert_eq!(b.sweep(Duration::ZERO).await.expect("sweep all"), 2);
     assert!(b.list(BRANCH_PREFIX).await.expect("list").is_empty());
     assert!(db_exists(&admin, "consort_foreign_1").await);
-    let roles: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'consort\\_%'",
-            &[],
-        )
-        .await
-        .expect("roles")
-        .get(0);
+    let roles: i64 = query_value(
+        &admin,
+        "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'consort\\_%'",
+        &[],
+    )
+    .await;
     assert_eq!(roles, 0, "branch roles are dropped with their branches");
 }
 
@@ -263,10 +249,7 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
     ] {
         admin.batch_execute(sql).await.expect("setup");
     }
-    let url = Secret::new(format!(
-        "postgresql://appuser:app-Secret-42@127.0.0.1:{}/app?sslmode=disable",
-        cluster.port()
-    ));
+    let url = app_url(&cluster, "app-Secret-42", "?sslmode=disable");
     let p = PostgresUrlProvider::connect(&url, ServerOptions::default())
         .await
         .expect("connect");
@@ -297,11 +280,7 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
     let cb = connect(&p.connect_info(&b).await.expect("info"))
         .await
         .expect("connect b");
-    let n: i64 = cb
-        .query_one("SELECT count(*) FROM notes", &[])
-        .await
-        .expect("count")
-        .get(0);
+    let n: i64 = query_value(&cb, "SELECT count(*) FROM notes", &[]).await;
     assert_eq!(n, 1, "b has the fixture row only");
     drop((ca, cb));
 
@@ -311,14 +290,12 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
         Err(Error::PermissionDenied(_))
     ));
     assert_eq!(p.sweep(Duration::ZERO).await.expect("sweep"), 2);
-    let still: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_database WHERE datname IN ('consort_not_ours_1', 'app')",
-            &[],
-        )
-        .await
-        .expect("count")
-        .get(0);
+    let still: i64 = query_value(
+        &admin,
+        "SELECT count(*) FROM pg_database WHERE datname IN ('consort_not_ours_1', 'app')",
+        &[],
+    )
+    .await;
     assert_eq!(still, 2);
 
     // Promote reaches the URL's database.
@@ -327,10 +304,7 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
     assert!(out.verified);
 
     // A wrong password: a clear error that keeps the driver's error, without the password.
-    let bad = Secret::new(format!(
-        "postgresql://appuser:wrong-Pass-77@127.0.0.1:{}/app",
-        cluster.port()
-    ));
+    let bad = app_url(&cluster, "wrong-Pass-77", "");
     let err = PostgresUrlProvider::connect(&bad, ServerOptions::default())
         .await
         .expect_err("bad password");

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{migration, write_tree};
+use common::{migration, must_query, tree_of, write_tree};
 use consort_actors::{ContentHash, TestStatus};
 use consort_lakebase::procinfo;
 use consort_lakebase::{
@@ -65,14 +65,10 @@ async fn a_passing_and_a_failing_command() {
 
 #[tokio::test]
 async fn tap_printed_by_a_script_gives_per_test_outcomes_even_when_it_exits_zero() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[(
-            "run-tests.sh",
-            "#!/bin/sh\necho 'TAP version 13'\necho '1..3'\necho 'ok 1 - stock is visible'\necho 'not ok 2 - stock is reserved'\necho '# diagnostic line'\necho 'ok 3 - audit # SKIP later'\nexit 0\n",
-        )],
-    );
+    let tree = tree_of(&[(
+        "run-tests.sh",
+        "#!/bin/sh\necho 'TAP version 13'\necho '1..3'\necho 'ok 1 - stock is visible'\necho 'not ok 2 - stock is reserved'\necho '# diagnostic line'\necho 'ok 3 - audit # SKIP later'\nexit 0\n",
+    )]);
     let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     let r = run_command(cmd("sh run-tests.sh"), &ctx).await;
     assert!(r.exit.success(), "the script itself exited 0");
@@ -263,8 +259,7 @@ async fn the_command_sees_only_the_branch_credentials_and_allowed_variables() {
 
 #[tokio::test]
 async fn a_runner_that_cannot_start_is_an_error_not_a_red_test() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(tree.path(), &[("tests/a.sql", "SELECT 1;")]);
+    let tree = tree_of(&[("tests/a.sql", "SELECT 1;")]);
     let (p, b, mut ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     let psql = PsqlRunner::new(PsqlRunnerConfig {
         psql: Some("/nonexistent/psql".into()),
@@ -292,33 +287,29 @@ fn stock_spec() -> BaseSpec {
 
 #[tokio::test]
 async fn psql_runs_every_sql_test_file_in_its_own_rolled_back_transaction() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[
-            (
-                "src/stock.sql",
-                "CREATE OR REPLACE FUNCTION receive(p_sku text, p_loc text, p_qty int) RETURNS void LANGUAGE sql AS $$\n  INSERT INTO stock VALUES (p_sku, p_loc, p_qty)\n  ON CONFLICT (sku, location) DO UPDATE SET qty = stock.qty + EXCLUDED.qty;\n$$;\n",
-            ),
-            (
-                "tests/t1_receive.sql",
-                "SELECT receive('A-1', 'dock', 5);\nSELECT receive('A-1', 'dock', 2);\nDO $$ BEGIN ASSERT (SELECT qty FROM stock WHERE sku = 'A-1') = 7, 'quantities add up'; END $$;\n",
-            ),
-            (
-                "tests/t2_isolated.sql",
-                "DO $$ BEGIN ASSERT (SELECT count(*) FROM stock) = 0, 'sees no other test''s rows'; END $$;\n",
-            ),
-            (
-                "tests/t3_red.sql",
-                "DO $$ BEGIN ASSERT (SELECT count(*) FROM stock WHERE qty < 0) = 1, 'negative stock must exist'; END $$;\n",
-            ),
-            (
-                "tests/deeper/t4_check.sql",
-                "DO $$ BEGIN\n  BEGIN\n    PERFORM receive('B-2', 'dock', -1);\n    RAISE EXCEPTION 'negative quantity accepted';\n  EXCEPTION WHEN check_violation THEN NULL;\n  END;\nEND $$;\n",
-            ),
-            ("tests/README.md", "not a test"),
-        ],
-    );
+    let tree = tree_of(&[
+        (
+            "src/stock.sql",
+            "CREATE OR REPLACE FUNCTION receive(p_sku text, p_loc text, p_qty int) RETURNS void LANGUAGE sql AS $$\n  INSERT INTO stock VALUES (p_sku, p_loc, p_qty)\n  ON CONFLICT (sku, location) DO UPDATE SET qty = stock.qty + EXCLUDED.qty;\n$$;\n",
+        ),
+        (
+            "tests/t1_receive.sql",
+            "SELECT receive('A-1', 'dock', 5);\nSELECT receive('A-1', 'dock', 2);\nDO $$ BEGIN ASSERT (SELECT qty FROM stock WHERE sku = 'A-1') = 7, 'quantities add up'; END $$;\n",
+        ),
+        (
+            "tests/t2_isolated.sql",
+            "DO $$ BEGIN ASSERT (SELECT count(*) FROM stock) = 0, 'sees no other test''s rows'; END $$;\n",
+        ),
+        (
+            "tests/t3_red.sql",
+            "DO $$ BEGIN ASSERT (SELECT count(*) FROM stock WHERE qty < 0) = 1, 'negative stock must exist'; END $$;\n",
+        ),
+        (
+            "tests/deeper/t4_check.sql",
+            "DO $$ BEGIN\n  BEGIN\n    PERFORM receive('B-2', 'dock', -1);\n    RAISE EXCEPTION 'negative quantity accepted';\n  EXCEPTION WHEN check_violation THEN NULL;\n  END;\nEND $$;\n",
+        ),
+        ("tests/README.md", "not a test"),
+    ]);
     let (p, b, ctx) = branch_for(tree.path(), &stock_spec(), &["tests/t1_receive.sql"], None).await;
     let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
     assert_eq!(runner.name(), "psql");
@@ -347,25 +338,19 @@ async fn psql_runs_every_sql_test_file_in_its_own_rolled_back_transaction() {
     assert!(r.output_excerpt.contains("negative stock must exist"));
     assert!(!r.exit.success());
     // Tests leave nothing behind; the loaded code stays.
-    let left = common::query_strings(&ctx.conn, "SELECT count(*) FROM stock")
-        .await
-        .expect("count");
+    let left = must_query(&ctx.conn, "SELECT count(*) FROM stock").await;
     assert_eq!(left, vec!["0".to_string()]);
     p.delete(&b.name).await.expect("delete");
 }
 
 #[tokio::test]
 async fn a_broken_setup_file_errors_every_test_and_says_why() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[
-            ("src/a_ok.sql", "CREATE VIEW v AS SELECT 1 AS one;\n"),
-            ("src/b_broken.sql", "CREATE FUNCTON oops() RETURNS int;\n"),
-            ("tests/t1.sql", "SELECT 1;\n"),
-            ("tests/t2.sql", "SELECT 2;\n"),
-        ],
-    );
+    let tree = tree_of(&[
+        ("src/a_ok.sql", "CREATE VIEW v AS SELECT 1 AS one;\n"),
+        ("src/b_broken.sql", "CREATE FUNCTON oops() RETURNS int;\n"),
+        ("tests/t1.sql", "SELECT 1;\n"),
+        ("tests/t2.sql", "SELECT 2;\n"),
+    ]);
     let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     let r = PsqlRunner::new(PsqlRunnerConfig::default())
         .expect("psql runner")
@@ -390,17 +375,13 @@ async fn a_broken_setup_file_errors_every_test_and_says_why() {
 /// can decide whose fault it was (see `tests/sandbox.rs`).
 #[tokio::test]
 async fn a_connection_lost_mid_run_is_reported_as_a_lost_session() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[
-            ("tests/a_fine.sql", "SELECT 1;\n"),
-            (
-                "tests/b_cut.sql",
-                "SELECT pg_terminate_backend(pg_backend_pid());\nSELECT 2;\n",
-            ),
-        ],
-    );
+    let tree = tree_of(&[
+        ("tests/a_fine.sql", "SELECT 1;\n"),
+        (
+            "tests/b_cut.sql",
+            "SELECT pg_terminate_backend(pg_backend_pid());\nSELECT 2;\n",
+        ),
+    ]);
     let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
     let r = runner.run(&ctx).await.expect("the run is reported");

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::write_tree;
+use common::tree_of;
 use consort_actors::hash_dir;
 use consort_actors::{
     Confinement, ContentHash, LakebaseMsg, RequestId, TestRunReceipt, TestStatus, VerifyPurpose,
@@ -32,6 +32,16 @@ async fn confined(tree: &Path, caches: Vec<std::path::PathBuf>) -> RunContext {
 
 fn status(r: &RunReport, name: &str) -> Option<TestStatus> {
     r.outcomes.iter().find(|o| o.name == name).map(|o| o.status)
+}
+
+/// Runs the tests of a tree of `files` with the psql runner, confined, on a fresh branch;
+/// returns the tree and the report.
+async fn psql_run(files: &[(&str, &str)]) -> (tempfile::TempDir, RunReport) {
+    let tree = tree_of(files);
+    let ctx = confined(tree.path(), Vec::new()).await;
+    let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
+    let r = runner.run(&ctx).await.expect("the run is reported");
+    (tree, r)
 }
 
 /// A shell script that tries each thing and reports it as a TAP line: `ok` when it worked.
@@ -62,18 +72,14 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
     if let SandboxSupport::Unavailable(why) = SandboxSupport::probe() {
         panic!("this machine must offer Landlock for this suite: {why}");
     }
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[
-            ("tests/t1.sql", "SELECT 1;\n"),
-            ("src/a.sql", "SELECT 2;\n"),
-            ("consort.toml", "[feature]\n"),
-            (".git/hooks/README", "hooks\n"),
-            (".consort/ledger.jsonl", "{}\n"),
-            ("attempts.sh", ATTEMPTS),
-        ],
-    );
+    let tree = tree_of(&[
+        ("tests/t1.sql", "SELECT 1;\n"),
+        ("src/a.sql", "SELECT 2;\n"),
+        ("consort.toml", "[feature]\n"),
+        (".git/hooks/README", "hooks\n"),
+        (".consort/ledger.jsonl", "{}\n"),
+        ("attempts.sh", ATTEMPTS),
+    ]);
     std::fs::create_dir_all(tree.path().join("target")).expect("cache dir");
     let before = hash_dir(tree.path()).expect("hash");
     let other = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
@@ -113,21 +119,18 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
         "memory-of-consort",
         "connect-other-port",
     ];
-    for name in allowed {
-        assert_eq!(
-            status(&r, name),
-            Some(TestStatus::Passed),
-            "{name} must work inside the sandbox:\n{}",
-            r.output_excerpt
-        );
-    }
-    for name in denied {
-        assert_eq!(
-            status(&r, name),
-            Some(TestStatus::Failed),
-            "{name} must be refused by the sandbox:\n{}",
-            r.output_excerpt
-        );
+    for (names, want, how) in [
+        (&allowed[..], TestStatus::Passed, "work inside"),
+        (&denied[..], TestStatus::Failed, "be refused by"),
+    ] {
+        for name in names {
+            assert_eq!(
+                status(&r, name),
+                Some(want),
+                "{name} must {how} the sandbox:\n{}",
+                r.output_excerpt
+            );
+        }
     }
     assert_eq!(r.outcomes.len(), allowed.len() + denied.len());
     assert!(matches!(
@@ -144,23 +147,17 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
 
 #[tokio::test]
 async fn a_setup_file_is_sql_and_never_a_psql_script() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[
-            (
-                "tests/t1.sql",
-                "DO $$ BEGIN ASSERT false, 'the real test fails'; END $$;\n",
-            ),
-            (
-                "src/evil.sql",
-                "\\! mv tests /tmp/consort-moved-aside\nSELECT 1;\n",
-            ),
-        ],
-    );
-    let ctx = confined(tree.path(), Vec::new()).await;
-    let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
-    let r = runner.run(&ctx).await.expect("the run is reported");
+    let (tree, r) = psql_run(&[
+        (
+            "tests/t1.sql",
+            "DO $$ BEGIN ASSERT false, 'the real test fails'; END $$;\n",
+        ),
+        (
+            "src/evil.sql",
+            "\\! mv tests /tmp/consort-moved-aside\nSELECT 1;\n",
+        ),
+    ])
+    .await;
     assert!(
         r.output_excerpt
             .starts_with("setup file src/evil.sql failed"),
@@ -182,10 +179,7 @@ async fn a_setup_file_is_sql_and_never_a_psql_script() {
 
 #[tokio::test]
 async fn settings_and_schemas_the_code_stores_do_not_reach_the_tests() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[
+    let (_tree, r) = psql_run(&[
             (
                 "src/items.sql",
                 "CREATE TABLE items (n int);\nINSERT INTO items VALUES (1), (2);\n\
@@ -208,11 +202,8 @@ async fn settings_and_schemas_the_code_stores_do_not_reach_the_tests() {
                 "tests/t3_null_is_not_equal.sql",
                 "DO $$ BEGIN ASSERT (SELECT count(*) FROM items WHERE n = NULL) = 0; END $$;\n",
             ),
-        ],
-    );
-    let ctx = confined(tree.path(), Vec::new()).await;
-    let runner = PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner");
-    let r = runner.run(&ctx).await.expect("the run is reported");
+    ])
+    .await;
     assert_eq!(
         status(&r, "tests/t1_asserts_are_on.sql"),
         Some(TestStatus::Failed),
@@ -270,14 +261,10 @@ async fn verify(args: LakebaseArgs, tree: &Path) -> TestRunReceipt {
 
 #[tokio::test]
 async fn a_session_the_code_ends_itself_is_a_verdict_not_a_database_fault() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(
-        tree.path(),
-        &[(
-            "tests/t1_cut.sql",
-            "SELECT pg_terminate_backend(pg_backend_pid());\n",
-        )],
-    );
+    let tree = tree_of(&[(
+        "tests/t1_cut.sql",
+        "SELECT pg_terminate_backend(pg_backend_pid());\n",
+    )]);
     let runner: Arc<dyn TestRunner> =
         Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
     let receipt = verify(args(runner, common::dyn_provider().await), tree.path()).await;
@@ -297,8 +284,7 @@ async fn a_session_the_code_ends_itself_is_a_verdict_not_a_database_fault() {
 
 #[tokio::test]
 async fn a_run_that_changes_the_tree_is_void_and_names_the_paths() {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(tree.path(), &[("src/a.sql", "SELECT 1;\n")]);
+    let tree = tree_of(&[("src/a.sql", "SELECT 1;\n")]);
     std::fs::create_dir_all(tree.path().join("node_modules")).expect("cache");
     // Unconfined (the only way code can write the tree): the after-run comparison still sees
     // it, and the cache does not count.

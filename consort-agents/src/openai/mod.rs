@@ -32,7 +32,7 @@ use consort_actors::{AgentFailure, Artifact, ArtifactKind, Assignment, Role, Usa
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::agent::{Agent, AgentOutput, BoxFuture};
+use crate::agent::{ActFuture, Agent, AgentOutput};
 use crate::prompts::system_prompt;
 use crate::validate::{check_artifact, parse_artifact};
 
@@ -611,10 +611,7 @@ fn interpret(assignment: &Assignment, c: &Completion) -> Result<Artifact, String
 }
 
 impl Agent for OpenAiAgent {
-    fn act<'a>(
-        &'a self,
-        assignment: &'a Assignment,
-    ) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
+    fn act<'a>(&'a self, assignment: &'a Assignment) -> ActFuture<'a> {
         Box::pin(async move {
             self.check_tokens()?;
             let started = Instant::now();

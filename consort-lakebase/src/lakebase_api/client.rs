@@ -5,6 +5,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -73,12 +75,23 @@ impl LakebaseClient {
     /// `POST …/branches?branch_id=` — starts creating a branch; returns the operation.
     pub async fn create_branch(&self, id: &str, spec: &BranchSpec) -> Result<Operation, ApiError> {
         validate_branch_id(id)?;
-        let mut url = self.url(&["branches"])?;
-        url.query_pairs_mut().append_pair("branch_id", id);
-        let body = json!({ "spec": spec });
-        self.rest
-            .call(Method::POST, url, Some(&body), "create branch")
+        self.post_create(&["branches"], ("branch_id", id), spec, "create branch")
             .await
+    }
+
+    /// `POST` to the collection at `segs` with the new resource's id as the query pair `id`
+    /// and `{"spec": spec}` as the body; returns the operation.
+    async fn post_create(
+        &self,
+        segs: &[&str],
+        (key, id): (&str, &str),
+        spec: &impl Serialize,
+        what: &str,
+    ) -> Result<Operation, ApiError> {
+        let mut url = self.url(segs)?;
+        url.query_pairs_mut().append_pair(key, id);
+        let body = json!({ "spec": spec });
+        self.rest.call(Method::POST, url, Some(&body), what).await
     }
 
     /// Creates a branch and waits for its operation; returns the branch.
@@ -105,34 +118,44 @@ impl LakebaseClient {
 
     /// `GET …/branches`, following `next_page_token` to the end.
     pub async fn list_branches(&self) -> Result<Vec<BranchResource>, ApiError> {
+        self.all_pages(&["branches"], "list branches", |p: ListBranchesResponse| {
+            (p.branches, p.next_page_token)
+        })
+        .await
+    }
+
+    /// `GET` of the collection at `segs`, following `next_page_token` to the end: at most
+    /// [`MAX_PAGES`] pages, never the same token twice. `split` parts a page into its items and
+    /// the next token.
+    async fn all_pages<P: DeserializeOwned, T>(
+        &self,
+        segs: &[&str],
+        what: &str,
+        split: fn(P) -> (Vec<T>, Option<String>),
+    ) -> Result<Vec<T>, ApiError> {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         let mut seen = HashSet::new();
         for _ in 0..MAX_PAGES {
-            let mut url = self.url(&["branches"])?;
+            let mut url = self.url(segs)?;
             if let Some(t) = &token {
                 url.query_pairs_mut().append_pair("page_token", t);
             }
-            let page: ListBranchesResponse = self
-                .rest
-                .call(Method::GET, url, None, "list branches")
-                .await?;
-            out.extend(page.branches);
-            match page.next_page_token.filter(|t| !t.is_empty()) {
+            let (items, next) = split(self.rest.call(Method::GET, url, None, what).await?);
+            out.extend(items);
+            match next.filter(|t| !t.is_empty()) {
                 None => return Ok(out),
-                Some(t) => {
-                    if !seen.insert(t.clone()) {
-                        return Err(ApiError::Decode {
-                            what: "list branches".into(),
-                            message: "the server repeated a page token".into(),
-                        });
-                    }
-                    token = Some(t);
+                Some(t) if seen.insert(t.clone()) => token = Some(t),
+                Some(_) => {
+                    return Err(ApiError::Decode {
+                        what: what.into(),
+                        message: "the server repeated a page token".into(),
+                    });
                 }
             }
         }
         Err(ApiError::Decode {
-            what: "list branches".into(),
+            what: what.into(),
             message: format!("more than {MAX_PAGES} pages"),
         })
     }
@@ -255,34 +278,11 @@ impl LakebaseClient {
     /// `GET …/branches/{b}/endpoints`, all pages.
     pub async fn list_endpoints(&self, branch: &str) -> Result<Vec<EndpointResource>, ApiError> {
         validate_branch_id(branch)?;
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        let mut seen = HashSet::new();
-        for _ in 0..MAX_PAGES {
-            let mut url = self.url(&["branches", branch, "endpoints"])?;
-            if let Some(t) = &token {
-                url.query_pairs_mut().append_pair("page_token", t);
-            }
-            let page: ListEndpointsResponse = self
-                .rest
-                .call(Method::GET, url, None, "list endpoints")
-                .await?;
-            out.extend(page.endpoints);
-            match page.next_page_token.filter(|t| !t.is_empty()) {
-                None => return Ok(out),
-                Some(t) if seen.insert(t.clone()) => token = Some(t),
-                Some(_) => {
-                    return Err(ApiError::Decode {
-                        what: "list endpoints".into(),
-                        message: "the server repeated a page token".into(),
-                    });
-                }
-            }
-        }
-        Err(ApiError::Decode {
-            what: "list endpoints".into(),
-            message: format!("more than {MAX_PAGES} pages"),
+        let segs = ["branches", branch, "endpoints"];
+        self.all_pages(&segs, "list endpoints", |p: ListEndpointsResponse| {
+            (p.endpoints, p.next_page_token)
         })
+        .await
     }
 
     /// `GET …/branches/{b}/endpoints/{e}`.
@@ -306,11 +306,8 @@ impl LakebaseClient {
     ) -> Result<Operation, ApiError> {
         validate_branch_id(branch)?;
         validate_segment("endpoint", endpoint)?;
-        let mut url = self.url(&["branches", branch, "endpoints"])?;
-        url.query_pairs_mut().append_pair("endpoint_id", endpoint);
-        let body = json!({ "spec": spec });
-        self.rest
-            .call(Method::POST, url, Some(&body), "create endpoint")
+        let segs = ["branches", branch, "endpoints"];
+        self.post_create(&segs, ("endpoint_id", endpoint), spec, "create endpoint")
             .await
     }
 
@@ -445,14 +442,19 @@ mod tests {
     use super::*;
     use crate::provider::Secret;
 
-    fn client() -> LakebaseClient {
-        let rest = RestClient::new(
-            "https://example.cloud.databricks.com",
+    /// A REST client for `base` with the default retries and a test token.
+    fn rest(base: &str) -> RestClient {
+        RestClient::new(
+            base,
             Secret::new("dapi-test"),
             super::super::retry::RetryPolicy::default(),
             Duration::from_secs(5),
         )
-        .expect("rest");
+        .expect("rest")
+    }
+
+    fn client() -> LakebaseClient {
+        let rest = rest("https://example.cloud.databricks.com");
         LakebaseClient::new(rest, "my-app", PollPolicy::default()).expect("client")
     }
 
@@ -480,13 +482,7 @@ mod tests {
 
     #[test]
     fn projects_must_be_resource_ids() {
-        let rest = RestClient::new(
-            "https://x.com",
-            Secret::new("dapi-test"),
-            super::super::retry::RetryPolicy::default(),
-            Duration::from_secs(5),
-        )
-        .expect("rest");
+        let rest = rest("https://x.com");
         assert!(LakebaseClient::new(rest.clone(), "a/b", PollPolicy::default()).is_err());
         assert!(LakebaseClient::new(rest, "", PollPolicy::default()).is_err());
     }

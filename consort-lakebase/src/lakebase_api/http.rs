@@ -496,27 +496,32 @@ mod tests {
             code: code.into(),
             message: "m".into(),
         };
-        assert!(matches!(
-            classify(w(400, "QUOTA_EXCEEDED")),
-            ApiError::Quota { .. }
-        ));
-        assert!(matches!(
-            classify(w(400, "RESOURCE_EXHAUSTED")),
-            ApiError::Quota { .. }
-        ));
-        assert!(matches!(
-            classify(w(403, "UNKNOWN")),
-            ApiError::PermissionDenied { .. }
-        ));
-        assert!(matches!(
-            classify(w(400, "INVALID_PARAMETER_VALUE")),
-            ApiError::InvalidRequest { .. }
-        ));
-        assert!(matches!(classify(w(404, "X")), ApiError::NotFound { .. }));
-        assert!(matches!(
-            classify(w(500, "INTERNAL_ERROR")),
-            ApiError::Http { status: 500, .. }
-        ));
+        // Status, code, the variant expected and a check for it.
+        type Case = (u16, &'static str, &'static str, fn(&ApiError) -> bool);
+        let cases: [Case; 6] = [
+            (400, "QUOTA_EXCEEDED", "Quota", |e| {
+                matches!(e, ApiError::Quota { .. })
+            }),
+            (400, "RESOURCE_EXHAUSTED", "Quota", |e| {
+                matches!(e, ApiError::Quota { .. })
+            }),
+            (403, "UNKNOWN", "PermissionDenied", |e| {
+                matches!(e, ApiError::PermissionDenied { .. })
+            }),
+            (400, "INVALID_PARAMETER_VALUE", "InvalidRequest", |e| {
+                matches!(e, ApiError::InvalidRequest { .. })
+            }),
+            (404, "X", "NotFound", |e| {
+                matches!(e, ApiError::NotFound { .. })
+            }),
+            (500, "INTERNAL_ERROR", "Http 500", |e| {
+                matches!(e, ApiError::Http { status: 500, .. })
+            }),
+        ];
+        for (status, code, want, is) in cases {
+            let got = classify(w(status, code));
+            assert!(is(&got), "{status} {code}: expected {want}, got {got}");
+        }
         assert!(w(429, "RESOURCE_EXHAUSTED").is_retryable());
         assert!(w(503, "TEMPORARILY_UNAVAILABLE").is_retryable());
         assert!(!w(429, "QUOTA_EXCEEDED").is_retryable());

@@ -825,15 +825,8 @@ impl LakebaseProvider {
             if id.starts_with(&base_prefix) {
                 continue;
             }
-            match self.delete_impl(id).await {
-                Ok(()) => {
-                    deleted.insert(id.to_string());
-                }
-                Err(e) => {
-                    tracing::warn!(branch = id, "sweep could not delete: {e}");
-                    first_error.get_or_insert(e);
-                }
-            }
+            self.sweep_delete(id, "branch", &mut deleted, &mut first_error)
+                .await;
         }
         // Then bases nobody forks from any more and this process is not using.
         let in_use: HashSet<&str> = live
@@ -847,20 +840,33 @@ impl LakebaseProvider {
             if !id.starts_with(&base_prefix) || in_use.contains(id) || ours.contains(id) {
                 continue;
             }
-            match self.delete_impl(id).await {
-                Ok(()) => {
-                    deleted.insert(id.to_string());
-                }
-                Err(e) => {
-                    tracing::warn!(branch = id, "sweep could not delete base: {e}");
-                    first_error.get_or_insert(e);
-                }
-            }
+            self.sweep_delete(id, "base", &mut deleted, &mut first_error)
+                .await;
         }
         tracing::info!(deleted = deleted.len(), "swept Lakebase branches");
         match first_error {
             Some(e) => Err(e),
             None => Ok(deleted.len()),
+        }
+    }
+
+    /// Deletes `id` (a `what`, branch or base) for a sweep: adds it to `deleted`, or logs the
+    /// error and keeps it when it is the sweep's first.
+    async fn sweep_delete(
+        &self,
+        id: &str,
+        what: &str,
+        deleted: &mut HashSet<String>,
+        first_error: &mut Option<ApiError>,
+    ) {
+        match self.delete_impl(id).await {
+            Ok(()) => {
+                deleted.insert(id.to_string());
+            }
+            Err(e) => {
+                tracing::warn!(branch = id, "sweep could not delete {what}: {e}");
+                first_error.get_or_insert(e);
+            }
         }
     }
 }

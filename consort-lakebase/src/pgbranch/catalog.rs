@@ -20,22 +20,32 @@ pub(super) fn is_dup(e: &tokio_postgres::Error) -> bool {
 
 /// Whether database `db` exists.
 pub(super) async fn db_exists(admin: &Client, db: &str) -> Result<bool> {
-    Ok(admin
-        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&db])
-        .await
-        .map_err(|e| Error::from_pg("looking up a database", e))?
-        .is_some())
+    returns_row(
+        admin,
+        "SELECT 1 FROM pg_database WHERE datname = $1",
+        db,
+        "looking up a database",
+    )
+    .await
 }
 
 /// Whether `db` exists and is a template.
 pub(super) async fn is_template(admin: &Client, db: &str) -> Result<bool> {
+    returns_row(
+        admin,
+        "SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate",
+        db,
+        "looking up a base",
+    )
+    .await
+}
+
+/// Whether `sql`, about the object named `$1`, returns a row.
+async fn returns_row(admin: &Client, sql: &str, name: &str, what: &str) -> Result<bool> {
     Ok(admin
-        .query_opt(
-            "SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate",
-            &[&db],
-        )
+        .query_opt(sql, &[&name])
         .await
-        .map_err(|e| Error::from_pg("looking up a base", e))?
+        .map_err(|e| Error::from_pg(what, e))?
         .is_some())
 }
 
@@ -47,26 +57,40 @@ pub(super) async fn db_meta(admin: &Client, db: &str) -> Result<Option<Meta>> {
 /// In one round trip: `None` when `db` does not exist, else its marker (`None` when it is not
 /// one of ours).
 pub(super) async fn db_lookup(admin: &Client, db: &str) -> Result<Option<Option<Meta>>> {
-    let row = admin
-        .query_opt(
-            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1",
-            &[&db],
-        )
-        .await
-        .map_err(|e| Error::from_pg("reading a database marker", e))?;
-    Ok(row.map(|r| Meta::parse(r.get::<_, Option<&str>>(0))))
+    marker_lookup(
+        admin,
+        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1",
+        db,
+        "reading a database marker",
+    )
+    .await
 }
 
 /// The marker of role `role`; `None` when it does not exist or is not one of ours.
 pub(super) async fn role_meta(admin: &Client, role: &str) -> Result<Option<Meta>> {
+    marker_lookup(
+        admin,
+        "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
+        role,
+        "reading a role marker",
+    )
+    .await
+    .map(Option::flatten)
+}
+
+/// Runs `sql`, which selects the comment of the shared object named `$1`: `None` when there
+/// is no such object, else its marker (`None` when it is not one of ours).
+async fn marker_lookup(
+    admin: &Client,
+    sql: &str,
+    name: &str,
+    what: &str,
+) -> Result<Option<Option<Meta>>> {
     let row = admin
-        .query_opt(
-            "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
-            &[&role],
-        )
+        .query_opt(sql, &[&name])
         .await
-        .map_err(|e| Error::from_pg("reading a role marker", e))?;
-    Ok(row.and_then(|r| Meta::parse(r.get::<_, Option<&str>>(0))))
+        .map_err(|e| Error::from_pg(what, e))?;
+    Ok(row.map(|r| Meta::parse(r.get::<_, Option<&str>>(0))))
 }
 
 /// Writes the marker `text` on database `db`.

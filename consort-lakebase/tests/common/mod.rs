@@ -25,6 +25,23 @@ pub(crate) fn migration(version: &str, sql: &str) -> Migration {
     }
 }
 
+/// A fresh temporary directory holding `files` (path, content).
+pub(crate) fn tree_of(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(tree.path(), files);
+    tree
+}
+
+/// The names of the branches `p` lists under `prefix`, in its order.
+pub(crate) async fn branch_names(p: &dyn BranchProvider, prefix: &str) -> Vec<String> {
+    p.list(prefix)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|b| b.name)
+        .collect()
+}
+
 /// Writes files into a directory.
 pub(crate) fn write_tree(root: &Path, files: &[(&str, &str)]) {
     for (rel, content) in files {
@@ -34,6 +51,22 @@ pub(crate) fn write_tree(root: &Path, files: &[(&str, &str)]) {
         }
         std::fs::write(&p, content).expect("write");
     }
+}
+
+/// The first column of the one row `sql` returns (a failure names the query).
+pub(crate) async fn query_value<T>(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> T
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    client
+        .query_one(sql, params)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
 }
 
 /// Runs a query as the branch's own user and returns the first column of every row.
@@ -53,6 +86,14 @@ pub(crate) async fn query_strings(
             _ => None,
         })
         .collect())
+}
+
+/// [`query_strings`] that must succeed: the first column of every row (a failure names the
+/// query).
+pub(crate) async fn must_query(info: &consort_lakebase::ConnectInfo, sql: &str) -> Vec<String> {
+    query_strings(info, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// A fresh branch of `spec` on the shared cluster and a confined run context for `tree` on it

@@ -59,6 +59,40 @@ pub(crate) struct Fault {
     pub times: usize,
 }
 
+impl Fault {
+    /// A fault answering one `method` request on a `/branches` path with `status`, `code`
+    /// and `message`, without `Retry-After`.
+    pub(crate) fn on_branches(
+        method: &'static str,
+        status: u16,
+        code: &str,
+        message: impl Into<String>,
+    ) -> Fault {
+        Fault {
+            method,
+            path_contains: "/branches".into(),
+            status,
+            code: code.into(),
+            message: message.into(),
+            retry_after: None,
+            times: 1,
+        }
+    }
+
+    /// The same fault answering `times` requests.
+    pub(crate) fn times(self, times: usize) -> Fault {
+        Fault { times, ..self }
+    }
+
+    /// The same fault asking to wait `secs` seconds (`Retry-After`).
+    pub(crate) fn retry_after(self, secs: u64) -> Fault {
+        Fault {
+            retry_after: Some(secs),
+            ..self
+        }
+    }
+}
+
 /// Behaviour knobs.
 #[derive(Debug, Clone)]
 pub(crate) struct Knobs {
@@ -110,6 +144,14 @@ struct St {
     mints: Vec<(String, String)>,
     mints_per_branch: HashMap<String, usize>,
     current: Option<(String, SystemTime)>,
+}
+
+impl St {
+    /// The next number of the server's one sequence (resource ids, operations, tokens).
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
 }
 
 struct Shared {
@@ -325,8 +367,7 @@ impl Lakebase {
     /// Adds a READY branch (no database) created `age` ago from `source` (a branch id).
     pub(crate) async fn preload(&self, id: &str, source: Option<&str>, age: Duration) {
         let mut st = self.shared.st.lock().await;
-        st.seq += 1;
-        let uid = format!("br-pre-{}", st.seq);
+        let uid = format!("br-pre-{}", st.next_seq());
         st.branches.insert(
             id.to_string(),
             BranchRec {
@@ -343,6 +384,18 @@ impl Lakebase {
     /// Every request so far.
     pub(crate) async fn requests(&self) -> Vec<Req> {
         self.shared.st.lock().await.requests.clone()
+    }
+
+    /// The requests seen with this method, in order.
+    pub(crate) async fn requests_of(&self, method: &str) -> Vec<Req> {
+        let mut all = self.requests().await;
+        all.retain(|r| r.method == method);
+        all
+    }
+
+    /// The first request seen with this method.
+    pub(crate) async fn first_request(&self, method: &str) -> Option<Req> {
+        self.requests_of(method).await.into_iter().next()
     }
 
     /// How many requests had this method and a path containing `part`.
@@ -518,8 +571,11 @@ fn new_op(
     outcome: Result<Value, Value>,
     ready: Option<String>,
 ) -> Response {
-    st.seq += 1;
-    let name = format!("{}/operations/op-{}", branch_resource(branch), st.seq);
+    let name = format!(
+        "{}/operations/op-{}",
+        branch_resource(branch),
+        st.next_seq()
+    );
     let polls = st.knobs.op_polls;
     st.ops.insert(
         name.clone(),
@@ -697,8 +753,7 @@ async fn create_branch(
     {
         return error(500, "INTERNAL_ERROR", &e);
     }
-    st.seq += 1;
-    let uid = format!("br-test-{}", st.seq);
+    let uid = format!("br-test-{}", st.next_seq());
     st.branches.insert(
         id.clone(),
         BranchRec {
@@ -862,8 +917,7 @@ async fn credential(sh: &Shared, st: &mut St, body: &Value) -> Response {
     let count = st.mints_per_branch.entry(branch.clone()).or_insert(0);
     *count += 1;
     let in_window = *count <= st.knobs.auth_window_mints;
-    st.seq += 1;
-    let seq = st.seq;
+    let seq = st.next_seq();
     let (token, expires) = if in_window {
         // Handed out, but logins with it fail: authorization is not wired up yet.
         (new_token(seq), now + lifetime)
