@@ -263,11 +263,7 @@ impl Case {
     }
 
     fn events(&self) -> Vec<Event> {
-        Ledger::<Event>::read(self.ledger())
-            .expect("the ledger reads and verifies")
-            .into_iter()
-            .map(|e| e.event)
-            .collect()
+        consort_testkit::ledger::events(&self.ledger())
     }
 
     /// Runs once with every role answering honestly but the Driver, which is
