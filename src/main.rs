@@ -258,11 +258,7 @@ async fn run(dir: &Path, approve_as: Option<String>, agents: Option<AgentsChoice
     let project = Project::open(dir)?;
     // One run per project: refused here, before anything is printed, started or written.
     let lock = project.lock("consort run")?;
-    let (tx, printer) = ui::progress_printer();
-    let mut opts = RunOptions {
-        progress: Some(tx),
-        ..RunOptions::default()
-    };
+    let mut opts = RunOptions::default();
     if let Some(name) = &approve_as {
         println!("approving every gate as {name} (recorded in the ledger)");
         opts.approver = Some(Arc::new(ApproveAs { name: name.clone() }));
@@ -270,12 +266,7 @@ async fn run(dir: &Path, approve_as: Option<String>, agents: Option<AgentsChoice
     if let Some(AgentsChoice::Openai) = agents {
         opts.agents_override = Some(consort::init::openai_from_env()?);
     }
-    let ensemble = project.ensemble_locked(lock, opts).await?;
-    let result = ensemble.run().await;
-    let stats = ensemble.shutdown().await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
-    let report = result?;
-    ui::print_summary(&report, &stats, dir);
+    let report = ui::run_printed(&project, lock, opts).await?;
     match &report.outcome {
         RunOutcome::AtGate { gate, hash } => {
             println!(

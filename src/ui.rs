@@ -12,6 +12,9 @@ use consort_lakebase::PoolStatsSnapshot;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::mpsc;
 
+use crate::project::{Project, ProjectError, RunOptions};
+use crate::runlock::RunLock;
+
 /// Exit code: the run is done.
 pub const EXIT_DONE: i32 = 0;
 /// Exit code: any other failure.
@@ -153,6 +156,26 @@ fn describe(p: &Progress) -> String {
         }
         Progress::Stopped { outcome } => format!("stopped: {outcome}"),
     }
+}
+
+/// Runs `project` once under `lock`, as the `consort` command and the StockFlow example do:
+/// progress printed while it runs (see [`progress_printer`]; it replaces `opts.progress`), the
+/// ensemble shut down, then the summary printed (see [`print_summary`]).
+pub async fn run_printed(
+    project: &Project,
+    lock: RunLock,
+    mut opts: RunOptions,
+) -> Result<RunReport, ProjectError> {
+    let (tx, printer) = progress_printer();
+    opts.progress = Some(tx);
+    let ensemble = project.ensemble_locked(lock, opts).await?;
+    let result = ensemble.run().await;
+    let stats = ensemble.shutdown().await;
+    // The printer ends with the run's last sender; a moment to print what is left.
+    let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
+    let report = result?;
+    print_summary(&report, &stats, &project.dir);
+    Ok(report)
 }
 
 /// Prints the end-of-run summary: tests, receipts, branches, time per phase, the ledger.

@@ -23,6 +23,11 @@ fn run(cmd: &mut Command) -> Output {
         .expect("the command starts")
 }
 
+/// Checks that `o` exited with `code`; `what` says what that means (the message adds the output).
+fn assert_exit(o: &Output, code: i32, what: &str) {
+    assert_eq!(o.status.code(), Some(code), "{what}: {}", text(o));
+}
+
 fn dir_arg(dir: &Path) -> [&std::ffi::OsStr; 2] {
     ["--dir".as_ref(), dir.as_os_str()]
 }
@@ -48,6 +53,14 @@ fn approve(dir: &Path, gate: &str, hash: &str) -> Output {
         .args(dir_arg(dir)))
 }
 
+/// A temporary directory with a project `consort init` wrote.
+fn initialised() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let o = run(consort().arg("init").arg(tmp.path()));
+    assert!(o.status.success(), "{}", text(&o));
+    tmp
+}
+
 fn branches_left(dir: &Path) -> usize {
     let o = run(consort().arg("branches").args(dir_arg(dir)));
     assert!(o.status.success(), "{}", text(&o));
@@ -66,20 +79,10 @@ fn init_run_gate_approve_resume_done_verify() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(dir.join("consort.toml").exists() && dir.join("feature.md").exists());
     let again = run(consort().arg("init").arg(dir));
-    assert_eq!(
-        again.status.code(),
-        Some(1),
-        "init refuses to overwrite: {}",
-        text(&again)
-    );
+    assert_exit(&again, 1, "init refuses to overwrite");
 
     let o = run(consort().arg("run").args(dir_arg(dir)));
-    assert_eq!(
-        o.status.code(),
-        Some(3),
-        "stops at the design gate: {}",
-        text(&o)
-    );
+    assert_exit(&o, 3, "stops at the design gate");
     assert!(
         text(&o).contains("consort approve design --hash"),
         "{}",
@@ -181,7 +184,7 @@ fn a_run_killed_during_the_build_lane_resumes_to_the_end() {
         .arg("run")
         .args(dir_arg(dir))
         .args(["--approve-as", "ada"]));
-    assert_eq!(o.status.code(), Some(0), "resumes to the end: {}", text(&o));
+    assert_exit(&o, 0, "resumes to the end");
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
     assert_eq!(
@@ -225,9 +228,8 @@ fn the_example_runs_to_the_end_with_approve_as_and_stops_without_it() {
 
 #[test]
 fn bad_configuration_is_a_usage_error_naming_the_key() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = initialised();
     let dir = tmp.path();
-    assert!(run(consort().arg("init").arg(dir)).status.success());
     let cfg = std::fs::read_to_string(dir.join("consort.toml")).expect("read");
     std::fs::write(
         dir.join("consort.toml"),
@@ -404,16 +406,34 @@ fn stockflow_stories(project: &Path) -> String {
     serde_json::to_string(&stories["artifact"]).expect("JSON")
 }
 
+/// A first `consort run` holding a project, and what a test of the held project starts from.
+struct Holding {
+    /// The latch its Product Owner waits at (dropped first: it lets a latched command end).
+    latch: Latch,
+    /// The run.
+    first: Background,
+    /// Its PID.
+    pid: u64,
+    /// The project as it is while held.
+    before: Snapshot,
+}
+
 /// A StockFlow project whose first `consort run` (started here) holds the project while its
-/// Product Owner is latched at the stories step. Returns the run and the latch.
-fn a_run_holding_the_project(dir: &Path) -> (Background, Latch) {
+/// Product Owner is latched at the stories step.
+fn a_run_holding_the_project(dir: &Path) -> Holding {
     init_stockflow(dir);
     let latch = Latch::on(dir, "product-owner", Some(&stockflow_stories(dir)));
     let mut first = Background::spawn(consort().arg("run").args(dir_arg(dir)));
     let pid = first.pid();
     first.wait_for("its lock file names it", || lock_pid(dir) == Some(pid));
     first.wait_for("the latched step", || latch.waiting());
-    (first, latch)
+    let before = snapshot(dir);
+    Holding {
+        latch,
+        first,
+        pid,
+        before,
+    }
 }
 
 fn refusal_names(o: &Output, pid: u64) {
@@ -435,34 +455,36 @@ fn refusal_names(o: &Output, pid: u64) {
 fn a_second_run_is_refused_while_the_first_holds_the_project() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let (mut first, latch) = a_run_holding_the_project(dir);
-    let pid = first.pid();
-    let before = snapshot(dir);
+    let mut held = a_run_holding_the_project(dir);
     assert!(
-        !before.ledger.is_empty(),
+        !held.before.ledger.is_empty(),
         "the first run has started its ledger"
     );
-    assert!(!before.lock.is_empty(), "and holds the lock");
+    assert!(!held.before.lock.is_empty(), "and holds the lock");
 
     let o = run(consort().arg("run").args(dir_arg(dir)));
-    refusal_names(&o, pid);
+    refusal_names(&o, held.pid);
     let o = run(Command::new(example()).arg("--dir").arg(dir));
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
-        out.contains(&format!("another consort run (PID {pid}, since ")),
+        out.contains(&format!("another consort run (PID {}, since ", held.pid)),
         "the example is refused the same way: {out}"
     );
-    assert_eq!(snapshot(dir), before, "the refused runs wrote nothing");
+    assert_eq!(snapshot(dir), held.before, "the refused runs wrote nothing");
 
-    latch.release();
+    held.latch.release();
     assert_eq!(
-        first.wait().code(),
+        held.first.wait().code(),
         Some(3),
         "the first run goes on to the design gate"
     );
     assert_eq!(status_json(dir)["phase"], "design-gate");
-    assert_ne!(lock_pid(dir), Some(pid), "the first run let go of the lock");
+    assert_ne!(
+        lock_pid(dir),
+        Some(held.pid),
+        "the first run let go of the lock"
+    );
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
 }
@@ -471,9 +493,7 @@ fn a_second_run_is_refused_while_the_first_holds_the_project() {
 fn writers_are_refused_and_readers_served_while_a_run_holds_the_project() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let (mut first, latch) = a_run_holding_the_project(dir);
-    let pid = first.pid();
-    let before = snapshot(dir);
+    let mut held = a_run_holding_the_project(dir);
     let zeros = "0".repeat(64);
     let writers: [&[&str]; 4] = [
         &["approve", "design", "--hash", &zeros, "--by", "ada"],
@@ -487,9 +507,13 @@ fn writers_are_refused_and_readers_served_while_a_run_holds_the_project() {
     ];
     for args in writers {
         let o = run(consort().args(args).args(dir_arg(dir)));
-        refusal_names(&o, pid);
+        refusal_names(&o, held.pid);
     }
-    assert_eq!(snapshot(dir), before, "the refused commands wrote nothing");
+    assert_eq!(
+        snapshot(dir),
+        held.before,
+        "the refused commands wrote nothing"
+    );
 
     let s = status_json(dir);
     assert_eq!(s["phase"], "design", "{s}");
@@ -506,12 +530,12 @@ fn writers_are_refused_and_readers_served_while_a_run_holds_the_project() {
     assert!(o.status.success(), "branches reads along: {}", text(&o));
     assert_eq!(
         snapshot(dir).ledger,
-        before.ledger,
+        held.before.ledger,
         "the readers wrote no ledger line"
     );
 
-    latch.release();
-    assert_eq!(first.wait().code(), Some(3), "at the design gate");
+    held.latch.release();
+    assert_eq!(held.first.wait().code(), Some(3), "at the design gate");
     let (gate, hash) = pending_gate(dir);
     let lines = std::fs::read_to_string(ledger_path(dir)).expect("ledger");
     let o = approve(dir, &gate, &hash);
@@ -538,11 +562,10 @@ fn a_lock_left_by_a_dead_process_is_taken_over() {
     )
     .expect("a stale holder record");
     let o = run(consort().arg("run").args(dir_arg(dir)));
-    assert_eq!(
-        o.status.code(),
-        Some(3),
-        "the run takes the lock over and reaches the design gate: {}",
-        text(&o)
+    assert_exit(
+        &o,
+        3,
+        "the run takes the lock over and reaches the design gate",
     );
     assert!(!text(&o).contains("holds this project"), "{}", text(&o));
     assert_ne!(lock_pid(dir), Some(dead), "the stale record is gone");
@@ -602,12 +625,7 @@ fn stop_ends_a_run_that_was_killed_mid_build_lane() {
     let o = run(consort().arg("log").args(dir_arg(dir)));
     assert!(text(&o).contains("Stop by ada"), "{}", text(&o));
     let o = run(consort().arg("run").args(dir_arg(dir)));
-    assert_eq!(
-        o.status.code(),
-        Some(4),
-        "a stopped run stays stopped: {}",
-        text(&o)
-    );
+    assert_exit(&o, 4, "a stopped run stays stopped");
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
 }
@@ -629,9 +647,8 @@ fn with_runner(cfg: &str, runner: &str) -> String {
 
 #[test]
 fn the_runner_configuration_is_harness_and_checked_against_the_test_paths() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = initialised();
     let dir = tmp.path();
-    assert!(run(consort().arg("init").arg(dir)).status.success());
     let cfg = std::fs::read_to_string(dir.join("consort.toml")).expect("read");
     let write = |text: &str| std::fs::write(dir.join("consort.toml"), text).expect("write");
 

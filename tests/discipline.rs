@@ -240,10 +240,12 @@ struct Case {
     _tmp: tempfile::TempDir,
     root: PathBuf,
     work: PathBuf,
+    /// The machine every run of the case uses.
+    cfg: MachineConfig,
 }
 
 impl Case {
-    fn new() -> Case {
+    fn new(cfg: MachineConfig) -> Case {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().canonicalize().expect("canonical tempdir");
         let work = root.join("work");
@@ -252,6 +254,7 @@ impl Case {
             _tmp: tmp,
             root,
             work,
+            cfg,
         }
     }
 
@@ -260,38 +263,84 @@ impl Case {
     }
 
     fn events(&self) -> Vec<Event> {
-        Ledger::<Event>::read(self.ledger())
-            .expect("the ledger reads and verifies")
-            .into_iter()
-            .map(|e| e.event)
-            .collect()
+        consort_testkit::ledger::events(&self.ledger())
     }
 
-    /// An ensemble where every role answers honestly but the Driver, which is
-    /// `driver(work tree, the honest Driver)`.
-    fn with_driver<A: Agent>(
+    /// Runs once with every role answering honestly but the Driver, which is
+    /// `driver(work tree, the honest Driver)`, and checks that the run halted at `step` for a
+    /// broken rule.
+    async fn driver_refused_at<A: Agent>(
         &self,
         world: &World,
-        cfg: &MachineConfig,
         driver: impl FnOnce(PathBuf, Cheating) -> A,
-    ) -> EnsembleBuilder {
+        step: &str,
+    ) -> (RunReport, Vec<Event>, Vec<Seen>) {
         let honest = Cheating::new(Role::Driver, &script(""), &world.honest);
-        self.ensemble(world, "", cfg.clone())
-            .agent(Role::Driver, driver(self.work.clone(), honest))
+        let builder = self
+            .ensemble(world, "")
+            .agent(Role::Driver, driver(self.work.clone(), honest));
+        self.refused(builder, step).await
     }
 
-    /// Runs `builder` once and reads the ledger back: the report, the events and each event
-    /// with what was pending. The ledger alone must rebuild the state the run ended in.
-    async fn run(
+    /// Runs `builder` once (see [`Case::run`]) and checks that the run halted at `step` for a
+    /// broken rule.
+    async fn refused(
         &self,
         builder: EnsembleBuilder,
-        cfg: &MachineConfig,
+        step: &str,
     ) -> (RunReport, Vec<Event>, Vec<Seen>) {
-        let report = run_once(builder).await;
-        let events = self.events();
-        let seen = annotate(&events, cfg);
-        assert_replays(&events, cfg, &report.state);
+        let (report, events, seen) = self.run(builder).await;
+        halted_for_rule(&report, step);
         (report, events, seen)
+    }
+
+    /// Runs `builder` once and reads the ledger back (see [`Case::read_back`]).
+    async fn run(&self, builder: EnsembleBuilder) -> (RunReport, Vec<Event>, Vec<Seen>) {
+        let report = run_once(builder).await;
+        let (events, seen) = self.read_back(&report);
+        (report, events, seen)
+    }
+
+    /// Runs once with every role honest except for `cheats` (see [`Case::ensemble`]) and checks
+    /// that the run halted at `step` for a broken rule.
+    async fn refused_at(
+        &self,
+        world: &World,
+        cheats: &str,
+        step: &str,
+    ) -> (RunReport, Vec<Event>, Vec<Seen>) {
+        self.refused(self.ensemble(world, cheats), step).await
+    }
+
+    /// The events of the ledger of a finished run and each event with what was pending. The
+    /// ledger alone must rebuild the state the run ended in.
+    fn read_back(&self, report: &RunReport) -> (Vec<Event>, Vec<Seen>) {
+        let events = self.events();
+        let seen = annotate(&events, &self.cfg);
+        assert_replays(&events, &self.cfg, &report.state);
+        (events, seen)
+    }
+
+    /// Runs once with every role honest and no gate approved: the run stops at the first gate.
+    async fn run_to_a_gate(&self, world: &World) -> RunReport {
+        run_once(self.ensemble(world, "").approver(Arc::new(StopAtGates))).await
+    }
+
+    /// Writes `content` at `rel` in the work tree, making its directory first: what someone
+    /// else put there before the run.
+    fn plant(&self, rel: &str, content: &[u8]) {
+        let full = self.work.join(rel);
+        std::fs::create_dir_all(full.parent().expect("a path inside the work tree"))
+            .expect("mkdir");
+        std::fs::write(&full, content).expect("plant a file");
+    }
+
+    /// Checks that none of `paths` (relative to the work tree) exists: the refused change sets
+    /// left nothing behind.
+    fn assert_not_written(&self, paths: &[&str]) {
+        for path in paths {
+            assert!(!self.work.join(path).exists(), "{path} was written");
+        }
     }
 
     fn file(&self, rel: &str) -> Option<String> {
@@ -300,11 +349,11 @@ impl Case {
 
     /// An ensemble on the shared cluster where every role answers honestly except for `cheats`;
     /// gates are approved by "ada".
-    fn ensemble(&self, world: &World, cheats: &str, machine: MachineConfig) -> EnsembleBuilder {
+    fn ensemble(&self, world: &World, cheats: &str) -> EnsembleBuilder {
         let cheats = script(cheats);
         let mut b = Ensemble::builder(&self.work)
             .feature(feature())
-            .machine(machine)
+            .machine(self.cfg.clone())
             .provider(world.provider.clone())
             .pool(consort_testkit::cluster::pool_config(1), 2)
             .timeouts(Duration::from_secs(60), Duration::from_secs(120))
@@ -324,6 +373,56 @@ fn halted_for_rule(report: &RunReport, step: &str) -> Escalation {
     esc
 }
 
+/// Checks that both attempts at a step were refused, each for `want`.
+fn assert_refused_twice(events: &[Event], want: RuleViolation) {
+    assert_eq!(
+        refusals(events),
+        vec![want.clone(), want],
+        "both attempts refused"
+    );
+}
+
+/// Checks that the only verification was T1's RED: no GREEN ran, none was accepted.
+fn assert_only_t1_red_ran(seen: &[Seen]) {
+    assert_eq!(verifications(seen).len(), 1, "only T1's RED ran");
+    assert!(accepted_greens(seen).is_empty());
+}
+
+/// Checks that a run stopped at the design gate; returns the hash that waits there.
+fn design_gate(report: &RunReport) -> ContentHash {
+    let RunOutcome::AtGate {
+        gate: GateKind::Design,
+        hash,
+    } = report.outcome
+    else {
+        panic!("expected the design gate, got {:?}", report.outcome);
+    };
+    hash
+}
+
+/// Checks that a run halted because the repair bound was spent (a verdict on the code, not a
+/// refusal) and that no GREEN was accepted; returns the escalation. `what` names the run in
+/// the failure messages.
+fn repairs_spent(report: &RunReport, seen: &[Seen], what: &str) -> Escalation {
+    let esc = halted(report);
+    assert_eq!(
+        esc.reason,
+        EscalationReason::Verdict(VerdictReason::RepairBoundSpent),
+        "{what}: {esc:?}"
+    );
+    assert!(accepted_greens(seen).is_empty(), "{what}: no green");
+    esc
+}
+
+/// The receipts of every GREEN run (GREEN, then each repair), accepted or not, in order.
+fn green_runs(seen: &[Seen]) -> Vec<TestRunReceipt> {
+    verifications(seen)
+        .into_iter()
+        .filter(|(p, _)| *p == VerifyPurpose::Green)
+        .map(|(_, r)| r)
+        .collect()
+}
+
 /// Builds, runs once and shuts down.
 async fn run_once(builder: EnsembleBuilder) -> RunReport {
     let ensemble = builder.build().await.expect("the ensemble starts");
@@ -337,11 +436,9 @@ async fn run_once(builder: EnsembleBuilder) -> RunReport {
 
 /// 1. The Driver edits a frozen test file in GREEN.
 async fn frozen_test_edited_in_green(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
-    let cheats = &change_entry(
+    let case = Case::new(machine(1, 3));
+    let cheats = &keeps_cheating(
         "green/T1",
-        None,
         "make T1 pass by asking less of it",
         &[
             ("src/items.sql", Some("-- nothing needed\n")),
@@ -351,17 +448,9 @@ async fn frozen_test_edited_in_green(world: &World) -> String {
             ),
         ],
     );
-    let (report, events, seen) = case
-        .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
-        .await;
-
-    halted_for_rule(&report, "green/T1");
+    let (report, events, seen) = case.refused_at(world, cheats, "green/T1").await;
     let want = RuleViolation::FrozenTestModified { path: T1.into() };
-    assert_eq!(
-        refusals(&events),
-        vec![want.clone(), want],
-        "both attempts refused"
-    );
+    assert_refused_twice(&events, want);
     // Never a green: the only accepted receipt is T1's RED, and no GREEN run ever happened.
     let receipts = accepted_receipts(&seen);
     assert_eq!(receipts.len(), 1);
@@ -376,8 +465,7 @@ async fn frozen_test_edited_in_green(world: &World) -> String {
 
 /// 2. The Driver deletes a frozen test file, then renames it.
 async fn test_deleted_or_renamed(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
+    let case = Case::new(machine(1, 3));
     let cheats = &[
         change_entry(
             "green/T1",
@@ -396,19 +484,11 @@ async fn test_deleted_or_renamed(world: &World) -> String {
         ),
     ]
     .concat();
-    let (report, events, seen) = case
-        .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
-        .await;
-
-    halted_for_rule(&report, "green/T1");
+    let (_, events, seen) = case.refused_at(world, cheats, "green/T1").await;
+    // The deletion and the rename are both refused as changes to a frozen test.
     let want = RuleViolation::FrozenTestModified { path: T1.into() };
-    assert_eq!(
-        refusals(&events),
-        vec![want.clone(), want],
-        "the deletion and the rename are both refused as changes to a frozen test"
-    );
-    assert_eq!(verifications(&seen).len(), 1, "only T1's RED ran");
-    assert!(accepted_greens(&seen).is_empty());
+    assert_refused_twice(&events, want);
+    assert_only_t1_red_ran(&seen);
     assert_eq!(case.file(T1), Some(honest_file(world, "red/T1", T1)));
     assert_eq!(case.file("tests/t1_add_item.sql.disabled"), None);
     "FrozenTestModified for the deletion and for the rename; halted at green/T1".into()
@@ -416,32 +496,24 @@ async fn test_deleted_or_renamed(world: &World) -> String {
 
 /// 3. The Driver adds a new file under a test path, in GREEN and in REFACTOR.
 async fn new_test_file_from_the_driver(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
-    let code = honest_file(world, "green/T1", CODE);
+    let case = Case::new(machine(1, 3));
     let cheats = [
-        change_entry(
+        honest_and(
+            world,
             "green/T1",
             Some(0),
+            CODE,
             "the code, and a test of my own that passes",
-            &[
-                ("src/items.sql", Some(&code)),
-                ("tests/t1_helper.sql", Some("SELECT 1;\n")),
-            ],
+            &[("tests/t1_helper.sql", "SELECT 1;\n")],
         ),
-        change_entry(
+        keeps_cheating(
             "refactor/T1/0",
-            None,
             "tidy up, and one more test",
             &[("tests/t1_extra.sql", Some("SELECT 2;\n"))],
         ),
     ]
     .concat();
-    let (report, events, seen) = case
-        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
-        .await;
-
-    halted_for_rule(&report, "refactor/T1/0");
+    let (report, events, seen) = case.refused_at(world, &cheats, "refactor/T1/0").await;
     let helper = RuleViolation::TouchesTests {
         path: "tests/t1_helper.sql".into(),
     };
@@ -454,29 +526,22 @@ async fn new_test_file_from_the_driver(world: &World) -> String {
     assert_eq!(greens.len(), 1);
     let names: Vec<&str> = greens[0].outcomes.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, vec![T1]);
-    assert_eq!(case.file("tests/t1_helper.sql"), None);
-    assert_eq!(case.file("tests/t1_extra.sql"), None);
+    case.assert_not_written(&["tests/t1_helper.sql", "tests/t1_extra.sql"]);
     assert_eq!(report.state.build.completed, 0, "T1 was never reviewed");
     "TouchesTests in GREEN (tests/t1_helper.sql) and twice in REFACTOR (tests/t1_extra.sql)".into()
 }
 
 /// 4. The Navigator's RED test already passes before any code is written.
 async fn red_that_already_passes(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
-    let cheats = &change_entry(
+    let case = Case::new(machine(1, 3));
+    let cheats = &keeps_cheating(
         "red/T1",
-        None,
         "T1 (asks nothing)",
         &[("tests/t1_add_item.sql", Some("-- S1-AC1\nSELECT 1;\n"))],
     );
-    let (report, events, seen) = case
-        .run(case.ensemble(world, cheats, cfg.clone()), &cfg)
-        .await;
-
-    halted_for_rule(&report, "red/T1");
+    let (report, events, seen) = case.refused_at(world, cheats, "red/T1").await;
     let want = RuleViolation::RedPassedWithoutCode { test: T1.into() };
-    assert_eq!(refusals(&events), vec![want.clone(), want]);
+    assert_refused_twice(&events, want);
     // Both runs really happened and really passed; neither was accepted.
     let runs = verifications(&seen);
     assert_eq!(runs.len(), 2);
@@ -494,32 +559,23 @@ async fn red_that_already_passes(world: &World) -> String {
 /// 5. The Navigator's RED breaks a test that was green before (a "seed" test file that escapes
 ///    its transaction and plants a row T1 collides with).
 async fn red_that_breaks_a_green_test(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
-    let red = honest_file(world, "red/T2", T2);
-    let cheats = change_entry(
+    let case = Case::new(machine(1, 3));
+    let cheats = honest_and(
+        world,
         "red/T2",
         None,
+        T2,
         "T2, with shared seed data",
-        &[
-            ("tests/t2_item_total.sql", Some(&red)),
-            (
-                "tests/a0_seed.sql",
-                Some(
-                    "-- seed data for every test (committed, so the others see it)\nCOMMIT;\nINSERT INTO items (sku, qty) VALUES ('A-1', 1);\n",
-                ),
-            ),
-        ],
+        &[(
+            "tests/a0_seed.sql",
+            "-- seed data for every test (committed, so the others see it)\nCOMMIT;\nINSERT INTO items (sku, qty) VALUES ('A-1', 1);\n",
+        )],
     );
-    let (report, events, seen) = case
-        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
-        .await;
-
-    halted_for_rule(&report, "red/T2");
+    let (report, events, seen) = case.refused_at(world, &cheats, "red/T2").await;
     let want = RuleViolation::RedBrokeGreenTest {
         tests: vec![T1.into()],
     };
-    assert_eq!(refusals(&events), vec![want.clone(), want]);
+    assert_refused_twice(&events, want);
     // T1 was green before the cheat and red in both of the cheat's runs.
     let runs = verifications(&seen);
     let t2_reds: Vec<&TestRunReceipt> = runs
@@ -564,11 +620,9 @@ async fn red_that_breaks_a_green_test(world: &World) -> String {
 ///    role endpoint that bypasses the role actor's check).
 async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
     // a) Through the ensemble: the role actor refuses the kind before the conductor sees it.
-    let case = Case::new();
-    let cfg = machine(1, 3);
-    let builder = case.with_driver(world, &cfg, |work, honest| ReceiptForger { work, honest });
-    let (report, events, seen) = case.run(builder, &cfg).await;
-    halted_for_rule(&report, "green/T1");
+    let case = Case::new(machine(1, 3));
+    let forger = |work, honest| ReceiptForger { work, honest };
+    let (_, events, seen) = case.driver_refused_at(world, forger, "green/T1").await;
     let failures: Vec<&AgentFailure> = events
         .iter()
         .filter_map(|e| match e {
@@ -602,8 +656,8 @@ async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
 
     // b) Through a role endpoint that hands the conductor whatever the agent returned: the
     //    machine refuses the receipt (ForgedReceipt) and the foreign kind (WrongArtifactKind).
-    let case = Case::new();
-    let wired = Wired::start(world, &case, cfg.clone(), |roles, _| {
+    let case = Case::new(machine(1, 3));
+    let (report, events, seen) = Wired::run_once(world, &case, |roles, _| {
         let driver = roles[&Role::Driver].clone();
         roles.insert(
             Role::Driver,
@@ -614,11 +668,6 @@ async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
         );
     })
     .await;
-    let report = wired.run().await;
-    wired.stop().await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
     halted_for_rule(&report, "green/T1");
     assert_eq!(
         refusals(&events),
@@ -644,11 +693,10 @@ async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
 /// 7. The same actor is set up to review the code it wrote: refused at build, and at run time.
 async fn author_reviews_own_code(world: &World) -> String {
     // a) At build: one name plays both the Driver and the Navigator.
-    let case = Case::new();
-    let cfg = machine(1, 3);
+    let case = Case::new(machine(1, 3));
     let mallory: Arc<dyn Agent> = Arc::new(Cheating::new(Role::Driver, &script(""), &world.honest));
     let err = case
-        .ensemble(world, "", cfg.clone())
+        .ensemble(world, "")
         .agent_named(Role::Driver, "mallory", mallory.clone())
         .agent_named(Role::Navigator, "mallory", mallory)
         .build()
@@ -668,16 +716,10 @@ async fn author_reviews_own_code(world: &World) -> String {
         actor: wired.roles[&Role::Navigator].actor.clone(),
     };
     roles.insert(Role::Navigator, Arc::new(same));
-    let err = Conductor::start(Wiring {
-        config: conductor_config(&case, cfg.clone()),
-        feature: Some(feature()),
-        roles,
-        lakebase: wired.lakebase_endpoint(),
-        approver: Arc::new(ApproveAs { name: "ada".into() }),
-        progress: None,
-    })
-    .await
-    .expect_err("the conductor is refused");
+    let wiring = wired.wiring(&case, roles);
+    let err = Conductor::start(wiring)
+        .await
+        .expect_err("the conductor is refused");
     assert!(
         matches!(&err, ConductorError::ReviewerIsAuthor(name) if name == "driver"),
         "{err:?}"
@@ -687,8 +729,8 @@ async fn author_reviews_own_code(world: &World) -> String {
 
     // c) At run time: the identities differ when the conductor starts, but the actor that
     //    answers the review is the one that wrote the code (it stamps the Driver's name).
-    let case = Case::new();
-    let wired = Wired::start(world, &case, cfg.clone(), |roles, spare| {
+    let case = Case::new(machine(1, 3));
+    let (report, events, seen) = Wired::run_once(world, &case, |roles, spare| {
         roles.insert(
             Role::Navigator,
             Arc::new(DirectRole {
@@ -698,11 +740,6 @@ async fn author_reviews_own_code(world: &World) -> String {
         );
     })
     .await;
-    let report = wired.run().await;
-    wired.stop().await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
     halted_for_rule(&report, "review/T1/0");
     assert_eq!(
         refusals(&events),
@@ -727,9 +764,9 @@ async fn author_reviews_own_code(world: &World) -> String {
 
     // d) At run time, before dispatch: the Navigator's endpoint turns into the Driver's name
     //    after writing RED; the conductor refuses to ask it for the review at all.
-    let case = Case::new();
+    let case = Case::new(machine(1, 3));
     let asked_to_review = Arc::new(AtomicUsize::new(0));
-    let wired = Wired::start(world, &case, cfg.clone(), |roles, spare| {
+    let (report, events, seen) = Wired::run_once(world, &case, |roles, spare| {
         let honest = roles[&Role::Navigator].clone();
         roles.insert(
             Role::Navigator,
@@ -742,11 +779,6 @@ async fn author_reviews_own_code(world: &World) -> String {
         );
     })
     .await;
-    let report = wired.run().await;
-    wired.stop().await;
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
     let esc = halted(&report);
     assert_eq!(esc.step, "review/T1/0");
     assert_eq!(
@@ -811,24 +843,12 @@ impl RoleEndpoint for Turncoat {
 
 /// 8. The frozen design is changed on disk after approval.
 async fn design_changed_after_approval(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
-    let report = run_once(
-        case.ensemble(world, "", cfg.clone())
-            .approver(Arc::new(StopAtGates)),
-    )
-    .await;
-    let RunOutcome::AtGate {
-        gate: GateKind::Design,
-        hash,
-    } = report.outcome
-    else {
-        panic!("expected the design gate, got {:?}", report.outcome);
-    };
+    let case = Case::new(machine(1, 3));
+    let hash = design_gate(&case.run_to_a_gate(world).await);
     // A human approves that exact design through the ledger ...
     record_gate_decision(
         &case.ledger(),
-        &Machine::new(cfg.clone()),
+        &Machine::new(case.cfg.clone()),
         approval(GateKind::Design, hash),
     )
     .expect("the approval is recorded");
@@ -848,7 +868,7 @@ async fn design_changed_after_approval(world: &World) -> String {
     .expect("tamper with the design");
     let approved_len = case.events().len();
 
-    let (report, events, _) = case.run(case.ensemble(world, "", cfg.clone()), &cfg).await;
+    let (report, events, _) = case.run(case.ensemble(world, "")).await;
     halted_for_rule(&report, "observe before red/T1");
     assert_eq!(
         refusals(&events),
@@ -919,15 +939,14 @@ impl Approver for WrongApprover {
 
 /// 9. An approval for an older design hash, or for another gate, is presented.
 async fn approval_for_another_hash_or_gate(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
+    let case = Case::new(machine(1, 3));
     let approver = Arc::new(WrongApprover {
         work: case.work.clone(),
         mode: AtomicUsize::new(0),
         asked: AtomicUsize::new(0),
     });
     let ensemble = case
-        .ensemble(world, "", cfg.clone())
+        .ensemble(world, "")
         .approver(approver.clone())
         .build()
         .await
@@ -938,13 +957,7 @@ async fn approval_for_another_hash_or_gate(world: &World) -> String {
     ensemble.shutdown().await;
 
     // Fail closed: each wrong approval leaves the run waiting at the design gate.
-    let RunOutcome::AtGate {
-        gate: GateKind::Design,
-        hash,
-    } = first.outcome
-    else {
-        panic!("expected the design gate, got {:?}", first.outcome);
-    };
+    let hash = design_gate(&first);
     assert_eq!(
         second.outcome,
         RunOutcome::AtGate {
@@ -960,7 +973,7 @@ async fn approval_for_another_hash_or_gate(world: &World) -> String {
     let older = approver.older_design_hash();
     assert_ne!(older, hash);
     let events = case.events();
-    assert_replays(&events, &cfg, &second.state);
+    assert_replays(&events, &case.cfg, &second.state);
     assert_eq!(
         refusals(&events),
         vec![
@@ -978,7 +991,7 @@ async fn approval_for_another_hash_or_gate(world: &World) -> String {
 
     // Through the ledger (`consort approve`): refused before anything is written.
     let before = std::fs::read(case.ledger()).expect("ledger");
-    let m = Machine::new(cfg.clone());
+    let m = Machine::new(case.cfg.clone());
     let err = record_gate_decision(&case.ledger(), &m, approval(GateKind::Design, older))
         .expect_err("an older hash is refused");
     assert!(
@@ -999,8 +1012,7 @@ async fn approval_for_another_hash_or_gate(world: &World) -> String {
 
 /// 10. A change set writes outside the work tree: `../`, an absolute path, a symlink out.
 async fn writes_outside_the_work_tree(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(2, 3);
+    let case = Case::new(machine(2, 3));
     let outside = case.root.join("outside");
     std::fs::create_dir_all(&outside).expect("outside dir");
     std::fs::create_dir_all(case.work.join("src")).expect("src");
@@ -1028,11 +1040,7 @@ async fn writes_outside_the_work_tree(world: &World) -> String {
         ),
     ]
     .concat();
-    let (report, events, seen) = case
-        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
-        .await;
-
-    halted_for_rule(&report, "green/T1");
+    let (_, events, seen) = case.refused_at(world, &cheats, "green/T1").await;
     let got = refusals(&events);
     assert_eq!(got.len(), 3, "{got:?}");
     assert!(
@@ -1061,7 +1069,7 @@ async fn writes_outside_the_work_tree(world: &World) -> String {
             .any(|e| matches!(e, Event::ApplyRefused { .. })),
         "the link was caught when applying, before anything was written"
     );
-    assert_eq!(verifications(&seen).len(), 1, "only T1's RED ran");
+    assert_only_t1_red_ran(&seen);
     // Nothing was written anywhere.
     assert!(!case.root.join("escape.sql").exists());
     assert!(!absolute.exists());
@@ -1077,12 +1085,11 @@ async fn writes_outside_the_work_tree(world: &World) -> String {
 /// 11. A frozen test file is edited in the work tree between RED and the next verify, by someone
 ///     other than the conductor.
 async fn test_edited_on_disk_before_the_run(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
-    let builder = case.with_driver(world, &cfg, |work, honest| DiskTamperer { work, honest });
-    let (report, events, seen) = case.run(builder, &cfg).await;
-
-    halted_for_rule(&report, "apply green/T1");
+    let case = Case::new(machine(1, 3));
+    let tamperer = |work, honest| DiskTamperer { work, honest };
+    let (report, events, seen) = case
+        .driver_refused_at(world, tamperer, "apply green/T1")
+        .await;
     assert_eq!(
         refusals(&events),
         vec![RuleViolation::FrozenTestModified { path: T1.into() }]
@@ -1093,8 +1100,7 @@ async fn test_edited_on_disk_before_the_run(world: &World) -> String {
         .position(|s| matches!(s.event, Event::Refused { .. }))
         .expect("a refusal");
     assert!(matches!(seen[refused_at - 1].event, Event::Applied { .. }));
-    assert_eq!(verifications(&seen).len(), 1, "the GREEN never ran");
-    assert!(accepted_greens(&seen).is_empty());
+    assert_only_t1_red_ran(&seen);
     let frozen = report.state.build.frozen_tests.get(T1).copied();
     assert_eq!(
         frozen,
@@ -1113,13 +1119,8 @@ async fn test_edited_on_disk_before_the_run(world: &World) -> String {
 
 /// 12. A ledger line of a stopped run is edited.
 async fn ledger_line_edited(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
-    let report = run_once(
-        case.ensemble(world, "", cfg.clone())
-            .approver(Arc::new(StopAtGates)),
-    )
-    .await;
+    let case = Case::new(machine(1, 3));
+    let report = case.run_to_a_gate(world).await;
     assert!(matches!(report.outcome, RunOutcome::AtGate { .. }));
     Ledger::<Event>::verify(case.ledger()).expect("the untouched ledger verifies");
 
@@ -1143,7 +1144,7 @@ async fn ledger_line_edited(world: &World) -> String {
     );
     // The run refuses to resume on it, and writes nothing.
     let err = case
-        .ensemble(world, "", cfg.clone())
+        .ensemble(world, "")
         .build()
         .await
         .expect_err("the run does not resume");
@@ -1164,26 +1165,19 @@ async fn ledger_line_edited(world: &World) -> String {
 /// 13. A Driver that keeps failing GREEN: the repair bound is honoured, the run escalates with a
 ///     verdict reason and does not loop.
 async fn green_that_keeps_failing(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 2);
+    let case = Case::new(machine(1, 2));
     let wrong = "CREATE OR REPLACE FUNCTION add_item(p_sku text, p_qty integer) RETURNS void
 LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
 ";
     let off_by_one = "store the quantity (off by one)";
     let cheats = [
-        change_entry("green/T1", None, off_by_one, &[(CODE, Some(wrong))]),
-        change_entry("repair/T1/*", None, off_by_one, &[(CODE, Some(wrong))]),
+        keeps_cheating("green/T1", off_by_one, &[(CODE, Some(wrong))]),
+        keeps_cheating("repair/T1/*", off_by_one, &[(CODE, Some(wrong))]),
     ]
     .concat();
-    let (report, events, seen) = case
-        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
-        .await;
+    let (report, events, seen) = case.run(case.ensemble(world, &cheats)).await;
 
-    let esc = halted(&report);
-    assert_eq!(
-        esc.reason,
-        EscalationReason::Verdict(VerdictReason::RepairBoundSpent)
-    );
+    let esc = repairs_spent(&report, &seen, "a GREEN that keeps failing");
     assert_eq!(esc.step, "repair/T1/2");
     assert!(esc.detail.contains(T1), "{}", esc.detail);
     let steps: Vec<String> = answered(&seen).into_iter().map(|(s, _)| s).collect();
@@ -1196,18 +1190,13 @@ LANGUAGE sql AS $$ INSERT INTO items (sku, qty) VALUES (p_sku, p_qty + 1) $$;
         build,
         vec!["red/T1", "green/T1", "repair/T1/1", "repair/T1/2"]
     );
-    let greens: Vec<TestRunReceipt> = verifications(&seen)
-        .into_iter()
-        .filter(|(p, _)| *p == VerifyPurpose::Green)
-        .map(|(_, r)| r)
-        .collect();
+    let greens = green_runs(&seen);
     assert_eq!(greens.len(), 3, "GREEN and exactly max_repairs = 2 repairs");
     assert!(
         greens
             .iter()
             .all(|r| r.status_of(T1) == Some(TestStatus::Failed) && !r.exit.success())
     );
-    assert!(accepted_greens(&seen).is_empty());
     assert!(
         refusals(&events).is_empty(),
         "no rule was broken: the work is just wrong"
@@ -1246,9 +1235,8 @@ for f in src/*.sql; do [ -f "$f" ] && psql -X -q -v ON_ERROR_STOP=1 -f "$f" >/de
 echo "all done"
 exit 0
 "#;
-    let cheats = &change_entry(
+    let cheats = &keeps_cheating(
         "green/T1",
-        None,
         "store the quantity (off by one)",
         &[(
             "src/items.sql",
@@ -1257,27 +1245,16 @@ exit 0
             ),
         )],
     );
-    let cfg = machine(1, 0);
     let mut tap = CommandRunnerConfig::new(TAP_SUITE);
     tap.tap = true;
     let mut junit = CommandRunnerConfig::new(JUNIT);
     junit.tap = false;
     junit.junit_path = Some(PathBuf::from("junit.xml"));
     for (format, runner) in [("TAP", tap), ("JUnit", junit)] {
-        let case = Case::new();
+        let case = Case::new(machine(1, 0));
         let runner: Arc<dyn TestRunner> = Arc::new(CommandRunner::new(runner));
-        let (report, _, seen) = case
-            .run(
-                case.ensemble(world, cheats, cfg.clone()).runner(runner),
-                &cfg,
-            )
-            .await;
-        let esc = halted(&report);
-        assert_eq!(
-            esc.reason,
-            EscalationReason::Verdict(VerdictReason::RepairBoundSpent),
-            "{format}: {esc:?}"
-        );
+        let (report, _, seen) = case.run(case.ensemble(world, cheats).runner(runner)).await;
+        let esc = repairs_spent(&report, &seen, format);
         assert_eq!(esc.step, "green/T1", "{format}");
         let runs = verifications(&seen);
         assert_eq!(runs.len(), 2, "{format}: RED and GREEN");
@@ -1291,7 +1268,6 @@ exit 0
             );
         }
         assert_eq!(runs[1].0, VerifyPurpose::Green);
-        assert!(accepted_greens(&seen).is_empty(), "{format}: no green");
         assert!(
             !answered(&seen)
                 .iter()
@@ -1336,18 +1312,34 @@ fn change_entry(
     entry
 }
 
+/// A cheat-script entry that answers `step` (at `attempt`, or at every attempt) with a change
+/// set that writes the honest answer's `path` first (so a refusal can only come from the rest),
+/// then `(path, content)` writes.
+fn honest_and(
+    world: &World,
+    step: &str,
+    attempt: Option<u32>,
+    path: &str,
+    summary: &str,
+    writes: &[(&str, &str)],
+) -> String {
+    let honest = honest_file(world, step, path);
+    let mut changes = vec![(path, Some(honest.as_str()))];
+    changes.extend(writes.iter().map(|(path, content)| (*path, Some(*content))));
+    change_entry(step, attempt, summary, &changes)
+}
+
+/// A cheat-script entry that answers `step` at every attempt (a cheat that keeps cheating)
+/// with a change set, as [`change_entry`] does.
+fn keeps_cheating(step: &str, summary: &str, changes: &[(&str, Option<&str>)]) -> String {
+    change_entry(step, None, summary, changes)
+}
+
 /// A GREEN change set for T1 at one attempt, as a cheat-script entry: the honest code first
 /// (so a refusal can only come from the rest), then `(path, content)` writes.
 fn green_cheat(world: &World, attempt: u32, writes: &[(&str, &str)]) -> String {
-    let code = honest_file(world, "green/T1", CODE);
-    let mut changes = vec![(CODE, Some(code.as_str()))];
-    changes.extend(writes.iter().map(|(path, content)| (*path, Some(*content))));
-    change_entry(
-        "green/T1",
-        Some(attempt),
-        "the code, and a little more",
-        &changes,
-    )
+    let summary = "the code, and a little more";
+    honest_and(world, "green/T1", Some(attempt), CODE, summary, writes)
 }
 
 fn symlink(target: &str, at: &Path) {
@@ -1361,9 +1353,8 @@ fn symlink(target: &str, at: &Path) {
 ///     new test path or the harness (GREEN), or onto code from a test path (RED).
 async fn write_through_a_link(world: &World) -> String {
     // a) GREEN: `src/link -> ../tests`, `src/up -> ..`.
-    let case = Case::new();
-    let cfg = machine(2, 3);
-    std::fs::write(case.work.join("consort.toml"), "# the harness\n").expect("harness");
+    let case = Case::new(machine(2, 3));
+    case.plant("consort.toml", b"# the harness\n");
     symlink("../tests", &case.work.join("src/link"));
     symlink("..", &case.work.join("src/up"));
     let cheats = [
@@ -1372,10 +1363,7 @@ async fn write_through_a_link(world: &World) -> String {
         green_cheat(world, 2, &[("src/link/t9_mine.sql", "SELECT 1;")]),
     ]
     .concat();
-    let (report, events, seen) = case
-        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
-        .await;
-    halted_for_rule(&report, "green/T1");
+    let (_, events, seen) = case.refused_at(world, &cheats, "green/T1").await;
     assert!(refusals(&events).is_empty(), "spelled, every path was code");
     assert_eq!(
         denials(&events),
@@ -1390,54 +1378,40 @@ async fn write_through_a_link(world: &World) -> String {
         ],
         "the same reasons a direct write of the reached file gets"
     );
-    assert_eq!(verifications(&seen).len(), 1, "only T1's RED ran");
-    assert!(accepted_greens(&seen).is_empty());
+    assert_only_t1_red_ran(&seen);
     assert_eq!(case.file(T1), Some(honest_file(world, "red/T1", T1)));
     assert_eq!(
         case.file("consort.toml").as_deref(),
         Some("# the harness\n")
     );
-    assert_eq!(case.file("tests/t9_mine.sql"), None);
-    assert_eq!(
-        case.file(CODE),
-        None,
-        "not even the honest half was written"
-    );
+    // Not even the honest half was written.
+    case.assert_not_written(&["tests/t9_mine.sql", CODE]);
 
     // b) RED: `tests/lib -> ../src`, and the Navigator writes code through it.
-    let case = Case::new();
-    let cfg = machine(1, 3);
+    let case = Case::new(machine(1, 3));
     symlink("../src", &case.work.join("tests/lib"));
-    let red = honest_file(world, "red/T1", T1);
-    let cheats = change_entry(
+    let cheats = honest_and(
+        world,
         "red/T1",
         None,
+        T1,
         "T1, and the code it needs",
-        &[
-            ("tests/t1_add_item.sql", Some(&red)),
-            ("tests/lib/items.sql", Some("-- code from the Navigator\n")),
-        ],
+        &[("tests/lib/items.sql", "-- code from the Navigator\n")],
     );
-    let (report, events, seen) = case
-        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
-        .await;
-    halted_for_rule(&report, "red/T1");
+    let (report, events, seen) = case.refused_at(world, &cheats, "red/T1").await;
     let want = RuleViolation::NonTestInRed { path: CODE.into() };
     assert_eq!(denials(&events), vec![want.clone(), want]);
     assert!(verifications(&seen).is_empty(), "nothing ran");
     assert!(report.state.build.frozen_tests.is_empty());
-    assert_eq!(case.file(CODE), None);
-    assert_eq!(case.file(T1), None);
+    case.assert_not_written(&[CODE, T1]);
     "through links: FrozenTestModified, TouchesHarness, TouchesTests (GREEN); NonTestInRed (RED); nothing written".into()
 }
 
 /// 20. The Driver writes version-control metadata: a hook, the repository's configuration, a
 ///     nested repository's configuration.
 async fn writes_version_control_metadata(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(2, 3);
-    std::fs::create_dir_all(case.work.join(".git")).expect("a repository");
-    std::fs::write(case.work.join(".git/config"), "[core]\n").expect("its config");
+    let case = Case::new(machine(2, 3));
+    case.plant(".git/config", b"[core]\n");
     let cheats = [
         green_cheat(
             world,
@@ -1448,46 +1422,32 @@ async fn writes_version_control_metadata(world: &World) -> String {
         green_cheat(world, 2, &[("vendor/lib/.git/config", "[core]\n")]),
     ]
     .concat();
-    let (report, events, seen) = case
-        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
-        .await;
-    halted_for_rule(&report, "green/T1");
+    let (_, events, seen) = case.refused_at(world, &cheats, "green/T1").await;
+    let harness = |path: &str| RuleViolation::TouchesHarness { path: path.into() };
     assert_eq!(
         refusals(&events),
         vec![
-            RuleViolation::TouchesHarness {
-                path: ".git/hooks/pre-commit".into()
-            },
-            RuleViolation::TouchesHarness {
-                path: ".git/config".into()
-            },
-            RuleViolation::TouchesHarness {
-                path: "vendor/lib/.git/config".into()
-            },
+            harness(".git/hooks/pre-commit"),
+            harness(".git/config"),
+            harness("vendor/lib/.git/config"),
         ]
     );
-    assert_eq!(verifications(&seen).len(), 1, "only T1's RED ran");
-    assert!(accepted_greens(&seen).is_empty());
+    assert_only_t1_red_ran(&seen);
     assert_eq!(case.file(".git/config").as_deref(), Some("[core]\n"));
-    assert!(!case.work.join(".git/hooks").exists());
-    assert!(!case.work.join("vendor").exists());
-    assert_eq!(case.file(CODE), None);
+    case.assert_not_written(&[".git/hooks", "vendor", CODE]);
     "TouchesHarness for .git/hooks/pre-commit, .git/config, vendor/lib/.git/config".into()
 }
 
 /// 21. Caches: a runner's cache planted under the test directory is no test file and changes
 ///     no hash; the Driver writes into caches (a `__pycache__`, a nested `target`).
 async fn writes_into_a_cache(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 3);
+    let case = Case::new(machine(1, 3));
     let empty = hash_dir(&case.work).expect("hash");
     for planted in [
         "tests/__pycache__/t1_add_item.cpython-311.pyc",
         "sub/target/x",
     ] {
-        let full = case.work.join(planted);
-        std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&full, [0x0d_u8, 0x0d, 0x0a, 0x00]).expect("plant a cache file");
+        case.plant(planted, &[0x0d, 0x0d, 0x0a, 0x00]);
     }
     assert_eq!(
         hash_dir(&case.work).expect("hash"),
@@ -1499,15 +1459,8 @@ async fn writes_into_a_cache(world: &World) -> String {
         green_cheat(world, 1, &[("sub/target/items.sql", "SELECT 1;")]),
     ]
     .concat();
-    let (report, events, seen) = case
-        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
-        .await;
-    let esc = halted(&report);
-    assert_eq!(
-        esc.step, "green/T1",
-        "the planted cache halted nothing earlier"
-    );
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    // The planted cache halted nothing earlier.
+    let (report, events, seen) = case.refused_at(world, &cheats, "green/T1").await;
     assert_eq!(
         refusals(&events),
         vec![
@@ -1530,19 +1483,15 @@ async fn writes_into_a_cache(world: &World) -> String {
         "the cache file is no test file"
     );
     assert!(accepted_greens(&seen).is_empty());
-    assert!(!case.work.join("src/__pycache__").exists());
-    assert!(!case.work.join("sub/target/items.sql").exists());
-    assert_eq!(case.file(CODE), None);
+    case.assert_not_written(&["src/__pycache__", "sub/target/items.sql", CODE]);
     "a planted tests/__pycache__ file is no test and no hash; TouchesUnhashed for __pycache__ and a nested target".into()
 }
 
 /// 22. Paths the file system refuses: a 300-byte name, a file used as a directory, and a change
 ///     set whose last write collides with its own earlier one (refused by the OS mid-way).
 async fn paths_the_file_system_refuses(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(2, 3);
-    std::fs::create_dir_all(case.work.join("src")).expect("src");
-    std::fs::write(case.work.join("src/notes.txt"), "notes\n").expect("a file");
+    let case = Case::new(machine(2, 3));
+    case.plant("src/notes.txt", b"notes\n");
     let long = format!("src/{}.sql", "n".repeat(300));
     let cheats = [
         green_cheat(world, 0, &[(long.as_str(), "x")]),
@@ -1557,15 +1506,8 @@ async fn paths_the_file_system_refuses(world: &World) -> String {
         ),
     ]
     .concat();
-    let (report, events, seen) = case
-        .run(case.ensemble(world, &cheats, cfg.clone()), &cfg)
-        .await;
-    let esc = halted(&report);
-    assert_eq!(
-        esc.step, "green/T1",
-        "a refusal the agent retried, not an error"
-    );
-    assert!(is_rule_violation(&esc), "{esc:?}");
+    // A refusal the agent retried, not an error.
+    let (_, events, seen) = case.refused_at(world, &cheats, "green/T1").await;
     assert_eq!(
         denials(&events),
         vec![
@@ -1587,14 +1529,9 @@ async fn paths_the_file_system_refuses(world: &World) -> String {
             },
         ]
     );
-    assert_eq!(verifications(&seen).len(), 1, "only T1's RED ran");
-    assert!(accepted_greens(&seen).is_empty());
-    assert_eq!(
-        case.file(CODE),
-        None,
-        "the honest half was undone each time"
-    );
-    assert!(!case.work.join("src/gen").exists());
+    assert_only_t1_red_ran(&seen);
+    // The honest half was undone each time.
+    case.assert_not_written(&[CODE, "src/gen"]);
     assert_eq!(case.file("src/notes.txt").as_deref(), Some("notes\n"));
     "PathNotWritable: NameTooLong, NotADirectory, IsADirectory (mid-way, undone); nothing left written".into()
 }
@@ -1603,13 +1540,9 @@ async fn paths_the_file_system_refuses(world: &World) -> String {
 /// migration promoted, so each refusal above is the cheat's doing and not the fixture's. It runs
 /// last because it promotes the migration into the shared cluster's parent database.
 async fn honest_run_finishes(world: &World) {
-    let case = Case::new();
-    let cfg = machine(1, 3);
-    let report = run_once(case.ensemble(world, "", cfg.clone())).await;
+    let case = Case::new(machine(1, 3));
+    let (report, events, seen) = case.run(case.ensemble(world, "")).await;
     assert_eq!(report.outcome, RunOutcome::Done);
-    let events = case.events();
-    let seen = annotate(&events, &cfg);
-    assert_replays(&events, &cfg, &report.state);
     assert!(refusals(&events).is_empty());
     assert_eq!(report.state.build.completed, 2);
     assert_eq!(accepted_greens(&seen).len(), 2, "T1's and T2's GREEN");
@@ -1634,9 +1567,9 @@ struct Wired {
     conductor: Option<consort::actors::ConductorHandle>,
 }
 
-fn conductor_config(case: &Case, cfg: MachineConfig) -> ConductorConfig {
+fn conductor_config(case: &Case) -> ConductorConfig {
     let mut config = ConductorConfig::new(&case.work);
-    config.machine = cfg;
+    config.machine = case.cfg.clone();
     config.step_timeout = Duration::from_secs(60);
     config.verify_timeout = Duration::from_secs(120);
     config
@@ -1680,32 +1613,47 @@ impl Wired {
             .collect()
     }
 
-    fn lakebase_endpoint(&self) -> Arc<dyn LakebaseEndpoint> {
-        Arc::new(self.lakebase.clone())
+    /// The wiring of a conductor for `case` with these role endpoints and this Lakebase actor;
+    /// gates are approved by "ada".
+    fn wiring(&self, case: &Case, roles: BTreeMap<Role, Arc<dyn RoleEndpoint>>) -> Wiring {
+        Wiring {
+            config: conductor_config(case),
+            feature: Some(feature()),
+            roles,
+            lakebase: Arc::new(self.lakebase.clone()) as Arc<dyn LakebaseEndpoint>,
+            approver: Arc::new(ApproveAs { name: "ada".into() }),
+            progress: None,
+        }
     }
 
     /// Spawns the actors, lets `adjust` replace endpoints, and starts the conductor.
     async fn start(
         world: &World,
         case: &Case,
-        cfg: MachineConfig,
         adjust: impl FnOnce(&mut BTreeMap<Role, Arc<dyn RoleEndpoint>>, &DirectRole),
     ) -> Wired {
         let mut wired = Wired::spawn_roles(world).await;
         let mut roles = wired.endpoints();
         adjust(&mut roles, &wired.spare);
-        let conductor = Conductor::start(Wiring {
-            config: conductor_config(case, cfg),
-            feature: Some(feature()),
-            roles,
-            lakebase: wired.lakebase_endpoint(),
-            approver: Arc::new(ApproveAs { name: "ada".into() }),
-            progress: None,
-        })
-        .await
-        .expect("the conductor starts");
+        let conductor = Conductor::start(wired.wiring(case, roles))
+            .await
+            .expect("the conductor starts");
         wired.conductor = Some(conductor);
         wired
+    }
+
+    /// Starts as [`Wired::start`] does, runs once, stops every actor and reads the ledger of
+    /// `case` back (see [`Case::read_back`]).
+    async fn run_once(
+        world: &World,
+        case: &Case,
+        adjust: impl FnOnce(&mut BTreeMap<Role, Arc<dyn RoleEndpoint>>, &DirectRole),
+    ) -> (RunReport, Vec<Event>, Vec<Seen>) {
+        let wired = Wired::start(world, case, adjust).await;
+        let report = wired.run().await;
+        wired.stop().await;
+        let (events, seen) = case.read_back(&report);
+        (report, events, seen)
     }
 
     async fn run(&self) -> RunReport {
@@ -1782,12 +1730,7 @@ fn wrong_code_and(extra: &str) -> String {
 
 /// One script entry: the Driver answers `step` with `code` in src/items.sql.
 fn code_entry(step: &str, code: &str) -> String {
-    change_entry(
-        step,
-        None,
-        "make T1 pass",
-        &[(CODE, Some(&format!("{code}\n")))],
-    )
+    keeps_cheating(step, "make T1 pass", &[(CODE, Some(&format!("{code}\n")))])
 }
 
 /// A cheat script: the Driver answers `green/T1` and every repair with `code`.
@@ -1824,31 +1767,15 @@ async fn judged_red(
     runner: Arc<dyn TestRunner>,
     what: &str,
 ) -> (Case, Vec<TestRunReceipt>) {
-    let case = Case::new();
-    let cfg = machine(1, 1);
-    let (report, _, seen) = case
-        .run(
-            case.ensemble(world, cheats, cfg.clone()).runner(runner),
-            &cfg,
-        )
-        .await;
-    let esc = halted(&report);
-    assert_eq!(
-        esc.reason,
-        EscalationReason::Verdict(VerdictReason::RepairBoundSpent),
-        "{what}: {esc:?}"
-    );
-    assert!(accepted_greens(&seen).is_empty(), "{what}: no green");
+    let case = Case::new(machine(1, 1));
+    let (report, _, seen) = case.run(case.ensemble(world, cheats).runner(runner)).await;
+    repairs_spent(&report, &seen, what);
     assert_eq!(
         case.file(T1).as_deref(),
         Some(honest_file(world, "red/T1", T1).as_str()),
         "{what}: the frozen test is what RED wrote"
     );
-    let greens: Vec<TestRunReceipt> = verifications(&seen)
-        .into_iter()
-        .filter(|(p, _)| *p == VerifyPurpose::Green)
-        .map(|(_, r)| r)
-        .collect();
+    let greens = green_runs(&seen);
     assert_eq!(greens.len(), 2, "{what}: GREEN and one repair ran");
     for r in &greens {
         assert_ne!(r.status_of(T1), Some(TestStatus::Passed), "{what}");
@@ -1867,7 +1794,8 @@ async fn judged_red(
 async fn code_runs_shell_commands_during_the_run(world: &World) -> String {
     let mut said = Vec::new();
     for (name, runner) in both_runners() {
-        let outside = Case::new().root.join("moved-aside");
+        // A path outside any work tree: in a directory that is gone once the line has run.
+        let outside = Case::new(MachineConfig::default()).root.join("moved-aside");
         let attack = format!(
             "\\! mkdir -p {out} && cp -r tests {out}/ && echo 'SELECT 1;' > {T1}\n\
              \\! mv tests {out}/tests-during-the-run\n",
@@ -1961,8 +1889,7 @@ async fn code_ends_its_own_session(world: &World) -> String {
 ///     way code can write the tree during a run), the code writes a file while the tests run;
 ///     the comparison after the run voids the receipt and the run halts naming the path.
 async fn run_that_changes_the_tree(world: &World) -> String {
-    let case = Case::new();
-    let cfg = machine(1, 1);
+    let case = Case::new(machine(1, 1));
     let planted = case.work.join("src/planted.sql");
     let cheats = code_cheat(&format!(
         "{}\n\\! echo '-- planted during the run' > {}\n",
@@ -1970,10 +1897,10 @@ async fn run_that_changes_the_tree(world: &World) -> String {
         planted.display()
     ));
     let builder = case
-        .ensemble(world, &cheats, cfg.clone())
+        .ensemble(world, &cheats)
         .runner(shell_suite())
         .sandbox(SandboxMode::Off);
-    let (report, events, seen) = case.run(builder, &cfg).await;
+    let (report, events, seen) = case.run(builder).await;
     let esc = halted(&report);
     assert!(esc.step.contains("T1"), "{}", esc.step);
     assert!(is_rule_violation(&esc), "{esc:?}");

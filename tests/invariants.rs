@@ -189,6 +189,21 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Adds to `meta` a dependency of the package `from` on the package `to`, of `kind` (`None`:
+/// a normal one), as `cargo metadata` writes one.
+fn add_dependency(meta: &mut Value, from: &str, to: &str, kind: Option<&str>) {
+    let graph = Graph::from_metadata(meta);
+    let (from, to) = (graph.id_of(from), graph.id_of(to));
+    let node = meta["resolve"]["nodes"]
+        .as_array_mut()
+        .expect("nodes")
+        .iter_mut()
+        .find(|node| node["id"] == from.as_str())
+        .expect("the package is in the resolve graph");
+    let dep = serde_json::json!({"pkg": to, "dep_kinds": [{"kind": kind}]});
+    node["deps"].as_array_mut().expect("deps").push(dep);
+}
+
 #[test]
 fn crate_boundaries_hold() {
     let graph = Graph::from_metadata(&metadata());
@@ -198,21 +213,8 @@ fn crate_boundaries_hold() {
 #[test]
 fn a_database_crate_under_the_runtime_is_caught() {
     let mut meta = metadata();
-    let graph = Graph::from_metadata(&meta);
-    let actors = graph.id_of("consort-actors");
-    let postgres = graph.id_of("tokio-postgres");
-    let agents = graph.id_of("consort-agents");
-    let lakebase = graph.id_of("consort-lakebase");
-    let link = |pkg: &str| serde_json::json!({"pkg": pkg, "dep_kinds": [{"kind": null}]});
-    for node in meta["resolve"]["nodes"].as_array_mut().expect("nodes") {
-        let id = node["id"].as_str().expect("id").to_string();
-        let deps = node["deps"].as_array_mut().expect("deps");
-        if id == actors {
-            deps.push(link(&postgres));
-        } else if id == agents {
-            deps.push(link(&lakebase));
-        }
-    }
+    add_dependency(&mut meta, "consort-actors", "tokio-postgres", None);
+    add_dependency(&mut meta, "consort-agents", "consort-lakebase", None);
     let found = boundary_violations(&Graph::from_metadata(&meta));
     assert!(
         found.contains(&"consort-actors depends on tokio-postgres".to_string()),
@@ -232,15 +234,7 @@ fn a_database_crate_under_the_runtime_is_caught() {
 #[test]
 fn a_dev_dependency_does_not_count() {
     let mut meta = metadata();
-    let graph = Graph::from_metadata(&meta);
-    let actors = graph.id_of("consort-actors");
-    let postgres = graph.id_of("tokio-postgres");
-    for node in meta["resolve"]["nodes"].as_array_mut().expect("nodes") {
-        if node["id"] == actors.as_str() {
-            let dev = serde_json::json!({"pkg": postgres, "dep_kinds": [{"kind": "dev"}]});
-            node["deps"].as_array_mut().expect("deps").push(dev);
-        }
-    }
+    add_dependency(&mut meta, "consort-actors", "tokio-postgres", Some("dev"));
     assert_eq!(
         boundary_violations(&Graph::from_metadata(&meta)),
         Vec::<String>::new()

@@ -805,6 +805,25 @@ COMMIT;
         Ok(b)
     }
 
+    /// [`builder`] on the psql runner with gates no one approves: the run stops at the design
+    /// gate.
+    fn stopping_at_gates(
+        dir: &Path,
+        provider: &Arc<dyn BranchProvider>,
+    ) -> Result<EnsembleBuilder, String> {
+        builder(dir, provider.clone(), psql_runner()?, Arc::new(StopAtGates))
+    }
+
+    /// [`builder`] with every gate approved by "ada": the run goes to the end.
+    fn approved_by_ada(
+        dir: &Path,
+        provider: &Arc<dyn BranchProvider>,
+        runner: Arc<dyn TestRunner>,
+    ) -> Result<EnsembleBuilder, String> {
+        let ada = Arc::new(ApproveAs { name: "ada".into() });
+        builder(dir, provider.clone(), runner, ada)
+    }
+
     pub(crate) fn script_agent(dir: &Path, role: Role) -> Result<Arc<dyn Agent>, String> {
         let script = ctx(Script::from_path(dir.join(SCRIPT_REL)), "the script")?;
         Ok(Arc::new(script.agent(role)))
@@ -856,29 +875,22 @@ COMMIT;
         }
     }
 
-    fn count(entries: &[Entry<Event>], name: &str) -> usize {
-        entries.iter().filter(|e| e.event.name() == name).count()
+    /// Checks that the run halted because of `fault` (at `step`, when one is named).
+    fn ensure_halted(ran: &Ran, step: Option<&str>, fault: InfraFault) -> Result<(), String> {
+        let reason = EscalationReason::Infrastructure(fault.clone());
+        let ok = halted(&ran.report)
+            .is_some_and(|(at, why)| *why == reason && step.is_none_or(|want| want == at));
+        ensure(ok, || {
+            format!(
+                "expected a halt at {} because {fault}, got {:?}",
+                step.unwrap_or("any step"),
+                ran.report.outcome
+            )
+        })
     }
 
-    /// A role actor panics twice on a step: restarted, the step retried, the run goes on.
-    pub(crate) async fn panic_then_recover(rig: &Rig) -> Result<usize, String> {
-        let (dir, provider) = rig.scenario("panic-recover", "rel_panic_recover").await?;
-        let calls = Arc::new(AtomicU32::new(0));
-        let panicky = panic_on(
-            script_agent(&dir, Role::ProductOwner)?,
-            "stories",
-            2,
-            calls.clone(),
-        );
-        let before = DELIBERATE_PANICS.load(Ordering::SeqCst);
-        let b = builder(
-            &dir,
-            provider.clone(),
-            psql_runner()?,
-            Arc::new(StopAtGates),
-        )?
-        .agent(Role::ProductOwner, panicky);
-        let ran = drive(b, &provider).await?;
+    /// Checks that the run stopped at the design gate.
+    fn ensure_at_design_gate(ran: &Ran) -> Result<(), String> {
         ensure(
             matches!(
                 ran.report.outcome,
@@ -887,13 +899,43 @@ COMMIT;
                     ..
                 }
             ),
-            || {
-                format!(
-                    "expected to reach the design gate, got {:?}",
-                    ran.report.outcome
-                )
-            },
-        )?;
+            || format!("expected the design gate, got {:?}", ran.report.outcome),
+        )
+    }
+
+    impl Ran {
+        /// Checks that the ledger holds `want` events named `name`; `why` says what it means.
+        fn ensure_count(&self, name: &str, want: usize, why: &str) -> Result<(), String> {
+            let got = self
+                .entries
+                .iter()
+                .filter(|e| e.event.name() == name)
+                .count();
+            ensure(got == want, || {
+                format!("{why}: {got} {name} events, expected {want}")
+            })
+        }
+    }
+
+    /// The fixture's Product Owner in `dir`, panicking on `stories` `panics` times, and the
+    /// count of its `stories` assignments.
+    fn panicky_product_owner(
+        dir: &Path,
+        panics: u32,
+    ) -> Result<(impl Agent + use<>, Arc<AtomicU32>), String> {
+        let calls = Arc::new(AtomicU32::new(0));
+        let inner = script_agent(dir, Role::ProductOwner)?;
+        Ok((panic_on(inner, "stories", panics, calls.clone()), calls))
+    }
+
+    /// A role actor panics twice on a step: restarted, the step retried, the run goes on.
+    pub(crate) async fn panic_then_recover(rig: &Rig) -> Result<usize, String> {
+        let (dir, provider) = rig.scenario("panic-recover", "rel_panic_recover").await?;
+        let (panicky, calls) = panicky_product_owner(&dir, 2)?;
+        let before = DELIBERATE_PANICS.load(Ordering::SeqCst);
+        let b = stopping_at_gates(&dir, &provider)?.agent(Role::ProductOwner, panicky);
+        let ran = drive(b, &provider).await?;
+        ensure_at_design_gate(&ran)?;
         ensure(calls.load(Ordering::SeqCst) == 3, || {
             format!(
                 "stories asked {} times, expected 3",
@@ -904,9 +946,11 @@ COMMIT;
             DELIBERATE_PANICS.load(Ordering::SeqCst) - before == 2,
             || "the agent did not panic twice".into(),
         )?;
-        ensure(count(&ran.entries, "agent-failed") == 0, || {
-            "a restarted step must not be recorded as failed".into()
-        })?;
+        ran.ensure_count(
+            "agent-failed",
+            0,
+            "a restarted step must not be recorded as failed",
+        )?;
         ensure(ran.report.state.stories.is_some(), || {
             "the retried step produced no stories".into()
         })?;
@@ -917,38 +961,13 @@ COMMIT;
     /// escalation (actor crashing), not a loop.
     pub(crate) async fn panic_past_intensity(rig: &Rig) -> Result<usize, String> {
         let (dir, provider) = rig.scenario("panic-always", "rel_panic_always").await?;
-        let calls = Arc::new(AtomicU32::new(0));
-        let panicky = panic_on(
-            script_agent(&dir, Role::ProductOwner)?,
-            "stories",
-            u32::MAX,
-            calls.clone(),
-        );
+        let (panicky, calls) = panicky_product_owner(&dir, u32::MAX)?;
         let policy = consort::actors::RestartPolicy::default();
-        let b = builder(
-            &dir,
-            provider.clone(),
-            psql_runner()?,
-            Arc::new(StopAtGates),
-        )?
-        .agent(Role::ProductOwner, panicky)
-        .restart_policy(policy);
+        let b = stopping_at_gates(&dir, &provider)?
+            .agent(Role::ProductOwner, panicky)
+            .restart_policy(policy);
         let ran = drive(b, &provider).await?;
-        ensure(
-            matches!(
-                halted(&ran.report),
-                Some((
-                    "stories",
-                    EscalationReason::Infrastructure(InfraFault::ActorCrashing)
-                ))
-            ),
-            || {
-                format!(
-                    "expected an actor-crashing escalation at stories, got {:?}",
-                    ran.report.outcome
-                )
-            },
-        )?;
+        ensure_halted(&ran, Some("stories"), InfraFault::ActorCrashing)?;
         let asked = calls.load(Ordering::SeqCst) as usize;
         ensure(asked == policy.max_restarts + 1, || {
             format!(
@@ -956,9 +975,7 @@ COMMIT;
                 policy.max_restarts
             )
         })?;
-        ensure(count(&ran.entries, "agent-failed") == 1, || {
-            "the escalation is recorded once".into()
-        })?;
+        ran.ensure_count("agent-failed", 1, "the escalation is recorded once")?;
         Ok(ran.leaked)
     }
 
@@ -969,12 +986,7 @@ COMMIT;
             .flaky_scenario("create-once", "rel_create_once", 1)
             .await?;
         let provider: Arc<dyn BranchProvider> = flaky.clone();
-        let b = builder(
-            &dir,
-            provider.clone(),
-            psql_runner()?,
-            Arc::new(ApproveAs { name: "ada".into() }),
-        )?;
+        let b = approved_by_ada(&dir, &provider, psql_runner()?)?;
         let ran = drive(b, &provider).await?;
         ensure(ran.report.outcome == RunOutcome::Done, || {
             format!("expected done, got {:?}", ran.report.outcome)
@@ -982,9 +994,11 @@ COMMIT;
         ensure(flaky.injected() == 1, || {
             "the fault was not injected".into()
         })?;
-        ensure(count(&ran.entries, "verify-failed") == 0, || {
-            "the retried verification must not be recorded as failed".into()
-        })?;
+        ran.ensure_count(
+            "verify-failed",
+            0,
+            "the retried verification must not be recorded as failed",
+        )?;
         ensure(ran.report.state.receipts.len() == 7, || {
             format!("{} receipts, expected 7", ran.report.state.receipts.len())
         })?;
@@ -997,31 +1011,14 @@ COMMIT;
             .flaky_scenario("create-always", "rel_create_always", u32::MAX)
             .await?;
         let provider: Arc<dyn BranchProvider> = flaky.clone();
-        let b = builder(
-            &dir,
-            provider.clone(),
-            psql_runner()?,
-            Arc::new(ApproveAs { name: "ada".into() }),
-        )?;
+        let b = approved_by_ada(&dir, &provider, psql_runner()?)?;
         let ran = drive(b, &provider).await?;
-        ensure(
-            matches!(
-                halted(&ran.report),
-                Some((
-                    _,
-                    EscalationReason::Infrastructure(InfraFault::DatabaseDown)
-                ))
-            ),
-            || {
-                format!(
-                    "expected a database-down escalation, got {:?}",
-                    ran.report.outcome
-                )
-            },
+        ensure_halted(&ran, None, InfraFault::DatabaseDown)?;
+        ran.ensure_count(
+            "verify-failed",
+            1,
+            "the failed verification is recorded once",
         )?;
-        ensure(count(&ran.entries, "verify-failed") == 1, || {
-            "the failed verification is recorded once".into()
-        })?;
         ensure(ran.report.state.receipts.is_empty(), || {
             "no receipt without a branch".into()
         })?;
@@ -1033,12 +1030,7 @@ COMMIT;
     pub(crate) async fn connection_dropped(rig: &Rig) -> Result<usize, String> {
         let (dir, provider) = rig.scenario("conn-drop", "rel_conn_drop").await?;
         let runner = Arc::new(DropConnection::new()?);
-        let b = builder(
-            &dir,
-            provider.clone(),
-            runner.clone(),
-            Arc::new(ApproveAs { name: "ada".into() }),
-        )?;
+        let b = approved_by_ada(&dir, &provider, runner.clone())?;
         let ran = drive(b, &provider).await?;
         ensure(runner.dropped.load(Ordering::SeqCst) == 1, || {
             "no connection was dropped".into()
@@ -1151,24 +1143,10 @@ COMMIT;
         let (base, stub) =
             start_stub(vec![fail(500), fail(429), ok(&stories_answer()?)], None).await;
         let provider = rig.provider("rel_model_errors").await?;
-        let b = builder(
-            &dir,
-            provider.clone(),
-            psql_runner()?,
-            Arc::new(StopAtGates),
-        )?
-        .agent(Role::ProductOwner, openai(Role::ProductOwner, &base)?);
+        let b = stopping_at_gates(&dir, &provider)?
+            .agent(Role::ProductOwner, openai(Role::ProductOwner, &base)?);
         let ran = drive(b, &provider).await?;
-        ensure(
-            matches!(
-                ran.report.outcome,
-                RunOutcome::AtGate {
-                    gate: GateKind::Design,
-                    ..
-                }
-            ),
-            || format!("expected the design gate, got {:?}", ran.report.outcome),
-        )?;
+        ensure_at_design_gate(&ran)?;
         ensure(stub.requests() == 3, || {
             format!(
                 "the model server saw {} requests, expected 3",
@@ -1194,30 +1172,11 @@ COMMIT;
         let dir = rig.project("model-gone")?;
         let (base, stub) = start_stub(vec![ok(&stories_answer()?)], Some(1)).await;
         let provider = rig.provider("rel_model_gone").await?;
-        let b = builder(
-            &dir,
-            provider.clone(),
-            psql_runner()?,
-            Arc::new(StopAtGates),
-        )?
-        .agent(Role::ProductOwner, openai(Role::ProductOwner, &base)?)
-        .agent(Role::SpecAuthor, openai(Role::SpecAuthor, &base)?);
+        let b = stopping_at_gates(&dir, &provider)?
+            .agent(Role::ProductOwner, openai(Role::ProductOwner, &base)?)
+            .agent(Role::SpecAuthor, openai(Role::SpecAuthor, &base)?);
         let ran = drive(b, &provider).await?;
-        ensure(
-            matches!(
-                halted(&ran.report),
-                Some((
-                    "spec/r0",
-                    EscalationReason::Infrastructure(InfraFault::ModelServerFailing)
-                ))
-            ),
-            || {
-                format!(
-                    "expected a model-server-failing escalation at spec/r0, got {:?}",
-                    ran.report.outcome
-                )
-            },
-        )?;
+        ensure_halted(&ran, Some("spec/r0"), InfraFault::ModelServerFailing)?;
         ensure(stub.requests() == 1, || {
             "the server answered after it went away".into()
         })?;
@@ -1441,6 +1400,12 @@ http = {{ max_retries = 2, initial_backoff_ms = 10, max_backoff_ms = 50, request
         .expect("the binary's thread")
     }
 
+    /// `consort run --approve-as ada --dir <dir>`, run as [`binary`] runs it.
+    async fn approved_run(dir: &Path, env: Vec<(String, String)>) -> Output {
+        let run = ["run", "--approve-as", "ada", "--dir"].map(String::from);
+        binary([&run[..], &[dir.display().to_string()]].concat(), env).await
+    }
+
     fn files_under(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
         let Ok(rd) = std::fs::read_dir(dir) else {
             return;
@@ -1502,17 +1467,7 @@ http = {{ max_retries = 2, initial_backoff_ms = 10, max_backoff_ms = 50, request
             start_stub(vec![Reply::EchoKey(500), ok(&stories_answer()?)], None).await;
         new_project(&dir, Some(&config(&base)))?;
         let d = dir.display().to_string();
-        let o = binary(
-            vec![
-                "run".into(),
-                "--approve-as".into(),
-                "ada".into(),
-                "--dir".into(),
-                d.clone(),
-            ],
-            env(&url),
-        )
-        .await;
+        let o = approved_run(&dir, env(&url)).await;
         ensure(o.status.code() == Some(0), || {
             format!("the run with secrets failed: {}", tail(&text(&o), 3000))
         })?;
@@ -1558,17 +1513,7 @@ http = {{ max_retries = 2, initial_backoff_ms = 10, max_backoff_ms = 50, request
         let dir2 = rig.root.join("secrets-rejected");
         let (base2, _stub2) = start_stub(vec![Reply::EchoKey(401)], None).await;
         new_project(&dir2, Some(&config(&base2)))?;
-        let o = binary(
-            vec![
-                "run".into(),
-                "--approve-as".into(),
-                "ada".into(),
-                "--dir".into(),
-                dir2.display().to_string(),
-            ],
-            env(&url),
-        )
-        .await;
+        let o = approved_run(&dir2, env(&url)).await;
         ensure(o.status.code() == Some(4), || {
             format!(
                 "a rejected key must halt the run (exit 4): {}",
@@ -1991,21 +1936,39 @@ mod fuzz {
         ]
     }
 
+    /// Removes line `i` (modulo the number of lines), if there is one.
+    fn delete_line<T>(lines: &mut Vec<T>, i: usize) {
+        if !lines.is_empty() {
+            lines.remove(i % lines.len());
+        }
+    }
+
+    /// Writes line `i` (modulo the number of lines) twice, if there is one.
+    fn duplicate_line<T: Clone>(lines: &mut Vec<T>, i: usize) {
+        if !lines.is_empty() {
+            let at = i % lines.len();
+            lines.insert(at, lines[at].clone());
+        }
+    }
+
+    /// The assignment that was pending for `step` when `id` was produced, at its first attempt.
+    fn first_attempt(id: consort::actors::AssignmentId, step: &Step) -> Assignment {
+        Assignment {
+            id,
+            role: step.role(),
+            step: step.clone(),
+            attempt: 0,
+            inputs: Default::default(),
+            feedback: vec![],
+        }
+    }
+
     fn edit_text(text: &str, e: &TextEdit) -> String {
         let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
         let n = lines.len().max(1);
         match e {
-            TextEdit::DeleteLine(i) => {
-                if !lines.is_empty() {
-                    lines.remove(i % n);
-                }
-            }
-            TextEdit::DuplicateLine(i) => {
-                if !lines.is_empty() {
-                    let l = lines[i % n].clone();
-                    lines.insert(i % n, l);
-                }
-            }
+            TextEdit::DeleteLine(i) => delete_line(&mut lines, *i),
+            TextEdit::DuplicateLine(i) => duplicate_line(&mut lines, *i),
             TextEdit::InsertLine(i, s) => lines.insert(i % (lines.len() + 1), s.clone()),
             TextEdit::ReplaceValue(i, s) => {
                 if let Some(l) = lines.get_mut(i % n)
@@ -2104,17 +2067,8 @@ mod fuzz {
                     };
                 }
             }
-            LedgerEdit::DeleteLine(l) => {
-                if !lines.is_empty() {
-                    lines.remove(l % n);
-                }
-            }
-            LedgerEdit::DuplicateLine(l) => {
-                if !lines.is_empty() {
-                    let x = lines[l % n].clone();
-                    lines.insert(l % n, x);
-                }
-            }
+            LedgerEdit::DeleteLine(l) => delete_line(&mut lines, *l),
+            LedgerEdit::DuplicateLine(l) => duplicate_line(&mut lines, *l),
             LedgerEdit::SwapLines(a, b) => {
                 if !lines.is_empty() {
                     lines.swap(a % n, b % n);
@@ -2200,15 +2154,7 @@ mod fuzz {
                         && let Some(consort::actors::Pending::Agent { step, .. }) =
                             &tl.states[i].pending
                     {
-                        let a = Assignment {
-                            id: *assignment,
-                            role: step.role(),
-                            step: step.clone(),
-                            attempt: 0,
-                            inputs: Default::default(),
-                            feedback: vec![],
-                        };
-                        let _ = check_artifact(&a, &artifact);
+                        let _ = check_artifact(&first_attempt(*assignment, step), &artifact);
                     }
                 }
                 Ok(())
@@ -2242,15 +2188,7 @@ mod fuzz {
                     if let Some(consort::actors::Pending::Agent { step, .. }) =
                         &tl.states[i].pending
                     {
-                        let a = Assignment {
-                            id: *assignment,
-                            role: step.role(),
-                            step: step.clone(),
-                            attempt: 0,
-                            inputs: Default::default(),
-                            feedback: vec![],
-                        };
-                        let _ = check_artifact(&a, &mutated);
+                        let _ = check_artifact(&first_attempt(*assignment, step), &mutated);
                     }
                     let event = Event::Produced {
                         assignment: *assignment,
@@ -2569,44 +2507,36 @@ type Part<'r> = Pin<Box<dyn Future<Output = Result<usize, String>> + 'r>>;
 
 type Scenario = for<'r> fn(&'r faults::Rig) -> Part<'r>;
 
+/// One row of [`FAULTS`]: what the scenario does, and the function of `faults` that plays it,
+/// whose name is the trial's name.
+macro_rules! scenario {
+    ($what:literal, $name:ident) => {
+        ($what, stringify!($name), |rig| Box::pin(faults::$name(rig)))
+    };
+}
+
 /// The fault scenarios: a name, a trial name and the scenario.
 const FAULTS: [(&str, &str, Scenario); faults::SCENARIOS] = [
-    (
+    scenario!(
         "a role actor panics, is restarted and the step retried",
-        "panic_then_recover",
-        |rig| Box::pin(faults::panic_then_recover(rig)),
+        panic_then_recover
     ),
-    (
+    scenario!(
         "a role actor panics past the restart intensity",
-        "panic_past_intensity",
-        |rig| Box::pin(faults::panic_past_intensity(rig)),
+        panic_past_intensity
     ),
-    (
+    scenario!(
         "the branch provider fails on create, once",
-        "create_fails_once",
-        |rig| Box::pin(faults::create_fails_once(rig)),
+        create_fails_once
     ),
-    (
+    scenario!(
         "the branch provider fails on every create",
-        "create_always_fails",
-        |rig| Box::pin(faults::create_always_fails(rig)),
+        create_always_fails
     ),
-    (
-        "the connection drops during a test run",
-        "connection_dropped",
-        |rig| Box::pin(faults::connection_dropped(rig)),
-    ),
-    ("a test command hangs", "hanging_command", |rig| {
-        Box::pin(faults::hanging_command(rig))
-    }),
-    (
-        "the model server answers 500 and 429",
-        "model_server_errors",
-        |rig| Box::pin(faults::model_server_errors(rig)),
-    ),
-    ("the model server goes away", "model_server_gone", |rig| {
-        Box::pin(faults::model_server_gone(rig))
-    }),
+    scenario!("the connection drops during a test run", connection_dropped),
+    scenario!("a test command hangs", hanging_command),
+    scenario!("the model server answers 500 and 429", model_server_errors),
+    scenario!("the model server goes away", model_server_gone),
 ];
 
 /// One fault scenario: handled when it passes and leaves no branch behind.

@@ -27,6 +27,7 @@ pub mod assert;
 pub mod cluster;
 pub mod disk;
 pub mod harness;
+pub mod ledger;
 pub mod logs;
 pub mod model;
 pub mod observers;

@@ -14,7 +14,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
@@ -83,11 +82,7 @@ async fn drive(
     agents: Agents,
 ) -> Result<i32> {
     let project = Project::open(&dir)?;
-    let (tx, printer) = ui::progress_printer();
-    let mut opts = RunOptions {
-        progress: Some(tx),
-        ..RunOptions::default()
-    };
+    let mut opts = RunOptions::default();
     if let Some(name) = approve_as {
         println!("approving every gate as {name} (recorded in the ledger)");
         opts.approver = Some(Arc::new(ApproveAs { name }));
@@ -98,12 +93,7 @@ async fn drive(
     if let Agents::Openai = agents {
         opts.agents_override = Some(consort::init::openai_from_env()?);
     }
-    let ensemble = project.ensemble_locked(lock, opts).await?;
-    let result = ensemble.run().await;
-    let stats = ensemble.shutdown().await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
-    let report = result?;
-    ui::print_summary(&report, &stats, &dir);
+    let report = ui::run_printed(&project, lock, opts).await?;
     match &report.outcome {
         RunOutcome::AtGate { gate, hash } => {
             println!("\nstopped at the {gate} gate. To approve it and continue:");

@@ -43,6 +43,14 @@ fn config(paths: &str, runner: &str) -> Result<ProjectConfig, ConfigError> {
     ProjectConfig::parse(&text, Path::new("consort.toml"))
 }
 
+/// The path policy of a configuration that loads, with `[paths]` and `[runner]` bodies.
+fn policy_of(paths: &str, runner: &str) -> PathPolicy {
+    config(paths, runner)
+        .expect("loads")
+        .path_policy()
+        .expect("policy")
+}
+
 fn words(line: &str) -> Vec<Vec<String>> {
     simple_commands(line)
         .into_iter()
@@ -258,12 +266,10 @@ fn the_single_test_command_counts_too() {
 
 #[test]
 fn a_conftest_outside_the_test_paths_is_harness_and_inside_them_a_test() {
-    let c = config(
+    let p = policy_of(
         "tests = [\"tests/**\"]",
         "kind = \"command\"\ncommand = \"pytest -q\"",
-    )
-    .expect("loads");
-    let p = c.path_policy().expect("policy");
+    );
     for harness in [
         "conftest.py",
         "src/pkg/conftest.py",
@@ -282,28 +288,20 @@ fn a_conftest_outside_the_test_paths_is_harness_and_inside_them_a_test() {
     assert!(!p.is_harness("src/app.py"));
     assert!(!p.is_harness("setup.py"), "setup.py is code");
     // With narrower test paths the same file is harness.
-    let c = config(
+    let narrow = policy_of(
         "tests = [\"tests/**/test_*.py\"]",
         "kind = \"command\"\ncommand = \"pytest -q\"",
-    )
-    .expect("loads");
-    assert!(
-        c.path_policy()
-            .expect("policy")
-            .is_harness("tests/conftest.py")
     );
+    assert!(narrow.is_harness("tests/conftest.py"));
     // The Navigator may write one in RED, beside the entry's test file.
     let red = ChangeSet {
         summary: "red".into(),
         changes: vec![write("tests/conftest.py"), write("tests/test_a.py")],
     };
-    let p = config(
+    let p = policy_of(
         "tests = [\"tests/**\"]",
         "kind = \"command\"\ncommand = \"pytest\"",
-    )
-    .expect("loads")
-    .path_policy()
-    .expect("policy");
+    );
     let writer = Writer::Red {
         must_write: "tests/test_a.py",
     };
@@ -358,12 +356,10 @@ fn a_driver_touching_a_dependency_manifest_is_refused_with_the_typed_reason_and_
 
 #[test]
 fn a_named_script_is_refused_to_the_driver_by_what_it_reaches_not_its_spelling() {
-    let c = config(
+    let policy = policy_of(
         "tests = [\"tests/**\"]",
         "kind = \"command\"\ncommand = \"cd . && ./scripts/run-tests.sh\"",
-    )
-    .expect("loads");
-    let policy = c.path_policy().expect("policy");
+    );
     for spelling in [
         "scripts/run-tests.sh",
         "./scripts/run-tests.sh",
