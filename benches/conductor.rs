@@ -33,11 +33,12 @@ use consort::actors::Ledger;
 use consort::actors::ractor::{self, Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use consort::actors::{
     ActorId, Artifact, Assignment, AssignmentId, AssignmentInputs, Conductor, ConductorConfig,
-    Event, InfraError, InfraFault, Produced, PromoteReport, PromoteRequest, Role, RoleMsg,
-    RunOutcome, StopAtGates, TestRunReceipt, Usage, VerifyRequest, Wiring,
+    Event, InfraError, InfraFault, PromoteReport, PromoteRequest, Role, RoleMsg, RunOutcome,
+    StopAtGates, TestRunReceipt, VerifyRequest, Wiring,
 };
 use consort::actors::{ChildSpec, Supervised};
 use consort::actors::{LakebaseEndpoint, RoleEndpoint, SupervisedRole};
+use consort_testkit::actors::FnActor;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
@@ -58,69 +59,24 @@ fn script() -> Script {
 
 type Stamps = Arc<Mutex<Vec<Instant>>>;
 
-/// Answers every assignment at once with a ready artifact, and stamps its arrival.
-#[derive(Clone)]
-struct TrivialRole;
-
-#[derive(Clone)]
-struct TrivialArgs {
-    id: ActorId,
-    stamps: Stamps,
-}
-
-struct TrivialState {
-    args: TrivialArgs,
-    ready: BTreeMap<String, Artifact>,
-}
-
-impl Actor for TrivialRole {
-    type Msg = RoleMsg;
-    type State = TrivialState;
-    type Arguments = TrivialArgs;
-
-    async fn pre_start(
-        &self,
-        _: ActorRef<RoleMsg>,
-        args: TrivialArgs,
-    ) -> Result<TrivialState, ActorProcessingErr> {
-        Ok(TrivialState {
-            args,
-            ready: BTreeMap::new(),
-        })
-    }
-
-    async fn handle(
-        &self,
-        _: ActorRef<RoleMsg>,
-        msg: RoleMsg,
-        st: &mut TrivialState,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            RoleMsg::Assign(a, port) => {
-                let now = Instant::now();
-                if let Ok(mut s) = st.args.stamps.lock() {
-                    s.push(now);
-                }
-                let artifact = st
-                    .ready
-                    .entry(a.step.to_string())
-                    .or_insert_with(|| {
-                        common::artifact_for(&a.step, &script(), a.inputs.test.as_ref())
-                    })
-                    .clone();
-                let _ = port.send(Ok(Produced {
-                    assignment: a.id,
-                    author: st.args.id.clone(),
-                    artifact,
-                    usage: Usage::default(),
-                }));
-            }
-            RoleMsg::Identify(port) => {
-                let _ = port.send(st.args.id.clone());
-            }
+/// A role actor that answers every assignment at once with a ready artifact (built on first
+/// use, then cloned) and stamps its arrival: the test kit's function actor, so its handler is
+/// one synchronous call and nothing but the reply is measured.
+fn trivial_role(id: ActorId, stamps: Stamps) -> FnActor<RoleMsg> {
+    let ready: Mutex<BTreeMap<String, Artifact>> = Mutex::new(BTreeMap::new());
+    consort_testkit::actors::role(id, move |a| {
+        let now = Instant::now();
+        if let Ok(mut s) = stamps.lock() {
+            s.push(now);
         }
-        Ok(())
-    }
+        let artifact = ready
+            .lock()
+            .map_err(|_| "the artifact cache is poisoned")?
+            .entry(a.step.to_string())
+            .or_insert_with(|| common::artifact_for(&a.step, &script(), a.inputs.test.as_ref()))
+            .clone();
+        Ok(artifact)
+    })
 }
 
 /// The Lakebase side is never reached in the design lane.
@@ -166,14 +122,11 @@ async fn start_roles() -> Roles {
     let mut spec_author = None;
     for role in Role::ALL {
         let id = ActorId::new(role, role.as_str());
-        let args = TrivialArgs {
-            id: id.clone(),
-            stamps: stamps.clone(),
-        };
+        let actor = trivial_role(id.clone(), stamps.clone());
         let handle = Supervised::start(ChildSpec::new(role.as_str(), move |sup| {
-            let args = args.clone();
+            let actor = actor.clone();
             async move {
-                Actor::spawn_linked(None, TrivialRole, args, sup)
+                Actor::spawn_linked(None, actor, (), sup)
                     .await
                     .map(|(r, _)| r)
             }

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use consort_testkit::process::succeeded;
 use serde_json::Value;
 
 /// Crates that reach a database.
@@ -45,15 +46,11 @@ const IMPURE: &[&str] = &[
 /// The workspace's `cargo metadata`.
 fn metadata() -> Value {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--locked"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata starts");
-    assert!(
-        out.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--locked"])
+            .current_dir(env!("CARGO_MANIFEST_DIR")),
+        "cargo metadata",
     );
     serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
 }

@@ -7,7 +7,7 @@
 //!
 //! Needs `python3` with `pytest` and `psycopg` (`.ci/run` installs them).
 
-use consort_testkit::process::text;
+use consort_testkit::process::{succeeded, text};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -42,14 +42,9 @@ fn project(dir: &Path) {
 
 #[test]
 fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
-    let python = Command::new("python3")
-        .args(["-c", "import pytest, psycopg"])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        python.status.success(),
-        "python3 needs pytest and psycopg (pip install pytest 'psycopg[binary]'): {}",
-        text(&python)
+    succeeded(
+        Command::new("python3").args(["-c", "import pytest, psycopg"]),
+        "python3 with pytest and psycopg (pip install pytest 'psycopg[binary]')",
     );
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("items");

@@ -49,7 +49,7 @@ use consort::actors::design_hash_on_disk;
 use consort::actors::hash_dir;
 use consort::actors::{
     Artifact, EscalationReason, Event, GateKind, InfraFault, LakebaseMsg, Migration, RequestId,
-    Role, RunOutcome, State, Step, TestStatus, VerifyPurpose, VerifyRequest, WorkTree,
+    Role, RunOutcome, State, Step, TestStatus, VerifyRequest, WorkTree,
 };
 use consort::actors::{Entry, Ledger};
 use consort::agents::{Agent, Assignment, Script};
@@ -1067,27 +1067,14 @@ COMMIT;
         let args = LakebaseArgs::new(provider.clone(), Arc::new(CommandRunner::new(cfg)));
         let (actor, handle) = ctx(LakebaseActor::spawn(args).await, "spawn the Lakebase actor")?;
         let req = VerifyRequest {
-            id: RequestId(1),
-            purpose: VerifyPurpose::Green,
             workspace_hash: ctx(hash_dir(&tree), "hash")?,
-            work_tree: tree.clone(),
-            migrations: vec![],
             tests: vec!["t1".into()],
-            focus: None,
-            caches: Vec::new(),
+            ..consort_testkit::verify::request(1, &tree, Vec::new())
         };
-        let answer = actor
-            .call(
-                |port| LakebaseMsg::Verify(req, port),
-                Some(Duration::from_secs(120)),
-            )
-            .await;
+        let answer = consort_testkit::verify::verify(&actor, req, Duration::from_secs(120)).await;
         actor.stop(None);
         let _ = handle.await;
-        let receipt = match answer {
-            Ok(consort::actors::ractor::rpc::CallResult::Success(Ok(r))) => r,
-            other => return Err(format!("no receipt for the hanging command: {other:?}")),
-        };
+        let receipt = answer.map_err(|e| format!("no receipt for the hanging command: {e}"))?;
         ensure(receipt.exit.timed_out, || {
             format!("the receipt does not say timed out: {:?}", receipt.exit)
         })?;
@@ -1244,14 +1231,8 @@ mod load {
         let mut calls = Vec::new();
         for (i, tree) in &trees {
             let req = VerifyRequest {
-                id: RequestId(*i),
-                purpose: VerifyPurpose::Green,
                 workspace_hash: ctx(hash_dir(tree), "hash")?,
-                work_tree: tree.clone(),
-                migrations: migrations.clone(),
-                tests: vec![],
-                focus: None,
-                caches: Vec::new(),
+                ..consort_testkit::verify::request(*i, tree, migrations.clone())
             };
             let actor = actor.clone();
             let i = *i;

@@ -353,10 +353,7 @@ async fn a_failing_first_start_is_start_failed() {
 #[tokio::test(start_paused = true)]
 async fn a_slow_child_gives_timeout_and_is_not_restarted() {
     let (_worker, sup) = supervised(Fault::None).await;
-    let err = sup
-        .call(WorkMsg::Slow, Duration::from_secs(5))
-        .await
-        .expect_err("too slow");
+    let err = sup.call(WorkMsg::Slow, T).await.expect_err("too slow");
     assert!(matches!(err, SupervisionError::Timeout { .. }), "{err:?}");
     assert_eq!(err.infra_fault(), InfraFault::Timeout);
     assert_eq!(sup.status().incarnation, 1);
@@ -367,10 +364,7 @@ async fn a_slow_child_gives_timeout_and_is_not_restarted() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_reply_without_a_crash_is_no_reply() {
     let (_worker, sup) = supervised(Fault::None).await;
-    let err = sup
-        .call(WorkMsg::Ignore, Duration::from_secs(5))
-        .await
-        .expect_err("no answer");
+    let err = sup.call(WorkMsg::Ignore, T).await.expect_err("no answer");
     assert!(matches!(err, SupervisionError::NoReply { .. }), "{err:?}");
     assert_eq!(sup.status().restarts, 0);
     sup.shutdown().await;

@@ -2,20 +2,20 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{migration, tree_of, write_tree};
 use consort_actors::hash_dir;
 use consort_actors::{
-    ContentHash, InfraFault, LakebaseMsg, PromoteRequest, RequestId, TestRunReceipt, TestStatus,
-    VerifyPurpose, VerifyRequest,
+    InfraFault, LakebaseMsg, PromoteRequest, RequestId, TestRunReceipt, TestStatus, VerifyPurpose,
+    VerifyRequest,
 };
 use consort_lakebase::{
     BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, LakebaseActor,
     LakebaseArgs, PsqlRunner, PsqlRunnerConfig, TestRunner,
 };
+use consort_testkit::verify::request;
 use ractor::{ActorRef, rpc::CallResult};
 
 fn psql_runner() -> Arc<dyn TestRunner> {
@@ -30,35 +30,11 @@ fn args(provider: Arc<dyn BranchProvider>, runner: Arc<dyn TestRunner>) -> Lakeb
     }
 }
 
-fn request(id: u64, tree: &Path, migrations: Vec<consort_actors::Migration>) -> VerifyRequest {
-    VerifyRequest {
-        id: RequestId(id),
-        purpose: VerifyPurpose::Green,
-        work_tree: tree.to_path_buf(),
-        // Deliberately not the tree's hash: the receipt must carry the real one.
-        workspace_hash: ContentHash::of_bytes(b"what the conductor believes"),
-        migrations,
-        tests: vec![],
-        focus: None,
-        caches: Vec::new(),
-    }
-}
-
 async fn verify(
     actor: &ActorRef<LakebaseMsg>,
     req: VerifyRequest,
 ) -> Result<TestRunReceipt, consort_actors::InfraError> {
-    match actor
-        .call(
-            |port| LakebaseMsg::Verify(req, port),
-            Some(Duration::from_secs(180)),
-        )
-        .await
-        .expect("the actor is alive")
-    {
-        CallResult::Success(r) => r,
-        other => panic!("no answer: {other:?}"),
-    }
+    consort_testkit::verify::verify(actor, req, Duration::from_secs(180)).await
 }
 
 fn stock_migrations() -> Vec<consort_actors::Migration> {

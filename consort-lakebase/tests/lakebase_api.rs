@@ -24,7 +24,7 @@ use consort_lakebase::{
 };
 use serde_json::json;
 
-use common::query_value;
+use common::{assert_count, query_value};
 use pg::LocalPg;
 use server::{Fault, Lakebase, PROJECT, USER};
 
@@ -242,8 +242,13 @@ async fn whole_path_create_poll_endpoint_credential_query_psql_delete() {
 
     // The parent is untouched.
     let admin = pg.admin_connect("production").await.expect("admin");
-    let n: i64 = query_value(&admin, "SELECT count(*) FROM items", &[]).await;
-    assert_eq!(n, 1, "writes on the branch do not reach the parent");
+    assert_count(
+        &admin,
+        "SELECT count(*) FROM items",
+        1,
+        "writes on the branch do not reach the parent",
+    )
+    .await;
     drop(admin);
 
     let listed = p.list("consort-").await.expect("list");
@@ -790,8 +795,13 @@ async fn reset_recreates_the_branch_from_its_base() {
     assert_eq!(again.name, branch.name);
     assert_eq!(again.base, base);
     let db = connect(&p.connect_info(&again).await.expect("info")).await;
-    let n: i64 = query_value(&db, "SELECT count(*) FROM items", &[]).await;
-    assert_eq!(n, 1, "the reset branch is back to the base's state");
+    assert_count(
+        &db,
+        "SELECT count(*) FROM items",
+        1,
+        "the reset branch is back to the base's state",
+    )
+    .await;
     drop(db);
     assert_eq!(lb.count("DELETE", "consort-reset-1").await, 1);
     assert_eq!(lb.creates().await, 2);
@@ -957,13 +967,13 @@ async fn promote_applies_migrations_to_the_source_branch() {
     assert_eq!(again.already_applied, ["0001_labels"]);
 
     let admin = pg.admin_connect("production").await.expect("admin");
-    let idx: i64 = query_value(
+    assert_count(
         &admin,
         "SELECT count(*) FROM pg_indexes WHERE indexname = 'items_label'",
-        &[],
+        1,
+        "the parent itself has the migration",
     )
     .await;
-    assert_eq!(idx, 1, "the parent itself has the migration");
 
     let changed = consort_actors::Migration {
         sql: "CREATE INDEX items_label2 ON items (label);".into(),

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common::{branch_names, migration, query_value};
+use common::{assert_count, branch_names, migration, query_value};
 use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
 use consort_lakebase::{
     BaseSpec, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
@@ -197,13 +197,13 @@ async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
     assert_eq!(b.sweep(Duration::ZERO).await.expect("sweep all"), 2);
     assert!(b.list(BRANCH_PREFIX).await.expect("list").is_empty());
     assert!(db_exists(&admin, "consort_foreign_1").await);
-    let roles: i64 = query_value(
+    assert_count(
         &admin,
         "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'consort\\_%'",
-        &[],
+        0,
+        "branch roles are dropped with their branches",
     )
     .await;
-    assert_eq!(roles, 0, "branch roles are dropped with their branches");
 }
 
 #[tokio::test]
@@ -280,8 +280,13 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
     let cb = connect(&p.connect_info(&b).await.expect("info"))
         .await
         .expect("connect b");
-    let n: i64 = query_value(&cb, "SELECT count(*) FROM notes", &[]).await;
-    assert_eq!(n, 1, "b has the fixture row only");
+    assert_count(
+        &cb,
+        "SELECT count(*) FROM notes",
+        1,
+        "b has the fixture row only",
+    )
+    .await;
     drop((ca, cb));
 
     // Foreign databases with the prefix are neither deleted nor swept.

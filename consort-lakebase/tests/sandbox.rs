@@ -13,15 +13,11 @@ use std::time::Duration;
 
 use common::tree_of;
 use consort_actors::hash_dir;
-use consort_actors::{
-    Confinement, ContentHash, LakebaseMsg, RequestId, TestRunReceipt, TestStatus, VerifyPurpose,
-    VerifyRequest,
-};
+use consort_actors::{Confinement, TestRunReceipt, TestStatus};
 use consort_lakebase::{
     BaseSpec, BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs,
     PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, TestRunner,
 };
-use ractor::rpc::CallResult;
 
 /// A confined context for `tree` on a fresh branch of the shared cluster.
 async fn confined(tree: &Path, caches: Vec<std::path::PathBuf>) -> RunContext {
@@ -233,30 +229,11 @@ fn args(runner: Arc<dyn TestRunner>, provider: Arc<dyn BranchProvider>) -> Lakeb
 
 async fn verify(args: LakebaseArgs, tree: &Path) -> TestRunReceipt {
     let (actor, join) = LakebaseActor::spawn(args).await.expect("spawn");
-    let req = VerifyRequest {
-        id: RequestId(7),
-        purpose: VerifyPurpose::Green,
-        work_tree: tree.to_path_buf(),
-        workspace_hash: ContentHash::of_bytes(b"whatever"),
-        migrations: Vec::new(),
-        tests: Vec::new(),
-        focus: None,
-        caches: Vec::new(),
-    };
-    let answer = actor
-        .call(
-            |port| LakebaseMsg::Verify(req, port),
-            Some(Duration::from_secs(180)),
-        )
-        .await
-        .expect("the actor is alive");
+    let req = consort_testkit::verify::request(7, tree, Vec::new());
+    let answer = consort_testkit::verify::verify(&actor, req, Duration::from_secs(180)).await;
     actor.stop(None);
     let _ = join.await;
-    match answer {
-        CallResult::Success(Ok(r)) => r,
-        CallResult::Success(Err(e)) => panic!("an infrastructure error, not a verdict: {e:?}"),
-        other => panic!("no answer: {other:?}"),
-    }
+    answer.unwrap_or_else(|e| panic!("an infrastructure error, not a verdict: {e:?}"))
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use consort_actors::{ActorId, Artifact, Assignment, Produced, RoleMsg, Usage};
 use ractor::{Actor, ActorProcessingErr, ActorRef, Message};
 
 /// How an [`FnActor`] handles one message.
@@ -53,4 +54,29 @@ impl<M: Message> Actor for FnActor<M> {
     async fn handle(&self, _: ActorRef<M>, msg: M, _: &mut ()) -> Result<(), ActorProcessingErr> {
         (self.handle)(msg)
     }
+}
+
+/// A role actor playing `id` that answers every assignment at once with the artifact `answer`
+/// gives for it (an `Err` fails the actor).
+pub fn role(
+    id: ActorId,
+    answer: impl Fn(&Assignment) -> Result<Artifact, ActorProcessingErr> + Send + Sync + 'static,
+) -> FnActor<RoleMsg> {
+    FnActor::new(move |msg| {
+        match msg {
+            RoleMsg::Assign(a, port) => {
+                let artifact = answer(&a)?;
+                let _ = port.send(Ok(Produced {
+                    assignment: a.id,
+                    author: id.clone(),
+                    artifact,
+                    usage: Usage::default(),
+                }));
+            }
+            RoleMsg::Identify(port) => {
+                let _ = port.send(id.clone());
+            }
+        }
+        Ok(())
+    })
 }

@@ -8,6 +8,7 @@
 //! * [`disk`]: a fake disk that applies change sets and hands back their inverse, as the
 //!   conductor's apply does.
 //! * [`simulation`]: a simulated conductor over the pure machine that answers every command.
+//! * [`verify`]: verification requests to a Lakebase actor, as the conductor sends them.
 //! * [`cluster`]: one embedded PostgreSQL cluster per test binary, started on first use.
 //! * [`model`]: a loopback OpenAI-compatible chat-completions server.
 //! * [`observers`]: an append observer that aborts the process, for crash tests.
@@ -34,3 +35,4 @@ pub mod observers;
 pub mod process;
 pub mod providers;
 pub mod simulation;
+pub mod verify;

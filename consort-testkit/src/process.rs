@@ -1,6 +1,6 @@
 //! Running processes from tests: their output as text, and waiting for a condition.
 
-use std::process::Output;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// Standard output and standard error of a finished process, as one text.
@@ -10,6 +10,21 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// Runs `cmd` to its end and returns its output; panics, naming `what` and quoting the
+/// process's output, when it cannot start or exits unsuccessfully.
+pub fn succeeded(cmd: &mut Command, what: &str) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        text(&out)
+    );
+    out
 }
 
 /// Waits up to `secs` for `cond` (a process to die, a file to appear), checking every 20 ms;

@@ -44,6 +44,16 @@ fn config(paths: &str, runner: &str) -> Result<ProjectConfig, ConfigError> {
 }
 
 /// The path policy of a configuration that loads, with `[paths]` and `[runner]` bodies.
+/// Asserts that `p` counts every path of `harness` as harness and none of `not`.
+fn assert_harness(p: &PathPolicy, harness: &[&str], not: &[&str]) {
+    for f in harness {
+        assert!(p.is_harness(f), "{f} should be harness");
+    }
+    for f in not {
+        assert!(!p.is_harness(f), "{f} should not be harness");
+    }
+}
+
 fn policy_of(paths: &str, runner: &str) -> PathPolicy {
     config(paths, runner)
         .expect("loads")
@@ -270,23 +280,23 @@ fn a_conftest_outside_the_test_paths_is_harness_and_inside_them_a_test() {
         "tests = [\"tests/**\"]",
         "kind = \"command\"\ncommand = \"pytest -q\"",
     );
-    for harness in [
-        "conftest.py",
-        "src/pkg/conftest.py",
-        "pyproject.toml",
-        "pkg/sub/pyproject.toml",
-        "pytest.ini",
-        "setup.cfg",
-        "tox.ini",
-        "requirements-dev.txt",
-        "uv.lock",
-    ] {
-        assert!(p.is_harness(harness), "{harness}");
-    }
-    assert!(!p.is_harness("tests/conftest.py"));
+    assert_harness(
+        &p,
+        &[
+            "conftest.py",
+            "src/pkg/conftest.py",
+            "pyproject.toml",
+            "pkg/sub/pyproject.toml",
+            "pytest.ini",
+            "setup.cfg",
+            "tox.ini",
+            "requirements-dev.txt",
+            "uv.lock",
+        ],
+        // setup.py is code.
+        &["tests/conftest.py", "src/app.py", "setup.py"],
+    );
     assert!(p.is_test("tests/conftest.py"));
-    assert!(!p.is_harness("src/app.py"));
-    assert!(!p.is_harness("setup.py"), "setup.py is code");
     // With narrower test paths the same file is harness.
     let narrow = policy_of(
         "tests = [\"tests/**/test_*.py\"]",
@@ -519,15 +529,16 @@ fn the_table_globs_compile_and_name_each_file_at_any_depth() {
     let p = PathPolicy::new(&["tests/**"], &[])
         .and_then(|p| p.with_harness_outside_tests(&Tool::Node.globs().collect::<Vec<_>>()))
         .expect("globs");
-    for f in [
-        "jest.config.ts",
-        "web/vite.config.mjs",
-        ".mocharc.yml",
-        "tsconfig.build.json",
-    ] {
-        assert!(p.is_harness(f), "{f}");
-    }
-    assert!(!p.is_harness("src/index.ts"));
+    assert_harness(
+        &p,
+        &[
+            "jest.config.ts",
+            "web/vite.config.mjs",
+            ".mocharc.yml",
+            "tsconfig.build.json",
+        ],
+        &["src/index.ts"],
+    );
 }
 
 proptest::proptest! {

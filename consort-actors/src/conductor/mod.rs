@@ -589,8 +589,10 @@ impl ConductorState {
 
     fn append(&mut self, event: &Event) -> Result<(), ConductorError> {
         // Durable before it takes effect: the append (lock, write, fsync) completes here, on
-        // this thread, before the caller steps the machine.
-        blocking(|| self.ledger.append(event))?;
+        // this thread, before the caller steps the machine. Inline, not through `blocking`: it
+        // is bounded (one line, one fsync), and a hand-over per event would cost more than it
+        // spares (BENCHMARKS.md, "where the conductor's I/O runs").
+        self.ledger.append(event)?;
         self.appended += 1;
         if let Some(observer) = &self.wiring.config.append_observer {
             let index = self.appended as u64;
@@ -670,7 +672,7 @@ impl ConductorState {
                     step,
                     attempt,
                     feedback,
-                } => match blocking(|| self.assignment(id, role, step, attempt, feedback)) {
+                } => match self.assignment(id, role, step, attempt, feedback) {
                     Ok(Some(a)) => {
                         self.spawn_assign(myself, a);
                         return;
@@ -898,10 +900,8 @@ impl ConductorState {
         };
         if step.is_build() {
             let policy = self.wiring.config.machine.paths.clone();
-            inputs.files = self.work.read_matching(
-                |p| !policy.is_harness(p),
-                self.wiring.config.max_input_bytes,
-            )?;
+            let limit = self.wiring.config.max_input_bytes;
+            inputs.files = blocking(|| self.work.read_matching(|p| !policy.is_harness(p), limit))?;
         }
         Ok(Some(Assignment {
             id,
@@ -1072,11 +1072,13 @@ fn write_file(root: &Path, rel: &str, text: &str) -> Result<(), ConductorError> 
     Ok(())
 }
 
-/// Runs blocking I/O (the ledger's lock and fsync, tree hashing, file reads and writes) without
-/// stalling the runtime: on a multi-threaded runtime through [`tokio::task::block_in_place`]
-/// (the worker hands its other tasks to another thread while this one blocks), inline on a
-/// current-thread runtime (which has no other worker to hand them to). Synchronous either way,
-/// so the conductor's order — an event durable before it takes effect — is unchanged.
+/// Runs I/O whose size the project decides (hashing the tree, applying a change set, reading
+/// the files an assignment carries, writing the frozen design) without stalling the runtime: on
+/// a multi-threaded runtime through [`tokio::task::block_in_place`] (the worker hands its other
+/// tasks to another thread while this one blocks), inline on a current-thread runtime (which
+/// has no other worker to hand them to). Synchronous either way, so the conductor's order — an
+/// event durable before it takes effect — is unchanged. The ledger append is bounded and runs
+/// inline (`ConductorState::append`).
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {

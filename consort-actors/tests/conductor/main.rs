@@ -29,23 +29,7 @@ type Answer = Arc<dyn Fn(&Assignment) -> Artifact + Send + Sync>;
 
 /// A role actor playing `id` that answers every assignment with `answer`.
 fn fn_role(id: ActorId, answer: Answer) -> FnActor<RoleMsg> {
-    FnActor::new(move |msg| {
-        match msg {
-            RoleMsg::Assign(a, port) => {
-                let artifact = answer(&a);
-                let _ = port.send(Ok(Produced {
-                    assignment: a.id,
-                    author: id.clone(),
-                    artifact,
-                    usage: Usage::default(),
-                }));
-            }
-            RoleMsg::Identify(port) => {
-                let _ = port.send(id.clone());
-            }
-        }
-        Ok(())
-    })
+    consort_testkit::actors::role(id, move |a| Ok(answer(a)))
 }
 
 #[derive(Clone, Default)]

@@ -69,6 +69,14 @@ impl Run {
         r
     }
 
+    /// A run at T1's RED with `tests/t1.sql` written as `test` and applied: its verification
+    /// is pending.
+    fn with_red_applied(test: &str) -> Self {
+        let mut r = Run::at_build();
+        r.write_and_apply("tests/t1.sql", test);
+        r
+    }
+
     /// A run at T1's GREEN: its RED accepted and frozen.
     fn at_green() -> Self {
         let mut r = Run::new();
@@ -646,8 +654,7 @@ fn an_artifact_of_the_wrong_kind_is_refused() {
 
 #[test]
 fn an_agent_made_receipt_is_refused() {
-    let mut r = Run::at_build();
-    r.write_and_apply("tests/t1.sql", "x");
+    let mut r = Run::with_red_applied("x");
     let receipt = r.receipt(&[("tests/t1.sql", TestStatus::Passed)], 0);
     // Forge a receipt while the navigator... is not even asked: use the next agent step.
     r.verify(&[("tests/t1.sql", TestStatus::Failed)])
@@ -892,8 +899,7 @@ fn a_refused_apply_lets_the_agent_retry() {
 
 #[test]
 fn a_red_that_already_passes_is_refused_reverted_and_retried() {
-    let mut r = Run::at_build();
-    r.write_and_apply("tests/t1.sql", "select 1;");
+    let mut r = Run::with_red_applied("select 1;");
     let v = r.verify_refused(&[("tests/t1.sql", TestStatus::Passed)]);
     assert_eq!(
         v,
@@ -929,8 +935,7 @@ fn a_red_that_breaks_a_green_test_is_refused() {
 
 #[test]
 fn a_red_whose_test_did_not_run_is_refused() {
-    let mut r = Run::at_build();
-    r.write_and_apply("tests/t1.sql", "x");
+    let mut r = Run::with_red_applied("x");
     let v = r.verify_refused(&[("tests/zzz.sql", TestStatus::Failed)]);
     assert_eq!(
         v,
@@ -1132,8 +1137,7 @@ fn a_denied_apply_answers_only_a_pending_apply() {
 
 #[test]
 fn a_receipt_for_another_request_is_ignored() {
-    let mut r = Run::at_build();
-    r.write_and_apply("tests/t1.sql", "x");
+    let mut r = Run::with_red_applied("x");
     let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
     receipt.request_id = RequestId(77);
     let before = r.s.clone();
@@ -1144,8 +1148,7 @@ fn a_receipt_for_another_request_is_ignored() {
 
 #[test]
 fn a_receipt_for_another_work_tree_halts() {
-    let mut r = Run::at_build();
-    r.write_and_apply("tests/t1.sql", "x");
+    let mut r = Run::with_red_applied("x");
     let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
     receipt.workspace_hash = ContentHash::of_bytes(b"tampered");
     let v = r.refused(Event::VerifyCompleted { receipt });
@@ -1507,8 +1510,7 @@ fn the_whole_lifecycle_reaches_done() {
 
 #[test]
 fn an_infrastructure_fault_escalates_as_such_and_a_retry_reissues_the_step() {
-    let mut r = Run::at_build();
-    r.write_and_apply("tests/t1.sql", "x");
+    let mut r = Run::with_red_applied("x");
     let Pending::Verify { request, .. } = r.pending() else {
         panic!("verify pending")
     };
@@ -1569,8 +1571,7 @@ fn a_retry_needs_a_halt() {
 #[test]
 fn a_human_can_stop_a_run_that_was_interrupted_mid_step_or_waits_at_a_gate() {
     // Interrupted in the build lane, a verification in flight: the ledger shows it running.
-    let mut r = Run::at_build();
-    r.write_and_apply("tests/t1.sql", "x");
+    let mut r = Run::with_red_applied("x");
     assert!(
         matches!(r.pending(), Pending::Verify { .. }),
         "verify pending"

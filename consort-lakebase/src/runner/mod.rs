@@ -40,8 +40,8 @@ pub use sandbox::{Jail, JailSpec, SandboxMode, SandboxSupport, Scratch};
 pub use session::{PINNED, SessionSettings};
 pub use tap::parse_tap;
 
-/// What a runner is asked to do.
-#[derive(Clone)]
+/// What a runner is asked to do. Its `Debug` shows no secret (the connection redacts its own).
+#[derive(Clone, Debug)]
 pub struct RunContext {
     /// The work tree (tests run with it as the working directory).
     pub work_tree: PathBuf,
@@ -60,21 +60,6 @@ pub struct RunContext {
     /// The directories never searched for code or tests: the defaults and the project's
     /// caches (the verifier takes them from the request).
     pub filter: TreeFilter,
-}
-
-impl fmt::Debug for RunContext {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunContext")
-            .field("work_tree", &self.work_tree)
-            .field("conn", &self.conn)
-            .field("tests", &self.tests)
-            .field("focus", &self.focus)
-            .field("jail", &self.jail)
-            .field("scratch", &self.scratch.root())
-            .field("pinned", &self.pinned)
-            .field("filter", &self.filter)
-            .finish()
-    }
 }
 
 impl RunContext {

@@ -69,6 +69,17 @@ where
         .get(0)
 }
 
+/// Asserts that `sql`, a `SELECT count(*) …` without parameters, counts `expected`.
+pub(crate) async fn assert_count(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    expected: i64,
+    why: &str,
+) {
+    let n: i64 = query_value(client, sql, &[]).await;
+    assert_eq!(n, expected, "{why} ({sql})");
+}
+
 /// Runs a query as the branch's own user and returns the first column of every row.
 pub(crate) async fn query_strings(
     info: &consort_lakebase::ConnectInfo,

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use consort_testkit::process::succeeded;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, User, geteuid};
 
@@ -76,10 +77,8 @@ impl LocalPg {
         if let Some((uid, gid)) = ids {
             std::os::unix::fs::chown(&data, Some(uid), Some(gid)).expect("chown data");
         }
-        let out = command(bin("initdb"), ids)
-            .args(["-D"])
-            .arg(&data)
-            .args([
+        succeeded(
+            command(bin("initdb"), ids).args(["-D"]).arg(&data).args([
                 "-U",
                 "postgres",
                 "-A",
@@ -88,13 +87,8 @@ impl LocalPg {
                 "UTF8",
                 "--no-sync",
                 "--no-instructions",
-            ])
-            .output()
-            .expect("run initdb");
-        assert!(
-            out.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+            ]),
+            "initdb",
         );
         fs::write(
             data.join("pg_hba.conf"),

@@ -1,0 +1,42 @@
+//! Verification requests to a Lakebase actor, as the conductor sends them.
+
+use std::path::Path;
+use std::time::Duration;
+
+use consort_actors::{
+    ContentHash, InfraError, LakebaseMsg, Migration, RequestId, TestRunReceipt, VerifyPurpose,
+    VerifyRequest,
+};
+use ractor::{ActorRef, rpc::CallResult};
+
+/// A GREEN request for the tree at `tree` with these migrations and every test. Its workspace
+/// hash is deliberately not the tree's: a receipt must carry the hash it measured.
+pub fn request(id: u64, tree: &Path, migrations: Vec<Migration>) -> VerifyRequest {
+    VerifyRequest {
+        id: RequestId(id),
+        purpose: VerifyPurpose::Green,
+        work_tree: tree.to_path_buf(),
+        workspace_hash: ContentHash::of_bytes(b"what the conductor believes"),
+        migrations,
+        tests: Vec::new(),
+        focus: None,
+        caches: Vec::new(),
+    }
+}
+
+/// Sends `req` to the Lakebase actor and returns its answer: a receipt or an infrastructure
+/// error. Panics when the actor is gone or does not answer within `timeout`.
+pub async fn verify(
+    actor: &ActorRef<LakebaseMsg>,
+    req: VerifyRequest,
+    timeout: Duration,
+) -> Result<TestRunReceipt, InfraError> {
+    match actor
+        .call(|port| LakebaseMsg::Verify(req, port), Some(timeout))
+        .await
+        .expect("the Lakebase actor is alive")
+    {
+        CallResult::Success(answer) => answer,
+        other => panic!("the Lakebase actor did not answer: {other:?}"),
+    }
+}
