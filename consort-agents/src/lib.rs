@@ -122,6 +122,7 @@ mod command;
 mod config;
 pub mod openai;
 pub mod prompts;
+mod reference;
 mod script;
 pub mod validate;
 
@@ -136,6 +137,7 @@ pub use consort_actors::{
     ActorId, AgentFailure, Assignment, Produced, Role, RoleMsg, RoleReply, Usage,
 };
 pub use openai::{ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiConfigError};
+pub use reference::artifact_reference;
 pub use script::{Script, ScriptEntry, ScriptError, ScriptedAgent, StepPattern};
 
 #[doc = include_str!("../SCRIPTS.md")]
