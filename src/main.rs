@@ -298,12 +298,7 @@ fn status(dir: &Path, json: bool) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(0);
     }
-    println!(
-        "phase:   {}",
-        serde_json::to_value(report.phase)?
-            .as_str()
-            .unwrap_or_default()
-    );
+    println!("phase:   {}", report.phase);
     if let Some(step) = &report.step {
         println!("step:    {step}");
     }

@@ -128,13 +128,7 @@ pub fn progress_printer() -> (mpsc::UnboundedSender<Progress>, tokio::task::Join
 
 fn describe(p: &Progress) -> String {
     match p {
-        Progress::Phase { phase } => format!(
-            "phase: {}",
-            serde_json::to_value(phase)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default()
-        ),
+        Progress::Phase { phase } => format!("phase: {phase}"),
         Progress::Step {
             step,
             role,

@@ -195,6 +195,18 @@ pub enum RunOutcome {
     Stopped,
 }
 
+/// In a line, for people: `done`, `waiting at the design gate`, `halted`, `stopped`.
+impl std::fmt::Display for RunOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunOutcome::Done => f.write_str("done"),
+            RunOutcome::AtGate { gate, .. } => write!(f, "waiting at the {gate} gate"),
+            RunOutcome::Halted { .. } => f.write_str("halted"),
+            RunOutcome::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
 /// The result of driving a run.
 #[derive(Debug, Clone)]
 pub struct RunReport {
@@ -607,10 +619,7 @@ impl ConductorState {
         let now_phase = self.state.phase();
         if now_phase != self.phase {
             let spent = self.phase_since.elapsed();
-            *self
-                .phase_times
-                .entry(format!("{:?}", self.phase))
-                .or_default() += spent;
+            *self.phase_times.entry(self.phase.to_string()).or_default() += spent;
             self.phase = now_phase;
             self.phase_since = Instant::now();
             self.progress(Progress::Phase { phase: now_phase });
@@ -619,13 +628,10 @@ impl ConductorState {
 
     fn finish(&mut self, outcome: RunOutcome) {
         let spent = self.phase_since.elapsed();
-        *self
-            .phase_times
-            .entry(format!("{:?}", self.phase))
-            .or_default() += spent;
+        *self.phase_times.entry(self.phase.to_string()).or_default() += spent;
         self.phase_since = Instant::now();
         self.progress(Progress::Stopped {
-            outcome: format!("{outcome:?}"),
+            outcome: outcome.to_string(),
         });
         let report = RunReport {
             outcome,

@@ -370,6 +370,27 @@ pub enum Phase {
     Stopped,
 }
 
+impl Phase {
+    /// The phase's name, as serialised (`design-gate`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::Design => "design",
+            Phase::DesignGate => "design-gate",
+            Phase::Build => "build",
+            Phase::DeployGate => "deploy-gate",
+            Phase::Deploy => "deploy",
+            Phase::PromoteGate => "promote-gate",
+            Phase::Promote => "promote",
+            Phase::Halted => "halted",
+            Phase::Done => "done",
+            Phase::Stopped => "stopped",
+        }
+    }
+}
+
+display_as_str!(Phase);
+
 /// How the run is doing.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "kebab-case")]

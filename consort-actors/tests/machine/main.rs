@@ -1935,3 +1935,23 @@ fn a_resume_point_names_the_assignment_its_retry_issues() {
     assert_eq!((retried, again, attempt), (resumed, step, 0));
     assert_ne!(retried, aid, "a retry is a new assignment");
 }
+
+#[test]
+fn a_phase_reads_as_its_serialised_name() {
+    for phase in [
+        Phase::Idle,
+        Phase::Design,
+        Phase::DesignGate,
+        Phase::Build,
+        Phase::DeployGate,
+        Phase::Deploy,
+        Phase::PromoteGate,
+        Phase::Promote,
+        Phase::Halted,
+        Phase::Done,
+        Phase::Stopped,
+    ] {
+        let json = serde_json::to_value(phase).expect("serialises");
+        assert_eq!(json.as_str(), Some(phase.to_string().as_str()), "{phase:?}");
+    }
+}
