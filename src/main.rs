@@ -403,22 +403,32 @@ fn human(dir: &Path, decision: HumanDecision, by: &str) -> Result<i32> {
 fn log(dir: &Path, json: bool) -> Result<i32> {
     let project = Project::open(dir)?;
     let path = project.ledger_path();
-    if json {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let written = if json {
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        print!("{text}");
-        return Ok(0);
+        out.write_all(text.as_bytes())
+    } else {
+        Ledger::<Event>::read(&path)?.iter().try_for_each(|entry| {
+            writeln!(
+                out,
+                "{:>5} {} {:<16} {}",
+                entry.seq,
+                entry.time.format("%H:%M:%S%.3f"),
+                entry.event.name(),
+                brief(&entry.event)
+            )
+        })
+    };
+    match written {
+        // The reader stopped reading (`consort log | head`): not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+        other => {
+            other.context("writing the log")?;
+            Ok(0)
+        }
     }
-    for entry in Ledger::<Event>::read(&path)? {
-        println!(
-            "{:>5} {} {:<16} {}",
-            entry.seq,
-            entry.time.format("%H:%M:%S%.3f"),
-            entry.event.name(),
-            brief(&entry.event)
-        );
-    }
-    Ok(0)
 }
 
 fn brief(e: &Event) -> String {
@@ -449,17 +459,20 @@ fn brief(e: &Event) -> String {
             format!("{violation} (through links: {})", links.join(", "))
         }
         Event::VerifyCompleted { receipt } => format!(
-            "{} on {}: {} outcomes, exit {:?}",
+            "{} on {}: {} outcomes, {}",
             receipt.request_id,
             receipt.branch_id,
             receipt.outcomes.len(),
-            receipt.exit.code
+            exit_text(&receipt.exit)
         ),
         Event::VerifyFailed { request, error } => format!("{request}: {error}"),
         Event::Gate { approval } => format!(
-            "{} {:?} by {} for {}",
+            "{} {} by {} for {}",
             approval.gate,
-            approval.decision,
+            match &approval.decision {
+                GateDecision::Approve => "approved".to_string(),
+                GateDecision::Reject { reason } => format!("rejected ({reason})"),
+            },
             approval.approver,
             approval.hash.short()
         ),
@@ -467,7 +480,23 @@ fn brief(e: &Event) -> String {
             format!("{} applied to {}", report.applied.len(), report.target)
         }
         Event::PromoteFailed { request, error } => format!("{request}: {error}"),
-        Event::Human { decision, by } => format!("{decision:?} by {by}"),
+        Event::Human { decision, by } => {
+            let decision = match decision {
+                HumanDecision::Retry => "retry",
+                HumanDecision::Stop => "stop",
+            };
+            format!("{decision} by {by}")
+        }
+    }
+}
+
+/// How a test command ended, in words: `exit 0`, `killed by signal 9`, `timed out`.
+fn exit_text(exit: &consort::actors::ExitRecord) -> String {
+    match (exit.timed_out, exit.code, exit.signal) {
+        (true, _, _) => "timed out".into(),
+        (false, Some(code), _) => format!("exit {code}"),
+        (false, None, Some(signal)) => format!("killed by signal {signal}"),
+        (false, None, None) => "no exit status".into(),
     }
 }
 

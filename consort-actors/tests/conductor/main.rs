@@ -264,11 +264,7 @@ impl Fixture {
     }
 
     fn events(&self) -> Vec<Event> {
-        Ledger::<Event>::read(self.ledger())
-            .expect("ledger")
-            .into_iter()
-            .map(|e| e.event)
-            .collect()
+        consort_testkit::ledger::events(&self.ledger())
     }
 }
 
