@@ -290,6 +290,8 @@ fn spec_assignment() -> Assignment {
         role: Role::SpecAuthor,
         step: consort::actors::Step::Spec { revision: 0 },
         attempt: 0,
+        harness: None,
+        writes: None,
         inputs: AssignmentInputs {
             feature: Some(common::feature().into()),
             stories: Some(common::stories(true).into()),

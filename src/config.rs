@@ -152,6 +152,12 @@ pub enum RunnerConfig {
         /// Extra environment variables passed through (besides PATH, HOME, LANG, …).
         #[serde(default)]
         pass_env: Vec<String>,
+        /// Globs of the files the command runs as tests. Default: what the test tool the
+        /// command names collects by default (pytest `**/test_*.py` and `**/*_test.py`, go
+        /// `**/*_test.go`, vitest and jest `**/*.test.*`, `**/*.spec.*`, `**/__tests__/**`);
+        /// unknown tools: every test path. A test-list entry elsewhere is refused.
+        #[serde(default)]
+        collects: Option<Vec<String>>,
         /// `"landlock"` (the default) or `"off"`.
         #[serde(default)]
         sandbox: Sandbox,
@@ -438,9 +444,13 @@ impl ProjectConfig {
     pub fn path_policy(&self) -> Result<PathPolicy, consort_actors::GlobError> {
         let tests_only = PathPolicy::new(&self.paths.tests, &[])?;
         let runner = RunnerHarness::of(&self.runner, &tests_only);
-        Ok(PathPolicy::new(&self.paths.tests, &self.paths.harness)?
+        let policy = PathPolicy::new(&self.paths.tests, &self.paths.harness)?
             .with_harness_outside_tests(&runner.outside_test_globs())?
-            .with_caches(&self.paths.caches))
+            .with_caches(&self.paths.caches);
+        match crate::harness_facts::collected(self) {
+            Some(globs) => policy.with_collected(&globs),
+            None => Ok(policy),
+        }
     }
 
     /// What the runner's configuration makes harness without `[paths] harness` listing it.
@@ -487,6 +497,11 @@ request = "feature.md"
 backend = "script"
 path = ".consort/script.toml"
 "#;
+
+    /// [`MINIMAL`], parsed.
+    pub(crate) fn minimal() -> ProjectConfig {
+        ProjectConfig::parse(MINIMAL, Path::new("consort.toml")).expect("parses")
+    }
 
     #[test]
     fn a_minimal_file_gets_the_defaults() {

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use consort_actors::{
     ActorId, AppendObserver, Approver, Conductor, ConductorError, ConductorHandle, FeatureRequest,
-    LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunReport, StopAtGates, Wiring,
+    HarnessFacts, LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunReport, StopAtGates,
+    Wiring,
 };
 use consort_actors::{ChildSpec, RestartPolicy, Supervised};
 use consort_actors::{
@@ -57,6 +58,7 @@ pub struct EnsembleBuilder {
     work_tree: PathBuf,
     feature: Option<FeatureRequest>,
     machine: MachineConfig,
+    harness: Option<Arc<HarnessFacts>>,
     agents: BTreeMap<Role, (Arc<dyn Agent>, String)>,
     provider: Option<Arc<dyn BranchProvider>>,
     runner: Option<Arc<dyn TestRunner>>,
@@ -91,6 +93,13 @@ impl EnsembleBuilder {
     /// Bounds and path rules.
     pub fn machine(mut self, machine: MachineConfig) -> Self {
         self.machine = machine;
+        self
+    }
+
+    /// How the project's tests run, as the Test Strategist, the Navigator and the Driver are
+    /// told (see [`crate::harness_facts`]).
+    pub fn harness(mut self, facts: HarnessFacts) -> Self {
+        self.harness = Some(Arc::new(facts));
         self
     }
 
@@ -313,6 +322,7 @@ impl EnsembleBuilder {
     ) -> Result<ConductorHandle, ConductorError> {
         let mut config = ConductorConfig::new(&self.work_tree);
         config.machine = self.machine.clone();
+        config.harness = self.harness.clone();
         config.step_timeout = self.step_timeout + Duration::from_secs(5);
         config.verify_timeout = self.verify_timeout;
         config.append_observer = self.append_observer.take();
@@ -364,6 +374,7 @@ impl Ensemble {
             work_tree: work_tree.into(),
             feature: None,
             machine: MachineConfig::default(),
+            harness: None,
             agents: BTreeMap::new(),
             provider: None,
             runner: None,

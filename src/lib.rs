@@ -72,6 +72,7 @@
 
 pub mod config;
 mod ensemble;
+pub mod harness_facts;
 pub mod init;
 pub mod project;
 pub mod runlock;

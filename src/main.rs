@@ -443,7 +443,7 @@ fn brief(e: &Event) -> String {
             assignment,
             failure,
         } => format!("{assignment}: {failure}"),
-        Event::Refused { violation } => violation.to_string(),
+        Event::Refused { violation, .. } => violation.to_string(),
         Event::Observed { tests, .. } => format!("{} test files", tests.len()),
         Event::Applied { workspace_hash, .. } => format!("work tree {}", workspace_hash.short()),
         Event::ApplyRefused { reason } => reason.to_string(),
@@ -463,7 +463,7 @@ fn brief(e: &Event) -> String {
             receipt.request_id,
             receipt.branch_id,
             receipt.outcomes.len(),
-            exit_text(&receipt.exit)
+            receipt.exit
         ),
         Event::VerifyFailed { request, error } => format!("{request}: {error}"),
         Event::Gate { approval } => format!(
@@ -487,16 +487,6 @@ fn brief(e: &Event) -> String {
             };
             format!("{decision} by {by}")
         }
-    }
-}
-
-/// How a test command ended, in words: `exit 0`, `killed by signal 9`, `timed out`.
-fn exit_text(exit: &consort::actors::ExitRecord) -> String {
-    match (exit.timed_out, exit.code, exit.signal) {
-        (true, _, _) => "timed out".into(),
-        (false, Some(code), _) => format!("exit {code}"),
-        (false, None, Some(signal)) => format!("killed by signal {signal}"),
-        (false, None, None) => "no exit status".into(),
     }
 }
 

@@ -259,6 +259,7 @@ impl Project {
         let mut builder = Ensemble::builder(&self.dir)
             .run_lock(lock)
             .machine(self.machine()?.config().clone())
+            .harness(crate::harness_facts::harness_facts(&self.config))
             .provider(self.provider().await?)
             .runner(self.runner()?)
             .pool(

@@ -1939,6 +1939,8 @@ mod fuzz {
             role: step.role(),
             step: step.clone(),
             attempt: 0,
+            harness: None,
+            writes: None,
             inputs: Default::default(),
             feedback: vec![],
         }

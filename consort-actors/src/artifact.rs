@@ -359,6 +359,18 @@ pub struct ExitRecord {
     pub timed_out: bool,
 }
 
+impl std::fmt::Display for ExitRecord {
+    /// `exit 3`, `killed by signal 9`, `timed out`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.timed_out, self.code, self.signal) {
+            (true, _, _) => f.write_str("timed out"),
+            (false, Some(code), _) => write!(f, "exit {code}"),
+            (false, None, Some(signal)) => write!(f, "killed by signal {signal}"),
+            (false, None, None) => f.write_str("no exit status"),
+        }
+    }
+}
+
 impl ExitRecord {
     /// Exit code 0, no signal, no timeout.
     pub fn success(&self) -> bool {

@@ -78,6 +78,7 @@ macro_rules! display_as_str {
 
 mod artifact;
 mod conductor;
+pub mod context;
 mod gate;
 mod hash;
 mod ledger;
@@ -118,12 +119,13 @@ pub use machine::{
 };
 pub use paths::{
     ALWAYS_HARNESS, CacheNameError, DEFAULT_CACHES, GlobError, MAX_NAME_BYTES, PathError,
-    PathPolicy, STATE_DIR, TreeFilter, VCS_DIRS, WriteProblem, check_glob, glob_covers,
+    PathPolicy, PathRules, STATE_DIR, TreeFilter, VCS_DIRS, WriteProblem, check_glob, glob_covers,
     literal_glob, normalise_relative,
 };
 pub use protocol::{
-    AgentFailure, Assignment, AssignmentId, AssignmentInputs, InfraError, LakebaseMsg, Produced,
-    PromoteReport, PromoteRequest, RoleMsg, RoleReply, Usage, VerifyPurpose, VerifyRequest,
+    AgentFailure, Assignment, AssignmentId, AssignmentInputs, HarnessFacts, InfraError,
+    LakebaseMsg, NotIncluded, Omission, Produced, PromoteReport, PromoteRequest, RoleMsg,
+    RoleReply, Usage, VerifyPurpose, VerifyRequest, WriteRules,
 };
 pub use role::{ActorId, Role, UnknownRole};
 pub use step::{ParseStepError, Step};

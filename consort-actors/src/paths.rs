@@ -306,6 +306,7 @@ pub struct PathPolicy {
     harness: GlobSet,
     outside_tests: GlobSet,
     filter: TreeFilter,
+    collected: Option<(Vec<String>, GlobSet)>,
 }
 
 impl PathPolicy {
@@ -324,7 +325,48 @@ impl PathPolicy {
             harness_globs: harness,
             outside_test_globs: Vec::new(),
             filter: TreeFilter::default(),
+            collected: None,
         })
+    }
+
+    /// The same policy knowing which files the test runner collects as tests (for example
+    /// pytest's `**/test_*.py`): a test-list entry elsewhere would never run, so
+    /// [`crate::check_test_list`] refuses it. Without it, every test path counts as collected.
+    pub fn with_collected<S: AsRef<str>>(mut self, globs: &[S]) -> Result<Self, GlobError> {
+        let globs: Vec<String> = globs.iter().map(|g| g.as_ref().to_string()).collect();
+        let set = build_set(&globs)?;
+        self.collected = Some((globs, set));
+        Ok(self)
+    }
+
+    /// Whether the runner collects `path` as a test file (always, when the policy was not told
+    /// what the runner collects).
+    pub fn is_collected(&self, path: &str) -> bool {
+        self.collected
+            .as_ref()
+            .is_none_or(|(_, set)| set.is_match(path))
+    }
+
+    /// The globs of the files the runner collects as tests, when known.
+    pub fn collected_globs(&self) -> Option<&[String]> {
+        self.collected.as_ref().map(|(g, _)| g.as_slice())
+    }
+
+    /// The policy as plain data, for an agent to check its own answer with the same rules
+    /// ([`PathRules::policy`] rebuilds it).
+    pub fn rules(&self) -> PathRules {
+        PathRules {
+            tests: self.test_globs.clone(),
+            harness: self
+                .harness_globs
+                .iter()
+                .filter(|g| !ALWAYS_HARNESS.contains(&g.as_str()))
+                .cloned()
+                .collect(),
+            harness_outside_tests: self.outside_test_globs.clone(),
+            caches: self.filter.extra().to_vec(),
+            collected: self.collected_globs().map(<[String]>::to_vec),
+        }
     }
 
     /// Adds harness globs that yield to the test paths: a path they match is harness unless a
@@ -395,8 +437,41 @@ impl Default for PathPolicy {
                 harness: GlobSet::empty(),
                 outside_tests: GlobSet::empty(),
                 filter: TreeFilter::default(),
+                collected: None,
             },
         }
+    }
+}
+
+/// A [`PathPolicy`] as plain data: what an assignment tells an agent about the paths, so that
+/// its own check of an answer is the machine's (see [`PathPolicy::rules`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PathRules {
+    /// Test-path globs: the Navigator's alone, in RED only.
+    pub tests: Vec<String>,
+    /// Harness globs besides Consort's own files (which are always harness): no agent's.
+    pub harness: Vec<String>,
+    /// Harness globs that yield to the test paths.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub harness_outside_tests: Vec<String>,
+    /// The project's extra cache directory names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caches: Vec<String>,
+    /// The files the runner collects as tests, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collected: Option<Vec<String>>,
+}
+
+impl PathRules {
+    /// The policy these rules describe.
+    pub fn policy(&self) -> Result<PathPolicy, GlobError> {
+        let mut p = PathPolicy::new(&self.tests, &self.harness)?
+            .with_harness_outside_tests(&self.harness_outside_tests)?
+            .with_caches(&self.caches);
+        if let Some(c) = &self.collected {
+            p = p.with_collected(c)?;
+        }
+        Ok(p)
     }
 }
 

@@ -55,6 +55,70 @@ pub struct AssignmentInputs {
     pub test: Option<TestEntry>,
     /// Work-tree files relevant to the step (path → content), read by the conductor.
     pub files: BTreeMap<String, String>,
+    /// Work-tree files the step does not get in full, by path and size, and why: nothing is
+    /// left out silently (see [`crate::context`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_included: Vec<NotIncluded>,
+    /// The change sets accepted since the current test's last review, oldest first: what a
+    /// review judges, and what a repair round tried before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<Arc<crate::artifact::ChangeSet>>,
+}
+
+/// A work-tree file an assignment lists but does not carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NotIncluded {
+    /// The path, relative to the work tree.
+    pub path: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Why it is left out.
+    pub why: Omission,
+}
+
+/// Why a file is listed rather than included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Omission {
+    /// The step's context pack does not include it (see [`crate::context::pack`]).
+    NotInPack,
+    /// Including it would pass the assignment's byte limit.
+    OverLimit,
+    /// It is not UTF-8 text.
+    NotText,
+}
+
+/// How the project's tests run: what the Test Strategist, the Navigator and the Driver are told
+/// in every assignment, for every backend.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HarnessFacts {
+    /// The runner kind (`psql` or `command`).
+    pub runner: String,
+    /// How a run starts: the test command, or what psql runs.
+    pub command: String,
+    /// Globs of the files the runner runs as tests; a test-list entry elsewhere is refused.
+    pub collects: Vec<String>,
+    /// Globs of the code files the runner loads before the tests, in this order (empty: the
+    /// tests load what they import).
+    pub loads: Vec<String>,
+    /// When a test counts as passed.
+    pub pass_rule: String,
+    /// What every run starts from.
+    pub before_tests: String,
+    /// The environment variables the tests get (names only).
+    pub environment: Vec<String>,
+}
+
+/// What the role may write at this step, besides [`HarnessFacts`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WriteRules {
+    /// The rule in a sentence.
+    pub summary: String,
+    /// The path rules the machine judges every change set and test list with.
+    pub paths: crate::paths::PathRules,
+    /// Test files accepted in RED: frozen, no agent may change them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frozen_tests: Vec<String>,
 }
 
 /// One unit of work for one role.
@@ -68,6 +132,13 @@ pub struct Assignment {
     pub step: Step,
     /// 0 for the first try; counts retries after refusals.
     pub attempt: u32,
+    /// How tests run, for the roles whose work is tests and code (the Test Strategist, the
+    /// Navigator and the Driver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<Arc<HarnessFacts>>,
+    /// What the role may write, for the same roles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<WriteRules>,
     /// Inputs.
     pub inputs: AssignmentInputs,
     /// Feedback from earlier tries, failing runs or reviews, for the agent to act on.

@@ -20,6 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::artifact::{ChangeSet, FileChange, FileHashes};
 use crate::hash::ContentHash;
 use crate::paths::{MAX_NAME_BYTES, PathError, TreeFilter, WriteProblem, normalise_relative};
+use crate::protocol::{NotIncluded, Omission};
 
 /// Most symbolic links followed while resolving one path (as the OS's `ELOOP` limit).
 const MAX_LINK_HOPS: u32 = 40;
@@ -454,6 +455,48 @@ impl WorkTree {
             Ok(())
         })?;
         Ok(out)
+    }
+
+    /// The files a step gets: every file `listed` accepts is either read in full (when
+    /// `include` accepts it, it is UTF-8 text and the total stays within `max_bytes`) or named
+    /// in the second list with its size and the reason it was left out.
+    pub fn read_scoped(
+        &self,
+        listed: impl Fn(&str) -> bool,
+        include: impl Fn(&str) -> bool,
+        max_bytes: usize,
+    ) -> Result<(BTreeMap<String, String>, Vec<NotIncluded>), WorkTreeError> {
+        let mut files = BTreeMap::new();
+        let mut left_out = Vec::new();
+        let mut total = 0usize;
+        walk(&self.root, &self.root, &self.filter, &mut |rel, full| {
+            if !listed(rel) {
+                return Ok(());
+            }
+            let bytes = fs::metadata(full).map_err(io_err("inspect", full))?.len();
+            let size = usize::try_from(bytes).unwrap_or(usize::MAX);
+            let why = if !include(rel) {
+                Omission::NotInPack
+            } else if total.saturating_add(size) > max_bytes {
+                Omission::OverLimit
+            } else {
+                match String::from_utf8(fs::read(full).map_err(io_err("read", full))?) {
+                    Ok(text) => {
+                        total += text.len();
+                        files.insert(rel.to_string(), text);
+                        return Ok(());
+                    }
+                    Err(_) => Omission::NotText,
+                }
+            };
+            left_out.push(NotIncluded {
+                path: rel.to_string(),
+                bytes,
+                why,
+            });
+            Ok(())
+        })?;
+        Ok((files, left_out))
     }
 }
 

@@ -64,6 +64,8 @@
 //!     role: Role::Navigator,
 //!     step: Step::Review { test: "T1".into(), round: 0 },
 //!     attempt: 0,
+//!     harness: None,
+//!     writes: None,
 //!     inputs: AssignmentInputs::default(),
 //!     feedback: vec![],
 //! };
@@ -80,6 +82,8 @@
 //!     role: Role::Navigator,
 //!     step: Step::Green { test: "T1".into() },
 //!     attempt: 0,
+//!     harness: None,
+//!     writes: None,
 //!     inputs: AssignmentInputs::default(),
 //!     feedback: vec![],
 //! };

@@ -6,10 +6,12 @@ use consort_actors::Role;
 pub const ANSWER_FORMAT: &str = "\
 ## How you work
 
-The user message is your assignment, as JSON: `step` is the step key (for example `red/T1`),
-`answer_with` the artifact kind you must produce, `inputs` the artifacts produced so far and the
-work-tree files relevant to the step (path → content), and `feedback` what went wrong in earlier
-tries, failing test runs or reviews. Act on every feedback item.
+Your assignment comes as JSON. For steps with tests or code, a first message gives `harness`
+(how tests run: runner, command, collected test files, loaded code, pass rule, environment) and
+the schema plan. The step's message has `step`, `answer_with` (the kind to produce), `writes`
+(what you may write), `inputs` (the design parts and files this step needs; `not_included` names
+the files left out; `changes` the change sets since the last review) and `feedback` (what went
+wrong before). Act on every feedback item.
 
 ## Answer format
 

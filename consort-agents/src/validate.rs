@@ -1,16 +1,14 @@
 //! The role rules every produced artifact must satisfy, and turning untrusted JSON into an
 //! artifact of the expected kind.
 //!
-//! These checks are about the artifact itself and its references to the assignment's inputs
-//! (an acceptance criterion a test cites must exist, a change set may not name a path outside
-//! the work tree). They are what the OpenAI-compatible backend feeds back to the model, and what
-//! the role actor applies to every backend's output. Where the state machine has the same rule,
-//! it is the machine's check that runs here (`consort_actors::check_stories`,
-//! `check_spec`, `check_schema`, `check_ux`, `check_architecture`, `check_review`), so an agent
-//! hears of a violation before the machine refuses it, in the machine's words. What is checked
-//! only here: the kind against the step, fields left empty, the JSON form, and change sets'
-//! size and duplicate paths. The conductor's own rules (test paths are the Navigator's alone,
-//! frozen tests, test lists against the project's test globs, …) are the machine's alone.
+//! Every rule the state machine applies to an answer is the machine's own function, called
+//! here (`consort_actors::check_stories`, `check_spec`, `check_schema`, `check_test_list`,
+//! `check_ux`, `check_architecture`, `check_review`, `check_change_set`, with the path rules
+//! and frozen tests the assignment carries), so an agent hears of a violation before the
+//! machine refuses it, in the machine's words, and the two can never disagree. What is checked
+//! only here is what the machine does not judge: the kind against the step, text fields left
+//! empty, the JSON form, and change sets' size, emptiness and duplicate paths. Rules about the
+//! run itself (a RED that must fail, the tree a run leaves, …) are the machine's alone.
 
 use std::collections::BTreeSet;
 
@@ -50,7 +48,7 @@ pub fn check_artifact(assignment: &Assignment, artifact: &Artifact) -> Result<()
         Artifact::SchemaPlan(s) => check_schema(assignment, s, &mut p),
         Artifact::TestList(t) => check_test_list(assignment, t, &mut p),
         Artifact::UxDesign(u) => check_ux(assignment, u, &mut p),
-        Artifact::ChangeSet(c) => check_change_set(&assignment.step, c, &mut p),
+        Artifact::ChangeSet(c) => check_change_set(assignment, c, &mut p),
         Artifact::ReviewVerdict(r) => check_review(r, &mut p),
         Artifact::TestRunReceipt(_) => p.push("no agent may produce a test-run receipt"),
     }
@@ -156,10 +154,6 @@ impl Problems {
     }
 }
 
-fn ac_ids(stories: &Stories) -> BTreeSet<&str> {
-    stories.ac_ids().collect()
-}
-
 fn check_stories(a: &Assignment, s: &Stories, p: &mut Problems) {
     p.non_empty("feature_id", &s.feature_id);
     for story in &s.stories {
@@ -208,28 +202,21 @@ fn check_schema(a: &Assignment, s: &SchemaPlan, p: &mut Problems) {
 }
 
 fn check_test_list(a: &Assignment, t: &TestList, p: &mut Problems) {
-    if t.entries.is_empty() {
-        p.push("entries is empty: list at least one test");
-    }
-    p.unique("test id", t.entries.iter().map(|e| e.id.as_str()));
-    p.unique(
-        "test runner name",
-        t.entries.iter().map(|e| e.runner_name()),
-    );
-    let acs = a.inputs.stories.as_deref().map(ac_ids);
     for e in &t.entries {
-        p.non_empty("a test id", &e.id);
         p.non_empty(&format!("test {} description", e.id), &e.description);
-        if let Err(err) = normalise_relative(&e.path) {
-            p.push(format!("test {} path: {err}", e.id));
+    }
+    // The machine's own check, with the project's path rules when the assignment carries them
+    // (without them, any test path is allowed: only the list's form and traces are judged).
+    let policy = match &a.writes {
+        Some(w) => w.paths.policy(),
+        None => consort_actors::PathPolicy::new(&["**"], &[]),
+    };
+    match (policy, a.inputs.stories.as_deref()) {
+        (Ok(policy), Some(stories)) => {
+            p.machine(consort_actors::check_test_list(t, stories, &policy))
         }
-        match &acs {
-            Some(acs) if !acs.contains(e.ac_id.as_str()) => p.push(format!(
-                "test {} cites acceptance criterion {:?}, which no story has",
-                e.id, e.ac_id
-            )),
-            _ => p.non_empty(&format!("test {} ac_id", e.id), &e.ac_id),
-        }
+        (Ok(_), None) => p.push("the assignment carries no stories to trace the tests to"),
+        (Err(e), _) => p.push(format!("the assignment's path rules do not compile: {e}")),
     }
 }
 
@@ -248,7 +235,8 @@ fn check_ux(a: &Assignment, u: &UxDesign, p: &mut Problems) {
     }
 }
 
-fn check_change_set(step: &Step, c: &ChangeSet, p: &mut Problems) {
+fn check_change_set(a: &Assignment, c: &ChangeSet, p: &mut Problems) {
+    let step = &a.step;
     // A refactor may legitimately change nothing; every other change-set step must change
     // something.
     if c.changes.is_empty() && !matches!(step, Step::Refactor { .. }) {
@@ -272,6 +260,28 @@ fn check_change_set(step: &Step, c: &ChangeSet, p: &mut Problems) {
             p.push(format!("file {path:?} is larger than 1 MiB"));
         }
     }
+    // Who may write what: the machine's check, with the path rules the assignment carries.
+    if let Some(w) = &a.writes {
+        let writer = match (step, &a.inputs.test) {
+            (Step::Red { .. }, Some(entry)) => consort_actors::Writer::Red {
+                must_write: &entry.path,
+            },
+            (Step::Red { .. }, None) => return,
+            _ => consort_actors::Writer::Code,
+        };
+        // Only the frozen paths matter to the check, not their hashes.
+        let frozen: consort_actors::FileHashes = w
+            .frozen_tests
+            .iter()
+            .map(|path| (path.clone(), consort_actors::ContentHash::of_bytes(b"")))
+            .collect();
+        match w.paths.policy() {
+            Ok(policy) => {
+                p.machine(consort_actors::check_change_set(c, writer, &policy, &frozen).map(drop))
+            }
+            Err(e) => p.push(format!("the assignment's path rules do not compile: {e}")),
+        }
+    }
 }
 
 fn check_review(r: &ReviewVerdict, p: &mut Problems) {
@@ -289,6 +299,8 @@ mod tests {
             role: step.role(),
             step,
             attempt: 0,
+            harness: None,
+            writes: None,
             inputs: AssignmentInputs::default(),
             feedback: vec![],
         }
@@ -330,6 +342,53 @@ mod tests {
         });
         let err = check_artifact(&red, &escaping).expect_err("escapes");
         assert!(err.to_string().contains("climbs out"), "{err}");
+    }
+
+    /// The agent hears the machine's verdict word for word: the same function judges both.
+    #[test]
+    fn the_self_check_is_the_machines_verdict() {
+        let policy = consort_actors::PathPolicy::new(&["tests/**"], &[])
+            .and_then(|p| p.with_collected(&["tests/**/test_*.py"]))
+            .expect("globs");
+        let stories = consort_testkit::artifacts::stories_of(&[(false, 1)]);
+        let list = TestList {
+            entries: vec![consort_testkit::artifacts::entry(
+                "T1",
+                "S1-AC1",
+                "tests/helpers.py",
+            )],
+        };
+        let mut a = assignment(Step::TestList);
+        a.inputs.stories = Some(stories.clone().into());
+        a.writes = Some(consort_actors::WriteRules {
+            summary: String::new(),
+            paths: policy.rules(),
+            frozen_tests: vec![],
+        });
+        let mine = check_artifact(&a, &Artifact::TestList(list.clone())).expect_err("refused");
+        let machine =
+            consort_actors::check_test_list(&list, &stories, &policy).expect_err("refused");
+        assert_eq!(mine.problems, vec![machine.to_string()]);
+        assert!(mine.to_string().contains("never collects"), "{mine}");
+        // A Driver's change to a test path: the machine's words again.
+        let mut green = assignment(Step::Green { test: "T1".into() });
+        green.writes = a.writes.clone();
+        let set = ChangeSet {
+            summary: String::new(),
+            changes: vec![FileChange::Write {
+                path: "tests/test_a.py".into(),
+                content: "x".into(),
+            }],
+        };
+        let mine = check_artifact(&green, &Artifact::ChangeSet(set.clone())).expect_err("refused");
+        let machine = consort_actors::check_change_set(
+            &set,
+            consort_actors::Writer::Code,
+            &policy,
+            &Default::default(),
+        )
+        .expect_err("refused");
+        assert_eq!(mine.problems, vec![machine.to_string()]);
     }
 
     #[test]

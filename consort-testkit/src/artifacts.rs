@@ -221,6 +221,8 @@ pub fn assignment(id: u64, step: &str) -> Assignment {
         role: step.role(),
         step,
         attempt: 0,
+        harness: None,
+        writes: None,
         inputs: AssignmentInputs::default(),
         feedback: vec![],
     }

@@ -43,7 +43,7 @@ fn picked<T>(events: &[Event], pick: impl Fn(&Event) -> Option<T>) -> Vec<T> {
 /// Every refusal recorded among `events`, in order.
 pub fn refusals(events: &[Event]) -> Vec<RuleViolation> {
     picked(events, |e| match e {
-        Event::Refused { violation } => Some(violation.clone()),
+        Event::Refused { violation, .. } => Some(violation.clone()),
         _ => None,
     })
 }

@@ -24,6 +24,7 @@ fn command(cmd: &str) -> RunnerConfig {
         single_test: None,
         timeout_secs: 60,
         pass_env: Vec::new(),
+        collects: None,
         sandbox: Sandbox::Landlock,
     }
 }
@@ -264,6 +265,7 @@ fn the_single_test_command_counts_too() {
         single_test: Some("sh ci/one.sh {test}".into()),
         timeout_secs: 60,
         pass_env: Vec::new(),
+        collects: None,
         sandbox: Sandbox::Landlock,
     };
     let h = RunnerHarness::of(&runner, &tests_policy(&["tests/**"]));
@@ -557,6 +559,7 @@ proptest::proptest! {
             single_test: single,
             timeout_secs: 60,
             pass_env: Vec::new(),
+            collects: None,
             sandbox: Sandbox::Landlock,
         };
         let tests = tests_policy(&["tests/**"]);

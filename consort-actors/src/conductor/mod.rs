@@ -32,7 +32,7 @@ use crate::gate::{Approver, GateRequest};
 use crate::hash::ContentHash;
 use crate::ledger::{Ledger, LedgerError};
 use crate::machine::{Command, Event, Machine, MachineConfig, Phase, RunStatus, State};
-use crate::protocol::{Assignment, AssignmentInputs, PromoteRequest, VerifyRequest};
+use crate::protocol::{Assignment, HarnessFacts, PromoteRequest, VerifyRequest, WriteRules};
 use crate::role::Role;
 use crate::step::Step;
 use crate::worktree::{WorkTree, WorkTreeError};
@@ -65,6 +65,9 @@ pub struct ConductorConfig {
     pub verify_retries: u32,
     /// Most bytes of work-tree files handed to an agent with a build step.
     pub max_input_bytes: usize,
+    /// How the project's tests run, told to the roles whose work is tests and code (none: they
+    /// are told only the path rules).
+    pub harness: Option<Arc<HarnessFacts>>,
     /// Told of every durable ledger append, and may stop the conductor right after one (see
     /// [`AppendObserver`]); none by default.
     pub append_observer: Option<Arc<dyn AppendObserver>>,
@@ -93,6 +96,7 @@ impl ConductorConfig {
             gate_timeout: Duration::from_secs(24 * 3600),
             verify_retries: 1,
             max_input_bytes: 512 * 1024,
+            harness: None,
             append_observer: None,
         }
     }
@@ -575,7 +579,7 @@ impl ConductorState {
                 self.progress(Progress::Refused {
                     violation: violation.to_string(),
                 });
-                let refused = Event::Refused { violation };
+                let refused = Event::refusal(&event, violation);
                 self.append(&refused)?;
                 if let Ok((next, _)) = self.machine.step(&self.state, &refused) {
                     self.state = next;
@@ -885,38 +889,69 @@ impl ConductorState {
                 && s.build.code_authors.iter().any(|a| a.name == reviewer.name)
             {
                 let violation = crate::machine::RuleViolation::ReviewerIsAuthor { reviewer };
-                self.feed(Event::Refused { violation })?;
+                self.feed(Event::Refused {
+                    violation,
+                    run_output: None,
+                })?;
                 return Ok(None);
             }
         }
-        let mut inputs = AssignmentInputs {
-            feature: s.feature.clone(),
-            stories: s.stories.clone(),
-            spec: s.spec.clone(),
-            architecture: s.architecture.clone(),
-            schema: s.schema.clone(),
-            test_list: s.test_list.clone(),
-            ux: s.ux.clone(),
-            test: if step.is_build() {
-                s.current_test().cloned()
-            } else {
-                None
-            },
-            files: BTreeMap::new(),
-        };
-        if step.is_build() {
-            let policy = self.wiring.config.machine.paths.clone();
+        let mut inputs = crate::context::artifacts(s, &step);
+        let pack = crate::context::pack(&step);
+        let harness = self.wiring.config.harness.clone();
+        let loads = harness.as_ref().map_or(&[][..], |h| h.loads.as_slice());
+        let scope = crate::context::FileScope::new(&step, s.current_test(), loads);
+        if scope.lists() {
+            let policy = &self.wiring.config.machine.paths;
             let limit = self.wiring.config.max_input_bytes;
-            inputs.files = blocking(|| self.work.read_matching(|p| !policy.is_harness(p), limit))?;
+            (inputs.files, inputs.not_included) = blocking(|| {
+                self.work.read_scoped(
+                    |p| !policy.is_harness(p),
+                    |p| scope.includes(p, policy.is_test(p)),
+                    limit,
+                )
+            })?;
         }
+        let (harness, writes) = if pack.harness {
+            (harness, Some(self.write_rules(&step)))
+        } else {
+            (None, None)
+        };
         Ok(Some(Assignment {
             id,
             role,
             step,
             attempt,
+            harness,
+            writes,
             inputs,
             feedback,
         }))
+    }
+
+    /// What the role of `step` may write, in a sentence and as the machine's path rules.
+    fn write_rules(&self, step: &Step) -> WriteRules {
+        let policy = &self.wiring.config.machine.paths;
+        let tests = policy.test_globs().join(", ");
+        let summary = match step {
+            Step::TestList => format!(
+                "You write no files. Every test-list path must be a test path ({tests}) that the runner collects."
+            ),
+            Step::Red { .. } => format!(
+                "Only new test files ({tests}); you must write the entry's test file. Never a frozen test or a harness path."
+            ),
+            Step::Review { .. } => "You write no files: you judge the changes.".to_string(),
+            _ => format!("Code only: no test path ({tests}), no harness path, no frozen test."),
+        };
+        WriteRules {
+            summary,
+            paths: policy.rules(),
+            // The Driver may write no test path at all; only RED needs the frozen ones named.
+            frozen_tests: match step {
+                Step::Red { .. } => self.state.build.frozen_tests.keys().cloned().collect(),
+                _ => Vec::new(),
+            },
+        }
     }
 
     fn spawn_assign(&self, myself: &ActorRef<ConductorMsg>, a: Assignment) {

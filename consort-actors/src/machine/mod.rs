@@ -100,6 +100,11 @@ pub enum Event {
     Refused {
         /// The violation.
         violation: RuleViolation,
+        /// The output of the test run whose receipt was refused (capped), fed back to the
+        /// agent with the violation so that it can repair. None for every other refusal, and
+        /// in ledgers written before it existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_output: Option<String>,
     },
     /// The conductor read the disk before a build step.
     Observed {
@@ -176,6 +181,19 @@ pub enum Event {
 }
 
 impl Event {
+    /// The [`Event::Refused`] that records `violation` as the answer to `refused`: a refused
+    /// receipt's output excerpt goes with it, for the agent's feedback.
+    pub fn refusal(refused: &Event, violation: RuleViolation) -> Event {
+        let run_output = match refused {
+            Event::VerifyCompleted { receipt } => Some(transition::excerpt(receipt)),
+            _ => None,
+        };
+        Event::Refused {
+            violation,
+            run_output,
+        }
+    }
+
     /// A short name for logs and violations.
     pub fn name(&self) -> &'static str {
         match self {
@@ -438,6 +456,13 @@ pub struct BuildProgress {
     pub workspace_hash: Option<ContentHash>,
     /// Entries completed (reviewed and approved).
     pub completed: usize,
+    /// The change sets applied for the current entry since its last review, oldest first (a
+    /// reverted refactor is taken out): what the next review judges and a repair builds on.
+    #[serde(default)]
+    pub since_review: Vec<Arc<ChangeSet>>,
+    /// What the Driver must hear in its next assignment (a refactor that was reverted).
+    #[serde(default)]
+    pub driver_notes: Vec<String>,
 }
 
 /// The machine's whole state. Plain data: serialisable, comparable, replayable.

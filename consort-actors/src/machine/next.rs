@@ -89,6 +89,8 @@ pub(super) enum Done {
     RefactorBroke {
         /// How to undo it.
         inverse: Option<ChangeSet>,
+        /// What the run said, for the Driver's next assignment.
+        feedback: String,
     },
     /// The review approved the current entry.
     ReviewApproved,
@@ -196,7 +198,11 @@ pub(super) fn next_after(
         }
         Done::GreenFails { step, feedback } => repair_or_halt(cfg, s, step, feedback)?,
         Done::RefactorKept => Go(review(s)?),
-        Done::RefactorBroke { inverse } => {
+        Done::RefactorBroke { inverse, feedback } => {
+            s.build.since_review.pop();
+            s.build.driver_notes.push(format!(
+                "Your last refactor was reverted, because it broke tests; the code is as it was before it.\n{feedback}"
+            ));
             let review = review(s)?;
             Go(match inverse {
                 Some(change_set) => revert(change_set, review, None),
@@ -375,6 +381,7 @@ fn next_test(s: &mut State) -> Result<Pending, RuleViolation> {
     s.build.code_authors.clear();
     s.build.repairs = 0;
     s.build.review_rounds = 0;
+    s.build.since_review.clear();
     if s.current_test().is_some() {
         let test = current_id(s)?;
         return Ok(observe(agent(s, Step::Red { test }, 0, Vec::new())));
@@ -406,8 +413,12 @@ fn deploy_verify(s: &mut State) -> Result<Pending, RuleViolation> {
 }
 
 /// A new assignment of `step` (the next assignment id).
-pub(super) fn agent(s: &mut State, step: Step, attempt: u32, feedback: Vec<String>) -> Pending {
+pub(super) fn agent(s: &mut State, step: Step, attempt: u32, mut feedback: Vec<String>) -> Pending {
     s.next_assignment += 1;
+    if step.role() == crate::Role::Driver && !s.build.driver_notes.is_empty() {
+        let notes = std::mem::take(&mut s.build.driver_notes);
+        feedback.splice(0..0, notes);
+    }
     Pending::Agent {
         id: AssignmentId(s.next_assignment),
         step,

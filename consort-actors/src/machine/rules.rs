@@ -389,8 +389,10 @@ pub fn check_test_list(
     unique("test name", list.entries.iter().map(|e| e.runner_name()))?;
     for e in &list.entries {
         require(
-            e.id.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+            !e.id.is_empty()
+                && e.id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
             || {
                 format!(
                     "test id {:?} may hold only letters, digits, '-' and '_'",
@@ -417,6 +419,13 @@ pub fn check_test_list(
                 "test {} lives in {path:?}, which is not a test path ({:?})",
                 e.id,
                 policy.test_globs()
+            )
+        })?;
+        require(policy.is_collected(&path), || {
+            format!(
+                "test {} lives in {path:?}, which the test runner never collects as a test (it runs {}): the test would never run; put it in a file the runner collects",
+                e.id,
+                policy.collected_globs().unwrap_or_default().join(", ")
             )
         })?;
     }

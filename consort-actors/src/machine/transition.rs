@@ -136,7 +136,10 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
         return Err(invariant("a running machine waits for something"));
     };
     match event {
-        Event::Refused { violation } => return refused(cfg, state, pending, violation),
+        Event::Refused {
+            violation,
+            run_output,
+        } => return refused(cfg, state, pending, violation, run_output.as_deref()),
         // A human may end a run that is not halted: one interrupted mid-step (its process
         // killed, its ledger still running) or one waiting at a gate. A retry needs a halt.
         Event::Human {
@@ -325,6 +328,7 @@ fn applied(cfg: &MachineConfig, state: &State, event: &Event, pending: Pending) 
             check_tests_on_disk(&expected, tests)?;
             let mut s = state.clone();
             s.build.workspace_hash = Some(*workspace_hash);
+            s.build.since_review.push(Arc::new(change_set));
             let done = Done::Applied {
                 step,
                 attempt,
@@ -381,7 +385,10 @@ fn verify_completed(
             feedback: failure_feedback(receipt, &names),
         },
         VerifyPurpose::Refactor if all_pass(receipt, &names) => Done::RefactorKept,
-        VerifyPurpose::Refactor => Done::RefactorBroke { inverse },
+        VerifyPurpose::Refactor => Done::RefactorBroke {
+            inverse,
+            feedback: failure_feedback(receipt, &names),
+        },
         VerifyPurpose::Deploy if all_pass(receipt, &names) => Done::DeployPasses {
             hash: ContentHash::of(&(
                 s.schema.clone(),
@@ -647,14 +654,19 @@ fn refused(
     state: &State,
     pending: Pending,
     violation: &RuleViolation,
+    run_output: Option<&str>,
 ) -> Outcome {
     let mut s = state.clone();
     let remedy = violation.remedy();
     if remedy == Remedy::Ignore {
         return Ok((s, Vec::new()));
     }
-    let feedback =
+    let mut feedback =
         format!("Your previous answer was refused: {violation}. Try again within the rules.");
+    if let Some(output) = run_output.filter(|o| !o.trim().is_empty()) {
+        feedback.push_str("\nThe test run's output:\n");
+        feedback.extend(output.chars().take(FEEDBACK_EXCERPT));
+    }
     let retry = |s: &mut State, step: Step, attempt: u32, revert: Option<ChangeSet>| {
         retry_agent(cfg, s, step, attempt, revert, violation, feedback.clone())
     };
@@ -906,21 +918,61 @@ fn failure_feedback(receipt: &TestRunReceipt, names: &[String]) -> String {
         .map(String::as_str)
         .collect();
     missing.truncate(20);
+    let list = |names: &[&str]| match names {
+        [] => "none".to_string(),
+        names => names.join(", "),
+    };
     format!(
-        "Tests not passing: {:?}; not reported: {:?}; exit {:?}.\n{}",
-        receipt.not_passed(),
-        missing,
+        "Tests not passing: {}; not reported: {}; the run ended with {}.\n{}",
+        list(&receipt.not_passed()),
+        list(&missing),
         receipt.exit,
         excerpt(receipt)
     )
 }
 
-fn excerpt(receipt: &TestRunReceipt) -> String {
-    receipt
-        .output_excerpt
-        .chars()
-        .take(FEEDBACK_EXCERPT)
-        .collect()
+/// The part of a run's output an agent needs: the lines that name a passing test are left out
+/// (and counted), and what remains is capped at [`FEEDBACK_EXCERPT`] characters, keeping its
+/// beginning and its end (where runners print their summary).
+pub(super) fn excerpt(receipt: &TestRunReceipt) -> String {
+    let passed: Vec<&str> = receipt
+        .outcomes
+        .iter()
+        .filter(|o| o.status == TestStatus::Passed)
+        .map(|o| o.name.as_str())
+        .collect();
+    let mut kept = String::new();
+    let mut left_out = 0usize;
+    for line in receipt.output_excerpt.lines() {
+        if passed.iter().any(|name| line.contains(name)) {
+            left_out += 1;
+        } else {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    if left_out > 0 {
+        kept.push_str(&format!(
+            "[{left_out} line(s) about passing tests left out]\n"
+        ));
+    }
+    head_and_tail(&kept, FEEDBACK_EXCERPT)
+}
+
+/// `text` when it has at most `max` characters; else its first and last `max / 2`, with the
+/// number left out between them.
+fn head_and_tail(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_string();
+    }
+    let half = max / 2;
+    let head: String = text.chars().take(half).collect();
+    let tail: String = text.chars().skip(total - half).collect();
+    format!(
+        "{head}\n[… {} characters left out …]\n{tail}",
+        total - 2 * half
+    )
 }
 
 fn describe(p: &Pending) -> String {

@@ -527,7 +527,8 @@ async fn a_change_set_through_a_symlink_out_of_the_tree_is_refused_and_nothing_w
     assert!(fx.events().iter().any(|e| matches!(
         e,
         Event::Refused {
-            violation: crate::RuleViolation::PathOutsideWorkTree { .. }
+            violation: crate::RuleViolation::PathOutsideWorkTree { .. },
+            ..
         }
     )));
 }
@@ -645,7 +646,8 @@ async fn a_refused_live_approval_closes_the_gate_instead_of_asking_again() {
                 gate: GateKind::Design,
                 expected: hash,
                 got: ContentHash::of_bytes(b"an older design"),
-            }
+            },
+            run_output: None
         }]
     );
     assert!(report.state.frozen.is_none() && report.state.approvals.is_empty());
@@ -932,7 +934,7 @@ async fn caches_are_not_test_files_not_hashed_and_not_writable() {
     let refused: Vec<crate::RuleViolation> = events
         .iter()
         .filter_map(|e| match e {
-            Event::Refused { violation } => Some(violation.clone()),
+            Event::Refused { violation, .. } => Some(violation.clone()),
             _ => None,
         })
         .collect();

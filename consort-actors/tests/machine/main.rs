@@ -109,9 +109,7 @@ impl Run {
                 Ok(cmds)
             }
             Err(v) => {
-                let refused = Event::Refused {
-                    violation: v.clone(),
-                };
+                let refused = Event::refusal(&e, v.clone());
                 self.events.push(refused.clone());
                 let (s, cmds) = self
                     .m
@@ -607,6 +605,37 @@ fn design_checks_catch_broken_traces() {
     tl.entries[1].path = "tests/build/t2.sql".into();
     assert!(check_test_list(&tl, &st, &PathPolicy::default()).is_ok());
     assert!(check_test_list(&tl, &st, &PathPolicy::default().with_caches(&["build"])).is_err());
+}
+
+/// A test-list entry at a path the runner never collects would fail every RED with nothing to
+/// repair: it is refused in the design lane, and the Test Strategist hears why.
+#[test]
+fn a_test_the_runner_never_collects_is_refused_with_the_reason() {
+    let policy = PathPolicy::default()
+        .with_collected(&["tests/t1.sql"])
+        .expect("glob");
+    let mut r = Run::with_paths(policy);
+    r.start_with_stories(false);
+    r.produce(Artifact::Spec(spec())).expect("spec");
+    r.produce(Artifact::ArchitectureVerdict(approve_arch()))
+        .expect("arch");
+    r.produce(Artifact::SchemaPlan(schema())).expect("schema");
+    let v = r.produce_refused(Artifact::TestList(test_list()));
+    let text = v.to_string();
+    assert!(
+        text.contains("tests/t2.sql") && text.contains("never collects"),
+        "{text}"
+    );
+    let (_, step, attempt) = r.assignment();
+    assert_eq!((step, attempt), (Step::TestList, 1));
+    assert!(
+        matches!(last_command(&r), Command::Assign { feedback, .. } if feedback.iter().any(|f| f.contains("never collects"))),
+        "the reason is fed back"
+    );
+    // Once the list names only collected files, it is accepted.
+    let mut only_t1 = test_list();
+    only_t1.entries.truncate(1);
+    r.produce(Artifact::TestList(only_t1)).expect("collected");
 }
 
 #[test]
@@ -1839,7 +1868,7 @@ proptest! {
                 0 => Event::Start { feature: feature() },
                 1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)) },
                 2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: AgentFailure::Timeout { secs: n } },
-                3 => Event::Refused { violation: RuleViolation::NotHalted },
+                3 => Event::Refused { violation: RuleViolation::NotHalted, run_output: None },
                 4 => Event::Observed { design_hash: Some(h), tests: FileHashes::new() },
                 5 => Event::Applied { workspace_hash: h, tests: FileHashes::new(), inverse: ChangeSet::default() },
                 6 => Event::ApplyRefused { reason: PathError::Empty },
@@ -1849,7 +1878,7 @@ proptest! {
                 10 => Event::PromoteFailed { request: RequestId(n % 4), error: InfraError { fault: InfraFault::DatabaseDown, detail: String::new() } },
                 11 => Event::Human { decision: HumanDecision::Retry, by: String::new() },
                 12 => Event::ApplyDenied { violation: RuleViolation::TouchesTests { path: "tests/x".into() }, resolved: BTreeMap::new() },
-                _ => Event::Refused { violation: RuleViolation::FrozenTestModified { path: "x".into() } },
+                _ => Event::Refused { violation: RuleViolation::FrozenTestModified { path: "x".into() }, run_output: None },
             };
             if let Ok((next, _)) = m.step(&s, &e) {
                 s = next;
@@ -1901,7 +1930,13 @@ fn an_impossible_state_halts_with_a_typed_internal_reason() {
     // The refusal halts (instead of re-issuing the same assignment for ever), and says the
     // fault is Consort's own, not the work's.
     let (halted, commands) = m
-        .step(&no_feature, &Event::Refused { violation: v })
+        .step(
+            &no_feature,
+            &Event::Refused {
+                violation: v,
+                run_output: None,
+            },
+        )
         .expect("the refusal is recorded");
     let RunStatus::Halted { escalation, .. } = &halted.status else {
         panic!("expected a halt, got {:?}", halted.status);

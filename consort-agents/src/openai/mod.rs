@@ -15,6 +15,7 @@ mod extract;
 mod schema;
 mod transport;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,7 +29,7 @@ use async_openai::types::chat::{
     ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
     CreateChatCompletionRequestArgs, ResponseFormat, ResponseFormatJsonSchema,
 };
-use consort_actors::{AgentFailure, Artifact, ArtifactKind, Assignment, Role, Usage};
+use consort_actors::{AgentFailure, Artifact, ArtifactKind, Assignment, Omission, Role, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -363,7 +364,7 @@ impl OpenAiAgent {
     async fn converse(&self, assignment: &Assignment) -> Result<AgentOutput, AgentFailure> {
         let expected = assignment.expected_kind();
         let attempts = self.config.output_retries.saturating_add(1);
-        let mut turns: Vec<ChatCompletionRequestMessage> = vec![user_message(assignment).into()];
+        let mut turns: Vec<ChatCompletionRequestMessage> = user_messages(assignment);
         let mut usage = Usage::default();
         let mut last = String::new();
         let mut attempt = 0u32;
@@ -566,13 +567,25 @@ fn excerpt(s: &str) -> String {
     crate::validate::clip(s.trim(), 300)
 }
 
-/// The user message: the assignment as JSON.
-fn user_message(a: &Assignment) -> ChatCompletionRequestUserMessage {
+/// The user messages of an assignment, as JSON: the part that stays the same from step to
+/// step first (how the tests run, the schema plan), then the step's own part, so that a server
+/// can cache the prompt's beginning (see `consort_actors::context`).
+fn user_messages(a: &Assignment) -> Vec<ChatCompletionRequestMessage> {
     let mut inputs = serde_json::to_value(&a.inputs).unwrap_or(Value::Null);
+    let mut stable = serde_json::Map::new();
     if let Some(o) = inputs.as_object_mut() {
         o.retain(|_, v| !(v.is_null() || v.as_object().is_some_and(|m| m.is_empty())));
+        if let Some(schema) = o.remove("schema") {
+            stable.insert("schema".into(), schema);
+        }
+        if !a.inputs.not_included.is_empty() {
+            o.insert("not_included".into(), not_included(a));
+        }
     }
-    let msg = json!({
+    if let Some(h) = &a.harness {
+        stable.insert("harness".into(), json!(h));
+    }
+    let mut step = json!({
         "step": a.step.to_string(),
         "role": a.role,
         "attempt": a.attempt,
@@ -580,7 +593,33 @@ fn user_message(a: &Assignment) -> ChatCompletionRequestUserMessage {
         "inputs": inputs,
         "feedback": a.feedback,
     });
-    ChatCompletionRequestUserMessage::from(msg.to_string())
+    if let (Some(w), Some(o)) = (&a.writes, step.as_object_mut()) {
+        o.insert("writes".into(), json!(w));
+    }
+    let mut out = Vec::with_capacity(2);
+    if !stable.is_empty() {
+        out.push(ChatCompletionRequestUserMessage::from(Value::Object(stable).to_string()).into());
+    }
+    out.push(ChatCompletionRequestUserMessage::from(step.to_string()).into());
+    out
+}
+
+/// The files an assignment lists but does not carry, grouped by why: `{"not in this step's
+/// context": ["tests/t1.sql (638 bytes)", …]}`.
+fn not_included(a: &Assignment) -> Value {
+    let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for f in &a.inputs.not_included {
+        let why = match f.why {
+            Omission::NotInPack => "not in this step's context",
+            Omission::OverLimit => "over the assignment's size limit",
+            Omission::NotText => "not text",
+        };
+        groups
+            .entry(why)
+            .or_default()
+            .push(format!("{} ({} bytes)", f.path, f.bytes));
+    }
+    json!(groups)
 }
 
 /// Turns a completion into a valid artifact of the expected kind, or says what is wrong.

@@ -1,0 +1,165 @@
+//! The harness facts: how the project's tests run, as the Test Strategist, the Navigator and
+//! the Driver are told in every assignment ([`consort_actors::HarnessFacts`]), and which files
+//! the runner collects as tests (a test-list entry anywhere else is refused in the design lane).
+
+use consort_actors::HarnessFacts;
+
+use crate::config::{ProjectConfig, RunnerConfig};
+
+/// The variables every test run gets for its database branch.
+const DATABASE_ENV: [&str; 7] = [
+    "DATABASE_URL",
+    "PGHOST",
+    "PGPORT",
+    "PGUSER",
+    "PGPASSWORD",
+    "PGDATABASE",
+    "PGSSLMODE",
+];
+
+/// What every run starts from, whatever the runner.
+const BEFORE_TESTS: &str = "Every run gets a fresh branch of the database; the schema plan's migrations (those of the stories up to the current test's) are applied to it first, then the runner loads the setup files and runs the tests. The run may read the work tree but not change it: a run that writes there is refused.";
+
+/// The harness facts of `config`.
+pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
+    match &config.runner {
+        RunnerConfig::Psql { setup, tests, .. } => HarnessFacts {
+            runner: "psql".into(),
+            command: "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test file> -c ROLLBACK, one session per test file, after the setup files are loaded in sorted path order".into(),
+            collects: tests.clone(),
+            loads: setup.clone(),
+            pass_rule: "A test file passes when psql exits 0; with ON_ERROR_STOP any SQL error or RAISE EXCEPTION fails it. Each test's changes are rolled back.".into(),
+            before_tests: BEFORE_TESTS.into(),
+            environment: DATABASE_ENV.map(String::from).to_vec(),
+        },
+        RunnerConfig::Command {
+            command,
+            junit,
+            tap,
+            pass_env,
+            ..
+        } => HarnessFacts {
+            runner: "command".into(),
+            command: format!("sh -c {command:?} in the work tree"),
+            collects: collected_by_command(config).unwrap_or_default(),
+            loads: Vec::new(),
+            pass_rule: command_pass_rule(junit.is_some(), *tap),
+            before_tests: BEFORE_TESTS.into(),
+            environment: DATABASE_ENV
+                .iter()
+                .map(|v| v.to_string())
+                .chain(["CONSORT_JUNIT", "CONSORT_REPORT_DIR"].map(String::from))
+                .chain(pass_env.iter().cloned())
+                .collect(),
+        },
+    }
+}
+
+fn command_pass_rule(junit: bool, tap: bool) -> String {
+    let per_test = match (junit, tap) {
+        (true, _) => {
+            "Each test's result is read from the JUnit report the command writes to $CONSORT_JUNIT"
+        }
+        (false, true) => "Each test's result is read from the TAP the command prints",
+        (false, false) => "There are no per-test results",
+    };
+    format!(
+        "{per_test}; when there are none, exit status 0 passes every expected test and any other fails them."
+    )
+}
+
+/// The globs of the files the runner collects as tests, when known: `[runner] collects`, else
+/// the default of the test tool the command names (pytest, go test, vitest, jest). None when
+/// unknown: then every test path counts as collected.
+pub fn collected(config: &ProjectConfig) -> Option<Vec<String>> {
+    match &config.runner {
+        RunnerConfig::Psql { tests, .. } => Some(tests.clone()),
+        RunnerConfig::Command { .. } => collected_by_command(config),
+    }
+}
+
+fn collected_by_command(config: &ProjectConfig) -> Option<Vec<String>> {
+    let RunnerConfig::Command {
+        command, collects, ..
+    } = &config.runner
+    else {
+        return None;
+    };
+    if let Some(globs) = collects {
+        return Some(globs.clone());
+    }
+    let words: Vec<&str> = command
+        .split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let names = |w: &str| words.iter().any(|x| x.rsplit('/').next() == Some(w));
+    let globs: &[&str] = if names("pytest") || names("py.test") {
+        // pytest's default `python_files`; a project that sets its own lists it in `collects`.
+        &["**/test_*.py", "**/*_test.py"]
+    } else if names("go") && names("test") {
+        &["**/*_test.go"]
+    } else if names("vitest") || names("jest") {
+        &["**/*.test.*", "**/*.spec.*", "**/__tests__/**"]
+    } else {
+        return None;
+    };
+    Some(globs.iter().map(|g| g.to_string()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(cmd: &str, collects: Option<Vec<String>>) -> ProjectConfig {
+        let mut c = crate::config::tests::minimal();
+        c.runner = RunnerConfig::Command {
+            command: cmd.into(),
+            junit: None,
+            tap: true,
+            single_test: None,
+            timeout_secs: 60,
+            pass_env: vec!["APP_MODE".into()],
+            collects,
+            sandbox: crate::config::Sandbox::Landlock,
+        };
+        c
+    }
+
+    #[test]
+    fn the_test_tool_named_by_the_command_says_what_it_collects() {
+        let cases: [(&str, Option<&str>); 5] = [
+            (
+                "pytest -q --junitxml=\"$CONSORT_JUNIT\"",
+                Some("**/test_*.py"),
+            ),
+            ("python -m pytest", Some("**/test_*.py")),
+            ("go test ./...", Some("**/*_test.go")),
+            ("npx vitest run", Some("**/*.test.*")),
+            ("make check", None),
+        ];
+        for (cmd, first) in cases {
+            let got = collected(&command(cmd, None));
+            assert_eq!(
+                got.as_ref().and_then(|g| g.first()).map(String::as_str),
+                first,
+                "{cmd}"
+            );
+        }
+        let own = collected(&command("pytest", Some(vec!["checks/**/*.py".into()])));
+        assert_eq!(own, Some(vec!["checks/**/*.py".to_string()]));
+    }
+
+    #[test]
+    fn facts_name_the_runner_the_pass_rule_and_the_environment() {
+        let psql = harness_facts(&crate::config::tests::minimal());
+        assert_eq!(psql.runner, "psql");
+        assert!(psql.pass_rule.contains("exits 0"));
+        assert!(!psql.loads.is_empty() && !psql.collects.is_empty());
+        let cmd = harness_facts(&command("pytest -q", None));
+        assert!(cmd.command.contains("pytest -q"));
+        assert!(cmd.environment.iter().any(|v| v == "DATABASE_URL"));
+        assert!(cmd.environment.iter().any(|v| v == "APP_MODE"));
+        assert!(cmd.pass_rule.contains("TAP"));
+        assert!(cmd.before_tests.contains("migrations"));
+    }
+}
