@@ -18,7 +18,6 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use consort::project::{Project, RunOptions};
 use consort::{ApproveAs, RunLock, RunOutcome};
-use consort_actors::{Role, Step};
 use consort_agents::{AgentConfig, OpenAiConfig, Script};
 use consort_testkit::model::{Reply, Seen, error_body, ok, start_answering};
 use serde_json::Value;
@@ -87,40 +86,9 @@ fn answer(script: &Script, seen: &Seen) -> Reply {
 }
 
 fn find_answer(script: &Script, seen: &Seen) -> Result<String> {
-    let a = assignment_of(seen)?;
-    let step: Step = a.step.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let entry = script.lookup(a.role, &step, a.attempt)?;
+    let (role, step, attempt) = seen.asked().context("no message names the step")?;
+    let entry = script.lookup(role, &step, attempt)?;
     Ok(serde_json::to_string(&entry.artifact)?)
-}
-
-/// What the request's assignment says: its role, step and attempt.
-struct Asked {
-    role: Role,
-    step: String,
-    attempt: u32,
-}
-
-fn assignment_of(seen: &Seen) -> Result<Asked> {
-    for m in seen.messages().iter().rev() {
-        let Some(text) = m.get("content").and_then(Value::as_str) else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<Value>(text) else {
-            continue;
-        };
-        if let (Some(step), Some(role)) = (v.get("step"), v.get("role")) {
-            return Ok(Asked {
-                role: serde_json::from_value(role.clone())?,
-                step: step.as_str().context("step is not text")?.to_string(),
-                attempt: v
-                    .get("attempt")
-                    .and_then(Value::as_u64)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .unwrap_or(0),
-            });
-        }
-    }
-    bail!("no message of the request names its step")
 }
 
 /// One request's figures.
@@ -133,7 +101,7 @@ struct Row {
 
 impl Row {
     fn of(seen: &Seen) -> Result<Row> {
-        let asked = assignment_of(seen)?;
+        let (_, step, _) = seen.asked().context("no message names the step")?;
         let (mut system, mut user) = (0, 0);
         for m in seen.messages() {
             let chars = m
@@ -150,7 +118,7 @@ impl Row {
             .get("response_format")
             .map_or(0, |f| f.to_string().chars().count());
         Ok(Row {
-            step: asked.step,
+            step: step.to_string(),
             system,
             user,
             schema,

@@ -5,9 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::str::FromStr;
 
-use consort::actors::{Artifact, Role, Step};
+use consort::actors::Artifact;
 use consort::agents::Script;
 use consort_testkit::model::{Reply, Seen, start_answering};
 use serde_json::{Value, json};
@@ -31,19 +30,8 @@ fn answer(script: &Script, req: &Seen) -> Reply {
     if req.authorization.as_deref() != Some(&format!("Bearer {KEY}")) {
         return refuse(401, "bad key");
     }
-    let assignment: Option<Value> = req.body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .and_then(|t| serde_json::from_str(t).ok());
-    let Some(a) = assignment else {
-        return refuse(400, "no assignment");
-    };
-    let step = a["step"].as_str().and_then(|s| Step::from_str(s).ok());
-    let role = a["role"].as_str().and_then(|s| Role::from_str(s).ok());
-    let attempt = a["attempt"].as_u64().unwrap_or(0) as u32;
-    let (Some(step), Some(role)) = (step, role) else {
-        return refuse(400, "no step");
+    let Some((role, step, attempt)) = req.asked() else {
+        return refuse(400, "no assignment names its step");
     };
     let content = match script.lookup(role, &step, attempt) {
         Ok(entry) => body(&entry.artifact).to_string(),
@@ -108,6 +96,13 @@ fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
     assert!(
         model.requests() >= 40,
         "every step went through the model server"
+    );
+    // The context packs keep the prompts small: before them this run sent 1,151,933 characters
+    // of messages (examples/prompt_replay prints the figures per step; BENCHMARKS.md has them).
+    let chars: usize = model.seen().iter().map(|s| s.prompt_chars()).sum();
+    assert!(
+        chars <= 460_000,
+        "the run sent {chars} characters of prompt, more than 40 % of the 1,151,933 sent before the context packs"
     );
     let ledger = std::fs::read_to_string(dir.join(".consort/ledger.jsonl")).expect("ledger");
     assert!(

@@ -3,6 +3,7 @@
 //! the request, and recording every request it receives.
 
 use std::collections::VecDeque;
+use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Json;
@@ -10,6 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use consort_actors::{Role, Step};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -47,6 +49,33 @@ impl Seen {
         self.messages()[i]["content"]
             .as_str()
             .expect("text content")
+    }
+
+    /// What the request's assignment asks: the role, step and attempt of the last user message
+    /// that names a step (the step's part comes after the stable part of the prompt).
+    pub fn asked(&self) -> Option<(Role, Step, u32)> {
+        self.body["messages"]
+            .as_array()?
+            .iter()
+            .rev()
+            .find_map(|m| {
+                let a: Value = serde_json::from_str(m["content"].as_str()?).ok()?;
+                let step = Step::from_str(a["step"].as_str()?).ok()?;
+                let role = Role::from_str(a["role"].as_str()?).ok()?;
+                let attempt = u32::try_from(a["attempt"].as_u64().unwrap_or(0)).ok()?;
+                Some((role, step, attempt))
+            })
+    }
+
+    /// Characters of the request's messages (system and user turns): what a server tokenises,
+    /// without the schema sent as `response_format`.
+    pub fn prompt_chars(&self) -> usize {
+        self.body["messages"].as_array().map_or(0, |all| {
+            all.iter()
+                .filter_map(|m| m["content"].as_str())
+                .map(|t| t.chars().count())
+                .sum()
+        })
     }
 }
 

@@ -137,7 +137,7 @@ pub enum RuleViolation {
         test: String,
     },
     /// The new test broke tests that were green before.
-    #[error("RED broke tests that were green: {tests:?}")]
+    #[error("RED broke tests that were green: {}", tests.join(", "))]
     RedBrokeGreenTest {
         /// The tests that no longer pass.
         tests: Vec<String>,

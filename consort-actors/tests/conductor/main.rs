@@ -960,3 +960,77 @@ async fn caches_are_not_test_files_not_hashed_and_not_writable() {
         "a planted cache file is never a test file"
     );
 }
+
+/// Each step gets its context pack: harness facts only where tests and code are the work,
+/// files by the pack's rule, everything else listed with its size and why, and the change sets
+/// since the last review for the review.
+#[tokio::test]
+async fn every_assignment_carries_its_context_pack_and_lists_what_it_leaves_out() {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.root().join("src")).expect("src");
+    std::fs::write(fx.root().join("README.md"), "# readme\n").expect("readme");
+    std::fs::write(fx.root().join("src/big.sql"), "-- big\n".repeat(400)).expect("big");
+    let seen: Arc<Mutex<Vec<Assignment>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    let answer: Answer = Arc::new(move |a: &Assignment| {
+        record.lock().expect("record").push(a.clone());
+        honest(a)
+    });
+    let mut config = fx.config();
+    config.max_input_bytes = 1000;
+    config.harness = Some(Arc::new(HarnessFacts {
+        runner: "psql".into(),
+        loads: vec!["src/**/*.sql".into()],
+        collects: vec!["tests/**/*.sql".into()],
+        ..HarnessFacts::default()
+    }));
+    let report = fx.run_with(config, answer, approve_all()).await;
+    assert_eq!(report.outcome, RunOutcome::Done);
+    let seen = seen.lock().expect("seen").clone();
+    let of = |key: &str| {
+        seen.iter()
+            .find(|a| a.step.to_string() == key)
+            .unwrap_or_else(|| panic!("no assignment for {key}"))
+            .clone()
+    };
+    let stories = of("stories");
+    assert!(stories.harness.is_none() && stories.inputs.files.is_empty());
+    assert!(stories.inputs.not_included.is_empty() && stories.inputs.spec.is_none());
+    assert!(
+        of("test-list").harness.is_some(),
+        "the Test Strategist hears how tests run"
+    );
+    let green = of("green/T2");
+    assert!(green.harness.is_some() && green.writes.is_some());
+    let files: Vec<&str> = green.inputs.files.keys().map(String::as_str).collect();
+    assert_eq!(
+        files,
+        vec!["src/t1.sql", "tests/t2.sql"],
+        "code and the entry's test"
+    );
+    let why = |path: &str| {
+        green
+            .inputs
+            .not_included
+            .iter()
+            .find(|n| n.path == path)
+            .map(|n| (n.why, n.bytes))
+    };
+    assert_eq!(why("README.md"), Some((Omission::NotInPack, 9)));
+    assert_eq!(why("tests/t1.sql"), Some((Omission::NotInPack, 15)));
+    assert_eq!(why("src/big.sql"), Some((Omission::OverLimit, 2800)));
+    // Traced: the entry's story with only its criterion, nothing of the other story.
+    let traced = green.inputs.stories.as_deref().expect("stories");
+    assert_eq!(traced.stories.len(), 1);
+    assert_eq!(traced.stories[0].acceptance_criteria.len(), 1);
+    assert!(green.inputs.test_list.is_none() && green.inputs.feature.is_none());
+    let review = of("review/T2/0");
+    assert!(
+        review.inputs.changes.len() >= 2,
+        "the review sees RED's and GREEN's change sets"
+    );
+    assert_eq!(
+        review.inputs.files.keys().collect::<Vec<_>>(),
+        vec!["tests/t2.sql"]
+    );
+}

@@ -944,6 +944,49 @@ fn a_red_that_already_passes_is_refused_reverted_and_retried() {
     assert!(r.s.build.frozen_tests.is_empty(), "nothing frozen");
 }
 
+/// A refused RED run is fed back with its output: the lines about passing tests left out.
+#[test]
+fn a_refused_red_run_feeds_its_output_back() {
+    let mut r = Run::at_build();
+    r.full_test("tests/t1.sql", &[]);
+    r.observe();
+    r.write_and_apply("tests/t2.sql", "x");
+    let mut receipt = r.receipt(
+        &[
+            ("tests/t1.sql", TestStatus::Failed),
+            ("tests/t2.sql", TestStatus::Failed),
+        ],
+        1,
+    );
+    receipt.output_excerpt =
+        "== tests/t0.sql: passed ==\nERROR: relation \"stock\" does not exist\n".into();
+    receipt.outcomes.push(TestOutcome {
+        name: "tests/t0.sql".into(),
+        status: TestStatus::Passed,
+    });
+    r.feed(Event::VerifyCompleted { receipt })
+        .expect_err("a RED that breaks a green test is refused");
+    r.apply();
+    r.observe();
+    let Command::Assign { feedback, .. } = last_command(&r) else {
+        panic!("the Navigator is asked again");
+    };
+    let text = feedback.join("\n");
+    assert!(text.contains("RED broke tests"), "{text}");
+    assert!(
+        text.contains("relation \"stock\" does not exist"),
+        "the run's output: {text}"
+    );
+    assert!(
+        !text.contains("t0.sql: passed"),
+        "passing tests' lines are left out: {text}"
+    );
+    assert!(
+        text.contains("1 line(s) about passing tests left out"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_red_that_breaks_a_green_test_is_refused() {
     let mut r = Run::at_build();
@@ -1362,6 +1405,49 @@ fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
             round: 0
         }
     );
+}
+
+/// The review judges what changed since the last review (a reverted refactor is not part of
+/// it), and the Driver hears that its refactor was reverted in its next assignment.
+#[test]
+fn a_reverted_refactor_is_told_to_the_driver_and_left_out_of_the_review() {
+    let mut r = Run::at_green();
+    r.green(&["tests/t1.sql"]);
+    let before = r.s.build.since_review.len();
+    assert!(before >= 2, "RED and GREEN change sets: {before}");
+    r.write_and_apply("src/code.sql", "broken refactor");
+    let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
+    receipt.output_excerpt = "ERROR: function adjust_stock does not exist".into();
+    r.feed(Event::VerifyCompleted { receipt })
+        .expect("a failing refactor is a result");
+    r.apply();
+    r.observe();
+    assert_eq!(
+        r.s.build.since_review.len(),
+        before,
+        "the reverted refactor is left out"
+    );
+    let reasons = vec!["name the function after what it does".to_string()];
+    r.produce(Artifact::ReviewVerdict(ReviewVerdict::ChangesRequested {
+        reasons: reasons.clone(),
+    }))
+    .expect("changes requested");
+    r.observe();
+    let Command::Assign { step, feedback, .. } = last_command(&r) else {
+        panic!("the Driver is asked to refactor again");
+    };
+    assert_eq!(
+        step,
+        Step::Refactor {
+            test: "T1".into(),
+            round: 1
+        }
+    );
+    let text = feedback.join("\n");
+    assert!(text.contains("refactor was reverted"), "{text}");
+    assert!(text.contains("adjust_stock does not exist"), "{text}");
+    assert!(text.contains(&reasons[0]), "{text}");
+    assert!(r.s.build.driver_notes.is_empty(), "told once");
 }
 
 #[test]

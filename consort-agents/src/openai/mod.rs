@@ -38,7 +38,7 @@ use crate::prompts::system_prompt;
 use crate::validate::{check_artifact, parse_artifact};
 
 pub use extract::{Completion, extract_json, read_completion};
-pub use schema::{body_schema, response_schema};
+pub use schema::{body_schema, ordered_schema_text, response_schema};
 pub use transport::{HttpPolicy, RetryTransport, retry_after};
 
 /// An API key. Its `Debug` prints `ApiKey(<redacted>)`; it has no `Display`.
@@ -350,7 +350,7 @@ impl OpenAiAgent {
         if mode != StructuredOutput::JsonSchema {
             text.push_str(&format!(
                 "\nThe answer must match this JSON schema:\n{}\n",
-                response_schema(expected, false)
+                ordered_schema_text(&response_schema(expected, false))
             ));
         }
         if let Some(extra) = &self.config.extra_instructions {
@@ -495,6 +495,7 @@ impl OpenAiAgent {
             };
             obj.insert(field.into(), json!(n));
         }
+        let body = with_ordered_schema(body).map_err(fail)?;
         let answer: Result<Value, OpenAIError> = self.client.chat().create_byot(&body).await;
         match answer {
             Ok(v) => read_completion(&v).map_err(|detail| {
@@ -602,6 +603,26 @@ fn user_messages(a: &Assignment) -> Vec<ChatCompletionRequestMessage> {
     }
     out.push(ChatCompletionRequestUserMessage::from(step.to_string()).into());
     out
+}
+
+/// The request's JSON text with its response schema written in reasoning order (see
+/// [`schema::ordered_schema_text`]): a `serde_json::Value` would sort the properties
+/// alphabetically, and a strict server generates them in the order the schema gives.
+fn with_ordered_schema(mut body: Value) -> Result<Box<serde_json::value::RawValue>, String> {
+    const PLACEHOLDER: &str = "__consort_response_schema_7c1e__";
+    let slot = body
+        .pointer_mut("/response_format/json_schema/schema")
+        .map(|s| std::mem::replace(s, json!(PLACEHOLDER)));
+    let mut text = body.to_string();
+    if let Some(schema) = slot {
+        text = text.replacen(
+            &json!(PLACEHOLDER).to_string(),
+            &ordered_schema_text(&schema),
+            1,
+        );
+    }
+    serde_json::value::RawValue::from_string(text)
+        .map_err(|e| format!("cannot serialise the request: {e}"))
 }
 
 /// The files an assignment lists but does not carry, grouped by why: `{"not in this step's

@@ -127,9 +127,158 @@ fn make_nullable(schema: &mut Value) {
     }
 }
 
+/// Property names in the order a model should write them: what a thing is (ids, names,
+/// titles) first, then what it says, then its reasons, and a decision last — a model that
+/// writes in schema order (as strict structured output does) reasons before it decides.
+/// Names not listed come after these, alphabetically.
+const REASONING_ORDER: [&str; 40] = [
+    "kind",
+    "id",
+    "feature_id",
+    "story_id",
+    "ac_id",
+    "version",
+    "name",
+    "title",
+    "path",
+    "op",
+    "test_name",
+    "as_a",
+    "i_want",
+    "so_that",
+    "user_facing",
+    "given",
+    "when",
+    "then",
+    "summary",
+    "description",
+    "statement",
+    "brief",
+    "elements",
+    "stories",
+    "acceptance_criteria",
+    "requirements",
+    "invariants",
+    "migrations",
+    "sql",
+    "entries",
+    "screens",
+    "changes",
+    "content",
+    "body",
+    "out_of_scope",
+    "open_questions",
+    "rationale",
+    "reasons",
+    "notes",
+    "decision",
+];
+
+fn rank(name: &str) -> (usize, &str) {
+    let at = REASONING_ORDER.iter().position(|n| *n == name);
+    (at.unwrap_or(REASONING_ORDER.len()), name)
+}
+
+/// The JSON text of a schema with every `properties` map (and its `required` list) in
+/// [`REASONING_ORDER`]; everything else as `serde_json` writes it. The same value as `schema`
+/// once parsed: only the order of the text differs.
+pub fn ordered_schema_text(schema: &Value) -> String {
+    let mut out = String::with_capacity(2048);
+    write_ordered(schema, false, &mut out);
+    out
+}
+
+fn write_ordered(v: &Value, is_properties: bool, out: &mut String) {
+    match v {
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            if is_properties {
+                keys.sort_by_key(|k| rank(k));
+            }
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                match (k.as_str(), &o[k]) {
+                    ("required", Value::Array(names)) => {
+                        let mut names: Vec<&Value> = names.iter().collect();
+                        names.sort_by_key(|n| rank(n.as_str().unwrap_or_default()));
+                        write_ordered(
+                            &Value::Array(names.into_iter().cloned().collect()),
+                            false,
+                            out,
+                        );
+                    }
+                    (key, value) => write_ordered(value, key == "properties", out),
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_ordered(item, false, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn properties_come_in_reasoning_order_and_the_schema_is_unchanged() {
+        // The same schema, up to the order of the `required` lists.
+        fn sort_required(v: &mut Value) {
+            match v {
+                Value::Object(o) => {
+                    if let Some(Value::Array(r)) = o.get_mut("required") {
+                        r.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+                    }
+                    o.values_mut().for_each(sort_required);
+                }
+                Value::Array(items) => items.iter_mut().for_each(sort_required),
+                _ => {}
+            }
+        }
+        for kind in ArtifactKind::ALL {
+            let mut schema = response_schema(kind, true);
+            let text = ordered_schema_text(&schema);
+            let mut back: Value = serde_json::from_str(&text).expect("valid JSON");
+            sort_required(&mut back);
+            sort_required(&mut schema);
+            assert_eq!(back, schema, "{kind}: the same schema");
+        }
+        let review = ordered_schema_text(&response_schema(ArtifactKind::ReviewVerdict, true));
+        let (reasons, decision) = (review.find("\"reasons\":"), review.rfind("\"decision\":"));
+        assert!(
+            reasons < decision,
+            "rationale before the decision: {review}"
+        );
+        let stories = ordered_schema_text(&response_schema(ArtifactKind::Stories, true));
+        let at = |name: &str| {
+            stories
+                .find(&format!("\"{name}\":{{"))
+                .unwrap_or(usize::MAX)
+        };
+        assert!(
+            at("id") < at("title") && at("title") < at("acceptance_criteria"),
+            "{stories}"
+        );
+        assert!(
+            at("given") < at("when") && at("when") < at("then"),
+            "{stories}"
+        );
+    }
 
     fn walk<'a>(v: &'a Value, out: &mut Vec<&'a Map<String, Value>>) {
         match v {
