@@ -506,6 +506,46 @@ fn line_of(text: &str, offset: usize) -> usize {
         .unwrap_or(1)
 }
 
+/// An entry that still holds the skeleton's placeholders (see [`crate::script_skeleton`])
+/// answers nothing: the run halts at that step, naming the entry and its unfilled fields,
+/// instead of sending "FILL IN" text down the lifecycle.
+fn refuse_placeholders(entry: &ScriptEntry, step: &Step, attempt: u32) -> Result<(), AgentFailure> {
+    let holes = crate::placeholders(&entry.artifact).map_err(|e| AgentFailure::InvalidOutput {
+        attempts: 1,
+        detail: format!(
+            "entry {} ({}) cannot be read: {e}",
+            entry.entry, entry.origin
+        ),
+    })?;
+    if holes.is_empty() {
+        return Ok(());
+    }
+    Err(AgentFailure::ScriptMismatch {
+        wanted: format!("{} {step} (attempt {attempt})", entry.role),
+        found: format!(
+            "entry {} ({}) still holds the skeleton's placeholders in {}; fill them in (docs/ARTIFACTS.md) and run `consort doctor`",
+            entry.entry,
+            entry.origin,
+            list_fields(&holes)
+        ),
+    })
+}
+
+/// A list of field paths for people: the first few, then how many more.
+pub(crate) fn list_fields(fields: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = fields
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if fields.len() > SHOWN {
+        text.push_str(&format!(" and {} more", fields.len() - SHOWN));
+    }
+    text
+}
+
 /// An agent that answers from a [`Script`]: deterministic, no model, no cost.
 ///
 /// It ignores the assignment's inputs and feedback; the answer depends only on the role, the
@@ -534,6 +574,7 @@ impl Agent for ScriptedAgent {
             let entry = self
                 .script
                 .lookup(self.role, &assignment.step, assignment.attempt)?;
+            refuse_placeholders(entry, &assignment.step, assignment.attempt)?;
             tracing::debug!(
                 role = %self.role,
                 step = %assignment.step,
