@@ -126,8 +126,7 @@ fn explain_file(file: &Path, out: &mut Vec<Finding>) -> Option<Script> {
         Err(e) => {
             out.push(Finding::Fail {
                 what: e.to_string(),
-                fix: "fix the entry named above; every artifact's fields are in docs/ARTIFACTS.md"
-                    .into(),
+                fix: "fix the entry named above".into(),
             });
             return None;
         }

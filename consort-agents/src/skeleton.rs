@@ -147,7 +147,8 @@ impl<'a> Skeleton<'a> {
         schema
     }
 
-    /// The tag values of a tagged union, when `schema` is one: `decision: approve, revise`.
+    /// For a tagged union, the tag's values and what each other variant has instead:
+    /// `decision: approve (below), or revise with reasons`.
     fn alternatives(&self, schema: &Value) -> Option<String> {
         let schema = match schema.get("$ref").and_then(Value::as_str) {
             Some(r) => self.root.get("$defs")?.get(r.rsplit('/').next()?)?,
@@ -158,8 +159,8 @@ impl<'a> Skeleton<'a> {
             .or_else(|| schema.get("anyOf"))?
             .as_array()?;
         let mut tag = None;
-        let mut values = Vec::new();
-        for v in alts {
+        let mut variants = Vec::new();
+        for (i, v) in alts.iter().enumerate() {
             let props = v.get("properties").and_then(Value::as_object)?;
             let (name, value) = props.iter().find_map(|(n, p)| {
                 let c = p
@@ -168,9 +169,18 @@ impl<'a> Skeleton<'a> {
                 Some((n.as_str(), c.as_str()?))
             })?;
             tag = Some(name);
-            values.push(value);
+            let others: Vec<&str> = props
+                .keys()
+                .map(String::as_str)
+                .filter(|k| *k != name)
+                .collect();
+            variants.push(match (i, others.is_empty()) {
+                (0, _) => format!("{value} (below)"),
+                (_, true) => value.to_string(),
+                (_, false) => format!("{value} with {}", others.join(", ")),
+            });
         }
-        Some(format!("{}: one of {}", tag?, values.join(", ")))
+        Some(format!("{}: {}", tag?, variants.join(", or ")))
     }
 
     fn fields(&self, object: &'a Value) -> Vec<Field<'a>> {
@@ -205,7 +215,7 @@ impl<'a> Skeleton<'a> {
             if array_item { "]]" } else { "]" }
         );
         if let Some(alts) = self.alternatives(schema) {
-            let _ = writeln!(out, "# {alts} (the fields differ; see docs/ARTIFACTS.md)");
+            let _ = writeln!(out, "# {alts} (see docs/ARTIFACTS.md)");
         }
         let object = self.resolve(schema);
         let fields = self.fields(object);
