@@ -175,16 +175,7 @@ fn placeholder_finding(entry: &ScriptEntry, out: &mut Vec<Finding>) {
     if holes.is_empty() {
         return;
     }
-    let shown = 5;
-    let mut fields = holes
-        .iter()
-        .take(shown)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if holes.len() > shown {
-        fields.push_str(&format!(" and {} more", holes.len() - shown));
-    }
+    let fields = consort_agents::field_list(&holes);
     out.push(Finding::Fail {
         what: format!(
             "entry {} for {} ({}) still holds the skeleton's placeholders: {fields}",

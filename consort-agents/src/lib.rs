@@ -141,7 +141,8 @@ pub use openai::{ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiCo
 pub use reference::artifact_reference;
 pub use script::{Script, ScriptEntry, ScriptError, ScriptedAgent, StepPattern};
 pub use skeleton::{
-    PLACEHOLDER, build_steps, design_steps, is_design_step, placeholders, script_skeleton,
+    PLACEHOLDER, build_steps, design_steps, field_list, is_design_step, placeholders,
+    script_skeleton,
 };
 
 #[doc = include_str!("../SCRIPTS.md")]

@@ -571,24 +571,9 @@ fn refuse_placeholders(entry: &ScriptEntry, step: &Step, attempt: u32) -> Result
             "entry {} ({}) still holds the skeleton's placeholders in {}; fill them in (docs/ARTIFACTS.md) and run `consort doctor`",
             entry.entry,
             entry.origin,
-            list_fields(&holes)
+            crate::field_list(&holes)
         ),
     })
-}
-
-/// A list of field paths for people: the first few, then how many more.
-pub(crate) fn list_fields(fields: &[String]) -> String {
-    const SHOWN: usize = 5;
-    let mut text = fields
-        .iter()
-        .take(SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if fields.len() > SHOWN {
-        text.push_str(&format!(" and {} more", fields.len() - SHOWN));
-    }
-    text
 }
 
 /// An agent that answers from a [`Script`]: deterministic, no model, no cost.
