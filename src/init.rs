@@ -31,17 +31,14 @@ pub const STOCKFLOW_FEATURE_ID: &str = "F1-warehouse-stock";
 /// Where `consort init --example stockflow` puts the script.
 pub const STOCKFLOW_SCRIPT_PATH: &str = ".consort/agents/stockflow.toml";
 
-/// The starter agent script `consort init` writes: no answers yet, only how to add them.
-pub const SCRIPT_TEMPLATE: &str = r#"# Scripted agent answers, one [[entry]] per step (see consort-agents/SCRIPTS.md).
-# Until every step has an answer, `consort run` halts at the first step without one and says
-# which. Or play the roles with a model: [agents.default] backend = "openai" in consort.toml.
-#
-# [[entry]]
-# step = "stories"
-# [entry.artifact]
-# kind = "stories"
-# body = { feature_id = "F1", stories = [] }
-"#;
+/// Where `consort init` (without an example) puts the script skeleton.
+pub const SCRIPT_PATH: &str = ".consort/agents/script.toml";
+
+/// The starter agent script `consort init` writes: one entry per design step, every field
+/// with a placeholder ([`consort_agents::script_skeleton`], from the artifact schemas).
+pub fn script_template() -> String {
+    consort_agents::script_skeleton()
+}
 
 /// A commented `consort.toml` for a feature request at `feature.md` and a scripted ensemble.
 pub fn config_template(feature_id: &str, script: &str) -> String {
@@ -171,12 +168,9 @@ pub fn init(dir: &Path, example: Option<Example>, force: bool) -> Result<Vec<Pat
             write(STOCKFLOW_SCRIPT_PATH, STOCKFLOW_SCRIPT)?;
         }
         None => {
-            write(
-                CONFIG_FILE,
-                &config_template("F1", ".consort/agents/script.toml"),
-            )?;
-            if !dir.join(".consort/agents/script.toml").exists() {
-                write(".consort/agents/script.toml", SCRIPT_TEMPLATE)?;
+            write(CONFIG_FILE, &config_template("F1", SCRIPT_PATH))?;
+            if !dir.join(SCRIPT_PATH).exists() {
+                write(SCRIPT_PATH, &script_template())?;
             }
             if !dir.join("feature.md").exists() {
                 write(
@@ -351,23 +345,18 @@ fn check_runner(checks: &mut Checks, config: &ProjectConfig) {
     }
 }
 
-/// Each role's agent: its scripts exist, its API key is set, its command is named.
+/// Each role's agent: its scripts parse and are explained (see [`crate::script_check`]), its
+/// API key is set, its command is named.
 fn check_agents(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
+    for finding in crate::script_check::script_report(dir, config) {
+        if finding.is_failure() {
+            checks.failed = true;
+        }
+        println!("{finding}");
+    }
     for role in consort_actors::Role::ALL {
         match config.agents.for_role(role) {
-            AgentConfig::Script { path, paths } => {
-                let missing: Vec<PathBuf> = path
-                    .iter()
-                    .chain(paths)
-                    .map(|p| dir.join(p))
-                    .filter(|p| !p.exists())
-                    .collect();
-                checks.report(
-                    missing.is_empty(),
-                    &format!("{role}: script {missing:?}"),
-                    "write the script or fix [agents] paths",
-                );
-            }
+            AgentConfig::Script { .. } => {}
             AgentConfig::Openai(c) => {
                 let key = c
                     .api_key_env
@@ -430,7 +419,7 @@ mod tests {
     use super::*;
 
     fn config_with_runner(runner: &str) -> ProjectConfig {
-        let text = config_template("F1", ".consort/agents/script.toml").replace(
+        let text = config_template("F1", SCRIPT_PATH).replace(
             "kind = \"psql\"                   # \"psql\": each tests/*.sql file with psql on a fresh branch\nsetup = [\"src/**/*.sql\"]        # code loaded into the branch before the tests\ntests = [\"tests/**/*.sql\"]\n",
             runner,
         );

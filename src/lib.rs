@@ -77,6 +77,7 @@ pub mod init;
 pub mod project;
 pub mod runlock;
 pub mod runner_harness;
+pub mod script_check;
 pub mod ui;
 
 pub use consort_actors as actors;

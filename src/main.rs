@@ -213,7 +213,16 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             for f in written {
                 println!("wrote {}", f.display());
             }
-            println!("next: consort run --dir {}", dir.display());
+            if example.is_none() {
+                println!(
+                    "next: fill in the answers in {} (every field is in docs/ARTIFACTS.md), check them with `consort doctor --dir {}`, then",
+                    dir.join(consort::init::SCRIPT_PATH).display(),
+                    dir.display()
+                );
+                println!("      consort run --dir {}", dir.display());
+            } else {
+                println!("next: consort run --dir {}", dir.display());
+            }
             Ok(0)
         }
         Cmd::Run {

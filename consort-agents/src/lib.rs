@@ -128,6 +128,7 @@ pub mod openai;
 pub mod prompts;
 mod reference;
 mod script;
+mod skeleton;
 pub mod validate;
 
 pub use actor::{
@@ -143,6 +144,10 @@ pub use consort_actors::{
 pub use openai::{ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiConfigError};
 pub use reference::artifact_reference;
 pub use script::{Script, ScriptEntry, ScriptError, ScriptedAgent, StepPattern};
+pub use skeleton::{
+    PLACEHOLDER, build_steps, design_steps, field_list, is_design_step, placeholders,
+    script_skeleton,
+};
 
 #[doc = include_str!("../SCRIPTS.md")]
 pub mod script_format {}

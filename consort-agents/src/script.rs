@@ -8,7 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use consort_actors::{AgentFailure, Artifact, Assignment, Role, Step, Usage};
+use consort_actors::{AgentFailure, Artifact, ArtifactKind, Assignment, Role, Step, Usage};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -334,13 +334,14 @@ impl Script {
         }
         Err(AgentFailure::ScriptExhausted {
             wanted: format!(
-                "{wanted}: the script has {} entr{} for that step and no wildcard for this attempt",
+                "{wanted}: the script has {} entr{} for that step and no wildcard for this attempt; attempt {attempt} follows {attempt} refused answer{}: fix the answer that was refused, or add an entry for the retry (a human `consort retry` starts again at attempt 0 and gets the same answers)",
                 exact.len() + wild.len(),
                 if exact.len() + wild.len() == 1 {
                     "y"
                 } else {
                     "ies"
-                }
+                },
+                if attempt == 1 { "" } else { "s" },
             ),
         })
     }
@@ -365,9 +366,15 @@ impl Script {
                 line: Some(line),
                 detail: with_step(step_hint.as_deref(), detail),
             };
-            let parsed: RawEntry = value
-                .try_into()
-                .map_err(|e: toml::de::Error| entry_err(e.message().trim().to_string()))?;
+            let artifact = value
+                .get("artifact")
+                .and_then(|a| serde_json::to_value(a).ok());
+            let parsed: RawEntry = value.try_into().map_err(|e: toml::de::Error| {
+                entry_err(with_field(
+                    artifact.as_ref(),
+                    e.message().trim().to_string(),
+                ))
+            })?;
             entries.push(
                 finish_entry(parsed, raw.role, i + 1, format!("{name}:{line}"))
                     .map_err(entry_err)?,
@@ -431,8 +438,9 @@ impl Script {
                 line: None,
                 detail: with_step(step_hint.as_deref(), detail),
             };
-            let parsed: RawEntry =
-                serde_json::from_value(item).map_err(|e| entry_err(e.to_string()))?;
+            let artifact = item.get("artifact").cloned();
+            let parsed: RawEntry = serde_json::from_value(item)
+                .map_err(|e| entry_err(with_field(artifact.as_ref(), e.to_string())))?;
             entries.push(
                 finish_entry(parsed, default_role, i + 1, format!("{name}#{}", i + 1))
                     .map_err(entry_err)?,
@@ -449,6 +457,43 @@ fn with_step(step: Option<&str>, detail: String) -> String {
     match step {
         Some(s) => format!("(step {s}) {detail}"),
         None => detail,
+    }
+}
+
+/// The error of an entry, with the field of its artifact's body it is about when that can
+/// be found: the artifact is a tagged union, whose errors carry no path, so the body is read
+/// again as its kind's type alone.
+fn with_field(artifact: Option<&Value>, detail: String) -> String {
+    match artifact.and_then(body_field_error) {
+        Some(field) => format!("{field} (fields: docs/ARTIFACTS.md)"),
+        None => detail,
+    }
+}
+
+fn body_field_error(artifact: &Value) -> Option<String> {
+    fn at<T: serde::de::DeserializeOwned>(body: &Value) -> Option<String> {
+        let e = serde_path_to_error::deserialize::<_, T>(body).err()?;
+        let path = e.path().to_string();
+        let path = if path == "." {
+            "body".to_string()
+        } else {
+            format!("body.{path}")
+        };
+        Some(format!("{path}: {}", e.inner()))
+    }
+    use consort_actors as a;
+    let kind: ArtifactKind = serde_json::from_value(artifact.get("kind")?.clone()).ok()?;
+    let body = artifact.get("body")?;
+    match kind {
+        ArtifactKind::Stories => at::<a::Stories>(body),
+        ArtifactKind::Spec => at::<a::Spec>(body),
+        ArtifactKind::ArchitectureVerdict => at::<a::ArchitectureVerdict>(body),
+        ArtifactKind::SchemaPlan => at::<a::SchemaPlan>(body),
+        ArtifactKind::TestList => at::<a::TestList>(body),
+        ArtifactKind::UxDesign => at::<a::UxDesign>(body),
+        ArtifactKind::ChangeSet => at::<a::ChangeSet>(body),
+        ArtifactKind::ReviewVerdict => at::<a::ReviewVerdict>(body),
+        ArtifactKind::TestRunReceipt => at::<a::TestRunReceipt>(body),
     }
 }
 
@@ -506,6 +551,31 @@ fn line_of(text: &str, offset: usize) -> usize {
         .unwrap_or(1)
 }
 
+/// An entry that still holds the skeleton's placeholders (see [`crate::script_skeleton`])
+/// answers nothing: the run halts at that step, naming the entry and its unfilled fields,
+/// instead of sending "FILL IN" text down the lifecycle.
+fn refuse_placeholders(entry: &ScriptEntry, step: &Step, attempt: u32) -> Result<(), AgentFailure> {
+    let holes = crate::placeholders(&entry.artifact).map_err(|e| AgentFailure::InvalidOutput {
+        attempts: 1,
+        detail: format!(
+            "entry {} ({}) cannot be read: {e}",
+            entry.entry, entry.origin
+        ),
+    })?;
+    if holes.is_empty() {
+        return Ok(());
+    }
+    Err(AgentFailure::ScriptMismatch {
+        wanted: format!("{} {step} (attempt {attempt})", entry.role),
+        found: format!(
+            "entry {} ({}) still holds the skeleton's placeholders in {}; fill them in (docs/ARTIFACTS.md) and run `consort doctor`",
+            entry.entry,
+            entry.origin,
+            crate::field_list(&holes)
+        ),
+    })
+}
+
 /// An agent that answers from a [`Script`]: deterministic, no model, no cost.
 ///
 /// It ignores the assignment's inputs and feedback; the answer depends only on the role, the
@@ -534,6 +604,7 @@ impl Agent for ScriptedAgent {
             let entry = self
                 .script
                 .lookup(self.role, &assignment.step, assignment.attempt)?;
+            refuse_placeholders(entry, &assignment.step, assignment.attempt)?;
             tracing::debug!(
                 role = %self.role,
                 step = %assignment.step,
