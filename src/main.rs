@@ -391,12 +391,12 @@ fn human(dir: &Path, decision: HumanDecision, by: &str) -> Result<i32> {
     })?;
     match record_human_decision(&project.ledger_path(), &project.machine()?, decision, by) {
         Ok(()) if decision == HumanDecision::Stop => {
-            println!("recorded: Stop by {by}; the run is stopped");
+            println!("recorded: stop by {by}; the run is stopped");
             Ok(0)
         }
         Ok(()) => {
             println!(
-                "recorded: {decision:?} by {by}; run `consort run --dir {}` to continue",
+                "recorded: retry by {by}; run `consort run --dir {}` to continue",
                 dir.display()
             );
             Ok(0)
