@@ -8,7 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use consort_actors::{Artifact, Role, Step};
-use consort_agents::{AgentConfig, Script, ScriptEntry, build_steps, design_steps, placeholders};
+use consort_agents::{AgentConfig, Script, ScriptEntry, placeholders};
 
 use crate::config::ProjectConfig;
 
@@ -208,9 +208,9 @@ fn missing_steps(
     tests: Option<&[String]>,
     out: &mut Vec<Finding>,
 ) {
-    let mut steps = design_steps();
+    let mut steps = Step::design_lane().to_vec();
     if let Some(tests) = tests {
-        steps.extend(tests.iter().flat_map(|t| build_steps(t)));
+        steps.extend(tests.iter().flat_map(|t| Step::build_cycle(t)));
     }
     steps.retain(|s| roles.contains(&s.role()));
     let missing: Vec<String> = steps

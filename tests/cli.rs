@@ -1,35 +1,19 @@
 //! The `consort` command and the StockFlow example, end to end, in temporary directories, on
 //! the embedded PostgreSQL.
 
+mod common;
+
+use common::{assert_exit, consort, dir_arg, init_stockflow, run};
 use consort_testkit::process::text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn consort() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_consort"))
-}
 
 fn example() -> PathBuf {
     // Integration tests live in target/<profile>/deps; examples in target/<profile>/examples.
     let exe = std::env::current_exe().expect("test exe");
     let profile_dir = exe.parent().and_then(Path::parent).expect("profile dir");
     profile_dir.join("examples").join("stockflow")
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .output()
-        .expect("the command starts")
-}
-
-/// Checks that `o` exited with `code`; `what` says what that means (the message adds the output).
-fn assert_exit(o: &Output, code: i32, what: &str) {
-    assert_eq!(o.status.code(), Some(code), "{what}: {}", text(o));
-}
-
-fn dir_arg(dir: &Path) -> [&std::ffi::OsStr; 2] {
-    ["--dir".as_ref(), dir.as_os_str()]
 }
 
 fn status_json(dir: &Path) -> serde_json::Value {
@@ -72,11 +56,7 @@ fn branches_left(dir: &Path) -> usize {
 fn init_run_gate_approve_resume_done_verify() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let o = run(consort()
-        .arg("init")
-        .arg(dir)
-        .args(["--example", "stockflow"]));
-    assert!(o.status.success(), "{}", text(&o));
+    init_stockflow(dir);
     assert!(dir.join("consort.toml").exists() && dir.join("feature.md").exists());
     let again = run(consort().arg("init").arg(dir));
     assert_exit(&again, 1, "init refuses to overwrite");
@@ -263,14 +243,6 @@ fn bad_configuration_is_a_usage_error_naming_the_key() {
 }
 
 // ---------- one run per project ----------
-
-fn init_stockflow(dir: &Path) {
-    let o = run(consort()
-        .arg("init")
-        .arg(dir)
-        .args(["--example", "stockflow"]));
-    assert!(o.status.success(), "{}", text(&o));
-}
 
 fn ledger_path(dir: &Path) -> PathBuf {
     dir.join(".consort/ledger.jsonl")

@@ -3,27 +3,11 @@
 //! does not consume a scripted answer.
 
 use consort::actors::{Artifact, Event, Role};
+mod common;
+
+use common::{assert_exit, consort, in_dir, init_stockflow, run};
 use consort_testkit::process::text;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
-fn consort() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_consort"))
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .output()
-        .expect("the command starts")
-}
-
-fn in_dir(args: &[&str], dir: &Path) -> Output {
-    run(consort().args(args).arg("--dir").arg(dir))
-}
-
-fn assert_exit(o: &Output, code: i32, what: &str) {
-    assert_eq!(o.status.code(), Some(code), "{what}: {}", text(o));
-}
 
 const SKELETON: &str = ".consort/agents/script.toml";
 
@@ -99,11 +83,7 @@ fn init_writes_a_skeleton_doctor_calls_not_ready_and_init_keeps_an_existing_scri
 fn doctor_explains_a_good_script_and_names_a_broken_entry() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let o = run(consort()
-        .arg("init")
-        .arg(dir)
-        .args(["--example", "stockflow"]));
-    assert_exit(&o, 0, "init");
+    init_stockflow(dir);
     let script = dir.join(".consort/agents/stockflow.toml");
     let o = in_dir(&["doctor"], dir);
     assert_exit(&o, 0, "the StockFlow script is ready");
@@ -170,11 +150,7 @@ fn doctor_explains_a_good_script_and_names_a_broken_entry() {
 /// The StockFlow project with a wrong first GREEN for T1 (it writes a test file, which the
 /// Driver may not) before the right one, and no refusal retries.
 fn stockflow_with_a_wrong_first_green(dir: &Path) {
-    let o = run(consort()
-        .arg("init")
-        .arg(dir)
-        .args(["--example", "stockflow"]));
-    assert_exit(&o, 0, "init");
+    init_stockflow(dir);
     let path = dir.join(".consort/agents/stockflow.toml");
     let script = std::fs::read_to_string(&path).expect("read");
     let at = script.find("step = \"green/T1\"").expect("green/T1");

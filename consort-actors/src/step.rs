@@ -98,16 +98,52 @@ impl Step {
         }
     }
 
-    /// Whether this is a build-lane step.
+    /// Whether this is a build-lane step (answered per test-list entry) rather than a design
+    /// step (answered once per run, before the design gate). The match is exhaustive on
+    /// purpose: a new kind of step must be placed in a lane here, which keeps
+    /// [`Step::design_lane`] complete.
     pub fn is_build(&self) -> bool {
-        matches!(
-            self,
+        match self {
+            Step::Stories
+            | Step::Spec { .. }
+            | Step::Architecture { .. }
+            | Step::Schema
+            | Step::TestList
+            | Step::Ux => false,
             Step::Red { .. }
-                | Step::Green { .. }
-                | Step::Repair { .. }
-                | Step::Refactor { .. }
-                | Step::Review { .. }
-        )
+            | Step::Green { .. }
+            | Step::Repair { .. }
+            | Step::Refactor { .. }
+            | Step::Review { .. } => true,
+        }
+    }
+
+    /// The design lane's steps in the order a run asks them (first revision of spec and
+    /// architecture). The UX step is asked only when a story is user-facing.
+    pub fn design_lane() -> [Step; 6] {
+        [
+            Step::Stories,
+            Step::Spec { revision: 0 },
+            Step::Architecture { revision: 0 },
+            Step::Schema,
+            Step::TestList,
+            Step::Ux,
+        ]
+    }
+
+    /// The build steps a test-list entry `test` is asked on a run without repairs or change
+    /// requests: RED, GREEN, the first REFACTOR and the first REVIEW.
+    pub fn build_cycle(test: &str) -> [Step; 4] {
+        let test = test.to_string();
+        [
+            Step::Red { test: test.clone() },
+            Step::Green { test: test.clone() },
+            Step::Refactor {
+                test: test.clone(),
+                round: 0,
+            },
+            Step::Review { test, round: 0 },
+        ]
     }
 
     /// The test-list entry a build step works on.
@@ -198,28 +234,21 @@ mod tests {
 
     #[test]
     fn step_keys_round_trip() {
-        let steps = [
-            Step::Stories,
+        let later_rounds = [
             Step::Spec { revision: 1 },
-            Step::Architecture { revision: 0 },
-            Step::Schema,
-            Step::TestList,
-            Step::Ux,
-            Step::Red { test: "T1".into() },
-            Step::Green { test: "T1".into() },
             Step::Repair {
                 test: "T1".into(),
                 round: 2,
-            },
-            Step::Refactor {
-                test: "T3".into(),
-                round: 0,
             },
             Step::Review {
                 test: "T3".into(),
                 round: 1,
             },
         ];
+        let steps = Step::design_lane()
+            .into_iter()
+            .chain(Step::build_cycle("T1"))
+            .chain(later_rounds);
         for s in steps {
             assert_eq!(s.to_string().parse::<Step>().expect("parses"), s);
         }

@@ -144,10 +144,7 @@ pub use consort_actors::{
 pub use openai::{ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiConfigError};
 pub use reference::artifact_reference;
 pub use script::{Script, ScriptEntry, ScriptError, ScriptedAgent, StepPattern};
-pub use skeleton::{
-    PLACEHOLDER, build_steps, design_steps, field_list, is_design_step, placeholders,
-    script_skeleton,
-};
+pub use skeleton::{PLACEHOLDER, field_list, placeholders, script_skeleton};
 
 #[doc = include_str!("../SCRIPTS.md")]
 pub mod script_format {}

@@ -16,57 +16,6 @@ use crate::openai::body_schema;
 /// field nobody has filled in yet.
 pub const PLACEHOLDER: &str = "FILL IN:";
 
-/// Whether a step belongs to the design lane (answered once per run, before the design gate)
-/// or the build lane (answered per test-list entry).
-///
-/// The match is exhaustive on purpose: a new kind of step must be placed in a lane here,
-/// which keeps [`design_steps`] (and so the skeleton and `consort doctor`) complete.
-pub fn is_design_step(step: &Step) -> bool {
-    match step {
-        Step::Stories
-        | Step::Spec { .. }
-        | Step::Architecture { .. }
-        | Step::Schema
-        | Step::TestList
-        | Step::Ux => true,
-        Step::Red { .. }
-        | Step::Green { .. }
-        | Step::Repair { .. }
-        | Step::Refactor { .. }
-        | Step::Review { .. } => false,
-    }
-}
-
-/// The design lane's steps in the order a run asks them (first revision of spec and
-/// architecture). The UX step is asked only when a story is user-facing.
-pub fn design_steps() -> Vec<Step> {
-    let steps = vec![
-        Step::Stories,
-        Step::Spec { revision: 0 },
-        Step::Architecture { revision: 0 },
-        Step::Schema,
-        Step::TestList,
-        Step::Ux,
-    ];
-    debug_assert!(steps.iter().all(is_design_step));
-    steps
-}
-
-/// The build steps every test-list entry `test` is asked on a run without repairs or change
-/// requests: RED, GREEN, the first REFACTOR and the first REVIEW.
-pub fn build_steps(test: &str) -> Vec<Step> {
-    let test = test.to_string();
-    vec![
-        Step::Red { test: test.clone() },
-        Step::Green { test: test.clone() },
-        Step::Refactor {
-            test: test.clone(),
-            round: 0,
-        },
-        Step::Review { test, round: 0 },
-    ]
-}
-
 /// The skeleton script `consort init` writes, in TOML: one entry per design step, each
 /// artifact body with every field (required or not) and a placeholder value, and comments
 /// with each field's meaning and where the full reference is.
@@ -88,7 +37,7 @@ pub fn script_skeleton() -> String {
          #   step = \"review/*/*\"\n\
          #   artifact = { kind = \"review-verdict\", body = { decision = \"approve\" } }\n",
     );
-    for step in design_steps() {
+    for step in Step::design_lane() {
         write_entry(&mut out, &step);
     }
     out

@@ -291,19 +291,11 @@ fn check_review(r: &ReviewVerdict, p: &mut Problems) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use consort_actors::{AssignmentId, AssignmentInputs, Role};
+    use consort_actors::Role;
 
+    /// An assignment of `step`, attempt 0, no inputs (the test kit's).
     fn assignment(step: Step) -> Assignment {
-        Assignment {
-            id: AssignmentId(1),
-            role: step.role(),
-            step,
-            attempt: 0,
-            harness: None,
-            writes: None,
-            inputs: AssignmentInputs::default(),
-            feedback: vec![],
-        }
+        consort_testkit::artifacts::assignment(1, &step.to_string())
     }
 
     #[test]

@@ -2,13 +2,14 @@
 //! every field of each artifact, and every placeholder is found.
 
 use consort_actors::Role;
-use consort_agents::{Script, design_steps, openai::body_schema, placeholders, script_skeleton};
+use consort_actors::Step;
+use consort_agents::{Script, openai::body_schema, placeholders, script_skeleton};
 
 #[test]
 fn the_skeleton_parses_and_answers_every_design_step_with_placeholders() {
     let text = script_skeleton();
     let script = Script::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let steps = design_steps();
+    let steps = Step::design_lane();
     assert_eq!(script.entries().len(), steps.len());
     for step in &steps {
         let entry = script.lookup(step.role(), step, 0).expect("answered");
@@ -45,7 +46,7 @@ fn property_names(schema: &serde_json::Value, out: &mut Vec<String>) {
 fn the_skeleton_shows_every_field_of_every_design_artifact() {
     let text = script_skeleton();
     let sections: Vec<&str> = text.split("\n[[entry]]\n").skip(1).collect();
-    let steps = design_steps();
+    let steps = Step::design_lane();
     assert_eq!(sections.len(), steps.len());
     for (step, section) in steps.iter().zip(sections) {
         assert!(

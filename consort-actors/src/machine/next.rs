@@ -198,17 +198,7 @@ pub(super) fn next_after(
         }
         Done::GreenFails { step, feedback } => repair_or_halt(cfg, s, step, feedback)?,
         Done::RefactorKept => Go(review(s)?),
-        Done::RefactorBroke { inverse, feedback } => {
-            s.build.since_review.pop();
-            s.build.driver_notes.push(format!(
-                "Your last refactor was reverted, because it broke tests; the code is as it was before it.\n{feedback}"
-            ));
-            let review = review(s)?;
-            Go(match inverse {
-                Some(change_set) => revert(change_set, review, None),
-                None => review,
-            })
-        }
+        Done::RefactorBroke { inverse, feedback } => Go(refactor_reverted(s, inverse, feedback)?),
         Done::ReviewApproved => Go(next_test(s)?),
         Done::ChangesRequested { step, reasons } => refactor_or_halt(cfg, s, &step, reasons)?,
         // Release: deploy gate → full-suite run → promote gate → promote → done.
@@ -230,6 +220,24 @@ pub(super) fn next_after(
             Go(observe(Pending::Promote { request }))
         }
         Done::Promoted => Next::Finish,
+    })
+}
+
+/// A refactor that broke tests is undone and left out of what the review sees; the Driver
+/// hears why in its next assignment; the review goes on with the code as it was.
+fn refactor_reverted(
+    s: &mut State,
+    inverse: Option<ChangeSet>,
+    feedback: String,
+) -> Result<Pending, RuleViolation> {
+    s.build.since_review.pop();
+    s.build.driver_notes.push(format!(
+        "Your last refactor was reverted, because it broke tests; the code is as it was before it.\n{feedback}"
+    ));
+    let review = review(s)?;
+    Ok(match inverse {
+        Some(change_set) => revert(change_set, review, None),
+        None => review,
     })
 }
 
