@@ -296,6 +296,7 @@ fn spec_assignment() -> Assignment {
             ..AssignmentInputs::default()
         },
         feedback: vec![],
+        budget: None,
     }
 }
 
@@ -325,6 +326,7 @@ fn spec_event() -> Event {
         assignment: AssignmentId(2),
         author: ActorId::new(Role::SpecAuthor, "spec-author"),
         artifact: Artifact::Spec(common::spec()),
+        usage: Default::default(),
     }
 }
 

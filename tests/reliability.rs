@@ -1941,6 +1941,7 @@ mod fuzz {
             attempt: 0,
             inputs: Default::default(),
             feedback: vec![],
+            budget: None,
         }
     }
 
@@ -2157,6 +2158,7 @@ mod fuzz {
                     assignment,
                     author,
                     artifact,
+                    ..
                 } = &tl.events[i]
                 else {
                     return Ok(());
@@ -2175,6 +2177,7 @@ mod fuzz {
                         assignment: *assignment,
                         author: author.clone(),
                         artifact: mutated,
+                        usage: Default::default(),
                     };
                     seen.saw(&tl.machine.step(&tl.states[i], &event));
                 } else {

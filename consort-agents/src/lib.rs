@@ -66,6 +66,7 @@
 //!     attempt: 0,
 //!     inputs: AssignmentInputs::default(),
 //!     feedback: vec![],
+//!     budget: None,
 //! };
 //! let produced = assign(&actor, review, None).await.expect("replied").expect("produced");
 //! assert_eq!(produced.author, id);
@@ -82,6 +83,7 @@
 //!     attempt: 0,
 //!     inputs: AssignmentInputs::default(),
 //!     feedback: vec![],
+//!     budget: None,
 //! };
 //! let refused = assign(&actor, green, None).await.expect("replied");
 //! assert!(matches!(refused, Err(AgentFailure::WrongRole { .. })));

@@ -291,6 +291,7 @@ mod tests {
             attempt: 0,
             inputs: AssignmentInputs::default(),
             feedback: vec![],
+            budget: None,
         }
     }
 

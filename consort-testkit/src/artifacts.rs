@@ -223,6 +223,7 @@ pub fn assignment(id: u64, step: &str) -> Assignment {
         attempt: 0,
         inputs: AssignmentInputs::default(),
         feedback: vec![],
+        budget: None,
     }
 }
 

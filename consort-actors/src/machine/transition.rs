@@ -158,6 +158,7 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
                 assignment,
                 author,
                 artifact,
+                ..
             },
             Pending::Agent {
                 id, step, attempt, ..
@@ -174,6 +175,7 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             Event::AgentFailed {
                 assignment,
                 failure,
+                ..
             },
             Pending::Agent {
                 id, step, feedback, ..
