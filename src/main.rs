@@ -267,18 +267,7 @@ async fn run(dir: &Path, approve_as: Option<String>, agents: Option<AgentsChoice
         opts.agents_override = Some(consort::init::openai_from_env()?);
         opts.default_budgets = Some(consort::config::openai_default_budgets());
     }
-    let budgets = project.budgets(&opts)?;
-    if !budgets.is_unlimited() {
-        let from = if project.config.budget.is_empty() && opts.default_budgets.is_some() {
-            "the defaults of --agents openai; set [budget] in consort.toml to change them"
-        } else {
-            "from consort.toml"
-        };
-        println!("budgets ({from}):");
-        for line in consort::config::budget_lines(&budgets) {
-            println!("  {line}");
-        }
-    }
+    ui::print_budgets(&project, &opts)?;
     let report = ui::run_printed(&project, lock, opts).await?;
     match &report.outcome {
         RunOutcome::AtGate { gate, hash } => {

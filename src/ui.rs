@@ -172,6 +172,25 @@ pub async fn run_printed(
     Ok(report)
 }
 
+/// Prints the budgets a run with `opts` starts with, and where they come from (nothing when
+/// no budget applies).
+pub fn print_budgets(project: &Project, opts: &RunOptions) -> Result<(), ProjectError> {
+    let budgets = project.budgets(opts)?;
+    if budgets.is_unlimited() {
+        return Ok(());
+    }
+    let from = if project.config.budget.is_empty() && opts.default_budgets.is_some() {
+        "the defaults of --agents openai; set [budget] in consort.toml to change them"
+    } else {
+        "from consort.toml"
+    };
+    println!("budgets ({from}):");
+    for line in crate::config::budget_lines(&budgets) {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
 /// Prints the end-of-run summary: tests, receipts, branches, time per phase, the ledger.
 pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, dir: &Path) {
     let s = &report.state;
@@ -271,7 +290,7 @@ pub fn outcome_line(outcome: &RunOutcome) -> String {
                 consort_actors::EscalationReason::Verdict(_) => "verdict".to_string(),
                 consort_actors::EscalationReason::Infrastructure(_) =>
                     "infrastructure fault".to_string(),
-                consort_actors::EscalationReason::BudgetSpent(b) => format!("budget spent: {b}"),
+                consort_actors::EscalationReason::BudgetSpent(_) => "budget".to_string(),
             },
             escalation.detail
         ),
