@@ -60,12 +60,12 @@ impl Measure {
         }
     }
 
-    /// An amount of this measure, for people: `1200`, `12.5 s`, `0.0312`.
+    /// An amount of this measure, for people: `1200`, `12.5 s`, `0.031245`.
     pub fn amount(&self, n: u64) -> String {
         match self {
             Measure::Tokens => n.to_string(),
             Measure::WallTime => format!("{} s", trim_decimal(n as f64 / 1000.0, 1)),
-            Measure::Money => trim_decimal(n as f64 / 1_000_000.0, 4),
+            Measure::Money => trim_decimal(n as f64 / 1_000_000.0, 6),
         }
     }
 }
@@ -195,6 +195,11 @@ impl Budgets {
     /// Whether no limit is set at all.
     pub fn is_unlimited(&self) -> bool {
         self.run.is_none() && self.roles.values().all(Limits::is_none)
+    }
+
+    /// Whether a money budget is set anywhere.
+    pub fn has_money(&self) -> bool {
+        self.run.money_micros.is_some() || self.roles.values().any(|l| l.money_micros.is_some())
     }
 
     /// What is left for `role`'s next step, given what the ledger records as spent: the

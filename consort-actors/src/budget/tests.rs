@@ -208,3 +208,52 @@ fn the_budget_spent_halt_is_typed_and_names_the_budget() {
         serde_json::json!({"kind": "budget-spent", "cause": {"measure": "tokens"}})
     );
 }
+
+#[test]
+fn money_is_priced_per_model_and_checked_before_a_call() {
+    let prices = BTreeMap::from([(
+        "a".to_string(),
+        Price {
+            prompt: 1_000_000,
+            completion: 1_000_000,
+            cached: 1_000_000,
+        },
+    )]);
+    let b = Budgets {
+        run: Limits {
+            money_micros: Some(1000),
+            ..Limits::default()
+        },
+        prices,
+        ..Budgets::default()
+    };
+    assert!(b.has_money());
+    // 900 tokens at 1 per million each: 900 millionths of the 1000 spent.
+    let t = usage_totals(&[produced(Role::Driver, usage(800, 100, 0, "a"))]);
+    let r = b
+        .remaining(&t, Role::Driver)
+        .expect("money left")
+        .expect("a budget applies");
+    assert_eq!(r.money_micros.as_ref().map(Allowance::left), Some(100));
+    let small = CallEstimate {
+        prompt_tokens: 50,
+        max_completion_tokens: 50,
+    };
+    assert_eq!(r.check_call(&Usage::default(), Some("a"), small), Ok(()));
+    let big = CallEstimate {
+        prompt_tokens: 100,
+        max_completion_tokens: 50,
+    };
+    let e = r
+        .check_call(&Usage::default(), Some("a"), big)
+        .expect_err("150 millionths do not fit in 100");
+    assert_eq!(
+        e.to_string(),
+        "run money: 0.0009 of 0.001 spent, the next call needs about 0.00015"
+    );
+    // A model without a price cannot be priced before the call; the totals name it.
+    assert_eq!(r.check_call(&Usage::default(), Some("b"), big), Ok(()));
+    let t = usage_totals(&[produced(Role::Driver, usage(2000, 0, 0, "a"))]);
+    let spent = b.remaining(&t, Role::Driver).expect_err("spent");
+    assert_eq!(spent.budget.measure, Measure::Money);
+}

@@ -25,6 +25,15 @@ pub(super) fn before_assign(
         return Ok(None);
     }
     let totals = usage_totals(st.ledger.entries().iter().map(|e| &e.event));
+    if budgets.has_money() {
+        let unpriced = totals.unpriced(&budgets.prices);
+        if !unpriced.is_empty() {
+            tracing::warn!(
+                models = %unpriced.join(", "),
+                "a money budget is set but these models have no price in [budget.prices]; their tokens cost nothing"
+            );
+        }
+    }
     match budgets.remaining(&totals, role) {
         Ok(remaining) => Ok(remaining),
         Err(spent) => {
