@@ -298,6 +298,7 @@ fn spec_assignment() -> Assignment {
             ..AssignmentInputs::default()
         },
         feedback: vec![],
+        budget: None,
     }
 }
 
@@ -327,6 +328,7 @@ fn spec_event() -> Event {
         assignment: AssignmentId(2),
         author: ActorId::new(Role::SpecAuthor, "spec-author"),
         artifact: Artifact::Spec(common::spec()),
+        usage: Default::default(),
     }
 }
 

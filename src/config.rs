@@ -14,6 +14,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::runner_harness::{RunnerHarness, check_runner};
 
+mod budget;
+
+pub use budget::{
+    BudgetConfig, LimitsConfig, OPENAI_DEFAULT_ROLE_TOKENS, OPENAI_DEFAULT_TOKENS,
+    OPENAI_DEFAULT_WALL_SECS, PriceConfig, budget_lines, openai_default_budgets,
+};
+
 /// The configuration file's name at the project root.
 pub const CONFIG_FILE: &str = "consort.toml";
 
@@ -73,6 +80,9 @@ pub struct ProjectConfig {
     /// Bounds and timeouts.
     #[serde(default)]
     pub bounds: BoundsConfig,
+    /// Budgets of the run and its roles, and the price table.
+    #[serde(default)]
+    pub budget: BudgetConfig,
 }
 
 /// `[feature]`: the request.
@@ -435,7 +445,30 @@ impl ProjectConfig {
             }
             _ => {}
         }
+        self.budgets(None).map_err(|e| match e {
+            ConfigError::Invalid { key, message, .. } => invalid(&key, message),
+            other => other,
+        })?;
         check_runner(&self.runner, &policy).map_err(|e| invalid(e.key(), e.to_string()))
+    }
+
+    /// The budgets from `[budget]` and the roles' legacy OpenAI `budget` settings, with
+    /// `agents_override` (`--agents openai`) as every role's backend when given.
+    pub fn budgets(
+        &self,
+        agents_override: Option<&AgentConfig>,
+    ) -> Result<consort_actors::Budgets, ConfigError> {
+        self.budget
+            .budgets(|role| {
+                agents_override
+                    .unwrap_or_else(|| self.agents.for_role(role))
+                    .clone()
+            })
+            .map_err(|(key, message)| ConfigError::Invalid {
+                path: PathBuf::from(CONFIG_FILE),
+                key,
+                message,
+            })
     }
 
     /// The path policy from `[paths]`, with what the runner's configuration makes harness

@@ -72,6 +72,7 @@ pub struct EnsembleBuilder {
     progress: Option<mpsc::UnboundedSender<Progress>>,
     append_observer: Option<Arc<dyn AppendObserver>>,
     run_lock: Option<RunLock>,
+    budgets: consort_actors::Budgets,
 }
 
 impl std::fmt::Debug for EnsembleBuilder {
@@ -188,6 +189,13 @@ impl EnsembleBuilder {
     /// one, as a crash would (see [`AppendObserver`]).
     pub fn append_observer(mut self, observer: Arc<dyn AppendObserver>) -> Self {
         self.append_observer = Some(observer);
+        self
+    }
+
+    /// Budgets of the run and its roles, checked against the ledger before every step
+    /// (default: none).
+    pub fn budgets(mut self, budgets: consort_actors::Budgets) -> Self {
+        self.budgets = budgets;
         self
     }
 
@@ -326,6 +334,7 @@ impl EnsembleBuilder {
         config.step_timeout = self.step_timeout + Duration::from_secs(5);
         config.verify_timeout = self.verify_timeout;
         config.append_observer = self.append_observer.take();
+        config.budgets = self.budgets.clone();
         let endpoint: Arc<dyn LakebaseEndpoint> = Arc::new(SupervisedLakebase {
             handle: lakebase.clone(),
         });
@@ -388,6 +397,7 @@ impl Ensemble {
             progress: None,
             append_observer: None,
             run_lock: None,
+            budgets: consort_actors::Budgets::default(),
         }
     }
 

@@ -88,7 +88,7 @@ pub use consort_actors::{
     ApproveAs, Approver, FeatureRequest, GateKind, Progress, RunOutcome, RunReport, StopAtGates,
 };
 pub use ensemble::{Ensemble, EnsembleBuilder, EnsembleError};
-pub use project::{Project, ProjectError, RunOptions, StatusReport};
+pub use project::{Project, ProjectError, RunOptions, StatusReport, UsageReport};
 pub use runlock::{RunLock, RunLockError};
 
 use std::sync::Arc;

@@ -274,7 +274,9 @@ async fn run(dir: &Path, approve_as: Option<String>, agents: Option<AgentsChoice
     }
     if let Some(AgentsChoice::Openai) = agents {
         opts.agents_override = Some(consort::init::openai_from_env()?);
+        opts.default_budgets = Some(consort::config::openai_default_budgets());
     }
+    ui::print_budgets(&project, &opts)?;
     let report = ui::run_printed(&project, lock, opts).await?;
     match &report.outcome {
         RunOutcome::AtGate { gate, hash } => {
@@ -297,12 +299,13 @@ async fn run(dir: &Path, approve_as: Option<String>, agents: Option<AgentsChoice
 fn status(dir: &Path, json: bool) -> Result<i32> {
     let project = Project::open(dir)?;
     let state = project.state()?;
-    let entries = if project.ledger_path().exists() {
-        Ledger::<Event>::read(project.ledger_path())?.len()
+    let events = if project.ledger_path().exists() {
+        Ledger::<Event>::read(project.ledger_path())?
     } else {
-        0
+        Vec::new()
     };
-    let report = status_of(&state, entries);
+    let usage = consort::actors::usage_totals(events.iter().map(|e| &e.event));
+    let report = status_of(&state, events.len(), &usage);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(0);
@@ -335,6 +338,9 @@ fn status(dir: &Path, json: bool) -> Result<i32> {
         );
     }
     println!("ledger:  {} events", report.ledger_entries);
+    for line in ui::usage_lines(&usage) {
+        println!("usage:   {line}");
+    }
     Ok(0)
 }
 
@@ -419,16 +425,26 @@ fn log(dir: &Path, json: bool) -> Result<i32> {
             .with_context(|| format!("reading {}", path.display()))?;
         out.write_all(text.as_bytes())
     } else {
-        Ledger::<Event>::read(&path)?.iter().try_for_each(|entry| {
-            writeln!(
-                out,
-                "{:>5} {} {:<16} {}",
-                entry.seq,
-                entry.time.format("%H:%M:%S%.3f"),
-                entry.event.name(),
-                brief(&entry.event)
-            )
-        })
+        let entries = Ledger::<Event>::read(&path)?;
+        entries
+            .iter()
+            .try_for_each(|entry| {
+                writeln!(
+                    out,
+                    "{:>5} {} {:<16} {}{}",
+                    entry.seq,
+                    entry.time.format("%H:%M:%S%.3f"),
+                    entry.event.name(),
+                    brief(&entry.event),
+                    usage_note(&entry.event)
+                )
+            })
+            .and_then(|()| {
+                let totals = consort::actors::usage_totals(entries.iter().map(|e| &e.event));
+                ui::usage_lines(&totals)
+                    .iter()
+                    .try_for_each(|line| writeln!(out, "usage: {line}"))
+            })
     };
     match written {
         // The reader stopped reading (`consort log | head`): not an error.
@@ -440,6 +456,20 @@ fn log(dir: &Path, json: bool) -> Result<i32> {
     }
 }
 
+/// ` · 1200 tokens (…), 2 call(s), 3.1 s` after an event that records usage.
+fn usage_note(e: &Event) -> String {
+    match e {
+        Event::Produced { usage, .. } | Event::AgentFailed { usage, .. } if !usage.is_zero() => {
+            let mut note = format!(" · {}", ui::usage_text(usage));
+            if let Some(model) = &usage.model {
+                note.push_str(&format!(" ({model})"));
+            }
+            note
+        }
+        _ => String::new(),
+    }
+}
+
 fn brief(e: &Event) -> String {
     match e {
         Event::Start { feature } => format!("{}: {}", feature.id, feature.title),
@@ -447,10 +477,12 @@ fn brief(e: &Event) -> String {
             assignment,
             author,
             artifact,
+            ..
         } => format!("{assignment} {author} → {}", artifact.kind()),
         Event::AgentFailed {
             assignment,
             failure,
+            ..
         } => format!("{assignment}: {failure}"),
         Event::Refused { violation, .. } => violation.to_string(),
         Event::Observed { tests, .. } => format!("{} test files", tests.len()),

@@ -83,6 +83,8 @@ pub struct RunOptions {
     /// How the run lock names this run to a refused second one (default: this program's file
     /// name).
     pub command: Option<String>,
+    /// The budgets to use when `consort.toml` sets none (`--agents openai` sets its defaults).
+    pub default_budgets: Option<consort_actors::Budgets>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -234,6 +236,29 @@ impl Project {
         })
     }
 
+    /// The budgets a run with `opts` gets: `consort.toml`'s, or `opts.default_budgets` when it
+    /// sets none (its price table kept).
+    pub fn budgets(&self, opts: &RunOptions) -> Result<consort_actors::Budgets, ProjectError> {
+        let configured =
+            self.config
+                .budgets(opts.agents_override.as_ref())
+                .map_err(|e| match e {
+                    ConfigError::Invalid { key, message, .. } => ConfigError::Invalid {
+                        path: self.dir.join(crate::config::CONFIG_FILE),
+                        key,
+                        message,
+                    },
+                    other => other,
+                })?;
+        match &opts.default_budgets {
+            Some(defaults) if configured.is_unlimited() => Ok(consort_actors::Budgets {
+                prices: configured.prices,
+                ..defaults.clone()
+            }),
+            _ => Ok(configured),
+        }
+    }
+
     /// Takes the project's run lock for `command` (see [`RunLock`]): refused, before anything
     /// is written, while another process drives the project or writes its ledger.
     pub fn lock(&self, command: &str) -> Result<RunLock, ProjectError> {
@@ -271,6 +296,7 @@ impl Project {
                 self.config.pool.max_concurrent,
             )
             .timeouts(self.config.step_timeout(), self.config.verify_timeout())
+            .budgets(self.budgets(&opts)?)
             .sandbox(self.config.runner.sandbox());
         if let Some(observer) = &opts.append_observer {
             builder = builder.append_observer(observer.clone());
@@ -337,6 +363,28 @@ pub struct StatusReport {
     pub last_receipt: Option<ReceiptSummary>,
     /// Events in the ledger.
     pub ledger_entries: usize,
+    /// What the run spent, from the ledger: in total and per role.
+    pub usage: UsageReport,
+}
+
+/// What a run spent, as `consort status --json` reports it (derived from the ledger by
+/// [`consort_actors::usage_totals`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct UsageReport {
+    /// The whole run.
+    pub total: consort_actors::Tally,
+    /// Per role that spent anything.
+    pub roles: std::collections::BTreeMap<consort_actors::Role, consort_actors::Tally>,
+}
+
+impl UsageReport {
+    /// The report of these totals.
+    pub fn of(totals: &consort_actors::UsageTotals) -> Self {
+        UsageReport {
+            total: totals.run(),
+            roles: totals.roles.iter().map(|(r, u)| (*r, u.total)).collect(),
+        }
+    }
 }
 
 /// Where the build lane is.
@@ -362,10 +410,13 @@ pub struct PendingGate {
 /// Why a run halted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HaltInfo {
-    /// `verdict` or `infrastructure`.
+    /// `verdict`, `infrastructure` or `budget`.
     pub kind: String,
-    /// The typed reason, e.g. `repair-bound-spent` or `database-down`.
+    /// The typed reason, e.g. `repair-bound-spent`, `database-down` or `budget-spent`.
     pub reason: String,
+    /// The budget that is spent (`run tokens`, `driver wall time`, …), for `budget-spent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
     /// The step.
     pub step: String,
     /// Details.
@@ -390,7 +441,11 @@ pub struct ReceiptSummary {
 }
 
 /// The status of a state, as `consort status` reports it.
-pub fn status_of(state: &State, ledger_entries: usize) -> StatusReport {
+pub fn status_of(
+    state: &State,
+    ledger_entries: usize,
+    usage: &consort_actors::UsageTotals,
+) -> StatusReport {
     let step = state.pending.as_ref().map(|p| match p {
         consort_actors::Pending::Agent { step, .. } => step.to_string(),
         consort_actors::Pending::Observe { .. } => "observe".into(),
@@ -412,13 +467,18 @@ pub fn status_of(state: &State, ledger_entries: usize) -> StatusReport {
     });
     let halted = match &state.status {
         RunStatus::Halted { escalation, .. } => {
-            let (kind, reason) = match &escalation.reason {
+            let (kind, reason, budget) = match &escalation.reason {
                 consort_actors::EscalationReason::Verdict(v) => {
-                    ("verdict", serde_json::to_value(v))
+                    ("verdict", serde_json::to_value(v), None)
                 }
                 consort_actors::EscalationReason::Infrastructure(f) => {
-                    ("infrastructure", serde_json::to_value(f))
+                    ("infrastructure", serde_json::to_value(f), None)
                 }
+                consort_actors::EscalationReason::BudgetSpent(b) => (
+                    "budget",
+                    Ok(serde_json::Value::from("budget-spent")),
+                    Some(b.to_string()),
+                ),
             };
             Some(HaltInfo {
                 kind: kind.into(),
@@ -426,6 +486,7 @@ pub fn status_of(state: &State, ledger_entries: usize) -> StatusReport {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default(),
+                budget,
                 step: escalation.step.clone(),
                 detail: escalation.detail.clone(),
             })
@@ -458,6 +519,7 @@ pub fn status_of(state: &State, ledger_entries: usize) -> StatusReport {
         halted,
         last_receipt,
         ledger_entries,
+        usage: UsageReport::of(usage),
     }
 }
 

@@ -172,6 +172,25 @@ pub async fn run_printed(
     Ok(report)
 }
 
+/// Prints the budgets a run with `opts` starts with, and where they come from (nothing when
+/// no budget applies).
+pub fn print_budgets(project: &Project, opts: &RunOptions) -> Result<(), ProjectError> {
+    let budgets = project.budgets(opts)?;
+    if budgets.is_unlimited() {
+        return Ok(());
+    }
+    let from = if project.config.budget.is_empty() && opts.default_budgets.is_some() {
+        "the defaults of --agents openai; set [budget] in consort.toml to change them"
+    } else {
+        "from consort.toml"
+    };
+    println!("budgets ({from}):");
+    for line in crate::config::budget_lines(&budgets) {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
 /// Prints the end-of-run summary: tests, receipts, branches, time per phase, the ledger.
 pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, dir: &Path) {
     let s = &report.state;
@@ -210,12 +229,49 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, dir: &Pat
         .map(|(p, d)| format!("{p} {:.2}s", d.as_secs_f64()))
         .collect();
     println!("time:      {}", times.join(", "));
+    match consort_actors::Ledger::<consort_actors::Event>::read(&report.ledger_path) {
+        Ok(entries) => {
+            let totals = consort_actors::usage_totals(entries.iter().map(|e| &e.event));
+            for line in usage_lines(&totals) {
+                println!("usage:     {line}");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read the ledger for the usage summary"),
+    }
     println!(
         "ledger:    {} ({} events this run)",
         report.ledger_path.display(),
         report.events_appended
     );
     println!("project:   {}", dir.display());
+}
+
+/// What a run spent, for people: the total first, then one line per role that spent anything
+/// (`total: 1200 tokens (…), 4 call(s), 3.2 s`, `driver: …`). Derived from the ledger.
+pub fn usage_lines(totals: &consort_actors::UsageTotals) -> Vec<String> {
+    let mut out = vec![format!("total: {}", totals.run().line())];
+    out.extend(
+        totals
+            .roles
+            .iter()
+            .map(|(role, u)| format!("{role}: {}", u.total.line())),
+    );
+    out
+}
+
+/// One step's usage, for people: `1200 tokens (1000 prompt, 0 cached, 200 completion), 2
+/// call(s), 3.1 s`.
+pub fn usage_text(u: &consort_actors::Usage) -> String {
+    consort_actors::Tally {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        cached_tokens: u.cached_tokens,
+        calls: u64::from(u.calls),
+        tool_calls: u64::from(u.tool_calls),
+        wall_ms: u.wall_ms,
+        steps: 1,
+    }
+    .line()
 }
 
 /// One line describing an outcome.
@@ -230,10 +286,11 @@ pub fn outcome_line(outcome: &RunOutcome) -> String {
         RunOutcome::Halted { escalation } => format!(
             "halted at {} ({}): {}",
             escalation.step,
-            if escalation.reason.is_verdict() {
-                "verdict"
-            } else {
-                "infrastructure fault"
+            match &escalation.reason {
+                consort_actors::EscalationReason::Verdict(_) => "verdict".to_string(),
+                consort_actors::EscalationReason::Infrastructure(_) =>
+                    "infrastructure fault".to_string(),
+                consort_actors::EscalationReason::BudgetSpent(_) => "budget".to_string(),
             },
             escalation.detail
         ),

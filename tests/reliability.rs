@@ -268,6 +268,17 @@ mod crash {
         if let Some(a) = v.get_mut("approval").and_then(Value::as_object_mut) {
             a.remove("at");
         }
+        // A step's wall time is a measurement, like a receipt's timings; what is left of the
+        // usage (calls, tokens) must be the same.
+        if let Some(o) = v.as_object_mut() {
+            let spent = o.get_mut("usage").and_then(Value::as_object_mut).map(|u| {
+                u.remove("wall_ms");
+                u.values().any(|x| x.as_u64() != Some(0))
+            });
+            if spent == Some(false) {
+                o.remove("usage");
+            }
+        }
         v
     }
 
@@ -327,6 +338,18 @@ mod crash {
                 .and_then(Value::as_object_mut)
             {
                 r.remove("branch");
+            }
+            // Wall times are measurements (see `normalise`); the rest of the usage must agree.
+            if let Some(u) = status.get_mut("usage").and_then(Value::as_object_mut) {
+                for (key, v) in u.iter_mut() {
+                    let tallies: Vec<&mut Value> = match v.as_object_mut() {
+                        Some(roles) if key == "roles" => roles.values_mut().collect(),
+                        _ => vec![v],
+                    };
+                    for t in tallies.into_iter().filter_map(Value::as_object_mut) {
+                        t.remove("wall_ms");
+                    }
+                }
             }
             let project = ctx(Project::open(dir), "open the project")?;
             let state = ctx(project.state(), "replay the ledger")?;
@@ -1943,6 +1966,7 @@ mod fuzz {
             writes: None,
             inputs: Default::default(),
             feedback: vec![],
+            budget: None,
         }
     }
 
@@ -2159,6 +2183,7 @@ mod fuzz {
                     assignment,
                     author,
                     artifact,
+                    ..
                 } = &tl.events[i]
                 else {
                     return Ok(());
@@ -2177,6 +2202,7 @@ mod fuzz {
                         assignment: *assignment,
                         author: author.clone(),
                         artifact: mutated,
+                        usage: Default::default(),
                     };
                     seen.saw(&tl.machine.step(&tl.states[i], &event));
                 } else {

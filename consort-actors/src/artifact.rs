@@ -588,6 +588,9 @@ pub enum EscalationReason {
     Verdict(VerdictReason),
     /// The infrastructure is at fault; the work may be fine.
     Infrastructure(InfraFault),
+    /// A budget people set for the run or a role is spent: neither the work's fault nor the
+    /// infrastructure's. The next call was not made; raise the budget to go on.
+    BudgetSpent(crate::budget::BudgetName),
 }
 
 impl EscalationReason {

@@ -887,6 +887,65 @@ mod tests {
         assert_eq!(Ledger::<Value>::verify(&path).expect("verify").entries, 3);
     }
 
+    /// A line written before usage was recorded (no `usage` in its `produced` or
+    /// `agent-failed` event) still verifies and reads with zero usage; an event with zero
+    /// usage is written exactly as such lines were, so their hashes are unchanged.
+    #[test]
+    fn an_old_line_without_usage_still_verifies_and_hashes_as_written() {
+        use crate::machine::Event;
+        use crate::protocol::Usage;
+        let seq = json!(1);
+        let time = json!("2025-01-01T00:00:00.000000Z");
+        let prev = json!(GENESIS_HEX);
+        let old = json!({
+            "event": "produced",
+            "assignment": 1,
+            "author": {"role": "product-owner", "name": "product-owner"},
+            "artifact": {"kind": "review-verdict", "body": {"decision": "approve", "notes": []}},
+        });
+        let hash = entry_hash(&seq, &time, &prev, &old);
+        let line =
+            json!({"seq": seq, "time": time, "prev": prev, "hash": hash.to_hex(), "event": old});
+        let bytes = serde_json::to_vec(&line).expect("json");
+        let entry: Entry<Event> =
+            check_line(&bytes, 1, 1, &genesis()).expect("an old line verifies");
+        let Event::Produced { usage, .. } = &entry.event else {
+            panic!("a produced event");
+        };
+        assert!(usage.is_zero());
+        // Written again, the event is the old one byte for byte: the same hash.
+        let again = serde_json::to_value(&entry.event).expect("json");
+        assert_eq!(again, old);
+        assert_eq!(entry_hash(&seq, &time, &prev, &again), hash);
+        let failed = json!({"event": "agent-failed", "assignment": 2,
+            "failure": {"failure": "invalid-output", "attempts": 3, "detail": "x"}});
+        let e: Event = serde_json::from_value(failed.clone()).expect("an old failure reads");
+        assert!(matches!(&e, Event::AgentFailed { role: None, usage, .. } if usage.is_zero()));
+        assert_eq!(serde_json::to_value(&e).expect("json"), failed);
+        // With usage, the usage is on the line and read back.
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("l.jsonl");
+        let mut ledger = Ledger::<Event>::open(&path).expect("open");
+        let mut with = entry.event.clone();
+        if let Event::Produced { usage, .. } = &mut with {
+            *usage = Usage {
+                prompt_tokens: 10,
+                completion_tokens: 5,
+                calls: 1,
+                model: Some("m".into()),
+                ..Usage::default()
+            };
+        }
+        ledger.append(&with).expect("append");
+        let read = Ledger::<Event>::read(&path).expect("verifies");
+        assert_eq!(read[0].event, with);
+        assert!(
+            std::fs::read_to_string(&path)
+                .expect("read")
+                .contains("\"usage\":{")
+        );
+    }
+
     #[test]
     fn reasons_from_untrusted_input_are_capped() {
         let long = "x".repeat(10_000);

@@ -37,6 +37,7 @@
 //!     assignment: *id,
 //!     author: ActorId::new(Role::ProductOwner, "product-owner"),
 //!     artifact: Artifact::Stories(Stories { feature_id: "F1".into(), stories: vec![] }),
+//!     usage: Default::default(),
 //! };
 //! let refused: RuleViolation = machine.step(&state, &empty).expect_err("refused");
 //! assert!(!refused.to_string().is_empty());
@@ -77,6 +78,7 @@ macro_rules! display_as_str {
 }
 
 mod artifact;
+mod budget;
 mod conductor;
 pub mod context;
 mod gate;
@@ -98,6 +100,10 @@ pub use artifact::{
     GateApproval, GateDecision, GateKind, InfraFault, Migration, PersistenceInvariant, RequestId,
     Requirement, ReviewVerdict, RunTimings, SchemaPlan, Screen, Spec, Stories, Story, TestEntry,
     TestList, TestOutcome, TestRunReceipt, TestStatus, UxDesign, VerdictReason,
+};
+pub use budget::{
+    Allowance, BudgetName, Budgets, CallEstimate, Limits, Measure, Price, Remaining, RoleUsage,
+    SpentBudget, Tally, UsageTotals, budget_spent_event, usage_totals,
 };
 pub use conductor::{
     APPLY_JOURNAL, AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle,

@@ -15,6 +15,7 @@ use crate::artifact::{
     Migration, RequestId, SchemaPlan, Spec, Stories, TestEntry, TestList, TestRunReceipt, UxDesign,
     VerdictReason,
 };
+use crate::budget::{Remaining, SpentBudget};
 use crate::hash::ContentHash;
 use crate::role::{ActorId, Role};
 use crate::step::Step;
@@ -143,6 +144,11 @@ pub struct Assignment {
     pub inputs: AssignmentInputs,
     /// Feedback from earlier tries, failing runs or reviews, for the agent to act on.
     pub feedback: Vec<String>,
+    /// What the run's and the role's budgets leave for this step (None: no budget applies). A
+    /// backend that makes several calls checks each one against it before making it, and stops
+    /// with [`AgentFailure::BudgetSpent`] instead of a call that would go over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Remaining>,
 }
 
 impl Assignment {
@@ -152,19 +158,54 @@ impl Assignment {
     }
 }
 
-/// Token and time spent on one assignment.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
+/// Tokens, calls and time spent on one assignment.
+///
+/// Every field defaults when missing, so usage written before a field existed still reads.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 pub struct Usage {
     /// Prompt tokens, when the backend reports them.
     pub prompt_tokens: u64,
     /// Completion tokens, when the backend reports them.
     pub completion_tokens: u64,
+    /// Prompt tokens the server answered from its prompt cache (a part of `prompt_tokens`).
+    pub cached_tokens: u64,
     /// Model or program calls made.
     pub calls: u32,
+    /// Tool calls the model made (function calling).
+    pub tool_calls: u32,
     /// Wall time in milliseconds.
     pub wall_ms: u64,
+    /// The model that answered, when the backend knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl Usage {
+    /// Whether nothing at all was spent (the ledger omits such usage).
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
+    }
+
+    /// Prompt plus completion tokens.
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+
+    /// Adds `other` to this usage (the model is kept, or taken from `other` when unknown).
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.calls = self.calls.saturating_add(other.calls);
+        self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
+        self.wall_ms = self.wall_ms.saturating_add(other.wall_ms);
+        if self.model.is_none() {
+            self.model.clone_from(&other.model);
+        }
+    }
 }
 
 /// An artifact produced for an assignment, with its author.
@@ -194,6 +235,9 @@ pub enum AgentFailure {
         attempts: u32,
         /// What was wrong with the last one.
         detail: String,
+        /// What the attempts cost (the answers were refused, the tokens are spent).
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
     },
     /// The role produced an artifact kind it may not produce.
     #[error("{role} may not produce a {kind} for this step")]
@@ -225,11 +269,22 @@ pub enum AgentFailure {
         /// The step asked.
         wanted: String,
     },
-    /// A token or time budget was exceeded.
+    /// A token or time budget was exceeded (written by earlier versions, whose budgets lived in
+    /// the agent; kept so their ledgers still read).
     #[error("budget exceeded: {detail}")]
     BudgetExceeded {
         /// Which budget, and by how much.
         detail: String,
+    },
+    /// A budget of the run or the role is spent, or the next call would go over what is left:
+    /// the call was not made.
+    #[error("budget spent: {budget}")]
+    BudgetSpent {
+        /// Which budget, its limit and what is spent.
+        budget: SpentBudget,
+        /// What the step had spent before it stopped.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
     },
     /// The model server failed after the retries (5xx, 429, connection refused).
     #[error("model server failing: {detail}")]
@@ -269,6 +324,16 @@ impl AgentFailure {
         )
     }
 
+    /// What the failed attempt had spent, as far as the agent reported it.
+    pub fn usage(&self) -> Usage {
+        match self {
+            AgentFailure::InvalidOutput { usage, .. } | AgentFailure::BudgetSpent { usage, .. } => {
+                usage.clone()
+            }
+            _ => Usage::default(),
+        }
+    }
+
     /// The escalation reason this failure maps to when it stops a run.
     pub fn escalation_reason(&self) -> EscalationReason {
         match self {
@@ -281,6 +346,9 @@ impl AgentFailure {
             }
             AgentFailure::BudgetExceeded { .. } => {
                 EscalationReason::Verdict(VerdictReason::BudgetExceeded)
+            }
+            AgentFailure::BudgetSpent { budget, .. } => {
+                EscalationReason::BudgetSpent(budget.budget.clone())
             }
             AgentFailure::KindNotAllowed { .. } | AgentFailure::WrongRole { .. } => {
                 EscalationReason::Verdict(VerdictReason::RuleViolated)
@@ -407,7 +475,8 @@ mod tests {
         assert!(
             !AgentFailure::InvalidOutput {
                 attempts: 3,
-                detail: "x".into()
+                detail: "x".into(),
+                usage: Usage::default(),
             }
             .is_infrastructure()
         );

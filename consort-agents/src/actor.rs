@@ -224,6 +224,10 @@ fn accept(
         return Err(AgentFailure::InvalidOutput {
             attempts: 1,
             detail: v.to_string(),
+            usage: Usage {
+                wall_ms,
+                ..output.usage
+            },
         });
     }
     Ok(Produced {

@@ -68,6 +68,7 @@
 //!     writes: None,
 //!     inputs: AssignmentInputs::default(),
 //!     feedback: vec![],
+//!     budget: None,
 //! };
 //! let produced = assign(&actor, review, None).await.expect("replied").expect("produced");
 //! assert_eq!(produced.author, id);
@@ -86,6 +87,7 @@
 //!     writes: None,
 //!     inputs: AssignmentInputs::default(),
 //!     feedback: vec![],
+//!     budget: None,
 //! };
 //! let refused = assign(&actor, green, None).await.expect("replied");
 //! assert!(matches!(refused, Err(AgentFailure::WrongRole { .. })));

@@ -561,6 +561,7 @@ fn refuse_placeholders(entry: &ScriptEntry, step: &Step, attempt: u32) -> Result
             "entry {} ({}) cannot be read: {e}",
             entry.entry, entry.origin
         ),
+        usage: consort_actors::Usage::default(),
     })?;
     if holes.is_empty() {
         return Ok(());

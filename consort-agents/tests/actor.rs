@@ -148,7 +148,9 @@ async fn role_rules_are_checked_unless_switched_off() {
     let empty = Artifact::ChangeSet(ChangeSet::default());
     let strict = actor(Role::Driver, "driver", fixed(empty.clone())).await;
     match ask(&strict, assignment(9, "green/T1")).await {
-        Err(AgentFailure::InvalidOutput { attempts, detail }) => {
+        Err(AgentFailure::InvalidOutput {
+            attempts, detail, ..
+        }) => {
             assert_eq!(attempts, 1);
             assert!(detail.contains("changes is empty"), "{detail}");
         }

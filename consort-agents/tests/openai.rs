@@ -3,9 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use consort_actors::{ActorId, AgentFailure, Artifact, ChangeSet, FileChange, Role};
+use consort_actors::{
+    ActorId, AgentFailure, Allowance, Artifact, BudgetName, ChangeSet, FileChange, Measure,
+    Remaining, Role,
+};
 use consort_agents::{
-    Agent, AgentOutput, ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, spawn_role,
+    Agent, AgentOutput, ApiKey, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, spawn_role,
 };
 use consort_testkit::agents::ask;
 use consort_testkit::artifacts::assignment;
@@ -141,9 +144,15 @@ async fn schema_violations_until_the_bound_are_a_typed_error() {
     let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
     let reply = ask(&actor, assignment(3, "green/T1")).await;
     match reply {
-        Err(AgentFailure::InvalidOutput { attempts, detail }) => {
+        Err(AgentFailure::InvalidOutput {
+            attempts,
+            detail,
+            usage,
+        }) => {
             assert_eq!(attempts, 3, "one try and the default two retries");
             assert!(detail.contains("not a valid artifact"), "{detail}");
+            assert_eq!(usage.calls, 3, "refused answers cost their tokens too");
+            assert_eq!(usage.model.as_deref(), Some("stub-model"));
         }
         other => panic!("expected InvalidOutput, got {other:?}"),
     }
@@ -163,7 +172,9 @@ async fn role_rule_violations_are_fed_back_and_bounded() {
         .act(&assignment(4, "green/T1"))
         .await;
     match reply {
-        Err(AgentFailure::InvalidOutput { attempts, detail }) => {
+        Err(AgentFailure::InvalidOutput {
+            attempts, detail, ..
+        }) => {
             assert_eq!(attempts, 2);
             assert!(detail.contains("changes is empty"), "{detail}");
         }
@@ -326,54 +337,77 @@ async fn a_server_without_json_schema_support_is_asked_by_prompt() {
     assert_eq!(stub.seen().len(), 3);
 }
 
-#[tokio::test]
-async fn the_token_budget_stops_the_role() {
-    let (base, stub) = start_stub(vec![ok(&green_answer())]).await;
-    let cfg = OpenAiConfig {
-        budget: Budget {
-            max_tokens: Some(20),
-            max_wall_secs: None,
+/// What is left of one budget, as the conductor hands it on in an assignment.
+fn left(measure: Measure, limit: u64, spent: u64) -> Remaining {
+    let allowance = Some(Allowance {
+        budget: BudgetName {
+            role: Some(Role::Driver),
+            measure,
         },
-        ..config(&base)
-    };
-    let agent = agent(Role::Driver, cfg);
-    agent
-        .act(&assignment(14, "green/T1"))
-        .await
-        .expect("15 tokens fit in 20");
-    match agent.act(&assignment(15, "green/T1")).await {
-        Err(AgentFailure::BudgetExceeded { detail }) => {
-            assert!(detail.contains("20"), "{detail}")
-        }
-        other => panic!("expected BudgetExceeded, got {other:?}"),
+        limit,
+        spent,
+    });
+    Remaining {
+        tokens: if measure == Measure::Tokens {
+            allowance.clone()
+        } else {
+            None
+        },
+        wall_ms: if measure == Measure::WallTime {
+            allowance
+        } else {
+            None
+        },
+        money_micros: None,
+        prices: Default::default(),
     }
-    assert_eq!(agent.spent().tokens, 30);
-    // Spent: the next assignment is refused without calling the server.
-    assert!(matches!(
-        agent.act(&assignment(16, "green/T1")).await,
-        Err(AgentFailure::BudgetExceeded { .. })
-    ));
+}
+
+#[tokio::test]
+async fn a_call_that_would_go_over_the_token_budget_is_not_made() {
+    let (base, stub) = start_stub(vec![ok(&green_answer())]).await;
+    let agent = agent(Role::Driver, config(&base));
+    let mut a = assignment(14, "green/T1");
+    a.budget = Some(left(Measure::Tokens, 100_000, 0));
+    agent.act(&a).await.expect("a call fits in 100000 tokens");
+    assert_eq!(stub.seen().len(), 1);
+    // 1500 left: the prompt plus the 2048 completion tokens the call may take do not fit.
+    let mut a = assignment(15, "green/T1");
+    a.budget = Some(left(Measure::Tokens, 100_000, 98_500));
+    match agent.act(&a).await {
+        Err(AgentFailure::BudgetSpent { budget, usage }) => {
+            assert_eq!(budget.spent, 98_500);
+            assert!(budget.needed.is_some_and(|n| n > 2048), "{budget}");
+            assert!(
+                budget
+                    .to_string()
+                    .starts_with("driver tokens: 98500 of 100000 spent"),
+                "{budget}"
+            );
+            assert_eq!(usage.calls, 0);
+        }
+        other => panic!("expected BudgetSpent, got {other:?}"),
+    }
+    assert_eq!(stub.seen().len(), 1, "the call was not made");
+    // Without a budget in the assignment, the agent makes its calls.
+    agent
+        .act(&assignment(16, "green/T1"))
+        .await
+        .expect("no budget");
     assert_eq!(stub.seen().len(), 2);
 }
 
 #[tokio::test]
 async fn the_wall_time_budget_stops_a_slow_role() {
     let (base, _stub) = start_stub(vec![Reply::Hang]).await;
-    let cfg = OpenAiConfig {
-        budget: Budget {
-            max_tokens: None,
-            max_wall_secs: Some(1),
-        },
-        ..config(&base)
-    };
-    match agent(Role::Driver, cfg)
-        .act(&assignment(17, "green/T1"))
-        .await
-    {
-        Err(AgentFailure::BudgetExceeded { detail }) => {
-            assert!(detail.contains("wall-time"), "{detail}")
+    let mut a = assignment(17, "green/T1");
+    a.budget = Some(left(Measure::WallTime, 61_000, 60_000));
+    match agent(Role::Driver, config(&base)).act(&a).await {
+        Err(AgentFailure::BudgetSpent { budget, .. }) => {
+            assert_eq!(budget.budget.measure, Measure::WallTime);
+            assert!(budget.to_string().contains("wall time"), "{budget}")
         }
-        other => panic!("expected BudgetExceeded, got {other:?}"),
+        other => panic!("expected BudgetSpent, got {other:?}"),
     }
 }
 

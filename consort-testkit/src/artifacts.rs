@@ -225,6 +225,7 @@ pub fn assignment(id: u64, step: &str) -> Assignment {
         writes: None,
         inputs: AssignmentInputs::default(),
         feedback: vec![],
+        budget: None,
     }
 }
 

@@ -163,6 +163,7 @@ impl Simulation {
                 assignment: id,
                 author: author(role),
                 artifact: artifact_for(&step, &self.script, self.state.current_test()),
+                usage: Default::default(),
             },
             Command::Observe => Event::Observed {
                 design_hash: self.design_on_disk,

@@ -92,7 +92,9 @@ async fn drive(
     }
     if let Agents::Openai = agents {
         opts.agents_override = Some(consort::init::openai_from_env()?);
+        opts.default_budgets = Some(consort::config::openai_default_budgets());
     }
+    ui::print_budgets(&project, &opts)?;
     let report = ui::run_printed(&project, lock, opts).await?;
     match &report.outcome {
         RunOutcome::AtGate { gate, hash } => {

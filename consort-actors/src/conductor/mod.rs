@@ -12,6 +12,7 @@
 //! **Architecture invariant:** the conductor is the only writer of the work tree, and it writes
 //! only change sets the machine accepted. Agents see files only as text in their assignment.
 
+mod budget;
 mod endpoints;
 
 use std::collections::BTreeMap;
@@ -71,6 +72,9 @@ pub struct ConductorConfig {
     /// Told of every durable ledger append, and may stop the conductor right after one (see
     /// [`AppendObserver`]); none by default.
     pub append_observer: Option<Arc<dyn AppendObserver>>,
+    /// Budgets of the run and its roles, checked against the ledger before every assignment
+    /// (none by default).
+    pub budgets: crate::budget::Budgets,
 }
 
 /// Watches the conductor's ledger appends. Tests implement it to stop a run after any event,
@@ -98,6 +102,7 @@ impl ConductorConfig {
             max_input_bytes: 512 * 1024,
             harness: None,
             append_observer: None,
+            budgets: crate::budget::Budgets::default(),
         }
     }
 }
@@ -682,13 +687,17 @@ impl ConductorState {
                     step,
                     attempt,
                     feedback,
-                } => match self.assignment(id, role, step, attempt, feedback) {
-                    Ok(Some(a)) => {
-                        self.spawn_assign(myself, a);
-                        return;
-                    }
-                    Ok(None) => continue,
-                    Err(e) => return self.finish_err(e),
+                } => match budget::before_assign(self, id, role) {
+                    Err(spent) => Ok(*spent),
+                    Ok(remaining) => match self.assignment(id, role, step, attempt, feedback) {
+                        Ok(Some(mut a)) => {
+                            a.budget = remaining;
+                            self.spawn_assign(myself, a);
+                            return;
+                        }
+                        Ok(None) => continue,
+                        Err(e) => return self.finish_err(e),
+                    },
                 },
                 Command::Verify {
                     request,
@@ -926,6 +935,7 @@ impl ConductorState {
             writes,
             inputs,
             feedback,
+            budget: None,
         }))
     }
 
@@ -961,23 +971,24 @@ impl ConductorState {
                 failure: crate::AgentFailure::Crashed {
                     detail: format!("no actor plays {}", a.role),
                 },
+                role: Some(a.role),
+                usage: crate::Usage::default(),
             })));
             return;
         };
         let timeout = self.wiring.config.step_timeout;
         let me = myself.clone();
         tokio::spawn(async move {
-            let id = a.id;
+            let (id, role) = (a.id, a.role);
+            let started = Instant::now();
             let event = match endpoint.assign(a, timeout).await {
                 Ok(p) => Event::Produced {
                     assignment: p.assignment,
                     author: p.author,
                     artifact: p.artifact,
+                    usage: p.usage,
                 },
-                Err(failure) => Event::AgentFailed {
-                    assignment: id,
-                    failure,
-                },
+                Err(failure) => budget::failed(id, role, failure, started.elapsed()),
             };
             let _ = me.cast(ConductorMsg::Result(Box::new(event)));
         });

@@ -31,7 +31,9 @@ use crate::artifact::{
 };
 use crate::hash::ContentHash;
 use crate::paths::{PathError, PathPolicy};
-use crate::protocol::{AgentFailure, AssignmentId, InfraError, PromoteReport, VerifyPurpose};
+use crate::protocol::{
+    AgentFailure, AssignmentId, InfraError, PromoteReport, Usage, VerifyPurpose,
+};
 use crate::role::{ActorId, Role};
 use crate::step::Step;
 
@@ -87,6 +89,10 @@ pub enum Event {
         author: ActorId,
         /// What it produced.
         artifact: crate::artifact::Artifact,
+        /// What producing it cost (omitted when nothing was counted, so lines written before
+        /// usage was recorded read and hash exactly as they were written).
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
     },
     /// An agent could not answer (after its own retries and the supervisor's restarts).
     AgentFailed {
@@ -94,6 +100,13 @@ pub enum Event {
         assignment: AssignmentId,
         /// Why.
         failure: AgentFailure,
+        /// The role that was asked (omitted in lines written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<Role>,
+        /// What the failed step cost: the agent's report and the conductor's wall time
+        /// (omitted when zero, like [`Event::Produced`]'s).
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
     },
     /// The conductor refused the previous event with this violation (recorded for the audit
     /// trail; the machine applies the violation's remedy).

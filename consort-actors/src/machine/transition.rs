@@ -161,6 +161,7 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
                 assignment,
                 author,
                 artifact,
+                ..
             },
             Pending::Agent {
                 id, step, attempt, ..
@@ -177,6 +178,7 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             Event::AgentFailed {
                 assignment,
                 failure,
+                ..
             },
             Pending::Agent {
                 id, step, feedback, ..

@@ -169,6 +169,7 @@ impl Run {
             assignment: aid,
             author: id(step.role()),
             artifact,
+            usage: Default::default(),
         })
     }
 
@@ -182,6 +183,7 @@ impl Run {
             assignment: aid,
             author,
             artifact,
+            usage: Default::default(),
         })
     }
 
@@ -703,6 +705,7 @@ fn a_stale_answer_is_ignored() {
         assignment: AssignmentId(99),
         author: id(Role::ProductOwner),
         artifact: Artifact::Stories(stories(false)),
+        usage: Default::default(),
     });
     assert!(matches!(v, RuleViolation::UnknownAssignment { .. }));
     assert_eq!(r.s, before, "an ignored refusal changes nothing");
@@ -1655,6 +1658,8 @@ fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
         failure: AgentFailure::ModelUnavailable {
             detail: "503".into(),
         },
+        role: None,
+        usage: Default::default(),
     });
     assert_eq!(
         r.halted_reason(),
@@ -1807,6 +1812,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
                 assignment: aid,
                 author: id(role),
                 artifact,
+                usage: Default::default(),
             }
         }
         (_, Some(Pending::Observe { .. })) => Event::Observed {
@@ -1952,8 +1958,8 @@ proptest! {
             let h = ContentHash::of_bytes(&n.to_le_bytes());
             let e = match k {
                 0 => Event::Start { feature: feature() },
-                1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)) },
-                2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: AgentFailure::Timeout { secs: n } },
+                1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)), usage: Default::default() },
+                2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: AgentFailure::Timeout { secs: n }, role: None, usage: Default::default() },
                 3 => Event::Refused { violation: RuleViolation::NotHalted, run_output: None },
                 4 => Event::Observed { design_hash: Some(h), tests: FileHashes::new() },
                 5 => Event::Applied { workspace_hash: h, tests: FileHashes::new(), inverse: ChangeSet::default() },
@@ -2009,6 +2015,7 @@ fn an_impossible_state_halts_with_a_typed_internal_reason() {
                 assignment: AssignmentId(1),
                 author: id(Role::ProductOwner),
                 artifact: Artifact::Stories(stories(false)),
+                usage: Default::default(),
             },
         )
         .expect_err("refused");
@@ -2044,6 +2051,8 @@ fn a_resume_point_names_the_assignment_its_retry_issues() {
         failure: AgentFailure::ModelUnavailable {
             detail: "503".into(),
         },
+        role: None,
+        usage: Default::default(),
     });
     let RunStatus::Halted { resume, .. } = r.s.status.clone() else {
         panic!("expected a halt");

@@ -13,6 +13,9 @@ pub struct Completion {
     pub prompt_tokens: Option<u64>,
     /// Completion tokens, when the server reported usage.
     pub completion_tokens: Option<u64>,
+    /// Prompt tokens served from the server's prompt cache
+    /// (`usage.prompt_tokens_details.cached_tokens`), when reported.
+    pub cached_tokens: Option<u64>,
     /// The finish reason, when given.
     pub finish_reason: Option<String>,
 }
@@ -62,6 +65,10 @@ pub fn read_completion(v: &Value) -> Result<Completion, String> {
             .map(str::to_string),
         prompt_tokens: count("prompt_tokens"),
         completion_tokens: count("completion_tokens"),
+        cached_tokens: usage
+            .and_then(|u| u.get("prompt_tokens_details"))
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64),
         finish_reason: choice
             .get("finish_reason")
             .and_then(Value::as_str)

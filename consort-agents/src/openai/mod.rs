@@ -11,6 +11,7 @@
 //! **The API key never appears in logs, errors or `Debug` output**: it lives in an [`ApiKey`]
 //! whose `Debug` is redacted, and every error text is scrubbed of it.
 
+mod budget;
 mod extract;
 mod schema;
 mod transport;
@@ -134,10 +135,13 @@ pub enum StructuredOutput {
     Prompt,
 }
 
-/// Per-role limits; going over one is [`AgentFailure::BudgetExceeded`].
+/// Per-role limits, as earlier versions wrote them in a role's configuration.
 ///
-/// The budget belongs to the agent value, so it is shared by every restart of the role actor
-/// that holds the same `Arc`; it starts again at zero in a new process.
+/// The agent no longer keeps its own count (it started again at zero in every process): the
+/// `consort` program reads these as the role's budget in `[budget.roles.<role>]`, derived
+/// from the ledger and checked by the conductor before every step; what is left arrives in
+/// the assignment ([`Assignment::budget`]), and the agent checks every call against that
+/// before making it ([`AgentFailure::BudgetSpent`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Budget {
@@ -184,7 +188,8 @@ pub struct OpenAiConfig {
     pub output_retries: u32,
     /// HTTP retries and time limits.
     pub http: HttpPolicy,
-    /// Token and wall-time budgets.
+    /// Token and wall-time budgets of the role (read by the `consort` program into its
+    /// ledger-derived budgets; see [`Budget`]).
     pub budget: Budget,
     /// Text appended to the role's system prompt (house conventions, language, …).
     pub extra_instructions: Option<String>,
@@ -238,6 +243,8 @@ pub struct OpenAiAgent {
     key: ApiKey,
     client: Client<OpenAIConfig>,
     spent: Mutex<Spent>,
+    /// Everything counted so far (tokens, calls), so a step cut short still reports its usage.
+    counted: Mutex<Usage>,
     schema_refused: AtomicBool,
 }
 
@@ -303,6 +310,7 @@ impl OpenAiAgent {
             key,
             client,
             spent: Mutex::new(Spent::default()),
+            counted: Mutex::new(Usage::default()),
             schema_refused: AtomicBool::new(false),
         })
     }
@@ -323,18 +331,6 @@ impl OpenAiAgent {
         s.wall += wall;
         s.calls += calls;
         *s
-    }
-
-    fn check_tokens(&self) -> Result<(), AgentFailure> {
-        if let Some(max) = self.config.budget.max_tokens {
-            let used = self.spent().tokens;
-            if used >= max {
-                return Err(AgentFailure::BudgetExceeded {
-                    detail: format!("{} token budget of {max} spent ({used} used)", self.role),
-                });
-            }
-        }
-        Ok(())
     }
 
     fn structured(&self) -> StructuredOutput {
@@ -369,8 +365,8 @@ impl OpenAiAgent {
         let mut last = String::new();
         let mut attempt = 0u32;
         while attempt < attempts {
-            self.check_tokens()?;
             let mode = self.structured();
+            self.check_call(assignment, &usage, expected, mode, &turns)?;
             let started = Instant::now();
             let completion = match self.call(expected, mode, &turns).await {
                 Ok(c) => c,
@@ -388,10 +384,10 @@ impl OpenAiAgent {
             attempt += 1;
             let tokens =
                 completion.prompt_tokens.unwrap_or(0) + completion.completion_tokens.unwrap_or(0);
-            usage.calls += 1;
-            usage.prompt_tokens += completion.prompt_tokens.unwrap_or(0);
-            usage.completion_tokens += completion.completion_tokens.unwrap_or(0);
-            let spent = self.add_spent(tokens, Duration::ZERO, 1);
+            let call = self.call_usage(&completion);
+            usage.add(&call);
+            self.count(&call);
+            self.add_spent(tokens, Duration::ZERO, 1);
             tracing::info!(
                 role = %self.role,
                 model = %self.config.model,
@@ -404,19 +400,7 @@ impl OpenAiAgent {
                 "model call"
             );
             match interpret(assignment, &completion) {
-                Ok(artifact) => {
-                    if let Some(max) = self.config.budget.max_tokens
-                        && spent.tokens > max
-                    {
-                        return Err(AgentFailure::BudgetExceeded {
-                            detail: format!(
-                                "{} token budget of {max} exceeded ({} used)",
-                                self.role, spent.tokens
-                            ),
-                        });
-                    }
-                    return Ok(AgentOutput { artifact, usage });
-                }
+                Ok(artifact) => return Ok(AgentOutput { artifact, usage }),
                 Err(detail) => {
                     let detail = self.key.scrub(&detail);
                     tracing::warn!(
@@ -448,6 +432,7 @@ impl OpenAiAgent {
         Err(AgentFailure::InvalidOutput {
             attempts,
             detail: last,
+            usage,
         })
     }
 
@@ -673,25 +658,8 @@ fn interpret(assignment: &Assignment, c: &Completion) -> Result<Artifact, String
 impl Agent for OpenAiAgent {
     fn act<'a>(&'a self, assignment: &'a Assignment) -> ActFuture<'a> {
         Box::pin(async move {
-            self.check_tokens()?;
             let started = Instant::now();
-            let result = match self.config.budget.max_wall_secs {
-                Some(max) => {
-                    let left = Duration::from_secs(max).saturating_sub(self.spent().wall);
-                    if left.is_zero() {
-                        return Err(AgentFailure::BudgetExceeded {
-                            detail: format!("{} wall-time budget of {max} s spent", self.role),
-                        });
-                    }
-                    match tokio::time::timeout(left, self.converse(assignment)).await {
-                        Ok(r) => r,
-                        Err(_) => Err(AgentFailure::BudgetExceeded {
-                            detail: format!("{} wall-time budget of {max} s spent", self.role),
-                        }),
-                    }
-                }
-                None => self.converse(assignment).await,
-            };
+            let result = self.within_wall_budget(assignment).await;
             self.add_spent(0, started.elapsed(), 0);
             result
         })
