@@ -5,7 +5,10 @@
 //! |---|---|---|
 //! | `claude-code` | `claude -p <prompt> --output-format json --permission-mode acceptEdits` | `result` of the one JSON object on stdout |
 //! | `codex` | `codex exec --json --skip-git-repo-check --sandbox workspace-write <prompt>` | `text` of the last `item.completed` event of type `agent_message` (JSON Lines on stdout) |
-//! | `aider` | `aider --message <prompt> --yes-always --no-git --no-pretty --no-stream --no-check-update --no-analytics <files>` | stdout as printed |
+//! | `aider` | `aider --message <prompt> --yes-always --no-git --no-pretty --no-stream --no-check-update --no-analytics --chat-history-file /dev/null --input-history-file /dev/null <files>` | stdout as printed |
+//!
+//! aider's history files go to `/dev/null`: left in the scratch copy, they would be part of the
+//! diff.
 //!
 //! The configuration's `args` go between the preset's options and its trailing positional
 //! arguments, so a model or a flag can be added (`args = ["--model", "sonnet"]`).
@@ -94,6 +97,10 @@ impl Preset {
                 "--no-stream",
                 "--no-check-update",
                 "--no-analytics",
+                "--chat-history-file",
+                "/dev/null",
+                "--input-history-file",
+                "/dev/null",
             ],
         }
     }
@@ -204,12 +211,15 @@ fn claude_result(stdout: &str) -> Result<FinalMessage, ReadError> {
 }
 
 /// JSON Lines: `item.completed` items of type `agent_message` carry the messages,
-/// `turn.completed` the usage, `turn.failed` and `error` a failure. Lines that are not JSON
-/// objects are skipped (they are not events).
+/// `turn.completed` the usage, `turn.failed` a failure. An `error` event alone is not one: the
+/// real CLI reports each reconnection attempt as an `error` and may still finish the turn; it
+/// is the failure only when no turn completed after it. Lines that are not JSON objects are
+/// skipped (they are not events).
 fn codex_events(stdout: &str) -> Result<FinalMessage, ReadError> {
     let mut text: Option<String> = None;
     let mut usage = Usage::default();
     let mut events = 0usize;
+    let mut last_error: Option<String> = None;
     for line in stdout.lines() {
         let Ok(v) = serde_json::from_str::<Value>(line.trim()) else {
             continue;
@@ -218,6 +228,14 @@ fn codex_events(stdout: &str) -> Result<FinalMessage, ReadError> {
             continue;
         };
         events += 1;
+        let message = || {
+            v.get("error")
+                .and_then(|e| e.get("message"))
+                .or_else(|| v.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or("no message")
+                .to_string()
+        };
         match kind {
             "item.completed" => {
                 let item = v.get("item").unwrap_or(&Value::Null);
@@ -229,19 +247,15 @@ fn codex_events(stdout: &str) -> Result<FinalMessage, ReadError> {
                 }
             }
             "turn.completed" => {
+                last_error = None;
                 let u = v.get("usage").unwrap_or(&Value::Null);
                 usage.prompt_tokens += count(u, "input_tokens");
                 usage.completion_tokens += count(u, "output_tokens");
             }
-            "turn.failed" | "error" => {
-                let message = v
-                    .get("error")
-                    .and_then(|e| e.get("message"))
-                    .or_else(|| v.get("message"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("no message");
-                return Err(ReadError::Reported(format!("{kind}: {message}")));
+            "turn.failed" => {
+                return Err(ReadError::Reported(format!("turn.failed: {}", message())));
             }
+            "error" => last_error = Some(message()),
             _ => {}
         }
     }
@@ -249,6 +263,9 @@ fn codex_events(stdout: &str) -> Result<FinalMessage, ReadError> {
         return Err(ReadError::Format(
             "stdout holds no JSON Lines events of exec --json".into(),
         ));
+    }
+    if let Some(e) = last_error {
+        return Err(ReadError::Reported(format!("error: {e}")));
     }
     Ok(FinalMessage {
         text: text.unwrap_or_default(),
@@ -322,6 +339,24 @@ mod tests {
         let m = final_message(OutputFormat::CodexJsonl, out).expect("read");
         assert_eq!(m.text, "last");
         assert_eq!((m.usage.prompt_tokens, m.usage.completion_tokens), (7, 4));
+        // The real CLI reports reconnections as `error` events and may still finish the turn.
+        let retried = concat!(
+            "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"error\",\"message\":\"Model metadata for `local` not found.\"}}\n",
+            "{\"type\":\"turn.started\"}\n",
+            "{\"type\":\"error\",\"message\":\"Reconnecting... 1/5 (unexpected status 502)\"}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"i1\",\"type\":\"agent_message\",\"text\":\"ok\"}}\n",
+            "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}\n",
+        );
+        assert_eq!(
+            final_message(OutputFormat::CodexJsonl, retried).map(|m| m.text),
+            Ok("ok".into())
+        );
+        let gave_up = "{\"type\":\"turn.started\"}\n{\"type\":\"error\",\"message\":\"unexpected status 404\"}\n";
+        assert_eq!(
+            final_message(OutputFormat::CodexJsonl, gave_up),
+            Err(ReadError::Reported("error: unexpected status 404".into()))
+        );
         let failed = "{\"type\":\"turn.failed\",\"error\":{\"message\":\"quota\"}}\n";
         assert_eq!(
             final_message(OutputFormat::CodexJsonl, failed),
