@@ -203,7 +203,7 @@ async fn claude_code_answers_a_json_step_in_its_result_and_its_errors_are_typed(
          case \"$2\" in *'\"kind\": \"review-verdict\"'*) ;; *) exit 3;; esac\n\
          if [ -e \"$L/fail\" ]; then\n\
            say '{\"type\":\"result\",\"subtype\":\"error_max_turns\",\"is_error\":true,\"result\":\"\"}'\n\
-           exit 0\n\
+           exit \"$(cat \"$L/fail\")\"\n\
          fi\n\
          say '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\
          \"result\":\"Here is my verdict:\\n```json\\n{\\\"kind\\\": \\\"review-verdict\\\", \
@@ -226,12 +226,15 @@ async fn claude_code_answers_a_json_step_in_its_result_and_its_errors_are_typed(
     assert_prompt(&prompt, &a);
     assert!(prompt.contains("Do not change any file"), "{prompt}");
 
-    std::fs::write(cli.log.path().join("fail"), "").expect("arm");
-    match agent.run(&a).await {
-        Err(CommandError::Reported { detail, .. }) => {
-            assert!(detail.contains("error_max_turns"), "{detail}")
+    // An error result is the failure, whether the CLI exits 0 or 1 with it.
+    for code in ["0", "1"] {
+        std::fs::write(cli.log.path().join("fail"), code).expect("arm");
+        match agent.run(&a).await {
+            Err(CommandError::Reported { detail, .. }) => {
+                assert!(detail.contains("error_max_turns"), "{detail}")
+            }
+            other => panic!("exit {code}: expected Reported, got {other:?}"),
         }
-        other => panic!("expected Reported, got {other:?}"),
     }
 }
 

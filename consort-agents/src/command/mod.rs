@@ -563,7 +563,11 @@ impl ExternalCommandAgent {
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let cap = cfg.output_cap_bytes;
-        let input = invocation.stdin.as_deref().unwrap_or_default();
+        // Only written when stdin is a pipe, that is when there is something to write.
+        let input: &[u8] = match &invocation.stdin {
+            Some(bytes) => bytes,
+            None => &[],
+        };
         let (out_buf, err_buf) = (&mut ran.stdout, &mut ran.stderr);
         let work = async {
             let feed = async {
@@ -622,6 +626,14 @@ impl ExternalCommandAgent {
             });
         }
         if !status.success() {
+            // A CLI that says why it failed on stdout (Claude Code's error result, Codex's
+            // `turn.failed`) is reported with its own words.
+            if let Some(p) = self.config.preset
+                && let Ok(text) = std::str::from_utf8(stdout)
+                && let Err(ReadError::Reported(detail)) = final_message(p.output(), text)
+            {
+                return Err(CommandError::Reported { program, detail });
+            }
             return Err(CommandError::Exit {
                 program,
                 status: status_text(status),
@@ -884,7 +896,11 @@ impl Agent for ExternalCommandAgent {
     fn act<'a>(&'a self, assignment: &'a Assignment) -> ActFuture<'a> {
         Box::pin(async move {
             self.run(assignment).await.map_err(|e| {
-                tracing::warn!(role = %self.role, error = %e, "external agent failed");
+                let transcript = self
+                    .config
+                    .transcript_path(assignment)
+                    .map(|p| p.display().to_string());
+                tracing::warn!(role = %self.role, error = %e, transcript, "external agent failed");
                 e.to_failure()
             })
         })
