@@ -556,6 +556,50 @@ path = ".consort/script.toml"
     }
 
     #[test]
+    fn the_readme_s_coding_agent_cli_examples_parse() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("### Coding-agent CLIs")
+            .nth(1)
+            .expect("the README has the section");
+        let example = section
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("the section has a TOML example");
+        let text = format!("{MINIMAL}\n{example}");
+        let c = ProjectConfig::parse(&text, Path::new("consort.toml")).expect("parses");
+        let preset = |role: Role| match c.agents.for_role(role) {
+            AgentConfig::Command(cmd) => cmd.preset,
+            _ => None,
+        };
+        use consort_agents::Preset;
+        assert_eq!(preset(Role::Driver), Some(Preset::ClaudeCode));
+        assert_eq!(preset(Role::Navigator), Some(Preset::Codex));
+        assert_eq!(preset(Role::Dba), Some(Preset::Aider));
+        let AgentConfig::Command(dba) = c.agents.for_role(Role::Dba) else {
+            panic!("a command backend")
+        };
+        assert_eq!(dba.effective_program(), "aider");
+        assert_eq!(dba.pass_env, ["PATH", "HOME"]);
+        assert!(dba.env_set.contains_key("OPENAI_API_BASE"));
+
+        let text = format!(
+            "{MINIMAL}\n[agents.roles.driver]\nbackend = \"command\"\npreset = \"cursor\"\n"
+        );
+        let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
+        assert!(e.to_string().contains("cursor"), "{e}");
+        // The old name of `pass_env` is still read.
+        let text = format!(
+            "{MINIMAL}\n[agents.roles.driver]\nbackend = \"command\"\nprogram = \"x\"\nenv_allow = [\"PATH\"]\n"
+        );
+        let c = ProjectConfig::parse(&text, Path::new("consort.toml")).expect("parses");
+        assert!(
+            matches!(c.agents.for_role(Role::Driver), AgentConfig::Command(cmd) if cmd.pass_env == ["PATH"])
+        );
+    }
+
+    #[test]
     fn bad_values_are_named() {
         let text = format!("{MINIMAL}\n[pool]\nmax_concurrent = 0\n");
         let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");

@@ -104,6 +104,8 @@ path = "{script}"
 # [agents.roles.navigator]      # or an external program, run in a scratch copy
 # backend = "command"
 # program = "./agents/navigator.sh"
+#                               # or a coding-agent CLI: preset = "claude-code", "codex" or
+#                               # "aider", with its key in pass_env (README: Coding-agent CLIs)
 
 [bounds]
 max_revisions = 2               # architect revise verdicts before escalating
@@ -375,12 +377,13 @@ fn check_agents(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
                 );
             }
             AgentConfig::Command(c) => {
-                let ok = !c.program.trim().is_empty();
-                checks.report(
-                    ok,
-                    &format!("{role}: external command {}", c.program),
-                    "set `program`",
-                );
+                let program = c.effective_program();
+                let ok = !program.trim().is_empty();
+                let what = match c.preset {
+                    Some(p) => format!("{role}: coding-agent CLI {p} ({program})"),
+                    None => format!("{role}: external command {program}"),
+                };
+                checks.report(ok, &what, "set `program` or `preset`");
             }
         }
     }

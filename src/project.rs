@@ -24,6 +24,10 @@ use crate::config::{ConfigError, ProjectConfig, ProviderConfig, RunnerConfig};
 use crate::ensemble::{Ensemble, EnsembleError};
 use crate::runlock::{RunLock, RunLockError};
 
+/// Where the external-command agents' per-step transcripts are kept (stderr included, whether
+/// the program succeeded or not), relative to the project.
+pub const TRANSCRIPT_DIR: &str = ".consort/transcripts";
+
 /// Why a project could not be opened or run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -314,10 +318,12 @@ impl Project {
                 .agents_override
                 .as_ref()
                 .unwrap_or_else(|| self.config.agents.for_role(role));
-            // An external program's scratch copy skips the project's caches too.
+            // An external program's scratch copy skips the project's caches too, and its
+            // transcripts are kept with the run's files.
             let mut cfg = cfg.clone();
             if let AgentConfig::Command(c) = &mut cfg {
                 c.caches.extend(self.config.paths.caches.iter().cloned());
+                c.transcript_dir = Some(self.dir.join(TRANSCRIPT_DIR));
             }
             let agent = cfg
                 .build(role, &self.dir)

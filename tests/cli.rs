@@ -476,6 +476,13 @@ fn a_second_run_is_refused_while_the_first_holds_the_project() {
         Some(held.pid),
         "the first run let go of the lock"
     );
+    // The command agent's run left its transcript with the run's files.
+    let transcript = std::fs::read_to_string(dir.join(".consort/transcripts/stories-0.txt"))
+        .expect("the command agent's transcript");
+    assert!(
+        transcript.contains("outcome: exit code 0") && transcript.contains("\"kind\""),
+        "{transcript}"
+    );
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
 }

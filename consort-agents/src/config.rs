@@ -52,6 +52,11 @@ pub enum Error {
 /// backend = "command"
 /// program = "./agents/ux.sh"
 /// timeout_ms = 60000
+///
+/// [roles.dba]
+/// backend = "command"
+/// preset = "claude-code"
+/// pass_env = ["PATH", "HOME", "ANTHROPIC_API_KEY"]
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "backend", rename_all = "kebab-case")]
@@ -93,10 +98,10 @@ impl AgentConfig {
                 Ok(Arc::new(script.agent(role)))
             }
             AgentConfig::Command(cfg) => {
-                if cfg.program.trim().is_empty() {
+                if cfg.effective_program().trim().is_empty() {
                     return Err(Error::Config {
                         role,
-                        detail: "a command backend needs `program`".into(),
+                        detail: "a command backend needs `program` or `preset`".into(),
                     });
                 }
                 let mut cfg = cfg.clone();

@@ -12,7 +12,9 @@
 //! - [`ScriptedAgent`]: deterministic answers from a JSON or TOML [`Script`] (format below and
 //!   in `SCRIPTS.md`).
 //! - [`ExternalCommandAgent`]: a program run in a scratch copy of the work tree; its answer is
-//!   JSON on stdout or, for change-set steps, the files it changed.
+//!   JSON on stdout or, for change-set steps, the files it changed. A [`Preset`] runs a
+//!   coding-agent CLI (Claude Code, Codex, aider) with its documented command line and the
+//!   role's prompt plus the assignment as its prompt ([`cli_prompt`]).
 //!
 //! **Architecture invariant:** no role actor has a handle on the work tree, the database or
 //! another actor. It gets an assignment and answers with an artifact; the conductor decides
@@ -138,7 +140,10 @@ pub use actor::{
     spawn_role_linked,
 };
 pub use agent::{ActFuture, Agent, AgentOutput, BoxFuture};
-pub use command::{CommandConfig, CommandError, ExternalCommandAgent};
+pub use command::{
+    CommandConfig, CommandError, ExternalCommandAgent, FILES_PLACEHOLDER, PROMPT_PLACEHOLDER,
+    Preset, TRANSCRIPT_STREAM_CAP, cli_prompt, transcript_file_name,
+};
 pub use config::{AgentConfig, Error};
 pub use consort_actors::{
     ActorId, AgentFailure, Assignment, Produced, Role, RoleMsg, RoleReply, Usage,

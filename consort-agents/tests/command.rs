@@ -289,7 +289,7 @@ async fn only_allowed_environment_variables_reach_the_program() {
         .expect("the test process has some environment");
     let (_dir, prog) = program("env.sh", "cat > /dev/null\nenv | sort > env.txt");
     let mut cfg = CommandConfig::new(prog, Vec::<String>::new());
-    cfg.env_allow = vec!["PATH".into()];
+    cfg.pass_env = vec!["PATH".into()];
     cfg.env_set.insert("AGENT_MODE".into(), "strict".into());
     let out = ExternalCommandAgent::new(Role::Driver, cfg)
         .run(&assignment(7, "green/T1"))

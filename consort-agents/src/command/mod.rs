@@ -1,21 +1,30 @@
 //! The external-command backend: a program (for example a coding CLI) plays the role.
 //!
 //! For each assignment the agent materialises `assignment.inputs.files` into a fresh scratch
-//! directory, runs the program there with the assignment as JSON on stdin, and reads the
-//! answer:
-//! - the artifact as JSON on stdout (`{"kind": …, "body": …}` or the bare body), or
-//! - for change-set steps, when stdout holds no artifact, the difference between the scratch
-//!   directory after the run and the files it was given, as a [`ChangeSet`].
+//! directory and runs the program there. A plain command gets the assignment as JSON on stdin,
+//! with the role's prompt (`role_prompt`), the artifact kind (`answer_with`) and the rendered
+//! prompt text (`prompt`) beside its fields. A [`Preset`] (`claude-code`, `codex`, `aider`)
+//! runs a coding-agent CLI with its documented non-interactive command line instead, the
+//! prompt of [`cli_prompt`] (role prompt, how to answer, the assignment) as its argument and
+//! nothing on stdin. The answer is:
+//! - the artifact as JSON in the final message (stdout for a plain command, the CLI's final
+//!   message for a preset; `{"kind": …, "body": …}` or the bare body), or
+//! - for change-set steps, when the final message holds no change set, the difference between
+//!   the scratch directory after the run and the files it was given, as a [`ChangeSet`].
 //!
 //! Limits: a time limit that kills the whole process group, a cap on stdout and stderr, and an
-//! environment reduced to an allow-list plus `CONSORT_STEP`, `CONSORT_ROLE`,
-//! `CONSORT_ATTEMPT` and `CONSORT_ANSWER_WITH`.
+//! environment reduced to `pass_env` (by name, from this process), `env_set` (fixed values),
+//! and `CONSORT_STEP`, `CONSORT_ROLE`, `CONSORT_ATTEMPT` and `CONSORT_ANSWER_WITH`; nothing
+//! else of this process's environment (another role's API key, say) reaches the program.
+//! With a transcript directory (`consort` sets `.consort/transcripts/`), every run leaves a
+//! transcript there — the command line, the prompt, how it ended, its stderr and stdout —
+//! whether it succeeded or not.
 //!
 //! **The scratch copy is a convention, not a sandbox**: the program runs with this process's
 //! privileges. What is enforced is that nothing it produces can name a path outside the work
 //! tree: a symlink in the scratch copy that points out, an absolute path or a `..` in a stdout
 //! change set are refused with [`CommandError::PathEscape`]. The conductor then applies the
-//! change set under its usual rules.
+//! change set under its usual rules (the role's path rules included).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -34,6 +43,16 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use crate::agent::{ActFuture, Agent, AgentOutput};
 use crate::openai::extract_json;
 use crate::validate::parse_artifact;
+
+mod presets;
+mod prompt;
+mod transcript;
+
+pub use presets::{FILES_PLACEHOLDER, PROMPT_PLACEHOLDER, Preset};
+pub use prompt::cli_prompt;
+pub use transcript::{TRANSCRIPT_STREAM_CAP, transcript_file_name};
+
+use presets::{FinalMessage, OutputFormat, ReadError, final_message};
 
 /// Why an external agent run failed.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +138,17 @@ pub enum CommandError {
         /// What is wrong.
         detail: String,
     },
+    /// The program exited cleanly but its output says the run failed (a CLI's error result).
+    #[error("{program:?} reported a failure: {detail}")]
+    Reported {
+        /// The program.
+        program: String,
+        /// What it reported.
+        detail: String,
+    },
+    /// The assignment could not be encoded for the program.
+    #[error("cannot encode the assignment: {0}")]
+    Encode(#[source] serde_json::Error),
 }
 
 impl CommandError {
@@ -143,43 +173,69 @@ impl CommandError {
 /// program = "my-coding-agent"
 /// args = ["--headless"]
 /// timeout_ms = 900000
-/// env_allow = ["PATH", "HOME", "MY_AGENT_TOKEN"]
+/// pass_env = ["PATH", "HOME", "MY_AGENT_TOKEN"]
+/// env_set = { MY_AGENT_MODE = "batch" }
+/// ```
+///
+/// or, for a coding-agent CLI:
+///
+/// ```toml
+/// preset = "claude-code"
+/// args = ["--model", "sonnet"]
+/// pass_env = ["PATH", "HOME", "ANTHROPIC_API_KEY"]
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CommandConfig {
+    /// A coding-agent CLI whose documented command line to use (see [`Preset`]); `program`
+    /// then defaults to the CLI's name and `args` are added to its options.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preset: Option<Preset>,
     /// The program: a name looked up in `PATH`, or a path (a relative path with a slash is
-    /// taken relative to the current directory when the agent is built).
+    /// taken relative to the current directory when the agent is built). May be empty with a
+    /// preset.
     pub program: String,
-    /// Its arguments.
+    /// Its arguments (with a preset: extra arguments after the preset's options). An argument
+    /// `{prompt}` is replaced by the prompt of [`cli_prompt`]; an argument `{files}` by the
+    /// paths of the step's files, one argument each.
     pub args: Vec<String>,
     /// The time limit of one run, in milliseconds. Default 600 000 (10 min).
     pub timeout_ms: u64,
     /// The most bytes read from stdout (more is an error) and kept from stderr. Default 4 MiB.
     pub output_cap_bytes: usize,
-    /// The environment variables passed through from this process, by name. Default `PATH`,
-    /// `HOME`, `LANG`, `LC_ALL`, `TMPDIR`.
-    pub env_allow: Vec<String>,
-    /// Fixed variables set for the program.
+    /// The environment variables passed through from this process, by name (`env_allow` is
+    /// accepted as the old name). Default `PATH`, `HOME`, `LANG`, `LC_ALL`, `TMPDIR`; a
+    /// preset adds nothing, so name the CLI's key (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`, …)
+    /// here. Nothing else of this process's environment reaches the program.
+    #[serde(alias = "env_allow")]
+    pub pass_env: Vec<String>,
+    /// Fixed variables set for the program (they win over `pass_env`).
     pub env_set: BTreeMap<String, String>,
     /// Extra cache directory names (on top of the defaults of [`TreeFilter`]: `__pycache__`,
     /// `target`, `node_modules`, …) whose contents in the scratch copy are never part of the
     /// diff, at any depth. `consort` adds the project's `[paths] caches` here.
     pub caches: Vec<String>,
+    /// Where each run's transcript is written (see [`transcript_file_name`]); none when
+    /// unset. Not read from configuration files: `consort` sets the project's
+    /// `.consort/transcripts/`.
+    #[serde(skip)]
+    pub transcript_dir: Option<PathBuf>,
 }
 
 impl Default for CommandConfig {
     fn default() -> Self {
         CommandConfig {
+            preset: None,
             program: String::new(),
             args: Vec::new(),
             timeout_ms: 600_000,
             output_cap_bytes: 4 << 20,
-            env_allow: ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"]
+            pass_env: ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"]
                 .map(String::from)
                 .to_vec(),
             env_set: BTreeMap::new(),
             caches: Vec::new(),
+            transcript_dir: None,
         }
     }
 }
@@ -197,10 +253,44 @@ impl CommandConfig {
         }
     }
 
+    /// A configuration running a coding-agent CLI's preset, other fields default.
+    pub fn preset(preset: Preset) -> Self {
+        CommandConfig {
+            preset: Some(preset),
+            ..CommandConfig::default()
+        }
+    }
+
     /// The same configuration with another time limit.
     pub fn with_timeout(mut self, limit: Duration) -> Self {
         self.timeout_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
         self
+    }
+
+    /// The program that runs: `program`, or the preset's CLI when `program` is empty.
+    pub fn effective_program(&self) -> &str {
+        match (self.program.trim().is_empty(), self.preset) {
+            (true, Some(p)) => p.program(),
+            _ => &self.program,
+        }
+    }
+
+    /// The argument template: the preset's command line with `args` in it, or `args`.
+    pub fn arg_template(&self) -> Vec<String> {
+        match self.preset {
+            Some(p) => p.args(&self.args),
+            None => self.args.clone(),
+        }
+    }
+
+    /// Where the transcript of this assignment's run goes, when a directory is set.
+    pub fn transcript_path(&self, assignment: &Assignment) -> Option<PathBuf> {
+        self.transcript_dir.as_ref().map(|d| {
+            d.join(transcript_file_name(
+                &assignment.step.to_string(),
+                assignment.attempt,
+            ))
+        })
     }
 }
 
@@ -211,9 +301,31 @@ pub struct ExternalCommandAgent {
     config: CommandConfig,
 }
 
+/// What one run of the program left: how it ended and what it wrote.
+struct Ran {
+    /// The exit status, or why there is none (not started, timed out, not waited for).
+    ended: Result<std::process::ExitStatus, CommandError>,
+    stdout: Vec<u8>,
+    stdout_overflow: bool,
+    stderr: Vec<u8>,
+}
+
+/// The program's command line and input for one assignment.
+struct Invocation {
+    /// The arguments, placeholders replaced.
+    args: Vec<String>,
+    /// The arguments as configured (for the transcript).
+    template: Vec<String>,
+    /// The rendered prompt, when an argument carries it.
+    prompt: Option<String>,
+    /// What stdin gets: the assignment's JSON for a plain command, nothing for a preset.
+    stdin: Option<Vec<u8>>,
+}
+
 impl ExternalCommandAgent {
-    /// An agent for `role` running `config.program`.
+    /// An agent for `role` running `config.program` (or the preset's CLI).
     pub fn new(role: Role, mut config: CommandConfig) -> Self {
+        config.program = config.effective_program().to_string();
         let p = Path::new(&config.program);
         if p.is_relative()
             && config.program.contains('/')
@@ -227,6 +339,11 @@ impl ExternalCommandAgent {
     /// The role it plays.
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// Its configuration (the program resolved).
+    pub fn config(&self) -> &CommandConfig {
+        &self.config
     }
 
     /// Runs the program for one assignment.
@@ -249,14 +366,60 @@ impl ExternalCommandAgent {
                 source,
             })?;
         let given = materialise(&root, &assignment.inputs.files)?;
-        let stdout = self.execute(&root, assignment).await?;
+        let invocation = self.invocation(assignment, &given)?;
+        let ran = self.execute(&root, assignment, &invocation).await;
+        let outcome = outcome_line(&ran.ended);
+        let verdict = self.judge(ran.ended, &ran.stdout, ran.stdout_overflow, &ran.stderr);
+        let kept = self.keep_transcript(
+            assignment,
+            &invocation,
+            outcome,
+            started,
+            (&ran.stderr, &ran.stdout),
+        );
+        let stdout = match (verdict, kept) {
+            (Ok(stdout), Ok(())) => stdout,
+            (Ok(_), Err(e)) => return Err(e),
+            (Err(e), kept) => {
+                if let Err(t) = kept {
+                    tracing::warn!(role = %self.role, error = %t, "transcript not kept");
+                }
+                return Err(e);
+            }
+        };
+        let format = self
+            .config
+            .preset
+            .map_or(OutputFormat::Artifact, Preset::output);
+        let program = self.config.program.clone();
+        let FinalMessage { text, usage } = final_message(format, &stdout).map_err(|e| match e {
+            ReadError::Format(detail) => CommandError::BadOutput { program, detail },
+            ReadError::Reported(detail) => CommandError::Reported { program, detail },
+        })?;
+        let artifact = self.answer(&root, given, assignment, &text).await?;
+        drop(scratch);
+        Ok(AgentOutput::new(artifact).with_usage(Usage {
+            calls: 1,
+            wall_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ..usage
+        }))
+    }
+
+    /// The artifact in the final message or, for a change-set step without one, the diff of
+    /// the scratch copy.
+    async fn answer(
+        &self,
+        root: &Path,
+        given: BTreeMap<String, String>,
+        assignment: &Assignment,
+        message: &str,
+    ) -> Result<Artifact, CommandError> {
         let expected = assignment.expected_kind();
         let program = self.config.program.clone();
-
-        let from_stdout = extract_json(&stdout)
+        let from_message = extract_json(message)
             .ok()
             .and_then(|v| parse_artifact(expected, v).ok());
-        let artifact = match (from_stdout, expected) {
+        match (from_message, expected) {
             (Some(Artifact::ChangeSet(cs)), _) => {
                 for change in &cs.changes {
                     normalise_relative(change.path()).map_err(|e| CommandError::PathEscape {
@@ -264,11 +427,11 @@ impl ExternalCommandAgent {
                         reason: e.to_string(),
                     })?;
                 }
-                Artifact::ChangeSet(cs)
+                Ok(Artifact::ChangeSet(cs))
             }
-            (Some(other), _) => other,
+            (Some(other), _) => Ok(other),
             (None, ArtifactKind::ChangeSet) => {
-                let root2 = root.clone();
+                let root2 = root.to_path_buf();
                 let filter = TreeFilter::new(&self.config.caches);
                 let changes = tokio::task::spawn_blocking(move || diff(&root2, &given, &filter))
                     .await
@@ -277,42 +440,88 @@ impl ExternalCommandAgent {
                         path: root.display().to_string(),
                         source: io::Error::other(e.to_string()),
                     })??;
-                Artifact::ChangeSet(ChangeSet {
+                Ok(Artifact::ChangeSet(ChangeSet {
                     summary: format!("{} by {}", assignment.step, program_name(&program)),
                     changes,
-                })
+                }))
             }
             (None, _) => {
-                let detail = match extract_json(&stdout) {
+                let detail = match extract_json(message) {
                     Err(e) => e,
                     Ok(v) => parse_artifact(expected, v)
                         .err()
                         .unwrap_or_else(|| "unreadable".into()),
                 };
-                return Err(CommandError::BadOutput { program, detail });
+                Err(CommandError::BadOutput { program, detail })
             }
-        };
-        drop(scratch);
-        Ok(AgentOutput::new(artifact).with_usage(Usage {
-            calls: 1,
-            wall_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            ..Usage::default()
-        }))
+        }
     }
 
-    async fn execute(&self, root: &Path, assignment: &Assignment) -> Result<String, CommandError> {
+    /// The command line (placeholders replaced) and stdin for one assignment.
+    fn invocation(
+        &self,
+        assignment: &Assignment,
+        given: &BTreeMap<String, String>,
+    ) -> Result<Invocation, CommandError> {
+        let template = self.config.arg_template();
+        let prompt = cli_prompt(assignment);
+        let mut files: Vec<String> = given.keys().cloned().collect();
+        if let Some(t) = &assignment.inputs.test
+            && let Ok(path) = normalise_relative(&t.path)
+            && !files.contains(&path)
+        {
+            files.push(path);
+        }
+        let mut args = Vec::with_capacity(template.len() + files.len());
+        for a in &template {
+            if a == FILES_PLACEHOLDER {
+                // A path that looks like an option is given as `./-x`.
+                args.extend(files.iter().map(|f| {
+                    if f.starts_with('-') {
+                        format!("./{f}")
+                    } else {
+                        f.clone()
+                    }
+                }));
+            } else {
+                args.push(a.replace(PROMPT_PLACEHOLDER, &prompt));
+            }
+        }
+        let stdin = match self.config.preset {
+            Some(_) => None,
+            None => Some(prompt::stdin_json(assignment, &prompt).map_err(CommandError::Encode)?),
+        };
+        let uses_prompt = template.iter().any(|a| a.contains(PROMPT_PLACEHOLDER));
+        Ok(Invocation {
+            args,
+            template,
+            prompt: uses_prompt.then_some(prompt),
+            stdin,
+        })
+    }
+
+    /// The process, its environment reduced to `pass_env`, `env_set` and the step's variables.
+    fn command(
+        &self,
+        root: &Path,
+        assignment: &Assignment,
+        invocation: &Invocation,
+    ) -> tokio::process::Command {
         let cfg = &self.config;
-        let program = cfg.program.clone();
         let mut cmd = tokio::process::Command::new(&cfg.program);
-        cmd.args(&cfg.args)
+        cmd.args(&invocation.args)
             .current_dir(root)
             .env_clear()
-            .stdin(Stdio::piped())
+            .stdin(if invocation.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        for name in &cfg.env_allow {
+        for name in &cfg.pass_env {
             if let Some(v) = std::env::var_os(name) {
                 cmd.env(name, v);
             }
@@ -325,71 +534,162 @@ impl ExternalCommandAgent {
                 "CONSORT_ANSWER_WITH",
                 assignment.expected_kind().to_string(),
             );
-        let mut child = cmd.spawn().map_err(|source| CommandError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
+        cmd
+    }
+
+    /// Runs the program to its end or its time limit; keeps what it wrote either way.
+    async fn execute(&self, root: &Path, assignment: &Assignment, invocation: &Invocation) -> Ran {
+        let cfg = &self.config;
+        let program = cfg.program.clone();
+        let mut ran = Ran {
+            ended: Err(CommandError::Timeout {
+                program: program.clone(),
+                limit_ms: cfg.timeout_ms,
+            }),
+            stdout: Vec::new(),
+            stdout_overflow: false,
+            stderr: Vec::new(),
+        };
+        let mut child = match self.command(root, assignment, invocation).spawn() {
+            Ok(c) => c,
+            Err(source) => {
+                ran.ended = Err(CommandError::Spawn { program, source });
+                return ran;
+            }
+        };
         let mut group = GroupGuard(child.id().and_then(|id| i32::try_from(id).ok()));
         tracing::debug!(role = %self.role, %program, step = %assignment.step, "external agent started");
-
-        let input = serde_json::to_vec(assignment).unwrap_or_default();
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let cap = cfg.output_cap_bytes;
+        // Only written when stdin is a pipe, that is when there is something to write.
+        let input: &[u8] = match &invocation.stdin {
+            Some(bytes) => bytes,
+            None => &[],
+        };
+        let (out_buf, err_buf) = (&mut ran.stdout, &mut ran.stderr);
         let work = async {
             let feed = async {
                 if let Some(mut s) = stdin {
                     // A program that does not read its stdin closes the pipe: not an error.
-                    let _ = s.write_all(&input).await;
+                    let _ = s.write_all(input).await;
                     let _ = s.shutdown().await;
                 }
             };
             let (_, out, err, status) = tokio::join!(
                 feed,
-                read_capped(stdout, cap, true),
-                read_capped(stderr, cap, false),
+                read_capped(stdout, out_buf, cap, true),
+                read_capped(stderr, err_buf, cap, false),
                 child.wait()
             );
             (out, err, status)
         };
         let limit = Duration::from_millis(cfg.timeout_ms);
-        let Ok((out, err, status)) = tokio::time::timeout(limit, work).await else {
-            group.kill();
-            return Err(CommandError::Timeout {
-                program,
-                limit_ms: cfg.timeout_ms,
-            });
-        };
-        // Leftover background children of the program die with their group.
+        let finished = tokio::time::timeout(limit, work).await;
+        // Leftover background children of the program die with their group (and all of it
+        // when the limit passed).
         group.kill();
+        let Ok((out, err, status)) = finished else {
+            return ran;
+        };
         let io_err = |op: &'static str| {
             let path = program.clone();
             move |source| CommandError::Io { op, path, source }
         };
-        let status = status.map_err(io_err("wait for"))?;
-        let (out, overflow) = out.map_err(io_err("read stdout of"))?;
-        let (err, _) = err.map_err(io_err("read stderr of"))?;
+        ran.ended = match (out, err, status) {
+            (Ok(overflow), Ok(_), Ok(status)) => {
+                ran.stdout_overflow = overflow;
+                Ok(status)
+            }
+            (Err(e), _, _) => Err(io_err("read stdout of")(e)),
+            (_, Err(e), _) => Err(io_err("read stderr of")(e)),
+            (_, _, Err(e)) => Err(io_err("wait for")(e)),
+        };
+        ran
+    }
+
+    /// The program's stdout, if it ran within its limits and exited cleanly.
+    fn judge(
+        &self,
+        ended: Result<std::process::ExitStatus, CommandError>,
+        stdout: &[u8],
+        overflow: bool,
+        stderr: &[u8],
+    ) -> Result<String, CommandError> {
+        let program = self.config.program.clone();
+        let status = ended?;
         if overflow {
-            return Err(CommandError::OutputTooLarge { program, cap });
-        }
-        if !status.success() {
-            use std::os::unix::process::ExitStatusExt;
-            let status = match (status.code(), status.signal()) {
-                (Some(c), _) => format!("exit code {c}"),
-                (None, Some(s)) => format!("killed by signal {s}"),
-                _ => "unknown status".into(),
-            };
-            return Err(CommandError::Exit {
+            return Err(CommandError::OutputTooLarge {
                 program,
-                status,
-                stderr: excerpt(&String::from_utf8_lossy(&err)),
+                cap: self.config.output_cap_bytes,
             });
         }
-        String::from_utf8(out).map_err(|_| CommandError::BadOutput {
+        if !status.success() {
+            // A CLI that says why it failed on stdout (Claude Code's error result, Codex's
+            // `turn.failed`) is reported with its own words.
+            if let Some(p) = self.config.preset
+                && let Ok(text) = std::str::from_utf8(stdout)
+                && let Err(ReadError::Reported(detail)) = final_message(p.output(), text)
+            {
+                return Err(CommandError::Reported { program, detail });
+            }
+            return Err(CommandError::Exit {
+                program,
+                status: status_text(status),
+                stderr: excerpt(&String::from_utf8_lossy(stderr)),
+            });
+        }
+        String::from_utf8(stdout.to_vec()).map_err(|_| CommandError::BadOutput {
             program,
             detail: "stdout is not UTF-8 text".into(),
         })
+    }
+
+    /// Writes the run's transcript when a transcript directory is set.
+    fn keep_transcript(
+        &self,
+        assignment: &Assignment,
+        invocation: &Invocation,
+        outcome: String,
+        started: Instant,
+        (stderr, stdout): (&[u8], &[u8]),
+    ) -> Result<(), CommandError> {
+        let Some(dir) = &self.config.transcript_dir else {
+            return Ok(());
+        };
+        let record = transcript::Record {
+            step: assignment.step.to_string(),
+            attempt: assignment.attempt,
+            role: self.role.as_str(),
+            program: &self.config.program,
+            args: &invocation.template,
+            prompt: invocation.prompt.as_deref(),
+            outcome,
+            wall_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            stderr,
+            stdout,
+        };
+        let path = transcript::write(dir, &record)?;
+        tracing::debug!(role = %self.role, path = %path.display(), "transcript kept");
+        Ok(())
+    }
+}
+
+fn status_text(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => "unknown status".into(),
+    }
+}
+
+/// How a run ended, in a transcript's words.
+fn outcome_line(ended: &Result<std::process::ExitStatus, CommandError>) -> String {
+    match ended {
+        Ok(status) => status_text(*status),
+        Err(e) => e.to_string(),
     }
 }
 
@@ -422,18 +722,18 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Reads a stream up to `cap` bytes. With `stop_at_cap`, stops reading past the cap (the
-/// writer then gets a broken pipe); otherwise drains and discards the rest. Returns the bytes
-/// and whether the cap was passed.
+/// Reads a stream into `buf` up to `cap` bytes. With `stop_at_cap`, stops reading past the
+/// cap (the writer then gets a broken pipe); otherwise drains and discards the rest. Returns
+/// whether the cap was passed. What was read stays in `buf` if the read is abandoned.
 async fn read_capped<R: AsyncRead + Unpin>(
     stream: Option<R>,
+    buf: &mut Vec<u8>,
     cap: usize,
     stop_at_cap: bool,
-) -> io::Result<(Vec<u8>, bool)> {
+) -> io::Result<bool> {
     let Some(mut r) = stream else {
-        return Ok((Vec::new(), false));
+        return Ok(false);
     };
-    let mut buf = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
     let mut overflow = false;
     loop {
@@ -450,7 +750,7 @@ async fn read_capped<R: AsyncRead + Unpin>(
             }
         }
     }
-    Ok((buf, overflow))
+    Ok(overflow)
 }
 
 /// Writes the given files into the scratch root; returns them by normalised path.
@@ -596,14 +896,21 @@ impl Agent for ExternalCommandAgent {
     fn act<'a>(&'a self, assignment: &'a Assignment) -> ActFuture<'a> {
         Box::pin(async move {
             self.run(assignment).await.map_err(|e| {
-                tracing::warn!(role = %self.role, error = %e, "external agent failed");
+                let transcript = self
+                    .config
+                    .transcript_path(assignment)
+                    .map(|p| p.display().to_string());
+                tracing::warn!(role = %self.role, error = %e, transcript, "external agent failed");
                 e.to_failure()
             })
         })
     }
 
     fn describe(&self) -> String {
-        format!("command({})", program_name(&self.config.program))
+        match self.config.preset {
+            Some(p) => format!("command({p}: {})", program_name(&self.config.program)),
+            None => format!("command({})", program_name(&self.config.program)),
+        }
     }
 }
 
