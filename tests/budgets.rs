@@ -5,12 +5,14 @@
 //! checked before every call, a spent one halts the run with the typed `budget-spent` reason,
 //! and a resumed run continues from what the ledger says was spent.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::str::FromStr;
+use std::process::Output;
 use std::sync::Arc;
 
-use consort::actors::{Artifact, Role, Step};
+use common::{consort, run};
+use consort::actors::Artifact;
 use consort::agents::Script;
 use consort_testkit::model::{Reply, Seen, Stub, start_answering};
 use consort_testkit::process::text;
@@ -21,35 +23,14 @@ const KEY: &str = "sk-consort-budget-test-51d8";
 /// completion; far more than any prompt's estimate, so the tests do not depend on prompt sizes.
 const PER_CALL: u64 = 120_000;
 
-fn consort() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_consort"))
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .output()
-        .expect("the command starts")
-}
-
 /// The "model": the StockFlow script's answer to the assignment, with usage.
 fn answer(script: &Script, req: &Seen) -> Reply {
-    let assignment: Option<Value> = req.body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .and_then(|t| serde_json::from_str(t).ok());
-    let Some(a) = assignment else {
-        return Reply::Json(400, vec![], json!({"error": {"message": "no assignment"}}));
-    };
-    let step = a["step"].as_str().and_then(|s| Step::from_str(s).ok());
-    let role = a["role"].as_str().and_then(|s| Role::from_str(s).ok());
-    let attempt = a["attempt"].as_u64().unwrap_or(0) as u32;
-    let content = match (step, role) {
-        (Some(step), Some(role)) => match script.lookup(role, &step, attempt) {
+    let content = match req.asked() {
+        Some((role, step, attempt)) => match script.lookup(role, &step, attempt) {
             Ok(entry) => body(&entry.artifact).to_string(),
             Err(e) => format!("I cannot answer {step}: {e}"),
         },
-        _ => "no step".to_string(),
+        None => "no step".to_string(),
     };
     Reply::Json(
         200,

@@ -102,21 +102,14 @@ pub(crate) fn stdin_json(assignment: &Assignment, prompt: &str) -> serde_json::R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use consort_actors::{AssignmentId, AssignmentInputs, Role};
-
     fn review() -> Assignment {
-        let mut inputs = AssignmentInputs::default();
-        inputs
+        let mut a = consort_testkit::artifacts::assignment(3, "review/T1/0");
+        a.inputs
             .files
             .insert("src/a.sql".into(), "select 1;\n".into());
-        Assignment {
-            id: AssignmentId(3),
-            role: Role::Navigator,
-            step: "review/T1/0".parse().expect("step key"),
-            attempt: 1,
-            inputs,
-            feedback: vec!["name the query".into()],
-        }
+        a.attempt = 1;
+        a.feedback = vec!["name the query".into()];
+        a
     }
 
     #[test]
