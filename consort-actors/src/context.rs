@@ -186,6 +186,26 @@ fn traced_ux(ux: &UxDesign, state: &State, ac: Option<&str>) -> Option<UxDesign>
     })
 }
 
+/// The most files an assignment lists one by one; the rest are counted in
+/// [`AssignmentInputs::not_listed`].
+pub const MAX_LISTED: usize = 200;
+
+/// Caps `inputs.not_included` at [`MAX_LISTED`] entries, counting the rest. Files left out for
+/// their size or form are listed before those the pack leaves out, so they are the last to go.
+pub fn cap_listing(inputs: &mut AssignmentInputs) {
+    if inputs.not_included.len() <= MAX_LISTED {
+        return;
+    }
+    inputs
+        .not_included
+        .sort_by_key(|n| n.why == crate::protocol::Omission::NotInPack);
+    let rest = inputs.not_included.split_off(MAX_LISTED);
+    inputs.not_listed = Some(crate::protocol::NotListed {
+        files: rest.len() as u64,
+        bytes: rest.iter().map(|n| n.bytes).sum(),
+    });
+}
+
 /// Which work-tree files a step gets in full, by its [`Files`] rule.
 #[derive(Debug, Clone)]
 pub struct FileScope {
@@ -250,6 +270,43 @@ mod tests {
         assert!(review.changes && review.files == Files::Test);
         assert_eq!(pack(&Step::Stories).feature, Part::Whole);
         assert!(!pack(&Step::Ux).harness && pack(&Step::TestList).harness);
+    }
+
+    #[test]
+    fn a_large_tree_is_listed_up_to_the_cap_and_counted_beyond_it() {
+        use crate::protocol::{NotIncluded, Omission};
+        let file = |i: usize, why| NotIncluded {
+            path: format!("f{i}"),
+            bytes: 10,
+            why,
+        };
+        let mut inputs = AssignmentInputs {
+            not_included: (0..MAX_LISTED + 50)
+                .map(|i| file(i, Omission::NotInPack))
+                .chain([file(9999, Omission::OverLimit)])
+                .collect(),
+            ..AssignmentInputs::default()
+        };
+        cap_listing(&mut inputs);
+        assert_eq!(inputs.not_included.len(), MAX_LISTED);
+        assert_eq!(
+            inputs.not_included[0].why,
+            Omission::OverLimit,
+            "kept first"
+        );
+        assert_eq!(
+            inputs.not_listed,
+            Some(crate::protocol::NotListed {
+                files: 51,
+                bytes: 510
+            })
+        );
+        let mut small = AssignmentInputs {
+            not_included: vec![file(1, Omission::NotInPack)],
+            ..AssignmentInputs::default()
+        };
+        cap_listing(&mut small);
+        assert!(small.not_listed.is_none() && small.not_included.len() == 1);
     }
 
     #[test]

@@ -130,8 +130,8 @@ pub use paths::{
 };
 pub use protocol::{
     AgentFailure, Assignment, AssignmentId, AssignmentInputs, HarnessFacts, InfraError,
-    LakebaseMsg, NotIncluded, Omission, Produced, PromoteReport, PromoteRequest, RoleMsg,
-    RoleReply, Usage, VerifyPurpose, VerifyRequest, WriteRules,
+    LakebaseMsg, NotIncluded, NotListed, Omission, Produced, PromoteReport, PromoteRequest,
+    RoleMsg, RoleReply, Usage, VerifyPurpose, VerifyRequest, WriteRules,
 };
 pub use role::{ActorId, Role, UnknownRole};
 pub use step::{ParseStepError, Step};

@@ -60,6 +60,10 @@ pub struct AssignmentInputs {
     /// left out silently (see [`crate::context`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_included: Vec<NotIncluded>,
+    /// The files past the listing's cap ([`crate::context::MAX_LISTED`]), counted: a large tree
+    /// is summed up here rather than listed file by file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_listed: Option<NotListed>,
     /// The change sets accepted since the current test's last review, oldest first: what a
     /// review judges, and what a repair round tried before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -75,6 +79,15 @@ pub struct NotIncluded {
     pub bytes: u64,
     /// Why it is left out.
     pub why: Omission,
+}
+
+/// How many files, and how many bytes, an assignment neither carries nor lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NotListed {
+    /// Files.
+    pub files: u64,
+    /// Their total size in bytes.
+    pub bytes: u64,
 }
 
 /// Why a file is listed rather than included.

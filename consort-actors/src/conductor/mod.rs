@@ -920,6 +920,7 @@ impl ConductorState {
                     limit,
                 )
             })?;
+            crate::context::cap_listing(&mut inputs);
         }
         let (harness, writes) = if pack.harness {
             (harness, Some(self.write_rules(&step)))

@@ -564,7 +564,8 @@ fn user_messages(a: &Assignment) -> Vec<ChatCompletionRequestMessage> {
         if let Some(schema) = o.remove("schema") {
             stable.insert("schema".into(), schema);
         }
-        if !a.inputs.not_included.is_empty() {
+        if !a.inputs.not_included.is_empty() || a.inputs.not_listed.is_some() {
+            o.remove("not_listed");
             o.insert("not_included".into(), not_included(a));
         }
     }
@@ -624,6 +625,12 @@ fn not_included(a: &Assignment) -> Value {
             .entry(why)
             .or_default()
             .push(format!("{} ({} bytes)", f.path, f.bytes));
+    }
+    if let Some(rest) = a.inputs.not_listed {
+        groups
+            .entry("not listed")
+            .or_default()
+            .push(format!("{} more files ({} bytes)", rest.files, rest.bytes));
     }
     json!(groups)
 }
