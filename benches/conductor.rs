@@ -299,6 +299,7 @@ fn spec_assignment() -> Assignment {
         },
         feedback: vec![],
         budget: None,
+        tools: None,
     }
 }
 
@@ -329,6 +330,7 @@ fn spec_event() -> Event {
         author: ActorId::new(Role::SpecAuthor, "spec-author"),
         artifact: Artifact::Spec(common::spec()),
         usage: Default::default(),
+        transcript: None,
     }
 }
 

@@ -165,6 +165,7 @@ fn burst(rt: &Runtime) -> Burst {
             tests: vec![TEST_FILE.into()],
             focus: None,
             caches: Vec::new(),
+            hidden: Vec::new(),
         };
         lakebase
             .verify(req(0), Duration::from_secs(120))

@@ -102,6 +102,7 @@ impl Fixture {
             tests: vec![TEST_FILE.into()],
             focus: None,
             caches: Vec::new(),
+            hidden: Vec::new(),
         }
     }
 

@@ -73,6 +73,7 @@ pub struct EnsembleBuilder {
     append_observer: Option<Arc<dyn AppendObserver>>,
     run_lock: Option<RunLock>,
     budgets: consort_actors::Budgets,
+    workbench: Option<consort_actors::workbench::WorkbenchLimits>,
 }
 
 impl std::fmt::Debug for EnsembleBuilder {
@@ -196,6 +197,14 @@ impl EnsembleBuilder {
     /// (default: none).
     pub fn budgets(mut self, budgets: consort_actors::Budgets) -> Self {
         self.budgets = budgets;
+        self
+    }
+
+    /// The bounds of the tools build steps get (read, list, search, scratch runs; see
+    /// [`consort_actors::workbench`]); `None` gives them none. Default: three scratch runs
+    /// per step.
+    pub fn workbench(mut self, limits: Option<consort_actors::workbench::WorkbenchLimits>) -> Self {
+        self.workbench = limits;
         self
     }
 
@@ -335,6 +344,7 @@ impl EnsembleBuilder {
         config.verify_timeout = self.verify_timeout;
         config.append_observer = self.append_observer.take();
         config.budgets = self.budgets.clone();
+        config.workbench = self.workbench;
         let endpoint: Arc<dyn LakebaseEndpoint> = Arc::new(SupervisedLakebase {
             handle: lakebase.clone(),
         });
@@ -398,6 +408,7 @@ impl Ensemble {
             append_observer: None,
             run_lock: None,
             budgets: consort_actors::Budgets::default(),
+            workbench: Some(consort_actors::workbench::WorkbenchLimits::default()),
         }
     }
 

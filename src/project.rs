@@ -24,8 +24,9 @@ use crate::config::{ConfigError, ProjectConfig, ProviderConfig, RunnerConfig};
 use crate::ensemble::{Ensemble, EnsembleError};
 use crate::runlock::{RunLock, RunLockError};
 
-/// Where the external-command agents' per-step transcripts are kept (stderr included, whether
-/// the program succeeded or not), relative to the project.
+/// Where the agents' per-step transcripts are kept, relative to the project: an external
+/// command's run (stderr included, whether it succeeded or not) and an OpenAI model's tool
+/// calls with their results.
 pub const TRANSCRIPT_DIR: &str = ".consort/transcripts";
 
 /// Why a project could not be opened or run.
@@ -321,9 +322,13 @@ impl Project {
             // An external program's scratch copy skips the project's caches too, and its
             // transcripts are kept with the run's files.
             let mut cfg = cfg.clone();
-            if let AgentConfig::Command(c) = &mut cfg {
-                c.caches.extend(self.config.paths.caches.iter().cloned());
-                c.transcript_dir = Some(self.dir.join(TRANSCRIPT_DIR));
+            match &mut cfg {
+                AgentConfig::Command(c) => {
+                    c.caches.extend(self.config.paths.caches.iter().cloned());
+                    c.transcript_dir = Some(self.dir.join(TRANSCRIPT_DIR));
+                }
+                AgentConfig::Openai(c) => c.transcript_dir = Some(self.dir.join(TRANSCRIPT_DIR)),
+                _ => {}
             }
             let agent = cfg
                 .build(role, &self.dir)

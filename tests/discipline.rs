@@ -1712,6 +1712,7 @@ impl RoleEndpoint for ForgingEndpoint {
                 author: self.inner.identity().clone(),
                 artifact,
                 usage: Usage::default(),
+                transcript: None,
             })
         })
     }

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use consort::actors::Artifact;
+use consort::actors::Step;
 use consort::agents::Script;
-use consort_testkit::model::{Reply, Seen, start_answering};
+use consort_testkit::model::{Reply, Seen, start_answering, tool_calls};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-consort-test-7f3a9c2e51d8";
@@ -33,6 +34,11 @@ fn answer(script: &Script, req: &Seen) -> Reply {
     let Some((role, step, attempt)) = req.asked() else {
         return refuse(400, "no assignment names its step");
     };
+    if attempt == 0
+        && let Some(reply) = explore(script, req, &step)
+    {
+        return reply;
+    }
     let content = match script.lookup(role, &step, attempt) {
         Ok(entry) => body(&entry.artifact).to_string(),
         Err(e) => format!("I cannot answer {step}: {e}"),
@@ -49,6 +55,135 @@ fn answer(script: &Script, req: &Seen) -> Reply {
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]
         }),
     )
+}
+
+/// The test file of T1, which RED writes.
+const T1_TEST: &str = "tests/s1_01_file_new_stock.sql";
+
+/// At red/T1 and green/T1 the "model" uses its tools before it answers, as a model finding its
+/// way around a project would, and tries what an agent should not get away with: reading
+/// outside the tree or Consort's ledger, and trying a change that touches a frozen test.
+fn explore(script: &Script, req: &Seen, step: &Step) -> Option<Reply> {
+    let scripted = |s: &Step| {
+        script
+            .lookup(s.role(), s, 0)
+            .map(|e| body(&e.artifact))
+            .unwrap_or(Value::Null)
+    };
+    let calls: Vec<(&str, Value)> = match (step.to_string().as_str(), req.tool_rounds()) {
+        ("red/T1", 0) => vec![
+            ("list_files", json!({"glob": null})),
+            ("run_tests", json!({"change_set": scripted(step)})),
+        ],
+        ("green/T1", 0) => vec![
+            ("read_file", json!({"path": T1_TEST})),
+            ("search", json!({"text": "S1-AC1", "glob": "tests/**"})),
+            ("read_file", json!({"path": "../outside.txt"})),
+            ("read_file", json!({"path": ".consort/ledger.jsonl"})),
+            (
+                "run_tests",
+                json!({"change_set": {"summary": "nothing yet", "changes": []}}),
+            ),
+            (
+                "run_tests",
+                json!({"change_set": {"summary": "weaken the test", "changes": [
+                    {"op": "write", "path": T1_TEST, "content": "select 1;\n"}
+                ]}}),
+            ),
+        ],
+        ("green/T1", 1) => vec![("run_tests", json!({"change_set": scripted(step)}))],
+        _ => return None,
+    };
+    Some(Reply::Json(200, vec![], tool_calls(&calls)))
+}
+
+/// What the tools answered, from the last request of `step`'s first attempt.
+fn tool_results(seen: &[Seen], step: &str) -> Vec<String> {
+    seen.iter()
+        .rev()
+        .find(|s| {
+            s.asked()
+                .is_some_and(|(_, st, a)| st.to_string() == step && a == 0)
+        })
+        .map(Seen::tool_results)
+        .unwrap_or_default()
+}
+
+/// The tools worked as a model would use them, their results were advice only, and every call
+/// is in a transcript whose hash the ledger keeps.
+fn assert_tools_used(dir: &Path, seen: &[Seen], ledger: &str) {
+    let red = tool_results(seen, "red/T1");
+    assert_eq!(red.len(), 2, "{red:#?}");
+    assert!(red[0].contains("feature.md ("), "list_files: {}", red[0]);
+    assert!(
+        red[1].contains("would accept") && red[1].contains("a real RED"),
+        "the scratch RED: {}",
+        red[1]
+    );
+    let green = tool_results(seen, "green/T1");
+    assert_eq!(green.len(), 7, "{green:#?}");
+    assert!(
+        green[0].contains("S1-AC1: filing a new"),
+        "read_file: {}",
+        green[0]
+    );
+    assert!(
+        green[1].contains(&format!("{T1_TEST}:1:")),
+        "search: {}",
+        green[1]
+    );
+    assert!(
+        green[2].starts_with("error: ../outside.txt"),
+        "outside: {}",
+        green[2]
+    );
+    assert!(
+        green[3].contains("inside .consort/"),
+        "ledger: {}",
+        green[3]
+    );
+    assert!(
+        green[4].contains("would not accept"),
+        "no code yet: {}",
+        green[4]
+    );
+    assert!(
+        green[5].contains("would be refused, so it did not run"),
+        "a frozen test: {}",
+        green[5]
+    );
+    assert!(
+        green[6].contains("would accept") && green[6].contains("Scratch runs left: 1"),
+        "the scripted GREEN: {}",
+        green[6]
+    );
+    let events: Vec<Value> = ledger
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|e| e["event"].clone())
+        .collect();
+    // No scratch run is a receipt: every receipt answers one of the run's own requests.
+    for e in events.iter().filter(|e| e["event"] == "verify-completed") {
+        let id = e["receipt"]["request_id"].as_u64().expect("request id");
+        assert!(
+            id < 1 << 62,
+            "a scratch run's receipt reached the ledger: {e}"
+        );
+    }
+    let kept: Vec<&Value> = events.iter().filter_map(|e| e.get("transcript")).collect();
+    assert_eq!(
+        kept.len(),
+        2,
+        "red/T1 and green/T1 keep transcripts: {kept:?}"
+    );
+    for t in kept {
+        let name = t["path"].as_str().expect("transcript name");
+        let bytes = std::fs::read(dir.join(".consort/transcripts").join(name)).expect("transcript");
+        let hash = consort::actors::ContentHash::of_bytes(&bytes).to_hex();
+        assert_eq!(t["hash"].as_str(), Some(hash.as_str()), "{name}");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("run_tests"), "{name}: {text}");
+    }
 }
 
 fn example() -> PathBuf {
@@ -110,4 +245,5 @@ fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
         "the API key appears in the output or logs"
     );
     assert!(!ledger.contains(KEY), "the API key appears in the ledger");
+    assert_tools_used(&dir, &model.seen(), &ledger);
 }

@@ -1967,6 +1967,7 @@ mod fuzz {
             inputs: Default::default(),
             feedback: vec![],
             budget: None,
+            tools: None,
         }
     }
 
@@ -2203,6 +2204,7 @@ mod fuzz {
                         author: author.clone(),
                         artifact: mutated,
                         usage: Default::default(),
+                        transcript: None,
                     };
                     seen.saw(&tl.machine.step(&tl.states[i], &event));
                 } else {

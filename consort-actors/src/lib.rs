@@ -38,6 +38,7 @@
 //!     author: ActorId::new(Role::ProductOwner, "product-owner"),
 //!     artifact: Artifact::Stories(Stories { feature_id: "F1".into(), stories: vec![] }),
 //!     usage: Default::default(),
+//!     transcript: None,
 //! };
 //! let refused: RuleViolation = machine.step(&state, &empty).expect_err("refused");
 //! assert!(!refused.to_string().is_empty());
@@ -91,6 +92,7 @@ mod role;
 mod sorted_json;
 mod step;
 mod supervision;
+pub mod workbench;
 mod worktree;
 
 // One flat public surface: every public item has exactly this one path.
@@ -119,9 +121,9 @@ pub use ledger::{
 };
 pub use machine::{
     BuildProgress, Command, Event, Frozen, HumanDecision, Machine, MachineConfig, Pending, Phase,
-    ReleaseEvidence, Remedy, RuleViolation, RunStatus, State, Writer, check_architecture,
-    check_change_set, check_review, check_schema, check_spec, check_stories, check_test_list,
-    check_tests_on_disk, check_ux, written_hashes,
+    ReleaseEvidence, Remedy, RuleViolation, RunStatus, ScratchPlan, ScratchVerdict, State, Writer,
+    check_architecture, check_change_set, check_review, check_schema, check_spec, check_stories,
+    check_test_list, check_tests_on_disk, check_ux, written_hashes,
 };
 pub use paths::{
     ALWAYS_HARNESS, CacheNameError, DEFAULT_CACHES, GlobError, MAX_NAME_BYTES, PathError,
@@ -131,7 +133,7 @@ pub use paths::{
 pub use protocol::{
     AgentFailure, Assignment, AssignmentId, AssignmentInputs, HarnessFacts, InfraError,
     LakebaseMsg, NotIncluded, NotListed, Omission, Produced, PromoteReport, PromoteRequest,
-    RoleMsg, RoleReply, Usage, VerifyPurpose, VerifyRequest, WriteRules,
+    RoleMsg, RoleReply, TranscriptRef, Usage, VerifyPurpose, VerifyRequest, WriteRules,
 };
 pub use role::{ActorId, Role, UnknownRole};
 pub use step::{ParseStepError, Step};

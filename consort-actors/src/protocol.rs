@@ -162,6 +162,12 @@ pub struct Assignment {
     /// with [`AgentFailure::BudgetSpent`] instead of a call that would go over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Remaining>,
+    /// The tools of a build step: read, list, search, and try a change on a scratch branch
+    /// (see [`crate::workbench`]). Not serialised: a program given the assignment as JSON
+    /// works in its own copy instead.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub tools: Option<crate::workbench::Tools>,
 }
 
 impl Assignment {
@@ -232,6 +238,19 @@ pub struct Produced {
     pub artifact: Artifact,
     /// What it cost.
     pub usage: Usage,
+    /// The step's transcript of tool calls and their results, when the agent kept one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<TranscriptRef>,
+}
+
+/// Where a step's transcript is kept and the SHA-256 of its bytes, as the ledger records it: a
+/// resumed run finds the step done and its transcript checkable, and never repeats it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TranscriptRef {
+    /// The file's name in the run's transcript directory (`.consort/transcripts/`).
+    pub path: String,
+    /// The hash of its contents.
+    pub hash: ContentHash,
 }
 
 /// Why an agent could not produce an artifact.
@@ -425,6 +444,10 @@ pub struct VerifyRequest {
     /// hashes exactly what the conductor hashed. Empty in requests written before it existed.
     #[serde(default)]
     pub caches: Vec<String>,
+    /// More paths the run may not read, on top of its own tree's `.consort/` (a scratch run
+    /// hides the real tree's state too). Empty in requests written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathBuf>,
 }
 
 /// A request to apply the migrations to the parent database and check them there.

@@ -430,6 +430,21 @@ impl WorkTree {
         Ok(out)
     }
 
+    /// Copies every file of the tree (what [`WorkTree::files`] lists, permissions kept) into
+    /// `dest`, an empty directory; returns the copy, skipping the same directories. The copy
+    /// hashes as the tree does.
+    pub fn copy_into(&self, dest: &Path) -> Result<WorkTree, WorkTreeError> {
+        walk(&self.root, &self.root, &self.filter, &mut |rel, full| {
+            let to = dest.join(rel);
+            if let Some(parent) = to.parent() {
+                fs::create_dir_all(parent).map_err(io_err("create", parent))?;
+            }
+            fs::copy(full, &to).map_err(io_err("copy", full))?;
+            Ok(())
+        })?;
+        Ok(WorkTree::open(dest)?.with_filter(self.filter.clone()))
+    }
+
     /// One hash for the whole tree: the canonical hash of [`WorkTree::file_hashes`].
     pub fn hash(&self) -> Result<ContentHash, WorkTreeError> {
         Ok(ContentHash::of(&self.file_hashes()?))

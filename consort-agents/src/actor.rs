@@ -238,6 +238,7 @@ fn accept(
             wall_ms,
             ..output.usage
         },
+        transcript: output.transcript,
     })
 }
 

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use consort_actors::{AgentFailure, Artifact, Assignment, Usage};
+use consort_actors::{AgentFailure, Artifact, Assignment, TranscriptRef, Usage};
 
 /// A boxed, `Send` future: what [`Agent::act`] returns.
 ///
@@ -23,6 +23,9 @@ pub struct AgentOutput {
     pub artifact: Artifact,
     /// Tokens and calls spent (`wall_ms` is overwritten by the role actor).
     pub usage: Usage,
+    /// The step's transcript of tool calls, when the agent kept one (its hash goes into the
+    /// ledger with the artifact).
+    pub transcript: Option<TranscriptRef>,
 }
 
 impl AgentOutput {
@@ -31,6 +34,7 @@ impl AgentOutput {
         AgentOutput {
             artifact,
             usage: Usage::default(),
+            transcript: None,
         }
     }
 

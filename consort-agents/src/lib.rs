@@ -71,6 +71,7 @@
 //!     inputs: AssignmentInputs::default(),
 //!     feedback: vec![],
 //!     budget: None,
+//!     tools: None,
 //! };
 //! let produced = assign(&actor, review, None).await.expect("replied").expect("produced");
 //! assert_eq!(produced.author, id);
@@ -90,6 +91,7 @@
 //!     inputs: AssignmentInputs::default(),
 //!     feedback: vec![],
 //!     budget: None,
+//!     tools: None,
 //! };
 //! let refused = assign(&actor, green, None).await.expect("replied");
 //! assert!(matches!(refused, Err(AgentFailure::WrongRole { .. })));

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use consort_actors::workbench::{Advice, FileText, Hits, Listing, ToolError, Tools, Workbench};
 use consort_actors::{
     ActorId, AgentFailure, Allowance, Artifact, BudgetName, ChangeSet, FileChange, Measure,
     Remaining, Role,
@@ -460,4 +461,122 @@ async fn other_client_errors_fail_at_once_without_dropping_the_schema() {
     let seen = stub.seen();
     assert_eq!(seen.len(), 1, "a 400 is not retried");
     assert!(seen[0].body.get("response_format").is_some());
+}
+
+/// A workbench that answers every call the same way and counts the runs: what the tool loop
+/// does with the answers is under test here, not the tools (the conductor's are tested with it).
+struct Counting(std::sync::atomic::AtomicU32);
+
+impl Workbench for Counting {
+    fn read(&self, path: &str) -> Result<FileText, ToolError> {
+        Ok(FileText {
+            path: path.into(),
+            text: "-- the file\n".into(),
+            bytes: 12,
+            truncated: false,
+        })
+    }
+
+    fn list(&self, _: Option<&str>) -> Result<Listing, ToolError> {
+        Ok(Listing::default())
+    }
+
+    fn search(&self, _: &str, _: Option<&str>) -> Result<Hits, ToolError> {
+        Ok(Hits::default())
+    }
+
+    fn try_change(&self, _: ChangeSet) -> consort_actors::BoxFuture<'_, Result<Advice, ToolError>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Box::pin(async {
+            Ok(Advice {
+                would_pass: true,
+                verdict: "every expected test passes".into(),
+                outcomes: Vec::new(),
+                runs_left: 0,
+            })
+        })
+    }
+}
+
+/// A "model" that calls tools for as long as it is offered them, then answers.
+fn tool_hungry(req: &consort_testkit::model::Seen) -> Reply {
+    if req.body.get("tools").is_none() {
+        return ok(&green_answer());
+    }
+    let change = json!({"change_set": {"summary": "try", "changes": []}});
+    Reply::Json(
+        200,
+        vec![],
+        consort_testkit::model::tool_calls(&[
+            ("read_file", json!({"path": "src/stock.sql"})),
+            ("run_tests", change),
+            ("read_file", json!({"wrong": 1})),
+        ]),
+    )
+}
+
+#[tokio::test]
+async fn tool_rounds_are_bounded_and_every_call_is_kept_in_a_hashed_transcript() {
+    let (base, stub) = consort_testkit::model::start_answering(tool_hungry).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(&base);
+    cfg.tools.max_rounds = 2;
+    cfg.transcript_dir = Some(dir.path().to_path_buf());
+    let bench = Arc::new(Counting(Default::default()));
+    let mut a = assignment(1, "green/T1");
+    a.tools = Some(Tools::new(Arc::clone(&bench)));
+    let out = agent(Role::Driver, cfg)
+        .act(&a)
+        .await
+        .expect("an answer after the rounds");
+    assert_eq!(out.artifact, expected_change_set());
+    let seen = stub.seen();
+    assert_eq!(seen.len(), 3, "two tool rounds, then the answer");
+    assert!(
+        seen[..2]
+            .iter()
+            .all(|s| s.body["tools"].as_array().is_some_and(|t| t.len() == 4))
+    );
+    assert!(
+        seen[2].body.get("tools").is_none(),
+        "no tools once the rounds are spent"
+    );
+    let results = seen[2].tool_results();
+    assert_eq!(results.len(), 6);
+    assert!(results[0].contains("-- the file"), "{}", results[0]);
+    assert!(
+        results[1].starts_with("Advice only (not a receipt)"),
+        "{}",
+        results[1]
+    );
+    assert!(
+        results[2].starts_with("error: bad arguments for read_file"),
+        "{}",
+        results[2]
+    );
+    assert!(
+        seen[2]
+            .content(seen[2].messages().len() - 1)
+            .contains("No tool rounds are left")
+    );
+    assert_eq!(bench.0.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!((out.usage.calls, out.usage.tool_calls), (3, 6));
+    let kept = out.transcript.expect("a transcript");
+    let bytes = std::fs::read(dir.path().join(&kept.path)).expect("the transcript file");
+    assert_eq!(kept.path, "green_T1-0.tools.json");
+    assert_eq!(kept.hash, consort_actors::ContentHash::of_bytes(&bytes));
+    let text: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(text["exchanges"].as_array().map(Vec::len), Some(6));
+}
+
+#[tokio::test]
+async fn a_step_without_tools_is_offered_none() {
+    let (base, stub) = consort_testkit::model::start_answering(tool_hungry).await;
+    let out = agent(Role::Driver, config(&base))
+        .act(&assignment(1, "green/T1"))
+        .await
+        .expect("answer");
+    assert_eq!(out.artifact, expected_change_set());
+    assert!(out.transcript.is_none());
+    assert_eq!(stub.requests(), 1);
 }

@@ -279,6 +279,7 @@ impl Verifier {
             .await
             .map_err(|e| infra(InfraFault::DatabaseDown, format!("connecting: {e}")))?;
         let mut hidden = vec![req.work_tree.join(".consort")];
+        hidden.extend(req.hidden.iter().cloned());
         hidden.extend(self.provider().private_paths());
         let mut ctx = RunContext::prepare(
             req.work_tree.clone(),

@@ -71,6 +71,7 @@ pub fn role(
                     author: id.clone(),
                     artifact,
                     usage: Usage::default(),
+                    transcript: None,
                 }));
             }
             RoleMsg::Identify(port) => {

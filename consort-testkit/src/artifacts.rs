@@ -226,6 +226,7 @@ pub fn assignment(id: u64, step: &str) -> Assignment {
         inputs: AssignmentInputs::default(),
         feedback: vec![],
         budget: None,
+        tools: None,
     }
 }
 

@@ -67,6 +67,26 @@ impl Seen {
             })
     }
 
+    /// The rounds of tool calls the request's conversation already holds (assistant turns
+    /// that called tools).
+    pub fn tool_rounds(&self) -> usize {
+        self.body["messages"].as_array().map_or(0, |all| {
+            all.iter()
+                .filter(|m| m["role"] == "assistant" && m["tool_calls"].is_array())
+                .count()
+        })
+    }
+
+    /// The results of the tool calls in the request's conversation, in order.
+    pub fn tool_results(&self) -> Vec<String> {
+        self.body["messages"].as_array().map_or(Vec::new(), |all| {
+            all.iter()
+                .filter(|m| m["role"] == "tool")
+                .filter_map(|m| m["content"].as_str().map(str::to_string))
+                .collect()
+        })
+    }
+
     /// Characters of the request's messages (system and user turns): what a server tokenises,
     /// without the schema sent as `response_format`.
     pub fn prompt_chars(&self) -> usize {
@@ -260,6 +280,31 @@ pub fn completion(content: &str) -> Value {
             "index": 0,
             "message": {"role": "assistant", "content": content},
             "finish_reason": "stop"
+        }],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    })
+}
+
+/// A complete chat completion whose message calls these functions (name, arguments), with
+/// ids `call_0`, `call_1`, …
+pub fn tool_calls(calls: &[(&str, Value)]) -> Value {
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| {
+            json!({"id": format!("call_{i}"), "type": "function",
+                   "function": {"name": name, "arguments": args.to_string()}})
+        })
+        .collect();
+    json!({
+        "id": "chatcmpl-tools",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "stub-model",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": null, "tool_calls": calls},
+            "finish_reason": "tool_calls"
         }],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     })

@@ -164,6 +164,7 @@ impl Simulation {
                 author: author(role),
                 artifact: artifact_for(&step, &self.script, self.state.current_test()),
                 usage: Default::default(),
+                transcript: None,
             },
             Command::Observe => Event::Observed {
                 design_hash: self.design_on_disk,

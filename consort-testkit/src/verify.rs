@@ -21,6 +21,7 @@ pub fn request(id: u64, tree: &Path, migrations: Vec<Migration>) -> VerifyReques
         tests: Vec::new(),
         focus: None,
         caches: Vec::new(),
+        hidden: Vec::new(),
     }
 }
 

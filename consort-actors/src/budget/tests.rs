@@ -21,6 +21,7 @@ fn produced(role: Role, u: Usage) -> Event {
         author: ActorId::new(role, role.as_str()),
         artifact: Artifact::ReviewVerdict(ReviewVerdict::Approve { notes: vec![] }),
         usage: u,
+        transcript: None,
     }
 }
 

@@ -14,6 +14,7 @@
 
 mod budget;
 mod endpoints;
+mod workbench;
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -75,6 +76,9 @@ pub struct ConductorConfig {
     /// Budgets of the run and its roles, checked against the ledger before every assignment
     /// (none by default).
     pub budgets: crate::budget::Budgets,
+    /// The bounds of the tools handed to build steps ([`crate::workbench`]); none: build steps
+    /// get no tools.
+    pub workbench: Option<crate::workbench::WorkbenchLimits>,
 }
 
 /// Watches the conductor's ledger appends. Tests implement it to stop a run after any event,
@@ -103,6 +107,7 @@ impl ConductorConfig {
             harness: None,
             append_observer: None,
             budgets: crate::budget::Budgets::default(),
+            workbench: None,
         }
     }
 }
@@ -388,6 +393,8 @@ pub struct ConductorState {
     phase: Phase,
     phase_since: Instant,
     phase_times: BTreeMap<String, Duration>,
+    /// Numbers the scratch runs of every step's tools.
+    scratch_ids: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for ConductorState {
@@ -475,6 +482,7 @@ impl Conductor {
             waiter: None,
             failed: false,
             appended: 0,
+            scratch_ids: Arc::default(),
             phase,
             phase_since: Instant::now(),
             phase_times: BTreeMap::new(),
@@ -716,6 +724,7 @@ impl ConductorState {
                         tests,
                         focus,
                         caches: self.work.filter().extra().to_vec(),
+                        hidden: Vec::new(),
                     };
                     self.spawn_verify(myself, req);
                     return;
@@ -927,6 +936,7 @@ impl ConductorState {
         } else {
             (None, None)
         };
+        let tools = self.tools(&step);
         Ok(Some(Assignment {
             id,
             role,
@@ -937,6 +947,26 @@ impl ConductorState {
             inputs,
             feedback,
             budget: None,
+            tools,
+        }))
+    }
+
+    /// The tools of a build step (RED, GREEN, repair, REFACTOR, REVIEW), when configured.
+    fn tools(&self, step: &Step) -> Option<crate::workbench::Tools> {
+        let limits = self.wiring.config.workbench?;
+        if !step.is_build() {
+            return None;
+        }
+        Some(crate::workbench::Tools::new(workbench::StepBench {
+            step: step.to_string(),
+            work: self.work.clone(),
+            policy: self.wiring.config.machine.paths.clone(),
+            plan: self.machine.scratch_plan(&self.state, step),
+            lakebase: Arc::clone(&self.wiring.lakebase),
+            timeout: self.wiring.config.verify_timeout,
+            limits,
+            runs: std::sync::atomic::AtomicU32::new(0),
+            ids: Arc::clone(&self.scratch_ids),
         }))
     }
 
@@ -988,6 +1018,7 @@ impl ConductorState {
                     author: p.author,
                     artifact: p.artifact,
                     usage: p.usage,
+                    transcript: p.transcript,
                 },
                 Err(failure) => budget::failed(id, role, failure, started.elapsed()),
             };
@@ -1132,7 +1163,7 @@ fn write_file(root: &Path, rel: &str, text: &str) -> Result<(), ConductorError> 
 /// has no other worker to hand them to). Synchronous either way, so the conductor's order — an
 /// event durable before it takes effect — is unchanged. The ledger append is bounded and runs
 /// inline (`ConductorState::append`).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
+pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(f)

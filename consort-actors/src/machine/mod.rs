@@ -18,6 +18,7 @@
 
 mod next;
 mod rules;
+mod scratch;
 mod transition;
 
 use std::sync::Arc;
@@ -44,6 +45,7 @@ pub use rules::{
     check_schema, check_spec, check_stories, check_test_list, check_tests_on_disk, check_ux,
     written_hashes,
 };
+pub use scratch::{ScratchPlan, ScratchVerdict};
 
 /// Bounds and path rules the machine enforces.
 #[derive(Debug, Clone)]
@@ -93,6 +95,9 @@ pub enum Event {
         /// usage was recorded read and hash exactly as they were written).
         #[serde(default, skip_serializing_if = "Usage::is_zero")]
         usage: Usage,
+        /// The step's transcript of tool calls, when the agent kept one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        transcript: Option<crate::protocol::TranscriptRef>,
     },
     /// An agent could not answer (after its own retries and the supervisor's restarts).
     AgentFailed {
@@ -670,6 +675,12 @@ impl Machine {
         resolved: &ChangeSet,
     ) -> Result<ChangeSet, RuleViolation> {
         transition::check_resolved(&self.config, state, resolved)
+    }
+
+    /// The plan of a scratch run for `step` in `state` (see [`ScratchPlan`]): for RED, GREEN,
+    /// repair and REFACTOR; none for any other step. Pure, like every judgement here.
+    pub fn scratch_plan(&self, state: &State, step: &Step) -> Option<ScratchPlan> {
+        scratch::plan(state, step)
     }
 
     /// Replays events from the start; refused events are skipped exactly as they were when they

@@ -417,6 +417,15 @@ fn red_fails(
         .current_test()
         .map(|e| e.runner_name().to_string())
         .ok_or_else(|| invariant("a RED run has a current test entry"))?;
+    red_fails_for(focus, receipt, names)
+}
+
+/// [`red_fails`] for the new test `focus`.
+pub(super) fn red_fails_for(
+    focus: String,
+    receipt: &TestRunReceipt,
+    names: &[String],
+) -> Result<String, RuleViolation> {
     match receipt.status_of(&focus) {
         Some(TestStatus::Failed | TestStatus::Errored) => {}
         Some(TestStatus::Passed) => {
@@ -788,7 +797,7 @@ fn apply_denied(
 
 /// The writer a change set for `step` is checked as: the Navigator in RED (who must write the
 /// current entry's test file), the Driver otherwise.
-fn writer<'a>(s: &'a State, step: &Step) -> Result<Writer<'a>, RuleViolation> {
+pub(super) fn writer<'a>(s: &'a State, step: &Step) -> Result<Writer<'a>, RuleViolation> {
     Ok(match step {
         Step::Red { .. } => Writer::Red {
             must_write: &s
@@ -885,7 +894,7 @@ fn halt(s: &mut State, escalation: Escalation, resume: Pending) -> (State, Vec<C
 }
 
 /// Runner names of the tests that must pass: all entries up to the current one (all for deploy).
-fn expected_names(s: &State, purpose: VerifyPurpose) -> Vec<String> {
+pub(super) fn expected_names(s: &State, purpose: VerifyPurpose) -> Vec<String> {
     let Some(list) = &s.test_list else {
         return Vec::new();
     };
@@ -901,7 +910,7 @@ fn expected_names(s: &State, purpose: VerifyPurpose) -> Vec<String> {
 
 /// Green means: the run exited cleanly, reported every expected test as passed, and reported
 /// nothing failed — an exit code of 0 with failures in the report is not a pass.
-fn all_pass(receipt: &TestRunReceipt, names: &[String]) -> bool {
+pub(super) fn all_pass(receipt: &TestRunReceipt, names: &[String]) -> bool {
     receipt.exit.success()
         && !receipt.outcomes.is_empty()
         && receipt
@@ -913,7 +922,7 @@ fn all_pass(receipt: &TestRunReceipt, names: &[String]) -> bool {
             .all(|n| receipt.status_of(n) == Some(TestStatus::Passed))
 }
 
-fn failure_feedback(receipt: &TestRunReceipt, names: &[String]) -> String {
+pub(super) fn failure_feedback(receipt: &TestRunReceipt, names: &[String]) -> String {
     let mut missing: Vec<&str> = names
         .iter()
         .filter(|n| receipt.status_of(n).is_none())
@@ -994,7 +1003,7 @@ fn describe(p: &Pending) -> String {
 
 /// The migrations a verify run needs: those of every story up to the current test's story
 /// (all of them for the deploy run).
-fn migrations_for(s: &State, purpose: VerifyPurpose) -> Vec<Migration> {
+pub(super) fn migrations_for(s: &State, purpose: VerifyPurpose) -> Vec<Migration> {
     let Some(plan) = &s.schema else {
         return Vec::new();
     };

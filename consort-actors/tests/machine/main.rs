@@ -170,6 +170,7 @@ impl Run {
             author: id(step.role()),
             artifact,
             usage: Default::default(),
+            transcript: None,
         })
     }
 
@@ -184,6 +185,7 @@ impl Run {
             author,
             artifact,
             usage: Default::default(),
+            transcript: None,
         })
     }
 
@@ -706,6 +708,7 @@ fn a_stale_answer_is_ignored() {
         author: id(Role::ProductOwner),
         artifact: Artifact::Stories(stories(false)),
         usage: Default::default(),
+        transcript: None,
     });
     assert!(matches!(v, RuleViolation::UnknownAssignment { .. }));
     assert_eq!(r.s, before, "an ignored refusal changes nothing");
@@ -1813,6 +1816,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
                 author: id(role),
                 artifact,
                 usage: Default::default(),
+                transcript: None,
             }
         }
         (_, Some(Pending::Observe { .. })) => Event::Observed {
@@ -1958,7 +1962,7 @@ proptest! {
             let h = ContentHash::of_bytes(&n.to_le_bytes());
             let e = match k {
                 0 => Event::Start { feature: feature() },
-                1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)), usage: Default::default() },
+                1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)), usage: Default::default(), transcript: None },
                 2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: AgentFailure::Timeout { secs: n }, role: None, usage: Default::default() },
                 3 => Event::Refused { violation: RuleViolation::NotHalted, run_output: None },
                 4 => Event::Observed { design_hash: Some(h), tests: FileHashes::new() },
@@ -2016,6 +2020,7 @@ fn an_impossible_state_halts_with_a_typed_internal_reason() {
                 author: id(Role::ProductOwner),
                 artifact: Artifact::Stories(stories(false)),
                 usage: Default::default(),
+                transcript: None,
             },
         )
         .expect_err("refused");

@@ -18,6 +18,44 @@ pub struct Completion {
     pub cached_tokens: Option<u64>,
     /// The finish reason, when given.
     pub finish_reason: Option<String>,
+    /// The function calls of the first choice, in order.
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// One function call a model made.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolCall {
+    /// The call's id, which its result must name (made up when the server gave none).
+    pub id: String,
+    /// The function.
+    pub name: String,
+    /// Its arguments, as the model wrote them (JSON text, unchecked).
+    pub arguments: String,
+}
+
+fn tool_calls(message: &Value) -> Vec<ToolCall> {
+    let Some(calls) = message.get("tool_calls").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    calls
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let f = c.get("function")?;
+            Some(ToolCall {
+                id: c
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("call_{i}"), str::to_string),
+                name: f.get("name")?.as_str()?.to_string(),
+                arguments: f
+                    .get("arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or("{}")
+                    .to_string(),
+            })
+        })
+        .collect()
 }
 
 /// Reads a chat completion from raw JSON, tolerating what "compatible" servers omit or null:
@@ -73,6 +111,7 @@ pub fn read_completion(v: &Value) -> Result<Completion, String> {
             .get("finish_reason")
             .and_then(Value::as_str)
             .map(str::to_string),
+        tool_calls: tool_calls(message),
     })
 }
 

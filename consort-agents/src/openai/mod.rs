@@ -14,6 +14,7 @@
 mod budget;
 mod extract;
 mod schema;
+mod tools;
 mod transport;
 
 use std::collections::BTreeMap;
@@ -38,8 +39,9 @@ use crate::agent::{ActFuture, Agent, AgentOutput};
 use crate::prompts::system_prompt;
 use crate::validate::{check_artifact, parse_artifact};
 
-pub use extract::{Completion, extract_json, read_completion};
+pub use extract::{Completion, ToolCall, extract_json, read_completion};
 pub use schema::{body_schema, ordered_schema_text, response_schema};
+pub use tools::ToolUse;
 pub use transport::{HttpPolicy, RetryTransport, retry_after};
 
 /// An API key. Its `Debug` prints `ApiKey(<redacted>)`; it has no `Display`.
@@ -193,6 +195,12 @@ pub struct OpenAiConfig {
     pub budget: Budget,
     /// Text appended to the role's system prompt (house conventions, language, …).
     pub extra_instructions: Option<String>,
+    /// Tool use in build steps (see [`ToolUse`]).
+    pub tools: ToolUse,
+    /// Where each step's transcript of tool calls is written (`consort` sets
+    /// `.consort/transcripts/`); none: no transcript is kept.
+    #[serde(skip)]
+    pub transcript_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for OpenAiConfig {
@@ -210,6 +218,8 @@ impl Default for OpenAiConfig {
             http: HttpPolicy::default(),
             budget: Budget::default(),
             extra_instructions: None,
+            tools: ToolUse::default(),
+            transcript_dir: None,
         }
     }
 }
@@ -364,11 +374,18 @@ impl OpenAiAgent {
         let mut usage = Usage::default();
         let mut last = String::new();
         let mut attempt = 0u32;
+        let offered = tools::definitions(assignment, self.config.strict_schema)
+            .filter(|_| self.config.tools.enabled);
+        let mut rounds = 0u32;
+        let mut transcript = tools::Transcript::new(assignment, &self.config.model);
         while attempt < attempts {
             let mode = self.structured();
             self.check_call(assignment, &usage, expected, mode, &turns)?;
             let started = Instant::now();
-            let completion = match self.call(expected, mode, &turns).await {
+            let offer = offered
+                .as_ref()
+                .filter(|_| rounds < self.config.tools.max_rounds);
+            let completion = match self.call(expected, mode, &turns, offer).await {
                 Ok(c) => c,
                 Err(CallError::SchemaRefused(detail)) => {
                     tracing::warn!(
@@ -381,26 +398,34 @@ impl OpenAiAgent {
                 }
                 Err(CallError::Fail(f)) => return Err(f),
             };
+            self.account(assignment, &completion, started, &mut usage);
+            if let (Some(_), Some(bench)) = (offer, &assignment.tools)
+                && tools::wants_tools(&completion)
+            {
+                rounds += 1;
+                let calls =
+                    tools::round(bench, &completion, rounds, &mut turns, &mut transcript).await;
+                usage.tool_calls = usage.tool_calls.saturating_add(calls);
+                if rounds == self.config.tools.max_rounds {
+                    turns.push(
+                        ChatCompletionRequestUserMessage::from(format!(
+                            "No tool rounds are left for this step: answer now with the {expected}."
+                        ))
+                        .into(),
+                    );
+                }
+                continue;
+            }
             attempt += 1;
-            let tokens =
-                completion.prompt_tokens.unwrap_or(0) + completion.completion_tokens.unwrap_or(0);
-            let call = self.call_usage(&completion);
-            usage.add(&call);
-            self.count(&call);
-            self.add_spent(tokens, Duration::ZERO, 1);
-            tracing::info!(
-                role = %self.role,
-                model = %self.config.model,
-                step = %assignment.step,
-                attempt,
-                prompt_tokens = completion.prompt_tokens,
-                completion_tokens = completion.completion_tokens,
-                usage_reported = completion.prompt_tokens.is_some(),
-                elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                "model call"
-            );
             match interpret(assignment, &completion) {
-                Ok(artifact) => return Ok(AgentOutput { artifact, usage }),
+                Ok(artifact) => {
+                    let transcript = self.keep(&transcript);
+                    return Ok(AgentOutput {
+                        artifact,
+                        usage,
+                        transcript,
+                    });
+                }
                 Err(detail) => {
                     let detail = self.key.scrub(&detail);
                     tracing::warn!(
@@ -429,6 +454,7 @@ impl OpenAiAgent {
                 }
             }
         }
+        self.keep(&transcript);
         Err(AgentFailure::InvalidOutput {
             attempts,
             detail: last,
@@ -436,11 +462,52 @@ impl OpenAiAgent {
         })
     }
 
+    /// Counts one call's usage in the step's, and logs the call.
+    fn account(
+        &self,
+        a: &Assignment,
+        completion: &Completion,
+        started: Instant,
+        usage: &mut Usage,
+    ) {
+        let tokens =
+            completion.prompt_tokens.unwrap_or(0) + completion.completion_tokens.unwrap_or(0);
+        let call = self.call_usage(completion);
+        usage.add(&call);
+        self.count(&call);
+        self.add_spent(tokens, Duration::ZERO, 1);
+        tracing::info!(
+            role = %self.role,
+            model = %self.config.model,
+            step = %a.step,
+            calls = usage.calls,
+            tool_calls = usage.tool_calls,
+            prompt_tokens = completion.prompt_tokens,
+            completion_tokens = completion.completion_tokens,
+            usage_reported = completion.prompt_tokens.is_some(),
+            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "model call"
+        );
+    }
+
+    /// Writes the step's transcript of tool calls, when it has one; a transcript that cannot
+    /// be written is logged, not fatal (the answer is still checked and recorded).
+    fn keep(&self, transcript: &tools::Transcript) -> Option<consort_actors::TranscriptRef> {
+        match transcript.keep(self.config.transcript_dir.as_deref()) {
+            Ok(kept) => kept,
+            Err(detail) => {
+                tracing::warn!(role = %self.role, %detail, "tool transcript not kept");
+                None
+            }
+        }
+    }
+
     async fn call(
         &self,
         expected: ArtifactKind,
         mode: StructuredOutput,
         turns: &[ChatCompletionRequestMessage],
+        tools: Option<&Value>,
     ) -> Result<Completion, CallError> {
         let fail = |detail: String| CallError::Fail(AgentFailure::ModelUnavailable { detail });
         let mut messages: Vec<ChatCompletionRequestMessage> = vec![
@@ -479,6 +546,9 @@ impl OpenAiAgent {
                 TokenLimitField::MaxTokens => "max_tokens",
             };
             obj.insert(field.into(), json!(n));
+        }
+        if let (Some(t), Some(obj)) = (tools, body.as_object_mut()) {
+            obj.insert("tools".into(), t.clone());
         }
         let body = with_ordered_schema(body).map_err(fail)?;
         let answer: Result<Value, OpenAIError> = self.client.chat().create_byot(&body).await;
