@@ -9,7 +9,8 @@
 //! ```
 //!
 //! The figures are characters of the messages sent (system and user turns), which is what a
-//! server tokenises; the JSON schema sent as `response_format` is counted apart. BENCHMARKS.md
+//! server tokenises; the JSON schema sent as `response_format` and the tool definitions of
+//! build steps are counted apart. BENCHMARKS.md
 //! records them.
 
 use std::path::Path;
@@ -97,6 +98,7 @@ struct Row {
     system: usize,
     user: usize,
     schema: usize,
+    tools: usize,
 }
 
 impl Row {
@@ -117,11 +119,16 @@ impl Row {
             .body
             .get("response_format")
             .map_or(0, |f| f.to_string().chars().count());
+        let tools = seen
+            .body
+            .get("tools")
+            .map_or(0, |t| t.to_string().chars().count());
         Ok(Row {
             step: step.to_string(),
             system,
             user,
             schema,
+            tools,
         })
     }
 
@@ -138,37 +145,40 @@ impl Row {
 
 fn print_rows(rows: &[Row], csv: bool) {
     if csv {
-        println!("step,system_chars,user_chars,prompt_chars,schema_chars");
+        println!("step,system_chars,user_chars,prompt_chars,schema_chars,tools_chars");
         for r in rows {
             println!(
-                "{},{},{},{},{}",
+                "{},{},{},{},{},{}",
                 r.step,
                 r.system,
                 r.user,
                 r.prompt(),
-                r.schema
+                r.schema,
+                r.tools
             );
         }
         return;
     }
     println!(
-        "{:<18} {:>8} {:>8} {:>8} {:>8}",
-        "step", "system", "user", "prompt", "schema"
+        "{:<18} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "step", "system", "user", "prompt", "schema", "tools"
     );
     for r in rows {
         println!(
-            "{:<18} {:>8} {:>8} {:>8} {:>8}",
+            "{:<18} {:>8} {:>8} {:>8} {:>8} {:>8}",
             r.step,
             r.system,
             r.user,
             r.prompt(),
-            r.schema
+            r.schema,
+            r.tools
         );
     }
     let total: usize = rows.iter().map(Row::prompt).sum();
     let schema: usize = rows.iter().map(|r| r.schema).sum();
+    let tools: usize = rows.iter().map(|r| r.tools).sum();
     println!(
-        "\n{} requests; prompt characters {total} in total (schemas sent apart: {schema})",
+        "\n{} requests; prompt characters {total} in total (sent apart: response schemas {schema}, tool definitions {tools})",
         rows.len()
     );
     let mut build = rows.iter().filter(|r| r.is_build());

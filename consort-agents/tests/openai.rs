@@ -261,6 +261,10 @@ async fn rate_limits_are_retried_after_the_delay_the_server_asks_for() {
     let capture = consort_testkit::logs::Capture::default();
     let _guard =
         tracing::subscriber::set_default(consort_testkit::logs::capturing_subscriber(&capture));
+    // Another test's thread may have registered the retry log's callsite while this
+    // subscriber was being set, with no subscriber interested: recompute every callsite's
+    // interest now that this one is in place.
+    tracing::callsite::rebuild_interest_cache();
     let (base, stub) = start_stub(vec![
         Reply::Json(
             429,
@@ -525,6 +529,19 @@ async fn tool_rounds_are_bounded_and_every_call_is_kept_in_a_hashed_transcript()
     let bench = Arc::new(Counting(Default::default()));
     let mut a = assignment(1, "green/T1");
     a.tools = Some(Tools::new(Arc::clone(&bench)));
+    a.inputs.test = Some(consort_actors::TestEntry {
+        id: "T1".into(),
+        ac_id: "S1-AC1".into(),
+        description: "files stock".into(),
+        path: "tests/t1.sql".into(),
+        test_name: None,
+    });
+    a.inputs
+        .files
+        .insert("tests/t1.sql".into(), "-- the entry's test\n".into());
+    a.inputs
+        .files
+        .insert("src/stock.sql".into(), "-- the code so far\n".into());
     let out = agent(Role::Driver, cfg)
         .act(&a)
         .await
@@ -540,6 +557,15 @@ async fn tool_rounds_are_bounded_and_every_call_is_kept_in_a_hashed_transcript()
     assert!(
         seen[2].body.get("tools").is_none(),
         "no tools once the rounds are spent"
+    );
+    // The code is listed for the model to read; the entry's test is sent.
+    let step_part = seen[0].content(seen[0].messages().len() - 1);
+    assert!(step_part.contains("the entry's test"), "{step_part}");
+    assert!(!step_part.contains("the code so far"), "{step_part}");
+    assert!(
+        step_part.contains("src/stock.sql (19 bytes)")
+            && step_part.contains("read it with read_file"),
+        "{step_part}"
     );
     let results = seen[2].tool_results();
     assert_eq!(results.len(), 6);
@@ -570,13 +596,29 @@ async fn tool_rounds_are_bounded_and_every_call_is_kept_in_a_hashed_transcript()
 }
 
 #[tokio::test]
-async fn a_step_without_tools_is_offered_none() {
+async fn a_step_without_tools_or_with_tools_turned_off_is_offered_none_and_gets_the_code() {
     let (base, stub) = consort_testkit::model::start_answering(tool_hungry).await;
-    let out = agent(Role::Driver, config(&base))
-        .act(&assignment(1, "green/T1"))
-        .await
-        .expect("answer");
-    assert_eq!(out.artifact, expected_change_set());
-    assert!(out.transcript.is_none());
-    assert_eq!(stub.requests(), 1);
+    let mut off = config(&base);
+    off.tools.enabled = false;
+    let mut with_tools = assignment(2, "green/T1");
+    with_tools.tools = Some(Tools::new(Counting(Default::default())));
+    with_tools
+        .inputs
+        .files
+        .insert("src/stock.sql".into(), "-- the code so far\n".into());
+    for (cfg, a) in [
+        (config(&base), assignment(1, "green/T1")),
+        (off, with_tools),
+    ] {
+        let out = agent(Role::Driver, cfg).act(&a).await.expect("answer");
+        assert_eq!(out.artifact, expected_change_set());
+        assert!(out.transcript.is_none());
+    }
+    let seen = stub.seen();
+    assert_eq!(seen.len(), 2, "one call each, no tool round");
+    assert!(
+        seen[1]
+            .content(seen[1].messages().len() - 1)
+            .contains("the code so far")
+    );
 }

@@ -370,12 +370,13 @@ impl OpenAiAgent {
     async fn converse(&self, assignment: &Assignment) -> Result<AgentOutput, AgentFailure> {
         let expected = assignment.expected_kind();
         let attempts = self.config.output_retries.saturating_add(1);
-        let mut turns: Vec<ChatCompletionRequestMessage> = user_messages(assignment);
+        let offered = tools::definitions(assignment, self.config.strict_schema)
+            .filter(|_| self.config.tools.enabled);
+        let on_demand = offered.is_some() && self.config.tools.code_on_demand;
+        let mut turns: Vec<ChatCompletionRequestMessage> = user_messages(assignment, on_demand);
         let mut usage = Usage::default();
         let mut last = String::new();
         let mut attempt = 0u32;
-        let offered = tools::definitions(assignment, self.config.strict_schema)
-            .filter(|_| self.config.tools.enabled);
         let mut rounds = 0u32;
         let mut transcript = tools::Transcript::new(assignment, &self.config.model);
         while attempt < attempts {
@@ -626,17 +627,37 @@ fn excerpt(s: &str) -> String {
 /// The user messages of an assignment, as JSON: the part that stays the same from step to
 /// step first (how the tests run, the schema plan), then the step's own part, so that a server
 /// can cache the prompt's beginning (see `consort_actors::context`).
-fn user_messages(a: &Assignment) -> Vec<ChatCompletionRequestMessage> {
-    let mut inputs = serde_json::to_value(&a.inputs).unwrap_or(Value::Null);
+///
+/// With `on_demand` (the model has `read_file`), the files other than the entry's test are
+/// listed with their sizes instead of carried: the prompt stops growing with the code, and the
+/// model reads what it needs.
+fn user_messages(a: &Assignment, on_demand: bool) -> Vec<ChatCompletionRequestMessage> {
+    let mut carried = a.inputs.clone();
+    let entry_test = a.inputs.test.as_ref().map(|t| t.path.as_str());
+    let readable: Vec<(String, usize)> = if on_demand {
+        let (keep, read) = std::mem::take(&mut carried.files)
+            .into_iter()
+            .partition(|(p, _)| Some(p.as_str()) == entry_test);
+        carried.files = keep;
+        read.into_iter()
+            .map(|(p, t): (String, String)| (p, t.len()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut inputs = serde_json::to_value(&carried).unwrap_or(Value::Null);
     let mut stable = serde_json::Map::new();
     if let Some(o) = inputs.as_object_mut() {
         o.retain(|_, v| !(v.is_null() || v.as_object().is_some_and(|m| m.is_empty())));
         if let Some(schema) = o.remove("schema") {
             stable.insert("schema".into(), schema);
         }
-        if !a.inputs.not_included.is_empty() || a.inputs.not_listed.is_some() {
+        if !a.inputs.not_included.is_empty()
+            || a.inputs.not_listed.is_some()
+            || !readable.is_empty()
+        {
             o.remove("not_listed");
-            o.insert("not_included".into(), not_included(a));
+            o.insert("not_included".into(), not_included(a, &readable));
         }
     }
     if let Some(h) = &a.harness {
@@ -682,9 +703,16 @@ fn with_ordered_schema(mut body: Value) -> Result<Box<serde_json::value::RawValu
 }
 
 /// The files an assignment lists but does not carry, grouped by why: `{"not in this step's
-/// context": ["tests/t1.sql (638 bytes)", …]}`.
-fn not_included(a: &Assignment) -> Value {
+/// context": ["tests/t1.sql (638 bytes)", …]}`; `readable` are the step's own files left for
+/// the model to read.
+fn not_included(a: &Assignment, readable: &[(String, usize)]) -> Value {
     let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (path, bytes) in readable {
+        groups
+            .entry("this step's code: read it with read_file")
+            .or_default()
+            .push(format!("{path} ({bytes} bytes)"));
+    }
     for f in &a.inputs.not_included {
         let why = match f.why {
             Omission::NotInPack => "not in this step's context",

@@ -36,6 +36,10 @@ pub struct ToolUse {
     pub enabled: bool,
     /// Rounds of tool calls per step; then the model must answer. Default 6.
     pub max_rounds: u32,
+    /// With tools, list the step's code files (by path and size) instead of sending them, for
+    /// the model to read with `read_file`; the entry's test is always sent. Default `true`: the
+    /// prompt then does not grow with the code.
+    pub code_on_demand: bool,
 }
 
 impl Default for ToolUse {
@@ -43,6 +47,7 @@ impl Default for ToolUse {
         ToolUse {
             enabled: true,
             max_rounds: 6,
+            code_on_demand: true,
         }
     }
 }
