@@ -355,6 +355,14 @@ pub struct BoundsConfig {
     pub step_timeout_secs: u64,
     /// Deadline of one verification, in seconds.
     pub verify_timeout_secs: u64,
+    /// Scratch runs a build step's tools may make (0: none; reads, listings and searches
+    /// stay). Default 3.
+    #[serde(default = "default_scratch_runs")]
+    pub scratch_runs: u32,
+}
+
+fn default_scratch_runs() -> u32 {
+    consort_actors::workbench::WorkbenchLimits::default().runs
 }
 
 impl Default for BoundsConfig {
@@ -366,6 +374,7 @@ impl Default for BoundsConfig {
             max_agent_retries: 2,
             step_timeout_secs: 600,
             verify_timeout_secs: 900,
+            scratch_runs: default_scratch_runs(),
         }
     }
 }
@@ -514,6 +523,14 @@ impl ProjectConfig {
     pub fn verify_timeout(&self) -> Duration {
         Duration::from_secs(self.bounds.verify_timeout_secs)
     }
+
+    /// The bounds of the tools build steps get.
+    pub fn workbench(&self) -> consort_actors::workbench::WorkbenchLimits {
+        consort_actors::workbench::WorkbenchLimits {
+            runs: self.bounds.scratch_runs,
+            ..consort_actors::workbench::WorkbenchLimits::default()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -543,6 +560,12 @@ path = ".consort/script.toml"
         assert!(matches!(c.database, ProviderConfig::Embedded { .. }));
         assert!(matches!(c.runner, RunnerConfig::Psql { .. }));
         assert_eq!(c.bounds.max_repairs, 3);
+        assert_eq!(c.workbench().runs, 3, "three scratch runs per build step");
+        let none = format!(
+            "{MINIMAL}\n[bounds]\nmax_revisions = 2\nmax_repairs = 3\nmax_review_rounds = 2\nmax_agent_retries = 2\nstep_timeout_secs = 600\nverify_timeout_secs = 900\nscratch_runs = 0\n"
+        );
+        let c = ProjectConfig::parse(&none, Path::new("consort.toml")).expect("parses");
+        assert_eq!(c.workbench().runs, 0);
     }
 
     #[test]

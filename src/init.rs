@@ -114,6 +114,7 @@ max_review_rounds = 2           # review change requests before escalating
 max_agent_retries = 2           # refused answers an agent may retry per step
 step_timeout_secs = 600
 verify_timeout_secs = 900
+scratch_runs = 3                # scratch runs a build step's tools may make (0: none)
 "#
     )
 }

@@ -302,6 +302,7 @@ impl Project {
             )
             .timeouts(self.config.step_timeout(), self.config.verify_timeout())
             .budgets(self.budgets(&opts)?)
+            .workbench(Some(self.config.workbench()))
             .sandbox(self.config.runner.sandbox());
         if let Some(observer) = &opts.append_observer {
             builder = builder.append_observer(observer.clone());

@@ -8,6 +8,7 @@
 //! verifier for a run on a scratch branch, with the real tree's `.consort/` hidden from it as
 //! well; the receipt is turned into [`Advice`] and dropped.
 
+use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -57,6 +58,8 @@ impl StepBench {
             .work
             .resolve_physical(path)
             .map_err(|e| refused(e.to_string()))?;
+        // The path's own last component counts too: `.consort` itself is as refused as what
+        // lies inside it.
         if let Some(dir) = self.work.filter().skipped_dir(&format!("{rel}/x")) {
             return Err(refused(format!("inside {dir}/, which no step reads")));
         }
@@ -162,12 +165,21 @@ impl Workbench for StepBench {
                 reason: "a directory: list its files with list_files".into(),
             });
         }
-        let bytes = blocking(|| std::fs::read(&full)).map_err(|_| not_found())?;
-        let cut = bytes.len().min(self.limits.read_bytes);
-        let text = match std::str::from_utf8(&bytes[..cut]) {
+        // Only the part returned is read, however large the file.
+        let limit = u64::try_from(self.limits.read_bytes).unwrap_or(u64::MAX);
+        let bytes = blocking(|| -> std::io::Result<Vec<u8>> {
+            let mut buf = Vec::new();
+            std::fs::File::open(&full)?
+                .take(limit)
+                .read_to_end(&mut buf)?;
+            Ok(buf)
+        })
+        .map_err(|_| not_found())?;
+        let cut = (bytes.len() as u64) < meta.len();
+        let text = match std::str::from_utf8(&bytes) {
             Ok(t) => t,
             // A cut through a character: keep what precedes it.
-            Err(e) if cut < bytes.len() && e.error_len().is_none() => {
+            Err(e) if cut && e.error_len().is_none() => {
                 std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default()
             }
             Err(_) => {
@@ -178,7 +190,7 @@ impl Workbench for StepBench {
             }
         };
         Ok(FileText {
-            truncated: text.len() < bytes.len(),
+            truncated: (text.len() as u64) < meta.len(),
             text: text.to_string(),
             path: rel,
             bytes: meta.len(),
