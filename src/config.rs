@@ -162,6 +162,11 @@ pub enum RunnerConfig {
         /// Extra environment variables passed through (besides PATH, HOME, LANG, …).
         #[serde(default)]
         pass_env: Vec<String>,
+        /// Variables set to fixed values for the tests (`APP_MODE = "test"`). The branch's
+        /// variables (`DATABASE_URL`, `PG*`) and the run's own (`HOME`, `TMPDIR`, `CONSORT_*`)
+        /// cannot be set here.
+        #[serde(default)]
+        env_set: std::collections::BTreeMap<String, String>,
         /// Globs of the files the command runs as tests. Default: what the test tool the
         /// command names collects by default (pytest `**/test_*.py` and `**/*_test.py`, go
         /// `**/*_test.go`, vitest and jest `**/*.test.*`, `**/*.spec.*`, `**/__tests__/**`);
@@ -172,6 +177,43 @@ pub enum RunnerConfig {
         #[serde(default)]
         sandbox: Sandbox,
     },
+}
+
+/// The variables a run sets itself, which `[runner] env_set` may not: the branch's and the
+/// run's scratch directory's.
+pub const RUN_OWN_ENV: &[&str] = &[
+    "DATABASE_URL",
+    "PGHOST",
+    "PGPORT",
+    "PGUSER",
+    "PGPASSWORD",
+    "PGDATABASE",
+    "PGSSLMODE",
+    "PGOPTIONS",
+    "PGCONNECT_TIMEOUT",
+    "HOME",
+    "TMPDIR",
+    "PYTHONPYCACHEPREFIX",
+];
+
+/// Checks `[runner] env_set`: names a shell can export, none of [`RUN_OWN_ENV`], no `CONSORT_*`.
+fn check_env_set(vars: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
+    for name in vars.keys() {
+        let mut chars = name.chars();
+        let valid = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!("{name:?} is not a variable name"));
+        }
+        if RUN_OWN_ENV.contains(&name.as_str()) || name.starts_with("CONSORT_") {
+            return Err(format!(
+                "{name} is set by every run (the branch's connection or the run's scratch directory) and cannot be set here"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `[runner] sandbox`: how test runs are confined.
@@ -452,6 +494,9 @@ impl ProjectConfig {
             RunnerConfig::Psql { tests, .. } if tests.is_empty() => {
                 return Err(invalid("runner.tests", "name at least one glob".into()));
             }
+            RunnerConfig::Command { env_set, .. } => {
+                check_env_set(env_set).map_err(|m| invalid("runner.env_set", m))?;
+            }
             _ => {}
         }
         self.budgets(None).map_err(|e| match e {
@@ -576,6 +621,31 @@ path = ".consort/script.toml"
         let text = MINIMAL.replace("[feature]", "[feature]\ncolour = \"red\"");
         let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
         assert!(e.to_string().contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn env_set_may_not_set_what_every_run_sets() {
+        let with = |vars: &str| {
+            let text = format!(
+                "{MINIMAL}\n[runner]\nkind = \"command\"\ncommand = \"pytest\"\nenv_set = {{ {vars} }}\n"
+            );
+            ProjectConfig::parse(&text, Path::new("consort.toml"))
+        };
+        let c = with("APP_MODE = \"test\"").expect("an ordinary variable");
+        assert!(
+            matches!(&c.runner, RunnerConfig::Command { env_set, .. } if env_set["APP_MODE"] == "test")
+        );
+        for vars in [
+            "PGPASSWORD = \"x\"",
+            "DATABASE_URL = \"postgres://elsewhere\"",
+            "HOME = \"/root\"",
+            "CONSORT_JUNIT = \"j.xml\"",
+            "\"1BAD\" = \"x\"",
+            "\"A-B\" = \"x\"",
+        ] {
+            let e = with(vars).expect_err(vars);
+            assert!(e.to_string().contains("runner.env_set"), "{vars}: {e}");
+        }
     }
 
     #[test]

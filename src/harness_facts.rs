@@ -37,6 +37,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
             junit,
             tap,
             pass_env,
+            env_set,
             ..
         } => HarnessFacts {
             runner: "command".into(),
@@ -50,6 +51,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
                 .map(|v| v.to_string())
                 .chain(["CONSORT_JUNIT", "CONSORT_REPORT_DIR"].map(String::from))
                 .chain(pass_env.iter().cloned())
+                .chain(env_set.keys().cloned())
                 .collect(),
         },
     }
@@ -119,6 +121,7 @@ mod tests {
             single_test: None,
             timeout_secs: 60,
             pass_env: vec!["APP_MODE".into()],
+            env_set: [("APP_REGION".to_string(), "test".to_string())].into(),
             collects,
             sandbox: crate::config::Sandbox::Landlock,
         };
@@ -159,6 +162,10 @@ mod tests {
         assert!(cmd.command.contains("pytest -q"));
         assert!(cmd.environment.iter().any(|v| v == "DATABASE_URL"));
         assert!(cmd.environment.iter().any(|v| v == "APP_MODE"));
+        assert!(
+            cmd.environment.iter().any(|v| v == "APP_REGION"),
+            "env_set names are told"
+        );
         assert!(cmd.pass_rule.contains("TAP"));
         assert!(cmd.before_tests.contains("migrations"));
     }

@@ -72,6 +72,9 @@ timeout_secs = 60
 # junit = "junit.xml"           # per-test outcomes from JUnit XML, written in the run's report
 #                               #   directory ($CONSORT_REPORT_DIR; never the tree), or tap = true
 # single_test = "pytest -q {{test}}"
+# pass_env = ["APP_SECRET"]     # variables passed through to the tests; every run also gets its
+# env_set = {{ APP_ENV = "test" }} #   branch as DATABASE_URL and PGHOST/PGPORT/PGUSER/PGPASSWORD/
+#                               #   PGDATABASE (README: The database the tests get)
 
 [database]
 provider = "embedded"           # a private PostgreSQL cluster from the local server binaries

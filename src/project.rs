@@ -228,9 +228,13 @@ impl Project {
                 single_test,
                 timeout_secs,
                 pass_env,
+                env_set,
                 ..
             } => {
                 let mut cfg = CommandRunnerConfig::new(command.clone());
+                cfg.env
+                    .set
+                    .extend(env_set.iter().map(|(k, v)| (k.clone(), v.clone())));
                 cfg.junit_path = junit.clone();
                 cfg.tap = *tap;
                 cfg.single_test_command = single_test.clone();

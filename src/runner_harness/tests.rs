@@ -26,6 +26,7 @@ fn command(cmd: &str) -> RunnerConfig {
         pass_env: Vec::new(),
         collects: None,
         sandbox: Sandbox::Landlock,
+        env_set: Default::default(),
     }
 }
 
@@ -267,6 +268,7 @@ fn the_single_test_command_counts_too() {
         pass_env: Vec::new(),
         collects: None,
         sandbox: Sandbox::Landlock,
+        env_set: Default::default(),
     };
     let h = RunnerHarness::of(&runner, &tests_policy(&["tests/**"]));
     assert_eq!(h.files.len(), 1);
@@ -561,6 +563,7 @@ proptest::proptest! {
             pass_env: Vec::new(),
             collects: None,
             sandbox: Sandbox::Landlock,
+            env_set: Default::default(),
         };
         let tests = tests_policy(&["tests/**"]);
         let h = RunnerHarness::of(&runner, &tests);
