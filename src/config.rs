@@ -179,16 +179,9 @@ pub enum RunnerConfig {
     },
 }
 
-/// The variables a run sets itself, which `[runner] env_set` may not: the branch's and the
-/// run's scratch directory's.
+/// The variables a run sets itself besides the branch's ([`consort_lakebase::BRANCH_ENV`]),
+/// which `[runner] env_set` may not set either: the pinned session and the scratch directory.
 pub const RUN_OWN_ENV: &[&str] = &[
-    "DATABASE_URL",
-    "PGHOST",
-    "PGPORT",
-    "PGUSER",
-    "PGPASSWORD",
-    "PGDATABASE",
-    "PGSSLMODE",
     "PGOPTIONS",
     "PGCONNECT_TIMEOUT",
     "HOME",
@@ -196,7 +189,7 @@ pub const RUN_OWN_ENV: &[&str] = &[
     "PYTHONPYCACHEPREFIX",
 ];
 
-/// Checks `[runner] env_set`: names a shell can export, none of [`RUN_OWN_ENV`], no `CONSORT_*`.
+/// Checks `[runner] env_set`: names a shell can export, none a run sets itself, no `CONSORT_*`.
 fn check_env_set(vars: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
     for name in vars.keys() {
         let mut chars = name.chars();
@@ -207,7 +200,11 @@ fn check_env_set(vars: &std::collections::BTreeMap<String, String>) -> Result<()
         if !valid {
             return Err(format!("{name:?} is not a variable name"));
         }
-        if RUN_OWN_ENV.contains(&name.as_str()) || name.starts_with("CONSORT_") {
+        let name_str = name.as_str();
+        if consort_lakebase::BRANCH_ENV.contains(&name_str)
+            || RUN_OWN_ENV.contains(&name_str)
+            || name.starts_with("CONSORT_")
+        {
             return Err(format!(
                 "{name} is set by every run (the branch's connection or the run's scratch directory) and cannot be set here"
             ));

@@ -3,19 +3,9 @@
 //! the runner collects as tests (a test-list entry anywhere else is refused in the design lane).
 
 use consort_actors::HarnessFacts;
+use consort_lakebase::BRANCH_ENV;
 
 use crate::config::{ProjectConfig, RunnerConfig};
-
-/// The variables every test run gets for its database branch.
-const DATABASE_ENV: [&str; 7] = [
-    "DATABASE_URL",
-    "PGHOST",
-    "PGPORT",
-    "PGUSER",
-    "PGPASSWORD",
-    "PGDATABASE",
-    "PGSSLMODE",
-];
 
 /// What every run starts from, whatever the runner.
 const BEFORE_TESTS: &str = "Every run gets a fresh branch of the database; the schema plan's migrations (those of the stories up to the current test's) are applied to it first, then the runner loads the setup files and runs the tests. The run may read the work tree but not change it: a run that writes there is refused.";
@@ -30,7 +20,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
             loads: setup.clone(),
             pass_rule: "A test file passes when psql exits 0; with ON_ERROR_STOP any SQL error or RAISE EXCEPTION fails it. Each test's changes are rolled back.".into(),
             before_tests: BEFORE_TESTS.into(),
-            environment: DATABASE_ENV.map(String::from).to_vec(),
+            environment: BRANCH_ENV.map(String::from).to_vec(),
         },
         RunnerConfig::Command {
             command,
@@ -46,7 +36,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
             loads: Vec::new(),
             pass_rule: command_pass_rule(junit.is_some(), *tap),
             before_tests: BEFORE_TESTS.into(),
-            environment: DATABASE_ENV
+            environment: BRANCH_ENV
                 .iter()
                 .map(|v| v.to_string())
                 .chain(["CONSORT_JUNIT", "CONSORT_REPORT_DIR"].map(String::from))

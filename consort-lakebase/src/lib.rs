@@ -107,7 +107,7 @@ pub use pgbranch::{ServerOptions, ServerProvider, TEMPLATE_PREFIX};
 pub use pgconn::connect;
 pub use pool::{Acquired, BranchPool, Lease, PoolConfig, PoolStats, PoolStatsSnapshot, Released};
 pub use provider::{
-    BaseRef, BaseSpec, BoxFuture, Branch, BranchProvider, Capabilities, ConnectInfo,
+    BRANCH_ENV, BaseRef, BaseSpec, BoxFuture, Branch, BranchProvider, Capabilities, ConnectInfo,
     PromoteOutcome, Secret, SslMode,
 };
 pub use runner::{

@@ -123,6 +123,18 @@ pub struct ConnectInfo {
     pub sslmode: SslMode,
 }
 
+/// The variables every test process gets for its branch, in the order [`ConnectInfo::env`]
+/// sets them: what agents are told and what `[runner] env_set` may not override.
+pub const BRANCH_ENV: [&str; 7] = [
+    "DATABASE_URL",
+    "PGHOST",
+    "PGPORT",
+    "PGUSER",
+    "PGPASSWORD",
+    "PGDATABASE",
+    "PGSSLMODE",
+];
+
 impl ConnectInfo {
     /// A `postgresql://` URL for this connection, secret included (so it is itself a
     /// [`Secret`]). A Unix-socket host goes into the `host` query parameter.
@@ -156,25 +168,23 @@ impl ConnectInfo {
         })
     }
 
-    /// The environment a client program needs: `DATABASE_URL`, `PGHOST`, `PGPORT`, `PGUSER`,
-    /// `PGPASSWORD`, `PGDATABASE` and `PGSSLMODE`. Holds the secret: hand it only to a child
-    /// process.
+    /// The environment a client program needs: the variables of [`BRANCH_ENV`]. Holds the
+    /// secret: hand it only to a child process.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("DATABASE_URL", self.database_url().expose().to_string()),
-            ("PGHOST", self.host.clone()),
-            ("PGPORT", self.port.to_string()),
-            ("PGUSER", self.user.clone()),
-            ("PGPASSWORD", self.secret.expose().to_string()),
-            ("PGDATABASE", self.database.clone()),
-            (
-                "PGSSLMODE",
-                match self.sslmode {
-                    SslMode::Disable => "disable".into(),
-                    SslMode::Require => "require".into(),
-                },
-            ),
-        ]
+        let sslmode = match self.sslmode {
+            SslMode::Disable => "disable",
+            SslMode::Require => "require",
+        };
+        let values = [
+            self.database_url().expose().to_string(),
+            self.host.clone(),
+            self.port.to_string(),
+            self.user.clone(),
+            self.secret.expose().to_string(),
+            self.database.clone(),
+            sslmode.to_string(),
+        ];
+        BRANCH_ENV.into_iter().zip(values).collect()
     }
 }
 

@@ -50,6 +50,7 @@ mod transcript;
 
 pub use presets::{FILES_PLACEHOLDER, PROMPT_PLACEHOLDER, Preset};
 pub use prompt::cli_prompt;
+pub(crate) use transcript::transcript_stem;
 pub use transcript::{TRANSCRIPT_STREAM_CAP, transcript_file_name};
 
 use presets::{FinalMessage, OutputFormat, ReadError, final_message};

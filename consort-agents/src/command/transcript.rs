@@ -13,6 +13,12 @@ pub const TRANSCRIPT_STREAM_CAP: usize = 256 * 1024;
 /// than letters, digits, `.` and `-` made `_`, then `-<attempt>.txt` (`green/T1`, attempt 0:
 /// `green_T1-0.txt`).
 pub fn transcript_file_name(step_key: &str, attempt: u32) -> String {
+    format!("{}.txt", transcript_stem(step_key, attempt))
+}
+
+/// The name of a step's transcripts without the extension (`green_T1-0`): the command
+/// backend's `.txt`, the OpenAI backend's `.tools.json`.
+pub(crate) fn transcript_stem(step_key: &str, attempt: u32) -> String {
     let safe: String = step_key
         .chars()
         .map(|c| {
@@ -23,7 +29,7 @@ pub fn transcript_file_name(step_key: &str, attempt: u32) -> String {
             }
         })
         .collect();
-    format!("{safe}-{attempt}.txt")
+    format!("{safe}-{attempt}")
 }
 
 /// One run, as the transcript tells it.

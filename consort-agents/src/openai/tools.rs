@@ -165,8 +165,10 @@ impl Transcript {
         let Some(dir) = dir.filter(|_| !self.exchanges.is_empty()) else {
             return Ok(None);
         };
-        let name = crate::command::transcript_file_name(&self.step, self.attempt)
-            .replace(".txt", ".tools.json");
+        let name = format!(
+            "{}.tools.json",
+            crate::command::transcript_stem(&self.step, self.attempt)
+        );
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
         let path: PathBuf = dir.join(&name);
         std::fs::create_dir_all(dir)
