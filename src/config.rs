@@ -83,6 +83,37 @@ pub struct ProjectConfig {
     /// Budgets of the run and its roles, and the price table.
     #[serde(default)]
     pub budget: BudgetConfig,
+    /// Where the design's migrations are written, and the project's existing ones.
+    #[serde(default)]
+    pub migrations: MigrationsConfig,
+}
+
+/// `[migrations]`: the design's migrations as files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationsConfig {
+    /// The directory the approved design's migrations are written to, as
+    /// `NNNN_<story>_<name>.sql` (default `migrations`). Harness: no agent writes here.
+    #[serde(default = "default_migrations_dir")]
+    pub dir: String,
+    /// Apply the `.sql` files already in `dir` (the project's existing migrations, in
+    /// version order; `.down.sql` left out) before the design's, on every branch and at
+    /// promotion (default true).
+    #[serde(default = "default_true")]
+    pub apply_existing: bool,
+}
+
+impl Default for MigrationsConfig {
+    fn default() -> Self {
+        MigrationsConfig {
+            dir: default_migrations_dir(),
+            apply_existing: true,
+        }
+    }
+}
+
+fn default_migrations_dir() -> String {
+    "migrations".into()
 }
 
 /// `[feature]`: the request.
@@ -457,6 +488,20 @@ impl ProjectConfig {
         let policy = self
             .path_policy()
             .map_err(|e| invalid("paths", e.to_string()))?;
+        let dir = consort_actors::normalise_relative(&self.migrations.dir)
+            .map_err(|e| invalid("migrations.dir", e.to_string()))?;
+        if dir != self.migrations.dir || dir.contains(['*', '?', '[', '{']) {
+            return Err(invalid(
+                "migrations.dir",
+                format!("write it as a plain relative directory, such as {dir:?}"),
+            ));
+        }
+        if policy.is_test(&format!("{dir}/0001_S1_x.sql")) {
+            return Err(invalid(
+                "migrations.dir",
+                format!("{dir} lies in the test paths; migrations are no test"),
+            ));
+        }
         for name in &self.paths.caches {
             TreeFilter::check_name(name).map_err(|e| invalid("paths.caches", e.to_string()))?;
         }
@@ -528,7 +573,9 @@ impl ProjectConfig {
     pub fn path_policy(&self) -> Result<PathPolicy, consort_actors::GlobError> {
         let tests_only = PathPolicy::new(&self.paths.tests, &[])?;
         let runner = RunnerHarness::of(&self.runner, &tests_only);
-        let policy = PathPolicy::new(&self.paths.tests, &self.paths.harness)?
+        let mut harness = self.paths.harness.clone();
+        harness.push(format!("{}/**", self.migrations.dir));
+        let policy = PathPolicy::new(&self.paths.tests, &harness)?
             .with_harness_outside_tests(&runner.outside_test_globs())?
             .with_caches(&self.paths.caches);
         match crate::harness_facts::collected(self) {
@@ -553,6 +600,10 @@ impl ProjectConfig {
             max_repairs: self.bounds.max_repairs,
             max_review_rounds: self.bounds.max_review_rounds,
             max_agent_retries: self.bounds.max_agent_retries,
+            migration_files: Some(consort_actors::MigrationFiles {
+                dir: self.migrations.dir.clone(),
+                apply_existing: self.migrations.apply_existing,
+            }),
         })
     }
 
@@ -708,6 +759,36 @@ path = ".consort/script.toml"
             format!("{MINIMAL}\n[paths]\ntests = [\"tests/**\"]\ncaches = [\"out/build\"]\n");
         let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
         assert!(e.to_string().contains("paths.caches"), "{e}");
+    }
+
+    #[test]
+    fn the_migrations_directory_is_harness_and_must_be_a_plain_directory() {
+        let c = ProjectConfig::parse(MINIMAL, Path::new("consort.toml")).expect("parses");
+        let policy = c.path_policy().expect("policy");
+        assert!(policy.is_harness("migrations/0001_S1_stock.sql"));
+        assert!(policy.is_harness("migrations/V1__existing.sql"));
+        let files = c.machine_config().expect("machine").migration_files;
+        assert_eq!(files.map(|f| f.dir), Some("migrations".to_string()));
+        for (dir, why) in [
+            ("../elsewhere", "migrations.dir"),
+            ("/abs", "migrations.dir"),
+            ("db/./m", "plain relative"),
+            ("m*", "plain relative"),
+            ("tests/migrations", "test paths"),
+        ] {
+            let text = format!("{MINIMAL}\n[migrations]\ndir = {dir:?}\n");
+            let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err(dir);
+            assert!(e.to_string().contains(why), "{dir}: {e}");
+        }
+        let text =
+            format!("{MINIMAL}\n[migrations]\ndir = \"db/migrations\"\napply_existing = false\n");
+        let c = ProjectConfig::parse(&text, Path::new("consort.toml")).expect("parses");
+        assert!(
+            c.path_policy()
+                .expect("policy")
+                .is_harness("db/migrations/x.sql")
+        );
+        assert!(!c.migrations.apply_existing);
     }
 
     #[test]

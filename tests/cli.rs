@@ -52,6 +52,39 @@ fn branches_left(dir: &Path) -> usize {
     out.lines().filter(|l| l.starts_with("consort-")).count()
 }
 
+/// The design's migrations are files under `migrations/` holding its SQL, and the promotion
+/// applied exactly those, verified in the parent.
+fn migrations_are_files_and_promoted(dir: &Path) {
+    let design: consort::actors::DesignBundle = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(consort::actors::DESIGN_FILE)).expect("design"),
+    )
+    .expect("design JSON");
+    let plan = &design.schema.migrations;
+    assert!(!plan.is_empty());
+    for (i, m) in plan.iter().enumerate() {
+        let path = dir
+            .join("migrations")
+            .join(consort::actors::migration_file_name(i, m));
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("the migration's file"),
+            m.sql,
+            "{}",
+            path.display()
+        );
+    }
+    let events = consort_testkit::ledger::events(&ledger_path(dir));
+    let report = events
+        .iter()
+        .find_map(|e| match e {
+            consort::actors::Event::Promoted { report } => Some(report.clone()),
+            _ => None,
+        })
+        .expect("promoted");
+    let versions: Vec<String> = plan.iter().map(|m| m.version.clone()).collect();
+    assert_eq!(report.applied, versions, "exactly the design's migrations");
+    assert!(report.verified, "and verified in the parent");
+}
+
 #[test]
 fn init_run_gate_approve_resume_done_verify() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -108,6 +141,7 @@ fn init_run_gate_approve_resume_done_verify() {
     }
     assert_eq!(outcome, Some(0), "the run finishes");
     assert_eq!(status_json(dir)["phase"], "done");
+    migrations_are_files_and_promoted(dir);
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
     let o = run(consort().arg("log").args(dir_arg(dir)));

@@ -161,7 +161,12 @@ pub struct Migration {
 impl Migration {
     /// The checksum recorded with an applied migration: SHA-256 of its normalised SQL.
     pub fn checksum(&self) -> ContentHash {
-        ContentHash::of_bytes(crate::hash::normalise_newlines(&self.sql).as_bytes())
+        Self::checksum_of(&self.sql)
+    }
+
+    /// The checksum [`Migration::checksum`] gives a migration holding `sql`.
+    pub fn checksum_of(sql: &str) -> ContentHash {
+        ContentHash::of_bytes(crate::hash::normalise_newlines(sql).as_bytes())
     }
 }
 

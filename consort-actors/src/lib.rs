@@ -86,6 +86,7 @@ mod gate;
 mod hash;
 mod ledger;
 mod machine;
+mod migration_files;
 mod paths;
 mod protocol;
 mod role;
@@ -124,6 +125,9 @@ pub use machine::{
     ReleaseEvidence, Remedy, RuleViolation, RunStatus, ScratchPlan, ScratchVerdict, State, Writer,
     check_architecture, check_change_set, check_review, check_schema, check_spec, check_stories,
     check_test_list, check_tests_on_disk, check_ux, written_hashes,
+};
+pub use migration_files::{
+    MigrationFiles, file_name as migration_file_name, version_order as migration_version_order,
 };
 pub use paths::{
     ALWAYS_HARNESS, CacheNameError, DEFAULT_CACHES, GlobError, MAX_NAME_BYTES, PathError,

@@ -169,6 +169,7 @@ impl Simulation {
             Command::Observe => Event::Observed {
                 design_hash: self.design_on_disk,
                 tests: self.disk.test_hashes(),
+                migrations: Default::default(),
             },
             Command::Apply { change_set } => self.disk.applied(&change_set),
             Command::Verify {

@@ -14,6 +14,7 @@
 
 mod budget;
 mod endpoints;
+mod migrations;
 mod workbench;
 
 use std::collections::BTreeMap;
@@ -28,7 +29,7 @@ use tokio::sync::mpsc;
 
 use crate::artifact::{
     ChangeSet, DesignBundle, Escalation, FeatureRequest, FileHashes, GateApproval, GateKind,
-    TestStatus,
+    Migration, SchemaPlan, TestStatus,
 };
 use crate::gate::{Approver, GateRequest};
 use crate::hash::ContentHash;
@@ -284,6 +285,15 @@ pub enum ConductorError {
     /// A gate decision does not fit the run (from [`record_gate_decision`]).
     #[error("{0}")]
     Gate(String),
+    /// A migration file of the frozen design could not be written or does not hold the
+    /// design's SQL; nothing was run from it.
+    #[error("migration file {path} {problem}")]
+    MigrationFile {
+        /// The file (or the migration's version), relative to the work tree.
+        path: String,
+        /// What is wrong, in a sentence.
+        problem: String,
+    },
 }
 
 /// Replays a ledger and returns the machine state it records (no actor, no side effects).
@@ -715,6 +725,10 @@ impl ConductorState {
                     tests,
                     focus,
                 } => {
+                    let migrations = match self.migrations_from_disk(migrations) {
+                        Ok(m) => m,
+                        Err(e) => return self.finish_err(e),
+                    };
                     let req = VerifyRequest {
                         id: request,
                         purpose,
@@ -739,6 +753,10 @@ impl ConductorState {
                     request,
                     migrations,
                 } => {
+                    let migrations = match self.migrations_from_disk(migrations) {
+                        Ok(m) => m,
+                        Err(e) => return self.finish_err(e),
+                    };
                     self.spawn_promote(
                         myself,
                         PromoteRequest {
@@ -762,10 +780,37 @@ impl ConductorState {
     }
 
     fn observe(&self) -> Result<Event, ConductorError> {
+        let migrations = match (self.migration_files(), &self.state.frozen) {
+            (Some((files, plan)), Some(_)) => migrations::observe(&self.work, files, plan),
+            _ => BTreeMap::new(),
+        };
         Ok(Event::Observed {
             design_hash: design_hash_on_disk(&self.work),
             tests: self.test_hashes()?,
+            migrations,
         })
+    }
+
+    /// Where the design's migrations are written, with the plan they come from (None: not
+    /// configured, or no schema plan yet).
+    fn migration_files(&self) -> Option<(&crate::migration_files::MigrationFiles, &SchemaPlan)> {
+        let files = self.wiring.config.machine.migration_files.as_ref()?;
+        Some((files, self.state.schema.as_deref()?))
+    }
+
+    /// The migrations a run or the promotion applies: read from the design's files (and the
+    /// project's existing migrations before them) when they are configured, else as the machine
+    /// gave them.
+    fn migrations_from_disk(
+        &self,
+        requested: Vec<Migration>,
+    ) -> Result<Vec<Migration>, ConductorError> {
+        match self.migration_files() {
+            Some((files, plan)) => {
+                blocking(|| migrations::from_disk(&self.work, files, plan, &requested))
+            }
+            None => Ok(requested),
+        }
     }
 
     fn test_hashes(&self) -> Result<FileHashes, ConductorError> {
@@ -961,7 +1006,16 @@ impl ConductorState {
             step: step.to_string(),
             work: self.work.clone(),
             policy: self.wiring.config.machine.paths.clone(),
-            plan: self.machine.scratch_plan(&self.state, step),
+            plan: self
+                .machine
+                .scratch_plan(&self.state, step)
+                .and_then(|mut plan| {
+                    // The files a real run would read; a scratch run is not made without them.
+                    plan.migrations = self
+                        .migrations_from_disk(std::mem::take(&mut plan.migrations))
+                        .ok()?;
+                    Some(plan)
+                }),
             lakebase: Arc::clone(&self.wiring.lakebase),
             timeout: self.wiring.config.verify_timeout,
             limits,
@@ -1083,6 +1137,9 @@ impl ConductorState {
                 }
             })?;
             blocking(|| write_file(self.work.root(), DESIGN_FILE, &text))?;
+            if let Some((files, plan)) = self.migration_files() {
+                blocking(|| migrations::write_frozen(&self.work, files, plan))?;
+            }
         }
         self.progress(Progress::GateWaiting { gate, hash });
         let approver = Arc::clone(&self.wiring.approver);

@@ -21,6 +21,7 @@ mod rules;
 mod scratch;
 mod transition;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,9 @@ pub struct MachineConfig {
     pub max_review_rounds: u32,
     /// Refused answers an agent may retry per step before escalating (default 2).
     pub max_agent_retries: u32,
+    /// Where the design's migrations are written as files (None: they live in the design
+    /// only). When set, every observation before a build step checks them.
+    pub migration_files: Option<crate::migration_files::MigrationFiles>,
 }
 
 impl Default for MachineConfig {
@@ -70,6 +74,7 @@ impl Default for MachineConfig {
             max_repairs: 3,
             max_review_rounds: 2,
             max_agent_retries: 2,
+            migration_files: None,
         }
     }
 }
@@ -130,6 +135,12 @@ pub enum Event {
         design_hash: Option<ContentHash>,
         /// Hashes of every test file on disk.
         tests: FileHashes,
+        /// The design's migration files as found on disk: path → the checksum of the SQL they
+        /// hold ([`Migration::checksum`]; None: missing or unreadable). Empty before the design
+        /// is frozen, without [`MachineConfig::migration_files`], and in ledgers written
+        /// before it existed.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        migrations: BTreeMap<String, Option<ContentHash>>,
     },
     /// The conductor applied the pending change set.
     Applied {

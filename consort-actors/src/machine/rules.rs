@@ -185,6 +185,14 @@ pub enum RuleViolation {
         /// The hash found on disk (None: missing or unreadable).
         found: Option<ContentHash>,
     },
+    /// A migration file of the frozen design was changed or removed on disk.
+    #[error(
+        "the frozen migration {path} was changed or removed on disk; the approved design is the only source of migrations (its SQL is in .consort/design.json)"
+    )]
+    MigrationFileChanged {
+        /// The file, relative to the work tree.
+        path: String,
+    },
     /// A gate decision arrived for a gate that is not waiting.
     #[error("the {gate} gate is not waiting for a decision")]
     GateNotPending {
@@ -272,6 +280,7 @@ impl RuleViolation {
             | RunChangedTree { .. }
             | ReviewerIsAuthor { .. }
             | DesignHashMismatch { .. }
+            | MigrationFileChanged { .. }
             | PromoteUnverified { .. }
             | Invariant { .. } => Remedy::Halt,
         }
@@ -364,6 +373,16 @@ pub fn check_schema(plan: &SchemaPlan, stories: &Stories) -> Result<(), RuleViol
             )
         })?;
     }
+    unique(
+        "migration file name",
+        plan.migrations
+            .iter()
+            .enumerate()
+            .map(|(i, m)| crate::migration_files::file_name(i, m))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str),
+    )?;
     for m in &plan.migrations {
         require(!m.sql.trim().is_empty(), || {
             format!("migration {} has no SQL", m.version)

@@ -187,9 +187,14 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             same_assignment(id, *assignment)?;
             Ok(agent_failed(state, step, feedback, failure))
         }
-        (Event::Observed { design_hash, tests }, Pending::Observe { then }) => {
-            observed(state, *design_hash, tests, *then)
-        }
+        (
+            Event::Observed {
+                design_hash,
+                tests,
+                migrations,
+            },
+            Pending::Observe { then },
+        ) => observed(cfg, state, (*design_hash, migrations), tests, *then),
         (Event::Applied { .. }, p @ (Pending::Apply { .. } | Pending::Revert { .. })) => {
             applied(cfg, state, event, p)
         }
@@ -290,8 +295,9 @@ fn agent_failed(
 }
 
 fn observed(
+    cfg: &MachineConfig,
     state: &State,
-    design_hash: Option<ContentHash>,
+    (design_hash, migrations): (Option<ContentHash>, &BTreeMap<String, Option<ContentHash>>),
     tests: &FileHashes,
     then: Pending,
 ) -> Outcome {
@@ -303,8 +309,32 @@ fn observed(
             found: design_hash,
         });
     }
+    check_migration_files(cfg, state, migrations)?;
     check_tests_on_disk(&state.build.frozen_tests, tests)?;
     Ok(go(state.clone(), then))
+}
+
+/// Once the design is frozen, every migration file it names must hold exactly its SQL. An
+/// observation without migration files is one written before they existed (or by a conductor
+/// that does not write them): nothing to compare.
+fn check_migration_files(
+    cfg: &MachineConfig,
+    state: &State,
+    found: &BTreeMap<String, Option<ContentHash>>,
+) -> Result<(), RuleViolation> {
+    let (Some(files), Some(_), Some(plan)) = (&cfg.migration_files, &state.frozen, &state.schema)
+    else {
+        return Ok(());
+    };
+    if found.is_empty() {
+        return Ok(());
+    }
+    for (path, m) in files.planned(plan) {
+        if found.get(&path).copied().flatten() != Some(m.checksum()) {
+            return Err(RuleViolation::MigrationFileChanged { path });
+        }
+    }
+    Ok(())
 }
 
 /// The conductor applied the pending change set or revert.

@@ -36,6 +36,8 @@ fn fn_role(id: ActorId, answer: Answer) -> FnActor<RoleMsg> {
 struct FakeLakebase {
     served: Arc<Mutex<Vec<RequestId>>>,
     fail_next: Arc<AtomicUsize>,
+    /// The SQL of every migration each verification and promotion was given, in order.
+    migrations: Arc<Mutex<Vec<Vec<String>>>>,
 }
 
 fn run_tests(root: &Path) -> Vec<TestOutcome> {
@@ -76,6 +78,11 @@ impl FakeLakebase {
         self.served.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
+    fn record_migrations(&self, migrations: &[Migration]) {
+        let sql = migrations.iter().map(|m| m.sql.clone()).collect();
+        self.migrations.lock().map(|mut m| m.push(sql)).ok();
+    }
+
     /// The actor: clones share what it served and the failures still to come.
     fn actor(&self) -> FnActor<LakebaseMsg> {
         let this = self.clone();
@@ -94,6 +101,7 @@ impl FakeLakebase {
                     return Ok(());
                 }
                 self.served.lock().map(|mut s| s.push(req.id)).ok();
+                self.record_migrations(&req.migrations);
                 let outcomes = run_tests(&req.work_tree);
                 let failed = outcomes.iter().any(|o| o.status != TestStatus::Passed);
                 let receipt = TestRunReceipt {
@@ -120,6 +128,7 @@ impl FakeLakebase {
                 let _ = port.send(Ok(receipt));
             }
             LakebaseMsg::Promote(req, port) => {
+                self.record_migrations(&req.migrations);
                 let _ = port.send(Ok(PromoteReport {
                     request_id: req.id,
                     target: "parent".into(),
@@ -570,6 +579,136 @@ async fn a_design_edited_after_approval_halts_before_the_next_build_step() {
         escalation.detail
     );
     assert!(!fx.root().join("tests").exists(), "no build step ran");
+}
+
+#[tokio::test]
+async fn the_designs_migrations_are_files_frozen_with_it_and_every_run_reads_them_from_there() {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.root().join("migrations")).expect("dir");
+    std::fs::write(
+        fx.root().join("migrations/V1__existing.sql"),
+        "CREATE TABLE existing (id int);",
+    )
+    .expect("existing");
+    std::fs::write(
+        fx.root().join("migrations/V1__existing.down.sql"),
+        "DROP TABLE existing;",
+    )
+    .expect("undo");
+    let mut config = fx.config();
+    config.machine.migration_files = Some(MigrationFiles {
+        dir: "migrations".into(),
+        apply_existing: true,
+    });
+    let report = fx
+        .run_with(config.clone(), answer(honest), Arc::new(StopAtGates))
+        .await;
+    design_gate_hash(&report);
+    let plan = kit::schema_of(1);
+    let file = fx
+        .root()
+        .join("migrations")
+        .join(migration_file_name(0, &plan.migrations[0]));
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("written at the design gate"),
+        plan.migrations[0].sql
+    );
+    // Approved and run to done: every run got the existing migration first, then the design's,
+    // and the promotion the same.
+    let report = fx
+        .run_with(config.clone(), answer(honest), approve_all())
+        .await;
+    assert_eq!(report.outcome, RunOutcome::Done);
+    let seen = fx.lakebase.migrations.lock().expect("seen").clone();
+    assert!(seen.len() >= 3, "{seen:?}");
+    for sqls in &seen {
+        assert_eq!(
+            sqls,
+            &vec![
+                "CREATE TABLE existing (id int);".to_string(),
+                plan.migrations[0].sql.clone()
+            ]
+        );
+    }
+    assert!(
+        fx.events()
+            .iter()
+            .any(|e| matches!(e, Event::Observed { migrations, .. } if migrations.len() == 1)),
+        "every observation after the freeze checks the file"
+    );
+}
+
+#[tokio::test]
+async fn a_frozen_migration_file_edited_on_disk_halts_before_the_next_build_step() {
+    let fx = Fixture::new();
+    let mut config = fx.config();
+    config.machine.migration_files = Some(MigrationFiles {
+        dir: "db".into(),
+        apply_existing: false,
+    });
+    let hash = design_gate_hash(
+        &fx.run_with(config.clone(), answer(honest), Arc::new(StopAtGates))
+            .await,
+    );
+    let approval = ApproveAs { name: "ada".into() }
+        .decide(&GateRequest {
+            gate: GateKind::Design,
+            hash,
+            summary: String::new(),
+        })
+        .await
+        .expect("a");
+    record_gate_decision(
+        &fx.ledger(),
+        &Machine::new(config.machine.clone()),
+        approval,
+    )
+    .expect("approve");
+    let plan = kit::schema_of(1);
+    let file = fx
+        .root()
+        .join("db")
+        .join(migration_file_name(0, &plan.migrations[0]));
+    std::fs::write(&file, "DROP TABLE everything;").expect("edit");
+    let report = fx.run_with(config, answer(honest), approve_all()).await;
+    let RunOutcome::Halted { escalation } = report.outcome else {
+        panic!("expected a halt, got {:?}", report.outcome)
+    };
+    assert!(
+        escalation.detail.contains("frozen migration db/0001"),
+        "{}",
+        escalation.detail
+    );
+    assert!(!fx.root().join("tests").exists(), "no build step ran");
+    assert!(fx.lakebase.served().is_empty(), "nothing ran");
+}
+
+#[tokio::test]
+async fn a_file_in_the_way_of_a_migration_is_never_overwritten() {
+    let fx = Fixture::new();
+    let plan = kit::schema_of(1);
+    let name = migration_file_name(0, &plan.migrations[0]);
+    std::fs::create_dir_all(fx.root().join("migrations")).expect("dir");
+    std::fs::write(fx.root().join("migrations").join(&name), "-- mine").expect("mine");
+    let mut config = fx.config();
+    config.machine.migration_files = Some(MigrationFiles {
+        dir: "migrations".into(),
+        apply_existing: true,
+    });
+    let w = fx
+        .wiring(config, answer(honest), Arc::new(StopAtGates))
+        .await;
+    let err = Conductor::start(w)
+        .await
+        .expect("start")
+        .run()
+        .await
+        .expect_err("the design gate cannot write the file");
+    assert!(err.to_string().contains("never overwrites"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(fx.root().join("migrations").join(&name)).expect("kept"),
+        "-- mine"
+    );
 }
 
 #[tokio::test]

@@ -219,6 +219,7 @@ impl Run {
         let e = Event::Observed {
             design_hash: self.design_on_disk,
             tests: self.test_hashes(),
+            migrations: Default::default(),
         };
         self.ok(e)
     }
@@ -751,6 +752,7 @@ fn nothing_passes_a_gate_without_approval() {
     let v = r.refused(Event::Observed {
         design_hash: None,
         tests: FileHashes::new(),
+        migrations: Default::default(),
     });
     assert_eq!(
         v,
@@ -798,6 +800,7 @@ fn a_design_changed_on_disk_halts_before_the_next_build_step() {
     let e = Event::Observed {
         design_hash: r.design_on_disk,
         tests: r.test_hashes(),
+        migrations: Default::default(),
     };
     let v = r.refused(e);
     assert!(matches!(v, RuleViolation::DesignHashMismatch { .. }));
@@ -1381,6 +1384,7 @@ fn an_unexpected_test_file_halts_at_observation() {
     let e = Event::Observed {
         design_hash: r.design_on_disk,
         tests: r.test_hashes(),
+        migrations: Default::default(),
     };
     assert_eq!(
         r.refused(e),
@@ -1826,6 +1830,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
                 r.design_on_disk
             },
             tests: r.test_hashes(),
+            migrations: Default::default(),
         },
         (_, Some(Pending::Apply { .. } | Pending::Revert { .. })) => Event::Applied {
             workspace_hash: r.workspace_hash(),
@@ -1965,7 +1970,7 @@ proptest! {
                 1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)), usage: Default::default(), transcript: None },
                 2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: AgentFailure::Timeout { secs: n }, role: None, usage: Default::default() },
                 3 => Event::Refused { violation: RuleViolation::NotHalted, run_output: None },
-                4 => Event::Observed { design_hash: Some(h), tests: FileHashes::new() },
+                4 => Event::Observed { design_hash: Some(h), tests: FileHashes::new(), migrations: Default::default() },
                 5 => Event::Applied { workspace_hash: h, tests: FileHashes::new(), inverse: ChangeSet::default() },
                 6 => Event::ApplyRefused { reason: PathError::Empty },
                 7 => Event::VerifyFailed { request: RequestId(n % 4), error: InfraError { fault: InfraFault::DatabaseDown, detail: String::new() } },
