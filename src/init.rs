@@ -186,7 +186,10 @@ pub fn init(dir: &Path, example: Option<Example>, force: bool) -> Result<Vec<Pat
             }
         }
     }
-    write(".consort/.gitignore", "pg/\n*.lock\n")?;
+    crate::git::keep_state_out_of_git(dir).map_err(|source| InitError::Io {
+        path: dir.join(consort_actors::STATE_DIR).join(".gitignore"),
+        source,
+    })?;
     Ok(written)
 }
 

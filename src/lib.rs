@@ -72,6 +72,7 @@
 
 pub mod config;
 mod ensemble;
+pub mod git;
 pub mod harness_facts;
 pub mod init;
 pub mod project;

@@ -55,6 +55,10 @@ enum Cmd {
         /// Use this agent backend for every role instead of the configured ones.
         #[arg(long, value_enum)]
         agents: Option<AgentsChoice>,
+        /// In a git repository, start a new run although the tree has uncommitted changes
+        /// (Consort's commits hold only its own changes).
+        #[arg(long)]
+        allow_dirty: bool,
     },
     /// Phase, step, current test, pending gate and last receipt.
     Status {
@@ -229,7 +233,8 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             dir,
             approve_as,
             agents,
-        } => run(&dir, approve_as, agents).await,
+            allow_dirty,
+        } => run(&dir, approve_as, agents, allow_dirty).await,
         Cmd::Status { dir, json } => status(&dir, json),
         Cmd::Approve {
             gate,
@@ -263,11 +268,19 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
     }
 }
 
-async fn run(dir: &Path, approve_as: Option<String>, agents: Option<AgentsChoice>) -> Result<i32> {
+async fn run(
+    dir: &Path,
+    approve_as: Option<String>,
+    agents: Option<AgentsChoice>,
+    allow_dirty: bool,
+) -> Result<i32> {
     let project = Project::open(dir)?;
     // One run per project: refused here, before anything is printed, started or written.
     let lock = project.lock("consort run")?;
-    let mut opts = RunOptions::default();
+    let mut opts = RunOptions {
+        allow_dirty,
+        ..RunOptions::default()
+    };
     if let Some(name) = &approve_as {
         println!("approving every gate as {name} (recorded in the ledger)");
         opts.approver = Some(Arc::new(ApproveAs { name: name.clone() }));

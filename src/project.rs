@@ -71,6 +71,9 @@ pub enum ProjectError {
     /// Another process drives the project, or its run lock is unusable.
     #[error(transparent)]
     RunLock(#[from] RunLockError),
+    /// The project's git repository refused the run, or a commit could not be made.
+    #[error("git: {0}")]
+    Git(#[from] crate::git::GitError),
 }
 
 /// How to drive a project.
@@ -90,6 +93,9 @@ pub struct RunOptions {
     pub command: Option<String>,
     /// The budgets to use when `consort.toml` sets none (`--agents openai` sets its defaults).
     pub default_budgets: Option<consort_actors::Budgets>,
+    /// Start a new run in a git repository with uncommitted changes (Consort's commits hold
+    /// only its own changes).
+    pub allow_dirty: bool,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -308,15 +314,25 @@ impl Project {
             .budgets(self.budgets(&opts)?)
             .workbench(Some(self.config.workbench()))
             .sandbox(self.config.runner.sandbox());
-        if let Some(observer) = &opts.append_observer {
-            builder = builder.append_observer(observer.clone());
-        }
-        if !self.ledger_path().exists()
+        let fresh = !self.ledger_path().exists()
             || std::fs::metadata(self.ledger_path())
                 .map(|m| m.len())
                 .unwrap_or(0)
-                == 0
-        {
+                == 0;
+        let live = self.git_prepare(fresh, opts.allow_dirty)?;
+        let observer = match (live, &opts.append_observer) {
+            (Some(live), Some(theirs)) => Some(Arc::new(crate::git::BothObservers(
+                Arc::clone(theirs),
+                Arc::new(live),
+            ))
+                as Arc<dyn consort_actors::AppendObserver>),
+            (Some(live), None) => Some(Arc::new(live) as Arc<dyn consort_actors::AppendObserver>),
+            (None, theirs) => theirs.clone(),
+        };
+        if let Some(observer) = observer {
+            builder = builder.append_observer(observer);
+        }
+        if fresh {
             builder = builder.feature(self.feature()?);
         }
         for role in Role::ALL {
@@ -347,6 +363,43 @@ impl Project {
             builder = builder.progress(tx);
         }
         Ok(builder.build().await?)
+    }
+}
+
+impl Project {
+    /// The git repository the project lies in, if any.
+    pub fn git(&self) -> Option<crate::git::GitRepo> {
+        crate::git::GitRepo::detect(&self.dir)
+    }
+
+    /// In a git repository: a new run starts its branch (a dirty tree refused unless
+    /// `allow_dirty`), a resumed one must be on it and first gets the commits a crash left
+    /// unmade; returns the observer that commits while the run goes.
+    fn git_prepare(
+        &self,
+        fresh: bool,
+        allow_dirty: bool,
+    ) -> Result<Option<crate::git::LiveSync>, ProjectError> {
+        let Some(repo) = self.git() else {
+            return Ok(None);
+        };
+        let feature = &self.config.feature.id;
+        if fresh {
+            repo.start(feature, allow_dirty)?;
+        } else {
+            repo.check_resume(feature)?;
+            crate::git::sync_project(self, &repo, true)?;
+        }
+        Ok(Some(crate::git::LiveSync::start(self.clone(), repo)))
+    }
+
+    /// Makes the commits the ledger calls for that the branch lacks; None outside a git
+    /// repository.
+    pub fn git_sync(&self) -> Result<Option<crate::git::SyncReport>, ProjectError> {
+        match self.git() {
+            Some(repo) => Ok(Some(crate::git::sync_project(self, &repo, false)?)),
+            None => Ok(None),
+        }
     }
 }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use consort_actors::{Approver, BoxFuture, GateRequest};
-use consort_actors::{GateApproval, GateDecision, Progress, RunOutcome, RunReport, TestStatus};
+use consort_actors::{
+    GateApproval, GateDecision, GateKind, Progress, RunOutcome, RunReport, TestStatus,
+};
 use consort_lakebase::PoolStatsSnapshot;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::mpsc;
@@ -169,7 +171,42 @@ pub async fn run_printed(
     let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
     let report = result?;
     print_summary(&report, &stats, &project.dir);
+    print_git(project, &report);
     Ok(report)
+}
+
+/// Makes the commits still missing and says where the run's branch stands; at the deploy
+/// gate, the commit the release is.
+fn print_git(project: &Project, report: &RunReport) {
+    match project.git_sync() {
+        Ok(Some(sync)) => {
+            let head = sync
+                .head
+                .as_deref()
+                .map_or("no commit yet", |h| &h[..h.len().min(12)]);
+            println!(
+                "git: {} Consort commit(s) on branch {}, at {head}",
+                sync.total, sync.branch
+            );
+            if matches!(
+                report.outcome,
+                RunOutcome::AtGate {
+                    gate: GateKind::Deploy,
+                    ..
+                }
+            ) {
+                println!("  the release to approve is commit {head}");
+            }
+            if report.outcome == RunOutcome::Done {
+                println!(
+                    "  ready to merge: from your branch, git merge {} (Consort never pushes or merges)",
+                    sync.branch
+                );
+            }
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("warning: the run's commits could not be made: {e}"),
+    }
 }
 
 /// Prints the budgets a run with `opts` starts with, and where they come from (nothing when

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
+use consort::git::GitRepo;
 use consort::project::{Project, RunOptions, approve_command};
 use consort::ui::{self, TerminalApprover};
 use consort::{ApproveAs, RunLock, RunOutcome};
@@ -67,6 +68,13 @@ fn run() -> Result<i32> {
     let lock = RunLock::acquire(&dir, "stockflow example")?;
     if !dir.join(consort::config::CONFIG_FILE).exists() {
         consort::init::init(&dir, Some(consort::init::Example::Stockflow), false)?;
+        // A git repository of its own, so that `git log` shows the run's TDD cycle.
+        if GitRepo::detect(&dir).is_none() {
+            match GitRepo::init_with_commit(&dir, "StockFlow example", "StockFlow before the run") {
+                Ok(_) => println!("git repository made; the run commits on its own branch"),
+                Err(e) => println!("no git repository ({e}); the run makes no commits"),
+            }
+        }
     }
     println!("StockFlow project: {}", dir.display());
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -1,0 +1,635 @@
+//! A run in a git repository: its own branch, and one commit per approved design and per
+//! accepted RED, GREEN and REFACTOR, made with the `git` program.
+//!
+//! **Invariant:** the commits are made from the ledger ([`consort_actors::step_commits`]), in a
+//! private index, never from what the work tree holds: a sync makes exactly the commits the
+//! ledger calls for that the branch does not have yet (found by their `Consort-Receipt` and
+//! `Consort-Step` trailers), so a resumed run neither loses nor repeats one. Consort never
+//! pushes, merges or rewrites a commit; `.git/` is harness, no agent's.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use consort_actors::{
+    CommitKind, FileChange, MigrationFiles, SchemaPlan, State, StepCommit, WorkTree,
+};
+
+/// The e-mail domain of Consort's commit identities (reserved: it never delivers).
+const EMAIL_DOMAIN: &str = "consort.invalid";
+
+/// What went wrong with git.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GitError {
+    /// The `git` program could not be started.
+    #[error("could not start git: {0}")]
+    Start(std::io::Error),
+    /// A git command failed.
+    #[error("git {args} failed: {stderr}")]
+    Failed {
+        /// The arguments, as typed.
+        args: String,
+        /// What git said.
+        stderr: String,
+    },
+    /// The tree has uncommitted changes and the run would start from them.
+    #[error(
+        "the repository has uncommitted changes ({}); commit or stash them first, or pass --allow-dirty to start anyway (Consort's commits then hold only its own changes)",
+        .paths.join(", ")
+    )]
+    Dirty {
+        /// Some of the changed paths.
+        paths: Vec<String>,
+    },
+    /// A new run's branch exists already.
+    #[error(
+        "branch {0} exists already; a new run starts its own branch (delete it with `git branch -D {0}`, or give the feature another id)"
+    )]
+    BranchExists(String),
+    /// A resumed run is not on its branch.
+    #[error(
+        "this run works on branch {expected}, but the repository is on {current}; switch back with `git switch {expected}`"
+    )]
+    WrongBranch {
+        /// The run's branch.
+        expected: String,
+        /// Where the repository is.
+        current: String,
+    },
+}
+
+/// A project inside a git work tree.
+#[derive(Debug, Clone)]
+pub struct GitRepo {
+    /// The project directory (git runs there).
+    dir: PathBuf,
+    /// The project's path inside the repository, with a trailing `/` (empty at the top).
+    prefix: String,
+}
+
+/// One sync at a time in this process (the live thread and the end of a run may overlap; the
+/// branch's compare-and-swap update would refuse the second anyway).
+static SYNC: Mutex<()> = Mutex::new(());
+
+/// What a sync did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    /// The run's branch.
+    pub branch: String,
+    /// Commits made by this sync.
+    pub made: usize,
+    /// Consort's commits on the branch now.
+    pub total: usize,
+    /// The branch's tip after the sync (None while it has no commit).
+    pub head: Option<String>,
+}
+
+/// Writes `.consort/.gitignore` (ignoring everything in Consort's state directory: the
+/// ledger, locks, transcripts) unless it is there.
+pub fn keep_state_out_of_git(project: &Path) -> std::io::Result<()> {
+    let state = project.join(consort_actors::STATE_DIR);
+    let ignore = state.join(".gitignore");
+    if ignore.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&state)?;
+    std::fs::write(
+        ignore,
+        "# Consort's run state (ledger, locks, transcripts): not for version control.\n*\n",
+    )
+}
+
+/// The branch a feature's run works on: `consort/<feature-id>`, the id kept to the characters
+/// a branch name may hold.
+pub fn branch_name(feature_id: &str) -> String {
+    let mut slug = String::new();
+    for c in feature_id.chars() {
+        if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') {
+            slug.push(c);
+        } else if !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    let slug = slug.trim_matches('-');
+    format!("consort/{}", if slug.is_empty() { "feature" } else { slug })
+}
+
+impl GitRepo {
+    /// The repository `dir` lies in; None when it lies in none, or git is not installed.
+    pub fn detect(dir: &Path) -> Option<GitRepo> {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["rev-parse", "--is-inside-work-tree", "--show-prefix"])
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        let mut lines = text.lines();
+        if !out.status.success() || lines.next() != Some("true") {
+            return None;
+        }
+        Some(GitRepo {
+            dir: dir.to_path_buf(),
+            prefix: lines.next().unwrap_or("").to_string(),
+        })
+    }
+
+    /// Makes `dir` a git repository on branch `main` with one commit of everything in it
+    /// (what `.gitignore` files leave out excepted), authored as `who`. For examples and
+    /// tests that start from a fresh directory.
+    pub fn init_with_commit(dir: &Path, who: &str, message: &str) -> Result<GitRepo, GitError> {
+        let bare = GitRepo {
+            dir: dir.to_path_buf(),
+            prefix: String::new(),
+        };
+        bare.git(&["init", "-q", "-b", "main"], None)?;
+        keep_state_out_of_git(dir).map_err(GitError::Start)?;
+        bare.git(&["add", "-A"], None)?;
+        let email = format!("{}@{EMAIL_DOMAIN}", who.to_lowercase().replace(' ', "-"));
+        let ident = [
+            ("GIT_AUTHOR_NAME", who),
+            ("GIT_AUTHOR_EMAIL", email.as_str()),
+            ("GIT_COMMITTER_NAME", who),
+            ("GIT_COMMITTER_EMAIL", email.as_str()),
+        ];
+        bare.git_env(&["commit", "-q", "-m", message], &ident, None)?;
+        Ok(bare)
+    }
+
+    /// Starts a new run's branch `consort/<feature-id>` from the current HEAD and switches
+    /// to it. A tree with uncommitted changes (outside `.consort/`) is refused unless
+    /// `allow_dirty`.
+    pub fn start(&self, feature_id: &str, allow_dirty: bool) -> Result<String, GitError> {
+        let branch = branch_name(feature_id);
+        keep_state_out_of_git(&self.dir).map_err(GitError::Start)?;
+        if !allow_dirty {
+            let dirty = self.dirty()?;
+            if !dirty.is_empty() {
+                return Err(GitError::Dirty { paths: dirty });
+            }
+        }
+        if self.current_branch()? == branch {
+            return Ok(branch);
+        }
+        if self.has_branch(feature_id)? {
+            return Err(GitError::BranchExists(branch));
+        }
+        self.git(&["switch", "-q", "-c", &branch], None)?;
+        Ok(branch)
+    }
+
+    /// Checks that a resumed run's repository is on the run's branch.
+    pub fn check_resume(&self, feature_id: &str) -> Result<String, GitError> {
+        let branch = branch_name(feature_id);
+        let current = self.current_branch()?;
+        if current != branch {
+            return Err(GitError::WrongBranch {
+                expected: branch,
+                current,
+            });
+        }
+        Ok(branch)
+    }
+
+    /// Whether a run of `feature_id` has begun here: its branch exists.
+    pub fn has_branch(&self, feature_id: &str) -> Result<bool, GitError> {
+        let branch = branch_name(feature_id);
+        Ok(!self
+            .git(&["branch", "--list", &branch], None)?
+            .trim()
+            .is_empty())
+    }
+
+    /// Paths with uncommitted changes, `.consort/` left out (at most 10).
+    fn dirty(&self) -> Result<Vec<String>, GitError> {
+        let out = self.git(&["status", "--porcelain=v1", "--untracked-files=all"], None)?;
+        let state = format!("{}{}/", self.prefix, consort_actors::STATE_DIR);
+        Ok(out
+            .lines()
+            .filter_map(|l| l.get(3..))
+            .filter(|p| !p.starts_with(&state))
+            .take(10)
+            .map(str::to_string)
+            .collect())
+    }
+
+    fn current_branch(&self) -> Result<String, GitError> {
+        match self.git(&["symbolic-ref", "--short", "-q", "HEAD"], None) {
+            Ok(name) => Ok(name.trim().to_string()),
+            Err(_) => Ok("a detached HEAD".into()),
+        }
+    }
+
+    /// Makes the commits `commits` calls for that the run's branch does not have yet, in
+    /// order, on top of its tip; returns what it did.
+    ///
+    /// When the branch is checked out, the index is brought to the new tip for the paths the
+    /// commits touched (the files on disk are the conductor's already); `refresh` does that
+    /// for every path of the run's commits, as after a crash mid-sync.
+    pub fn sync(&self, run: &RunHistory<'_>, refresh: bool) -> Result<SyncReport, GitError> {
+        let _one = SYNC.lock().map_err(|_| GitError::Failed {
+            args: "sync".into(),
+            stderr: "an earlier sync panicked".into(),
+        })?;
+        let branch = branch_name(run.feature);
+        let reference = format!("refs/heads/{branch}");
+        let mut tip = self.rev(&reference)?;
+        let recorded = self.recorded(tip.as_deref(), run.feature, run.commits.len())?;
+        let mut made = 0;
+        let mut paths = BTreeSet::new();
+        for commit in run.commits {
+            if recorded.contains(&commit.key()) {
+                if refresh {
+                    let files = run.files_of(commit).into_iter();
+                    paths.extend(files.map(|(p, _)| format!("{}{p}", self.prefix)));
+                }
+                continue;
+            }
+            let next = self.commit(commit, run, tip.as_deref(), &mut paths)?;
+            let old = tip.clone().unwrap_or_default();
+            self.git(&["update-ref", &reference, &next, &old], None)?;
+            tip = Some(next);
+            made += 1;
+        }
+        if !paths.is_empty() && self.current_branch()? == branch {
+            let mut args = vec!["reset", "-q", "--"];
+            args.extend(paths.iter().map(String::as_str));
+            self.git(&args, None)?;
+        }
+        Ok(SyncReport {
+            branch,
+            made,
+            total: run.commits.len(),
+            head: tip,
+        })
+    }
+
+    /// The keys of Consort's commits for `feature` at the tip of the branch (newest first,
+    /// up to `limit` + 1 commits).
+    fn recorded(
+        &self,
+        tip: Option<&str>,
+        feature: &str,
+        limit: usize,
+    ) -> Result<BTreeSet<String>, GitError> {
+        let Some(tip) = tip else {
+            return Ok(BTreeSet::new());
+        };
+        let format = "--format=%(trailers:key=Consort-Feature,valueonly=true,separator=%x2C)%x1f%(trailers:key=Consort-Receipt,valueonly=true,separator=%x2C)%x1f%(trailers:key=Consort-Step,valueonly=true,separator=%x2C)%x1e";
+        let n = format!("-n{}", limit + 1);
+        let out = self.git(&["log", format, &n, tip], None)?;
+        let mut keys = BTreeSet::new();
+        for record in out.split('\u{1e}') {
+            let mut fields = record.trim_start_matches('\n').split('\u{1f}');
+            let (Some(f), Some(receipt), Some(step)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            if f.trim() != feature {
+                break;
+            }
+            match receipt.trim() {
+                "" if step.trim() == "design" => keys.insert("design".to_string()),
+                "" => false,
+                r => keys.insert(r.to_string()),
+            };
+        }
+        Ok(keys)
+    }
+
+    fn rev(&self, reference: &str) -> Result<Option<String>, GitError> {
+        match self.git(&["rev-parse", "-q", "--verify", reference], None) {
+            Ok(sha) => Ok(Some(sha.trim().to_string())),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Builds one commit in a private index on top of `parent`; returns its id.
+    fn commit(
+        &self,
+        commit: &StepCommit,
+        run: &RunHistory<'_>,
+        parent: Option<&str>,
+        paths: &mut BTreeSet<String>,
+    ) -> Result<String, GitError> {
+        let index = self.dir.join(consort_actors::STATE_DIR).join("git-index");
+        // Only a sync uses this index, one at a time under the run lock: a lock file left by
+        // a killed sync is stale.
+        let _ = std::fs::remove_file(index.with_extension("lock"));
+        let index = index.to_string_lossy().into_owned();
+        let env = [("GIT_INDEX_FILE", index.as_str())];
+        match parent {
+            Some(p) => self.git_env(&["read-tree", p], &env, None)?,
+            None => self.git_env(&["read-tree", "--empty"], &env, None)?,
+        };
+        for (path, bytes) in run.files_of(commit) {
+            let full = format!("{}{path}", self.prefix);
+            match bytes {
+                Some(bytes) => {
+                    let blob =
+                        self.git_env(&["hash-object", "-w", "--stdin"], &env, Some(&bytes))?;
+                    let mode = self.mode_of(&full, &env)?;
+                    let info = format!("{mode},{},{full}", blob.trim());
+                    self.git_env(&["update-index", "--add", "--cacheinfo", &info], &env, None)?;
+                }
+                None => {
+                    self.git_env(&["update-index", "--force-remove", "--", &full], &env, None)?;
+                }
+            }
+            paths.insert(full);
+        }
+        let tree = self.git_env(&["write-tree"], &env, None)?;
+        let message = run.message(commit);
+        let mut args = vec!["commit-tree", tree.trim()];
+        if let Some(p) = parent {
+            args.extend(["-p", p]);
+        }
+        args.extend(["-F", "-"]);
+        let who = format!("Consort {}", role_title(commit.role));
+        let email = format!("{}@{EMAIL_DOMAIN}", commit.role.as_str());
+        let ident = [
+            ("GIT_AUTHOR_NAME", who.as_str()),
+            ("GIT_AUTHOR_EMAIL", email.as_str()),
+            ("GIT_COMMITTER_NAME", "Consort"),
+            ("GIT_COMMITTER_EMAIL", "conductor@consort.invalid"),
+        ];
+        let sha = self.git_env(&args, &ident, Some(message.as_bytes()))?;
+        Ok(sha.trim().to_string())
+    }
+
+    /// The mode a file keeps in the private index (new files: a regular file).
+    fn mode_of(&self, path: &str, env: &[(&str, &str)]) -> Result<String, GitError> {
+        let out = self.git_env(&["ls-files", "-s", "--", path], env, None)?;
+        Ok(match out.split_whitespace().next() {
+            Some(mode @ ("100644" | "100755")) => mode.to_string(),
+            _ => "100644".into(),
+        })
+    }
+
+    fn git(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<String, GitError> {
+        self.git_env(args, &[], stdin)
+    }
+
+    fn git_env(
+        &self,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stdin: Option<&[u8]>,
+    ) -> Result<String, GitError> {
+        let mut cmd = Command::new("git");
+        cmd.arg("-C").arg(&self.dir).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(GitError::Start)?;
+        if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(bytes).map_err(GitError::Start)?;
+        }
+        let out = child.wait_with_output().map_err(GitError::Start)?;
+        if !out.status.success() {
+            return Err(GitError::Failed {
+                args: args.join(" "),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// A role's name as a commit author's: `Navigator`, `Driver`, `DBA`, …
+fn role_title(role: consort_actors::Role) -> &'static str {
+    use consort_actors::Role;
+    match role {
+        Role::ProductOwner => "Product Owner",
+        Role::SpecAuthor => "Spec Author",
+        Role::ArchitectReviewer => "Architect Reviewer",
+        Role::Dba => "DBA",
+        Role::TestStrategist => "Test Strategist",
+        Role::UxDesigner => "UX Designer",
+        Role::Navigator => "Navigator",
+        Role::Driver => "Driver",
+    }
+}
+
+/// A run's history and what its commits need: the feature, the state (for test titles and
+/// the plan), the work tree (to find the file a path reaches) and where migrations go.
+#[derive(Debug)]
+pub struct RunHistory<'a> {
+    /// The feature id.
+    pub feature: &'a str,
+    /// The commits the ledger calls for.
+    pub commits: &'a [StepCommit],
+    /// The replayed state.
+    pub state: &'a State,
+    /// The work tree.
+    pub work: &'a WorkTree,
+    /// Where the design's migrations are written.
+    pub migrations: Option<&'a MigrationFiles>,
+}
+
+impl RunHistory<'_> {
+    /// Each path a commit writes (with its bytes) or removes (None), relative to the work
+    /// tree as physically resolved, in order.
+    fn files_of(&self, commit: &StepCommit) -> Vec<(String, Option<Vec<u8>>)> {
+        if commit.kind == CommitKind::Design {
+            let (Some(files), Some(plan)) = (self.migrations, self.state.schema.as_deref()) else {
+                return Vec::new();
+            };
+            return files
+                .planned(plan)
+                .into_iter()
+                .map(|(p, m)| (p, Some(m.sql.clone().into_bytes())))
+                .collect();
+        }
+        commit
+            .changes
+            .iter()
+            .map(|c| {
+                let path = self
+                    .work
+                    .resolve_physical(c.path())
+                    .unwrap_or_else(|_| c.path().to_string());
+                let bytes = match c {
+                    FileChange::Delete { .. } => None,
+                    other => other.bytes().map(|b| b.into_owned()),
+                };
+                (path, bytes)
+            })
+            .collect()
+    }
+
+    /// The commit message: a subject, a paragraph, the trailers.
+    fn message(&self, commit: &StepCommit) -> String {
+        let (subject, body) = match (&commit.test, commit.kind) {
+            (None, _) | (_, CommitKind::Design) => self.design_text(),
+            (Some(test), kind) => self.step_text(commit, test, kind),
+        };
+        let mut m = format!("{subject}\n\n{body}\n");
+        if !commit.summaries.is_empty() {
+            m.push('\n');
+            for s in &commit.summaries {
+                m.push_str(&format!("- {s}\n"));
+            }
+        }
+        m.push_str(&format!(
+            "\nConsort-Feature: {}\nConsort-Step: {}\n",
+            self.feature, commit.step
+        ));
+        if let Some(r) = &commit.receipt {
+            m.push_str(&format!(
+                "Consort-Receipt: {}\nConsort-Branch: {}\n",
+                commit.key(),
+                r.branch_id
+            ));
+        }
+        m.push_str(&format!("Consort-Design: {}\n", commit.design.to_hex()));
+        m
+    }
+
+    fn design_text(&self) -> (String, String) {
+        let plan: Option<&SchemaPlan> = self.state.schema.as_deref();
+        let files = match (self.migrations, plan) {
+            (Some(f), Some(p)) => f.planned(p).into_iter().map(|(p, _)| p).collect(),
+            _ => Vec::new(),
+        };
+        let subject = format!("design approved: {} migration file(s)", files.len());
+        let mut body = String::from(
+            "The frozen design (.consort/design.json) was approved at the design gate; its migrations are files from now on:",
+        );
+        for f in &files {
+            body.push_str(&format!("\n- {f}"));
+        }
+        if files.is_empty() {
+            body.push_str("\n(none)");
+        }
+        (subject, body)
+    }
+
+    fn step_text(&self, commit: &StepCommit, test: &str, kind: CommitKind) -> (String, String) {
+        let entry = self
+            .state
+            .test_list
+            .as_ref()
+            .and_then(|l| l.entries.iter().find(|e| e.id == test));
+        let title = entry.map_or(String::new(), |e| format!(": {}", e.description));
+        let subject = format!("{} {test}{title}", kind.label());
+        let (passed, failed) = commit.receipt.as_ref().map_or((0, 0), |r| {
+            let passed = r
+                .outcomes
+                .iter()
+                .filter(|o| o.status == consort_actors::TestStatus::Passed)
+                .count();
+            (passed, r.outcomes.len() - passed)
+        });
+        let branch = commit.receipt.as_ref().map_or("", |r| r.branch_id.as_str());
+        let body = match kind {
+            CommitKind::Red => format!(
+                "The Navigator's failing test for {test}; the run on database branch {branch} failed it as required ({passed} passed, {failed} failed)."
+            ),
+            CommitKind::Green => format!(
+                "The Driver's code for {test}; every test passed on database branch {branch} ({passed} passed)."
+            ),
+            _ => format!(
+                "The Driver's restructuring after {test}; every test still passed on database branch {branch} ({passed} passed)."
+            ),
+        };
+        (subject, body)
+    }
+}
+
+/// Makes the commits `project`'s ledger calls for that its branch lacks (see
+/// [`GitRepo::sync`]).
+pub fn sync_project(
+    project: &crate::project::Project,
+    repo: &GitRepo,
+    refresh: bool,
+) -> Result<SyncReport, crate::project::ProjectError> {
+    let ledger = project.ledger_path();
+    let events: Vec<consort_actors::Event> = if ledger.exists() {
+        consort_actors::Ledger::<consort_actors::Event>::read(&ledger)
+            .map_err(consort_actors::ConductorError::from)?
+            .into_iter()
+            .map(|e| e.event)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let machine = project.machine()?;
+    let commits = consort_actors::step_commits(&machine, &events);
+    let state = machine.replay(&events);
+    let work = WorkTree::open(&project.dir)
+        .map_err(consort_actors::ConductorError::from)?
+        .with_filter(machine.config().paths.tree_filter().clone());
+    let history = RunHistory {
+        feature: &project.config.feature.id,
+        commits: &commits,
+        state: &state,
+        work: &work,
+        migrations: machine.config().migration_files.as_ref(),
+    };
+    Ok(repo.sync(&history, refresh)?)
+}
+
+/// Commits while the run goes: told of every ledger append, it wakes a thread that syncs
+/// (appends coalesce; the commits come from the ledger, so a sync that runs late or twice
+/// makes each commit once).
+#[derive(Debug)]
+pub struct LiveSync {
+    wake: Mutex<std::sync::mpsc::Sender<()>>,
+}
+
+impl LiveSync {
+    /// Starts the syncing thread for `project` in `repo`; it ends when the observer is
+    /// dropped.
+    pub fn start(project: crate::project::Project, repo: GitRepo) -> LiveSync {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            while rx.recv().is_ok() {
+                while rx.try_recv().is_ok() {}
+                if let Err(e) = sync_project(&project, &repo, false) {
+                    tracing::warn!(error = %e, "could not commit the run's steps yet; the next sync tries again");
+                }
+            }
+        });
+        LiveSync {
+            wake: Mutex::new(tx),
+        }
+    }
+}
+
+impl consort_actors::AppendObserver for LiveSync {
+    fn appended(&self, _index: u64) -> std::ops::ControlFlow<()> {
+        if let Ok(tx) = self.wake.lock() {
+            let _ = tx.send(());
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+/// Two observers, both told of every append; either may stop the conductor.
+#[derive(Debug)]
+pub struct BothObservers(
+    /// Told first.
+    pub Arc<dyn consort_actors::AppendObserver>,
+    /// Told second.
+    pub Arc<dyn consort_actors::AppendObserver>,
+);
+
+impl consort_actors::AppendObserver for BothObservers {
+    fn appended(&self, index: u64) -> std::ops::ControlFlow<()> {
+        self.0.appended(index)?;
+        self.1.appended(index)
+    }
+}
