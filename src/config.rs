@@ -181,9 +181,13 @@ pub enum RunnerConfig {
         /// A JUnit XML report it writes, relative to the work tree.
         #[serde(default)]
         junit: Option<PathBuf>,
-        /// Read TAP from its standard output.
+        /// Read per-test results from its standard output (when there is no JUnit report).
         #[serde(default = "default_true")]
         tap: bool,
+        /// The form of those results: `"tap"` (the default), `"libtest"` (`cargo test`'s
+        /// `test <name> ... ok` lines) or `"go-test-json"` (`go test -json`).
+        #[serde(default)]
+        stdout: consort_lakebase::StdoutFormat,
         /// A command that runs one test (`{test}` is replaced).
         #[serde(default)]
         single_test: Option<String>,

@@ -26,6 +26,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
             command,
             junit,
             tap,
+            stdout,
             pass_env,
             env_set,
             ..
@@ -34,7 +35,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
             command: format!("sh -c {command:?} in the work tree"),
             collects: collected_by_command(config).unwrap_or_default(),
             loads: Vec::new(),
-            pass_rule: command_pass_rule(junit.is_some(), *tap),
+            pass_rule: command_pass_rule(junit.is_some(), tap.then_some(*stdout)),
             before_tests: BEFORE_TESTS.into(),
             environment: BRANCH_ENV
                 .iter()
@@ -47,13 +48,22 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
     }
 }
 
-fn command_pass_rule(junit: bool, tap: bool) -> String {
-    let per_test = match (junit, tap) {
+fn command_pass_rule(junit: bool, stdout: Option<consort_lakebase::StdoutFormat>) -> String {
+    use consort_lakebase::StdoutFormat;
+    let per_test = match (junit, stdout) {
         (true, _) => {
             "Each test's result is read from the JUnit report the command writes to $CONSORT_JUNIT"
         }
-        (false, true) => "Each test's result is read from the TAP the command prints",
-        (false, false) => "There are no per-test results",
+        (false, Some(StdoutFormat::Tap)) => {
+            "Each test's result is read from the TAP the command prints"
+        }
+        (false, Some(StdoutFormat::Libtest)) => {
+            "Each test's result is read from the `test <name> ... ok` lines cargo test prints (the test's name is its path in the crate, such as `tests::adds` or, in tests/x.rs, `adds`)"
+        }
+        (false, Some(StdoutFormat::GoTestJson)) => {
+            "Each test's result is read from the events `go test -json` prints (the test's name is its function, such as `TestAdds`, or `TestAdds/case` for a subtest)"
+        }
+        (false, None) => "There are no per-test results",
     };
     format!(
         "{per_test}; when there are none, exit status 0 passes every expected test and any other fails them."
@@ -114,6 +124,7 @@ mod tests {
             env_set: [("APP_REGION".to_string(), "test".to_string())].into(),
             collects,
             sandbox: crate::config::Sandbox::Landlock,
+            stdout: Default::default(),
         };
         c
     }

@@ -42,6 +42,15 @@ pub fn script_template() -> String {
 
 /// A commented `consort.toml` for a feature request at `feature.md` and a scripted ensemble.
 pub fn config_template(feature_id: &str, script: &str) -> String {
+    config_for(feature_id, script, &crate::adopt::Layout::default())
+}
+
+/// A commented `consort.toml` for a feature request at `feature.md`, a scripted ensemble and
+/// the project's layout (its tests, runner and migrations).
+pub fn config_for(feature_id: &str, script: &str, layout: &crate::adopt::Layout) -> String {
+    let tests = toml_list(&layout.tests);
+    let runner = layout.runner.trim_end();
+    let migrations = layout.migrations.trim_end();
     format!(
         r#"# Consort project configuration. Unknown keys are errors; secrets never go here,
 # only the names of the environment variables that hold them.
@@ -51,7 +60,7 @@ id = "{feature_id}"            # a stable id for the feature
 request = "feature.md"          # the request, as markdown; its first '# ' line is the title
 
 [paths]
-tests = ["tests/**"]            # test paths: written by the Navigator, in RED only
+tests = {tests}            # test paths: written by the Navigator, in RED only
 harness = []                    # more files no agent may change; the scripts the runner's
                                 # commands name and the test tool's configuration are added
                                 # (`consort doctor` lists them); consort.toml, .consort/ and
@@ -61,20 +70,9 @@ caches = []                     # extra cache directory names, matched at any de
                                 # .tox .nox .venv target node_modules .gradle .next .turbo:
                                 # never hashed, never tests, never written by an agent
 
-[runner]
-kind = "psql"                   # "psql": each tests/*.sql file with psql on a fresh branch
-setup = ["src/**/*.sql"]        # code loaded into the branch before the tests
-tests = ["tests/**/*.sql"]
-timeout_secs = 60
-# sandbox = "off"               # runs are confined with Landlock; "off" only where the kernel lacks it
-# kind = "command"              # or your own test command:
-# command = "pytest -q --junitxml=\"$CONSORT_JUNIT\""
-# junit = "junit.xml"           # per-test outcomes from JUnit XML, written in the run's report
-#                               #   directory ($CONSORT_REPORT_DIR; never the tree), or tap = true
-# single_test = "pytest -q {{test}}"
-# pass_env = ["APP_SECRET"]     # variables passed through to the tests; every run also gets its
-# env_set = {{ APP_ENV = "test" }} #   branch as DATABASE_URL and PGHOST/PGPORT/PGUSER/PGPASSWORD/
-#                               #   PGDATABASE (README: The database the tests get)
+{runner}
+
+{migrations}
 
 [database]
 provider = "embedded"           # a private PostgreSQL cluster from the local server binaries
@@ -122,6 +120,12 @@ scratch_runs = 3                # scratch runs a build step's tools may make (0:
     )
 }
 
+/// A TOML array of strings.
+pub(crate) fn toml_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
 /// Why `consort init` failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -140,51 +144,95 @@ pub enum InitError {
     },
 }
 
-/// Writes `consort.toml` and `.consort/` (and an example's files) into `dir`; returns the files
-/// written.
+/// One file `consort init` writes, or keeps because it is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFile {
+    /// Where.
+    pub path: PathBuf,
+    /// What it would hold.
+    pub text: String,
+    /// It exists and is left as it is (`consort init` never overwrites a file but
+    /// `consort.toml`, and that only with `--force`).
+    pub kept: bool,
+}
+
+/// What `consort init` writes into a directory, and what it found there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitPlan {
+    /// The files, `consort.toml` first.
+    pub files: Vec<PlannedFile>,
+    /// What it found (the stack, existing migrations, …), a line each.
+    pub notes: Vec<String>,
+}
+
+/// What `consort init` would write into `dir`: for an example its files; otherwise a
+/// `consort.toml` for what the directory already holds ([`crate::adopt::detect`]), a script
+/// skeleton and a feature request, each only where no file is.
+pub fn plan(dir: &Path, example: Option<Example>) -> InitPlan {
+    let (layout, files): (crate::adopt::Layout, Vec<(&str, String)>) = match example {
+        Some(Example::Stockflow) => (
+            crate::adopt::Layout::default(),
+            vec![
+                (
+                    CONFIG_FILE,
+                    config_template(STOCKFLOW_FEATURE_ID, STOCKFLOW_SCRIPT_PATH),
+                ),
+                ("feature.md", STOCKFLOW_FEATURE.into()),
+                (STOCKFLOW_SCRIPT_PATH, STOCKFLOW_SCRIPT.into()),
+            ],
+        ),
+        None => {
+            let layout = crate::adopt::detect(dir);
+            let config = config_for("F1", SCRIPT_PATH, &layout);
+            (
+                layout,
+                vec![
+                    (CONFIG_FILE, config),
+                    (SCRIPT_PATH, script_template()),
+                    (
+                        "feature.md",
+                        "# My feature\n\nDescribe the need, the behaviours, the rules and the scope.\n"
+                            .into(),
+                    ),
+                ],
+            )
+        }
+    };
+    InitPlan {
+        files: files
+            .into_iter()
+            .map(|(rel, text)| PlannedFile {
+                kept: dir.join(rel).exists(),
+                path: dir.join(rel),
+                text,
+            })
+            .collect(),
+        notes: layout.notes,
+    }
+}
+
+/// Writes what [`plan`] says into `dir`, and `.consort/` (ignored by git); returns the files
+/// written. An existing `consort.toml` is an error unless `force`; every other existing file
+/// is kept.
 pub fn init(dir: &Path, example: Option<Example>, force: bool) -> Result<Vec<PathBuf>, InitError> {
     let config = dir.join(CONFIG_FILE);
     if config.exists() && !force {
         return Err(InitError::Exists(config));
     }
     let mut written = Vec::new();
-    let mut write = |rel: &str, text: &str| -> Result<(), InitError> {
-        let path = dir.join(rel);
+    for file in plan(dir, example).files {
+        if file.kept && file.path != config {
+            continue;
+        }
         let io = |source| InitError::Io {
-            path: path.clone(),
+            path: file.path.clone(),
             source,
         };
-        if let Some(parent) = path.parent() {
+        if let Some(parent) = file.path.parent() {
             std::fs::create_dir_all(parent).map_err(io)?;
         }
-        std::fs::write(&path, text).map_err(|source| InitError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        written.push(path);
-        Ok(())
-    };
-    match example {
-        Some(Example::Stockflow) => {
-            write(
-                CONFIG_FILE,
-                &config_template(STOCKFLOW_FEATURE_ID, STOCKFLOW_SCRIPT_PATH),
-            )?;
-            write("feature.md", STOCKFLOW_FEATURE)?;
-            write(STOCKFLOW_SCRIPT_PATH, STOCKFLOW_SCRIPT)?;
-        }
-        None => {
-            write(CONFIG_FILE, &config_template("F1", SCRIPT_PATH))?;
-            if !dir.join(SCRIPT_PATH).exists() {
-                write(SCRIPT_PATH, &script_template())?;
-            }
-            if !dir.join("feature.md").exists() {
-                write(
-                    "feature.md",
-                    "# My feature\n\nDescribe the need, the behaviours, the rules and the scope.\n",
-                )?;
-            }
-        }
+        std::fs::write(&file.path, &file.text).map_err(io)?;
+        written.push(file.path);
     }
     crate::git::keep_state_out_of_git(dir).map_err(|source| InitError::Io {
         path: dir.join(consort_actors::STATE_DIR).join(".gitignore"),
@@ -287,7 +335,7 @@ pub fn doctor(dir: &Path) -> i32 {
         "run `consort init` or fix the key named above",
     );
     let Ok(config) = config else { return 1 };
-    check_runner(&mut checks, &config);
+    check_runner(&mut checks, dir, &config);
     let feature = dir.join(&config.feature.request);
     checks.report(
         feature.exists(),
@@ -337,10 +385,14 @@ fn check_sandbox(checks: &mut Checks, config: Option<&ProjectConfig>) {
     );
 }
 
-/// The runner's harness files, and where a command runner's JUnit report goes.
-fn check_runner(checks: &mut Checks, config: &ProjectConfig) {
+/// The runner's harness files, its program and what it collects, and where a command
+/// runner's JUnit report goes.
+fn check_runner(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
     for line in runner_harness_report(config) {
         println!("{line}");
+    }
+    for f in crate::collect::check(dir, config) {
+        checks.report(f.ok, &f.what, &f.hint);
     }
     if let RunnerConfig::Command { junit: Some(j), .. } = &config.runner {
         checks.report(

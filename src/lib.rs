@@ -70,6 +70,8 @@
 //! # }
 //! ```
 
+pub mod adopt;
+pub mod collect;
 pub mod config;
 mod ensemble;
 pub mod git;

@@ -40,9 +40,12 @@ enum Cmd {
         /// Also write an example's feature request and agent script.
         #[arg(long, value_enum)]
         example: Option<Example>,
-        /// Overwrite an existing consort.toml.
+        /// Overwrite an existing consort.toml (no other file is ever overwritten).
         #[arg(long)]
         force: bool,
+        /// Print what would be written, and write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Drive the ensemble until done, a gate, or an escalation.
     Run {
@@ -208,27 +211,13 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             dir,
             example,
             force,
-        } => {
-            let written = consort::init::init(
-                &dir,
-                example.map(|_| consort::init::Example::Stockflow),
-                force,
-            )?;
-            for f in written {
-                println!("wrote {}", f.display());
-            }
-            if example.is_none() {
-                println!(
-                    "next: fill in the answers in {} (every field is in docs/ARTIFACTS.md), check them with `consort doctor --dir {}`, then",
-                    dir.join(consort::init::SCRIPT_PATH).display(),
-                    dir.display()
-                );
-                println!("      consort run --dir {}", dir.display());
-            } else {
-                println!("next: consort run --dir {}", dir.display());
-            }
-            Ok(0)
-        }
+            dry_run,
+        } => init(
+            &dir,
+            example.map(|_| consort::init::Example::Stockflow),
+            force,
+            dry_run,
+        ),
         Cmd::Run {
             dir,
             approve_as,
@@ -266,6 +255,64 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Branches { dir, sweep } => branches(&dir, sweep).await,
         Cmd::Doctor { dir } => Ok(consort::init::doctor(&dir)),
     }
+}
+
+/// `consort init`: what it found, then the files written (or, with `--dry-run`, what would
+/// be).
+fn init(
+    dir: &Path,
+    example: Option<consort::init::Example>,
+    force: bool,
+    dry_run: bool,
+) -> Result<i32> {
+    let plan = consort::init::plan(dir, example);
+    for note in &plan.notes {
+        println!("{note}");
+    }
+    if dry_run {
+        let mut text = String::new();
+        for f in &plan.files {
+            let replaced = f.kept && f.path.ends_with(consort::config::CONFIG_FILE) && force;
+            match (f.kept, replaced) {
+                (true, false) => {
+                    text.push_str(&format!("would keep {} (it exists)\n", f.path.display()))
+                }
+                _ => text.push_str(&format!(
+                    "would write {}:\n{}",
+                    f.path.display(),
+                    indent(&f.text)
+                )),
+            }
+        }
+        text.push_str("(dry run: nothing written)\n");
+        // A reader that stops early (`| head`) is not an error.
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+        return Ok(0);
+    }
+    let written = consort::init::init(dir, example, force)?;
+    for f in &plan.files {
+        if written.contains(&f.path) {
+            println!("wrote {}", f.path.display());
+        } else {
+            println!("kept {} (it exists)", f.path.display());
+        }
+    }
+    if example.is_none() {
+        println!(
+            "next: fill in the answers in {} (every field is in docs/ARTIFACTS.md), check the project with `consort doctor --dir {}`, then",
+            dir.join(consort::init::SCRIPT_PATH).display(),
+            dir.display()
+        );
+        println!("      consort run --dir {}", dir.display());
+    } else {
+        println!("next: consort run --dir {}", dir.display());
+    }
+    Ok(0)
+}
+
+/// `text` indented by four spaces, for showing a file's content.
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect()
 }
 
 async fn run(

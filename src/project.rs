@@ -231,6 +231,7 @@ impl Project {
                 command,
                 junit,
                 tap,
+                stdout,
                 single_test,
                 timeout_secs,
                 pass_env,
@@ -243,6 +244,7 @@ impl Project {
                     .extend(env_set.iter().map(|(k, v)| (k.clone(), v.clone())));
                 cfg.junit_path = junit.clone();
                 cfg.tap = *tap;
+                cfg.stdout_format = *stdout;
                 cfg.single_test_command = single_test.clone();
                 cfg.timeout = Duration::from_secs(*timeout_secs);
                 cfg.env.allow.extend(pass_env.iter().cloned());

@@ -113,8 +113,8 @@ pub use provider::{
 pub use runner::{
     Capture, Captured, CommandRunner, CommandRunnerConfig, DEFAULT_ENV_ALLOW, EnvPolicy, Jail,
     JailSpec, OutputLimits, PINNED, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport,
-    SandboxMode, SandboxSupport, Scratch, SessionSettings, TestRunner, parse_junit, parse_tap,
-    shell_quote,
+    SandboxMode, SandboxSupport, Scratch, SessionSettings, StdoutFormat, TestRunner,
+    parse_go_test_json, parse_junit, parse_libtest, parse_tap, shell_quote,
 };
 pub use url::{DATABASE_URL_ENV, PostgresUrlProvider};
 pub use verify::Verifier;

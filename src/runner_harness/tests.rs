@@ -27,6 +27,7 @@ fn command(cmd: &str) -> RunnerConfig {
         collects: None,
         sandbox: Sandbox::Landlock,
         env_set: Default::default(),
+        stdout: Default::default(),
     }
 }
 
@@ -269,6 +270,7 @@ fn the_single_test_command_counts_too() {
         collects: None,
         sandbox: Sandbox::Landlock,
         env_set: Default::default(),
+        stdout: Default::default(),
     };
     let h = RunnerHarness::of(&runner, &tests_policy(&["tests/**"]));
     assert_eq!(h.files.len(), 1);
@@ -564,6 +566,7 @@ proptest::proptest! {
             collects: None,
             sandbox: Sandbox::Landlock,
             env_set: Default::default(),
+            stdout: Default::default(),
         };
         let tests = tests_policy(&["tests/**"]);
         let h = RunnerHarness::of(&runner, &tests);

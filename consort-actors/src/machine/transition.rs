@@ -310,8 +310,32 @@ fn observed(
         });
     }
     check_migration_files(cfg, state, migrations)?;
+    if is_first_build_observation(state, &then) {
+        // The project's own tests, there before the run: frozen like an accepted RED's, so no
+        // agent changes them and every later run must keep them passing.
+        let mut s = state.clone();
+        s.build.frozen_tests = tests.clone();
+        return Ok(go(s, then));
+    }
     check_tests_on_disk(&state.build.frozen_tests, tests)?;
     Ok(go(state.clone(), then))
+}
+
+/// Whether this observation opens the build lane: before the first RED, with no test frozen
+/// and no run made yet.
+fn is_first_build_observation(state: &State, then: &Pending) -> bool {
+    state.frozen.is_some()
+        && state.build.current == 0
+        && state.build.frozen_tests.is_empty()
+        && state.receipts.is_empty()
+        && matches!(
+            then,
+            Pending::Agent {
+                step: Step::Red { .. },
+                attempt: 0,
+                ..
+            }
+        )
 }
 
 /// Once the design is frozen, every migration file it names must hold exactly its SQL. An

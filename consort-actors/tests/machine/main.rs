@@ -1394,6 +1394,31 @@ fn an_unexpected_test_file_halts_at_observation() {
     );
 }
 
+#[test]
+fn the_projects_own_tests_are_frozen_when_the_build_lane_opens() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    r.approve();
+    r.disk
+        .files
+        .insert("tests/t0_existing.sql".into(), "select 1;".into());
+    r.observe();
+    assert!(
+        r.s.build.frozen_tests.contains_key("tests/t0_existing.sql"),
+        "the existing test is frozen"
+    );
+    let v = r.produce_refused(cs(vec![
+        write("tests/t1.sql", "assert false;"),
+        write("tests/t0_existing.sql", "-- weakened"),
+    ]));
+    assert!(
+        matches!(v, RuleViolation::FrozenTestModified { ref path } if path == "tests/t0_existing.sql"),
+        "{v:?}"
+    );
+    // Once the lane is open, a test file that appears outside RED still halts:
+    // an_unexpected_test_file_halts_at_observation.
+}
+
 // ---------- REFACTOR and REVIEW ----------
 
 #[test]

@@ -9,7 +9,6 @@ use tracing::warn;
 use super::capture::{Capture, OutputLimits};
 use super::junit::parse_junit;
 use super::process::{EnvPolicy, ProcSpec, run, shell_quote, tree_path};
-use super::tap::parse_tap;
 use super::{RunContext, RunReport, TestRunner, redact};
 use crate::error::Result;
 use crate::provider::BoxFuture;
@@ -26,8 +25,11 @@ pub struct CommandRunnerConfig {
     pub junit_path: Option<PathBuf>,
     /// How a JUnit case is named: `{classname}` and `{name}` are replaced.
     pub junit_name_format: String,
-    /// Read TAP from standard output when there is no JUnit report.
+    /// Read per-test results from standard output when there is no JUnit report.
     pub tap: bool,
+    /// The form standard output is read in when `tap` is on (default TAP; also libtest's
+    /// lines and `go test -json`).
+    pub stdout_format: crate::runner::StdoutFormat,
     /// A command that runs one test, with `{test}` replaced by the (shell-quoted) test name.
     /// Used when the output gives no per-test outcomes: it is run for each expected test when
     /// the suite fails, so RED can show that the new test fails and the others pass.
@@ -48,6 +50,7 @@ impl CommandRunnerConfig {
             junit_path: None,
             junit_name_format: "{classname}::{name}".into(),
             tap: true,
+            stdout_format: crate::runner::StdoutFormat::Tap,
             single_test_command: None,
             timeout: Duration::from_secs(600),
             env: EnvPolicy::default(),
@@ -115,7 +118,10 @@ impl CommandRunner {
             }
         }
         if outcomes.is_none() && self.cfg.tap {
-            outcomes = parse_tap(&String::from_utf8_lossy(&main.stdout));
+            outcomes = self
+                .cfg
+                .stdout_format
+                .parse(&String::from_utf8_lossy(&main.stdout));
         }
         let mut outcomes = match outcomes {
             Some(o) => o,

@@ -19,6 +19,7 @@ mod process;
 mod psql;
 mod sandbox;
 mod session;
+mod stdout_format;
 mod tap;
 
 use std::fmt;
@@ -38,6 +39,7 @@ pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, shell_quote};
 pub use psql::{PsqlRunner, PsqlRunnerConfig};
 pub use sandbox::{Jail, JailSpec, SandboxMode, SandboxSupport, Scratch};
 pub use session::{PINNED, SessionSettings};
+pub use stdout_format::{StdoutFormat, parse_go_test_json, parse_libtest};
 pub use tap::parse_tap;
 
 /// What a runner is asked to do. Its `Debug` shows no secret (the connection redacts its own).

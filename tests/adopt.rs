@@ -1,0 +1,409 @@
+//! Adopting existing repositories with `consort init`: generated repositories of each stack
+//! Consort detects. The cargo, pytest and plain-SQL ones run to done through the `consort`
+//! binary, on the embedded PostgreSQL, with their own test tools as runners and their
+//! existing migrations applied first; the Node and Go ones are detected and their commands
+//! checked (this machine has no vitest, jest or go to run them with).
+//!
+//! Needs `cargo`, `python3` with `pytest` and `psycopg`, and `psql` (`.ci/run` installs them).
+
+mod common;
+
+use std::path::Path;
+
+use common::{assert_exit, consort, dir_arg, run};
+use consort_testkit::process::text;
+
+/// Writes `files` (path, content) under `dir`.
+fn write(dir: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        let full = dir.join(path);
+        std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
+        std::fs::write(full, content).expect("write");
+    }
+}
+
+/// The design every adopted project builds: one story, one criterion, one migration that
+/// needs the project's existing one (`ALTER TABLE counts`), one test; then `build`, the
+/// test list, RED and GREEN of the stack.
+fn script(build: &str) -> String {
+    format!(
+        r#"[[entry]]
+step = "stories"
+[entry.artifact]
+kind = "stories"
+[entry.artifact.body]
+feature_id = "F1"
+[[entry.artifact.body.stories]]
+id = "S1"
+title = "Total stock"
+as_a = "stock keeper"
+i_want = "the total of the quantities"
+so_that = "I know what is on the shelf"
+user_facing = false
+[[entry.artifact.body.stories.acceptance_criteria]]
+id = "S1-AC1"
+given = "3 and 4 are counted"
+when = "the keeper asks for the total"
+then = "it is 7"
+
+[[entry]]
+step = "spec/r0"
+[entry.artifact]
+kind = "spec"
+[entry.artifact.body]
+feature_id = "F1"
+summary = "The total sums every counted quantity."
+[[entry.artifact.body.requirements]]
+id = "R1"
+ac_id = "S1-AC1"
+statement = "The total is the sum of the quantities."
+
+[[entry]]
+step = "architecture/r0"
+[entry.artifact]
+kind = "architecture-verdict"
+[entry.artifact.body]
+decision = "approve"
+layers = ["a function over the counts table"]
+
+[[entry]]
+step = "schema"
+[entry.artifact]
+kind = "schema-plan"
+[[entry.artifact.body.migrations]]
+version = "0002_count_notes"
+story_id = "S1"
+description = "a note per count"
+sql = "ALTER TABLE counts ADD COLUMN note text;"
+
+{build}
+
+[[entry]]
+step = "refactor/*/*"
+[entry.artifact]
+kind = "change-set"
+[entry.artifact.body]
+summary = "nothing to restructure"
+changes = []
+
+[[entry]]
+step = "review/*/*"
+artifact = {{ kind = "review-verdict", body = {{ decision = "approve" }} }}
+"#
+    )
+}
+
+/// `build`'s part of a script: the test list of one entry, its RED and its GREEN.
+fn build(test_path: &str, test_name: &str, test: &str, code_path: &str, code: &str) -> String {
+    format!(
+        r#"[[entry]]
+step = "test-list"
+[entry.artifact]
+kind = "test-list"
+[[entry.artifact.body.entries]]
+id = "T1"
+ac_id = "S1-AC1"
+description = "the total sums the quantities"
+path = "{test_path}"
+test_name = "{test_name}"
+
+[[entry]]
+step = "red/T1"
+[entry.artifact]
+kind = "change-set"
+[entry.artifact.body]
+summary = "T1: the total sums the quantities"
+[[entry.artifact.body.changes]]
+op = "write"
+path = "{test_path}"
+content = '''
+{test}'''
+
+[[entry]]
+step = "green/T1"
+[entry.artifact]
+kind = "change-set"
+[entry.artifact.body]
+summary = "the total"
+[[entry.artifact.body.changes]]
+op = "write"
+path = "{code_path}"
+content = '''
+{code}'''
+"#
+    )
+}
+
+/// `consort init` in `dir` (which already holds a project), then the script, a git
+/// repository, `consort doctor` and a run to done; returns init's and doctor's output.
+fn adopt_and_run(dir: &Path, script: &str) -> (String, String) {
+    let o = run(consort().arg("init").arg(dir));
+    assert_exit(&o, 0, "init adopts the repository");
+    let init = text(&o);
+    write(dir, &[(".consort/agents/script.toml", script)]);
+    consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
+    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    let doctor = text(&o);
+    assert_exit(&o, 0, "doctor passes");
+    let o = run(consort()
+        .arg("run")
+        .args(dir_arg(dir))
+        .args(["--approve-as", "ada"]));
+    assert_exit(&o, 0, "the adopted project runs to done");
+    let o = run(consort().arg("verify").args(dir_arg(dir)));
+    assert!(o.status.success(), "{}", text(&o));
+    (init, doctor)
+}
+
+/// The design's migration is a file next to the existing ones, and the promotion applied
+/// exactly the existing migrations then the design's.
+fn migrations_landed(dir: &Path, mdir: &str, existing: &str) {
+    let file = dir.join(mdir).join("0002_S1_count_notes.sql");
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("the design's migration file"),
+        "ALTER TABLE counts ADD COLUMN note text;"
+    );
+    let events = consort_testkit::ledger::events(&dir.join(".consort/ledger.jsonl"));
+    let applied = events
+        .iter()
+        .find_map(|e| match e {
+            consort::actors::Event::Promoted { report } => Some(report.applied.clone()),
+            _ => None,
+        })
+        .expect("promoted");
+    assert_eq!(
+        applied,
+        [existing.to_string(), "0002_count_notes".to_string()]
+    );
+}
+
+#[test]
+fn a_cargo_repository_is_adopted_and_runs_to_done() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write(
+        dir,
+        &[
+            (
+                "Cargo.toml",
+                "[package]\nname = \"shelf\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+            ),
+            (
+                "Cargo.lock",
+                "# This file is automatically @generated by Cargo.\n# It is not intended for manual editing.\nversion = 4\n\n[[package]]\nname = \"shelf\"\nversion = \"0.1.0\"\n",
+            ),
+            (
+                "src/lib.rs",
+                "/// The total of the quantities.\npub fn total(_quantities: &[i64]) -> i64 {\n    todo!(\"not built yet\")\n}\n",
+            ),
+            (
+                "tests/existing.rs",
+                "#[test]\nfn the_crate_links() {\n    let _ = shelf::total as fn(&[i64]) -> i64;\n}\n",
+            ),
+            (
+                "migrations/0001_counts.sql",
+                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+            ),
+        ],
+    );
+    let test = r#"#[test]
+fn the_total_sums_the_quantities() {
+    // Every run gets its branch of the database in the environment.
+    assert!(std::env::var("DATABASE_URL").is_ok_and(|u| u.starts_with("postgres")));
+    assert_eq!(shelf::total(&[3, 4]), 7);
+}
+"#;
+    let code = "/// The total of the quantities.\npub fn total(quantities: &[i64]) -> i64 {\n    quantities.iter().sum()\n}\n";
+    let script = script(&build(
+        "tests/t1_total.rs",
+        "the_total_sums_the_quantities",
+        test,
+        "src/lib.rs",
+        code,
+    ));
+    let (init, doctor) = adopt_and_run(dir, &script);
+    assert!(init.contains("detected Rust (cargo test)"), "{init}");
+    assert!(
+        init.contains("found 1 migration file(s) in migrations/"),
+        "{init}"
+    );
+    assert!(doctor.contains("collects 1 test(s)"), "{doctor}");
+    migrations_landed(dir, "migrations", "0001_counts");
+    let log = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["log", "--format=%s", "main..HEAD"])
+        .output()
+        .expect("git log");
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        log.contains("GREEN T1") && log.contains("RED T1") && log.contains("design approved"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_pytest_repository_is_adopted_and_runs_to_done() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write(
+        dir,
+        &[
+            (
+                "pyproject.toml",
+                "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n",
+            ),
+            ("app/__init__.py", ""),
+            (
+                "app/counts.py",
+                "def total(conn):\n    raise NotImplementedError\n",
+            ),
+            ("tests/__init__.py", ""),
+            (
+                "tests/test_existing.py",
+                "def test_the_app_imports():\n    import app.counts  # noqa: F401\n",
+            ),
+            (
+                "db/migrations/V1__counts.sql",
+                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+            ),
+        ],
+    );
+    let test = r#"import os
+
+import psycopg
+
+
+def test_the_total_sums_the_quantities():
+    from app import counts
+
+    with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
+        conn.execute("INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL)")
+        assert counts.total(conn) == 7
+"#;
+    let code = "def total(conn):\n    return conn.execute(\"SELECT coalesce(sum(qty), 0) FROM counts\").fetchone()[0]\n";
+    let script = script(&build(
+        "tests/test_t1_total.py",
+        "tests.test_t1_total::test_the_total_sums_the_quantities",
+        test,
+        "app/counts.py",
+        code,
+    ));
+    let (init, doctor) = adopt_and_run(dir, &script);
+    assert!(init.contains("detected Python (pytest)"), "{init}");
+    assert!(init.contains("in db/migrations/"), "{init}");
+    assert!(doctor.contains("collects 1 test(s)"), "{doctor}");
+    migrations_landed(dir, "db/migrations", "V1__counts");
+}
+
+#[test]
+fn a_plain_sql_repository_is_adopted_and_runs_to_done() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write(
+        dir,
+        &[
+            (
+                "sql/version.sql",
+                "CREATE FUNCTION shelf_version() RETURNS int LANGUAGE sql AS 'SELECT 1';\n",
+            ),
+            (
+                "tests/t0_version.sql",
+                "DO $$ BEGIN IF shelf_version() <> 1 THEN RAISE EXCEPTION 'wrong version'; END IF; END $$;\n",
+            ),
+            (
+                "migrations/V1__counts.sql",
+                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+            ),
+        ],
+    );
+    let test = "INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL);\nDO $$ BEGIN IF count_total() <> 7 THEN RAISE EXCEPTION 'total is %', count_total(); END IF; END $$;\n";
+    let code = "CREATE FUNCTION count_total() RETURNS bigint LANGUAGE sql AS $$ SELECT coalesce(sum(qty), 0) FROM counts $$;\n";
+    let script = script(&build(
+        "tests/t1_total.sql",
+        "tests/t1_total.sql",
+        test,
+        "sql/total.sql",
+        code,
+    ));
+    let (init, doctor) = adopt_and_run(dir, &script);
+    assert!(init.contains("detected plain SQL (psql)"), "{init}");
+    assert!(doctor.contains("collects 1 test file(s)"), "{doctor}");
+    migrations_landed(dir, "migrations", "V1__counts");
+}
+
+#[test]
+fn node_and_go_repositories_are_detected_and_a_dry_run_writes_nothing() {
+    for (files, detected, command) in [
+        (
+            vec![
+                ("package.json", r#"{"devDependencies":{"vitest":"^2.0.0"}}"#),
+                ("src/sum.test.ts", ""),
+            ],
+            "detected Node (vitest)",
+            r#"npx vitest run --reporter=junit --outputFile=\"$CONSORT_JUNIT\""#,
+        ),
+        (
+            vec![
+                ("package.json", r#"{"devDependencies":{"jest":"^29.0.0"}}"#),
+                ("__tests__/sum.js", ""),
+            ],
+            "detected Node (jest)",
+            "--reporters=jest-junit",
+        ),
+        (
+            vec![
+                ("go.mod", "module example.com/shelf\n"),
+                ("shelf_test.go", "package shelf\n"),
+            ],
+            "detected Go (go test)",
+            "go test -json ./...",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
+        write(dir, &files);
+        let before = std::fs::read_dir(dir).expect("list").count();
+        let o = run(consort().arg("init").arg(dir).arg("--dry-run"));
+        assert_exit(&o, 0, "a dry run");
+        let out = text(&o);
+        assert!(out.contains(detected) && out.contains(command), "{out}");
+        assert!(out.contains("nothing written"), "{out}");
+        assert_eq!(
+            std::fs::read_dir(dir).expect("list").count(),
+            before,
+            "{out}"
+        );
+        // What it would write is a configuration that loads.
+        let o = run(consort().arg("init").arg(dir));
+        assert_exit(&o, 0, "init");
+        consort::config::ProjectConfig::load(dir).expect("the written consort.toml loads");
+    }
+}
+
+#[test]
+fn init_never_overwrites_a_file_the_project_has() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write(
+        dir,
+        &[
+            ("feature.md", "# Mine\n"),
+            (".consort/agents/script.toml", "# mine\n"),
+            ("tests/t.sql", "select 1;"),
+        ],
+    );
+    let o = run(consort().arg("init").arg(dir));
+    assert_exit(&o, 0, "init");
+    assert!(text(&o).contains("kept"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("feature.md")).expect("kept"),
+        "# Mine\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".consort/agents/script.toml")).expect("kept"),
+        "# mine\n"
+    );
+    let o = run(consort().arg("init").arg(dir));
+    assert_exit(&o, 1, "consort.toml is not overwritten without --force");
+}
