@@ -1,5 +1,7 @@
 //! The library examples a newcomer copies from run to done as they stand: `embed` (the README's
-//! "Embedding" code) and `custom_agent` (one role swapped for an agent of your own).
+//! "Embedding" code), `custom_agent` (one role swapped for an agent of your own) and
+//! `pyservice` (a Python service tested by pytest through psycopg; needs python3 with pytest
+//! and psycopg, which `.ci/run` installs).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -25,6 +27,41 @@ fn run(name: &str) -> String {
     assert!(out.status.success(), "{name}: {said}");
     assert!(said.contains("outcome: done"), "{name}: {said}");
     said
+}
+
+#[test]
+fn the_python_service_example_runs_to_done_with_per_test_results_and_commits() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("items");
+    let out = Command::new(example("pyservice"))
+        .arg("--dir")
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the example starts");
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("every test green, every gate approved"),
+        "{said}"
+    );
+    assert!(said.contains("2 of 2 green"), "{said}");
+    let items = std::fs::read_to_string(dir.join("app/items.py")).expect("the service");
+    assert!(items.contains("def item_total"), "{items}");
+    let ledger = std::fs::read_to_string(dir.join(".consort/ledger.jsonl")).expect("ledger");
+    assert!(
+        ledger.contains("tests.test_t1_add_item::test_add_item_stores_exactly_that_item"),
+        "the JUnit report names each test"
+    );
+    let log = Command::new("git")
+        .arg("-C")
+        .arg(&dir)
+        .args(["log", "--format=%s"])
+        .output()
+        .expect("git log");
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert_eq!(log.matches("RED T").count(), 2, "{log}");
+    assert_eq!(log.matches("GREEN T").count(), 2, "{log}");
 }
 
 #[test]

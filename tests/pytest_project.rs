@@ -11,7 +11,7 @@ use consort_testkit::process::{succeeded, text};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pytest_project");
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/pyservice/data");
 
 fn consort(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_consort"))
