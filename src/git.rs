@@ -204,6 +204,13 @@ impl GitRepo {
             .is_empty())
     }
 
+    /// The tip of a feature's run branch, if it has one.
+    pub fn tip(&self, feature_id: &str) -> Option<String> {
+        self.rev(&format!("refs/heads/{}", branch_name(feature_id)))
+            .ok()
+            .flatten()
+    }
+
     /// Paths with uncommitted changes, `.consort/` left out (at most 10).
     fn dirty(&self) -> Result<Vec<String>, GitError> {
         let out = self.git(&["status", "--porcelain=v1", "--untracked-files=all"], None)?;

@@ -365,7 +365,8 @@ fn status(dir: &Path, json: bool) -> Result<i32> {
         Vec::new()
     };
     let usage = consort::actors::usage_totals(events.iter().map(|e| &e.event));
-    let report = status_of(&state, events.len(), &usage);
+    let mut report = status_of(&state, events.len(), &usage);
+    report.git = project.git_tip();
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(0);
@@ -396,6 +397,10 @@ fn status(dir: &Path, json: bool) -> Result<i32> {
             "receipt: req-{} on {}: {} passed, {} not passed (confined: {})",
             r.request, r.branch, r.passed, r.failed, r.confinement
         );
+    }
+    if let Some(g) = &report.git {
+        let head = g.head.as_deref().unwrap_or("no commit yet");
+        println!("git:     {} at {head}", g.branch);
     }
     println!("ledger:  {} events", report.ledger_entries);
     for line in ui::usage_lines(&usage) {

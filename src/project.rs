@@ -395,6 +395,15 @@ impl Project {
         Ok(Some(crate::git::LiveSync::start(self.clone(), repo)))
     }
 
+    /// The run's branch and its tip; None outside a git repository.
+    pub fn git_tip(&self) -> Option<GitTip> {
+        let repo = self.git()?;
+        Some(GitTip {
+            branch: crate::git::branch_name(&self.config.feature.id),
+            head: repo.tip(&self.config.feature.id),
+        })
+    }
+
     /// Makes the commits the ledger calls for that the branch lacks; None outside a git
     /// repository.
     pub fn git_sync(&self) -> Result<Option<crate::git::SyncReport>, ProjectError> {
@@ -434,6 +443,9 @@ pub struct StatusReport {
     pub last_receipt: Option<ReceiptSummary>,
     /// Events in the ledger.
     pub ledger_entries: usize,
+    /// The run's git branch and its tip, when the project lies in a git repository (the tip
+    /// at the deploy gate is the commit the release is).
+    pub git: Option<GitTip>,
     /// What the run spent, from the ledger: in total and per role.
     pub usage: UsageReport,
 }
@@ -511,7 +523,17 @@ pub struct ReceiptSummary {
     pub confinement: String,
 }
 
-/// The status of a state, as `consort status` reports it.
+/// A run's branch and the commit at its tip.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GitTip {
+    /// `consort/<feature-id>`.
+    pub branch: String,
+    /// The tip's commit id (None while the branch has no commit or does not exist yet).
+    pub head: Option<String>,
+}
+
+/// The status of a state, as `consort status` reports it (without [`StatusReport::git`],
+/// which [`Project::git_tip`] reads from the repository).
 pub fn status_of(
     state: &State,
     ledger_entries: usize,
@@ -590,6 +612,7 @@ pub fn status_of(
         halted,
         last_receipt,
         ledger_entries,
+        git: None,
         usage: UsageReport::of(usage),
     }
 }

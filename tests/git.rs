@@ -197,8 +197,24 @@ fn every_verified_step_is_one_commit_with_its_trailers_across_a_kill_and_resume(
         commits.len() - 1,
         "every receipt is committed once"
     );
-    let reds = planned.iter().filter(|p| p.kind == CommitKind::Red).count();
-    assert_eq!(reds, 10, "StockFlow has ten tests");
+    // Read from git alone: each of StockFlow's ten tests has exactly one RED and one GREEN.
+    for t in 1..=10 {
+        for kind in ["RED", "GREEN"] {
+            let prefix = format!("{kind} T{t}: ");
+            let n = commits
+                .iter()
+                .filter(|c| c.subject.starts_with(&prefix))
+                .count();
+            assert_eq!(n, 1, "{prefix}");
+        }
+    }
+    let status = run(consort().args(["status", "--json"]).args(dir_arg(dir)));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+    assert_eq!(status["git"]["branch"], BRANCH);
+    assert_eq!(
+        status["git"]["head"].as_str(),
+        Some(git(dir, &["rev-parse", BRANCH]).trim())
+    );
     // Ready to merge: the branch's tip is the tree on disk, nothing left uncommitted.
     assert_eq!(git(dir, &["status", "--porcelain"]), "", "a clean tree");
 }
