@@ -10,6 +10,20 @@ use crate::config::{ProjectConfig, RunnerConfig};
 /// What every run starts from, whatever the runner.
 const BEFORE_TESTS: &str = "Every run gets a fresh branch of the database; the schema plan's migrations (those of the stories up to the current test's) are applied to it first, then the runner loads the setup files and runs the tests. The run may read the work tree but not change it: a run that writes there is refused.";
 
+/// What every run starts from, with the project's existing migrations when they are applied.
+fn before_tests(config: &ProjectConfig) -> String {
+    if config.migrations.apply_existing {
+        format!(
+            "{BEFORE_TESTS} The project's existing migrations (the other .sql files in {}/) are applied before the schema plan's. The test files the project had when the build lane opened are frozen like accepted ones: no role changes them, and every run must keep them passing.",
+            config.migrations.dir
+        )
+    } else {
+        format!(
+            "{BEFORE_TESTS} The test files the project had when the build lane opened are frozen like accepted ones: no role changes them, and every run must keep them passing."
+        )
+    }
+}
+
 /// The harness facts of `config`.
 pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
     match &config.runner {
@@ -19,7 +33,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
             collects: tests.clone(),
             loads: setup.clone(),
             pass_rule: "A test file passes when psql exits 0; with ON_ERROR_STOP any SQL error or RAISE EXCEPTION fails it. Each test's changes are rolled back.".into(),
-            before_tests: BEFORE_TESTS.into(),
+            before_tests: before_tests(config),
             environment: BRANCH_ENV.map(String::from).to_vec(),
         },
         RunnerConfig::Command {
@@ -36,7 +50,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
             collects: collected_by_command(config).unwrap_or_default(),
             loads: Vec::new(),
             pass_rule: command_pass_rule(junit.is_some(), tap.then_some(*stdout)),
-            before_tests: BEFORE_TESTS.into(),
+            before_tests: before_tests(config),
             environment: BRANCH_ENV
                 .iter()
                 .map(|v| v.to_string())

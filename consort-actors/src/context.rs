@@ -43,6 +43,9 @@ pub enum Files {
     CodeAndTest,
     /// The entry's test file only.
     Test,
+    /// The project's existing migrations (the `.sql` files already in the migrations
+    /// directory), for the DBA; nothing else is listed.
+    Migrations,
 }
 
 /// What one step's assignment carries.
@@ -72,7 +75,7 @@ pub struct Pack {
 
 /// The context pack of `step`: the table ARCHITECTURE.md reproduces.
 pub fn pack(step: &Step) -> Pack {
-    use Files::{CodeAndTest, Listed, Nothing, Test};
+    use Files::{CodeAndTest, Listed, Migrations, Nothing, Test};
     use Part::{Omit as O, Traced as T, Whole as W};
     #[rustfmt::skip]
     let row = |feature, stories, spec, architecture, schema, test_list, ux, files, changes, harness| Pack {
@@ -84,7 +87,7 @@ pub fn pack(step: &Step) -> Pack {
         Step::Stories                => row(W,  O,      O,   O,   O,     O,    O,  Nothing,     false,  false),
         Step::Spec { .. }            => row(W,  W,      O,   O,   O,     O,    O,  Nothing,     false,  false),
         Step::Architecture { .. }    => row(W,  W,      W,   O,   O,     O,    O,  Nothing,     false,  false),
-        Step::Schema                 => row(O,  W,      W,   W,   O,     O,    O,  Nothing,     false,  false),
+        Step::Schema                 => row(O,  W,      W,   W,   O,     O,    O,  Migrations,  false,  false),
         Step::TestList               => row(O,  W,      W,   O,   O,     O,    O,  Listed,      false,  true),
         Step::Ux                     => row(O,  W,      W,   O,   O,     O,    O,  Nothing,     false,  false),
         Step::Red { .. }             => row(O,  T,      T,   O,   W,     O,    T,  Listed,      false,  true),
@@ -216,8 +219,9 @@ pub struct FileScope {
 
 impl FileScope {
     /// The scope of `step` at `entry`, where `loads` are the globs of the code the runner
-    /// loads (empty: every file that is not a test is code). A glob that does not compile
-    /// matches nothing (the project's configuration checked them when it was read).
+    /// loads (empty: every file that is not a test is code), or for [`Files::Migrations`] the
+    /// globs of the existing migrations (empty: none). A glob that does not compile matches
+    /// nothing (the project's configuration checked them when it was read).
     pub fn new(step: &Step, entry: Option<&TestEntry>, loads: &[String]) -> FileScope {
         let code = (!loads.is_empty()).then(|| {
             let mut b = GlobSetBuilder::new();
@@ -247,6 +251,16 @@ impl FileScope {
             Files::CodeAndTest => {
                 is_entry_test || (!is_test && self.code.as_ref().is_none_or(|c| c.is_match(path)))
             }
+            Files::Migrations => self.code.as_ref().is_some_and(|c| c.is_match(path)),
+        }
+    }
+
+    /// Whether the step lists `path` (when it lists at all): a migrations step lists only what
+    /// it includes; every other step every file but the harness.
+    pub fn listed(&self, path: &str, is_harness: bool) -> bool {
+        match self.files {
+            Files::Migrations => self.includes(path, false),
+            _ => !is_harness,
         }
     }
 }

@@ -962,14 +962,18 @@ impl ConductorState {
         let mut inputs = crate::context::artifacts(s, &step);
         let pack = crate::context::pack(&step);
         let harness = self.wiring.config.harness.clone();
-        let loads = harness.as_ref().map_or(&[][..], |h| h.loads.as_slice());
+        let existing = self.existing_migration_globs();
+        let loads = match pack.files {
+            crate::context::Files::Migrations => existing.as_slice(),
+            _ => harness.as_ref().map_or(&[][..], |h| h.loads.as_slice()),
+        };
         let scope = crate::context::FileScope::new(&step, s.current_test(), loads);
         if scope.lists() {
             let policy = &self.wiring.config.machine.paths;
             let limit = self.wiring.config.max_input_bytes;
             (inputs.files, inputs.not_included) = blocking(|| {
                 self.work.read_scoped(
-                    |p| !policy.is_harness(p),
+                    |p| scope.listed(p, policy.is_harness(p)),
                     |p| scope.includes(p, policy.is_test(p)),
                     limit,
                 )
@@ -994,6 +998,15 @@ impl ConductorState {
             budget: None,
             tools,
         }))
+    }
+
+    /// The globs of the project's existing migrations, which the DBA reads (none unless
+    /// they are applied).
+    fn existing_migration_globs(&self) -> Vec<String> {
+        match &self.wiring.config.machine.migration_files {
+            Some(f) if f.apply_existing => vec![format!("{}/*.sql", f.dir)],
+            _ => Vec::new(),
+        }
     }
 
     /// The tools of a build step (RED, GREEN, repair, REFACTOR, REVIEW), when configured.

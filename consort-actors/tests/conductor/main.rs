@@ -639,6 +639,50 @@ async fn the_designs_migrations_are_files_frozen_with_it_and_every_run_reads_the
 }
 
 #[tokio::test]
+async fn the_dba_reads_the_projects_existing_migrations_and_nothing_else() {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.root().join("migrations")).expect("dir");
+    std::fs::write(
+        fx.root().join("migrations/V1__base.sql"),
+        "CREATE TABLE base ();",
+    )
+    .expect("m");
+    std::fs::write(fx.root().join("README.md"), "# readme\n").expect("readme");
+    let seen: Arc<Mutex<Vec<Assignment>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    let answer: Answer = Arc::new(move |a: &Assignment| {
+        record.lock().expect("record").push(a.clone());
+        honest(a)
+    });
+    let mut config = fx.config();
+    config.machine.migration_files = Some(MigrationFiles {
+        dir: "migrations".into(),
+        apply_existing: true,
+    });
+    fx.run_with(config, answer, Arc::new(StopAtGates)).await;
+    let seen = seen.lock().expect("seen").clone();
+    let schema = seen
+        .iter()
+        .find(|a| a.step == Step::Schema)
+        .expect("the schema step");
+    let files: Vec<(&str, &str)> = schema
+        .inputs
+        .files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    assert_eq!(
+        files,
+        [("migrations/V1__base.sql", "CREATE TABLE base ();")]
+    );
+    assert!(
+        schema.inputs.not_included.is_empty(),
+        "{:?}",
+        schema.inputs.not_included
+    );
+}
+
+#[tokio::test]
 async fn a_frozen_migration_file_edited_on_disk_halts_before_the_next_build_step() {
     let fx = Fixture::new();
     let mut config = fx.config();
