@@ -65,8 +65,8 @@ struct GoEvent {
 }
 
 /// Parses `go test -json`: each test's (and subtest's) final `pass`, `fail` or `skip`. A
-/// package that fails without a failing test (a build error) gives an errored
-/// `(package)` outcome.
+/// package that fails without a failing test (a build error) gives an errored `(package)`
+/// outcome; text without a single event is not this form (None).
 pub fn parse_go_test_json(text: &str) -> Option<Vec<TestOutcome>> {
     let mut out = Vec::new();
     let mut package_failed = false;
@@ -146,7 +146,12 @@ not json
         let build_error = r#"{"Action":"output","Package":"p","Output":"x.go:1: syntax error"}
 {"Action":"fail","Package":"p","Elapsed":0}
 "#;
-        assert_eq!(parse_go_test_json(build_error), None, "no test ran");
+        let got = parse_go_test_json(build_error).expect("a failed package");
+        assert_eq!(
+            pairs(&got),
+            vec![("(package)", TestStatus::Errored)],
+            "no test ran"
+        );
         assert_eq!(parse_go_test_json("ok  p 0.1s\n"), None);
     }
 
