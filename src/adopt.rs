@@ -94,7 +94,7 @@ fn migrations_section(dir: &str, found: bool) -> String {
         "# where the approved design's migrations are written"
     };
     format!(
-        "[migrations]\ndir = {dir:?}{pad}{comment}, as NNNN_<story>_<name>.sql\napply_existing = true          # the .sql files already there are applied first, in version order\n",
+        "[migrations]\ndir = {dir:?}{pad}{comment}, as NNNN_<story>_<name>.sql\napply_existing = true          # the .sql files already there are applied first, in version order\npromote_existing = true        # and to the parent at promotion (false when it has them already)\n",
         pad = " ".repeat(24usize.saturating_sub(dir.len() + 8).max(1)),
     )
 }

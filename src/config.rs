@@ -101,6 +101,11 @@ pub struct MigrationsConfig {
     /// promotion (default true).
     #[serde(default = "default_true")]
     pub apply_existing: bool,
+    /// Apply them to the parent at promotion too (default true; a version the parent's
+    /// migration record already holds is skipped). Set false when the parent database got
+    /// them from the project's own migration tool.
+    #[serde(default = "default_true")]
+    pub promote_existing: bool,
 }
 
 impl Default for MigrationsConfig {
@@ -108,6 +113,7 @@ impl Default for MigrationsConfig {
         MigrationsConfig {
             dir: default_migrations_dir(),
             apply_existing: true,
+            promote_existing: true,
         }
     }
 }
@@ -607,6 +613,7 @@ impl ProjectConfig {
             migration_files: Some(consort_actors::MigrationFiles {
                 dir: self.migrations.dir.clone(),
                 apply_existing: self.migrations.apply_existing,
+                promote_existing: self.migrations.promote_existing,
             }),
         })
     }

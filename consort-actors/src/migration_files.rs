@@ -23,6 +23,10 @@ pub struct MigrationFiles {
     /// Whether the `.sql` files already in `dir` that are not the design's (a project's
     /// existing migrations) are applied before the design's, in version order.
     pub apply_existing: bool,
+    /// Whether the promotion applies those existing migrations to the parent too (before the
+    /// design's; a version the parent's record already holds is skipped). Off for a parent
+    /// that got them from the project's own migration tool.
+    pub promote_existing: bool,
 }
 
 impl MigrationFiles {
@@ -160,6 +164,7 @@ mod tests {
         let files = MigrationFiles {
             dir: "db/migrations".into(),
             apply_existing: true,
+            promote_existing: true,
         };
         let got: Vec<String> = files.planned(&plan).into_iter().map(|(p, _)| p).collect();
         assert_eq!(

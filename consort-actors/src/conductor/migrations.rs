@@ -58,17 +58,19 @@ pub(super) fn observe(
         .collect()
 }
 
-/// The migrations a run applies, read from the files: the project's existing migrations first
-/// (when [`MigrationFiles::apply_existing`]), then each of `requested` (the design's, as the
-/// machine asked for them) from its file, which must hold exactly the design's SQL.
+/// The migrations a run (or, with `promote`, the promotion) applies, read from the files: the
+/// project's existing migrations first (when [`MigrationFiles::apply_existing`], and for the
+/// promotion [`MigrationFiles::promote_existing`]), then each of `requested` (the design's, as
+/// the machine asked for them) from its file, which must hold exactly the design's SQL.
 pub(super) fn from_disk(
     work: &WorkTree,
     files: &MigrationFiles,
     plan: &SchemaPlan,
-    requested: &[Migration],
+    (requested, promote): (&[Migration], bool),
 ) -> Result<Vec<Migration>, ConductorError> {
     let planned = files.planned(plan);
-    let mut out = if files.apply_existing {
+    let with_existing = files.apply_existing && (!promote || files.promote_existing);
+    let mut out = if with_existing {
         existing(work, files, &planned)?
     } else {
         Vec::new()

@@ -725,7 +725,7 @@ impl ConductorState {
                     tests,
                     focus,
                 } => {
-                    let migrations = match self.migrations_from_disk(migrations) {
+                    let migrations = match self.migrations_from_disk(migrations, false) {
                         Ok(m) => m,
                         Err(e) => return self.finish_err(e),
                     };
@@ -753,7 +753,7 @@ impl ConductorState {
                     request,
                     migrations,
                 } => {
-                    let migrations = match self.migrations_from_disk(migrations) {
+                    let migrations = match self.migrations_from_disk(migrations, true) {
                         Ok(m) => m,
                         Err(e) => return self.finish_err(e),
                     };
@@ -798,16 +798,17 @@ impl ConductorState {
         Some((files, self.state.schema.as_deref()?))
     }
 
-    /// The migrations a run or the promotion applies: read from the design's files (and the
-    /// project's existing migrations before them) when they are configured, else as the machine
-    /// gave them.
+    /// The migrations a run or (`promote`) the promotion applies: read from the design's files
+    /// (and the project's existing migrations before them) when they are configured, else as
+    /// the machine gave them.
     fn migrations_from_disk(
         &self,
         requested: Vec<Migration>,
+        promote: bool,
     ) -> Result<Vec<Migration>, ConductorError> {
         match self.migration_files() {
             Some((files, plan)) => {
-                blocking(|| migrations::from_disk(&self.work, files, plan, &requested))
+                blocking(|| migrations::from_disk(&self.work, files, plan, (&requested, promote)))
             }
             None => Ok(requested),
         }
@@ -1025,7 +1026,7 @@ impl ConductorState {
                 .and_then(|mut plan| {
                     // The files a real run would read; a scratch run is not made without them.
                     plan.migrations = self
-                        .migrations_from_disk(std::mem::take(&mut plan.migrations))
+                        .migrations_from_disk(std::mem::take(&mut plan.migrations), false)
                         .ok()?;
                     Some(plan)
                 }),

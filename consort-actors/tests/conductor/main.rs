@@ -599,6 +599,7 @@ async fn the_designs_migrations_are_files_frozen_with_it_and_every_run_reads_the
     config.machine.migration_files = Some(MigrationFiles {
         dir: "migrations".into(),
         apply_existing: true,
+        promote_existing: true,
     });
     let report = fx
         .run_with(config.clone(), answer(honest), Arc::new(StopAtGates))
@@ -658,6 +659,7 @@ async fn the_dba_reads_the_projects_existing_migrations_and_nothing_else() {
     config.machine.migration_files = Some(MigrationFiles {
         dir: "migrations".into(),
         apply_existing: true,
+        promote_existing: true,
     });
     fx.run_with(config, answer, Arc::new(StopAtGates)).await;
     let seen = seen.lock().expect("seen").clone();
@@ -683,12 +685,46 @@ async fn the_dba_reads_the_projects_existing_migrations_and_nothing_else() {
 }
 
 #[tokio::test]
+async fn a_parent_that_has_the_existing_migrations_is_promoted_only_the_designs() {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.root().join("migrations")).expect("dir");
+    std::fs::write(
+        fx.root().join("migrations/V1__base.sql"),
+        "CREATE TABLE base ();",
+    )
+    .expect("m");
+    let mut config = fx.config();
+    config.machine.migration_files = Some(MigrationFiles {
+        dir: "migrations".into(),
+        apply_existing: true,
+        promote_existing: false,
+    });
+    let report = fx.run_with(config, answer(honest), approve_all()).await;
+    assert_eq!(report.outcome, RunOutcome::Done);
+    let seen = fx.lakebase.migrations.lock().expect("seen").clone();
+    let (promoted, runs) = seen.split_last().expect("runs and the promotion");
+    let design = kit::schema_of(1).migrations[0].sql.clone();
+    assert_eq!(
+        promoted,
+        &vec![design.clone()],
+        "the promotion: the design's only"
+    );
+    for run in runs {
+        assert_eq!(
+            run,
+            &vec!["CREATE TABLE base ();".to_string(), design.clone()]
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_frozen_migration_file_edited_on_disk_halts_before_the_next_build_step() {
     let fx = Fixture::new();
     let mut config = fx.config();
     config.machine.migration_files = Some(MigrationFiles {
         dir: "db".into(),
         apply_existing: false,
+        promote_existing: true,
     });
     let hash = design_gate_hash(
         &fx.run_with(config.clone(), answer(honest), Arc::new(StopAtGates))
@@ -738,6 +774,7 @@ async fn a_file_in_the_way_of_a_migration_is_never_overwritten() {
     config.machine.migration_files = Some(MigrationFiles {
         dir: "migrations".into(),
         apply_existing: true,
+        promote_existing: true,
     });
     let w = fx
         .wiring(config, answer(honest), Arc::new(StopAtGates))
