@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_exit, consort, dir_arg, init_stockflow, run};
+use common::{assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after};
 use consort_testkit::process::text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -180,37 +180,8 @@ fn a_run_killed_during_the_build_lane_resumes_to_the_end() {
         .status
         .success()
     );
-    let mut child = consort()
-        .arg("run")
-        .args(dir_arg(dir))
-        .args(["--approve-as", "ada"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    // Wait until the build lane has recorded a few verified runs, then kill without warning.
-    let ledger = dir.join(".consort/ledger.jsonl");
-    let start = Instant::now();
-    loop {
-        let verified = std::fs::read_to_string(&ledger)
-            .unwrap_or_default()
-            .matches("\"verify-completed\"")
-            .count();
-        if verified >= 3 {
-            break;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the run ended before it could be killed: {status}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "the build lane never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
+    // Kill without warning once the build lane has recorded a few verified runs.
+    run_and_kill_after(dir, 3);
     assert_ne!(status_json(dir)["phase"], "done");
 
     let o = run(consort()

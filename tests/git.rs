@@ -6,10 +6,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use common::{assert_exit, consort, dir_arg, init_stockflow, run};
+use common::{assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after};
 use consort::actors::{CommitKind, Event, Machine, step_commits};
 use consort::git::GitRepo;
 use consort_testkit::process::text;
@@ -72,35 +71,6 @@ fn run_commits(dir: &Path) -> Vec<Commit> {
 
 fn ledger_events(dir: &Path) -> Vec<Event> {
     consort_testkit::ledger::events(&dir.join(".consort/ledger.jsonl"))
-}
-
-/// Runs `consort run --approve-as ada` and kills it once the ledger holds `verified` receipts.
-fn run_and_kill_after(dir: &Path, verified: usize) {
-    let mut child = consort()
-        .arg("run")
-        .args(dir_arg(dir))
-        .args(["--approve-as", "ada"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let ledger = dir.join(".consort/ledger.jsonl");
-    let start = Instant::now();
-    while std::fs::read_to_string(&ledger)
-        .unwrap_or_default()
-        .matches("\"verify-completed\"")
-        .count()
-        < verified
-    {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the run ended before it could be killed: {status}");
-        }
-        assert!(start.elapsed() < Duration::from_secs(300), "no progress");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
 }
 
 #[test]

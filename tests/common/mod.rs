@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use consort_testkit::process::text;
 
@@ -41,4 +42,33 @@ pub(crate) fn init_stockflow(dir: &Path) {
         .arg(dir)
         .args(["--example", "stockflow"]));
     assert_exit(&o, 0, "init --example stockflow");
+}
+
+/// Runs `consort run --approve-as ada` and kills it once the ledger holds `verified` receipts.
+pub(crate) fn run_and_kill_after(dir: &Path, verified: usize) {
+    let mut child = consort()
+        .arg("run")
+        .args(dir_arg(dir))
+        .args(["--approve-as", "ada"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let ledger = dir.join(".consort/ledger.jsonl");
+    let start = Instant::now();
+    while std::fs::read_to_string(&ledger)
+        .unwrap_or_default()
+        .matches("\"verify-completed\"")
+        .count()
+        < verified
+    {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended before it could be killed: {status}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(300), "no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
 }

@@ -268,6 +268,23 @@ impl Fixture {
             .expect("run")
     }
 
+    /// The default configuration with the design's migrations written to `dir`.
+    fn with_migration_files(&self, dir: &str, apply: bool, promote: bool) -> ConductorConfig {
+        let mut config = self.config();
+        config.machine.migration_files = Some(MigrationFiles {
+            dir: dir.into(),
+            apply_existing: apply,
+            promote_existing: promote,
+        });
+        config
+    }
+
+    /// Writes the project's existing migration `migrations/<name>` holding `sql`.
+    fn existing_migration(&self, name: &str, sql: &str) {
+        std::fs::create_dir_all(self.root().join("migrations")).expect("dir");
+        std::fs::write(self.root().join("migrations").join(name), sql).expect("migration");
+    }
+
     fn ledger(&self) -> PathBuf {
         self.root().join(consort_actors::DEFAULT_LEDGER_PATH)
     }
@@ -584,23 +601,9 @@ async fn a_design_edited_after_approval_halts_before_the_next_build_step() {
 #[tokio::test]
 async fn the_designs_migrations_are_files_frozen_with_it_and_every_run_reads_them_from_there() {
     let fx = Fixture::new();
-    std::fs::create_dir_all(fx.root().join("migrations")).expect("dir");
-    std::fs::write(
-        fx.root().join("migrations/V1__existing.sql"),
-        "CREATE TABLE existing (id int);",
-    )
-    .expect("existing");
-    std::fs::write(
-        fx.root().join("migrations/V1__existing.down.sql"),
-        "DROP TABLE existing;",
-    )
-    .expect("undo");
-    let mut config = fx.config();
-    config.machine.migration_files = Some(MigrationFiles {
-        dir: "migrations".into(),
-        apply_existing: true,
-        promote_existing: true,
-    });
+    fx.existing_migration("V1__existing.sql", "CREATE TABLE existing (id int);");
+    fx.existing_migration("V1__existing.down.sql", "DROP TABLE existing;");
+    let config = fx.with_migration_files("migrations", true, true);
     let report = fx
         .run_with(config.clone(), answer(honest), Arc::new(StopAtGates))
         .await;
@@ -642,12 +645,7 @@ async fn the_designs_migrations_are_files_frozen_with_it_and_every_run_reads_the
 #[tokio::test]
 async fn the_dba_reads_the_projects_existing_migrations_and_nothing_else() {
     let fx = Fixture::new();
-    std::fs::create_dir_all(fx.root().join("migrations")).expect("dir");
-    std::fs::write(
-        fx.root().join("migrations/V1__base.sql"),
-        "CREATE TABLE base ();",
-    )
-    .expect("m");
+    fx.existing_migration("V1__base.sql", "CREATE TABLE base ();");
     std::fs::write(fx.root().join("README.md"), "# readme\n").expect("readme");
     let seen: Arc<Mutex<Vec<Assignment>>> = Arc::default();
     let record = Arc::clone(&seen);
@@ -655,12 +653,7 @@ async fn the_dba_reads_the_projects_existing_migrations_and_nothing_else() {
         record.lock().expect("record").push(a.clone());
         honest(a)
     });
-    let mut config = fx.config();
-    config.machine.migration_files = Some(MigrationFiles {
-        dir: "migrations".into(),
-        apply_existing: true,
-        promote_existing: true,
-    });
+    let config = fx.with_migration_files("migrations", true, true);
     fx.run_with(config, answer, Arc::new(StopAtGates)).await;
     let seen = seen.lock().expect("seen").clone();
     let schema = seen
@@ -687,18 +680,8 @@ async fn the_dba_reads_the_projects_existing_migrations_and_nothing_else() {
 #[tokio::test]
 async fn a_parent_that_has_the_existing_migrations_is_promoted_only_the_designs() {
     let fx = Fixture::new();
-    std::fs::create_dir_all(fx.root().join("migrations")).expect("dir");
-    std::fs::write(
-        fx.root().join("migrations/V1__base.sql"),
-        "CREATE TABLE base ();",
-    )
-    .expect("m");
-    let mut config = fx.config();
-    config.machine.migration_files = Some(MigrationFiles {
-        dir: "migrations".into(),
-        apply_existing: true,
-        promote_existing: false,
-    });
+    fx.existing_migration("V1__base.sql", "CREATE TABLE base ();");
+    let config = fx.with_migration_files("migrations", true, false);
     let report = fx.run_with(config, answer(honest), approve_all()).await;
     assert_eq!(report.outcome, RunOutcome::Done);
     let seen = fx.lakebase.migrations.lock().expect("seen").clone();
@@ -720,12 +703,7 @@ async fn a_parent_that_has_the_existing_migrations_is_promoted_only_the_designs(
 #[tokio::test]
 async fn a_frozen_migration_file_edited_on_disk_halts_before_the_next_build_step() {
     let fx = Fixture::new();
-    let mut config = fx.config();
-    config.machine.migration_files = Some(MigrationFiles {
-        dir: "db".into(),
-        apply_existing: false,
-        promote_existing: true,
-    });
+    let config = fx.with_migration_files("db", false, true);
     let hash = design_gate_hash(
         &fx.run_with(config.clone(), answer(honest), Arc::new(StopAtGates))
             .await,
@@ -768,14 +746,8 @@ async fn a_file_in_the_way_of_a_migration_is_never_overwritten() {
     let fx = Fixture::new();
     let plan = kit::schema_of(1);
     let name = migration_file_name(0, &plan.migrations[0]);
-    std::fs::create_dir_all(fx.root().join("migrations")).expect("dir");
-    std::fs::write(fx.root().join("migrations").join(&name), "-- mine").expect("mine");
-    let mut config = fx.config();
-    config.machine.migration_files = Some(MigrationFiles {
-        dir: "migrations".into(),
-        apply_existing: true,
-        promote_existing: true,
-    });
+    fx.existing_migration(&name, "-- mine");
+    let config = fx.with_migration_files("migrations", true, true);
     let w = fx
         .wiring(config, answer(honest), Arc::new(StopAtGates))
         .await;
