@@ -407,3 +407,27 @@ fn init_never_overwrites_a_file_the_project_has() {
     let o = run(consort().arg("init").arg(dir));
     assert_exit(&o, 1, "consort.toml is not overwritten without --force");
 }
+
+#[test]
+fn doctor_fails_when_the_runner_s_program_is_not_installed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write(dir, &[("tests/t1.sql", "select 1;")]);
+    assert_exit(&run(consort().arg("init").arg(dir)), 0, "init");
+    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    let start = config.find("[runner]").expect("runner");
+    let end = config.find("[migrations]").expect("migrations");
+    let config = format!(
+        "{}[runner]\nkind = \"command\"\ncommand = \"CONSORT_X=1 no-such-test-tool --run\"\n\n{}",
+        &config[..start],
+        &config[end..]
+    );
+    std::fs::write(dir.join("consort.toml"), config).expect("edit");
+    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    assert_exit(&o, 1, "doctor fails");
+    assert!(
+        text(&o).contains("FAIL  the test command's program no-such-test-tool is installed"),
+        "{}",
+        text(&o)
+    );
+}
