@@ -40,6 +40,20 @@ impl ContentHash {
         Self::finish(hasher)
     }
 
+    /// The hash of everything `reader` yields, read through `buf`: the same as
+    /// [`ContentHash::of_bytes`] of those bytes, without holding them all.
+    pub(crate) fn of_reader(mut reader: impl io::Read, buf: &mut [u8]) -> io::Result<Self> {
+        let mut hasher = Sha256::new();
+        loop {
+            match reader.read(buf) {
+                Ok(0) => return Ok(Self::finish(hasher)),
+                Ok(n) => hasher.update(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn finish(hasher: Sha256) -> Self {
         let mut out = [0u8; 32];
         out.copy_from_slice(hasher.finalize().as_slice());
@@ -62,13 +76,18 @@ impl ContentHash {
 
     /// The 64-digit lower-case hex form.
     pub fn to_hex(&self) -> String {
+        self.hex_digits().iter().copied().map(char::from).collect()
+    }
+
+    /// The 64 lower-case hex digits, as ASCII bytes.
+    fn hex_digits(&self) -> [u8; 64] {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut text = String::with_capacity(64);
-        for byte in self.0 {
-            text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-            text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+        let mut out = [0u8; 64];
+        for (i, byte) in self.0.iter().enumerate() {
+            out[2 * i] = DIGITS[usize::from(byte >> 4)];
+            out[2 * i + 1] = DIGITS[usize::from(byte & 0x0f)];
         }
-        text
+        out
     }
 
     /// The first 12 hex digits, for humans.
@@ -111,7 +130,12 @@ impl FromStr for ContentHash {
 
 impl Serialize for ContentHash {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_hex())
+        let digits = self.hex_digits();
+        // ASCII hex digits are always UTF-8; written without a heap allocation.
+        match std::str::from_utf8(&digits) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => s.serialize_str(&self.to_hex()),
+        }
     }
 }
 
@@ -260,6 +284,21 @@ pub fn normalise_newlines(s: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_hash_read_in_pieces_is_the_hash_of_the_bytes() {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        for size in [1, 7, 4096, 65_536] {
+            let mut buf = vec![0u8; size];
+            let read = ContentHash::of_reader(&bytes[..], &mut buf).expect("read");
+            assert_eq!(read, ContentHash::of_bytes(&bytes), "buffer of {size}");
+        }
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            ContentHash::of_reader(&[][..], &mut buf).expect("read"),
+            ContentHash::of_bytes(b"")
+        );
+    }
 
     #[test]
     fn key_order_does_not_change_the_hash() {

@@ -10,12 +10,19 @@
 //!
 //! Directories the [`TreeFilter`] skips (caches, version control, Consort's state, at any
 //! depth) are never hashed, listed or read.
+//!
+//! Hashing is incremental: a handle (and every clone of it) keeps a stat cache (`cache.rs`),
+//! so [`WorkTree::file_hashes`] reads only the files whose stat changed, or that changed too
+//! recently for their stat to be trusted, and gives exactly what reading every file would.
+
+mod cache;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::artifact::{ChangeSet, FileChange, FileHashes};
 use crate::hash::ContentHash;
@@ -133,10 +140,15 @@ struct Planned<'a> {
 }
 
 /// A handle on the work tree directory.
+///
+/// Clones share one hash cache: a holder that hashes the tree again and again (the conductor
+/// at every build step, the verifier before and after every run) keeps one handle and reads
+/// only what changed.
 #[derive(Debug, Clone)]
 pub struct WorkTree {
     root: PathBuf,
     filter: TreeFilter,
+    cache: Arc<Mutex<cache::HashCache>>,
 }
 
 impl WorkTree {
@@ -148,10 +160,13 @@ impl WorkTree {
         Ok(WorkTree {
             root,
             filter: TreeFilter::default(),
+            cache: Arc::default(),
         })
     }
 
-    /// The same handle, skipping the directories of `filter` (the project's caches).
+    /// The same handle (its hash cache shared), skipping the directories of `filter` (the
+    /// project's caches). What is hashed is decided by the walk alone, so a cache filled under
+    /// another filter gives the same answers.
     pub fn with_filter(mut self, filter: TreeFilter) -> Self {
         self.filter = filter;
         self
@@ -408,21 +423,30 @@ impl WorkTree {
 
     /// Hashes every file of the tree (outside the directories the [`TreeFilter`] skips):
     /// relative path → content hash.
+    ///
+    /// Exactly what reading every file gives, but a file is read only when its stat differs
+    /// from the one its cached hash was taken under, or when that stat was too recent to be
+    /// trusted (see `worktree/cache.rs`); the cache is shared by this handle's clones.
     pub fn file_hashes(&self) -> Result<FileHashes, WorkTreeError> {
-        let mut out = BTreeMap::new();
-        walk(&self.root, &self.root, &self.filter, &mut |rel, full| {
-            let bytes = fs::read(full).map_err(io_err("read", full))?;
-            out.insert(rel.to_string(), ContentHash::of_bytes(&bytes));
-            Ok(())
-        })?;
-        Ok(out)
+        let found = self.lock_cache().pass(&self.root, &self.filter)?;
+        Ok(into_map(found))
+    }
+
+    /// The hash cache; one poisoned by a panic mid-pass is emptied, not trusted.
+    fn lock_cache(&self) -> MutexGuard<'_, cache::HashCache> {
+        self.cache.lock().unwrap_or_else(|poisoned| {
+            let mut cache = poisoned.into_inner();
+            cache.clear();
+            self.cache.clear_poison();
+            cache
+        })
     }
 
     /// Every file of the tree (outside the directories the [`TreeFilter`] skips), as sorted
     /// relative paths, without reading them.
     pub fn files(&self) -> Result<Vec<String>, WorkTreeError> {
         let mut out = Vec::new();
-        walk(&self.root, &self.root, &self.filter, &mut |rel, _| {
+        walk(&self.root, "", &self.filter, &mut |rel, _, _| {
             out.push(rel.to_string());
             Ok(())
         })?;
@@ -434,7 +458,7 @@ impl WorkTree {
     /// `dest`, an empty directory; returns the copy, skipping the same directories. The copy
     /// hashes as the tree does.
     pub fn copy_into(&self, dest: &Path) -> Result<WorkTree, WorkTreeError> {
-        walk(&self.root, &self.root, &self.filter, &mut |rel, full| {
+        walk(&self.root, "", &self.filter, &mut |rel, full, _| {
             let to = dest.join(rel);
             if let Some(parent) = to.parent() {
                 fs::create_dir_all(parent).map_err(io_err("create", parent))?;
@@ -445,7 +469,8 @@ impl WorkTree {
         Ok(WorkTree::open(dest)?.with_filter(self.filter.clone()))
     }
 
-    /// One hash for the whole tree: the canonical hash of [`WorkTree::file_hashes`].
+    /// One hash for the whole tree: the canonical hash of [`WorkTree::file_hashes`]. A caller
+    /// that needs the file hashes too takes them once and hashes them with [`ContentHash::of`].
     pub fn hash(&self) -> Result<ContentHash, WorkTreeError> {
         Ok(ContentHash::of(&self.file_hashes()?))
     }
@@ -458,7 +483,7 @@ impl WorkTree {
     ) -> Result<BTreeMap<String, String>, WorkTreeError> {
         let mut out = BTreeMap::new();
         let mut total = 0usize;
-        walk(&self.root, &self.root, &self.filter, &mut |rel, full| {
+        walk(&self.root, "", &self.filter, &mut |rel, full, _| {
             if !keep(rel) || total >= max_bytes {
                 return Ok(());
             }
@@ -484,7 +509,7 @@ impl WorkTree {
         let mut files = BTreeMap::new();
         let mut left_out = Vec::new();
         let mut total = 0usize;
-        walk(&self.root, &self.root, &self.filter, &mut |rel, full| {
+        walk(&self.root, "", &self.filter, &mut |rel, full, _| {
             if !listed(rel) {
                 return Ok(());
             }
@@ -632,40 +657,90 @@ fn physical(root: &Path, rel: &str) -> Result<PathBuf, Physical> {
     Ok(cur)
 }
 
-fn walk(
-    root: &Path,
-    dir: &Path,
-    filter: &TreeFilter,
-    visit: &mut dyn FnMut(&str, &Path) -> Result<(), WorkTreeError>,
-) -> Result<(), WorkTreeError> {
-    let mut entries: Vec<_> = fs::read_dir(dir)
+/// One entry of a directory as a walk sees it.
+enum Listed {
+    /// A regular file: its path relative to the tree, and its directory entry.
+    File(String, fs::DirEntry),
+    /// A directory to walk: its full path, and its path relative to the tree ending in `/`.
+    Dir(PathBuf, String),
+}
+
+/// The entries of `dir` (whose path relative to the tree is `prefix`, empty or ending in `/`)
+/// a walk visits, in the order of their names: regular files, and directories `filter` does
+/// not skip. A relative path is `/`-separated, a name that is not UTF-8 written lossily, a `\\`
+/// written `/`. The one definition of what a walk sees, serial ([`walk`]) or not (the hash
+/// cache's pass).
+fn list_dir(dir: &Path, prefix: &str, filter: &TreeFilter) -> Result<Vec<Listed>, WorkTreeError> {
+    let mut entries: Vec<(OsString, fs::DirEntry)> = fs::read_dir(dir)
         .map_err(io_err("list", dir))?
         .filter_map(Result::ok)
+        .map(|e| (e.file_name(), e))
         .collect();
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let path = entry.path();
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let ft = entry.file_type().map_err(io_err("inspect", &path))?;
-        if ft.is_dir() {
-            // Caches, version control and Consort's state, at any depth.
-            if filter.skips(&name) {
-                continue;
-            }
-            walk(root, &path, filter, visit)?;
-        } else if ft.is_file() {
-            let rel = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .replace('\\', "/");
-            visit(&rel, &path)?;
-        }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = Vec::with_capacity(entries.len());
+    for (name, entry) in entries {
+        let ft = entry
+            .file_type()
+            .map_err(|e| io_err("inspect", &entry.path())(e))?;
         // Symlinks are not followed and not hashed: agents cannot create them, and a link
         // planted by someone else never makes the conductor read outside the tree.
+        if !ft.is_dir() && !ft.is_file() {
+            continue;
+        }
+        let name = name.to_string_lossy();
+        // Caches, version control and Consort's state, at any depth.
+        if ft.is_dir() && filter.skips(&name) {
+            continue;
+        }
+        let mut rel = String::with_capacity(prefix.len() + name.len() + 1);
+        rel.push_str(prefix);
+        if name.contains('\\') {
+            rel.push_str(&name.replace('\\', "/"));
+        } else {
+            rel.push_str(&name);
+        }
+        if ft.is_dir() {
+            rel.push('/');
+            out.push(Listed::Dir(entry.path(), rel));
+        } else {
+            out.push(Listed::File(rel, entry));
+        }
+    }
+    Ok(out)
+}
+
+/// Visits every regular file under `dir` (relative path `prefix`) as [`list_dir`] lists them,
+/// depth first, in the order of the names in each directory. The visitor gets the file's
+/// relative path, its full path and its directory entry.
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    filter: &TreeFilter,
+    visit: &mut dyn FnMut(&str, &Path, &fs::DirEntry) -> Result<(), WorkTreeError>,
+) -> Result<(), WorkTreeError> {
+    for item in list_dir(dir, prefix, filter)? {
+        match item {
+            Listed::Dir(path, rel) => walk(&path, &rel, filter, visit)?,
+            Listed::File(rel, entry) => visit(&rel, &entry.path(), &entry)?,
+        }
     }
     Ok(())
+}
+
+/// The map of what a pass found, built at once (sorted, then bulk-built): what inserting the
+/// files one by one in the walk's order gives. Two names that are not UTF-8 may read alike;
+/// then the last in the walk's order wins, as an insert would have it: the walk visits files
+/// in the component-wise order of their full paths, which breaks the tie.
+fn into_map(mut found: Vec<cache::Found>) -> FileHashes {
+    found.sort_unstable_by(|a, b| a.rel.cmp(&b.rel).then_with(|| a.full.cmp(&b.full)));
+    let mut unique: Vec<(String, ContentHash)> = Vec::with_capacity(found.len());
+    for f in found {
+        match unique.last_mut() {
+            Some(last) if last.0 == f.rel => last.1 = f.hash,
+            _ => unique.push((f.rel, f.hash)),
+        }
+    }
+    unique.into_iter().collect()
 }
 
 /// Writes through a temporary file in the same directory and renames it into place, so a file
@@ -1067,6 +1142,21 @@ mod tests {
         assert_ne!(custom.hash().expect("hash"), hc);
     }
 
+    /// The tree's hash, pinned: ledger lines and receipts hold it, so a tree of the same content
+    /// must hash to the same value whatever the cache did (the value was taken from the hashing
+    /// before the cache existed).
+    #[test]
+    fn the_tree_hash_is_pinned() {
+        let (dir, wt) = tree_with(&[("a.sql", "a"), ("consort.toml", "")]);
+        fs::create_dir_all(dir.path().join("src/deep")).expect("mkdir");
+        fs::write(dir.path().join("src/deep/b.sql"), "bb\r\n").expect("seed");
+        fs::write(dir.path().join("blob.bin"), [0xff, 0x00, 0x80]).expect("seed");
+        assert_eq!(
+            wt.hash().expect("hash").to_hex(),
+            "e8c5e4a04b4e941e9025dbf886ffa1fcfbf789d21f73478190e66467520a404c"
+        );
+    }
+
     #[test]
     fn consort_state_is_not_part_of_the_hash() {
         let (dir, wt) = tree_with(&[("a.sql", "a")]);
@@ -1074,5 +1164,308 @@ mod tests {
         fs::create_dir_all(dir.path().join(".consort")).expect("mkdir");
         fs::write(dir.path().join(".consort/ledger.jsonl"), "{}").expect("seed");
         assert_eq!(wt.hash().expect("hash"), h);
+    }
+    #[test]
+    fn names_are_spelled_as_before_backslashes_and_bytes_that_are_not_utf8() {
+        use std::os::unix::ffi::OsStrExt;
+        let (dir, wt) = tree_with(&[]);
+        fs::create_dir_all(dir.path().join("d\\x")).expect("mkdir");
+        fs::write(dir.path().join("d\\x/a\\b.sql"), "1").expect("seed");
+        let odd = std::ffi::OsStr::from_bytes(b"n\xffm.sql");
+        fs::write(dir.path().join(odd), "2").expect("seed");
+        let hashes = warm_is_cold(&wt);
+        assert_eq!(
+            hashes.keys().collect::<Vec<_>>(),
+            vec!["d/x/a/b.sql", "n\u{fffd}m.sql"]
+        );
+        assert_eq!(
+            wt.files().expect("files"),
+            vec!["d/x/a/b.sql", "n\u{fffd}m.sql"]
+        );
+    }
+
+    // ---------------------------------------------------------------- the hash cache
+
+    /// An hour from now: every stat a pass finds is safely old, so the tests below reach the
+    /// stat comparison itself (a racy entry would be read again whatever its stat).
+    fn an_hour_ahead() -> std::time::SystemTime {
+        std::time::SystemTime::now() + std::time::Duration::from_secs(3600)
+    }
+
+    /// A work tree of these files whose cache trusts a stat at once.
+    fn settled_tree(files: &[(&str, &str)]) -> (tempfile::TempDir, WorkTree) {
+        let (dir, wt) = tree_with(files);
+        wt.lock_cache().set_clock(an_hour_ahead);
+        (dir, wt)
+    }
+
+    /// What hashing was before the cache: a serial walk, every file read, each inserted in
+    /// the walk's order.
+    fn read_every_file(wt: &WorkTree) -> FileHashes {
+        let mut out = BTreeMap::new();
+        walk(wt.root(), "", wt.filter(), &mut |rel, full, _| {
+            let bytes = fs::read(full).map_err(io_err("read", full))?;
+            out.insert(rel.to_string(), ContentHash::of_bytes(&bytes));
+            Ok(())
+        })
+        .expect("read every file");
+        out
+    }
+
+    /// Hashes through the cache and checks the answer against a fresh handle's and against
+    /// reading every file.
+    fn warm_is_cold(wt: &WorkTree) -> FileHashes {
+        let warm = wt.file_hashes().expect("warm hashes");
+        let cold = WorkTree::open(wt.root())
+            .expect("open")
+            .with_filter(wt.filter().clone())
+            .file_hashes()
+            .expect("cold hashes");
+        assert_eq!(warm, cold, "the cache answers what a fresh handle answers");
+        assert_eq!(
+            warm,
+            read_every_file(wt),
+            "and what reading every file answers"
+        );
+        warm
+    }
+
+    /// Fills the cache and checks that `rel`'s entry is trusted from now on: the next pass
+    /// reuses its hash unless a stat field moved.
+    fn primed(wt: &WorkTree, rel: &str) -> ContentHash {
+        let hashes = warm_is_cold(wt);
+        assert_eq!(wt.lock_cache().is_settled(rel), Some(true), "{rel} settled");
+        hashes[rel]
+    }
+
+    fn set_mtime(path: &Path, when: std::time::SystemTime) {
+        let file = fs::File::options()
+            .write(true)
+            .open(path)
+            .expect("open for times");
+        file.set_times(fs::FileTimes::new().set_modified(when))
+            .expect("utimensat");
+    }
+
+    #[test]
+    fn a_same_size_rewrite_in_the_same_second_is_seen() {
+        use std::os::unix::fs::MetadataExt;
+        let (dir, wt) = settled_tree(&[("a.sql", "aaaa"), ("b.sql", "b")]);
+        let before = primed(&wt, "a.sql");
+        let path = dir.path().join("a.sql");
+        let old = fs::metadata(&path).expect("stat");
+        fs::write(&path, "bbbb").expect("rewrite in place");
+        let new = fs::metadata(&path).expect("stat");
+        assert_eq!(
+            (old.ino(), old.len()),
+            (new.ino(), new.len()),
+            "same inode, same size"
+        );
+        let after = warm_is_cold(&wt);
+        assert_ne!(after["a.sql"], before);
+        assert_eq!(after["a.sql"], ContentHash::of_bytes(b"bbbb"));
+    }
+
+    #[test]
+    fn a_rewrite_with_its_old_mtime_put_back_is_seen() {
+        use std::os::unix::fs::MetadataExt;
+        let (dir, wt) = settled_tree(&[("a.sql", "aaaa")]);
+        let before = primed(&wt, "a.sql");
+        let path = dir.path().join("a.sql");
+        let old = fs::metadata(&path).expect("stat");
+        fs::write(&path, "bbbb").expect("rewrite in place");
+        set_mtime(&path, old.modified().expect("mtime"));
+        let new = fs::metadata(&path).expect("stat");
+        assert_eq!(
+            (old.ino(), old.len(), old.mtime(), old.mtime_nsec()),
+            (new.ino(), new.len(), new.mtime(), new.mtime_nsec()),
+            "only the ctime tells"
+        );
+        assert_ne!(warm_is_cold(&wt)["a.sql"], before);
+    }
+
+    #[test]
+    fn a_file_replaced_by_rename_is_seen() {
+        use std::os::unix::fs::MetadataExt;
+        let (dir, wt) = settled_tree(&[("a.sql", "aaaa"), ("b.sql", "bbbb")]);
+        let (a, b) = (primed(&wt, "a.sql"), primed(&wt, "b.sql"));
+        let path = dir.path().join("a.sql");
+        let old = fs::metadata(&path).expect("stat");
+        let tmp = dir.path().join("a.sql.new");
+        fs::write(&tmp, "cccc").expect("new file");
+        set_mtime(&tmp, old.modified().expect("mtime"));
+        fs::rename(&tmp, &path).expect("rename over");
+        assert_ne!(fs::metadata(&path).expect("stat").ino(), old.ino());
+        let after = warm_is_cold(&wt);
+        assert_ne!(after["a.sql"], a);
+        // Two files of one size swapped by renames: each path now holds the other's inode.
+        let swap = dir.path().join("swap");
+        fs::rename(dir.path().join("a.sql"), &swap).expect("rename");
+        fs::rename(dir.path().join("b.sql"), &path).expect("rename");
+        fs::rename(&swap, dir.path().join("b.sql")).expect("rename");
+        let swapped = warm_is_cold(&wt);
+        assert_eq!(swapped["a.sql"], b);
+        assert_eq!(swapped["b.sql"], after["a.sql"]);
+    }
+
+    #[test]
+    fn deleted_files_and_files_turned_into_links_or_directories_leave_the_cache() {
+        let (dir, wt) = settled_tree(&[("gone.sql", "x"), ("link.sql", "x"), ("dir.sql", "x")]);
+        fs::write(dir.path().join("keep.sql"), "x").expect("seed");
+        primed(&wt, "gone.sql");
+        assert_eq!(wt.lock_cache().len(), 4);
+        fs::remove_file(dir.path().join("gone.sql")).expect("delete");
+        fs::remove_file(dir.path().join("link.sql")).expect("delete");
+        std::os::unix::fs::symlink("keep.sql", dir.path().join("link.sql")).expect("symlink");
+        fs::remove_file(dir.path().join("dir.sql")).expect("delete");
+        fs::create_dir(dir.path().join("dir.sql")).expect("mkdir");
+        fs::write(dir.path().join("dir.sql/inner.sql"), "x").expect("seed");
+        let after = warm_is_cold(&wt);
+        assert_eq!(
+            after.keys().collect::<Vec<_>>(),
+            vec!["dir.sql/inner.sql", "keep.sql"]
+        );
+        assert_eq!(wt.lock_cache().len(), 2, "only what the walk saw stays");
+        // A permission change moves the stat: read again, same content, same hash.
+        let keep = dir.path().join("keep.sql");
+        let mut perms = fs::metadata(&keep).expect("stat").permissions();
+        perms.set_readonly(true);
+        fs::set_permissions(&keep, perms).expect("chmod");
+        assert_eq!(warm_is_cold(&wt), after);
+    }
+
+    #[test]
+    fn a_racy_entry_is_read_again_until_it_is_safely_old() {
+        let (dir, wt) = tree_with(&[("a.sql", "a")]);
+        let written = fs::metadata(dir.path().join("a.sql"))
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        // The clock of the pass that records the file reads the moment it was written.
+        wt.lock_cache().set_clock(move || written);
+        warm_is_cold(&wt);
+        assert_eq!(wt.lock_cache().is_settled("a.sql"), Some(false));
+        // What a write in the same timestamp tick, after the read, would leave: a hash that
+        // is no longer the content, under an unchanged stat.
+        let stale = ContentHash::of_bytes(b"stale");
+        wt.lock_cache().poke("a.sql", stale);
+        assert_eq!(
+            wt.file_hashes().expect("hashes")["a.sql"],
+            ContentHash::of_bytes(b"a"),
+            "a racy entry is read again, whatever its stat"
+        );
+        wt.lock_cache().poke("a.sql", stale);
+        assert_eq!(
+            wt.file_hashes().expect("hashes")["a.sql"],
+            ContentHash::of_bytes(b"a")
+        );
+        // Once a pass finds it safely old, it is trusted: the next pass reads nothing.
+        wt.lock_cache().set_clock(an_hour_ahead);
+        warm_is_cold(&wt);
+        assert_eq!(wt.lock_cache().is_settled("a.sql"), Some(true));
+        wt.lock_cache().poke("a.sql", stale);
+        assert_eq!(
+            wt.file_hashes().expect("hashes")["a.sql"],
+            stale,
+            "a settled entry whose stat matches is reused without a read"
+        );
+    }
+
+    #[test]
+    fn clones_share_one_cache_and_the_filter_still_decides() {
+        let (dir, wt) = settled_tree(&[("a.sql", "a")]);
+        fs::create_dir_all(dir.path().join("out/build")).expect("mkdir");
+        fs::write(dir.path().join("out/build/x.o"), "obj").expect("seed");
+        let clone = wt.clone();
+        warm_is_cold(&wt);
+        assert_eq!(
+            clone.lock_cache().len(),
+            2,
+            "the clone sees what the handle hashed"
+        );
+        let filtered = clone.with_filter(TreeFilter::new(&["build"]));
+        let hashes = warm_is_cold(&filtered);
+        assert_eq!(hashes.keys().collect::<Vec<_>>(), vec!["a.sql"]);
+        assert_eq!(wt.lock_cache().len(), 1, "a skipped file leaves the cache");
+        assert_eq!(
+            warm_is_cold(&wt).len(),
+            2,
+            "and comes back when it is hashed again"
+        );
+    }
+
+    #[test]
+    fn names_that_read_alike_resolve_as_the_serial_walk_did() {
+        use std::os::unix::ffi::OsStrExt;
+        let (dir, wt) = settled_tree(&[]);
+        let root = dir.path();
+        // Two directories whose names are not UTF-8 and read alike, and a file whose
+        // backslash reads as the separator of a directory beside it.
+        for (d, content) in [(&b"\xfe"[..], "fe"), (&b"\xff"[..], "ff")] {
+            let d = root.join(std::ffi::OsStr::from_bytes(d));
+            fs::create_dir(&d).expect("mkdir");
+            fs::write(d.join("a.sql"), content).expect("seed");
+        }
+        fs::create_dir(root.join("a")).expect("mkdir");
+        fs::write(root.join("a/b"), "the directory's").expect("seed");
+        fs::write(root.join("a\\b"), "the file's").expect("seed");
+        for _ in 0..2 {
+            let hashes = warm_is_cold(&wt);
+            assert_eq!(hashes["\u{fffd}/a.sql"], ContentHash::of_bytes(b"ff"));
+            assert_eq!(hashes["a/b"], ContentHash::of_bytes(b"the file's"));
+            assert_eq!(hashes.len(), 2);
+        }
+    }
+
+    #[test]
+    fn a_deep_wide_tree_is_hashed_whole_by_every_worker() {
+        let (dir, wt) = settled_tree(&[]);
+        // More files than a pass finds alone before it starts its other threads.
+        for d in 0..60 {
+            let sub = dir.path().join(format!("d{}/e{}/f{}", d % 5, d % 7, d));
+            fs::create_dir_all(&sub).expect("mkdir");
+            for f in 0..6 {
+                fs::write(sub.join(format!("{f}.sql")), format!("{d}/{f}")).expect("seed");
+            }
+        }
+        fs::create_dir_all(dir.path().join("d1/target/deep")).expect("mkdir");
+        fs::write(dir.path().join("d1/target/deep/x"), "cache").expect("seed");
+        let first = warm_is_cold(&wt);
+        assert_eq!(first.len(), 360);
+        let file = dir.path().join("d3/e3/f3/0.sql");
+        fs::write(&file, "changed").expect("rewrite");
+        let second = warm_is_cold(&wt);
+        assert_eq!(second["d3/e3/f3/0.sql"], ContentHash::of_bytes(b"changed"));
+        assert_eq!(wt.lock_cache().len(), 360);
+    }
+
+    #[test]
+    fn a_pass_that_fails_stops_and_the_next_one_starts_afresh() {
+        let (dir, wt) = settled_tree(&[("a.sql", "a")]);
+        let before = warm_is_cold(&wt);
+        let root = wt.root().to_path_buf();
+        fs::remove_dir_all(&root).expect("remove the tree");
+        assert!(matches!(
+            wt.file_hashes(),
+            Err(WorkTreeError::Io { op: "list", .. })
+        ));
+        fs::create_dir_all(&root).expect("recreate");
+        fs::write(root.join("a.sql"), "a").expect("seed");
+        assert_eq!(warm_is_cold(&wt), before);
+        drop(dir);
+    }
+
+    #[test]
+    fn a_cache_poisoned_mid_pass_is_emptied_not_trusted() {
+        let (_dir, wt) = settled_tree(&[("a.sql", "a")]);
+        let before = warm_is_cold(&wt);
+        let held = wt.clone();
+        let panicked = std::thread::spawn(move || {
+            let _cache = held.lock_cache();
+            panic!("a panic in the middle of a pass");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert_eq!(wt.lock_cache().len(), 0);
+        assert_eq!(warm_is_cold(&wt), before);
     }
 }

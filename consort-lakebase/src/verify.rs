@@ -3,8 +3,13 @@
 //! This is the only place that builds [`TestRunReceipt`]s. The receipt's workspace hash is
 //! computed here from the work tree as it is when the run starts (never copied from the
 //! request), so a receipt always says what was really tested.
+//!
+//! The tree is hashed before and after every run through a handle the verifier keeps per root
+//! ([`KeptTrees`]), so each hash reads only the files whose stat changed (the work tree's stat
+//! cache, exact: see `consort-actors/src/worktree/cache.rs`).
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use std::path::{Path, PathBuf};
@@ -12,7 +17,7 @@ use std::path::{Path, PathBuf};
 use consort_actors::TreeFilter;
 use consort_actors::{
     ContentHash, ExitRecord, FileHashes, InfraError, InfraFault, PromoteReport, PromoteRequest,
-    RunTimings, TestOutcome, TestRunReceipt, TestStatus, VerifyRequest, WorkTree,
+    RunTimings, TestOutcome, TestRunReceipt, TestStatus, VerifyRequest, WorkTree, WorkTreeError,
 };
 use tracing::info;
 
@@ -28,6 +33,35 @@ pub struct Verifier {
     runner: Arc<dyn TestRunner>,
     fixtures: Vec<String>,
     sandbox: SandboxMode,
+    trees: KeptTrees,
+}
+
+/// Most work trees whose hash caches a verifier keeps: the project's tree, and the last few
+/// scratch copies (each a fresh temporary directory, hashed by one request and then gone).
+const KEPT_TREES: usize = 4;
+
+/// The work trees a verifier has hashed, the most recent first, each handle with its hash
+/// cache; shared by the verifier's clones. At most [`KEPT_TREES`]; a root that no longer
+/// exists is dropped.
+#[derive(Debug, Clone, Default)]
+struct KeptTrees(Arc<Mutex<VecDeque<WorkTree>>>);
+
+impl KeptTrees {
+    /// A handle on `root` with `filter`: the kept one (its cache warm) when a handle on the
+    /// same canonical root is kept, otherwise a new one, kept from now on. Blocking: opens
+    /// the tree as [`WorkTree::open`] does.
+    fn open(&self, root: &Path, filter: TreeFilter) -> Result<WorkTree, WorkTreeError> {
+        let fresh = WorkTree::open(root)?;
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.retain(|t| t.root().exists());
+        let tree = match kept.iter().position(|t| t.root() == fresh.root()) {
+            Some(i) => kept.remove(i).unwrap_or(fresh),
+            None => fresh,
+        };
+        kept.push_front(tree.clone());
+        kept.truncate(KEPT_TREES);
+        Ok(tree.with_filter(filter))
+    }
 }
 
 /// What one run on one branch came to.
@@ -50,8 +84,12 @@ struct Snapshot {
 }
 
 /// The tree before a run: the files' hashes and the caches the run may write.
-async fn snapshot(root: &Path, filter: TreeFilter) -> Result<Snapshot, InfraError> {
-    in_tree(root, filter, |tree| {
+async fn snapshot(
+    trees: &KeptTrees,
+    root: &Path,
+    filter: TreeFilter,
+) -> Result<Snapshot, InfraError> {
+    in_tree(trees, root, filter, |tree| {
         Ok(Snapshot {
             files: tree.file_hashes()?,
             cache_dirs: tree.cache_dirs()?,
@@ -61,17 +99,23 @@ async fn snapshot(root: &Path, filter: TreeFilter) -> Result<Snapshot, InfraErro
 }
 
 /// The files' hashes after a run.
-async fn hashes_after(root: &Path, filter: TreeFilter) -> Result<FileHashes, InfraError> {
-    in_tree(root, filter, |tree| tree.file_hashes()).await
+async fn hashes_after(
+    trees: &KeptTrees,
+    root: &Path,
+    filter: TreeFilter,
+) -> Result<FileHashes, InfraError> {
+    in_tree(trees, root, filter, |tree| tree.file_hashes()).await
 }
 
-/// Runs `read` on the work tree on a blocking thread.
+/// Runs `read` on the work tree (the handle `trees` keeps for it) on a blocking thread.
 async fn in_tree<T: Send + 'static>(
+    trees: &KeptTrees,
     root: &Path,
     filter: TreeFilter,
     read: impl FnOnce(&WorkTree) -> Result<T, consort_actors::WorkTreeError> + Send + 'static,
 ) -> Result<T, InfraError> {
     let root = root.to_path_buf();
+    let trees = trees.clone();
     let io = |e: String| {
         infra(
             InfraFault::WorkTreeIo,
@@ -79,9 +123,7 @@ async fn in_tree<T: Send + 'static>(
         )
     };
     tokio::task::spawn_blocking(move || {
-        let tree = WorkTree::open(&root)
-            .map_err(|e| e.to_string())?
-            .with_filter(filter);
+        let tree = trees.open(&root, filter).map_err(|e| e.to_string())?;
         read(&tree).map_err(|e| e.to_string())
     })
     .await
@@ -135,6 +177,7 @@ impl Verifier {
             runner,
             fixtures,
             sandbox: SandboxMode::default(),
+            trees: KeptTrees::default(),
         }
     }
 
@@ -185,7 +228,7 @@ impl Verifier {
 
     /// One run on one fresh branch.
     async fn verify_once(&self, req: &VerifyRequest) -> Result<Attempt, InfraError> {
-        let before = snapshot(&req.work_tree, TreeFilter::new(&req.caches)).await?;
+        let before = snapshot(&self.trees, &req.work_tree, TreeFilter::new(&req.caches)).await?;
         let workspace_hash = ContentHash::of(&before.files);
         let spec = BaseSpec {
             migrations: req.migrations.clone(),
@@ -231,7 +274,7 @@ impl Verifier {
                 ),
             ));
         }
-        let after = hashes_after(&req.work_tree, ctx.filter.clone()).await?;
+        let after = hashes_after(&self.trees, &req.work_tree, ctx.filter.clone()).await?;
         let failed = !report.exit.success()
             || report
                 .outcomes
@@ -390,5 +433,44 @@ impl Verifier {
             }),
             Err(e) => Err(infra(e.infra_fault(), format!("promote: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roots(kept: &KeptTrees) -> Vec<PathBuf> {
+        let kept = kept.0.lock().expect("kept trees");
+        kept.iter().map(|t| t.root().to_path_buf()).collect()
+    }
+
+    #[test]
+    fn kept_trees_are_bounded_most_recent_first_and_gone_roots_dropped() {
+        let kept = KeptTrees::default();
+        let dirs: Vec<_> = (0..KEPT_TREES + 2)
+            .map(|_| tempfile::tempdir().expect("tempdir"))
+            .collect();
+        let canon = |i: usize| dirs[i].path().canonicalize().expect("canonical");
+        for d in &dirs {
+            kept.open(d.path(), TreeFilter::default()).expect("open");
+        }
+        let expected: Vec<PathBuf> = (2..KEPT_TREES + 2).rev().map(canon).collect();
+        assert_eq!(roots(&kept), expected, "bounded, the most recent first");
+        // The same root again, spelled differently: the kept handle, moved to the front.
+        let spelled = dirs[3].path().join(".");
+        kept.open(&spelled, TreeFilter::default()).expect("open");
+        assert_eq!(roots(&kept)[0], canon(3));
+        assert_eq!(roots(&kept).len(), KEPT_TREES);
+        let gone = canon(4);
+        let mut dirs = dirs;
+        dirs.remove(4).close().expect("remove the root");
+        kept.open(dirs[0].path(), TreeFilter::default())
+            .expect("open");
+        assert!(
+            !roots(&kept).contains(&gone),
+            "a root that is gone is dropped"
+        );
+        assert_eq!(roots(&kept).len(), KEPT_TREES);
     }
 }

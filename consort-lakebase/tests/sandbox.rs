@@ -274,3 +274,20 @@ async fn a_run_that_changes_the_tree_is_void_and_names_the_paths() {
     assert_eq!(receipt.tree_changes, vec!["src/a.sql", "src/b.sql"]);
     assert_eq!(receipt.confinement, Confinement::Off);
 }
+
+#[tokio::test]
+async fn a_run_that_rewrites_a_file_and_puts_its_mtime_back_is_still_caught() {
+    let tree = tree_of(&[("src/a.sql", "SELECT 1;\n"), ("src/b.sql", "SELECT 3;\n")]);
+    // Let the tree grow older than the hash cache's racy margin (3 s), so the snapshot before
+    // the run trusts the files' stats and only the stat comparison can see the change. (Were
+    // the wait too short, the files would be read again: the test would pass, proving less.)
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    // Same size, same inode, the old mtime put back with utimensat: only the ctime tells.
+    let runner: Arc<dyn TestRunner> = Arc::new(CommandRunner::new(CommandRunnerConfig::new(
+        "t=$(stat -c %y src/a.sql); printf 'SELECT 2;\\n' > src/a.sql; touch -d \"$t\" src/a.sql",
+    )));
+    let mut a = args(runner, common::dyn_provider().await);
+    a.sandbox = SandboxMode::Off;
+    let receipt = verify(a, tree.path()).await;
+    assert_eq!(receipt.tree_changes, vec!["src/a.sql"]);
+}

@@ -815,13 +815,16 @@ impl ConductorState {
     }
 
     fn test_hashes(&self) -> Result<FileHashes, ConductorError> {
+        Ok(self.tests_among(self.work.file_hashes()?))
+    }
+
+    /// The test files' hashes among the tree's.
+    fn tests_among(&self, files: FileHashes) -> FileHashes {
         let policy = &self.wiring.config.machine.paths;
-        Ok(self
-            .work
-            .file_hashes()?
+        files
             .into_iter()
             .filter(|(p, _)| policy.is_test(p))
-            .collect())
+            .collect()
     }
 
     /// Applies a change set with a journaled undo, so a crash between the write and the ledger
@@ -878,9 +881,11 @@ impl ConductorState {
         if let Err(e) = self.work.apply(&resolved) {
             return self.refuse_apply(e, moved, Some(&inverse));
         }
+        // One pass over the tree gives both the tree's hash and the tests'.
+        let files = self.work.file_hashes()?;
         Ok(Event::Applied {
-            workspace_hash: self.work.hash()?,
-            tests: self.test_hashes()?,
+            workspace_hash: ContentHash::of(&files),
+            tests: self.tests_among(files),
             inverse,
         })
     }
