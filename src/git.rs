@@ -163,11 +163,18 @@ impl GitRepo {
     /// Starts a new run's branch `consort/<feature-id>` from the current HEAD and switches
     /// to it. A tree with uncommitted changes (outside `.consort/`) is refused unless
     /// `allow_dirty`.
-    pub fn start(&self, feature_id: &str, allow_dirty: bool) -> Result<String, GitError> {
+    ///
+    /// `caches` names the cache directories a dirty tree may hold without counting.
+    pub fn start(
+        &self,
+        feature_id: &str,
+        allow_dirty: bool,
+        caches: &consort_actors::TreeFilter,
+    ) -> Result<String, GitError> {
         let branch = branch_name(feature_id);
         keep_state_out_of_git(&self.dir).map_err(GitError::Start)?;
         if !allow_dirty {
-            let dirty = self.dirty()?;
+            let dirty = self.dirty(caches)?;
             if !dirty.is_empty() {
                 return Err(GitError::Dirty { paths: dirty });
             }
@@ -211,14 +218,23 @@ impl GitRepo {
             .flatten()
     }
 
-    /// Paths with uncommitted changes, `.consort/` left out (at most 10).
-    fn dirty(&self) -> Result<Vec<String>, GitError> {
+    /// Paths with uncommitted changes (at most 10), leaving out what Consort never hashes nor
+    /// commits: its own `.consort/`, and every cache directory `caches` skips (`target/`,
+    /// `node_modules/`, `__pycache__/`, … at any depth) when no `.gitignore` does.
+    fn dirty(&self, caches: &consort_actors::TreeFilter) -> Result<Vec<String>, GitError> {
         let out = self.git(&["status", "--porcelain=v1", "--untracked-files=all"], None)?;
         let state = format!("{}{}/", self.prefix, consort_actors::STATE_DIR);
         Ok(out
             .lines()
             .filter_map(|l| l.get(3..))
             .filter(|p| !p.starts_with(&state))
+            .filter(|p| {
+                let inside = p.strip_prefix(self.prefix.as_str()).unwrap_or(p);
+                let mut parts: Vec<&str> = inside.split('/').collect();
+                // The last part is a file's name, or empty after a directory (`target/`).
+                parts.pop();
+                !parts.iter().any(|d| caches.skips(d))
+            })
             .take(10)
             .map(str::to_string)
             .collect())

@@ -387,7 +387,8 @@ impl Project {
         };
         let feature = &self.config.feature.id;
         if fresh {
-            repo.start(feature, allow_dirty)?;
+            let policy = self.machine()?.config().paths.clone();
+            repo.start(feature, allow_dirty, policy.tree_filter())?;
         } else {
             repo.check_resume(feature)?;
             crate::git::sync_project(self, &repo, true)?;

@@ -195,6 +195,11 @@ fn a_dirty_tree_is_refused_unless_allowed_and_a_resumed_run_stays_on_its_branch(
     let dir = tmp.path();
     stockflow_repo(dir);
     std::fs::write(dir.join("feature.md"), "# edited but not committed\n").expect("edit");
+    // Caches are never Consort's to commit: they do not make the tree dirty.
+    std::fs::create_dir_all(dir.join("target/debug")).expect("cache");
+    std::fs::write(dir.join("target/debug/out"), "x").expect("cache file");
+    std::fs::create_dir_all(dir.join("tests/__pycache__")).expect("cache");
+    std::fs::write(dir.join("tests/__pycache__/t.pyc"), "x").expect("cache file");
     let o = run(consort().arg("run").args(dir_arg(dir)));
     assert_exit(&o, 1, "a dirty tree is refused");
     assert!(
@@ -223,7 +228,7 @@ fn a_dirty_tree_is_refused_unless_allowed_and_a_resumed_run_stays_on_its_branch(
     );
     assert_eq!(
         git(dir, &["status", "--porcelain"]),
-        " M feature.md\n?? migrations/\n",
+        " M feature.md\n?? migrations/\n?? target/\n?? tests/\n",
         "the user's change stays theirs; the design's migrations wait for approval, uncommitted"
     );
 
