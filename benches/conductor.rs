@@ -182,6 +182,7 @@ async fn conductor_run(roles: &Roles, mode: LedgerMode) -> Vec<Duration> {
     let handle = Conductor::start(Wiring {
         config,
         feature: Some(common::feature()),
+        inherited: Default::default(),
         roles: roles.endpoints.clone(),
         lakebase: Arc::new(NoLakebase),
         approver: Arc::new(StopAtGates),

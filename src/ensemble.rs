@@ -57,6 +57,8 @@ pub enum EnsembleError {
 pub struct EnsembleBuilder {
     work_tree: PathBuf,
     feature: Option<FeatureRequest>,
+    inherited: consort_actors::Inherited,
+    record_dir: Option<String>,
     machine: MachineConfig,
     harness: Option<Arc<HarnessFacts>>,
     agents: BTreeMap<Role, (Arc<dyn Agent>, String)>,
@@ -89,6 +91,21 @@ impl EnsembleBuilder {
     /// The feature request of a new run (a resumed run reads it from the ledger).
     pub fn feature(mut self, feature: FeatureRequest) -> Self {
         self.feature = Some(feature);
+        self
+    }
+
+    /// What the project's earlier features leave to a new run: their tests, its regression
+    /// suite, and their migrations (recorded in the run's start).
+    pub fn inherited(mut self, inherited: consort_actors::Inherited) -> Self {
+        self.inherited = inherited;
+        self
+    }
+
+    /// Where the run's ledger, frozen design and apply journal are kept, relative to the work
+    /// tree and inside `.consort/` (default: `.consort` itself; a project's features each keep
+    /// theirs in `.consort/features/<id>`).
+    pub fn record_dir(mut self, dir: impl Into<String>) -> Self {
+        self.record_dir = Some(dir.into());
         self
     }
 
@@ -338,6 +355,10 @@ impl EnsembleBuilder {
         lakebase: &Supervised<LakebaseMsg>,
     ) -> Result<ConductorHandle, ConductorError> {
         let mut config = ConductorConfig::new(&self.work_tree);
+        if let Some(dir) = &self.record_dir {
+            config.ledger_path = self.work_tree.join(dir).join("ledger.jsonl");
+            config.record_dir = dir.clone();
+        }
         config.machine = self.machine.clone();
         config.harness = self.harness.clone();
         config.step_timeout = self.step_timeout + Duration::from_secs(5);
@@ -351,6 +372,7 @@ impl EnsembleBuilder {
         let wiring = Wiring {
             config,
             feature: self.feature.take(),
+            inherited: std::mem::take(&mut self.inherited),
             roles,
             lakebase: endpoint,
             approver: self.approver.clone(),
@@ -392,6 +414,8 @@ impl Ensemble {
         EnsembleBuilder {
             work_tree: work_tree.into(),
             feature: None,
+            inherited: Default::default(),
+            record_dir: None,
             machine: MachineConfig::default(),
             harness: None,
             agents: BTreeMap::new(),

@@ -529,7 +529,7 @@ impl RunHistory<'_> {
         };
         let subject = format!("design approved: {} migration file(s)", files.len());
         let mut body = String::from(
-            "The frozen design (.consort/design.json) was approved at the design gate; its migrations are files from now on:",
+            "The frozen design (design.json in the feature's record under .consort/) was approved at the design gate; its migrations are files from now on:",
         );
         for f in &files {
             body.push_str(&format!("\n- {f}"));
@@ -596,7 +596,7 @@ pub fn sync_project(
         .map_err(consort_actors::ConductorError::from)?
         .with_filter(machine.config().paths.tree_filter().clone());
     let history = RunHistory {
-        feature: &project.config.feature.id,
+        feature: project.feature_id(),
         commits: &commits,
         state: &state,
         work: &work,

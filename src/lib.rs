@@ -71,6 +71,7 @@
 //! ```
 
 pub mod adopt;
+pub mod backlog;
 pub mod collect;
 pub mod config;
 mod ensemble;

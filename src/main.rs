@@ -14,8 +14,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use consort::actors::HumanDecision;
 use consort::actors::Ledger;
 use consort::actors::{ContentHash, Event, GateApproval, GateDecision, GateKind, WorkTree};
-use consort::actors::{design_hash_on_disk, record_gate_decision, record_human_decision};
-use consort::project::{Project, RunOptions, approve_command, status_of};
+use consort::actors::{
+    design_hash_on_disk, record_gate_decision, record_human_decision, record_retirement,
+};
+use consort::backlog::FeatureState;
+use consort::project::{FeatureSummary, Project, RunOptions, approve_command, status_of};
 use consort::ui::{self, EXIT_FAILURE, EXIT_USAGE};
 use consort::{ApproveAs, RunOutcome};
 
@@ -49,9 +52,8 @@ enum Cmd {
     },
     /// Drive the ensemble until done, a gate, or an escalation.
     Run {
-        /// The project directory.
-        #[arg(long, default_value = ".")]
-        dir: PathBuf,
+        #[command(flatten)]
+        at: Target,
         /// Approve every gate as NAME (recorded in the ledger).
         #[arg(long, value_name = "NAME")]
         approve_as: Option<String>,
@@ -65,9 +67,8 @@ enum Cmd {
     },
     /// Phase, step, current test, pending gate and last receipt.
     Status {
-        /// The project directory.
-        #[arg(long, default_value = ".")]
-        dir: PathBuf,
+        #[command(flatten)]
+        at: Target,
         /// Print the stable JSON shape documented in the README.
         #[arg(long)]
         json: bool,
@@ -85,9 +86,8 @@ enum Cmd {
         /// A note.
         #[arg(long, default_value = "")]
         note: String,
-        /// The project directory.
-        #[arg(long, default_value = ".")]
-        dir: PathBuf,
+        #[command(flatten)]
+        at: Target,
     },
     /// Reject a gate for an exact hash (the run halts for a human).
     Reject {
@@ -102,42 +102,52 @@ enum Cmd {
         /// Why.
         #[arg(long)]
         reason: String,
-        /// The project directory.
-        #[arg(long, default_value = ".")]
-        dir: PathBuf,
+        #[command(flatten)]
+        at: Target,
     },
     /// Retry the step a halted run stopped at (with fresh bounds).
     Retry {
         /// Who decides.
         #[arg(long)]
         by: String,
-        /// The project directory.
-        #[arg(long, default_value = ".")]
-        dir: PathBuf,
+        #[command(flatten)]
+        at: Target,
     },
     /// End a run: a halted one, one waiting at a gate, or one that was interrupted.
     Stop {
         /// Who decides.
         #[arg(long)]
         by: String,
-        /// The project directory.
-        #[arg(long, default_value = ".")]
-        dir: PathBuf,
+        #[command(flatten)]
+        at: Target,
     },
     /// The ledger, one event per line.
     Log {
-        /// The project directory.
-        #[arg(long, default_value = ".")]
-        dir: PathBuf,
+        #[command(flatten)]
+        at: Target,
         /// The raw JSON Lines entries.
         #[arg(long)]
         json: bool,
     },
-    /// Check the ledger chain, the frozen design hash, the frozen test hashes and the receipts.
+    /// Check the ledger chain, the frozen design hash, the frozen test hashes and the
+    /// receipts: of every started feature, or of one (--feature).
     Verify {
         /// The project directory.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
+        /// Only this feature.
+        #[arg(long, value_name = "ID")]
+        feature: Option<String>,
+    },
+    /// The backlog: add a feature, list them.
+    Feature {
+        #[command(subcommand)]
+        command: FeatureCmd,
+    },
+    /// An earlier feature's tests: retire one that a later feature contradicts.
+    Test {
+        #[command(subcommand)]
+        command: TestCmd,
     },
     /// List Consort's branches (and delete them with --sweep).
     Branches {
@@ -153,6 +163,62 @@ enum Cmd {
         /// The project directory.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
+    },
+}
+
+/// Which project, and which feature of its backlog.
+#[derive(clap::Args, Debug)]
+struct Target {
+    /// The project directory.
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    /// The feature (default: the first of the backlog that is neither done nor stopped).
+    #[arg(long, value_name = "ID")]
+    feature: Option<String>,
+}
+
+impl Target {
+    fn open(&self) -> Result<Project> {
+        Ok(Project::open_feature(&self.dir, self.feature.as_deref())?)
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum FeatureCmd {
+    /// Append a feature request to the backlog (its `# ` line is the title).
+    Add {
+        /// The request, as markdown.
+        file: PathBuf,
+        /// The feature's id (default: the file's name without its extension).
+        #[arg(long)]
+        id: Option<String>,
+        /// The project directory.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Every feature of the backlog, in order, with where it stands.
+    List {
+        /// The project directory.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TestCmd {
+    /// Retire an earlier feature's test (recorded in the ledger of the feature that
+    /// contradicts it); its RED may then replace the test.
+    Retire {
+        /// The test, as FEATURE/TEST (for example `F1-stock/T2`).
+        test: String,
+        /// Who decides.
+        #[arg(long)]
+        by: String,
+        /// Why the test no longer holds.
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        at: Target,
     },
 }
 
@@ -219,27 +285,27 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             dry_run,
         ),
         Cmd::Run {
-            dir,
+            at,
             approve_as,
             agents,
             allow_dirty,
-        } => run(&dir, approve_as, agents, allow_dirty).await,
-        Cmd::Status { dir, json } => status(&dir, json),
+        } => run(&at, approve_as, agents, allow_dirty).await,
+        Cmd::Status { at, json } => status(&at, json),
         Cmd::Approve {
             gate,
             hash,
             by,
             note,
-            dir,
-        } => decide(&dir, gate, &hash, &by, GateDecision::Approve, note),
+            at,
+        } => decide(&at, gate, &hash, &by, GateDecision::Approve, note),
         Cmd::Reject {
             gate,
             hash,
             by,
             reason,
-            dir,
+            at,
         } => decide(
-            &dir,
+            &at,
             gate,
             &hash,
             &by,
@@ -248,10 +314,25 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             },
             reason,
         ),
-        Cmd::Retry { by, dir } => human(&dir, HumanDecision::Retry, &by),
-        Cmd::Stop { by, dir } => human(&dir, HumanDecision::Stop, &by),
-        Cmd::Log { dir, json } => log(&dir, json),
-        Cmd::Verify { dir } => verify(&dir),
+        Cmd::Retry { by, at } => human(&at, HumanDecision::Retry, &by),
+        Cmd::Stop { by, at } => human(&at, HumanDecision::Stop, &by),
+        Cmd::Log { at, json } => log(&at, json),
+        Cmd::Verify { dir, feature } => verify(&dir, feature.as_deref()),
+        Cmd::Feature {
+            command: FeatureCmd::Add { file, id, dir },
+        } => feature_add(&dir, &file, id.as_deref()),
+        Cmd::Feature {
+            command: FeatureCmd::List { dir },
+        } => feature_list(&dir),
+        Cmd::Test {
+            command:
+                TestCmd::Retire {
+                    test,
+                    by,
+                    reason,
+                    at,
+                },
+        } => retire(&at, &test, &by, &reason),
         Cmd::Branches { dir, sweep } => branches(&dir, sweep).await,
         Cmd::Doctor { dir } => Ok(consort::init::doctor(&dir)),
     }
@@ -316,12 +397,24 @@ fn indent(text: &str) -> String {
 }
 
 async fn run(
-    dir: &Path,
+    at: &Target,
     approve_as: Option<String>,
     agents: Option<AgentsChoice>,
     allow_dirty: bool,
 ) -> Result<i32> {
-    let project = Project::open(dir)?;
+    let dir = at.dir.as_path();
+    let project = at.open()?;
+    if at.feature.is_none() && project.state_of(project.feature_entry())? == FeatureState::Done {
+        println!(
+            "every feature of the backlog is done ({} of them); add the next with:\n  consort feature add <request.md> --dir {}",
+            project.backlog()?.len(),
+            dir.display()
+        );
+        return Ok(0);
+    }
+    if project.backlog()?.len() > 1 {
+        println!("feature {}", project.feature_id());
+    }
     // One run per project: refused here, before anything is printed, started or written.
     let lock = project.lock("consort run")?;
     let mut opts = RunOptions {
@@ -356,8 +449,9 @@ async fn run(
     Ok(ui::exit_code(&report.outcome))
 }
 
-fn status(dir: &Path, json: bool) -> Result<i32> {
-    let project = Project::open(dir)?;
+fn status(at: &Target, json: bool) -> Result<i32> {
+    let dir = at.dir.as_path();
+    let project = at.open()?;
     let state = project.state()?;
     let events = if project.ledger_path().exists() {
         Ledger::<Event>::read(project.ledger_path())?
@@ -367,9 +461,25 @@ fn status(dir: &Path, json: bool) -> Result<i32> {
     let usage = consort::actors::usage_totals(events.iter().map(|e| &e.event));
     let mut report = status_of(&state, events.len(), &usage);
     report.git = project.git_tip();
+    report.feature = Some(project.feature_id().to_string());
+    for f in project.backlog()? {
+        report.features.push(FeatureSummary {
+            state: project.state_of(&f)?,
+            id: f.id,
+        });
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(0);
+    }
+    if report.features.len() > 1 {
+        let all: Vec<String> = report
+            .features
+            .iter()
+            .map(|f| format!("{} ({})", f.id, f.state))
+            .collect();
+        println!("feature: {}", project.feature_id());
+        println!("backlog: {}", all.join(", "));
     }
     println!("phase:   {}", report.phase);
     if let Some(step) = &report.step {
@@ -410,14 +520,14 @@ fn status(dir: &Path, json: bool) -> Result<i32> {
 }
 
 fn decide(
-    dir: &Path,
+    at: &Target,
     gate: GateKind,
     hash: &str,
     by: &str,
     decision: GateDecision,
     note: String,
 ) -> Result<i32> {
-    let project = Project::open(dir)?;
+    let project = at.open()?;
     if by.trim().is_empty() {
         bail!("--by needs a name");
     }
@@ -454,8 +564,8 @@ fn decide(
     }
 }
 
-fn human(dir: &Path, decision: HumanDecision, by: &str) -> Result<i32> {
-    let project = Project::open(dir)?;
+fn human(at: &Target, decision: HumanDecision, by: &str) -> Result<i32> {
+    let (dir, project) = (at.dir.as_path(), at.open()?);
     let _lock = project.lock(match decision {
         HumanDecision::Retry => "consort retry",
         HumanDecision::Stop => "consort stop",
@@ -480,8 +590,8 @@ fn human(dir: &Path, decision: HumanDecision, by: &str) -> Result<i32> {
     }
 }
 
-fn log(dir: &Path, json: bool) -> Result<i32> {
-    let project = Project::open(dir)?;
+fn log(at: &Target, json: bool) -> Result<i32> {
+    let project = at.open()?;
     let path = project.ledger_path();
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -537,7 +647,7 @@ fn usage_note(e: &Event) -> String {
 
 fn brief(e: &Event) -> String {
     match e {
-        Event::Start { feature } => format!("{}: {}", feature.id, feature.title),
+        Event::Start { feature, .. } => format!("{}: {}", feature.id, feature.title),
         Event::Produced {
             assignment,
             author,
@@ -586,6 +696,9 @@ fn brief(e: &Event) -> String {
             format!("{} applied to {}", report.applied.len(), report.target)
         }
         Event::PromoteFailed { request, error } => format!("{request}: {error}"),
+        Event::Retired { retirement: r } => {
+            format!("{}/{} retired by {}: {}", r.feature, r.test, r.by, r.reason)
+        }
         Event::Human { decision, by } => {
             let decision = match decision {
                 HumanDecision::Retry => "retry",
@@ -613,8 +726,55 @@ fn confinement_summary(receipts: &[std::sync::Arc<consort::actors::TestRunReceip
     }
 }
 
-fn verify(dir: &Path) -> Result<i32> {
-    let project = Project::open(dir)?;
+fn verify(dir: &Path, only: Option<&str>) -> Result<i32> {
+    let project = Project::open_feature(dir, only)?;
+    let mut started = Vec::new();
+    for f in project.backlog()? {
+        let is_it = only.is_none_or(|id| id == f.id);
+        if is_it && project.state_of(&f)? != FeatureState::Waiting {
+            started.push(Project::open_feature(dir, Some(&f.id))?);
+        }
+    }
+    if started.is_empty() {
+        println!("nothing to verify yet: no feature has started");
+        return Ok(0);
+    }
+    let released = released_tests(&project)?;
+    let mut ok = true;
+    for feature in &started {
+        if started.len() > 1 || project.backlog()?.len() > 1 {
+            println!("feature {}", feature.feature_id());
+        }
+        ok &= verify_feature(feature, &released)?;
+    }
+    Ok(if ok { 0 } else { EXIT_FAILURE })
+}
+
+/// The files of earlier tests that a later feature retired (and so may have replaced), with
+/// the decision, over the whole backlog.
+fn released_tests(project: &Project) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for f in project.backlog()? {
+        let later = Project::open_feature(&project.dir, Some(&f.id))?;
+        let state = later.state()?;
+        for r in &state.retired {
+            if let Some(t) = state.inherited.find(&r.feature, &r.test)
+                && state.inherited.released(&t.path, &state.retired)
+            {
+                let why = format!("retired by {} for {} ({})", r.by, f.id, r.reason);
+                out.insert(t.path.clone(), why);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Checks one feature's record; prints a line per check.
+fn verify_feature(
+    project: &Project,
+    released: &std::collections::BTreeMap<String, String>,
+) -> Result<bool> {
+    let dir = project.dir.as_path();
     let mut ok = true;
     let mut check = |name: &str, result: Result<String, String>| match result {
         Ok(detail) => println!("ok    {name}: {detail}"),
@@ -632,22 +792,23 @@ fn verify(dir: &Path) -> Result<i32> {
             .map_err(|e| e.to_string()),
     );
     if chain.is_err() {
-        return Ok(EXIT_FAILURE);
+        return Ok(false);
     }
     let state = project.state()?;
     let work = WorkTree::open(dir)?;
     match &state.frozen {
         Some(frozen) => {
-            let on_disk = design_hash_on_disk(&work);
+            let design_file = project.feature_entry().design_file();
+            let on_disk = design_hash_on_disk(&work, &design_file);
             check(
                 "frozen design",
                 if on_disk == Some(frozen.hash) {
                     Ok(format!("{} matches the approved hash", frozen.hash.short()))
                 } else {
                     Err(format!(
-                        "approved {}, on disk {:?}",
+                        "approved {}, on disk {}",
                         frozen.hash,
-                        on_disk.map(|h| h.to_hex())
+                        on_disk.map_or("missing or unreadable".into(), |h| h.to_hex())
                     ))
                 },
             );
@@ -655,62 +816,182 @@ fn verify(dir: &Path) -> Result<i32> {
         None => check("frozen design", Ok("not frozen yet".into())),
     }
     let hashes = work.file_hashes()?;
-    let bad: Vec<&String> = state
+    check(
+        "frozen tests",
+        frozen_tests_check(&state, &hashes, released),
+    );
+    for r in &state.retired {
+        check(
+            "retired test",
+            Ok(format!(
+                "{}/{} by {}: {}",
+                r.feature, r.test, r.by, r.reason
+            )),
+        );
+    }
+    check("receipts", receipts_check(project, &state)?);
+    Ok(ok)
+}
+
+/// Every frozen test file as it was frozen, or replaced after a recorded retirement.
+fn frozen_tests_check(
+    state: &consort::actors::State,
+    hashes: &consort::actors::FileHashes,
+    released: &std::collections::BTreeMap<String, String>,
+) -> Result<String, String> {
+    let (changed, bad): (Vec<&String>, Vec<&String>) = state
         .build
         .frozen_tests
         .iter()
         .filter(|(p, h)| hashes.get(*p) != Some(h))
         .map(|(p, _)| p)
-        .collect();
-    check(
-        "frozen tests",
-        if bad.is_empty() {
-            Ok(format!(
-                "{} files unchanged",
-                state.build.frozen_tests.len()
-            ))
-        } else {
-            Err(format!("changed or missing: {bad:?}"))
-        },
+        .partition(|p| released.contains_key(*p));
+    if !bad.is_empty() {
+        let names: Vec<&str> = bad.iter().map(|p| p.as_str()).collect();
+        return Err(format!("changed or missing: {}", names.join(", ")));
+    }
+    let mut text = format!(
+        "{} files unchanged",
+        state.build.frozen_tests.len() - changed.len()
     );
+    if !changed.is_empty() {
+        let replaced: Vec<String> = changed
+            .iter()
+            .map(|p| format!("{p} {}", released[*p]))
+            .collect();
+        text.push_str(&format!(
+            "; replaced after retirement: {}",
+            replaced.join("; ")
+        ));
+    }
+    Ok(text)
+}
+
+/// Every receipt answers a request the machine issued, and reports something.
+fn receipts_check(
+    project: &Project,
+    state: &consort::actors::State,
+) -> Result<Result<String, String>> {
     let events = Ledger::<Event>::read(project.ledger_path())?;
-    let issued: std::collections::BTreeSet<_> = {
-        let m = project.machine()?;
-        let mut s = consort::actors::State::default();
-        let mut ids = std::collections::BTreeSet::new();
-        for e in &events {
-            if let Ok((next, cmds)) = m.step(&s, &e.event) {
-                for c in cmds {
-                    if let consort::actors::Command::Verify { request, .. } = c {
-                        ids.insert(request);
-                    }
+    let m = project.machine()?;
+    let mut s = consort::actors::State::default();
+    let mut issued = std::collections::BTreeSet::new();
+    for e in &events {
+        if let Ok((next, cmds)) = m.step(&s, &e.event) {
+            for c in cmds {
+                if let consort::actors::Command::Verify { request, .. } = c {
+                    issued.insert(request);
                 }
-                s = next;
             }
+            s = next;
         }
-        ids
-    };
-    let unissued: Vec<_> = state
+    }
+    let unissued = state
         .receipts
         .iter()
         .filter(|r| !issued.contains(&r.request_id) || r.outcomes.is_empty())
-        .collect();
-    check(
-        "receipts",
-        if unissued.is_empty() {
-            Ok(format!(
-                "{} receipts, each answering a request the machine issued; {}",
-                state.receipts.len(),
-                confinement_summary(&state.receipts)
-            ))
-        } else {
-            Err(format!(
-                "{} receipts answer no issued request or report nothing",
-                unissued.len()
-            ))
-        },
+        .count();
+    Ok(if unissued == 0 {
+        Ok(format!(
+            "{} receipts, each answering a request the machine issued; {}",
+            state.receipts.len(),
+            confinement_summary(&state.receipts)
+        ))
+    } else {
+        Err(format!(
+            "{unissued} receipts answer no issued request or report nothing"
+        ))
+    })
+}
+
+/// `consort feature add`: appends a request to the backlog.
+fn feature_add(dir: &Path, file: &Path, id: Option<&str>) -> Result<i32> {
+    let project = Project::open(dir)?;
+    let _lock = project.lock("consort feature add")?;
+    let added = consort::backlog::add(dir, &project.config, file, id)?;
+    let position = project.backlog()?.len();
+    println!(
+        "added feature {} (number {position} of the backlog); its request is kept in {}",
+        added.id,
+        added.request.display()
     );
-    Ok(if ok { 0 } else { EXIT_FAILURE })
+    println!(
+        "`consort run --dir {}` takes it up once every feature before it is done",
+        dir.display()
+    );
+    Ok(0)
+}
+
+/// `consort feature list`: the backlog with each feature's state.
+fn feature_list(dir: &Path) -> Result<i32> {
+    let project = Project::open(dir)?;
+    let current = project.feature_id().to_string();
+    for (i, f) in project.backlog()?.iter().enumerate() {
+        let at = Project::open_feature(dir, Some(&f.id))?;
+        // The request file's title, or, for a legacy feature without one, the ledger's.
+        let title = match at.feature() {
+            Ok(request) => request.title,
+            Err(_) => match at.state()?.feature {
+                Some(request) => request.title.clone(),
+                None => "(its request file is missing)".into(),
+            },
+        };
+        let mark = if f.id == current { "→" } else { " " };
+        println!(
+            "{mark} {:>2}  {:<24} {:<20} {title}",
+            i + 1,
+            f.id,
+            project.state_of(f)?.to_string()
+        );
+    }
+    Ok(0)
+}
+
+/// `consort test retire FEATURE/TEST`: records the decision in the current feature's ledger.
+fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
+    let Some((feature, id)) = test.rsplit_once('/') else {
+        eprintln!("refused: name the test as FEATURE/TEST, for example F1-stock/T2");
+        return Ok(EXIT_USAGE);
+    };
+    if by.trim().is_empty() || reason.trim().is_empty() {
+        eprintln!("refused: a retirement needs a name (--by) and a reason (--reason)");
+        return Ok(EXIT_USAGE);
+    }
+    let project = at.open()?;
+    if !project.ledger_path().exists() {
+        eprintln!(
+            "refused: feature {} has not started; a test is retired for the feature that contradicts it, once it runs",
+            project.feature_id()
+        );
+        return Ok(EXIT_FAILURE);
+    }
+    let _lock = project.lock("consort test retire")?;
+    let retirement = consort::actors::Retirement {
+        feature: feature.to_string(),
+        test: id.to_string(),
+        by: by.to_string(),
+        reason: reason.to_string(),
+    };
+    match record_retirement(&project.ledger_path(), &project.machine()?, retirement) {
+        Ok(()) => {
+            println!(
+                "recorded: {test} retired by {by} for feature {}; its RED may now replace it",
+                project.feature_id()
+            );
+            if project.state()?.phase() == consort::actors::Phase::Halted {
+                println!(
+                    "the run is halted: `consort retry --by {by} --dir {}` and then `consort run` go on",
+                    at.dir.display()
+                );
+            }
+            Ok(0)
+        }
+        Err(consort::actors::ConductorError::Gate(msg)) => {
+            eprintln!("{msg}");
+            Ok(EXIT_FAILURE)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 async fn branches(dir: &Path, sweep: bool) -> Result<i32> {

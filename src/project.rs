@@ -5,12 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use consort_actors::DEFAULT_LEDGER_PATH;
+use consort_actors::replay_ledger;
 use consort_actors::{
     Approver, FeatureRequest, GateKind, Machine, Phase, Progress, Role, RunStatus, State,
     TestStatus,
 };
-use consort_actors::{DESIGN_FILE, replay_ledger};
 use consort_agents::AgentConfig;
 use consort_lakebase::{
     BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedConfig, EmbeddedPostgres,
@@ -20,14 +19,10 @@ use consort_lakebase::{
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use crate::backlog::{BacklogError, Feature, FeatureState};
 use crate::config::{ConfigError, ProjectConfig, ProviderConfig, RunnerConfig};
 use crate::ensemble::{Ensemble, EnsembleError};
 use crate::runlock::{RunLock, RunLockError};
-
-/// Where the agents' per-step transcripts are kept, relative to the project: an external
-/// command's run (stderr included, whether it succeeded or not) and an OpenAI model's tool
-/// calls with their results.
-pub const TRANSCRIPT_DIR: &str = ".consort/transcripts";
 
 /// Why a project could not be opened or run.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +69,36 @@ pub enum ProjectError {
     /// The project's git repository refused the run, or a commit could not be made.
     #[error("git: {0}")]
     Git(#[from] crate::git::GitError),
+    /// The backlog is unusable, or names no such feature.
+    #[error(transparent)]
+    Backlog(#[from] BacklogError),
+    /// A later feature cannot start while an earlier one is unfinished: it builds on the
+    /// earlier one's tests and migrations.
+    #[error(
+        "feature {feature} is {state}; finish it (or stop it with `consort stop`) before {later} starts"
+    )]
+    EarlierUnfinished {
+        /// The earlier feature.
+        feature: String,
+        /// Where it stands.
+        state: FeatureState,
+        /// The feature that would start.
+        later: String,
+    },
+    /// An earlier feature's tests are not in the work tree: its work was not merged into the
+    /// commit this feature would start from.
+    #[error(
+        "feature {feature}'s tests are not in the work tree ({}); merge its branch {branch} (or check out a commit that holds it) before the next feature starts",
+        missing.join(", ")
+    )]
+    EarlierWorkMissing {
+        /// The earlier feature.
+        feature: String,
+        /// Its git branch.
+        branch: String,
+        /// Its test files that are missing.
+        missing: Vec<String>,
+    },
 }
 
 /// How to drive a project.
@@ -107,31 +132,106 @@ impl std::fmt::Debug for RunOptions {
     }
 }
 
-/// A project directory with its configuration.
+/// A project directory with its configuration, and the feature of its backlog it is about.
 #[derive(Debug, Clone)]
 pub struct Project {
     /// The project (work tree) root.
     pub dir: PathBuf,
     /// Its `consort.toml`.
     pub config: ProjectConfig,
+    /// The feature this handle reads and drives.
+    feature: Feature,
 }
 
 impl Project {
-    /// Opens the project at `dir` (reads and checks `consort.toml`).
+    /// Opens the project at `dir` (reads and checks `consort.toml`), about its current
+    /// feature: the first of the backlog that is neither done nor stopped, or the last one
+    /// when all are.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, ProjectError> {
+        Self::open_feature(dir, None)
+    }
+
+    /// Opens the project at `dir` about the feature `id` (None: the current one, see
+    /// [`Project::open`]).
+    pub fn open_feature(dir: impl Into<PathBuf>, id: Option<&str>) -> Result<Self, ProjectError> {
         let dir = dir.into();
         let config = ProjectConfig::load(&dir)?;
-        Ok(Project { dir, config })
+        let features = crate::backlog::features(&dir, &config)?;
+        let mut project = Project {
+            feature: features[0].clone(),
+            dir,
+            config,
+        };
+        project.feature = match id {
+            Some(id) => features
+                .into_iter()
+                .find(|f| f.id == id)
+                .ok_or_else(|| BacklogError::Unknown { id: id.to_string() })?,
+            None => project.current(features)?,
+        };
+        Ok(project)
+    }
+
+    /// The first unfinished feature, or the last.
+    fn current(&self, features: Vec<Feature>) -> Result<Feature, ProjectError> {
+        let mut last = None;
+        for f in features {
+            if self.state_of(&f)?.is_unfinished() {
+                return Ok(f);
+            }
+            last = Some(f);
+        }
+        last.ok_or_else(|| {
+            ProjectError::from(BacklogError::Unknown {
+                id: self.config.feature.id.clone(),
+            })
+        })
+    }
+
+    /// The feature this handle is about.
+    pub fn feature_entry(&self) -> &Feature {
+        &self.feature
+    }
+
+    /// The id of the feature this handle is about.
+    pub fn feature_id(&self) -> &str {
+        &self.feature.id
+    }
+
+    /// The backlog, in order (`consort.toml`'s feature first).
+    pub fn backlog(&self) -> Result<Vec<Feature>, ProjectError> {
+        Ok(crate::backlog::features(&self.dir, &self.config)?)
+    }
+
+    /// Where a feature of the backlog stands, from its ledger.
+    pub fn state_of(&self, feature: &Feature) -> Result<FeatureState, ProjectError> {
+        Ok(FeatureState::of(self.replay(feature)?.as_ref()))
+    }
+
+    /// The state a feature's ledger replays to (None: it has no ledger yet).
+    fn replay(&self, feature: &Feature) -> Result<Option<State>, ProjectError> {
+        let path = self.dir.join(feature.ledger());
+        if !path.exists() {
+            return Ok(None);
+        }
+        Ok(Some(replay_ledger(&path, &self.machine()?)?))
     }
 
     /// The ledger file.
     pub fn ledger_path(&self) -> PathBuf {
-        self.dir.join(DEFAULT_LEDGER_PATH)
+        self.dir.join(self.feature.ledger())
     }
 
     /// The frozen design file.
     pub fn design_path(&self) -> PathBuf {
-        self.dir.join(DESIGN_FILE)
+        self.dir.join(self.feature.design_file())
+    }
+
+    /// Where the agents' per-step transcripts are kept: an external command's run (stderr
+    /// included, whether it succeeded or not) and an OpenAI model's tool calls with their
+    /// results.
+    pub fn transcript_dir(&self) -> PathBuf {
+        self.dir.join(self.feature.transcript_dir())
     }
 
     /// The state machine with this project's bounds and path rules.
@@ -157,25 +257,73 @@ impl Project {
 
     /// Reads the feature request: its first `# ` line is the title, the whole file the body.
     pub fn feature(&self) -> Result<FeatureRequest, ProjectError> {
-        let path = self.dir.join(&self.config.feature.request);
+        let path = self.dir.join(&self.feature.request);
         let body = std::fs::read_to_string(&path).map_err(|e| ProjectError::Feature {
             path: path.clone(),
             detail: e.to_string(),
         })?;
-        let title = body
-            .lines()
-            .find_map(|l| l.strip_prefix("# "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| ProjectError::Feature {
-                path: path.clone(),
-                detail: "needs a `# Title` line".into(),
-            })?;
+        let title = crate::backlog::title_of(&body).ok_or_else(|| ProjectError::Feature {
+            path: path.clone(),
+            detail: "needs a `# Title` line".into(),
+        })?;
         Ok(FeatureRequest {
-            id: self.config.feature.id.clone(),
+            id: self.feature.id.clone(),
             title: title.to_string(),
             body,
         })
+    }
+
+    /// What the features before this one leave to it: the tests they accepted (less those a
+    /// later one retired) and the migrations they promoted. Refused while an earlier feature
+    /// is unfinished, and when an earlier feature's tests are not in the work tree.
+    pub fn inherited(&self) -> Result<consort_actors::Inherited, ProjectError> {
+        let files = self.machine()?.config().migration_files.clone();
+        let mut inherited = consort_actors::Inherited::default();
+        for earlier in self.backlog()? {
+            if earlier.id == self.feature.id {
+                break;
+            }
+            let Some(state) = self.replay(&earlier)? else {
+                return Err(self.unfinished(&earlier, FeatureState::Waiting));
+            };
+            match FeatureState::of(Some(&state)) {
+                FeatureState::Done => {}
+                FeatureState::Stopped => continue,
+                other => return Err(self.unfinished(&earlier, other)),
+            }
+            crate::backlog::inherit(&mut inherited, &earlier.id, &state, files.as_ref());
+        }
+        self.check_inherited_in_tree(&inherited)?;
+        Ok(inherited)
+    }
+
+    fn unfinished(&self, earlier: &Feature, state: FeatureState) -> ProjectError {
+        ProjectError::EarlierUnfinished {
+            feature: earlier.id.clone(),
+            state,
+            later: self.feature.id.clone(),
+        }
+    }
+
+    /// Every inherited test's file must be in the work tree.
+    fn check_inherited_in_tree(
+        &self,
+        inherited: &consort_actors::Inherited,
+    ) -> Result<(), ProjectError> {
+        let mut missing: Vec<&consort_actors::EarlierTest> = inherited
+            .tests
+            .iter()
+            .filter(|t| !self.dir.join(&t.path).is_file())
+            .collect();
+        missing.dedup_by(|a, b| a.path == b.path);
+        match missing.first() {
+            None => Ok(()),
+            Some(first) => Err(ProjectError::EarlierWorkMissing {
+                feature: first.feature.clone(),
+                branch: crate::git::branch_name(&first.feature),
+                missing: missing.iter().map(|t| t.path.clone()).collect(),
+            }),
+        }
     }
 
     /// The branch provider the configuration names.
@@ -298,8 +446,20 @@ impl Project {
         lock: RunLock,
         opts: RunOptions,
     ) -> Result<Ensemble, ProjectError> {
+        let fresh = !self.ledger_path().exists()
+            || std::fs::metadata(self.ledger_path())
+                .map(|m| m.len())
+                .unwrap_or(0)
+                == 0;
+        // A new feature is refused before anything starts when an earlier one is unfinished.
+        let start = if fresh {
+            Some((self.feature()?, self.inherited()?))
+        } else {
+            None
+        };
         let mut builder = Ensemble::builder(&self.dir)
             .run_lock(lock)
+            .record_dir(self.feature.record_dir.clone())
             .machine(self.machine()?.config().clone())
             .harness(crate::harness_facts::harness_facts(&self.config))
             .provider(self.provider().await?)
@@ -316,11 +476,6 @@ impl Project {
             .budgets(self.budgets(&opts)?)
             .workbench(Some(self.config.workbench()))
             .sandbox(self.config.runner.sandbox());
-        let fresh = !self.ledger_path().exists()
-            || std::fs::metadata(self.ledger_path())
-                .map(|m| m.len())
-                .unwrap_or(0)
-                == 0;
         let live = self.git_prepare(fresh, opts.allow_dirty)?;
         let observer = match (live, &opts.append_observer) {
             (Some(live), Some(theirs)) => Some(Arc::new(crate::git::BothObservers(
@@ -334,8 +489,8 @@ impl Project {
         if let Some(observer) = observer {
             builder = builder.append_observer(observer);
         }
-        if fresh {
-            builder = builder.feature(self.feature()?);
+        if let Some((feature, inherited)) = start {
+            builder = builder.feature(feature).inherited(inherited);
         }
         for role in Role::ALL {
             let cfg = opts
@@ -348,10 +503,19 @@ impl Project {
             match &mut cfg {
                 AgentConfig::Command(c) => {
                     c.caches.extend(self.config.paths.caches.iter().cloned());
-                    c.transcript_dir = Some(self.dir.join(TRANSCRIPT_DIR));
+                    c.transcript_dir = Some(self.transcript_dir());
                 }
-                AgentConfig::Openai(c) => c.transcript_dir = Some(self.dir.join(TRANSCRIPT_DIR)),
-                _ => {}
+                AgentConfig::Openai(c) => c.transcript_dir = Some(self.transcript_dir()),
+                // Each feature of a backlog may have its own script: `{feature}` in a path is
+                // the feature's id.
+                AgentConfig::Script { path, paths } => {
+                    for p in path.iter_mut().chain(paths.iter_mut()) {
+                        let spelled = p.to_string_lossy();
+                        if spelled.contains("{feature}") {
+                            *p = PathBuf::from(spelled.replace("{feature}", &self.feature.id));
+                        }
+                    }
+                }
             }
             let agent = cfg
                 .build(role, &self.dir)
@@ -385,7 +549,7 @@ impl Project {
         let Some(repo) = self.git() else {
             return Ok(None);
         };
-        let feature = &self.config.feature.id;
+        let feature = &self.feature.id;
         if fresh {
             let policy = self.machine()?.config().paths.clone();
             repo.start(feature, allow_dirty, policy.tree_filter())?;
@@ -400,8 +564,8 @@ impl Project {
     pub fn git_tip(&self) -> Option<GitTip> {
         let repo = self.git()?;
         Some(GitTip {
-            branch: crate::git::branch_name(&self.config.feature.id),
-            head: repo.tip(&self.config.feature.id),
+            branch: crate::git::branch_name(&self.feature.id),
+            head: repo.tip(&self.feature.id),
         })
     }
 
@@ -449,6 +613,19 @@ pub struct StatusReport {
     pub git: Option<GitTip>,
     /// What the run spent, from the ledger: in total and per role.
     pub usage: UsageReport,
+    /// The feature reported on.
+    pub feature: Option<String>,
+    /// Every feature of the backlog, in order, with where it stands.
+    pub features: Vec<FeatureSummary>,
+}
+
+/// A feature of the backlog, as `consort status --json` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FeatureSummary {
+    /// Its id.
+    pub id: String,
+    /// Where it stands.
+    pub state: FeatureState,
 }
 
 /// What a run spent, as `consort status --json` reports it (derived from the ledger by
@@ -615,6 +792,8 @@ pub fn status_of(
         ledger_entries,
         git: None,
         usage: UsageReport::of(usage),
+        feature: None,
+        features: Vec::new(),
     }
 }
 

@@ -10,17 +10,8 @@ mod common;
 
 use std::path::Path;
 
-use common::{assert_exit, consort, dir_arg, run};
+use common::{assert_exit, consort, dir_arg, run, write};
 use consort_testkit::process::text;
-
-/// Writes `files` (path, content) under `dir`.
-fn write(dir: &Path, files: &[(&str, &str)]) {
-    for (path, content) in files {
-        let full = dir.join(path);
-        std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
-        std::fs::write(full, content).expect("write");
-    }
-}
 
 /// The design every adopted project builds: one story, one criterion, one migration that
 /// needs the project's existing one (`ALTER TABLE counts`), one test; then `build`, the
@@ -163,7 +154,11 @@ fn migrations_landed(dir: &Path, mdir: &str, existing: &str) {
         std::fs::read_to_string(&file).expect("the design's migration file"),
         "ALTER TABLE counts ADD COLUMN note text;"
     );
-    let events = consort_testkit::ledger::events(&dir.join(".consort/ledger.jsonl"));
+    let events = consort_testkit::ledger::events(
+        &consort::project::Project::open(dir)
+            .expect("project")
+            .ledger_path(),
+    );
     let applied = events
         .iter()
         .find_map(|e| match e {

@@ -145,7 +145,12 @@ fn agents_openai_starts_with_default_budgets_and_usage_is_recorded_and_shown() {
         "{log}"
     );
     // The ledger line records it.
-    let ledger = std::fs::read_to_string(dir.join(".consort/ledger.jsonl")).expect("ledger");
+    let ledger = std::fs::read_to_string(
+        consort::project::Project::open(dir)
+            .expect("project")
+            .ledger_path(),
+    )
+    .expect("ledger");
     assert!(ledger.contains("\"usage\":{\"cached_tokens\":10000,\"calls\":1,"));
 }
 

@@ -56,7 +56,12 @@ fn branches_left(dir: &Path) -> usize {
 /// applied exactly those, verified in the parent.
 fn migrations_are_files_and_promoted(dir: &Path) {
     let design: consort::actors::DesignBundle = serde_json::from_str(
-        &std::fs::read_to_string(dir.join(consort::actors::DESIGN_FILE)).expect("design"),
+        &std::fs::read_to_string(
+            consort::project::Project::open(dir)
+                .expect("project")
+                .design_path(),
+        )
+        .expect("design"),
     )
     .expect("design JSON");
     let plan = &design.schema.migrations;
@@ -212,7 +217,12 @@ fn the_example_runs_to_the_end_with_approve_as_and_stops_without_it() {
         out.contains("summary") && out.contains("branches:") && out.contains("ledger:"),
         "{out}"
     );
-    let ledger = std::fs::read_to_string(done.join(".consort/ledger.jsonl")).expect("ledger");
+    let ledger = std::fs::read_to_string(
+        consort::project::Project::open(&done)
+            .expect("project")
+            .ledger_path(),
+    )
+    .expect("ledger");
     assert!(
         ledger.contains("\"approver\":\"ada\""),
         "the ledger records who approved"
@@ -250,7 +260,9 @@ fn bad_configuration_is_a_usage_error_naming_the_key() {
 // ---------- one run per project ----------
 
 fn ledger_path(dir: &Path) -> PathBuf {
-    dir.join(".consort/ledger.jsonl")
+    consort::project::Project::open(dir)
+        .expect("project")
+        .ledger_path()
 }
 
 fn lock_path(dir: &Path) -> PathBuf {
@@ -482,8 +494,13 @@ fn a_second_run_is_refused_while_the_first_holds_the_project() {
         "the first run let go of the lock"
     );
     // The command agent's run left its transcript with the run's files.
-    let transcript = std::fs::read_to_string(dir.join(".consort/transcripts/stories-0.txt"))
-        .expect("the command agent's transcript");
+    let transcript = std::fs::read_to_string(
+        consort::project::Project::open(dir)
+            .expect("project")
+            .transcript_dir()
+            .join("stories-0.txt"),
+    )
+    .expect("the command agent's transcript");
     assert!(
         transcript.contains("outcome: exit code 0") && transcript.contains("\"kind\""),
         "{transcript}"

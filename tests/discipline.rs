@@ -1619,6 +1619,7 @@ impl Wired {
         Wiring {
             config: conductor_config(case),
             feature: Some(feature()),
+            inherited: Default::default(),
             roles,
             lakebase: Arc::new(self.lakebase.clone()) as Arc<dyn LakebaseEndpoint>,
             approver: Arc::new(ApproveAs { name: "ada".into() }),

@@ -48,7 +48,12 @@ fn the_python_service_example_runs_to_done_with_per_test_results_and_commits() {
     assert!(said.contains("2 of 2 green"), "{said}");
     let items = std::fs::read_to_string(dir.join("app/items.py")).expect("the service");
     assert!(items.contains("def item_total"), "{items}");
-    let ledger = std::fs::read_to_string(dir.join(".consort/ledger.jsonl")).expect("ledger");
+    let ledger = std::fs::read_to_string(
+        consort::project::Project::open(&dir)
+            .expect("project")
+            .ledger_path(),
+    )
+    .expect("ledger");
     assert!(
         ledger.contains("tests.test_t1_add_item::test_add_item_stores_exactly_that_item"),
         "the JUnit report names each test"

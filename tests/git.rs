@@ -70,7 +70,11 @@ fn run_commits(dir: &Path) -> Vec<Commit> {
 }
 
 fn ledger_events(dir: &Path) -> Vec<Event> {
-    consort_testkit::ledger::events(&dir.join(".consort/ledger.jsonl"))
+    consort_testkit::ledger::events(
+        &consort::project::Project::open(dir)
+            .expect("project")
+            .ledger_path(),
+    )
 }
 
 #[test]
@@ -208,7 +212,10 @@ fn a_dirty_tree_is_refused_unless_allowed_and_a_resumed_run_stays_on_its_branch(
         text(&o)
     );
     assert!(
-        !dir.join(".consort/ledger.jsonl").exists(),
+        !consort::project::Project::open(dir)
+            .expect("project")
+            .ledger_path()
+            .exists(),
         "nothing started"
     );
     assert_eq!(

@@ -178,7 +178,13 @@ fn assert_tools_used(dir: &Path, seen: &[Seen], ledger: &str) {
     );
     for t in kept {
         let name = t["path"].as_str().expect("transcript name");
-        let bytes = std::fs::read(dir.join(".consort/transcripts").join(name)).expect("transcript");
+        let bytes = std::fs::read(
+            consort::project::Project::open(dir)
+                .expect("project")
+                .transcript_dir()
+                .join(name),
+        )
+        .expect("transcript");
         let hash = consort::actors::ContentHash::of_bytes(&bytes).to_hex();
         assert_eq!(t["hash"].as_str(), Some(hash.as_str()), "{name}");
         let text = String::from_utf8_lossy(&bytes);
@@ -239,7 +245,12 @@ fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
         chars <= 460_000,
         "the run sent {chars} characters of prompt, more than 40 % of the 1,151,933 sent before the context packs"
     );
-    let ledger = std::fs::read_to_string(dir.join(".consort/ledger.jsonl")).expect("ledger");
+    let ledger = std::fs::read_to_string(
+        consort::project::Project::open(&dir)
+            .expect("project")
+            .ledger_path(),
+    )
+    .expect("ledger");
     assert!(
         !text.contains(KEY),
         "the API key appears in the output or logs"

@@ -72,7 +72,12 @@ fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
         !dir.join("junit.xml").exists(),
         "the JUnit report went to the run's report directory"
     );
-    let ledger = std::fs::read_to_string(dir.join(".consort/ledger.jsonl")).expect("ledger");
+    let ledger = std::fs::read_to_string(
+        consort::project::Project::open(dir)
+            .expect("project")
+            .ledger_path(),
+    )
+    .expect("ledger");
     let receipts = ledger.matches("\"verify-completed\"").count();
     let confined = ledger.matches("\"landlock\"").count();
     assert!(

@@ -173,7 +173,9 @@ fn new_project(dir: &Path, config: Option<&str>) -> Result<(), String> {
 }
 
 fn ledger_path(dir: &Path) -> PathBuf {
-    dir.join(".consort/ledger.jsonl")
+    consort::project::Project::open(dir)
+        .expect("project")
+        .ledger_path()
 }
 
 /// The figures of the summary line, and every failure found on the way.
@@ -286,6 +288,8 @@ mod crash {
     pub(crate) fn essentials(state: &State, dir: &Path) -> Result<Value, String> {
         let work = ctx(WorkTree::open(dir), "open the work tree")?;
         let files = ctx(work.file_hashes(), "hash the work tree")?;
+        let project = ctx(Project::open(dir), "open the project")?;
+        let design_file = project.feature_entry().design_file();
         Ok(json!({
             "phase": state.phase(),
             "status": state.status,
@@ -313,7 +317,7 @@ mod crash {
             "next_request": state.next_request,
             "next_assignment": state.next_assignment,
             "work_tree": files,
-            "design_on_disk": design_hash_on_disk(&work),
+            "design_on_disk": design_hash_on_disk(&work, &design_file),
         }))
     }
 

@@ -184,15 +184,19 @@ fn set_retries(dir: &Path, n: u32) {
 
 /// The change sets the Driver produced, in ledger order.
 fn driver_answers(dir: &Path) -> Vec<Artifact> {
-    consort_testkit::ledger::events(&dir.join(".consort/ledger.jsonl"))
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Produced {
-                author, artifact, ..
-            } if author.role == Role::Driver => Some(artifact),
-            _ => None,
-        })
-        .collect()
+    consort_testkit::ledger::events(
+        &consort::project::Project::open(dir)
+            .expect("project")
+            .ledger_path(),
+    )
+    .into_iter()
+    .filter_map(|e| match e {
+        Event::Produced {
+            author, artifact, ..
+        } if author.role == Role::Driver => Some(artifact),
+        _ => None,
+    })
+    .collect()
 }
 
 fn approve_design(dir: &Path) {

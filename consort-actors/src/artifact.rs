@@ -625,6 +625,8 @@ pub enum VerdictReason {
     BudgetExceeded,
     /// A human rejected a gate.
     GateRejected,
+    /// A change would alter a test an earlier feature accepted: only a human may retire it.
+    EarlierTestContradicted,
 }
 
 /// Infrastructure faults that stop a run.

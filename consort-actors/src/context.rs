@@ -123,6 +123,10 @@ pub fn artifacts(state: &State, step: &Step) -> AssignmentInputs {
         } else {
             Vec::new()
         },
+        earlier_migrations: match step {
+            Step::Schema => state.inherited.migrations.clone(),
+            _ => Vec::new(),
+        },
         ..AssignmentInputs::default()
     }
 }

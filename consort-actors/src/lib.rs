@@ -25,6 +25,7 @@
 //!         title: "Stock levels".into(),
 //!         body: "Show the stock of every product per warehouse.".into(),
 //!     },
+//!     inherited: Default::default(),
 //! };
 //! let (state, commands) = machine.step(&State::default(), &start).expect("a run starts");
 //! let Some(Command::Assign { id, role, step, .. }) = commands.first() else {
@@ -90,6 +91,7 @@ mod machine;
 mod migration_files;
 mod paths;
 mod protocol;
+mod regression;
 mod role;
 mod sorted_json;
 mod step;
@@ -113,7 +115,8 @@ pub use conductor::{
     APPLY_JOURNAL, AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle,
     ConductorMsg, ConductorState, DESIGN_FILE, DirectLakebase, DirectRole, LakebaseEndpoint,
     Progress, RoleEndpoint, RunOutcome, RunReport, SupervisedLakebase, SupervisedRole, Wiring,
-    design_hash_on_disk, gate_summary, record_gate_decision, record_human_decision, replay_ledger,
+    design_hash_on_disk, gate_summary, record_gate_decision, record_human_decision,
+    record_retirement, replay_ledger,
 };
 pub use gate::{ApproveAs, Approver, BoxFuture, GateRequest, StopAtGates};
 pub use hash::{ContentHash, ParseHashError, canonical_json, normalise_newlines};
@@ -141,6 +144,7 @@ pub use protocol::{
     LakebaseMsg, NotIncluded, NotListed, Omission, Produced, PromoteReport, PromoteRequest,
     RoleMsg, RoleReply, TranscriptRef, Usage, VerifyPurpose, VerifyRequest, WriteRules,
 };
+pub use regression::{EarlierMigration, EarlierTest, Inherited, Retirement};
 pub use role::{ActorId, Role, UnknownRole};
 pub use step::{ParseStepError, Step};
 pub use supervision::{

@@ -68,6 +68,10 @@ pub struct AssignmentInputs {
     /// review judges, and what a repair round tried before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<Arc<crate::artifact::ChangeSet>>,
+    /// For the schema plan: the migrations the project's earlier features promoted, which
+    /// the plan builds on (its versions come after theirs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_migrations: Vec<crate::regression::EarlierMigration>,
 }
 
 /// A work-tree file an assignment lists but does not carry.
@@ -133,6 +137,10 @@ pub struct WriteRules {
     /// Test files accepted in RED: frozen, no agent may change them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frozen_tests: Vec<String>,
+    /// The tests earlier features of the project accepted, the regression suite: frozen too,
+    /// and a change to one halts the run until a human retires it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_tests: Vec<crate::regression::EarlierTest>,
 }
 
 /// One unit of work for one role.

@@ -356,6 +356,7 @@ mod tests {
             summary: String::new(),
             paths: policy.rules(),
             frozen_tests: vec![],
+            earlier_tests: vec![],
         });
         let mine = check_artifact(&a, &Artifact::TestList(list.clone())).expect_err("refused");
         let machine =

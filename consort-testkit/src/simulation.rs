@@ -208,7 +208,10 @@ impl Simulation {
 
     /// Drives the whole lifecycle to `Done` and returns every event fed, in order.
     pub fn run(mut self) -> (Vec<Event>, State) {
-        self.feed(Event::Start { feature: feature() });
+        self.feed(Event::Start {
+            feature: feature(),
+            inherited: Default::default(),
+        });
         while self.state.status == RunStatus::Running {
             let cmd = self.state.pending_command().expect("a pending command");
             let e = self.answer(cmd);

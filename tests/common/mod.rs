@@ -30,6 +30,15 @@ pub(crate) fn assert_exit(o: &Output, code: i32, what: &str) {
     assert_eq!(o.status.code(), Some(code), "{what}: {}", text(o));
 }
 
+/// Writes `files` (path, content) under `dir`, making the directories they need.
+pub(crate) fn write(dir: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        let full = dir.join(path);
+        std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
+        std::fs::write(full, content).expect("write");
+    }
+}
+
 /// `--dir DIR`, as arguments.
 pub(crate) fn dir_arg(dir: &Path) -> [&std::ffi::OsStr; 2] {
     ["--dir".as_ref(), dir.as_os_str()]
@@ -55,7 +64,9 @@ pub(crate) fn run_and_kill_after(dir: &Path, verified: usize) {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let ledger = dir.join(".consort/ledger.jsonl");
+    let ledger = consort::project::Project::open(dir)
+        .expect("project")
+        .ledger_path();
     let start = Instant::now();
     while std::fs::read_to_string(&ledger)
         .unwrap_or_default()

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use crate::artifact::{Migration, SchemaPlan};
 use crate::hash::ContentHash;
 use crate::migration_files::{MigrationFiles, version_order};
+use crate::regression::EarlierMigration;
 use crate::worktree::WorkTree;
 
 use super::{ConductorError, write_file};
@@ -62,16 +63,20 @@ pub(super) fn observe(
 /// project's existing migrations first (when [`MigrationFiles::apply_existing`], and for the
 /// promotion [`MigrationFiles::promote_existing`]), then each of `requested` (the design's, as
 /// the machine asked for them) from its file, which must hold exactly the design's SQL.
+///
+/// A file an earlier feature of the project wrote is its migration, under the version that
+/// feature's design gave it (so a database that has it records it as applied already); it
+/// must still hold that migration's SQL.
 pub(super) fn from_disk(
     work: &WorkTree,
-    files: &MigrationFiles,
+    (files, earlier): (&MigrationFiles, &[EarlierMigration]),
     plan: &SchemaPlan,
     (requested, promote): (&[Migration], bool),
 ) -> Result<Vec<Migration>, ConductorError> {
     let planned = files.planned(plan);
     let with_existing = files.apply_existing && (!promote || files.promote_existing);
     let mut out = if with_existing {
-        existing(work, files, &planned)?
+        existing(work, files, &planned, earlier)?
     } else {
         Vec::new()
     };
@@ -90,7 +95,7 @@ pub(super) fn from_disk(
         if Migration::checksum_of(&sql) != want.checksum() {
             return Err(problem(
                 path,
-                "no longer holds the approved migration; put it back (its SQL is in .consort/design.json)",
+                "no longer holds the approved migration; put it back (its SQL is in the frozen design, design.json in the feature's record under .consort/)",
             ));
         }
         out.push(Migration {
@@ -107,6 +112,7 @@ fn existing(
     work: &WorkTree,
     files: &MigrationFiles,
     planned: &[(String, &Migration)],
+    earlier: &[EarlierMigration],
 ) -> Result<Vec<Migration>, ConductorError> {
     let dir = work.root().join(&files.dir);
     let entries = match std::fs::read_dir(&dir) {
@@ -139,6 +145,21 @@ fn existing(
                 .read(&path)
                 .map_err(|e| problem(&path, &e))?
                 .ok_or_else(|| problem(&path, "disappeared while it was read"))?;
+            if let Some(e) = earlier.iter().find(|e| e.path.as_deref() == Some(&path)) {
+                if Migration::checksum_of(&sql) != e.migration.checksum() {
+                    return Err(problem(
+                        &path,
+                        &format!(
+                            "no longer holds feature {}'s migration {}; put it back",
+                            e.feature, e.migration.version
+                        ),
+                    ));
+                }
+                return Ok(Migration {
+                    sql,
+                    ..e.migration.clone()
+                });
+            }
             let version = name.trim_end_matches(".sql").trim_end_matches(".up");
             Ok(Migration {
                 version: version.to_string(),

@@ -44,9 +44,11 @@ pub use endpoints::{
     DirectLakebase, DirectRole, LakebaseEndpoint, RoleEndpoint, SupervisedLakebase, SupervisedRole,
 };
 
-/// Where the frozen design is written, relative to the work tree.
+/// Where the frozen design is written, relative to the work tree, by a conductor with the
+/// default [`ConductorConfig::record_dir`].
 pub const DESIGN_FILE: &str = ".consort/design.json";
-/// Where the undo of an in-flight change set is journaled, relative to the work tree.
+/// Where the undo of an in-flight change set is journaled, relative to the work tree, by a
+/// conductor with the default [`ConductorConfig::record_dir`].
 pub const APPLY_JOURNAL: &str = ".consort/apply-journal.json";
 
 /// Timeouts, bounds and paths of a conductor.
@@ -56,6 +58,10 @@ pub struct ConductorConfig {
     pub work_tree: PathBuf,
     /// The ledger file (default `<work tree>/.consort/ledger.jsonl`).
     pub ledger_path: PathBuf,
+    /// Where the frozen design (`design.json`) and the apply journal (`apply-journal.json`)
+    /// are kept, relative to the work tree and inside Consort's state directory (default
+    /// `.consort`; a project's feature keeps its own, `.consort/features/<id>`).
+    pub record_dir: String,
     /// The machine's bounds and path rules.
     pub machine: MachineConfig,
     /// Deadline of one agent step (per attempt).
@@ -93,11 +99,22 @@ pub trait AppendObserver: Send + Sync + std::fmt::Debug {
 }
 
 impl ConductorConfig {
+    /// The frozen design file, relative to the work tree.
+    pub fn design_file(&self) -> String {
+        format!("{}/design.json", self.record_dir)
+    }
+
+    /// The apply journal, relative to the work tree.
+    pub fn apply_journal(&self) -> String {
+        format!("{}/apply-journal.json", self.record_dir)
+    }
+
     /// Defaults for a work tree: ledger in `.consort/`, 10-minute steps and verifications.
     pub fn new(work_tree: impl Into<PathBuf>) -> Self {
         let work_tree = work_tree.into();
         ConductorConfig {
             ledger_path: work_tree.join(crate::ledger::DEFAULT_LEDGER_PATH),
+            record_dir: crate::paths::STATE_DIR.to_string(),
             work_tree,
             machine: MachineConfig::default(),
             step_timeout: Duration::from_secs(600),
@@ -119,6 +136,8 @@ pub struct Wiring {
     pub config: ConductorConfig,
     /// The feature request, for a new run (ignored when the ledger already has a run).
     pub feature: Option<FeatureRequest>,
+    /// What the project's earlier features leave to a new run (recorded in its start).
+    pub inherited: crate::regression::Inherited,
     /// One endpoint per role.
     pub roles: BTreeMap<Role, Arc<dyn RoleEndpoint>>,
     /// The Lakebase side.
@@ -342,32 +361,48 @@ pub fn record_human_decision(
     decision: crate::machine::HumanDecision,
     by: &str,
 ) -> Result<(), ConductorError> {
-    let mut ledger = Ledger::<Event>::open(path)?;
-    let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
     let event = Event::Human {
         decision,
         by: by.to_string(),
     };
+    record_offline(path, machine, event)
+}
+
+/// Records a human's retirement of an earlier feature's test in the ledger of a run that no
+/// process is driving (see [`crate::Retirement`]); one the machine refuses (the test is not
+/// inherited, or is retired already; the run is not started or is over) is not recorded.
+pub fn record_retirement(
+    path: &Path,
+    machine: &Machine,
+    retirement: crate::regression::Retirement,
+) -> Result<(), ConductorError> {
+    record_offline(path, machine, Event::Retired { retirement })
+}
+
+/// Appends a human's `event` to the ledger at `path` when the machine accepts it there.
+fn record_offline(path: &Path, machine: &Machine, event: Event) -> Result<(), ConductorError> {
+    let mut ledger = Ledger::<Event>::open(path)?;
+    let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
     match machine.step(&state, &event) {
         Ok(_) => {
             ledger.append(&event)?;
             Ok(())
         }
         Err(crate::machine::RuleViolation::NotHalted) => Err(ConductorError::Gate(format!(
-            "refused: the run is not halted (phase: {:?})",
+            "refused: the run is not halted (phase: {})",
             state.phase()
         ))),
         Err(violation) => Err(ConductorError::Gate(format!(
-            "refused: {violation} (phase: {:?})",
+            "refused: {violation} (phase: {})",
             state.phase()
         ))),
     }
 }
 
-/// The hash of the design file on disk, as the machine compares it (None: missing or not a
-/// design bundle).
-pub fn design_hash_on_disk(work: &WorkTree) -> Option<ContentHash> {
-    let text = work.read(DESIGN_FILE).ok()??;
+/// The hash of the design file on disk (`design_file`, relative to the work tree), as the
+/// machine compares it (None: missing or not a design bundle).
+pub fn design_hash_on_disk(work: &WorkTree, design_file: &str) -> Option<ContentHash> {
+    let text = work.read(design_file).ok()??;
     let bundle: DesignBundle = serde_json::from_str(&text).ok()?;
     Some(bundle.hash())
 }
@@ -540,7 +575,10 @@ impl Actor for Conductor {
                 if st.ledger.is_empty()
                     && st.appended == 0
                     && let Some(feature) = st.wiring.feature.clone()
-                    && let Err(e) = st.feed(Event::Start { feature })
+                    && let Err(e) = st.feed(Event::Start {
+                        feature,
+                        inherited: st.wiring.inherited.clone(),
+                    })
                 {
                     st.finish_err(e);
                     return Ok(());
@@ -594,7 +632,8 @@ impl ConductorState {
                 if let Event::Applied { .. } = &event {
                     // The undo is in the ledger and accepted; the journal has done its job. (A
                     // refused `Applied` keeps it: a retry re-applies with the recorded undo.)
-                    let _ = std::fs::remove_file(self.work.root().join(APPLY_JOURNAL));
+                    let journal = self.wiring.config.apply_journal();
+                    let _ = std::fs::remove_file(self.work.root().join(journal));
                 }
             }
             Err(violation) => {
@@ -785,7 +824,7 @@ impl ConductorState {
             _ => BTreeMap::new(),
         };
         Ok(Event::Observed {
-            design_hash: design_hash_on_disk(&self.work),
+            design_hash: design_hash_on_disk(&self.work, &self.wiring.config.design_file()),
             tests: self.test_hashes()?,
             migrations,
         })
@@ -807,9 +846,14 @@ impl ConductorState {
         promote: bool,
     ) -> Result<Vec<Migration>, ConductorError> {
         match self.migration_files() {
-            Some((files, plan)) => {
-                blocking(|| migrations::from_disk(&self.work, files, plan, (&requested, promote)))
-            }
+            Some((files, plan)) => blocking(|| {
+                migrations::from_disk(
+                    &self.work,
+                    (files, &self.state.inherited.migrations),
+                    plan,
+                    (&requested, promote),
+                )
+            }),
             None => Ok(requested),
         }
     }
@@ -841,7 +885,7 @@ impl ConductorState {
         let set_hash = ContentHash::of(set);
         let journaled: Option<ChangeSet> = self
             .work
-            .read(APPLY_JOURNAL)
+            .read(&self.wiring.config.apply_journal())
             .ok()
             .flatten()
             .and_then(|t| serde_json::from_str::<(ContentHash, ChangeSet)>(&t).ok())
@@ -874,7 +918,8 @@ impl ConductorState {
                         source,
                     }
                 })?;
-                write_journal(self.work.root(), &journal)?;
+                let path = self.wiring.config.apply_journal();
+                write_journal(self.work.root(), &path, &journal)?;
                 inverse
             }
         };
@@ -915,13 +960,14 @@ impl ConductorState {
     fn restore(&self, undo: Option<&ChangeSet>) -> Result<(), ConductorError> {
         if let Some(undo) = undo {
             self.work.apply(undo)?;
-            match std::fs::remove_file(self.work.root().join(APPLY_JOURNAL)) {
+            let journal = self.wiring.config.apply_journal();
+            match std::fs::remove_file(self.work.root().join(&journal)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
                     return Err(WorkTreeError::Io {
                         op: "remove",
-                        path: APPLY_JOURNAL.into(),
+                        path: journal,
                         source,
                     }
                     .into());
@@ -1045,6 +1091,7 @@ impl ConductorState {
 
     /// What the role of `step` may write, in a sentence and as the machine's path rules.
     fn write_rules(&self, step: &Step) -> WriteRules {
+        let inherited = &self.state.inherited;
         let policy = &self.wiring.config.machine.paths;
         let tests = policy.test_globs().join(", ");
         let summary = match step {
@@ -1052,7 +1099,7 @@ impl ConductorState {
                 "You write no files. Every test-list path must be a test path ({tests}) that the runner collects."
             ),
             Step::Red { .. } => format!(
-                "Only new test files ({tests}); you must write the entry's test file. Never a frozen test or a harness path."
+                "Only new test files ({tests}); you must write the entry's test file. Never a frozen test or a harness path. The earlier features' tests (earlier_tests) are the regression suite: they must keep passing, and changing one halts the run until a human retires it."
             ),
             Step::Review { .. } => "You write no files: you judge the changes.".to_string(),
             _ => format!("Code only: no test path ({tests}), no harness path, no frozen test."),
@@ -1061,8 +1108,21 @@ impl ConductorState {
             summary,
             paths: policy.rules(),
             // The Driver may write no test path at all; only RED needs the frozen ones named.
+            // An earlier feature's test is named as such: the machine, not the agent's own
+            // check, refuses a change to it, since that refusal halts for a human.
             frozen_tests: match step {
-                Step::Red { .. } => self.state.build.frozen_tests.keys().cloned().collect(),
+                Step::Red { .. } => self
+                    .state
+                    .build
+                    .frozen_tests
+                    .keys()
+                    .filter(|p| inherited.owner(p, &self.state.retired).is_none())
+                    .cloned()
+                    .collect(),
+                _ => Vec::new(),
+            },
+            earlier_tests: match step {
+                Step::Red { .. } => inherited.live(&self.state.retired).cloned().collect(),
                 _ => Vec::new(),
             },
         }
@@ -1155,7 +1215,8 @@ impl ConductorState {
                     source,
                 }
             })?;
-            blocking(|| write_file(self.work.root(), DESIGN_FILE, &text))?;
+            let design_file = self.wiring.config.design_file();
+            blocking(|| write_file(self.work.root(), &design_file, &text))?;
             if let Some((files, plan)) = self.migration_files() {
                 blocking(|| migrations::write_frozen(&self.work, files, plan))?;
             }
@@ -1248,6 +1309,6 @@ pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-fn write_journal(root: &Path, text: &str) -> Result<(), ConductorError> {
-    write_file(root, APPLY_JOURNAL, text)
+fn write_journal(root: &Path, journal: &str, text: &str) -> Result<(), ConductorError> {
+    write_file(root, journal, text)
 }

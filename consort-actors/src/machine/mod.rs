@@ -36,6 +36,7 @@ use crate::paths::{PathError, PathPolicy};
 use crate::protocol::{
     AgentFailure, AssignmentId, InfraError, PromoteReport, Usage, VerifyPurpose,
 };
+use crate::regression::{Inherited, Retirement};
 use crate::role::{ActorId, Role};
 use crate::step::Step;
 
@@ -87,6 +88,10 @@ pub enum Event {
     Start {
         /// The request.
         feature: FeatureRequest,
+        /// What the project's earlier features leave to this one (omitted when nothing, as in
+        /// a project's first feature and in ledgers written before backlogs existed).
+        #[serde(default, skip_serializing_if = "Inherited::is_empty")]
+        inherited: Inherited,
     },
     /// An agent answered an assignment.
     Produced {
@@ -199,6 +204,12 @@ pub enum Event {
         /// Why.
         error: InfraError,
     },
+    /// A human retired an earlier feature's test: from now on it is not part of this
+    /// feature's regression suite, and a RED may replace its file.
+    Retired {
+        /// The decision.
+        retirement: Retirement,
+    },
     /// A human decided what to do about a halt (retry or stop), or stopped a run that is not
     /// halted (interrupted, or waiting at a gate).
     Human {
@@ -239,6 +250,7 @@ impl Event {
             Event::Gate { .. } => "gate",
             Event::Promoted { .. } => "promoted",
             Event::PromoteFailed { .. } => "promote-failed",
+            Event::Retired { .. } => "retired",
             Event::Human { .. } => "human",
         }
     }
@@ -527,6 +539,12 @@ pub struct State {
     pub approvals: Vec<GateApproval>,
     /// The promotion report, once promoted.
     pub promotion: Option<PromoteReport>,
+    /// What the project's earlier features left to this one (see [`Inherited`]).
+    #[serde(default)]
+    pub inherited: Arc<Inherited>,
+    /// The earlier tests a human retired, in order.
+    #[serde(default)]
+    pub retired: Vec<Retirement>,
     /// Authors of every accepted artifact, by step key (shared, so that a step's copy of the
     /// state does not copy the names).
     pub authors: Vec<Arc<(String, ActorId)>>,

@@ -112,6 +112,35 @@ pub enum RuleViolation {
         /// The path.
         path: String,
     },
+    /// A change would alter a test an earlier feature of the project accepted: part of this
+    /// feature's regression suite, it is frozen for every agent.
+    #[error(
+        "{path} holds test {test} of the earlier feature {feature}, part of the regression suite: it may not be changed or deleted (a human may retire it with `consort test retire {feature}/{test}`)"
+    )]
+    EarlierTestFrozen {
+        /// The file.
+        path: String,
+        /// The feature that accepted the test.
+        feature: String,
+        /// The test's id in that feature's test list.
+        test: String,
+    },
+    /// A retirement names no test this feature inherited.
+    #[error("{feature}/{test} is not a test this feature inherited from an earlier feature")]
+    NotAnEarlierTest {
+        /// The feature named.
+        feature: String,
+        /// The test named.
+        test: String,
+    },
+    /// A retirement names a test that is already retired.
+    #[error("{feature}/{test} is already retired")]
+    AlreadyRetired {
+        /// The feature named.
+        feature: String,
+        /// The test named.
+        test: String,
+    },
     /// A RED change set touches a path that is not a test path.
     #[error("RED may only write test paths; {path} is not one")]
     NonTestInRed {
@@ -187,7 +216,7 @@ pub enum RuleViolation {
     },
     /// A migration file of the frozen design was changed or removed on disk.
     #[error(
-        "the frozen migration {path} was changed or removed on disk; the approved design is the only source of migrations (its SQL is in .consort/design.json)"
+        "the frozen migration {path} was changed or removed on disk; the approved design is the only source of migrations (its SQL is in the frozen design, design.json in the feature's record under .consort/)"
     )]
     MigrationFileChanged {
         /// The file, relative to the work tree.
@@ -259,6 +288,8 @@ impl RuleViolation {
             | GateHashMismatch { .. }
             | GateNotApproved { .. }
             | NotHalted
+            | NotAnEarlierTest { .. }
+            | AlreadyRetired { .. }
             | Finished => Remedy::Ignore,
             WrongRole { .. }
             | WrongArtifactKind { .. }
@@ -281,6 +312,7 @@ impl RuleViolation {
             | ReviewerIsAuthor { .. }
             | DesignHashMismatch { .. }
             | MigrationFileChanged { .. }
+            | EarlierTestFrozen { .. }
             | PromoteUnverified { .. }
             | Invariant { .. } => Remedy::Halt,
         }
@@ -393,6 +425,40 @@ pub fn check_schema(plan: &SchemaPlan, stories: &Stories) -> Result<(), RuleViol
                 m.version, m.story_id
             )
         })?;
+    }
+    Ok(())
+}
+
+/// A later feature's plan builds on the migrations earlier features promoted: each of its
+/// versions comes after every earlier one, and none of its files is an earlier feature's.
+pub(super) fn check_builds_on(
+    plan: &SchemaPlan,
+    earlier: &[crate::regression::EarlierMigration],
+    files: Option<&crate::migration_files::MigrationFiles>,
+) -> Result<(), RuleViolation> {
+    let Some(last) = earlier
+        .iter()
+        .max_by(|a, b| a.migration.version.cmp(&b.migration.version))
+    else {
+        return Ok(());
+    };
+    for m in &plan.migrations {
+        require(m.version > last.migration.version, || {
+            format!(
+                "migration {} must come after the earlier features' migrations (the last is {} of {}); choose a later version",
+                m.version, last.migration.version, last.feature
+            )
+        })?;
+    }
+    if let Some(files) = files {
+        for (path, m) in files.planned(plan) {
+            if let Some(e) = earlier.iter().find(|e| e.path.as_deref() == Some(&path)) {
+                return Err(invalid(format!(
+                    "migration {} would be written to {path}, the file of {}'s migration {}; choose another version",
+                    m.version, e.feature, e.migration.version
+                )));
+            }
+        }
     }
     Ok(())
 }

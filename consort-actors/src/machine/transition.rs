@@ -54,7 +54,7 @@ fn out_of_order(expected: &str, event: &Event) -> RuleViolation {
 
 fn idle(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
     match event {
-        Event::Start { feature } => {
+        Event::Start { feature, inherited } => {
             if feature.id.trim().is_empty() || feature.title.trim().is_empty() {
                 return Err(RuleViolation::InvalidArtifact {
                     detail: "the feature request needs an id and a title".into(),
@@ -63,6 +63,7 @@ fn idle(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             let mut s = state.clone();
             s.status = RunStatus::Running;
             s.feature = Some(Arc::new(feature.clone()));
+            s.inherited = Arc::new(inherited.clone());
             advance(cfg, s, Done::Started)
         }
         Event::Refused { .. } => Ok((state.clone(), Vec::new())),
@@ -96,6 +97,7 @@ fn halted(state: &State, event: &Event) -> Outcome {
             let next = refresh(&mut s, (**resume).clone());
             Ok(go(s, next))
         }
+        Event::Retired { retirement } => retire(state, retirement),
         Event::Refused { .. } => Ok((state.clone(), Vec::new())),
         _ => Err(out_of_order("a human decision on the halt", event)),
     }
@@ -107,6 +109,31 @@ fn stopped(state: &State) -> (State, Vec<Command>) {
     s.status = RunStatus::Stopped;
     s.pending = None;
     (s, vec![Command::Finish])
+}
+
+/// A human retired an earlier feature's test: it leaves the regression suite, and its file is
+/// no longer frozen once no test in force shares it. Nothing else changes; the run goes on (or
+/// stays halted) exactly where it was.
+fn retire(state: &State, retirement: &crate::regression::Retirement) -> Outcome {
+    let (feature, test) = (&retirement.feature, &retirement.test);
+    let Some(earlier) = state.inherited.find(feature, test) else {
+        return Err(RuleViolation::NotAnEarlierTest {
+            feature: feature.clone(),
+            test: test.clone(),
+        });
+    };
+    if state.retired.iter().any(|r| r.retires(earlier)) {
+        return Err(RuleViolation::AlreadyRetired {
+            feature: feature.clone(),
+            test: test.clone(),
+        });
+    }
+    let mut s = state.clone();
+    s.retired.push(retirement.clone());
+    if s.inherited.released(&earlier.path, &s.retired) {
+        s.build.frozen_tests.remove(&earlier.path);
+    }
+    Ok((s, Vec::new()))
 }
 
 /// Gives a resumed pending item fresh ids (an agent retry is a new assignment, attempt 0).
@@ -146,6 +173,7 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             decision: HumanDecision::Stop,
             ..
         } => return Ok(stopped(state)),
+        Event::Retired { retirement } => return retire(state, retirement),
         _ => {}
     }
     if let Pending::Gate { gate, hash } = &pending {
@@ -311,14 +339,36 @@ fn observed(
     }
     check_migration_files(cfg, state, migrations)?;
     if is_first_build_observation(state, &then) {
+        inherited_as_frozen(state, tests)?;
         // The project's own tests, there before the run: frozen like an accepted RED's, so no
         // agent changes them and every later run must keep them passing.
         let mut s = state.clone();
-        s.build.frozen_tests = tests.clone();
+        s.build.frozen_tests = tests
+            .iter()
+            .filter(|(path, _)| !s.inherited.released(path, &s.retired))
+            .map(|(path, hash)| (path.clone(), *hash))
+            .collect();
         return Ok(go(s, then));
     }
     check_tests_on_disk(&state.build.frozen_tests, tests)?;
     Ok(go(state.clone(), then))
+}
+
+/// When the build lane opens, every earlier feature's test in force must be on disk exactly as
+/// that feature froze it: changed by hand in between, it is refused as the earlier feature's.
+fn inherited_as_frozen(state: &State, tests: &FileHashes) -> Result<(), RuleViolation> {
+    for t in state.inherited.live(&state.retired) {
+        if let Some(hash) = t.hash
+            && tests.get(&t.path) != Some(&hash)
+        {
+            return Err(RuleViolation::EarlierTestFrozen {
+                path: t.path.clone(),
+                feature: t.feature.clone(),
+                test: t.test.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Whether this observation opens the build lane: before the first RED, with no test frozen
@@ -489,11 +539,19 @@ pub(super) fn red_fails_for(
             return Err(RuleViolation::RedTestNotRun { test: focus });
         }
     }
-    let broken: Vec<String> = names
+    // Every other test must pass: each expected one, and any other the run reported (the
+    // project's own tests, the earlier features' regression suite).
+    let mut broken: Vec<String> = names
         .iter()
         .filter(|n| **n != focus && receipt.status_of(n) != Some(TestStatus::Passed))
         .cloned()
         .collect();
+    for o in &receipt.outcomes {
+        let failed = matches!(o.status, TestStatus::Failed | TestStatus::Errored);
+        if failed && o.name != focus && !broken.contains(&o.name) {
+            broken.push(o.name.clone());
+        }
+    }
     if !broken.is_empty() {
         return Err(RuleViolation::RedBrokeGreenTest { tests: broken });
     }
@@ -642,6 +700,11 @@ fn accept_design(
         },
         (Step::Schema, Artifact::SchemaPlan(plan)) => {
             check_schema(plan, stories()?.as_ref())?;
+            super::rules::check_builds_on(
+                plan,
+                &s.inherited.migrations,
+                cfg.migration_files.as_ref(),
+            )?;
             s.schema = Some(Arc::new(plan.clone()));
             Done::Schema
         }
@@ -669,7 +732,7 @@ fn accept_change_set(
     author: &ActorId,
     set: &ChangeSet,
 ) -> Result<Done, RuleViolation> {
-    let change_set = check_change_set(set, writer(s, step)?, &cfg.paths, &s.build.frozen_tests)?;
+    let change_set = checked_writes(cfg, s, step, set)?;
     if !matches!(step, Step::Red { .. }) && !s.build.code_authors.contains(author) {
         s.build.code_authors.push(author.clone());
     }
@@ -863,6 +926,29 @@ pub(super) fn writer<'a>(s: &'a State, step: &Step) -> Result<Writer<'a>, RuleVi
     })
 }
 
+/// [`check_change_set`] for the writer of `step`, with the frozen tests; a frozen file that an
+/// earlier feature's test in force owns is refused as that test's (which halts: only a human
+/// may retire it).
+fn checked_writes(
+    cfg: &MachineConfig,
+    s: &State,
+    step: &Step,
+    set: &ChangeSet,
+) -> Result<ChangeSet, RuleViolation> {
+    check_change_set(set, writer(s, step)?, &cfg.paths, &s.build.frozen_tests).map_err(|v| match &v
+    {
+        RuleViolation::FrozenTestModified { path } => match s.inherited.owner(path, &s.retired) {
+            Some(t) => RuleViolation::EarlierTestFrozen {
+                path: path.clone(),
+                feature: t.feature.clone(),
+                test: t.test.clone(),
+            },
+            None => v,
+        },
+        _ => v,
+    })
+}
+
 pub(super) fn check_resolved(
     cfg: &MachineConfig,
     state: &State,
@@ -870,12 +956,7 @@ pub(super) fn check_resolved(
 ) -> Result<ChangeSet, RuleViolation> {
     match &state.pending {
         Some(Pending::Apply { step, .. }) if state.status == RunStatus::Running => {
-            check_change_set(
-                resolved,
-                writer(state, step)?,
-                &cfg.paths,
-                &state.build.frozen_tests,
-            )
+            checked_writes(cfg, state, step, resolved)
         }
         _ => Ok(resolved.clone()),
     }
@@ -887,6 +968,9 @@ fn halt_reason(violation: &RuleViolation) -> EscalationReason {
     match violation {
         RuleViolation::Invariant { .. } => {
             EscalationReason::Infrastructure(InfraFault::InvariantBroken)
+        }
+        RuleViolation::EarlierTestFrozen { .. } => {
+            EscalationReason::Verdict(VerdictReason::EarlierTestContradicted)
         }
         _ => EscalationReason::Verdict(VerdictReason::RuleViolated),
     }
@@ -948,18 +1032,29 @@ fn halt(s: &mut State, escalation: Escalation, resume: Pending) -> (State, Vec<C
 }
 
 /// Runner names of the tests that must pass: all entries up to the current one (all for deploy).
+/// The tests a run must report as passed (the focus of a RED aside): the regression suite the
+/// earlier features left that is still in force, then this feature's entries so far.
 pub(super) fn expected_names(s: &State, purpose: VerifyPurpose) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for t in s.inherited.live(&s.retired) {
+        if !names.contains(&t.runner_name) {
+            names.push(t.runner_name.clone());
+        }
+    }
     let Some(list) = &s.test_list else {
-        return Vec::new();
+        return names;
     };
     let upto = match purpose {
         VerifyPurpose::Deploy => list.entries.len(),
         _ => (s.build.current + 1).min(list.entries.len()),
     };
-    list.entries[..upto]
-        .iter()
-        .map(|e| e.runner_name().to_string())
-        .collect()
+    for e in &list.entries[..upto] {
+        let name = e.runner_name().to_string();
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
 }
 
 /// Green means: the run exited cleanly, reported every expected test as passed, and reported

@@ -231,6 +231,7 @@ impl Fixture {
                 title: "t".into(),
                 body: "b".into(),
             }),
+            inherited: Default::default(),
             roles,
             lakebase: Arc::new(DirectLakebase { actor: lb }),
             approver,

@@ -19,6 +19,8 @@ use consort_testkit::artifacts::{
 };
 use consort_testkit::disk::FakeDisk;
 
+mod regression;
+
 /// Story `S1` (user-facing when asked) with two criteria and story `S2` with one.
 fn stories(user_facing: bool) -> Stories {
     kit::stories_of(&[(user_facing, 2), (false, 1)])
@@ -55,6 +57,8 @@ struct Run {
     events: Vec<Event>,
     commands: Vec<Command>,
     design_on_disk: Option<ContentHash>,
+    /// What the run's start says earlier features left (nothing by default).
+    inherited: Inherited,
 }
 
 impl Run {
@@ -96,6 +100,7 @@ impl Run {
             events: vec![],
             commands: vec![],
             design_on_disk: None,
+            inherited: Inherited::default(),
         }
     }
 
@@ -280,7 +285,10 @@ impl Run {
 
     /// Starts the run and has the Product Owner's stories accepted: the spec is asked for.
     fn start_with_stories(&mut self, user_facing: bool) {
-        self.ok(Event::Start { feature: feature() });
+        self.ok(Event::Start {
+            feature: feature(),
+            inherited: self.inherited.clone(),
+        });
         self.produce(Artifact::Stories(stories(user_facing)))
             .expect("stories");
     }
@@ -441,7 +449,10 @@ fn last_command(r: &Run) -> Command {
 #[test]
 fn start_assigns_the_product_owner() {
     let mut r = Run::new();
-    let cmds = r.ok(Event::Start { feature: feature() });
+    let cmds = r.ok(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    });
     assert!(matches!(
         &cmds[..],
         [Command::Assign {
@@ -462,6 +473,7 @@ fn a_feature_request_needs_an_id_and_a_title() {
             title: "t".into(),
             body: String::new(),
         },
+        inherited: Default::default(),
     });
     assert!(matches!(v, RuleViolation::InvalidArtifact { .. }));
     assert_eq!(r.s.phase(), Phase::Idle);
@@ -569,7 +581,10 @@ fn revisions_are_bounded_then_escalate_as_a_verdict() {
 #[test]
 fn malformed_design_artifacts_are_refused_and_the_agent_retries() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
+    r.ok(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    });
     let mut bad = stories(false);
     bad.stories[0].acceptance_criteria[0].id = "AC1".into();
     let v = r.produce_refused(Artifact::Stories(bad));
@@ -646,7 +661,10 @@ fn a_test_the_runner_never_collects_is_refused_with_the_reason() {
 #[test]
 fn refusals_are_bounded_then_escalate() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
+    r.ok(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    });
     for _ in 0..=2 {
         let _ = r.produce(Artifact::Stories(Stories {
             feature_id: "F1".into(),
@@ -659,7 +677,10 @@ fn refusals_are_bounded_then_escalate() {
 #[test]
 fn an_artifact_from_the_wrong_role_is_refused() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
+    r.ok(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    });
     let v = r
         .produce_as(id(Role::Driver), Artifact::Stories(stories(false)))
         .expect_err("refused");
@@ -675,7 +696,10 @@ fn an_artifact_from_the_wrong_role_is_refused() {
 #[test]
 fn an_artifact_of_the_wrong_kind_is_refused() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
+    r.ok(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    });
     let v = r.produce_refused(Artifact::Spec(spec()));
     assert_eq!(
         v,
@@ -702,7 +726,10 @@ fn an_agent_made_receipt_is_refused() {
 #[test]
 fn a_stale_answer_is_ignored() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
+    r.ok(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    });
     let before = r.s.clone();
     let v = r.refused(Event::Produced {
         assignment: AssignmentId(99),
@@ -1651,7 +1678,10 @@ fn the_whole_lifecycle_reaches_done() {
     assert_eq!(r.s.approvals.len(), 3);
     assert!(matches!(last_command(&r), Command::Finish));
     assert_eq!(
-        r.refused(Event::Start { feature: feature() }),
+        r.refused(Event::Start {
+            feature: feature(),
+            inherited: Default::default()
+        }),
         RuleViolation::Finished
     );
 }
@@ -1683,7 +1713,10 @@ fn an_infrastructure_fault_escalates_as_such_and_a_retry_reissues_the_step() {
 #[test]
 fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
+    r.ok(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    });
     let (aid, _, _) = r.assignment();
     r.ok(Event::AgentFailed {
         assignment: aid,
@@ -1708,7 +1741,10 @@ fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
 #[test]
 fn a_retry_needs_a_halt() {
     let mut r = Run::new();
-    r.ok(Event::Start { feature: feature() });
+    r.ok(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    });
     assert_eq!(
         r.refused(human(HumanDecision::Retry)),
         RuleViolation::NotHalted
@@ -1823,7 +1859,10 @@ fn done_has_its_evidence(s: &State) -> bool {
 fn next_event(r: &Run, choice: u8) -> Event {
     let bad_hash = ContentHash::of_bytes(&[choice]);
     match (&r.s.status, r.s.pending.clone()) {
-        (RunStatus::Idle, _) => Event::Start { feature: feature() },
+        (RunStatus::Idle, _) => Event::Start {
+            feature: feature(),
+            inherited: Default::default(),
+        },
         (RunStatus::Halted { .. }, _) => Event::Human {
             decision: if choice.is_multiple_of(4) {
                 HumanDecision::Stop
@@ -1832,7 +1871,10 @@ fn next_event(r: &Run, choice: u8) -> Event {
             },
             by: "p".into(),
         },
-        (_, None) => Event::Start { feature: feature() },
+        (_, None) => Event::Start {
+            feature: feature(),
+            inherited: Default::default(),
+        },
         (_, Some(Pending::Agent { id: aid, step, .. })) => {
             let artifact = agent_artifact(r, &step, choice);
             let role = if choice.is_multiple_of(11) {
@@ -1991,7 +2033,7 @@ proptest! {
         for (k, n) in kinds {
             let h = ContentHash::of_bytes(&n.to_le_bytes());
             let e = match k {
-                0 => Event::Start { feature: feature() },
+                0 => Event::Start { feature: feature(), inherited: Default::default() },
                 1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)), usage: Default::default(), transcript: None },
                 2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: AgentFailure::Timeout { secs: n }, role: None, usage: Default::default() },
                 3 => Event::Refused { violation: RuleViolation::NotHalted, run_output: None },
@@ -2025,7 +2067,13 @@ fn an_impossible_state_halts_with_a_typed_internal_reason() {
         ..State::default()
     };
     let v = m
-        .step(&nothing, &Event::Start { feature: feature() })
+        .step(
+            &nothing,
+            &Event::Start {
+                feature: feature(),
+                inherited: Default::default(),
+            },
+        )
         .expect_err("refused");
     assert!(matches!(v, RuleViolation::Invariant { .. }), "{v:?}");
     assert_eq!(v.remedy(), Remedy::Halt);
@@ -2079,7 +2127,11 @@ fn an_impossible_state_halts_with_a_typed_internal_reason() {
 #[test]
 fn a_resume_point_names_the_assignment_its_retry_issues() {
     let mut r = Run::new();
-    r.feed(Event::Start { feature: feature() }).expect("start");
+    r.feed(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    })
+    .expect("start");
     let (aid, step, _) = r.assignment();
     r.ok(Event::AgentFailed {
         assignment: aid,

@@ -1,0 +1,492 @@
+//! Feature after feature on one project, through the `consort` binary, on the embedded
+//! PostgreSQL with the psql runner and real git: each feature has its own record and branch,
+//! every earlier feature's tests are the regression suite of the later ones, and only a
+//! human's retirement releases one of them.
+//!
+//! Needs `psql` and `git` (`.ci/run` installs them).
+
+mod common;
+
+use std::path::Path;
+
+use common::{assert_exit, consort, dir_arg, in_dir, run, write};
+use consort::actors::{Event, RuleViolation};
+use consort::project::Project;
+use consort_testkit::process::text;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let o = run(std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir));
+    assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// One feature's design and build, as its script answers them.
+struct Plan<'a> {
+    feature: &'a str,
+    story: &'a str,
+    migration: (&'a str, &'a str),
+    test: (&'a str, &'a str),
+    /// What RED writes besides the test (an earlier test rewritten or deleted).
+    red_extra: &'a str,
+    /// GREEN's `src/level.sql`, then the repairs' (when GREEN breaks something).
+    green: String,
+    repair: Option<String>,
+}
+
+/// A `[[entry.artifact.body.changes]]` writing `content` to `path`.
+fn write_change(path: &str, content: &str) -> String {
+    format!(
+        "[[entry.artifact.body.changes]]\nop = \"write\"\npath = \"{path}\"\ncontent = '''\n{content}'''\n"
+    )
+}
+
+fn change_entry(step: &str, summary: &str, changes: &str) -> String {
+    format!(
+        "[[entry]]\nstep = \"{step}\"\n[entry.artifact]\nkind = \"change-set\"\n[entry.artifact.body]\nsummary = \"{summary}\"\n{changes}\n"
+    )
+}
+
+fn script(p: &Plan<'_>) -> String {
+    let (version, sql) = p.migration;
+    let (test_path, test_sql) = p.test;
+    let mut s = format!(
+        r#"[[entry]]
+step = "stories"
+[entry.artifact]
+kind = "stories"
+[entry.artifact.body]
+feature_id = "{feature}"
+[[entry.artifact.body.stories]]
+id = "S1"
+title = "{story}"
+as_a = "stock keeper"
+i_want = "{story}"
+so_that = "I know what is on the shelf"
+user_facing = false
+[[entry.artifact.body.stories.acceptance_criteria]]
+id = "S1-AC1"
+given = "stock is recorded"
+when = "the keeper asks"
+then = "the answer follows the rule"
+
+[[entry]]
+step = "spec/r0"
+[entry.artifact]
+kind = "spec"
+[entry.artifact.body]
+feature_id = "{feature}"
+summary = "{story}"
+[[entry.artifact.body.requirements]]
+id = "R1"
+ac_id = "S1-AC1"
+statement = "{story}"
+
+[[entry]]
+step = "architecture/r0"
+[entry.artifact]
+kind = "architecture-verdict"
+[entry.artifact.body]
+decision = "approve"
+layers = ["functions over the stock table"]
+
+[[entry]]
+step = "schema"
+[entry.artifact]
+kind = "schema-plan"
+[[entry.artifact.body.migrations]]
+version = "{version}"
+story_id = "S1"
+description = "{story}"
+sql = "{sql}"
+
+[[entry]]
+step = "test-list"
+[entry.artifact]
+kind = "test-list"
+[[entry.artifact.body.entries]]
+id = "T1"
+ac_id = "S1-AC1"
+description = "{story}"
+path = "{test_path}"
+
+[[entry]]
+step = "refactor/*/*"
+[entry.artifact]
+kind = "change-set"
+[entry.artifact.body]
+summary = "nothing to restructure"
+changes = []
+
+[[entry]]
+step = "review/*/*"
+artifact = {{ kind = "review-verdict", body = {{ decision = "approve" }} }}
+
+"#,
+        feature = p.feature,
+        story = p.story,
+    );
+    s.push_str(&change_entry(
+        "red/T1",
+        "T1",
+        &format!("{}{}", write_change(test_path, test_sql), p.red_extra),
+    ));
+    s.push_str(&change_entry(
+        "green/T1",
+        "the rule",
+        &write_change("src/level.sql", &p.green),
+    ));
+    if let Some(repair) = &p.repair {
+        s.push_str(&change_entry(
+            "repair/T1/*",
+            "the rule, and the earlier one kept",
+            &write_change("src/level.sql", repair),
+        ));
+    }
+    s
+}
+
+const LEVEL: &str = "CREATE FUNCTION stock_level(s text) RETURNS int LANGUAGE sql AS $$ SELECT qty FROM stock WHERE sku = s $$;\n";
+const AVAILABLE: &str = "CREATE FUNCTION stock_available(s text) RETURNS int LANGUAGE sql AS $$ SELECT qty - reserved FROM stock WHERE sku = s $$;\n";
+const LEVEL_IN_PACKS: &str = "CREATE FUNCTION stock_level(s text) RETURNS int LANGUAGE sql AS $$ SELECT qty / pack FROM stock WHERE sku = s $$;\n";
+const F1_TEST: &str = "tests/t1_level.sql";
+
+fn f1() -> Plan<'static> {
+    Plan {
+        feature: "f1-stock",
+        story: "Stock levels",
+        migration: (
+            "0001_stock",
+            "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);",
+        ),
+        test: (
+            F1_TEST,
+            "INSERT INTO stock (sku, qty) VALUES ('A', 5);\nDO $$ BEGIN IF stock_level('A') <> 5 THEN RAISE EXCEPTION 'level is %', stock_level('A'); END IF; END $$;\n",
+        ),
+        red_extra: "",
+        green: LEVEL.into(),
+        repair: None,
+    }
+}
+
+/// Reservations: its first GREEN replaces `src/level.sql` with the new function alone, which
+/// breaks f1's test; the repair keeps both.
+fn f2() -> Plan<'static> {
+    Plan {
+        feature: "f2-reserve",
+        story: "Reservations",
+        migration: (
+            "0002_reserved",
+            "ALTER TABLE stock ADD COLUMN reserved int NOT NULL DEFAULT 0;",
+        ),
+        test: (
+            "tests/f2_t1_available.sql",
+            "INSERT INTO stock (sku, qty, reserved) VALUES ('B', 5, 2);\nDO $$ BEGIN IF stock_available('B') <> 3 THEN RAISE EXCEPTION 'available is %', stock_available('B'); END IF; END $$;\n",
+        ),
+        red_extra: "",
+        green: AVAILABLE.into(),
+        repair: Some(format!("{LEVEL}{AVAILABLE}")),
+    }
+}
+
+/// Levels in packs: it contradicts f1's test, which its RED deletes.
+fn f3() -> Plan<'static> {
+    Plan {
+        feature: "f3-packs",
+        story: "Levels in packs",
+        migration: (
+            "0003_packs",
+            "ALTER TABLE stock ADD COLUMN pack int NOT NULL DEFAULT 5;",
+        ),
+        test: (
+            "tests/f3_t1_packs.sql",
+            "INSERT INTO stock (sku, qty) VALUES ('C', 10);\nDO $$ BEGIN IF stock_level('C') <> 2 THEN RAISE EXCEPTION 'level is %', stock_level('C'); END IF; END $$;\n",
+        ),
+        red_extra: "[[entry.artifact.body.changes]]\nop = \"delete\"\npath = \"tests/t1_level.sql\"\n",
+        green: format!("{LEVEL_IN_PACKS}{AVAILABLE}"),
+        repair: None,
+    }
+}
+
+/// A project whose first feature is f1, every feature's script in `.consort/agents/`, and
+/// the requests of f2 and f3 in `requests` (outside the project).
+fn project(dir: &Path, requests: &Path) {
+    write(
+        dir,
+        &[
+            (
+                "consort.toml",
+                "[feature]\nid = \"f1-stock\"\nrequest = \"feature.md\"\n\n[pool]\nsize = 1\nmax_concurrent = 1\nkeep_failed = false\n\n[agents.default]\nbackend = \"script\"\npath = \".consort/agents/{feature}.toml\"\n",
+            ),
+            (
+                "feature.md",
+                "# Stock levels\n\nShow the stock level of a SKU.\n",
+            ),
+            ("src/.keep", ""),
+            (".consort/agents/f1-stock.toml", &script(&f1())),
+            (".consort/agents/f2-reserve.toml", &script(&f2())),
+            (".consort/agents/f3-packs.toml", &script(&f3())),
+        ],
+    );
+    write(
+        requests,
+        &[
+            (
+                "f2-reserve.md",
+                "# Reservations\n\nReserved units are not available.\n",
+            ),
+            (
+                "f3-packs.md",
+                "# Levels in packs\n\nLevels are counted in packs of five.\n",
+            ),
+        ],
+    );
+}
+
+fn run_to_done(dir: &Path, what: &str) -> String {
+    let o = run(consort()
+        .arg("run")
+        .args(dir_arg(dir))
+        .args(["--approve-as", "ada"]));
+    assert_exit(&o, 0, what);
+    text(&o)
+}
+
+fn events(dir: &Path, feature: &str) -> Vec<Event> {
+    let project = Project::open_feature(dir, Some(feature)).expect("project");
+    consort_testkit::ledger::events(&project.ledger_path())
+}
+
+fn promoted(events: &[Event]) -> (Vec<String>, Vec<String>) {
+    events
+        .iter()
+        .find_map(|e| match e {
+            Event::Promoted { report } => {
+                Some((report.already_applied.clone(), report.applied.clone()))
+            }
+            _ => None,
+        })
+        .expect("promoted")
+}
+
+#[test]
+fn features_run_one_after_another_each_held_to_the_earlier_tests() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (dir, requests) = (tmp.path().join("shop"), tmp.path().join("requests"));
+    project(&dir, &requests);
+    consort::git::GitRepo::init_with_commit(&dir, "Test Author", "before Consort").expect("git");
+
+    // The first feature, on its own branch and record.
+    run_to_done(&dir, "f1 runs to done");
+    assert!(
+        dir.join(".consort/features/f1-stock/ledger.jsonl")
+            .is_file()
+    );
+    assert!(dir.join(".consort/features/f1-stock/design.json").is_file());
+    let o = in_dir(&["run"], &dir);
+    assert!(
+        text(&o).contains("every feature of the backlog is done"),
+        "{}",
+        text(&o)
+    );
+
+    // The backlog: a duplicate id is refused; two more features wait.
+    let add = |file: &str| {
+        run(consort()
+            .args(["feature", "add"])
+            .arg(requests.join(file))
+            .args(dir_arg(&dir)))
+    };
+    assert_exit(&add("f2-reserve.md"), 0, "add f2");
+    let o = add("f2-reserve.md");
+    assert_exit(&o, 1, "a duplicate id");
+    assert!(
+        text(&o).contains("already has a feature \"f2-reserve\""),
+        "{}",
+        text(&o)
+    );
+    assert_exit(&add("f3-packs.md"), 0, "add f3");
+    let o = in_dir(&["feature", "list"], &dir);
+    let list = text(&o);
+    assert!(list.contains("f1-stock") && list.contains("done"), "{list}");
+    assert!(
+        list.contains("→  2  f2-reserve") && list.contains("waiting"),
+        "{list}"
+    );
+
+    // The second feature starts from where the first was merged, and not before.
+    git(&dir, &["checkout", "-q", "main"]);
+    let o = in_dir(&["run", "--approve-as", "ada"], &dir);
+    assert_exit(&o, 1, "f1's work is not merged");
+    assert!(
+        text(&o).contains("merge its branch consort/f1-stock"),
+        "{}",
+        text(&o)
+    );
+    git(&dir, &["merge", "-q", "--ff-only", "consort/f1-stock"]);
+    let out = run_to_done(&dir, "f2 runs to done");
+    assert!(out.contains("feature f2-reserve"), "{out}");
+    let f2_events = events(&dir, "f2-reserve");
+    let inherited = match f2_events.first() {
+        Some(Event::Start { inherited, .. }) => inherited.clone(),
+        other => panic!("f2 starts with a start event, not {other:?}"),
+    };
+    assert_eq!(inherited.tests.len(), 1);
+    assert_eq!(inherited.tests[0].key(), "f1-stock/T1");
+    // Its first GREEN broke f1's test: not green, repaired, then done.
+    let green_failed = f2_events.iter().any(|e| {
+        matches!(e, Event::VerifyCompleted { receipt }
+            if receipt.outcomes.iter().any(|o| o.name == F1_TEST && o.status != consort::actors::TestStatus::Passed))
+    });
+    assert!(green_failed, "f1's test failed in f2's first GREEN");
+    let driver_changes = f2_events
+        .iter()
+        .filter(|e| matches!(e, Event::Produced { author, artifact: consort::actors::Artifact::ChangeSet(c), .. }
+            if author.role == consort::actors::Role::Driver && !c.changes.is_empty()))
+        .count();
+    assert_eq!(driver_changes, 2, "one GREEN and one repair");
+    assert_eq!(
+        promoted(&f2_events),
+        (vec!["0001_stock".into()], vec!["0002_reserved".into()]),
+        "the parent holds f1's migration and gets f2's"
+    );
+    assert!(dir.join("migrations/0001_S1_stock.sql").is_file());
+    assert!(dir.join("migrations/0002_S1_reserved.sql").is_file());
+    let log = git(&dir, &["log", "--format=%B", "consort/f2-reserve"]);
+    assert!(
+        log.contains("Consort-Feature: f1-stock") && log.contains("Consort-Feature: f2-reserve"),
+        "f2's branch grows from f1's merged work:\n{log}"
+    );
+
+    // The third feature contradicts f1's test: its RED deleting it halts, typed.
+    git(&dir, &["checkout", "-q", "main"]);
+    git(&dir, &["merge", "-q", "--ff-only", "consort/f2-reserve"]);
+    let o = in_dir(&["run", "--approve-as", "ada"], &dir);
+    assert_exit(&o, 4, "f3's RED halts");
+    let halted = in_dir(&["status", "--json"], &dir);
+    let status: serde_json::Value = serde_json::from_slice(&halted.stdout).expect("status JSON");
+    assert_eq!(status["feature"], "f3-packs");
+    assert_eq!(status["halted"]["reason"], "earlier-test-contradicted");
+    let refusal = events(&dir, "f3-packs").into_iter().find_map(|e| match e {
+        Event::Refused { violation, .. } => Some(violation),
+        _ => None,
+    });
+    assert_eq!(
+        refusal,
+        Some(RuleViolation::EarlierTestFrozen {
+            path: F1_TEST.into(),
+            feature: "f1-stock".into(),
+            test: "T1".into(),
+        })
+    );
+    // A human retires it, with a record; then the RED replaces it and the run is done.
+    let o = in_dir(
+        &[
+            "test",
+            "retire",
+            "f1-stock/T9",
+            "--by",
+            "ana",
+            "--reason",
+            "x",
+        ],
+        &dir,
+    );
+    assert_exit(&o, 1, "an unknown test");
+    assert!(
+        text(&o).contains("not a test this feature inherited"),
+        "{}",
+        text(&o)
+    );
+    let o = in_dir(
+        &[
+            "test",
+            "retire",
+            "f1-stock/T1",
+            "--by",
+            "ana",
+            "--reason",
+            "levels are counted in packs now",
+        ],
+        &dir,
+    );
+    assert_exit(&o, 0, "retire");
+    assert_exit(&in_dir(&["retry", "--by", "ana"], &dir), 0, "retry");
+    run_to_done(&dir, "f3 runs to done");
+    assert!(
+        !dir.join(F1_TEST).exists(),
+        "the RED replaced the retired test"
+    );
+    assert_eq!(
+        promoted(&events(&dir, "f3-packs")),
+        (
+            vec!["0001_stock".into(), "0002_reserved".into()],
+            vec!["0003_packs".into()]
+        )
+    );
+
+    // verify checks every feature, and lists the decision.
+    let o = in_dir(&["verify"], &dir);
+    let out = text(&o);
+    assert_exit(&o, 0, "verify over the three features");
+    for f in ["feature f1-stock", "feature f2-reserve", "feature f3-packs"] {
+        assert!(out.contains(f), "{out}");
+    }
+    assert!(
+        out.contains("retired test: f1-stock/T1 by ana: levels are counted in packs now"),
+        "{out}"
+    );
+    assert!(
+        out.contains("replaced after retirement: tests/t1_level.sql retired by ana for f3-packs"),
+        "{out}"
+    );
+    let o = in_dir(&["verify", "--feature", "f2-reserve"], &dir);
+    assert_exit(&o, 0, "verify one feature");
+    assert!(
+        text(&o).contains("feature f2-reserve") && !text(&o).contains("feature f1-stock"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_project_made_before_backlogs_keeps_its_feature_and_takes_the_next() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (dir, requests) = (tmp.path().join("shop"), tmp.path().join("requests"));
+    project(&dir, &requests);
+    run_to_done(&dir, "f1 runs to done");
+    // The layout of a project made before backlogs: the record in .consort/ itself.
+    for file in ["ledger.jsonl", "design.json"] {
+        std::fs::rename(
+            dir.join(".consort/features/f1-stock").join(file),
+            dir.join(".consort").join(file),
+        )
+        .expect("move");
+    }
+    std::fs::remove_dir_all(dir.join(".consort/features")).expect("rm");
+
+    let o = in_dir(&["status", "--json"], &dir);
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+    assert_eq!(status["phase"], "done", "{}", text(&o));
+    assert_exit(&in_dir(&["verify"], &dir), 0, "the old record verifies");
+
+    let o = run(consort()
+        .args(["feature", "add"])
+        .arg(requests.join("f2-reserve.md"))
+        .args(["--id", "f2-reserve"])
+        .args(dir_arg(&dir)));
+    assert_exit(&o, 0, "add");
+    run_to_done(&dir, "the second feature runs to done");
+    assert!(
+        dir.join(".consort/ledger.jsonl").is_file(),
+        "the old record stays where it was"
+    );
+    let f2 = events(&dir, "f2-reserve");
+    assert!(
+        matches!(f2.first(), Some(Event::Start { inherited, .. }) if inherited.tests.len() == 1)
+    );
+    let o = in_dir(&["feature", "list"], &dir);
+    assert_eq!(text(&o).matches("done").count(), 2, "{}", text(&o));
+    assert_exit(&in_dir(&["verify"], &dir), 0, "both verify");
+}
