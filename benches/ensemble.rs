@@ -117,6 +117,7 @@ fn admin_info(cluster: &EmbeddedCluster) -> ConnectInfo {
         secret: Secret::new(password.trim()),
         expires_at: None,
         sslmode: SslMode::Disable,
+        ca_file: None,
     }
 }
 

@@ -349,25 +349,58 @@ pub enum ProviderConfig {
         url_env: String,
     },
     /// Lakebase Autoscaling: a branch per run from a source branch, over the REST API.
-    Lakebase {
-        /// The variable holding the workspace host (default `DATABRICKS_HOST`).
-        #[serde(default = "default_host_env")]
-        host_env: String,
-        /// The variable holding the bearer token (default `DATABRICKS_TOKEN`).
-        #[serde(default = "default_token_env")]
-        token_env: String,
-        /// The Lakebase project id.
-        project: String,
-        /// The branch new branches fork from.
-        #[serde(default = "default_source_branch")]
-        source_branch: String,
-        /// The Postgres user (default: the token's Databricks identity).
-        #[serde(default)]
-        user: Option<String>,
-        /// Time to live of each branch, in seconds.
-        #[serde(default = "default_ttl")]
-        ttl_secs: u64,
-    },
+    Lakebase(LakebaseSettings),
+}
+
+/// `[database] provider = "lakebase"`: the keys of the Lakebase backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LakebaseSettings {
+    /// The variable holding the workspace host (default `DATABRICKS_HOST`).
+    #[serde(default = "default_host_env")]
+    pub host_env: String,
+    /// The variable holding the bearer token (default `DATABRICKS_TOKEN`).
+    #[serde(default = "default_token_env")]
+    pub token_env: String,
+    /// The variable holding a service principal's OAuth client id (default
+    /// `DATABRICKS_CLIENT_ID`); with the secret's variable set too, OAuth machine-to-machine
+    /// is used instead of the bearer token.
+    #[serde(default = "default_client_id_env")]
+    pub client_id_env: String,
+    /// The variable holding the service principal's OAuth client secret (default
+    /// `DATABRICKS_CLIENT_SECRET`).
+    #[serde(default = "default_client_secret_env")]
+    pub client_secret_env: String,
+    /// The Lakebase project id.
+    pub project: String,
+    /// The branch new branches fork from.
+    #[serde(default = "default_source_branch")]
+    pub source_branch: String,
+    /// The Postgres user (default: the token's Databricks identity).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Time to live of each branch, in seconds.
+    #[serde(default = "default_ttl")]
+    pub ttl_secs: u64,
+    /// A PEM file of CA certificates trusted for the branches' TLS beside the web roots,
+    /// relative to the project (for a private CA); certificate and host name are always
+    /// verified.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// How many branches the project may hold at once (default 10, the service's limit): the
+    /// pool keeps its warm branches and concurrent runs within it.
+    #[serde(default = "default_max_live_branches")]
+    pub max_live_branches: usize,
+}
+
+fn default_client_id_env() -> String {
+    "DATABRICKS_CLIENT_ID".into()
+}
+fn default_client_secret_env() -> String {
+    "DATABRICKS_CLIENT_SECRET".into()
+}
+fn default_max_live_branches() -> usize {
+    10
 }
 
 fn default_data_dir() -> PathBuf {
@@ -825,7 +858,7 @@ path = ".consort/script.toml"
         );
         let c = ProjectConfig::parse(&text, Path::new("consort.toml")).expect("parses");
         assert!(
-            matches!(&c.database, ProviderConfig::Lakebase { project, token_env, .. } if project == "p" && token_env == "DATABRICKS_TOKEN")
+            matches!(&c.database, ProviderConfig::Lakebase(l) if l.project == "p" && l.token_env == "DATABRICKS_TOKEN" && l.max_live_branches == 10 && l.ca_file.is_none())
         );
         assert!(
             c.path_policy().expect("policy").is_harness("Cargo.toml"),

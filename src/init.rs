@@ -343,7 +343,7 @@ pub fn doctor(dir: &Path) -> i32 {
         "write the feature request as markdown with a '# Title' line",
     );
     check_agents(&mut checks, dir, &config);
-    check_database(&mut checks, &config);
+    check_database(&mut checks, dir, &config);
     i32::from(checks.failed)
 }
 
@@ -449,23 +449,38 @@ fn check_agents(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
 }
 
 /// The database provider's environment: the Lakebase host and token, or the database URL.
-fn check_database(checks: &mut Checks, config: &ProjectConfig) {
-    if let ProviderConfig::Lakebase {
-        host_env,
-        token_env,
-        ..
-    } = &config.database
-    {
+fn check_database(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
+    if let ProviderConfig::Lakebase(l) = &config.database {
+        let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
         checks.report(
-            std::env::var(host_env).is_ok(),
-            &format!("Lakebase host in {host_env}"),
-            &format!("export {host_env}=https://<workspace>"),
+            set(&l.host_env),
+            &format!("Lakebase host in {}", l.host_env),
+            &format!("export {}=https://<workspace>", l.host_env),
         );
+        let oauth = set(&l.client_id_env) && set(&l.client_secret_env);
+        let what = if oauth {
+            format!(
+                "Lakebase service principal in {} and {} (OAuth)",
+                l.client_id_env, l.client_secret_env
+            )
+        } else {
+            format!("Lakebase token in {}", l.token_env)
+        };
         checks.report(
-            std::env::var(token_env).is_ok(),
-            &format!("Lakebase token in {token_env}"),
-            &format!("export {token_env}=<token>"),
+            oauth || set(&l.token_env),
+            &what,
+            &format!(
+                "export {}=<token>, or {} and {} for a service principal",
+                l.token_env, l.client_id_env, l.client_secret_env
+            ),
         );
+        if let Some(ca) = &l.ca_file {
+            checks.report(
+                dir.join(ca).is_file(),
+                &format!("Lakebase CA file {}", ca.display()),
+                "ca_file must name a PEM file of CA certificates, relative to the project",
+            );
+        }
     }
     if let ProviderConfig::Url { url_env } = &config.database {
         checks.report(

@@ -99,20 +99,31 @@ use std::sync::Arc;
 
 /// Builds the Lakebase provider from `[database] provider = "lakebase"` settings.
 pub(crate) fn lakebase_provider(
-    host_env: &str,
-    token_env: &str,
-    project: &str,
-    source_branch: &str,
-    user: Option<&str>,
-    ttl_secs: u64,
+    dir: &std::path::Path,
+    l: &config::LakebaseSettings,
 ) -> Result<Arc<dyn lakebase::BranchProvider>, ProjectError> {
-    use lakebase::lakebase_api::{LakebaseConfig, LakebaseProvider};
-    let host = std::env::var(host_env).map_err(|_| ProjectError::MissingEnv(host_env.into()))?;
-    let token = std::env::var(token_env).map_err(|_| ProjectError::MissingEnv(token_env.into()))?;
-    let mut cfg = LakebaseConfig::new(host, lakebase::Secret::new(token), project);
-    cfg.source_branch = Some(source_branch.to_string());
-    cfg.user = user.map(str::to_string);
-    cfg.branch_ttl = std::time::Duration::from_secs(ttl_secs);
+    use lakebase::lakebase_api::{LakebaseConfig, LakebaseProvider, OAuthClient};
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let host = var(&l.host_env).ok_or_else(|| ProjectError::MissingEnv(l.host_env.clone()))?;
+    let oauth = match (var(&l.client_id_env), var(&l.client_secret_env)) {
+        (Some(client_id), Some(secret)) => Some(OAuthClient {
+            client_id: client_id.trim().to_string(),
+            client_secret: lakebase::Secret::new(secret.trim()),
+        }),
+        _ => None,
+    };
+    let token = match (var(&l.token_env), &oauth) {
+        (Some(t), _) => t.trim().to_string(),
+        (None, Some(_)) => String::new(),
+        (None, None) => return Err(ProjectError::MissingEnv(l.token_env.clone())),
+    };
+    let mut cfg = LakebaseConfig::new(host, lakebase::Secret::new(token), &l.project);
+    cfg.oauth = oauth;
+    cfg.source_branch = Some(l.source_branch.clone());
+    cfg.user = l.user.clone();
+    cfg.branch_ttl = std::time::Duration::from_secs(l.ttl_secs);
+    cfg.ca_file = l.ca_file.as_ref().map(|p| dir.join(p));
+    cfg.max_live_branches = l.max_live_branches;
     let provider = LakebaseProvider::new(cfg).map_err(|e| ProjectError::Lakebase(e.to_string()))?;
     Ok(Arc::new(provider))
 }

@@ -404,14 +404,10 @@ async fn run(
 ) -> Result<i32> {
     let dir = at.dir.as_path();
     let project = at.open()?;
-    if at.feature.is_none() && project.state_of(project.feature_entry())? == FeatureState::Done {
-        println!(
-            "every feature of the backlog is done ({} of them); add the next with:\n  consort feature add <request.md> --dir {}",
-            project.backlog()?.len(),
-            dir.display()
-        );
-        return Ok(0);
-    }
+    // A done feature still goes through a run: it finishes at once, and its start-up sweep
+    // removes what a crash right at the end left.
+    let all_done =
+        at.feature.is_none() && project.state_of(project.feature_entry())? == FeatureState::Done;
     if project.backlog()?.len() > 1 {
         println!("feature {}", project.feature_id());
     }
@@ -444,6 +440,11 @@ async fn run(
             println!("  consort retry --by <your-name> --dir {}", dir.display());
             println!("  consort stop --by <your-name> --dir {}", dir.display());
         }
+        RunOutcome::Done if all_done => println!(
+            "\nevery feature of the backlog is done ({} of them); add the next with:\n  consort feature add <request.md> --dir {}",
+            project.backlog()?.len(),
+            dir.display()
+        ),
         RunOutcome::Done | RunOutcome::Stopped => {}
     }
     Ok(ui::exit_code(&report.outcome))

@@ -343,21 +343,7 @@ impl Project {
                         .await?,
                 )
             }
-            ProviderConfig::Lakebase {
-                host_env,
-                token_env,
-                project,
-                source_branch,
-                user,
-                ttl_secs,
-            } => crate::lakebase_provider(
-                host_env,
-                token_env,
-                project,
-                source_branch,
-                user.as_deref(),
-                *ttl_secs,
-            )?,
+            ProviderConfig::Lakebase(settings) => crate::lakebase_provider(&self.dir, settings)?,
         })
     }
 

@@ -100,12 +100,14 @@ impl Actor for LakebaseActor {
         _myself: ActorRef<Self::Msg>,
         args: LakebaseArgs,
     ) -> Result<LakebaseState, ActorProcessingErr> {
-        let pool = BranchPool::with_stats(args.provider.clone(), args.pool.clone(), args.stats);
+        let limit = args.provider.capabilities().max_live_branches;
+        let (pool_cfg, concurrent) = fit_to_limit(args.pool.clone(), args.max_concurrent, limit);
+        let pool = BranchPool::with_stats(args.provider.clone(), pool_cfg, args.stats);
         Ok(LakebaseState {
             verifier: Arc::new(
                 Verifier::new(pool, args.runner, args.fixtures).with_sandbox(args.sandbox),
             ),
-            slots: Arc::new(Semaphore::new(args.max_concurrent.max(1))),
+            slots: Arc::new(Semaphore::new(concurrent)),
             promotions: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
@@ -179,4 +181,55 @@ fn answer<G, T>(
             debug!(request = %id, "{what} caller went away");
         }
     });
+}
+
+/// The warm branches and the concurrent runs a backend's branch limit leaves room for: one
+/// branch is the base, each run holds one, and the warm ones take what is left (at least one
+/// run always). Logged when the configuration asked for more.
+pub(crate) fn fit_to_limit(
+    mut pool: PoolConfig,
+    max_concurrent: usize,
+    limit: Option<usize>,
+) -> (PoolConfig, usize) {
+    let mut concurrent = max_concurrent.max(1);
+    let Some(limit) = limit else {
+        return (pool, concurrent);
+    };
+    let room = limit.saturating_sub(1).max(1);
+    let (asked_runs, asked_warm) = (concurrent, pool.size);
+    concurrent = concurrent.min(room);
+    pool.size = pool.size.min(room - concurrent);
+    if (concurrent, pool.size) != (asked_runs, asked_warm) {
+        tracing::info!(
+            limit,
+            runs = concurrent,
+            warm = pool.size,
+            "the backend allows {limit} live branches: {concurrent} run(s) at once and {} warm branch(es) besides the base",
+            pool.size
+        );
+    }
+    (pool, concurrent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_branches_and_runs_fit_the_backends_limit() {
+        let fit = |size, runs, limit| {
+            let pool = PoolConfig {
+                size,
+                ..PoolConfig::default()
+            };
+            let (p, r) = fit_to_limit(pool, runs, limit);
+            (p.size, r)
+        };
+        assert_eq!(fit(4, 4, None), (4, 4));
+        assert_eq!(fit(4, 4, Some(10)), (4, 4), "1 base + 4 + 4 fit in 10");
+        assert_eq!(fit(4, 4, Some(6)), (1, 4));
+        assert_eq!(fit(4, 8, Some(6)), (0, 5));
+        assert_eq!(fit(4, 4, Some(2)), (0, 1), "one run always");
+        assert_eq!(fit(0, 0, Some(3)), (0, 1));
+    }
 }

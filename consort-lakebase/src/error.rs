@@ -304,6 +304,22 @@ fn pg_text(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// An error's text followed by each cause the text does not already hold: a driver error
+/// such as "error performing TLS handshake" says why only in its sources.
+pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
 /// A server error as one line: message, detail, hint and SQLSTATE.
 pub(crate) fn db_text(db: &DbError) -> String {
     format!("{} (SQLSTATE {})", ServerText::of(db), db.code().code())

@@ -92,6 +92,7 @@ pub mod procinfo;
 mod provider;
 mod runner;
 mod scram;
+mod tls;
 mod url;
 mod verify;
 

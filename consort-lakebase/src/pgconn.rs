@@ -26,11 +26,16 @@ pub(crate) fn config_of(info: &ConnectInfo) -> Config {
 
 /// Connects with `info`; the connection's driver task runs on the current runtime.
 pub async fn connect(info: &ConnectInfo) -> Result<Client> {
-    connect_config(&config_of(info), info.sslmode).await
+    connect_config(&config_of(info), info.sslmode, info.ca_file.as_deref()).await
 }
 
-/// Connects with a ready configuration. `SslMode::Require` uses rustls with the web PKI roots.
-pub(crate) async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Client> {
+/// Connects with a ready configuration. `SslMode::Require` uses rustls with the web PKI roots
+/// and the certificates of `ca_file`, verifying the certificate and the host name.
+pub(crate) async fn connect_config(
+    cfg: &Config,
+    sslmode: SslMode,
+    ca_file: Option<&std::path::Path>,
+) -> Result<Client> {
     // A failure keeps the driver's error (and with it the server's message, detail and hint);
     // the target is described without the password.
     let failed = |source| Error::Connection {
@@ -44,8 +49,7 @@ pub(crate) async fn connect_config(cfg: &Config, sslmode: SslMode) -> Result<Cli
             Ok(client)
         }
         SslMode::Require => {
-            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-            let tls = tokio_postgres_rustls::MakeRustlsConnect::with_webpki_roots();
+            let tls = crate::tls::connector(ca_file)?;
             let mut cfg = cfg.clone();
             cfg.ssl_mode(tokio_postgres::config::SslMode::Require);
             let (client, conn) = cfg.connect(tls).await.map_err(failed)?;

@@ -121,11 +121,17 @@ pub struct ConnectInfo {
     pub expires_at: Option<SystemTime>,
     /// TLS requirement.
     pub sslmode: SslMode,
+    /// A PEM file of CA certificates trusted beside the web roots for this connection's TLS
+    /// (the certificate and host name are always verified). Test processes get it as
+    /// `PGSSLROOTCERT`, with `PGSSLMODE=verify-full`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// The variables every test process gets for its branch, in the order [`ConnectInfo::env`]
-/// sets them: what agents are told and what `[runner] env_set` may not override.
-pub const BRANCH_ENV: [&str; 7] = [
+/// sets them: what agents are told and what `[runner] env_set` may not override
+/// (`PGSSLROOTCERT` only when the connection trusts a CA file).
+pub const BRANCH_ENV: [&str; 8] = [
     "DATABASE_URL",
     "PGHOST",
     "PGPORT",
@@ -133,6 +139,7 @@ pub const BRANCH_ENV: [&str; 7] = [
     "PGPASSWORD",
     "PGDATABASE",
     "PGSSLMODE",
+    "PGSSLROOTCERT",
 ];
 
 impl ConnectInfo {
@@ -144,14 +151,15 @@ impl ConnectInfo {
             percent_encode(&self.user),
             percent_encode(self.secret.expose())
         );
-        let sslmode = match self.sslmode {
-            SslMode::Disable => "disable",
-            SslMode::Require => "require",
+        let sslmode = self.libpq_sslmode();
+        let root = match &self.ca_file {
+            Some(ca) => format!("&sslrootcert={}", percent_encode(&ca.display().to_string())),
+            None => String::new(),
         };
         let db = percent_encode(&self.database);
         Secret::new(if self.host.starts_with('/') {
             format!(
-                "postgresql://{auth}@/{db}?host={}&port={}&sslmode={sslmode}",
+                "postgresql://{auth}@/{db}?host={}&port={}&sslmode={sslmode}{root}",
                 percent_encode(&self.host),
                 self.port
             )
@@ -162,7 +170,7 @@ impl ConnectInfo {
                 self.host.clone()
             };
             format!(
-                "postgresql://{auth}@{host}:{}/{db}?sslmode={sslmode}",
+                "postgresql://{auth}@{host}:{}/{db}?sslmode={sslmode}{root}",
                 self.port
             )
         })
@@ -171,20 +179,30 @@ impl ConnectInfo {
     /// The environment a client program needs: the variables of [`BRANCH_ENV`]. Holds the
     /// secret: hand it only to a child process.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        let sslmode = match self.sslmode {
-            SslMode::Disable => "disable",
-            SslMode::Require => "require",
-        };
         let values = [
-            self.database_url().expose().to_string(),
-            self.host.clone(),
-            self.port.to_string(),
-            self.user.clone(),
-            self.secret.expose().to_string(),
-            self.database.clone(),
-            sslmode.to_string(),
+            Some(self.database_url().expose().to_string()),
+            Some(self.host.clone()),
+            Some(self.port.to_string()),
+            Some(self.user.clone()),
+            Some(self.secret.expose().to_string()),
+            Some(self.database.clone()),
+            Some(self.libpq_sslmode().to_string()),
+            self.ca_file.as_ref().map(|p| p.display().to_string()),
         ];
-        BRANCH_ENV.into_iter().zip(values).collect()
+        BRANCH_ENV
+            .into_iter()
+            .zip(values)
+            .filter_map(|(k, v)| Some((k, v?)))
+            .collect()
+    }
+
+    /// libpq's `sslmode`: `disable`, `require`, or `verify-full` when a CA file is trusted.
+    fn libpq_sslmode(&self) -> &'static str {
+        match (self.sslmode, &self.ca_file) {
+            (SslMode::Disable, _) => "disable",
+            (SslMode::Require, None) => "require",
+            (SslMode::Require, Some(_)) => "verify-full",
+        }
     }
 }
 
@@ -239,6 +257,13 @@ pub trait BranchProvider: Send + Sync + fmt::Debug {
 
     /// How to connect to a branch (call again after `expires_at`).
     fn connect_info<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<ConnectInfo>>;
+
+    /// Forgets the credential cached for `branch` (the server refused it: revoked), so that
+    /// the next [`BranchProvider::connect_info`] mints a new one. The default does nothing (a
+    /// backend without minted credentials).
+    fn invalidate_credential(&self, branch: &Branch) {
+        let _ = branch;
+    }
 
     /// Resets a branch to its base's current state, keeping the name.
     fn reset<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<Branch>>;

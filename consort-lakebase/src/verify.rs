@@ -23,7 +23,7 @@ use tracing::info;
 
 use crate::error::Error;
 use crate::pool::BranchPool;
-use crate::provider::{BaseSpec, BranchProvider};
+use crate::provider::{BaseSpec, BranchProvider, ConnectInfo};
 use crate::runner::{RunContext, RunReport, SandboxMode, SessionSettings, TestRunner};
 
 /// Runs verifications and promotions over a pool and a runner.
@@ -316,11 +316,7 @@ impl Verifier {
         branch: &crate::provider::Branch,
         before: &Snapshot,
     ) -> Result<RunContext, InfraError> {
-        let conn = self
-            .provider()
-            .connect_info(branch)
-            .await
-            .map_err(|e| infra(InfraFault::DatabaseDown, format!("connecting: {e}")))?;
+        let conn = self.login(branch).await?;
         let mut hidden = vec![req.work_tree.join(".consort")];
         hidden.extend(req.hidden.iter().cloned());
         hidden.extend(self.provider().private_paths());
@@ -337,6 +333,33 @@ impl Verifier {
         ctx.pinned = SessionSettings::for_migrations(&req.migrations);
         ctx.filter = TreeFilter::new(&req.caches);
         Ok(ctx)
+    }
+
+    /// How to connect to `branch`. A minted credential (one that expires, and that its server
+    /// can revoke) is checked by one login first: one the server refuses (28P01) is forgotten
+    /// and a new one asked for, once.
+    async fn login(&self, branch: &crate::provider::Branch) -> Result<ConnectInfo, InfraError> {
+        let ask = || async {
+            self.provider()
+                .connect_info(branch)
+                .await
+                .map_err(|e| infra(e.infra_fault(), format!("connecting: {e}")))
+        };
+        let conn = ask().await?;
+        if conn.expires_at.is_none() {
+            return Ok(conn);
+        }
+        match crate::pgconn::connect(&conn).await {
+            Err(Error::Connection { source, .. })
+                if source.code() == Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD) =>
+            {
+                info!(branch = %branch.name, "the branch refused its credential; asking for a new one");
+                self.provider().invalidate_credential(branch);
+                ask().await
+            }
+            // Any other failure is the run's to meet, and to report as it does.
+            _ => Ok(conn),
+        }
     }
 
     /// Whether the branch still answers a query.

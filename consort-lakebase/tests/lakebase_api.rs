@@ -3,7 +3,11 @@
 //! PostgreSQL behind it: every branch is a real database and every minted credential a real
 //! password (with `VALID UNTIL` at the credential's expiry).
 
+#[path = "lakebase_api/ca.rs"]
+mod ca;
 mod common;
+#[path = "lakebase_api/holds.rs"]
+mod holds;
 #[path = "lakebase_api/pg.rs"]
 mod pg;
 #[path = "lakebase_api/server.rs"]
@@ -755,8 +759,16 @@ async fn plaintext_is_refused_for_non_loopback_hosts() {
         lb.mints().await.is_empty(),
         "no credential was minted for a refused host"
     );
+    assert!(
+        !lb.branch_ids().await.contains(&"consort-tls-1".to_string()),
+        "the refused branch was deleted"
+    );
 
     // Without the switch the same host gets sslmode=require.
+    client(&lb)
+        .create_branch_and_wait("consort-tls-1", &ttl_spec("production"))
+        .await
+        .expect("create");
     let mut cfg = config(&lb, 5432);
     cfg.allow_plaintext_loopback = false;
     let tls = LakebaseProvider::new(cfg).expect("provider");
@@ -890,6 +902,22 @@ async fn delete_of_a_missing_branch_is_fine() {
         .expect("not found is fine");
     assert_eq!(lb.count("DELETE", "consort-never-was").await, 1);
     let c = client(&lb);
+    c.delete_branch("consort-never-was").await.expect("ok");
+    let asked = lb.requests_of("DELETE").await;
+    assert!(
+        asked
+            .iter()
+            .all(|r| r.query.get("allow_missing").map(String::as_str) == Some("true")),
+        "every delete says allow_missing"
+    );
+    // A service that answers 404 instead: not an error either.
+    lb.fault(Fault::on_branches(
+        "DELETE",
+        404,
+        "NOT_FOUND",
+        "branch not found",
+    ))
+    .await;
     assert!(!c.delete_branch("consort-never-was").await.expect("ok"));
 }
 

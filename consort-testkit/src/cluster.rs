@@ -101,5 +101,6 @@ pub fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
         secret: Secret::new(password.trim()),
         expires_at: None,
         sslmode: SslMode::Disable,
+        ca_file: None,
     }
 }

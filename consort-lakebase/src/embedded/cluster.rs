@@ -246,6 +246,7 @@ impl EmbeddedCluster {
             secret: self.password.clone(),
             expires_at: None,
             sslmode: SslMode::Disable,
+            ca_file: None,
         }
     }
 

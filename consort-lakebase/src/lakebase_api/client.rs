@@ -101,6 +101,11 @@ impl LakebaseClient {
         spec: &BranchSpec,
     ) -> Result<BranchResource, ApiError> {
         let op = self.create_branch(id, spec).await?;
+        self.finish_create(id, op).await
+    }
+
+    /// Waits for a create operation of branch `id` and reads the branch it made.
+    pub async fn finish_create(&self, id: &str, op: Operation) -> Result<BranchResource, ApiError> {
         let response = self.wait(op).await?;
         match response {
             Some(v) if v.get("name").is_some() => decode("create branch", v.to_string().as_bytes()),
@@ -179,12 +184,14 @@ impl LakebaseClient {
         self.wait(op).await.map(|_| ())
     }
 
-    /// `DELETE …/branches/{b}?purge=true` and waits for it. Returns `false` when the branch
-    /// did not exist (not an error).
+    /// `DELETE …/branches/{b}?purge=true&allow_missing=true` and waits for it. Returns `false`
+    /// when the service says the branch did not exist (a 404: not an error either).
     pub async fn delete_branch(&self, id: &str) -> Result<bool, ApiError> {
         validate_branch_id(id)?;
         let mut url = self.url(&["branches", id])?;
-        url.query_pairs_mut().append_pair("purge", "true");
+        url.query_pairs_mut()
+            .append_pair("purge", "true")
+            .append_pair("allow_missing", "true");
         let op: Operation = match self
             .rest
             .call(Method::DELETE, url, None, "delete branch")

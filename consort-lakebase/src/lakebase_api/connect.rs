@@ -1,6 +1,7 @@
-//! Connecting to a branch's PostgreSQL endpoint: TLS by default (rustls, web PKI roots),
-//! plaintext only to loopback hosts, and the classification of login errors that are worth
-//! retrying right after a branch was created.
+//! Connecting to a branch's PostgreSQL endpoint: TLS by default (rustls, the web PKI roots and
+//! a configured CA file, certificate and host name verified), plaintext only to loopback
+//! hosts, and the classification of login errors: only those a freshly created branch shows
+//! for a while are worth retrying; a `pg_hba.conf` refusal or a TLS failure is not.
 
 use std::error::Error as _;
 use std::time::Duration;
@@ -17,8 +18,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Opens a connection described by `info` and drives it on a background task (it ends when
 /// the returned client is dropped).
 ///
-/// `SslMode::Require` uses rustls with the Mozilla (web PKI) roots and verifies the
-/// certificate; `SslMode::Disable` is refused unless the host is a loopback address.
+/// `SslMode::Require` uses rustls with the Mozilla (web PKI) roots and `info.ca_file`, and
+/// verifies the certificate and the host name; `SslMode::Disable` is refused unless the host
+/// is a loopback address.
 pub async fn connect(info: &ConnectInfo) -> Result<tokio_postgres::Client, ApiError> {
     connect_raw(info).await.map_err(|e| match e {
         ConnectFailure::Refused(e) => e,
@@ -73,10 +75,8 @@ pub(crate) async fn connect_raw(
             Ok(client)
         }
         SslMode::Require => {
-            // rustls needs a process-wide provider for `ClientConfig::builder()`; installing
-            // aws-lc-rs (the one reqwest uses too) is a no-op when one is already there.
-            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-            let tls = tokio_postgres_rustls::MakeRustlsConnect::with_webpki_roots();
+            let tls = crate::tls::connector(info.ca_file.as_deref())
+                .map_err(|e| ConnectFailure::Refused(ApiError::Config(e.to_string())))?;
             cfg.ssl_mode(tokio_postgres::config::SslMode::Require);
             let (client, conn) = cfg.connect(tls).await.map_err(ConnectFailure::Postgres)?;
             tokio::spawn(async move {
@@ -107,12 +107,15 @@ pub(crate) fn is_login_window_error(e: &tokio_postgres::Error) -> bool {
         {
             return true;
         }
+        // 28000 without "external authorization" is a `pg_hba.conf` refusal: it stays.
         let code = db.code();
         return *code == SqlState::INVALID_PASSWORD
-            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
             || *code == SqlState::INVALID_CATALOG_NAME
             || *code == SqlState::CANNOT_CONNECT_NOW
             || *code == SqlState::TOO_MANY_CONNECTIONS;
+    }
+    if is_tls_error(e) {
+        return false;
     }
     // Network-level: only "not up yet" kinds, never TLS or protocol failures.
     let mut source = e.source();
@@ -128,4 +131,20 @@ pub(crate) fn is_login_window_error(e: &tokio_postgres::Error) -> bool {
     }
     // A connect timeout is reported without an io::Error source.
     e.to_string().contains("timed out")
+}
+
+/// Whether the server refused the password (SQLSTATE 28P01): with a cached credential, one
+/// the server revoked.
+pub(crate) fn is_refused_password(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error()
+        .is_some_and(|db| *db.code() == SqlState::INVALID_PASSWORD)
+}
+
+/// Whether the connection failed in its TLS handshake (an unknown issuer, another host's
+/// certificate, no TLS on the server). The driver says so only in its message.
+pub(crate) fn is_tls_error(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_none() && {
+        let text = e.to_string();
+        text.contains("TLS") || text.contains("SSL")
+    }
 }

@@ -73,6 +73,29 @@ pub enum ApiError {
         /// The source it has.
         actual: Option<String>,
     },
+    /// The service refused a branch's expiry: the TTL is longer than the workspace allows.
+    #[error(
+        "the branch TTL of {} is refused by the service ({code}: {message}); lower [database] ttl_secs",
+        crate::error::duration_text(*ttl)
+    )]
+    TtlRefused {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The service's error code.
+        code: String,
+        /// The service's message.
+        message: String,
+    },
+    /// The service refused a branch's spec for another reason than its name or TTL.
+    #[error("branch {name}: the service refused its spec ({code}): {message}")]
+    SpecRefused {
+        /// The branch id.
+        name: String,
+        /// The service's error code.
+        code: String,
+        /// The service's message.
+        message: String,
+    },
     /// The service rejected a parameter (`INVALID_PARAMETER_VALUE`, `BAD_REQUEST`, HTTP 400).
     #[error("invalid request ({code}): {message}")]
     InvalidRequest {
@@ -155,14 +178,31 @@ pub enum ApiError {
         /// The last connection error.
         last_error: String,
     },
-    /// A PostgreSQL error while probing or building a base.
-    #[error("postgres ({context}): {message}")]
+    /// A PostgreSQL error while connecting, probing or building a base, with the server's
+    /// words.
+    #[error("postgres ({context}): {message}{}{}{}",
+        code.as_ref().map(|c| format!(" (SQLSTATE {c})")).unwrap_or_default(),
+        detail.as_ref().map(|d| format!("; detail: {d}")).unwrap_or_default(),
+        hint.as_ref().map(|h| format!("; hint: {h}")).unwrap_or_default())]
     Postgres {
         /// What we were doing.
         context: String,
         /// The SQLSTATE, when the server sent one.
         code: Option<String>,
-        /// The server's or driver's message.
+        /// The server's message (or, without one, the driver's, with its causes).
+        message: String,
+        /// The server's detail, when it sent one.
+        detail: Option<String>,
+        /// The server's hint, when it sent one.
+        hint: Option<String>,
+    },
+    /// The TLS connection to a branch's endpoint failed (certificate, host name, protocol):
+    /// not a login window, so not retried.
+    #[error("TLS to {host}: {message}")]
+    Tls {
+        /// The endpoint host.
+        host: String,
+        /// What failed.
         message: String,
     },
 }
@@ -180,12 +220,25 @@ impl ApiError {
 }
 
 impl ApiError {
-    /// A PostgreSQL error with what we were doing (keeps the SQLSTATE).
+    /// A PostgreSQL error with what we were doing: the SQLSTATE, message, detail and hint the
+    /// server sent, or the driver's message with its causes.
     pub fn postgres(context: impl Into<String>, e: &tokio_postgres::Error) -> Self {
-        ApiError::Postgres {
-            context: context.into(),
-            code: e.as_db_error().map(|d| d.code().code().to_string()),
-            message: e.to_string(),
+        let context = context.into();
+        match e.as_db_error() {
+            Some(db) => ApiError::Postgres {
+                context,
+                code: Some(db.code().code().to_string()),
+                message: db.message().to_string(),
+                detail: db.detail().map(str::to_string),
+                hint: db.hint().map(str::to_string),
+            },
+            None => ApiError::Postgres {
+                context,
+                code: None,
+                message: crate::error::with_causes(e),
+                detail: None,
+                hint: None,
+            },
         }
     }
 }
@@ -210,11 +263,14 @@ impl From<ApiError> for crate::error::Error {
                 code: Some(code),
                 detail: message,
             },
-            ApiError::InvalidRequest { code, message } => E::Http {
+            ApiError::InvalidRequest { code, message }
+            | ApiError::SpecRefused { code, message, .. } => E::Http {
                 status: 400,
                 code: Some(code),
                 detail: message,
             },
+            ApiError::TtlRefused { .. } => E::Config(text),
+            ApiError::Tls { .. } => E::Connect(text),
             ApiError::Http {
                 status,
                 code,
@@ -243,10 +299,16 @@ impl From<ApiError> for crate::error::Error {
                 context,
                 code: Some(code),
                 message,
+                detail,
+                hint,
             } => E::Database {
                 context,
                 code: tokio_postgres::error::SqlState::from_code(&code),
-                server: Box::new(crate::error::ServerText::message(message)),
+                server: Box::new(crate::error::ServerText {
+                    message,
+                    detail,
+                    hint,
+                }),
                 source: None,
             },
             ApiError::Postgres { code: None, .. } => E::Connect(text),

@@ -13,8 +13,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::error::ApiError;
+use super::oauth::{Credentials, OAuthClient, TokenSource};
 use super::retry::{RetryPolicy, parse_retry_after};
 use crate::provider::Secret;
+
+/// What every request says it is: `consort/<version>`.
+pub(super) const USER_AGENT: &str = concat!("consort/", env!("CARGO_PKG_VERSION"));
 
 /// The largest response body we read (bigger answers are refused, not buffered).
 const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -160,16 +164,18 @@ pub(super) fn classify(wire: WireError) -> ApiError {
     }
 }
 
-/// A JSON REST client for one control plane: base URL, bearer token, retry policy.
+/// A JSON REST client for one control plane: base URL, credentials (a bearer token, or an
+/// OAuth client that buys access tokens), retry policy.
 ///
 /// The token is sent as a sensitive header on each request (never as a default header, so
-/// it is not part of the `reqwest::Client`'s `Debug`), and it is scrubbed from every server
-/// message before that message becomes an error.
+/// it is not part of the `reqwest::Client`'s `Debug`), and every secret is scrubbed from every
+/// server message before that message becomes an error. A request refused with HTTP 401
+/// under OAuth is sent once more with a freshly fetched token.
 #[derive(Clone)]
 pub struct RestClient {
     http: reqwest::Client,
     base: Url,
-    token: Secret,
+    auth: Credentials,
     retry: RetryPolicy,
     headers: Vec<(HeaderName, HeaderValue)>,
 }
@@ -178,7 +184,13 @@ impl std::fmt::Debug for RestClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RestClient")
             .field("base", &self.base.as_str())
-            .field("token", &self.token)
+            .field(
+                "auth",
+                &match &self.auth {
+                    Credentials::Bearer(_) => "bearer ***",
+                    Credentials::OAuth(_) => "oauth ***",
+                },
+            )
             .field("retry", &self.retry)
             .finish()
     }
@@ -195,22 +207,55 @@ impl RestClient {
         if token.expose().trim().is_empty() {
             return Err(ApiError::Config("the API token is empty".into()));
         }
+        let (base, http) = Self::parts(base_url, timeout)?;
+        Ok(Self::assemble(
+            base,
+            http,
+            Credentials::Bearer(token),
+            retry,
+        ))
+    }
+
+    /// A client for `base_url` that authenticates as the OAuth `client` (a service
+    /// principal): access tokens come from the workspace's OIDC token endpoint.
+    pub fn with_oauth(
+        base_url: &str,
+        client: OAuthClient,
+        retry: RetryPolicy,
+        timeout: Duration,
+    ) -> Result<Self, ApiError> {
+        let (base, http) = Self::parts(base_url, timeout)?;
+        let source = TokenSource::new(&base, client, http.clone())?;
+        Ok(Self::assemble(
+            base,
+            http,
+            Credentials::OAuth(std::sync::Arc::new(source)),
+            retry,
+        ))
+    }
+
+    fn parts(base_url: &str, timeout: Duration) -> Result<(Url, reqwest::Client), ApiError> {
         let base = parse_base_url(base_url)?;
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(30)))
+            .user_agent(USER_AGENT)
             .build()
             .map_err(|e| ApiError::Config(format!("cannot build the HTTP client: {e}")))?;
-        Ok(RestClient {
+        Ok((base, http))
+    }
+
+    fn assemble(base: Url, http: reqwest::Client, auth: Credentials, retry: RetryPolicy) -> Self {
+        RestClient {
             http,
             base,
-            token,
+            auth,
             retry: RetryPolicy {
                 max_attempts: retry.max_attempts.max(1),
                 ..retry
             },
             headers: Vec::new(),
-        })
+        }
     }
 
     /// Adds a header sent with every request (e.g. `X-Databricks-Workspace-Id`).
@@ -244,14 +289,15 @@ impl RestClient {
         Ok(url)
     }
 
-    /// Replaces the token wherever a server echoed it.
+    /// Replaces every secret (the token, an OAuth client's secret and access token) wherever
+    /// a server echoed it.
     pub fn scrub(&self, text: &str) -> String {
-        let t = self.token.expose();
-        let out = if t.len() >= 4 {
-            text.replace(t, "***")
-        } else {
-            text.to_string()
-        };
+        let mut out = text.to_string();
+        for secret in self.auth.secrets() {
+            if secret.len() >= 4 {
+                out = out.replace(&secret, "***");
+            }
+        }
         out.chars().take(MAX_MESSAGE_CHARS).collect()
     }
 
@@ -278,10 +324,24 @@ impl RestClient {
     ) -> Result<Vec<u8>, ApiError> {
         let max = self.retry.max_attempts;
         let mut attempt: u32 = 0;
+        let mut token_refetched = false;
         loop {
             attempt += 1;
-            let (failure, retry_after) = match self.send_once(&method, &url, body).await {
+            let token = self.auth.token().await?;
+            let (failure, retry_after) = match self.send_once(&method, &url, body, &token).await {
                 Ok(Outcome::Success(bytes)) => return Ok(bytes),
+                Ok(Outcome::Failure(wire, _))
+                    if wire.status == 401 && !token_refetched && self.auth.refused(&token) =>
+                {
+                    // An access token the service no longer takes: one more try with a new one.
+                    tracing::info!(
+                        call = what,
+                        "the access token was refused; fetching a new one"
+                    );
+                    token_refetched = true;
+                    attempt -= 1;
+                    continue;
+                }
                 Ok(Outcome::Failure(wire, retry_after)) => {
                     if !wire.is_retryable() {
                         tracing::debug!(call = what, status = wire.status, code = %wire.code, "request failed");
@@ -331,11 +391,12 @@ impl RestClient {
         method: &Method,
         url: &Url,
         body: Option<&Value>,
+        token: &Secret,
     ) -> Result<Outcome, String> {
         let mut req = self
             .http
             .request(method.clone(), url.clone())
-            .bearer_auth(self.token.expose())
+            .bearer_auth(token.expose())
             .header(reqwest::header::ACCEPT, "application/json");
         for (k, v) in &self.headers {
             req = req.header(k.clone(), v.clone());

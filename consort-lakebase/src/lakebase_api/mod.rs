@@ -19,6 +19,7 @@ mod connect;
 mod error;
 mod http;
 mod naming;
+mod oauth;
 mod provider;
 mod retry;
 mod time;
@@ -29,8 +30,9 @@ pub use client::LakebaseClient;
 pub use connect::connect;
 pub use error::ApiError;
 pub use http::RestClient;
+pub use oauth::OAuthClient;
 pub use provider::{
-    ENV_DATABASE, ENV_HOST, ENV_PROJECT, ENV_SOURCE_BRANCH, ENV_TOKEN, ENV_USER, ENV_WORKSPACE_ID,
-    LakebaseConfig, LakebaseProvider,
+    ENV_CLIENT_ID, ENV_CLIENT_SECRET, ENV_DATABASE, ENV_HOST, ENV_PROJECT, ENV_SOURCE_BRANCH,
+    ENV_TOKEN, ENV_USER, ENV_WORKSPACE_ID, LakebaseConfig, LakebaseProvider,
 };
 pub use retry::{AuthReadyPolicy, PollPolicy, RetryPolicy};

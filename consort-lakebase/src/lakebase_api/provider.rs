@@ -32,7 +32,9 @@ use consort_actors::ContentHash;
 
 use super::base::{BaseBuilder, SqlBaseBuilder};
 use super::client::LakebaseClient;
-use super::connect::{ConnectFailure, connect_raw, is_login_window_error};
+use super::connect::{
+    ConnectFailure, connect_raw, is_login_window_error, is_refused_password, is_tls_error,
+};
 use super::error::ApiError;
 use super::http::{RestClient, is_loopback_host};
 use super::naming::{
@@ -51,8 +53,14 @@ use crate::provider::{
 
 /// Environment variable: the workspace URL (required by [`LakebaseConfig::from_env`]).
 pub const ENV_HOST: &str = "DATABRICKS_HOST";
-/// Environment variable: the bearer token (PAT or OAuth access token; required).
+/// Environment variable: the bearer token (PAT or OAuth access token; required unless a
+/// service principal's [`ENV_CLIENT_ID`] and [`ENV_CLIENT_SECRET`] are set).
 pub const ENV_TOKEN: &str = "DATABRICKS_TOKEN";
+/// Environment variable: a service principal's OAuth client id (with [`ENV_CLIENT_SECRET`]:
+/// OAuth machine-to-machine instead of a bearer token).
+pub const ENV_CLIENT_ID: &str = "DATABRICKS_CLIENT_ID";
+/// Environment variable: a service principal's OAuth client secret.
+pub const ENV_CLIENT_SECRET: &str = "DATABRICKS_CLIENT_SECRET";
 /// Environment variable: sent as `X-Databricks-Workspace-Id` when set.
 pub const ENV_WORKSPACE_ID: &str = "DATABRICKS_WORKSPACE_ID";
 /// Environment variable: the Lakebase project id (required).
@@ -70,8 +78,18 @@ pub struct LakebaseConfig {
     /// Workspace URL, e.g. `https://adb-123.4.azuredatabricks.net` (a bare host gets
     /// `https://`; `http` only for loopback).
     pub host: String,
-    /// Bearer token for the REST API.
+    /// Bearer token for the REST API (unused, and may be empty, with [`LakebaseConfig::oauth`]).
     pub token: Secret,
+    /// A service principal's OAuth client: access tokens are bought from the workspace's
+    /// OIDC token endpoint, cached, refreshed before they expire, and fetched again when the
+    /// service refuses one. `None`: the bearer `token`.
+    pub oauth: Option<super::oauth::OAuthClient>,
+    /// A PEM file of CA certificates trusted for the branches' TLS beside the web roots (for a
+    /// private CA); the certificate and host name are always verified.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// How many branches may live at once in the project (the service's limit; default 10):
+    /// the pool keeps its warm branches and concurrent runs within it.
+    pub max_live_branches: usize,
     /// Optional `X-Databricks-Workspace-Id` header value.
     pub workspace_id: Option<String>,
     /// Lakebase project id.
@@ -118,6 +136,9 @@ impl LakebaseConfig {
         LakebaseConfig {
             host: host.into(),
             token,
+            oauth: None,
+            ca_file: None,
+            max_live_branches: 10,
             workspace_id: None,
             project: project.into(),
             source_branch: None,
@@ -139,9 +160,10 @@ impl LakebaseConfig {
         }
     }
 
-    /// Reads the process environment: [`ENV_HOST`], [`ENV_TOKEN`] and [`ENV_PROJECT`] are
-    /// required; [`ENV_WORKSPACE_ID`], [`ENV_SOURCE_BRANCH`], [`ENV_USER`] and
-    /// [`ENV_DATABASE`] are optional.
+    /// Reads the process environment: [`ENV_HOST`], [`ENV_PROJECT`] and either [`ENV_TOKEN`]
+    /// or a service principal's [`ENV_CLIENT_ID`] and [`ENV_CLIENT_SECRET`] are required;
+    /// [`ENV_WORKSPACE_ID`], [`ENV_SOURCE_BRANCH`], [`ENV_USER`] and [`ENV_DATABASE`] are
+    /// optional.
     pub fn from_env() -> std::result::Result<Self, ApiError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -152,11 +174,29 @@ impl LakebaseConfig {
     ) -> std::result::Result<Self, ApiError> {
         let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let need = |k: &str| get(k).ok_or_else(|| ApiError::Config(format!("{k} is not set")));
-        let mut cfg = LakebaseConfig::new(
-            need(ENV_HOST)?,
-            Secret::new(need(ENV_TOKEN)?.trim()),
-            need(ENV_PROJECT)?,
-        );
+        let oauth = match (get(ENV_CLIENT_ID), get(ENV_CLIENT_SECRET)) {
+            (Some(id), Some(secret)) => Some(super::oauth::OAuthClient {
+                client_id: id.trim().to_string(),
+                client_secret: Secret::new(secret.trim()),
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(ApiError::Config(format!(
+                    "set both {ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} for a service principal, or neither"
+                )));
+            }
+        };
+        let token = match (get(ENV_TOKEN), &oauth) {
+            (Some(t), _) => Secret::new(t.trim()),
+            (None, Some(_)) => Secret::new(""),
+            (None, None) => {
+                return Err(ApiError::Config(format!(
+                    "{ENV_TOKEN} is not set (nor {ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} for a service principal)"
+                )));
+            }
+        };
+        let mut cfg = LakebaseConfig::new(need(ENV_HOST)?, token, need(ENV_PROJECT)?);
+        cfg.oauth = oauth;
         cfg.workspace_id = get(ENV_WORKSPACE_ID);
         cfg.source_branch = get(ENV_SOURCE_BRANCH);
         cfg.user = get(ENV_USER);
@@ -182,6 +222,11 @@ impl LakebaseConfig {
         if self.database.trim().is_empty() || self.database.len() > 63 {
             return Err(ApiError::Config(
                 "the database name must be 1-63 bytes".into(),
+            ));
+        }
+        if self.max_live_branches < 2 {
+            return Err(ApiError::Config(
+                "max_live_branches must be at least 2 (a base and one branch)".into(),
             ));
         }
         if !(self.endpoint_min_cu > 0.0 && self.endpoint_min_cu <= self.endpoint_max_cu) {
@@ -225,6 +270,7 @@ impl fmt::Debug for LakebaseProvider {
             .field("project", &self.cfg.project)
             .field("prefix", &self.cfg.prefix)
             .field("token", &self.cfg.token)
+            .field("oauth", &self.cfg.oauth.as_ref().map(|o| &o.client_id))
             .finish_non_exhaustive()
     }
 }
@@ -259,8 +305,12 @@ impl LakebaseProvider {
     /// A provider from a configuration (checked here; no request is sent yet).
     pub fn new(cfg: LakebaseConfig) -> std::result::Result<Self, ApiError> {
         cfg.validate()?;
-        let mut rest =
-            RestClient::new(&cfg.host, cfg.token.clone(), cfg.retry, cfg.request_timeout)?;
+        let mut rest = match &cfg.oauth {
+            Some(client) => {
+                RestClient::with_oauth(&cfg.host, client.clone(), cfg.retry, cfg.request_timeout)?
+            }
+            None => RestClient::new(&cfg.host, cfg.token.clone(), cfg.retry, cfg.request_timeout)?,
+        };
         if let Some(ws) = &cfg.workspace_id {
             rest = rest.with_header("x-databricks-workspace-id", ws)?;
         }
@@ -438,6 +488,7 @@ impl LakebaseProvider {
             secret: cred.token,
             expires_at: Some(cred.expires_at),
             sslmode,
+            ca_file: self.cfg.ca_file.clone(),
         })
     }
 
@@ -463,24 +514,38 @@ impl LakebaseProvider {
                 Err(ConnectFailure::Refused(e)) => return Err(e),
                 Err(ConnectFailure::Postgres(e)) => e,
             };
-            let waited = started.elapsed();
-            if !is_login_window_error(&failure) {
-                return Err(ApiError::postgres(
-                    format!("connecting to branch {branch}"),
-                    &failure,
-                ));
+            let said = ApiError::postgres(format!("connecting to branch {branch}"), &failure);
+            if !fresh && is_refused_password(&failure) {
+                // A cached credential the server no longer takes (revoked): mint a new one
+                // and try again at once.
+                tracing::info!(
+                    branch,
+                    "the cached credential was refused; minting a new one"
+                );
+                fresh = true;
+                continue;
             }
+            if !is_login_window_error(&failure) {
+                return Err(match is_tls_error(&failure) {
+                    true => ApiError::Tls {
+                        host: info.host.clone(),
+                        message: crate::error::with_causes(&failure),
+                    },
+                    false => said,
+                });
+            }
+            let waited = started.elapsed();
             if waited + backoff > policy.budget {
                 return Err(ApiError::AuthNotReady {
                     branch: branch.to_string(),
                     waited,
-                    last_error: failure.to_string(),
+                    last_error: said.to_string(),
                 });
             }
             tracing::info!(
                 branch,
                 wait_ms = backoff.as_millis() as u64,
-                "branch not accepting logins yet: {failure}"
+                "branch not accepting logins yet: {said}"
             );
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(policy.max_backoff);
@@ -532,30 +597,86 @@ impl LakebaseProvider {
         };
         self.forget(id);
         tracing::info!(branch = id, source, "creating Lakebase branch");
-        match self.client.create_branch_and_wait(id, &spec).await {
-            Ok(b) => Ok(b),
+        let op = match self.client.create_branch(id, &spec).await {
+            Ok(op) => op,
             Err(e) if e.is_already_exists() => {
-                let existing = self.wait_branch_ready(id).await?;
-                let actual = existing.source().map(str::to_string);
-                if actual.as_deref().map(last_segment) != Some(source) {
-                    return Err(ApiError::Conflict {
-                        name: id.to_string(),
-                        expected: source_resource,
-                        actual,
-                    });
-                }
-                tracing::info!(
-                    branch = id,
-                    "reusing an existing branch with the same source"
-                );
-                Ok(existing)
+                return self.reuse_branch(id, source, source_resource).await;
             }
-            Err(ApiError::InvalidRequest { code, message }) => Err(ApiError::InvalidName {
+            Err(ApiError::InvalidRequest { code, message }) => {
+                return Err(self.spec_refusal(id, no_expiry, code, message));
+            }
+            Err(e) => return Err(e),
+        };
+        // From here the branch exists: whatever fails deletes it before the error returns.
+        match self.client.finish_create(id, op).await {
+            Ok(b) => Ok(b),
+            Err(e) => Err(self.discard(id, e).await),
+        }
+    }
+
+    /// A branch of this name exists already: reused when it was forked from `source`.
+    async fn reuse_branch(
+        &self,
+        id: &str,
+        source: &str,
+        source_resource: String,
+    ) -> std::result::Result<BranchResource, ApiError> {
+        let existing = self.wait_branch_ready(id).await?;
+        let actual = existing.source().map(str::to_string);
+        if actual.as_deref().map(last_segment) != Some(source) {
+            return Err(ApiError::Conflict {
+                name: id.to_string(),
+                expected: source_resource,
+                actual,
+            });
+        }
+        tracing::info!(
+            branch = id,
+            "reusing an existing branch with the same source"
+        );
+        Ok(existing)
+    }
+
+    /// A 400 answer to a create, typed by what the service says: the expiry (a TTL over the
+    /// workspace's maximum), the name, or the rest of the spec.
+    fn spec_refusal(&self, id: &str, no_expiry: bool, code: String, message: String) -> ApiError {
+        let said = message.to_ascii_lowercase();
+        if !no_expiry && (said.contains("expiration") || said.contains("ttl")) {
+            return ApiError::TtlRefused {
+                ttl: self.cfg.branch_ttl,
+                code,
+                message,
+            };
+        }
+        if said.contains("branch_id") || said.contains("branch id") || said.contains("name") {
+            return ApiError::InvalidName {
                 name: id.to_string(),
                 reason: format!("refused by the service ({code}): {message}"),
-            }),
-            Err(e) => Err(e),
+            };
         }
+        ApiError::SpecRefused {
+            name: id.to_string(),
+            code,
+            message,
+        }
+    }
+
+    /// Deletes branch `id` after `cause` stopped its creation (or filling), so that nothing
+    /// leaks until its TTL; returns the cause. A failing delete is logged, not returned.
+    async fn discard<E: fmt::Display>(&self, id: &str, cause: E) -> E {
+        self.forget(id);
+        lock(&self.bases).remove(id);
+        match self.client.delete_branch(id).await {
+            Ok(_) => tracing::info!(
+                branch = id,
+                "deleted the branch whose creation failed: {cause}"
+            ),
+            Err(e) => tracing::warn!(
+                branch = id,
+                "could not delete the branch whose creation failed ({cause}): {e}; the service's expiry removes it"
+            ),
+        }
+        cause
     }
 
     /// The base of a branch with source `source`; a branch without a source (the project's
@@ -632,7 +753,17 @@ impl LakebaseProvider {
             Err(e) => return Err(e.into()),
         }
         self.create_branch(&id, &source, true).await?;
-        let mut client = self.wait_for_login(&id).await?;
+        if let Err(e) = self.fill_base(&id, spec, &key).await {
+            return Err(self.discard(&id, e).await);
+        }
+        lock(&self.bases).insert(id.clone(), key);
+        tracing::info!(base = %id, "base branch ready");
+        Ok(BaseRef { id, key })
+    }
+
+    /// Builds a new base branch from `spec` and marks it complete.
+    async fn fill_base(&self, id: &str, spec: &BaseSpec, key: &ContentHash) -> Result<()> {
+        let mut client = self.wait_for_login(id).await?;
         self.builder.build(&mut client, spec).await?;
         let mark = |e: tokio_postgres::Error| ApiError::postgres(format!("marking base {id}"), &e);
         client
@@ -649,10 +780,7 @@ impl LakebaseProvider {
             )
             .await
             .map_err(mark)?;
-        drop(client);
-        lock(&self.bases).insert(id.clone(), key);
-        tracing::info!(base = %id, "base branch ready");
-        Ok(BaseRef { id, key })
+        Ok(())
     }
 
     async fn promote_impl(
@@ -703,7 +831,11 @@ impl LakebaseProvider {
         validate_owned(name, &self.cfg.prefix)?;
         validate_branch_id(&from.id)?;
         let res = self.create_branch(name, &from.id, false).await?;
-        drop(self.wait_for_login(name).await?);
+        // The branch exists: a failure to log in (TLS, the login window, …) deletes it.
+        match self.wait_for_login(name).await {
+            Ok(client) => drop(client),
+            Err(e) => return Err(self.discard(name, e).await),
+        }
         Ok(Branch {
             name: name.to_string(),
             id: res
@@ -881,7 +1013,7 @@ impl BranchProvider for LakebaseProvider {
             point_in_time: true,
             native_reset: false,
             server_ttl: true,
-            max_live_branches: Some(10),
+            max_live_branches: Some(self.cfg.max_live_branches),
             typical_create_ms: 10_000,
         }
     }
@@ -896,6 +1028,13 @@ impl BranchProvider for LakebaseProvider {
 
     fn connect_info<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<ConnectInfo>> {
         Box::pin(async move { Ok(self.connect_info_for(&branch.name, false).await?) })
+    }
+
+    fn invalidate_credential(&self, branch: &Branch) {
+        if let Some(ep) = lock(&self.endpoints).get(&branch.name) {
+            lock(&self.credentials).remove(&ep.resource);
+            tracing::info!(branch = %branch.name, "forgot the refused credential");
+        }
     }
 
     fn reset<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<Branch>> {

@@ -69,7 +69,7 @@ impl AdminPool {
 
     /// A fresh administrator connection to database `db` (not pooled).
     pub(super) async fn connect(&self, db: &str) -> Result<Client> {
-        connect_config(&self.cfg_for(db), self.ssl).await
+        connect_config(&self.cfg_for(db), self.ssl, None).await
     }
 
     /// A free slot, or (all busy) the next one in turn.

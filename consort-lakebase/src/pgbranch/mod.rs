@@ -143,7 +143,7 @@ impl ServerProvider {
     pub(crate) async fn init(target: ServerTarget, opts: ServerOptions) -> Result<Self> {
         let mut cfg = target.admin.clone();
         cfg.dbname(&opts.maintenance_database);
-        let client = connect_config(&cfg, target.admin_ssl).await?;
+        let client = connect_config(&cfg, target.admin_ssl, None).await?;
         let is_super = privileges::check_admin(&client, &cfg).await?;
         // Providers starting at the same time would race on the same catalog rows
         // ("tuple concurrently updated"): set up one at a time.

@@ -95,7 +95,7 @@ async fn manage_parent(
     }
     let mut pcfg = target.admin.clone();
     pcfg.dbname(parent);
-    let pc = connect_config(&pcfg, target.admin_ssl).await?;
+    let pc = connect_config(&pcfg, target.admin_ssl, None).await?;
     let owned: bool = pc
         .query_one(
             "SELECT pg_get_userbyid(nspowner) = $1 FROM pg_namespace WHERE nspname = 'public'",

@@ -52,6 +52,7 @@ impl ServerProvider {
             secret,
             expires_at: None,
             sslmode: self.target.branch_ssl,
+            ca_file: None,
         })
     }
 

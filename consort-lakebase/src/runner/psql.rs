@@ -265,7 +265,8 @@ async fn load_setup(
     }
     let mut cfg = crate::pgconn::config_of(&ctx.conn);
     cfg.options(ctx.pinned.pgoptions());
-    let client = crate::pgconn::connect_config(&cfg, ctx.conn.sslmode).await?;
+    let client =
+        crate::pgconn::connect_config(&cfg, ctx.conn.sslmode, ctx.conn.ca_file.as_deref()).await?;
     for f in files {
         capture.push_str(&format!("== setup {f} ==\n"));
         let sql = std::fs::read_to_string(ctx.work_tree.join(f))

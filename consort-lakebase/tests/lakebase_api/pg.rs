@@ -62,9 +62,23 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// How to start a [`LocalPg`] beyond the defaults.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct PgOptions {
+    /// TLS on, with this certificate and key (PEM files).
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Databases every login to is refused by `pg_hba.conf` (a `reject` line).
+    pub hba_reject: Vec<String>,
+}
+
 impl LocalPg {
     /// initdb + start; panics (it is a test fixture) when PostgreSQL cannot start.
     pub(crate) async fn start() -> LocalPg {
+        Self::start_with(PgOptions::default()).await
+    }
+
+    /// [`LocalPg::start`] with `opts`.
+    pub(crate) async fn start_with(opts: PgOptions) -> LocalPg {
         let ids = run_as();
         let dir = tempfile::Builder::new()
             .prefix("consort-lakebase-api-pg-")
@@ -90,11 +104,34 @@ impl LocalPg {
             ]),
             "initdb",
         );
-        fs::write(
-            data.join("pg_hba.conf"),
+        let mut hba = String::new();
+        for db in &opts.hba_reject {
+            hba.push_str(&format!("host {db} all 127.0.0.1/32 reject\n"));
+        }
+        hba.push_str(
             "host all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n",
-        )
-        .expect("write pg_hba.conf");
+        );
+        fs::write(data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+        let mut tls_args: Vec<String> = Vec::new();
+        if let Some((cert, key)) = &opts.tls {
+            // The server reads its key only when its own user owns it, mode 0600.
+            for (file, name) in [(cert, "server.crt"), (key, "server.key")] {
+                let to = data.join(name);
+                fs::copy(file, &to).expect("copy the TLS file");
+                fs::set_permissions(&to, fs::Permissions::from_mode(0o600)).expect("chmod");
+                if let Some((uid, gid)) = ids {
+                    std::os::unix::fs::chown(&to, Some(uid), Some(gid)).expect("chown");
+                }
+            }
+            tls_args = [
+                "ssl=on",
+                "ssl_cert_file=server.crt",
+                "ssl_key_file=server.key",
+            ]
+            .iter()
+            .flat_map(|s| ["-c".to_string(), s.to_string()])
+            .collect();
+        }
 
         let mut last_log = String::new();
         for _attempt in 0..3 {
@@ -109,6 +146,7 @@ impl LocalPg {
                 .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
                 .args(["-c", "full_page_writes=off", "-c", "max_connections=60"])
                 .args(["-c", "password_encryption=scram-sha-256"])
+                .args(&tls_args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::from(log))

@@ -38,6 +38,8 @@ pub(crate) struct Req {
     pub query: HashMap<String, String>,
     /// JSON body (`null` when none).
     pub body: Value,
+    /// The `User-Agent` header.
+    pub user_agent: Option<String>,
 }
 
 /// A scripted failure answer.
@@ -107,6 +109,17 @@ pub(crate) struct Knobs {
     /// How many credentials per branch are handed out before logins work (the "External
     /// authorization failed" window).
     pub auth_window_mints: usize,
+    /// Whether creating an endpoint starts an operation that fails.
+    pub fail_endpoint_ops: bool,
+    /// The lifetime of OAuth access tokens (`expires_in`).
+    pub oauth_lifetime: Duration,
+}
+
+/// An OAuth access token the server handed out.
+struct AccessToken {
+    token: String,
+    expires: Instant,
+    revoked: bool,
 }
 
 struct BranchRec {
@@ -144,6 +157,10 @@ struct St {
     mints: Vec<(String, String)>,
     mints_per_branch: HashMap<String, usize>,
     current: Option<(String, SystemTime)>,
+    /// The service principal allowed to buy access tokens: (client id, secret).
+    oauth: Option<(String, String)>,
+    access_tokens: Vec<AccessToken>,
+    token_requests: usize,
 }
 
 impl St {
@@ -313,6 +330,8 @@ impl Lakebase {
                     endpoint_host: "127.0.0.1".into(),
                     credential_lifetime: Duration::from_secs(3600),
                     auth_window_mints: 0,
+                    fail_endpoint_ops: false,
+                    oauth_lifetime: Duration::from_secs(3600),
                 },
                 branches,
                 endpoints: BTreeMap::new(),
@@ -326,6 +345,9 @@ impl Lakebase {
                 mints: Vec::new(),
                 mints_per_branch: HashMap::new(),
                 current: None,
+                oauth: None,
+                access_tokens: Vec::new(),
+                token_requests: 0,
             }),
         });
         let app = Router::new().fallback(handle).with_state(shared.clone());
@@ -379,6 +401,38 @@ impl Lakebase {
                 default: false,
             },
         );
+    }
+
+    /// Lets the service principal `client_id` with `secret` buy access tokens at
+    /// `/oidc/v1/token`; the tokens it hands out are accepted besides the fixed one.
+    pub(crate) async fn allow_oauth(&self, client_id: &str, secret: &str) {
+        self.shared.st.lock().await.oauth = Some((client_id.into(), secret.into()));
+    }
+
+    /// Refuses every access token handed out so far (HTTP 401 from now on).
+    pub(crate) async fn revoke_access_tokens(&self) {
+        for t in &mut self.shared.st.lock().await.access_tokens {
+            t.revoked = true;
+        }
+    }
+
+    /// How many access tokens were asked for.
+    pub(crate) async fn token_requests(&self) -> usize {
+        self.shared.st.lock().await.token_requests
+    }
+
+    /// Revokes the database credential handed out so far: the user's role gets a password
+    /// nobody knows, and the next credential minted is a new one.
+    pub(crate) async fn revoke_credentials(&self) {
+        let mut st = self.shared.st.lock().await;
+        let seq = st.next_seq();
+        admin_exec(
+            &self.shared,
+            &format!("ALTER ROLE {} PASSWORD '{}'", ident(USER), new_token(seq)),
+        )
+        .await
+        .expect("revoke");
+        st.current = None;
     }
 
     /// Every request so far.
@@ -470,6 +524,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let raw = body.clone();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let path = uri.path().to_string();
     let mut st = sh.st.lock().await;
@@ -480,13 +535,25 @@ async fn handle(
         path: path.clone(),
         query: query.clone(),
         body: body.clone(),
+        user_agent: headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
     });
-    let expected = format!("Bearer {}", sh.token);
-    if headers
+    if method == Method::POST && path == "/oidc/v1/token" {
+        return oidc_token(&mut st, &headers, &raw);
+    }
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        != Some(expected.as_str())
-    {
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let accepted = bearer == sh.token
+        || st
+            .access_tokens
+            .iter()
+            .any(|t| t.token == bearer && !t.revoked && now < t.expires);
+    if !accepted {
         return error(401, "UNAUTHENTICATED", "missing or wrong bearer token");
     }
     if let Some(nb) = st.not_before {
@@ -563,6 +630,44 @@ async fn handle(
         }
         _ => error(404, "ENDPOINT_NOT_FOUND", "no such API"),
     }
+}
+
+/// `POST /oidc/v1/token`: client credentials (HTTP Basic) for an access token.
+fn oidc_token(st: &mut St, headers: &HeaderMap, body: &[u8]) -> Response {
+    use base64::Engine as _;
+    st.token_requests += 1;
+    let form = String::from_utf8_lossy(body);
+    let fields: HashMap<&str, &str> = form
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    if fields.get("grant_type") != Some(&"client_credentials")
+        || fields.get("scope") != Some(&"all-apis")
+    {
+        return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": "invalid_request", "error_description": "grant_type=client_credentials and scope=all-apis are required"}))).into_response();
+    }
+    let basic = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .and_then(|b| String::from_utf8(b).ok());
+    let known = st
+        .oauth
+        .as_ref()
+        .map(|(id, secret)| format!("{id}:{secret}"));
+    if basic.is_none() || basic != known {
+        return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "invalid_client", "error_description": "Client authentication failed"}))).into_response();
+    }
+    let seq = st.next_seq();
+    let token = format!("oat-{}", new_token(seq));
+    let lifetime = st.knobs.oauth_lifetime;
+    st.access_tokens.push(AccessToken {
+        token: token.clone(),
+        expires: Instant::now() + lifetime,
+        revoked: false,
+    });
+    ok(json!({"access_token": token, "token_type": "Bearer", "expires_in": lifetime.as_secs()}))
 }
 
 fn new_op(
@@ -772,9 +877,12 @@ async fn delete_branch(
     sh: &Shared,
     st: &mut St,
     id: &str,
-    _query: &HashMap<String, String>,
+    query: &HashMap<String, String>,
 ) -> Response {
     let Some(rec) = st.branches.get(id) else {
+        if query.get("allow_missing").map(String::as_str) == Some("true") {
+            return new_op(st, id, Ok(json!({})), None);
+        }
         return error(404, "NOT_FOUND", "branch not found");
     };
     if rec.default {
@@ -861,6 +969,7 @@ fn create_endpoint(
         );
     }
     let host = st.knobs.endpoint_host.clone();
+    let fail = st.knobs.fail_endpoint_ops;
     let eps = st.endpoints.entry(branch.to_string()).or_default();
     if eps
         .iter()
@@ -874,6 +983,10 @@ fn create_endpoint(
         endpoint_type: t,
     };
     let response = endpoint_json(branch, &rec);
+    if fail {
+        let failed = json!({"code": 13, "message": "the compute failed to start"});
+        return new_op(st, branch, Err(failed), None);
+    }
     eps.push(rec);
     new_op(st, branch, Ok(response), None)
 }

@@ -1,0 +1,368 @@
+//! What holds off the paved road: no branch outlives a failed create, a revoked credential is
+//! re-minted, 400s are typed by what the service says, TLS trusts a configured CA and checks
+//! the host name, refusals that are not the login window fail at once with the server's words,
+//! OAuth for service principals, the branch limit, the User-Agent and `allow_missing`.
+
+use super::*;
+use ca::TestCa;
+use consort_lakebase::lakebase_api::OAuthClient;
+use pg::PgOptions;
+
+/// Creates `name`, which must fail, and checks that the service no longer has it and was
+/// asked to delete it (with `allow_missing`).
+async fn refused_and_gone(
+    lb: &Lakebase,
+    p: &LakebaseProvider,
+    name: &str,
+    base: &BaseRef,
+) -> Error {
+    let err = refused(p, name, base, "the create must fail").await;
+    assert!(
+        !lb.branch_ids().await.contains(&name.to_string()),
+        "{name} left behind after: {err}"
+    );
+    let deletes: Vec<_> = lb
+        .requests_of("DELETE")
+        .await
+        .into_iter()
+        .filter(|r| r.path.ends_with(&format!("/branches/{name}")))
+        .collect();
+    assert_eq!(deletes.len(), 1, "one delete of {name}");
+    assert_eq!(
+        deletes[0].query.get("allow_missing").map(String::as_str),
+        Some("true")
+    );
+    err
+}
+
+#[tokio::test]
+async fn a_branch_is_deleted_when_any_stage_after_its_creation_fails() {
+    let pg = LocalPg::start().await;
+    let lb = Lakebase::start(Some(&pg)).await;
+    let (p, base) = provider_and_base(&lb, pg.port).await;
+
+    // The endpoint's operation fails.
+    lb.knobs(|k| k.fail_endpoint_ops = true).await;
+    let err = refused_and_gone(&lb, &p, "consort-stage-endpoint", &base).await;
+    assert!(
+        err.to_string().contains("the compute failed to start"),
+        "{err}"
+    );
+    lb.knobs(|k| k.fail_endpoint_ops = false).await;
+
+    // The login window runs out.
+    lb.knobs(|k| k.auth_window_mints = 1000).await;
+    let mut cfg = config(&lb, pg.port);
+    cfg.auth_ready.budget = Duration::from_millis(300);
+    let short = LakebaseProvider::new(cfg).expect("provider");
+    let err = refused_and_gone(&lb, &short, "consort-stage-login", &base).await;
+    assert!(err.to_string().contains("did not accept logins"), "{err}");
+    lb.knobs(|k| k.auth_window_mints = 0).await;
+
+    // TLS fails: the server has no TLS, and plaintext is not allowed.
+    let mut cfg = config(&lb, pg.port);
+    cfg.allow_plaintext_loopback = false;
+    let strict = LakebaseProvider::new(cfg).expect("provider");
+    let before = lb.mints().await.len();
+    let err = refused_and_gone(&lb, &strict, "consort-stage-tls", &base).await;
+    assert!(
+        matches!(err, Error::Connect(ref m) if m.contains("TLS")),
+        "{err:?}"
+    );
+    assert_eq!(
+        lb.mints().await.len(),
+        before + 1,
+        "a TLS failure is not retried as the login window"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_cached_credential_is_minted_again_once() {
+    let pg = LocalPg::start().await;
+    let lb = Lakebase::start(Some(&pg)).await;
+    let (p, base) = provider_and_base(&lb, pg.port).await;
+    let branch = p.create("consort-revoked-1", &base).await.expect("create");
+    let cached = p.connect_info(&branch).await.expect("info");
+    lb.revoke_credentials().await;
+    let old = consort_lakebase::lakebase_api::connect(&cached)
+        .await
+        .expect_err("the revoked credential no longer logs in");
+    assert!(
+        matches!(&old, ApiError::Postgres { code: Some(c), message, .. } if c == "28P01" && message.contains("password authentication failed")),
+        "the server's words are kept: {old}"
+    );
+    // The provider's own login (a new branch) re-mints at once.
+    let minted = lb.mints().await.len();
+    p.create("consort-revoked-2", &base)
+        .await
+        .expect("a new credential logs in");
+    assert_eq!(lb.mints().await.len(), minted + 1, "minted once more");
+    // A caller that met the refusal tells the provider, which forgets the credential.
+    lb.revoke_credentials().await;
+    let still = p.connect_info(&branch).await.expect("info");
+    assert_eq!(
+        still.secret, cached.secret,
+        "the provider cannot know by itself"
+    );
+    p.invalidate_credential(&branch);
+    let fresh = p.connect_info(&branch).await.expect("info");
+    assert_ne!(fresh.secret, cached.secret);
+    drop(connect(&fresh).await);
+    p.delete("consort-revoked-1").await.expect("delete");
+    p.delete("consort-revoked-2").await.expect("delete");
+}
+
+#[tokio::test]
+async fn a_verification_on_a_warm_branch_whose_credential_was_revoked_still_runs() {
+    let pg = LocalPg::start().await;
+    let lb = Lakebase::start(Some(&pg)).await;
+    let provider: Arc<dyn BranchProvider> = Arc::new(provider(&lb, pg.port));
+    let tree = common::tree_of(&[("tests/t1.sql", "SELECT 1;\n")]);
+    let runner: Arc<dyn TestRunner> =
+        Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
+    let args = consort_lakebase::LakebaseArgs {
+        pool: consort_testkit::cluster::pool_config(1),
+        ..consort_lakebase::LakebaseArgs::new(provider, runner)
+    };
+    let (actor, join) = consort_lakebase::LakebaseActor::spawn(args)
+        .await
+        .expect("spawn");
+    let verify = |id: u64| {
+        let req = consort_testkit::verify::request(id, tree.path(), Vec::new());
+        consort_testkit::verify::verify(&actor, req, Duration::from_secs(120))
+    };
+    let first = verify(1).await.expect("a receipt");
+    assert_eq!(first.status_of("tests/t1.sql"), Some(TestStatus::Passed));
+    // Wait for the pool's warm branch: its create ends with a credential minted for it.
+    let minted = lb.mints().await.len();
+    let warm = loop {
+        let mints = lb.mints().await;
+        if mints.len() > minted {
+            break mints[mints.len() - 1].0.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    lb.revoke_credentials().await;
+    let second = verify(2)
+        .await
+        .expect("a receipt, not an infrastructure error");
+    assert_eq!(
+        second.status_of("tests/t1.sql"),
+        Some(TestStatus::Passed),
+        "{}",
+        second.output_excerpt
+    );
+    let mints = lb.mints().await;
+    assert!(
+        mints
+            .iter()
+            .skip(minted + 1)
+            .any(|(endpoint, _)| *endpoint == warm),
+        "the warm branch's refused credential was minted again"
+    );
+    actor.stop(None);
+    let _ = join.await;
+}
+
+#[tokio::test]
+async fn a_refused_create_is_typed_by_what_the_service_says() {
+    let lb = Lakebase::start(None).await;
+    let p = provider(&lb, 5432);
+    let base = BaseRef {
+        id: "production".into(),
+        key: BaseSpec::default().key(),
+    };
+    // What the service says, and a check of the error it must become.
+    type Case = (&'static str, fn(&Error) -> bool);
+    let cases: [Case; 3] = [
+        (
+            "Expiration time exceeds the maximum expiration time of 604800s",
+            |e| matches!(e, Error::Config(m) if m.contains("TTL of 3600 s") && m.contains("ttl_secs")),
+        ),
+        ("invalid branch_id: must start with a letter", |e| {
+            matches!(e, Error::InvalidName(_))
+        }),
+        ("spec.source_branch must be a branch resource", |e| {
+            matches!(e, Error::Http { status: 400, .. })
+        }),
+    ];
+    for (said, is) in cases {
+        lb.fault(Fault::on_branches(
+            "POST",
+            400,
+            "INVALID_PARAMETER_VALUE",
+            said,
+        ))
+        .await;
+        let err = refused(&p, "consort-refused-1", &base, said).await;
+        assert!(is(&err), "{said}: {err:?}");
+        assert!(err.to_string().contains(said), "the service's words: {err}");
+    }
+}
+
+#[tokio::test]
+async fn tls_trusts_the_configured_ca_and_refuses_another_hosts_certificate() {
+    let ca = TestCa::for_host("localhost");
+    let pg = LocalPg::start_with(PgOptions {
+        tls: Some((ca.cert.clone(), ca.key.clone())),
+        hba_reject: vec![],
+    })
+    .await;
+    let lb = Lakebase::start(Some(&pg)).await;
+    lb.knobs(|k| k.endpoint_host = "localhost".into()).await;
+    let tls = |ca_file: Option<&std::path::Path>| {
+        let mut cfg = config(&lb, pg.port);
+        cfg.allow_plaintext_loopback = false;
+        cfg.ca_file = ca_file.map(std::path::Path::to_path_buf);
+        LakebaseProvider::new(cfg).expect("provider")
+    };
+    let base = BaseRef {
+        id: "production".into(),
+        key: BaseSpec::default().key(),
+    };
+
+    // Trusted through the CA file: the provider, the driver and libpq all verify it.
+    let p = tls(Some(&ca.ca));
+    let branch = p
+        .create("consort-tls-1", &base)
+        .await
+        .expect("create over TLS");
+    let info = p.connect_info(&branch).await.expect("info");
+    assert_eq!(info.sslmode, SslMode::Require);
+    let env: std::collections::HashMap<_, _> = info.env().into_iter().collect();
+    assert_eq!(
+        env.get("PGSSLMODE").map(String::as_str),
+        Some("verify-full")
+    );
+    let db = connect(&info).await;
+    let ssl: bool = query_value(
+        &db,
+        "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        &[],
+    )
+    .await;
+    assert!(ssl, "the session is encrypted");
+    drop(db);
+    let out = std::process::Command::new("psql")
+        .args(["-X", "-A", "-t", "-c", "SELECT 1"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(info.env())
+        .output()
+        .expect("psql starts");
+    assert!(
+        out.status.success(),
+        "libpq with verify-full: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Without the CA, the certificate's issuer is unknown: refused at once, branch deleted.
+    let err = refused(&tls(None), "consort-tls-2", &base, "unknown issuer").await;
+    assert!(err.to_string().contains("TLS"), "{err}");
+    assert!(!lb.branch_ids().await.contains(&"consort-tls-2".to_string()));
+
+    // A host name the certificate is not for: refused (verify-full).
+    lb.knobs(|k| k.endpoint_host = "127.0.0.1".into()).await;
+    let err = refused(&tls(Some(&ca.ca)), "consort-tls-3", &base, "another host").await;
+    assert!(err.to_string().contains("TLS"), "{err}");
+    assert!(!lb.branch_ids().await.contains(&"consort-tls-3".to_string()));
+    p.delete("consort-tls-1").await.expect("delete");
+}
+
+#[tokio::test]
+async fn a_pg_hba_refusal_fails_at_once_with_the_servers_words() {
+    let pg = LocalPg::start_with(PgOptions {
+        tls: None,
+        hba_reject: vec!["consort-hba-1".into()],
+    })
+    .await;
+    let lb = Lakebase::start(Some(&pg)).await;
+    let (p, base) = provider_and_base(&lb, pg.port).await;
+    let before = lb.mints().await.len();
+    let err = refused_and_gone(&lb, &p, "consort-hba-1", &base).await;
+    let text = err.to_string();
+    assert!(
+        text.contains("pg_hba.conf") && text.contains("28000"),
+        "{text}"
+    );
+    assert_eq!(
+        lb.mints().await.len(),
+        before + 1,
+        "not retried as the login window"
+    );
+}
+
+#[tokio::test]
+async fn a_service_principal_signs_in_with_oauth_and_a_refused_token_is_fetched_again() {
+    let pg = LocalPg::start().await;
+    let lb = Lakebase::start(Some(&pg)).await;
+    lb.allow_oauth("sp-1234", "sp-secret-value").await;
+    let mut cfg = config(&lb, pg.port);
+    cfg.token = Secret::new("");
+    cfg.oauth = Some(OAuthClient {
+        client_id: "sp-1234".into(),
+        client_secret: Secret::new("sp-secret-value"),
+    });
+    let p = LakebaseProvider::new(cfg.clone()).expect("provider");
+    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
+    p.create("consort-oauth-1", &base).await.expect("create");
+    assert_eq!(
+        lb.token_requests().await,
+        1,
+        "one token, cached for every call"
+    );
+    // The service refuses the token (revoked): one new token, and the call goes through.
+    lb.revoke_access_tokens().await;
+    p.delete("consort-oauth-1")
+        .await
+        .expect("delete with a new token");
+    assert_eq!(lb.token_requests().await, 2);
+    // A token about to expire is fetched again before it is used.
+    lb.knobs(|k| k.oauth_lifetime = Duration::from_secs(30))
+        .await;
+    let short = LakebaseProvider::new(cfg.clone()).expect("provider");
+    short.list("consort-").await.expect("list");
+    short.list("consort-").await.expect("list");
+    assert_eq!(
+        lb.token_requests().await,
+        4,
+        "a token that expires within the refresh margin is not reused"
+    );
+    // A wrong secret is typed, and never shown.
+    let mut bad = cfg;
+    bad.oauth = Some(OAuthClient {
+        client_id: "sp-1234".into(),
+        client_secret: Secret::new("wrong-secret-value"),
+    });
+    let err = LakebaseProvider::new(bad)
+        .expect("provider")
+        .list("consort-")
+        .await
+        .expect_err("refused");
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("invalid_client"), "{text}");
+    assert!(
+        !text.contains("wrong-secret-value") && !text.contains("sp-secret-value"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn requests_name_consort_and_the_branch_limit_is_the_projects() {
+    let lb = Lakebase::start(None).await;
+    let mut cfg = config(&lb, 5432);
+    cfg.max_live_branches = 4;
+    let p = LakebaseProvider::new(cfg.clone()).expect("provider");
+    assert_eq!(p.capabilities().max_live_branches, Some(4));
+    p.list("consort-").await.expect("list");
+    let agent = lb.requests().await[0]
+        .user_agent
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(agent, format!("consort/{}", env!("CARGO_PKG_VERSION")));
+    cfg.max_live_branches = 1;
+    assert!(
+        LakebaseProvider::new(cfg).is_err(),
+        "a limit below a base and a branch"
+    );
+}
