@@ -461,15 +461,28 @@ impl Ensemble {
     /// when nothing else uses it; the run lock, if held, is released last. Returns the final
     /// branch counters.
     pub async fn shutdown(self) -> PoolStatsSnapshot {
-        self.conductor.stop();
+        // The conductor first, and waited for: an answer from a role stopped below must not
+        // reach it and be recorded (a stopped run resumes where it stood, like a crashed one).
+        if let Err(e) = self.conductor.actor().stop_and_wait(None, None).await {
+            tracing::debug!(error = %e, "the conductor had already stopped");
+        }
         for h in &self.roles {
             h.shutdown().await;
         }
         // The Lakebase actor's shutdown drops the pool's branches and sweeps orphans.
         self.lakebase.shutdown().await;
+        // The provider (and with it the embedded cluster, when nothing else uses it) before
+        // the run lock, so a run that takes the lock next never finds this server going down.
+        drop(self.provider);
         drop(self.cluster);
         let stats = self.stats.snapshot();
         drop(self.run_lock);
         stats
+    }
+
+    /// Takes the run lock out of the ensemble, for a caller that must release it later than
+    /// [`Ensemble::shutdown`] would (after stopping servers the ensemble does not own).
+    pub fn take_run_lock(&mut self) -> Option<RunLock> {
+        self.run_lock.take()
     }
 }

@@ -324,6 +324,7 @@ impl Checks {
 pub fn doctor(dir: &Path) -> i32 {
     let mut checks = Checks::default();
     check_postgres_binaries(&mut checks);
+    note_orphaned_clusters();
     let config = ProjectConfig::load(dir);
     check_sandbox(&mut checks, config.as_ref().ok());
     checks.report(
@@ -345,6 +346,29 @@ pub fn doctor(dir: &Path) -> i32 {
     check_agents(&mut checks, dir, &config);
     check_database(&mut checks, dir, &config);
     i32::from(checks.failed)
+}
+
+/// A hint (never a failure) when cluster directories placed outside their projects
+/// (`/tmp/consort-pg-*`) belong to projects that no longer exist.
+fn note_orphaned_clusters() {
+    let orphans: Vec<_> = consort_lakebase::placed_clusters()
+        .into_iter()
+        .filter(|c| c.state == consort_lakebase::Placement::Orphaned)
+        .collect();
+    if orphans.is_empty() {
+        return;
+    }
+    let bytes: u64 = orphans.iter().map(|c| c.bytes).sum();
+    let what = if orphans.len() == 1 {
+        "cluster directory under /tmp belongs to a project that no longer exists"
+    } else {
+        "cluster directories under /tmp belong to projects that no longer exist"
+    };
+    println!(
+        "note  {} {what} ({})\n      fix: consort branches --sweep",
+        orphans.len(),
+        crate::ui::bytes_text(bytes)
+    );
 }
 
 /// The PostgreSQL server binaries and the psql client.

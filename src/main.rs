@@ -255,7 +255,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE as u8);
         }
     };
-    match runtime.block_on(dispatch(cli.command)) {
+    let result = runtime.block_on(dispatch(cli.command));
+    // Tasks still holding a server's handle are dropped (the server stops with its last
+    // handle); a blocking read of the terminal is not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(30));
+    match result {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
             eprintln!("error: {}", consort::ui::error_chain(e.as_ref()));
@@ -426,7 +430,16 @@ async fn run(
         opts.default_budgets = Some(consort::config::openai_default_budgets());
     }
     ui::print_budgets(&project, &opts)?;
-    let report = ui::run_printed(&project, lock, opts).await?;
+    let report = match ui::run_printed(&project, lock, opts).await {
+        Err(consort::ProjectError::Interrupted(signal)) => {
+            eprintln!(
+                "interrupted by {signal}: the run is stopped and its database server shut down; `consort run --dir {}` resumes it",
+                dir.display()
+            );
+            return Ok(signal.exit_code());
+        }
+        other => other?,
+    };
     match &report.outcome {
         RunOutcome::AtGate { gate, hash } => {
             println!(
@@ -1010,6 +1023,43 @@ async fn branches(dir: &Path, sweep: bool) -> Result<i32> {
     if sweep {
         let n = provider.sweep(Duration::ZERO).await?;
         println!("swept {n}");
+        sweep_placed_clusters().await;
     }
     Ok(0)
+}
+
+/// `consort branches --sweep`: removes the cluster directories placed outside their projects
+/// (`/tmp/consort-pg-*`) whose project no longer exists, and says which it keeps and why.
+async fn sweep_placed_clusters() {
+    use consort::lakebase::Placement;
+    let (mut removed, mut freed, mut kept) = (0usize, 0u64, 0usize);
+    for c in consort::lakebase::placed_clusters() {
+        let of = c
+            .requested
+            .as_ref()
+            .map(|r| format!(" (cluster of {})", r.display()))
+            .unwrap_or_default();
+        if c.state != Placement::Orphaned {
+            if c.state != Placement::ProjectExists {
+                println!("kept {}{of}: {}", c.dir.display(), c.state);
+            }
+            kept += 1;
+            continue;
+        }
+        match consort::lakebase::remove_orphan(&c.dir).await {
+            Ok(bytes) => {
+                println!("removed {}{of}, {}", c.dir.display(), ui::bytes_text(bytes));
+                removed += 1;
+                freed += bytes;
+            }
+            Err(e) => {
+                println!("kept {}{of}: {e}", c.dir.display());
+                kept += 1;
+            }
+        }
+    }
+    println!(
+        "cluster directories outside their projects: removed {removed} ({} freed), kept {kept}",
+        ui::bytes_text(freed)
+    );
 }

@@ -99,6 +99,19 @@ pub enum ProjectError {
         /// Its test files that are missing.
         missing: Vec<String>,
     },
+    /// The run was ended by a signal; it was stopped like a crash (the ledger as it stood, the
+    /// database server shut down) and resumes with `consort run`.
+    #[error("interrupted by {0}")]
+    Interrupted(crate::ui::Interruption),
+    /// The signal handlers a run listens on could not be installed.
+    #[error("cannot listen for {signal}: {source}")]
+    Signals {
+        /// The signal.
+        signal: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// How to drive a project.

@@ -154,18 +154,111 @@ fn describe(p: &Progress) -> String {
     }
 }
 
+/// A size for people: `512 B`, `3.4 kB`, `45.2 MB`, `1.3 GB`.
+pub fn bytes_text(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["kB", "MB", "GB", "TB"];
+    if bytes < 1000 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1000.0;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// A signal that ended a run before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interruption {
+    /// `SIGINT` (Ctrl-C).
+    Interrupt,
+    /// `SIGTERM` (`kill`, `timeout`).
+    Terminate,
+}
+
+impl Interruption {
+    /// The exit code of a program ended by this signal, as shells report it: 128 + its number.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Interruption::Interrupt => 130,
+            Interruption::Terminate => 143,
+        }
+    }
+}
+
+impl std::fmt::Display for Interruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Interruption::Interrupt => "SIGINT",
+            Interruption::Terminate => "SIGTERM",
+        })
+    }
+}
+
+/// The signals a run listens for: once one arrives the run is stopped, not killed.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, ProjectError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind, name| {
+            signal(kind).map_err(|source| ProjectError::Signals {
+                signal: name,
+                source,
+            })
+        };
+        Ok(Signals {
+            int: listen(SignalKind::interrupt(), "SIGINT")?,
+            term: listen(SignalKind::terminate(), "SIGTERM")?,
+        })
+    }
+
+    async fn next(&mut self) -> Interruption {
+        tokio::select! {
+            _ = self.int.recv() => Interruption::Interrupt,
+            _ = self.term.recv() => Interruption::Terminate,
+        }
+    }
+}
+
+/// How long an interrupted run's actors are given to stop before the servers are stopped
+/// regardless.
+const INTERRUPTED_SHUTDOWN: Duration = Duration::from_secs(30);
+
 /// Runs `project` once under `lock`, as the `consort` command and the StockFlow example do:
 /// progress printed while it runs (see [`progress_printer`]; it replaces `opts.progress`), the
 /// ensemble shut down, then the summary printed (see [`print_summary`]).
+///
+/// `SIGINT` and `SIGTERM` stop the run while it starts or runs: the ensemble is shut down, the
+/// embedded database servers this process started are stopped, and
+/// [`ProjectError::Interrupted`] is returned. The ledger is left as a crash would leave it (every
+/// event is fsynced before it takes effect), so `consort run` resumes it.
 pub async fn run_printed(
     project: &Project,
     lock: RunLock,
     mut opts: RunOptions,
 ) -> Result<RunReport, ProjectError> {
+    let mut signals = Signals::install()?;
     let (tx, printer) = progress_printer();
     opts.progress = Some(tx);
-    let ensemble = project.ensemble_locked(lock, opts).await?;
-    let result = ensemble.run().await;
+    let ensemble = tokio::select! {
+        built = project.ensemble_locked(lock, opts) => built?,
+        // The start is dropped: a server it had started stops with its handle.
+        signal = signals.next() => return Err(interrupted(signal)),
+    };
+    let ran = tokio::select! {
+        r = ensemble.run() => Ok(r),
+        signal = signals.next() => Err(signal),
+    };
+    let result = match ran {
+        Ok(result) => result,
+        Err(signal) => return Err(stop_interrupted(ensemble, signal).await),
+    };
     let stats = ensemble.shutdown().await;
     // The printer ends with the run's last sender; a moment to print what is left.
     let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
@@ -173,6 +266,30 @@ pub async fn run_printed(
     print_summary(&report, &stats, &project.dir);
     print_git(project, &report);
     Ok(report)
+}
+
+/// Stops a run that `signal` interrupted: the actors (bounded), then the servers, and only
+/// then releases the project's run lock, so no other run attaches to a server about to stop.
+async fn stop_interrupted(mut ensemble: crate::Ensemble, signal: Interruption) -> ProjectError {
+    tracing::info!(%signal, "stopping the run");
+    let lock = ensemble.take_run_lock();
+    if tokio::time::timeout(INTERRUPTED_SHUTDOWN, ensemble.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the run's actors did not stop in time; stopping its servers regardless");
+    }
+    let error = interrupted(signal);
+    drop(lock);
+    error
+}
+
+/// Stops every embedded server this process started (whatever still holds its handle) and
+/// says the run was interrupted by `signal`.
+fn interrupted(signal: Interruption) -> ProjectError {
+    let stopped = consort_lakebase::EmbeddedPostgres::stop_all_owned();
+    tracing::info!(%signal, servers = stopped, "interrupted; embedded servers stopped");
+    ProjectError::Interrupted(signal)
 }
 
 /// Makes the commits still missing and says where the run's branch stands; at the deploy

@@ -123,6 +123,29 @@ pub enum Error {
     /// The backend does not support this operation.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A server a process that ended had left running in the cluster's data directory did
+    /// not stop, though signalled (fast, then immediate shutdown, then `SIGKILL`).
+    #[error(
+        "embedded PostgreSQL: the server (pid {pid}) that an ended process left running in {} did not stop within {waited}; stop it (`kill -QUIT {pid}`) and run again",
+        data_dir.display()
+    )]
+    ServerWontStop {
+        /// The server's pid.
+        pid: u32,
+        /// Its data directory.
+        data_dir: std::path::PathBuf,
+        /// How long it was waited for.
+        waited: String,
+    },
+    /// Another server kept the data directory through every start attempt (`postgres`
+    /// refused: lock file or shared memory still in use).
+    #[error("embedded PostgreSQL: the data directory {} stayed in use by another server: {detail}", data_dir.display())]
+    DataDirInUse {
+        /// The data directory.
+        data_dir: std::path::PathBuf,
+        /// What the server said, last time.
+        detail: String,
+    },
     /// A file-system operation on the embedded cluster's own files or processes failed.
     #[error("embedded PostgreSQL: {context}: {source}")]
     ClusterIo {
@@ -223,6 +246,8 @@ impl Error {
             | Error::AlreadyExists(_)
             | Error::Cluster(_)
             | Error::ClusterIo { .. }
+            | Error::ServerWontStop { .. }
+            | Error::DataDirInUse { .. }
             | Error::PoolShutDown => InfraFault::DatabaseDown,
             // Consort could not write its own marker: a bug, not the database.
             Error::Encode { .. } => InfraFault::InvariantBroken,

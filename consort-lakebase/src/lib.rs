@@ -100,7 +100,8 @@ mod verify;
 // process inspection), everything else here at the root.
 pub use actor::{LakebaseActor, LakebaseArgs, LakebaseState};
 pub use embedded::{
-    EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, RunAs, fallback_dir,
+    EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, PlacedCluster, Placement,
+    RunAs, fallback_dir, placed_clusters, remove_orphan,
 };
 pub use error::{Error, Result, ServerText};
 pub use pgbin::{PgBinaries, find_psql};

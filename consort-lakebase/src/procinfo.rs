@@ -55,6 +55,16 @@ pub fn alive(pid: u32) -> bool {
     start_ticks(pid).is_some()
 }
 
+/// Whether a process `pid` exists at all, zombies included (`kill(pid, 0)` would find it).
+pub fn exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The working directory of `pid`; `None` when it does not exist or may not be looked at.
+pub fn cwd(pid: u32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/cwd")).ok()
+}
+
 /// Whether the process `pid` that started at `ticks` is still the same live process.
 pub fn same_process_alive(pid: u32, ticks: u64) -> bool {
     start_ticks(pid) == Some(ticks)

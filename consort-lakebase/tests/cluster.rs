@@ -3,6 +3,7 @@
 use consort_testkit::process::eventually;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -355,4 +356,211 @@ async fn a_server_shutting_down_when_we_start_is_replaced_not_attached() {
     let pid = cluster.postmaster_pid();
     cluster.stop().expect("stop");
     assert!(!procinfo::alive(pid));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resuming after the owner ended (issue 16, item 8) and orphaned fallback directories (item 9).
+
+/// A kept cluster directory `pg` in a fresh directory under /tmp the server user can reach,
+/// with its data made (started once and stopped).
+async fn kept_cluster_dir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
+    let holder = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dir = holder.path().join("pg");
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(&dir))
+        .await
+        .expect("first start");
+    cluster.stop().expect("stop");
+    (holder, dir)
+}
+
+/// Starts `postgres` on the data directory of the cluster directory `dir`, as the server user
+/// when root, with nothing recording or watching it: what an owner killed right after it
+/// started the server (before its watchdog) leaves. The child is reaped by a thread.
+fn unwatched_server(dir: &std::path::Path) -> u32 {
+    let bins = consort_lakebase::PgBinaries::find(None).expect("binaries");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut cmd = Command::new(bins.postgres());
+    cmd.arg("-D")
+        .arg(dir.join("data"))
+        .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-k"])
+        .arg(dir.join("run"))
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    if let Some(ra) = consort_lakebase::RunAs::for_current_process("postgres").expect("user") {
+        cmd.uid(ra.uid).gid(ra.gid);
+    }
+    let mut child = cmd.spawn().expect("start postgres");
+    let pid = child.id();
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+    pid
+}
+
+/// Whether the server's lock file says it is ready (line 8 of `postmaster.pid`).
+fn says_ready(dir: &std::path::Path) -> bool {
+    std::fs::read_to_string(dir.join("data").join("postmaster.pid"))
+        .is_ok_and(|t| t.lines().nth(7).is_some_and(|l| l.trim() == "ready"))
+}
+
+/// A start must own a new server where a server of an ended owner was, and that server must
+/// be gone.
+async fn start_replaces(dir: &std::path::Path, old: u32) {
+    let began = std::time::Instant::now();
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(dir))
+        .await
+        .expect("a start where a server of an ended owner runs");
+    eprintln!("start over an abandoned server took {:?}", began.elapsed());
+    assert!(
+        cluster.is_owned(),
+        "a server whose owner is gone is replaced, not attached to (it would never be stopped)"
+    );
+    assert_ne!(cluster.postmaster_pid(), old);
+    assert!(!procinfo::alive(old), "the abandoned server is gone");
+    let provider = EmbeddedProvider::new(cluster.clone())
+        .await
+        .expect("the new server works");
+    drop(provider);
+    let pid = cluster.postmaster_pid();
+    cluster.stop().expect("stop");
+    assert!(!procinfo::alive(pid));
+}
+
+#[tokio::test]
+async fn a_running_server_whose_owner_ended_before_its_watchdog_is_stopped_and_replaced() {
+    let (_holder, dir) = kept_cluster_dir("consort-abandoned-").await;
+    let old = unwatched_server(&dir);
+    assert!(
+        eventually(60, || says_ready(&dir)),
+        "the unwatched server starts"
+    );
+    start_replaces(&dir, old).await;
+}
+
+#[tokio::test]
+async fn a_server_in_start_up_whose_owner_ended_is_stopped_and_replaced() {
+    let (_holder, dir) = kept_cluster_dir("consort-abandoned-start-").await;
+    for _round in 0..3 {
+        // No waiting: the start finds the server before or while it writes its lock file.
+        let old = unwatched_server(&dir);
+        start_replaces(&dir, old).await;
+    }
+}
+
+/// Starts the holder (see [`hold_a_cluster`]) on `dir` without waiting for it.
+fn spawn_holder_at(dir: &std::path::Path) -> std::process::Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "hold_a_cluster",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CONSORT_HOLD_CLUSTER", "1")
+        .env("CONSORT_HOLD_DIR", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the holder")
+}
+
+/// When to kill a holder: given its pid and the lock file's path.
+type KillPoint = fn(u32, &std::path::Path) -> bool;
+
+#[tokio::test]
+async fn an_owner_killed_during_the_servers_start_up_is_resumed_at_once() {
+    let (_holder, dir) = kept_cluster_dir("consort-killed-start-").await;
+    let pid_file = dir.join("data").join("postmaster.pid");
+    // Kill points: as soon as the holder has a `postgres` child (before its lock file, or
+    // before its watchdog), and as soon as the lock file exists (the server starting up).
+    let points: [(&str, KillPoint); 2] = [
+        ("a postgres child", |holder, _| {
+            consort_testkit::process::descendant_named(holder, "postgres").is_some()
+        }),
+        ("postmaster.pid", |_, pid_file| pid_file.exists()),
+    ];
+    for (what, reached) in points {
+        let mut child = spawn_holder_at(&dir);
+        let holder = child.id();
+        assert!(
+            eventually(120, || reached(holder, &pid_file)),
+            "the holder reaches {what}"
+        );
+        child.kill().expect("SIGKILL the holder");
+        child.wait().expect("reap");
+        let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(&dir))
+            .await
+            .unwrap_or_else(|e| panic!("a start right after a kill at {what}: {e}"));
+        assert!(
+            cluster.is_owned(),
+            "killed at {what}: this process owns the server"
+        );
+        assert!(cluster.is_running());
+        let pid = cluster.postmaster_pid();
+        cluster.stop().expect("stop");
+        assert!(!procinfo::alive(pid));
+    }
+}
+
+#[tokio::test]
+async fn a_fallback_directory_records_its_project_and_is_swept_only_when_that_is_gone() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // only root places clusters outside the requested directory
+    }
+    let holder = tempfile::Builder::new()
+        .prefix("consort-placed-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    // 0700: the server user cannot reach the projects below it.
+    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let kept_req = holder.path().join("kept").join(".consort").join("pg");
+    let gone_req = holder.path().join("gone").join(".consort").join("pg");
+    let mut pids = Vec::new();
+    for req in [&kept_req, &gone_req] {
+        std::fs::create_dir_all(req.parent().expect("parent")).expect("project");
+        let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(req))
+            .await
+            .expect("start");
+        assert_eq!(cluster.dir(), consort_lakebase::fallback_dir(req).as_path());
+        let record = std::fs::read_to_string(cluster.dir().join("requested")).expect("record");
+        assert_eq!(record.trim_end(), req.display().to_string());
+        pids.push(cluster.postmaster_pid());
+        cluster.stop().expect("stop");
+    }
+    let (kept, gone) = (
+        consort_lakebase::fallback_dir(&kept_req),
+        consort_lakebase::fallback_dir(&gone_req),
+    );
+    // The deleted project's server was left running by an owner that ended.
+    let old = unwatched_server(&gone);
+    assert!(eventually(60, || says_ready(&gone)));
+    std::fs::remove_dir_all(holder.path().join("gone")).expect("delete the project");
+
+    let placed = consort_lakebase::placed_clusters();
+    let state = |d: &std::path::Path| placed.iter().find(|c| c.dir == d).map(|c| c.state.clone());
+    assert_eq!(
+        state(&kept),
+        Some(consort_lakebase::Placement::ProjectExists)
+    );
+    assert_eq!(state(&gone), Some(consort_lakebase::Placement::Orphaned));
+    let refused = consort_lakebase::remove_orphan(&kept).await;
+    assert!(refused.is_err(), "a directory whose project exists is kept");
+    assert!(kept.join("data").join("PG_VERSION").exists());
+    let freed = consort_lakebase::remove_orphan(&gone)
+        .await
+        .expect("the orphan is removed");
+    assert!(freed > 1_000_000, "a cluster takes megabytes: {freed}");
+    assert!(!gone.exists());
+    assert!(!procinfo::alive(old), "its server was stopped first");
+    std::fs::remove_dir_all(&kept).expect("clean up");
 }

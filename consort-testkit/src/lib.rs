@@ -14,7 +14,8 @@
 //! * [`observers`]: an append observer that aborts the process, for crash tests.
 //! * [`harness`]: the command line of `libtest-mimic` harnesses, with libtest's filters.
 //! * [`logs`]: a tracing writer that keeps every line in memory.
-//! * [`process`]: a process's output as text, and waiting for a condition.
+//! * [`process`]: a process's output as text, waiting for a condition, the processes of a
+//!   data directory or below a process.
 //! * [`providers`]: a branch provider that records the secrets it hands out and can fail.
 //! * [`assert`](mod@assert): assertions for halts and refusals.
 //!

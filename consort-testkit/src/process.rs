@@ -1,4 +1,5 @@
-//! Running processes from tests: their output as text, and waiting for a condition.
+//! Running processes from tests: their output as text, waiting for a condition, and finding
+//! the processes of a data directory or below a process.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -38,4 +39,35 @@ pub fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     cond()
+}
+
+/// The processes whose working directory is `data_dir`: a PostgreSQL server of that data
+/// directory and its backends (each changes into its data directory).
+pub fn servers_of(data_dir: &std::path::Path) -> Vec<u32> {
+    let Ok(data) = std::fs::canonicalize(data_dir) else {
+        return Vec::new();
+    };
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| consort_lakebase::procinfo::alive(*pid))
+        .filter(|pid| consort_lakebase::procinfo::cwd(*pid).is_some_and(|cwd| cwd == data))
+        .collect()
+}
+
+/// A live descendant of `pid` whose command name is `name` (`psql`), if there is one.
+pub fn descendant_named(pid: u32, name: &str) -> Option<u32> {
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for child in consort_lakebase::procinfo::children_of(p) {
+            let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            if comm.trim() == name {
+                return Some(child);
+            }
+            todo.push(child);
+        }
+    }
+    None
 }

@@ -8,6 +8,8 @@
 //! | `D/admin.pw` | the bootstrap superuser's random password (mode 0600) |
 //! | `D/run/` | the Unix socket directory (or `/tmp/consort-sock-<hash>/` when `D` is long) |
 //! | `D/postgres.log` | the server's output |
+//! | `D/start.lock`, `D/owner` | one start at a time, and who owns the server (see `owner.rs`) |
+//! | `D/requested` | in a fallback directory only: the directory it stands in for (see [`fallback_dir`]) |
 //!
 //! **No orphans.** The server is stopped when the last [`Arc<EmbeddedCluster>`] is dropped
 //! (and by [`EmbeddedCluster::stop`]). Because a killed process runs no destructors (and
@@ -18,8 +20,14 @@
 //! reaches only this process and the watchdog still cleans up.
 //!
 //! **Reuse.** Starting a cluster for a directory whose server is already running returns the
-//! same handle within this process; a server started by another process is attached to (and
-//! left running on drop: its owner stops it).
+//! same handle within this process; a server started by another process that is alive is
+//! attached to (and left running on drop: its owner stops it).
+//!
+//! **Resume.** A server whose owner has ended — killed during the server's start-up, during a
+//! run, or before its watchdog was started — is stopped (or, when it is already going down,
+//! waited for) before a new one starts, and a start that `postgres` refuses because the data
+//! directory is still held (lock file, shared memory) is tried again, a bounded number of
+//! times. Starts of one kept directory are one at a time across processes.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -35,6 +43,7 @@ use nix::unistd::Pid;
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
+use super::owner::{self, Holder, StartLock};
 use super::runas::{RunAs, fallback_dir};
 use crate::error::{Error, Result, duration_text};
 use crate::names::random_tag;
@@ -171,6 +180,30 @@ impl EmbeddedPostgres {
         let cluster = Arc::new(start_cluster(&cfg, bins, run_as, dir, requested, temporary).await?);
         *guard = Arc::downgrade(&cluster);
         Ok(cluster)
+    }
+}
+
+impl EmbeddedPostgres {
+    /// Stops every server this process started that is still running (as a program ending on
+    /// a signal does before it exits; holders of their handles lose the servers too). Returns
+    /// how many were stopped. A start under way (its registry slot busy) is left to finish or
+    /// be dropped.
+    pub fn stop_all_owned() -> usize {
+        let slots: Vec<_> = match REGISTRY.lock() {
+            Ok(reg) => reg.values().cloned().collect(),
+            Err(p) => p.into_inner().values().cloned().collect(),
+        };
+        let mut stopped = 0;
+        for slot in slots {
+            let Ok(weak) = slot.try_lock() else { continue };
+            if let Some(cluster) = weak.upgrade()
+                && cluster.is_owned()
+            {
+                cluster.stop_inner(cluster.temporary);
+                stopped += 1;
+            }
+        }
+        stopped
     }
 }
 
@@ -396,7 +429,7 @@ fn read_pid_file(data_dir: &Path) -> Option<(u32, u16, PathBuf)> {
 }
 
 /// Whether `pid` runs the PostgreSQL server.
-fn is_postgres(pid: u32) -> bool {
+pub(super) fn is_postgres(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim() == "postgres")
         // A process whose name cannot be read is not known to be the server.
@@ -515,6 +548,12 @@ impl CommandEnv for tokio::process::Command {
     }
 }
 
+/// How many times a start is tried again when `postgres` finds the data directory still held
+/// by a server that is going down (its lock file or shared memory still in use).
+const IN_USE_ROUNDS: u32 = 10;
+/// The pause before such a retry.
+const IN_USE_PAUSE: Duration = Duration::from_millis(200);
+
 async fn start_cluster(
     cfg: &EmbeddedConfig,
     bins: PgBinaries,
@@ -524,6 +563,10 @@ async fn start_cluster(
     temporary: bool,
 ) -> Result<EmbeddedCluster> {
     ensure_dir(&dir, run_as.as_ref(), 0o700)?;
+    if let Some(req) = requested.as_deref().filter(|r| *r != dir) {
+        // A fallback directory says whose it is, so a sweep can tell when its project is gone.
+        owner::record_requested(&dir, req)?;
+    }
     let site = Site {
         cfg,
         bins,
@@ -535,11 +578,50 @@ async fn start_cluster(
         requested,
         temporary,
     };
-    if let Some(cluster) = try_attach(&site).await? {
-        return Ok(cluster);
+    // One start at a time per kept directory; a fresh temporary one has no other starter.
+    let _lock = if site.temporary {
+        None
+    } else {
+        let patience = cfg.start_timeout.saturating_mul(2) + Duration::from_secs(30);
+        Some(StartLock::take(&site.dir, patience).await?)
+    };
+    let mut in_use = String::new();
+    for _round in 0..IN_USE_ROUNDS {
+        if let Some(cluster) = try_attach(&site).await? {
+            return Ok(cluster);
+        }
+        let (password, socket_dir) = match prepare(&site).await {
+            Ok(p) => p,
+            Err(e) => {
+                site.discard();
+                return Err(e);
+            }
+        };
+        match start_own(&site, &socket_dir, &password).await {
+            Ok(cluster) => return Ok(cluster),
+            Err(Refusal::InUse(said)) => {
+                info!(dir = %site.dir.display(), said = %said, "the data directory is still held by a server going down; trying again");
+                in_use = said;
+                tokio::time::sleep(IN_USE_PAUSE).await;
+            }
+            Err(Refusal::Failed(e)) => {
+                site.discard();
+                return Err(e);
+            }
+        }
     }
+    site.discard();
+    Err(Error::DataDirInUse {
+        data_dir: site.data_dir.clone(),
+        detail: in_use,
+    })
+}
+
+/// The data directory made (`initdb`) when missing, the authentication file written, the
+/// password read and the socket directory made: what a start of our own needs.
+async fn prepare(site: &Site<'_>) -> Result<(String, PathBuf)> {
     if !site.data_dir.join("PG_VERSION").exists() || !site.pw_file.exists() {
-        init_data_dir(&site).await?;
+        init_data_dir(site).await?;
     }
     write_private(
         &site.data_dir.join("pg_hba.conf"),
@@ -549,57 +631,131 @@ async fn start_cluster(
     let password = site.read_password()?;
     let socket_dir = socket_dir_for(&site.dir);
     ensure_dir(&socket_dir, site.run_as.as_ref(), 0o700)?;
+    Ok((password, socket_dir))
+}
 
+/// Why a start of our own did not give a server.
+enum Refusal {
+    /// `postgres` found the data directory in use by another server (going down): try again.
+    InUse(String),
+    /// Anything else.
+    Failed(Error),
+}
+
+impl From<Error> for Refusal {
+    fn from(e: Error) -> Self {
+        Refusal::Failed(e)
+    }
+}
+
+/// Starts a server of our own, on another port when the chosen one was taken meanwhile.
+async fn start_own(
+    site: &Site<'_>,
+    socket_dir: &Path,
+    password: &str,
+) -> std::result::Result<EmbeddedCluster, Refusal> {
     let mut last_err = None;
     for _attempt in 0..3 {
         let port = free_port()?;
-        let cluster = spawn_server(&site, &socket_dir, port, &password)?;
+        let log_start = std::fs::metadata(&site.log_file).map_or(0, |m| m.len());
+        let cluster = spawn_server(site, socket_dir, port, password)?;
         let pid = cluster.pid;
-        match wait_ready(&cluster, Some(pid), &site.log_file, cfg.start_timeout).await {
+        match wait_ready(&cluster, Some(pid), &site.log_file, site.cfg.start_timeout).await {
             Ok(()) => {
                 info!(dir = %site.dir.display(), port, pid, "embedded PostgreSQL started");
                 return Ok(cluster);
             }
             Err(e) => {
-                let port_taken = e.to_string().contains("already in use");
                 // Stop what is left of the server, keeping the directory for the next attempt.
                 cluster.stop_inner(false);
                 drop(cluster);
-                if !port_taken {
-                    site.discard();
-                    return Err(e);
+                // What this attempt's server said (the log is appended to across starts).
+                let said = log_since(&site.log_file, log_start);
+                if data_dir_in_use(&said) {
+                    return Err(Refusal::InUse(fatal_line(&said)));
+                }
+                if !said.contains("already in use") {
+                    return Err(Refusal::Failed(e));
                 }
                 last_err = Some(e);
             }
         }
     }
-    site.discard();
     // Every attempt above either returned or recorded its error.
-    Err(last_err.unwrap_or_else(|| Error::Cluster("could not start the server".into())))
+    Err(Refusal::Failed(last_err.unwrap_or_else(|| {
+        Error::Cluster("could not start the server".into())
+    })))
+}
+
+/// Whether the server's words say another server still holds the data directory.
+fn data_dir_in_use(said: &str) -> bool {
+    said.contains("lock file \"postmaster.pid\" already exists")
+        || said.contains("pre-existing shared memory block")
+}
+
+/// The first `FATAL` line (and the `HINT` after it) of what the server said, or its first line.
+fn fatal_line(said: &str) -> String {
+    let mut lines = said.lines().skip_while(|l| !l.contains("FATAL"));
+    let fatal = lines.next().or_else(|| said.lines().next()).unwrap_or("");
+    let hint = lines.next().filter(|l| l.contains("HINT")).unwrap_or("");
+    format!("{} {}", fatal.trim(), hint.trim())
+        .trim()
+        .to_string()
+}
+
+/// What the server log gained after byte `from`, with SCRAM verifiers redacted.
+fn log_since(path: &Path, from: u64) -> String {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let _ = f.seek(SeekFrom::Start(from));
+    let mut buf = Vec::new();
+    let _ = f.take(64 * 1024).read_to_end(&mut buf);
+    crate::scram::redact_verifiers(String::from_utf8_lossy(&buf).trim())
 }
 
 /// A server another process runs for this directory: attach to it (`None`: there is none, or
-/// it shut down while we waited). A lock file whose pid now belongs to some other program is
-/// stale (PostgreSQL would refuse to start) and is removed.
+/// it has shut down). A server whose owner is gone — killed during start-up or during a run —
+/// is stopped and waited for (see [`owner`]); a lock file naming a process that is not a
+/// server of this directory (the pid was reused) is stale (PostgreSQL would refuse to start)
+/// and is removed.
 async fn try_attach(site: &Site<'_>) -> Result<Option<EmbeddedCluster>> {
-    let running = read_pid_file(&site.data_dir).filter(|(pid, _, _)| procinfo::alive(*pid));
-    if let Some((pid, _, _)) = running
-        && !is_postgres(pid)
-    {
-        warn!(
-            pid,
-            "removing a stale postmaster.pid whose pid belongs to another program"
-        );
-        let _ = std::fs::remove_file(site.data_dir.join("postmaster.pid"));
-    }
-    let Some((pid, port, sock)) = running.filter(|(pid, _, _)| is_postgres(*pid)) else {
-        return Ok(None);
-    };
-    let cluster = site.cluster(sock, port, &site.read_password()?, pid, None);
-    // The server may be on its way out: its owner crashed a moment ago and the owner's
-    // watchdog is stopping it. Then wait for it to exit and start our own.
     let patience = site.cfg.start_timeout.min(Duration::from_secs(10));
     let dir = site.dir.display();
+    match owner::holder(&site.dir, &site.data_dir) {
+        Holder::Free => Ok(None),
+        Holder::Foreign(pid) => {
+            warn!(
+                pid,
+                "removing a stale postmaster.pid whose pid belongs to another program"
+            );
+            let _ = std::fs::remove_file(site.data_dir.join("postmaster.pid"));
+            Ok(None)
+        }
+        Holder::Exiting(pid) => {
+            owner::wait_exited(pid, &site.data_dir, patience).await?;
+            Ok(None)
+        }
+        Holder::Abandoned(pid) => {
+            info!(dir = %dir, pid, "the process that started this cluster's server has ended; stopping the server before starting a new one");
+            owner::stop_abandoned(pid, &site.data_dir).await?;
+            Ok(None)
+        }
+        Holder::Owned(pid) => attach(site, pid, patience).await,
+    }
+}
+
+/// Attaches to the server `pid` of a live owner; `None` when it shuts down while we wait.
+async fn attach(site: &Site<'_>, pid: u32, patience: Duration) -> Result<Option<EmbeddedCluster>> {
+    let dir = site.dir.display();
+    let Some((_, port, sock)) = read_pid_file(&site.data_dir).filter(|(p, _, _)| *p == pid) else {
+        return Err(Error::Cluster(format!(
+            "the server another process started in {dir} (pid {pid}) has no port in its postmaster.pid"
+        )));
+    };
+    let cluster = site.cluster(sock, port, &site.read_password()?, pid, None);
+    // The server may be on its way out (its owner is stopping it): then wait for it to exit
+    // and start our own.
     match wait_attach(&cluster, &site.log_file, patience).await? {
         Attach::Ready => {
             info!(dir = %dir, pid, "attached to a running cluster started by another process");
@@ -611,29 +767,36 @@ async fn try_attach(site: &Site<'_>) -> Result<Option<EmbeddedCluster>> {
                 pid,
                 "the running cluster shut down while we waited for it; starting a new server"
             );
+            owner::wait_exited(pid, &site.data_dir, patience).await?;
             Ok(None)
         }
     }
 }
 
-/// `initdb` with a fresh superuser password (a half-made data directory is started over).
+/// `initdb` with a fresh superuser password. The data directory is made aside and moved into
+/// place (the password file first) once complete: a start killed in the middle — whose
+/// `initdb` may still be running — leaves only staging files the next start removes.
 async fn init_data_dir(site: &Site<'_>) -> Result<()> {
     let data_dir = &site.data_dir;
+    remove_staging(&site.dir);
     if data_dir.exists() {
-        // A half-made cluster (initdb interrupted): start over.
+        // A cluster whose password file is missing: start over.
         std::fs::remove_dir_all(data_dir)
             .map_err(|e| Error::cluster_io(format!("remove {}", data_dir.display()), e))?;
     }
+    let tag = random_tag(8);
+    let staging = site.dir.join(format!("{STAGING}data-{tag}"));
+    let pw_staging = site.dir.join(format!("{STAGING}pw-{tag}"));
     let password = crate::names::random_password();
-    write_private(&site.pw_file, &password, site.run_as.as_ref())?;
+    write_private(&pw_staging, &password, site.run_as.as_ref())?;
     let initdb = site.bins.initdb();
     let mut cmd = tokio::process::Command::new(&initdb);
     cmd.arg("-D")
-        .arg(data_dir)
+        .arg(&staging)
         .arg("-U")
         .arg(&site.cfg.superuser)
         .arg("--pwfile")
-        .arg(&site.pw_file)
+        .arg(&pw_staging)
         .args([
             "-A",
             "scram-sha-256",
@@ -653,14 +816,36 @@ async fn init_data_dir(site: &Site<'_>) -> Result<()> {
         .await
         .map_err(|e| Error::cluster_io(format!("run {}", initdb.display()), e))?;
     if !out.status.success() {
+        remove_staging(&site.dir);
         return Err(Error::Cluster(format!(
             "initdb failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
+    for (from, to) in [(&pw_staging, &site.pw_file), (&staging, data_dir)] {
+        std::fs::rename(from, to).map_err(|e| {
+            Error::cluster_io(format!("move {} to {}", from.display(), to.display()), e)
+        })?;
+    }
     debug!(dir = %site.dir.display(), "initdb done");
     Ok(())
+}
+
+/// The name prefix of `initdb`'s staging files in a cluster directory.
+const STAGING: &str = "init-staging-";
+
+/// Removes what an interrupted `initdb` left in `dir` (best effort).
+fn remove_staging(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(|e| e.ok()) {
+        if e.file_name().to_string_lossy().starts_with(STAGING) {
+            let path = e.path();
+            let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+        }
+    }
 }
 
 /// Starts the postmaster on `port` with its watchdog; the cluster it returns owns both.
@@ -707,12 +892,21 @@ fn spawn_server(
         .spawn()
         .map_err(|e| Error::cluster_io(format!("start {}", site.bins.postgres().display()), e))?;
     let pid = postmaster.id();
-    let watchdog = spawn_watchdog(
-        pid,
-        site.temporary,
-        site.temporary.then_some(site.dir.as_path()),
-        (!socket_dir.starts_with(&site.dir)).then_some(socket_dir),
-    );
+    // The owner record first: a start that finds this server once this process is gone (even
+    // killed before the watchdog below exists) knows it is abandoned.
+    let recorded = if site.temporary {
+        Ok(())
+    } else {
+        owner::record_owner(&site.dir, pid)
+    };
+    let watchdog = recorded.and_then(|()| {
+        spawn_watchdog(
+            pid,
+            site.temporary,
+            site.temporary.then_some(site.dir.as_path()),
+            (!socket_dir.starts_with(&site.dir)).then_some(socket_dir),
+        )
+    });
     let (watchdog, lifeline) = match watchdog {
         Ok(w) => w,
         Err(e) => {

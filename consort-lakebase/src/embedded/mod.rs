@@ -10,9 +10,12 @@
 //! ```
 
 mod cluster;
+mod orphans;
+mod owner;
 mod provider;
 mod runas;
 
 pub use cluster::{EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres};
+pub use orphans::{PlacedCluster, Placement, placed_clusters, remove_orphan};
 pub use provider::EmbeddedProvider;
 pub use runas::{RunAs, fallback_dir};
