@@ -28,6 +28,16 @@ pub const CONFIG_FILE: &str = "consort.toml";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// The directory holds no `consort.toml`: it is not a Consort project (yet).
+    #[error(
+        "{} is not a Consort project: it has no consort.toml; `consort init {}` starts one (in a repository with code, it detects the stack, its tests and migrations)",
+        dir.display(),
+        dir.display()
+    )]
+    NoProject {
+        /// The directory.
+        dir: PathBuf,
+    },
     /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
@@ -496,9 +506,14 @@ impl ProjectConfig {
     /// Reads and checks `<dir>/consort.toml`.
     pub fn load(dir: &Path) -> Result<Self, ConfigError> {
         let path = dir.join(CONFIG_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-            path: path.clone(),
-            source,
+        let text = std::fs::read_to_string(&path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => ConfigError::NoProject {
+                dir: dir.to_path_buf(),
+            },
+            _ => ConfigError::Read {
+                path: path.clone(),
+                source,
+            },
         })?;
         Self::parse(&text, &path)
     }

@@ -267,7 +267,11 @@ fn main() -> ExitCode {
                 c.downcast_ref::<consort::config::ConfigError>().is_some()
                     || matches!(
                         c.downcast_ref::<consort::ProjectError>(),
-                        Some(consort::ProjectError::Config(_))
+                        // A missing or title-less feature request is the configuration's too.
+                        Some(
+                            consort::ProjectError::Config(_)
+                                | consort::ProjectError::Feature { .. }
+                        )
                     )
             });
             ExitCode::from(if usage { EXIT_USAGE } else { EXIT_FAILURE } as u8)

@@ -2,7 +2,6 @@
 //! the documented exit codes. Shared by the `consort` program and the StockFlow example.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::Path;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -83,14 +82,25 @@ impl Approver for TerminalApprover {
 
 /// Installs the command line's log subscriber: the filter from `CONSORT_LOG` (default
 /// `warn`), written to standard error.
+///
+/// Colour only on a terminal, and never when `NO_COLOR` is set (to anything but empty).
 pub fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CONSORT_LOG")
                 .unwrap_or_else(|_| "warn".into()),
         )
+        .with_ansi(colour_allowed(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// Whether to colour a stream: a terminal, and `NO_COLOR` unset or empty (no-color.org).
+fn colour_allowed(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Whether standard input and error are a terminal.
@@ -263,7 +273,7 @@ pub async fn run_printed(
     // The printer ends with the run's last sender; a moment to print what is left.
     let _ = tokio::time::timeout(Duration::from_secs(2), printer).await;
     let report = result?;
-    print_summary(&report, &stats, &project.dir);
+    print_summary(&report, &stats, project);
     print_git(project, &report);
     Ok(report)
 }
@@ -346,7 +356,8 @@ pub fn print_budgets(project: &Project, opts: &RunOptions) -> Result<(), Project
 }
 
 /// Prints the end-of-run summary: tests, receipts, branches, time per phase, the ledger.
-pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, dir: &Path) {
+pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, project: &Project) {
+    let dir = &project.dir;
     let s = &report.state;
     let tests = s.test_list.as_ref().map_or(0, |l| l.entries.len());
     let green: usize = s.test_list.as_ref().map_or(0, |l| {
@@ -361,13 +372,16 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, dir: &Pat
     });
     println!("\n── summary ──");
     println!("outcome:   {}", outcome_line(&report.outcome));
+    for line in built_lines(s, &files_written(project)) {
+        println!("{line}");
+    }
     println!(
         "tests:     {green} of {tests} green ({} completed RED→GREEN→REFACTOR→REVIEW)",
         s.build.completed
     );
     let failing = s.receipts.iter().filter(|r| !r.exit.success()).count();
     println!(
-        "receipts:  {} verified runs ({} red, {} green)",
+        "receipts:  {} verified runs: {} failed (every RED, and each GREEN or REFACTOR that did not pass), {} passed",
         s.receipts.len(),
         failing,
         s.receipts.len() - failing
@@ -376,13 +390,7 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, dir: &Pat
         "branches:  {} created, {} dropped, {} live",
         branches.created, branches.dropped, branches.live
     );
-    let mut phases: Vec<_> = report.phase_times.iter().collect();
-    phases.sort_by_key(|(_, d)| std::cmp::Reverse(**d));
-    let times: Vec<String> = phases
-        .iter()
-        .map(|(p, d)| format!("{p} {:.2}s", d.as_secs_f64()))
-        .collect();
-    println!("time:      {}", times.join(", "));
+    println!("time:      {}", time_line(&report.phase_times));
     match consort_actors::Ledger::<consort_actors::Event>::read(&report.ledger_path) {
         Ok(entries) => {
             let totals = consort_actors::usage_totals(entries.iter().map(|e| &e.event));
@@ -398,6 +406,112 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, dir: &Pat
         report.events_appended
     );
     println!("project:   {}", dir.display());
+}
+
+/// The phases that took time (10 ms or more), in lifecycle order: `design 1.2 s, build 8.4 s`.
+pub fn time_line(phase_times: &std::collections::BTreeMap<String, Duration>) -> String {
+    use consort_actors::Phase;
+    const ORDER: [Phase; 11] = [
+        Phase::Idle,
+        Phase::Design,
+        Phase::DesignGate,
+        Phase::Build,
+        Phase::DeployGate,
+        Phase::Deploy,
+        Phase::PromoteGate,
+        Phase::Promote,
+        Phase::Halted,
+        Phase::Done,
+        Phase::Stopped,
+    ];
+    let rank = |name: &str| ORDER.iter().position(|p| p.as_str() == name);
+    let mut phases: Vec<(&String, &Duration)> = phase_times
+        .iter()
+        .filter(|(_, d)| **d >= Duration::from_millis(10))
+        .collect();
+    phases.sort_by_key(|(name, _)| rank(name).unwrap_or(ORDER.len()));
+    let parts: Vec<String> = phases
+        .iter()
+        .map(|(name, d)| match d.as_millis() {
+            ms if ms < 1000 => format!("{name} {ms} ms"),
+            _ => format!("{name} {:.1} s", d.as_secs_f64()),
+        })
+        .collect();
+    if parts.is_empty() {
+        "no phase took measurable time in this process".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// What the run built, for people: the feature, its stories, its migrations and the files its
+/// accepted change sets wrote (the first twelve, then a count).
+pub fn built_lines(s: &consort_actors::State, files: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(f) = &s.feature {
+        out.push(format!("feature:   {} ({})", f.title, f.id));
+    }
+    if let Some(stories) = &s.stories {
+        let titles: Vec<String> = stories
+            .stories
+            .iter()
+            .map(|st| format!("{} {}", st.id, st.title))
+            .collect();
+        out.push(format!("stories:   {}", titles.join("; ")));
+    }
+    if let Some(plan) = &s.schema {
+        let versions: Vec<&str> = plan.migrations.iter().map(|m| m.version.as_str()).collect();
+        out.push(format!(
+            "schema:    {} migration(s): {}",
+            versions.len(),
+            versions.join(", ")
+        ));
+    }
+    if !files.is_empty() {
+        const SHOWN: usize = 12;
+        let mut text = files
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if files.len() > SHOWN {
+            text.push_str(&format!(", and {} more", files.len() - SHOWN));
+        }
+        out.push(format!("files:     {} written: {text}", files.len()));
+    }
+    out
+}
+
+/// The files the accepted change sets of `project`'s current feature wrote or deleted, in the
+/// order first written, from its ledger (empty when it cannot be read).
+fn files_written(project: &Project) -> Vec<String> {
+    let (Ok(machine), Ok(entries)) = (
+        project.machine(),
+        consort_actors::Ledger::<consort_actors::Event>::read(project.ledger_path()),
+    ) else {
+        return Vec::new();
+    };
+    let mut state = consort_actors::State::default();
+    let mut files: Vec<String> = Vec::new();
+    for entry in &entries {
+        let applying = match (&state.pending, &entry.event) {
+            (
+                Some(consort_actors::Pending::Apply { change_set, .. }),
+                consort_actors::Event::Applied { .. },
+            ) => Some(change_set.clone()),
+            _ => None,
+        };
+        if let Ok((next, _)) = machine.step(&state, &entry.event) {
+            state = next;
+            for change in applying.iter().flat_map(|c| c.changes.iter()) {
+                if !files.iter().any(|f| f == change.path()) {
+                    files.push(change.path().to_string());
+                }
+            }
+        }
+    }
+    files
 }
 
 /// What a run spent, for people: the total first, then one line per role that spent anything
@@ -471,6 +585,34 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour_allowed(true, None));
+        assert!(colour_allowed(true, Some(OsStr::new(""))));
+        assert!(!colour_allowed(true, Some(OsStr::new("1"))));
+        assert!(!colour_allowed(false, None));
+    }
+
+    #[test]
+    fn the_time_line_is_in_lifecycle_order_and_leaves_out_what_took_no_time() {
+        let times: std::collections::BTreeMap<String, Duration> = [
+            ("promote", Duration::from_millis(30)),
+            ("build", Duration::from_millis(5650)),
+            ("design-gate", Duration::from_millis(2)),
+            ("design", Duration::from_millis(120)),
+            ("idle", Duration::ZERO),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            time_line(&times),
+            "design 120 ms, build 5.7 s, promote 30 ms"
+        );
+        assert!(time_line(&Default::default()).starts_with("no phase"));
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("cannot connect: {0}")]

@@ -277,8 +277,25 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
     project(&dir, &requests);
     consort::git::GitRepo::init_with_commit(&dir, "Test Author", "before Consort").expect("git");
 
-    // The first feature, on its own branch and record.
-    run_to_done(&dir, "f1 runs to done");
+    // The first feature, on its own branch and record; the summary says what was built.
+    let out = run_to_done(&dir, "f1 runs to done");
+    for said in [
+        "feature:   Stock levels (f1-stock)",
+        "stories:   S1 Stock levels",
+        "schema:    1 migration(s): 0001_stock",
+        "files:     2 written: tests/t1_level.sql, src/level.sql",
+        "receipts:  3 verified runs: 1 failed (every RED",
+    ] {
+        assert!(out.contains(said), "{said:?} in:\n{out}");
+    }
+    let time = out
+        .lines()
+        .find(|l| l.starts_with("time:"))
+        .unwrap_or_default();
+    assert!(
+        !time.contains("idle") && time.find("design") < time.find("build"),
+        "phases in lifecycle order, only those that took time: {time}"
+    );
     assert!(
         dir.join(".consort/features/f1-stock/ledger.jsonl")
             .is_file()

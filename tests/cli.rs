@@ -712,3 +712,31 @@ fn the_runner_configuration_is_harness_and_checked_against_the_test_paths() {
         "{out}"
     );
 }
+
+#[test]
+fn outside_a_project_the_commands_say_how_to_start_one_and_a_missing_request_is_a_configuration_error()
+ {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    for command in ["status", "run", "verify", "log"] {
+        let o = run(consort().arg(command).args(dir_arg(&empty)));
+        assert_exit(&o, 2, &format!("{command} outside a project"));
+        let out = consort_testkit::process::text(&o);
+        assert!(
+            out.contains("is not a Consort project")
+                && out.contains(&format!("consort init {}", empty.display())),
+            "{command}: {out}"
+        );
+    }
+    let dir = tmp.path().join("sf");
+    init_stockflow(&dir);
+    std::fs::remove_file(dir.join("feature.md")).expect("rm");
+    let o = run(consort().arg("run").args(dir_arg(&dir)));
+    assert_exit(&o, 2, "a missing feature request");
+    assert!(
+        consort_testkit::process::text(&o).contains("feature.md"),
+        "{}",
+        consort_testkit::process::text(&o)
+    );
+}

@@ -226,6 +226,12 @@ fn a_human_retry_gets_the_same_scripted_answer_and_a_refusal_retry_the_next() {
         "{}",
         text(&o)
     );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("WARN")
+            && !String::from_utf8_lossy(&o.stderr).contains('\u{1b}'),
+        "the refusal's warning, without colour codes on a pipe: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let first = driver_answers(dir);
     assert_eq!(first.len(), 1, "one GREEN so far");
 
