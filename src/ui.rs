@@ -411,25 +411,12 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, project: 
 /// The phases that took time (10 ms or more), in lifecycle order: `design 1.2 s, build 8.4 s`.
 pub fn time_line(phase_times: &std::collections::BTreeMap<String, Duration>) -> String {
     use consort_actors::Phase;
-    const ORDER: [Phase; 11] = [
-        Phase::Idle,
-        Phase::Design,
-        Phase::DesignGate,
-        Phase::Build,
-        Phase::DeployGate,
-        Phase::Deploy,
-        Phase::PromoteGate,
-        Phase::Promote,
-        Phase::Halted,
-        Phase::Done,
-        Phase::Stopped,
-    ];
-    let rank = |name: &str| ORDER.iter().position(|p| p.as_str() == name);
+    let rank = |name: &str| Phase::ALL.iter().position(|p| p.as_str() == name);
     let mut phases: Vec<(&String, &Duration)> = phase_times
         .iter()
         .filter(|(_, d)| **d >= Duration::from_millis(10))
         .collect();
-    phases.sort_by_key(|(name, _)| rank(name).unwrap_or(ORDER.len()));
+    phases.sort_by_key(|(name, _)| rank(name).unwrap_or(Phase::ALL.len()));
     let parts: Vec<String> = phases
         .iter()
         .map(|(name, d)| match d.as_millis() {

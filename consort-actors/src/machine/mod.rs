@@ -430,6 +430,21 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in lifecycle order (the three ends last).
+    pub const ALL: [Phase; 11] = [
+        Phase::Idle,
+        Phase::Design,
+        Phase::DesignGate,
+        Phase::Build,
+        Phase::DeployGate,
+        Phase::Deploy,
+        Phase::PromoteGate,
+        Phase::Promote,
+        Phase::Halted,
+        Phase::Done,
+        Phase::Stopped,
+    ];
+
     /// The phase's name, as serialised (`design-gate`).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -2155,19 +2155,7 @@ fn a_resume_point_names_the_assignment_its_retry_issues() {
 
 #[test]
 fn a_phase_reads_as_its_serialised_name() {
-    for phase in [
-        Phase::Idle,
-        Phase::Design,
-        Phase::DesignGate,
-        Phase::Build,
-        Phase::DeployGate,
-        Phase::Deploy,
-        Phase::PromoteGate,
-        Phase::Promote,
-        Phase::Halted,
-        Phase::Done,
-        Phase::Stopped,
-    ] {
+    for phase in Phase::ALL {
         let json = serde_json::to_value(phase).expect("serialises");
         assert_eq!(json.as_str(), Some(phase.to_string().as_str()), "{phase:?}");
     }
