@@ -67,6 +67,14 @@ pub enum BacklogError {
     },
 }
 
+impl BacklogError {
+    /// Whether the person at the command line asked for something wrong (an id, a request
+    /// file): exit 2 like any usage error. A broken backlog file is not theirs.
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, BacklogError::File { .. })
+    }
+}
+
 /// One feature of the backlog.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Feature {

@@ -189,11 +189,7 @@ pub fn plan(dir: &Path, example: Option<Example>) -> InitPlan {
                 vec![
                     (CONFIG_FILE, config),
                     (SCRIPT_PATH, script_template()),
-                    (
-                        "feature.md",
-                        "# My feature\n\nDescribe the need, the behaviours, the rules and the scope.\n"
-                            .into(),
-                    ),
+                    ("feature.md", PLACEHOLDER_REQUEST.into()),
                 ],
             )
         }
@@ -319,6 +315,33 @@ impl Checks {
     }
 }
 
+/// The feature request `consort init` writes in a new project, for its owner to replace.
+pub const PLACEHOLDER_REQUEST: &str =
+    "# My feature\n\nDescribe the need, the behaviours, the rules and the scope.\n";
+/// The placeholder's body line (a request that still holds it was not written yet).
+const PLACEHOLDER_BODY: &str = "Describe the need, the behaviours, the rules and the scope.";
+
+/// What is wrong with a feature request's text, if anything: no `# Title` line, nothing
+/// after it, or still the placeholder `consort init` wrote.
+pub fn request_problem(text: &str) -> Option<&'static str> {
+    let title = crate::backlog::title_of(text).map(str::trim);
+    let body_words = text
+        .lines()
+        .filter(|l| !l.starts_with("# "))
+        .any(|l| !l.trim().is_empty());
+    if text.contains(PLACEHOLDER_BODY) || title == Some("My feature") {
+        Some("is still the placeholder `consort init` wrote: describe the feature you want built")
+    } else if title.is_none_or(str::is_empty) {
+        Some("has no '# Title' line")
+    } else if !body_words {
+        Some(
+            "has a title and nothing else: describe the need, the behaviours, the rules and the scope",
+        )
+    } else {
+        None
+    }
+}
+
 /// `consort doctor`: checks the machine and the project; prints each check with a fix hint.
 /// Returns 0 when everything needed is in place, 1 otherwise.
 pub fn doctor(dir: &Path) -> i32 {
@@ -337,15 +360,28 @@ pub fn doctor(dir: &Path) -> i32 {
     );
     let Ok(config) = config else { return 1 };
     check_runner(&mut checks, dir, &config);
-    let feature = dir.join(&config.feature.request);
-    checks.report(
-        feature.exists(),
-        &format!("feature request {}", feature.display()),
-        "write the feature request as markdown with a '# Title' line",
-    );
+    check_request(&mut checks, &dir.join(&config.feature.request));
     check_agents(&mut checks, dir, &config);
     check_database(&mut checks, dir, &config);
     i32::from(checks.failed)
+}
+
+/// The feature request: there, with a title and a body, and not the placeholder.
+fn check_request(checks: &mut Checks, path: &Path) {
+    let shown = path.display();
+    let problem = match std::fs::read_to_string(path) {
+        Ok(text) => request_problem(&text).map(str::to_string),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("is missing".into()),
+        Err(e) => Some(format!("cannot be read: {e}")),
+    };
+    checks.report(
+        problem.is_none(),
+        &match &problem {
+            None => format!("feature request {shown}"),
+            Some(p) => format!("feature request {shown} {p}"),
+        },
+        "write the feature request as markdown: a '# Title' line, then the need, the behaviours, the rules and the scope",
+    );
 }
 
 /// A hint (never a failure) when cluster directories placed outside their projects
@@ -549,6 +585,17 @@ mod tests {
             "kind = \"command\"\ncommand = \"pytest --junitxml=\\\"$CONSORT_JUNIT\\\"\"\njunit = \"report.xml\"\n",
         );
         assert_eq!(junit_written_into_tree(&right), None);
+    }
+
+    #[test]
+    fn a_placeholder_or_empty_request_is_a_problem_and_a_real_one_is_not() {
+        assert!(PLACEHOLDER_REQUEST.contains(PLACEHOLDER_BODY));
+        assert!(request_problem(PLACEHOLDER_REQUEST).is_some_and(|p| p.contains("placeholder")));
+        assert!(request_problem("").is_some_and(|p| p.contains("Title")));
+        assert!(request_problem("# Stock\n\n").is_some_and(|p| p.contains("nothing else")));
+        assert!(request_problem("Stock levels\n").is_some_and(|p| p.contains("Title")));
+        assert_eq!(request_problem(STOCKFLOW_FEATURE), None);
+        assert_eq!(request_problem("# Stock\n\nShow stock per SKU.\n"), None);
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub mod adopt;
 pub mod backlog;
 pub mod collect;
 pub mod config;
+pub mod design_text;
 mod ensemble;
 pub mod git;
 pub mod harness_facts;

@@ -265,14 +265,17 @@ fn main() -> ExitCode {
             eprintln!("error: {}", consort::ui::error_chain(e.as_ref()));
             let usage = e.chain().any(|c| {
                 c.downcast_ref::<consort::config::ConfigError>().is_some()
-                    || matches!(
-                        c.downcast_ref::<consort::ProjectError>(),
+                    || c.downcast_ref::<consort::backlog::BacklogError>()
+                        .is_some_and(consort::backlog::BacklogError::is_usage)
+                    || match c.downcast_ref::<consort::ProjectError>() {
                         // A missing or title-less feature request is the configuration's too.
                         Some(
                             consort::ProjectError::Config(_)
-                                | consort::ProjectError::Feature { .. }
-                        )
-                    )
+                            | consort::ProjectError::Feature { .. },
+                        ) => true,
+                        Some(consort::ProjectError::Backlog(b)) => b.is_usage(),
+                        _ => false,
+                    }
             });
             ExitCode::from(if usage { EXIT_USAGE } else { EXIT_FAILURE } as u8)
         }
@@ -649,7 +652,7 @@ fn log(at: &Target, json: bool) -> Result<i32> {
     }
 }
 
-/// ` · 1200 tokens (…), 2 call(s), 3.1 s` after an event that records usage.
+/// ` · 1200 tokens (…), 2 calls, 3.1 s` after an event that records usage.
 fn usage_note(e: &Event) -> String {
     match e {
         Event::Produced { usage, .. } | Event::AgentFailed { usage, .. } if !usage.is_zero() => {

@@ -1,20 +1,19 @@
 //! What a person sees: progress lines or a spinner, gate prompts, the end-of-run summary, and
 //! the documented exit codes. Shared by the `consort` program and the StockFlow example.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::Duration;
 
-use chrono::Utc;
-use consort_actors::{Approver, BoxFuture, GateRequest};
-use consort_actors::{
-    GateApproval, GateDecision, GateKind, Progress, RunOutcome, RunReport, TestStatus,
-};
+use consort_actors::{GateKind, Progress, RunOutcome, RunReport, TestStatus};
 use consort_lakebase::PoolStatsSnapshot;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::mpsc;
 
 use crate::project::{Project, ProjectError, RunOptions};
 use crate::runlock::RunLock;
+
+mod prompt;
+pub use prompt::{TerminalApprover, without_spinner};
 
 /// Exit code: the run is done.
 pub const EXIT_DONE: i32 = 0;
@@ -33,50 +32,6 @@ pub fn exit_code(outcome: &RunOutcome) -> i32 {
         RunOutcome::Done => EXIT_DONE,
         RunOutcome::AtGate { .. } => EXIT_GATE,
         RunOutcome::Halted { .. } | RunOutcome::Stopped => EXIT_HALTED,
-    }
-}
-
-/// Asks at the terminal for each gate, showing the summary and the hash.
-#[derive(Debug, Clone)]
-pub struct TerminalApprover {
-    /// Who is approving (recorded in the ledger).
-    pub name: String,
-}
-
-impl Approver for TerminalApprover {
-    fn decide<'a>(&'a self, request: &'a GateRequest) -> BoxFuture<'a, Option<GateApproval>> {
-        let request = request.clone();
-        let name = self.name.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                eprintln!(
-                    "\n── {} gate ──\n{}\nhash: {}",
-                    request.gate, request.summary, request.hash
-                );
-                eprint!("Approve as {name}? [y/N] ");
-                let _ = std::io::stderr().flush();
-                let mut line = String::new();
-                std::io::stdin().lock().read_line(&mut line).ok()?;
-                let yes = matches!(line.trim(), "y" | "Y" | "yes");
-                Some(GateApproval {
-                    gate: request.gate,
-                    hash: request.hash,
-                    approver: name,
-                    at: Utc::now(),
-                    decision: if yes {
-                        GateDecision::Approve
-                    } else {
-                        GateDecision::Reject {
-                            reason: "declined at the terminal".into(),
-                        }
-                    },
-                    note: String::new(),
-                })
-            })
-            .await
-            .ok()
-            .flatten()
-        })
     }
 }
 
@@ -121,6 +76,7 @@ pub fn progress_printer() -> (mpsc::UnboundedSender<Progress>, tokio::task::Join
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
             b.enable_steady_tick(Duration::from_millis(120));
+            prompt::set_spinner(Some(b.clone()));
             b
         });
         while let Some(p) = rx.recv().await {
@@ -132,6 +88,7 @@ pub fn progress_printer() -> (mpsc::UnboundedSender<Progress>, tokio::task::Join
             }
         }
         if let Some(b) = bar {
+            prompt::set_spinner(None);
             b.finish_and_clear();
         }
     });
@@ -312,8 +269,9 @@ fn print_git(project: &Project, report: &RunReport) {
                 .as_deref()
                 .map_or("no commit yet", |h| &h[..h.len().min(12)]);
             println!(
-                "git: {} Consort commit(s) on branch {}, at {head}",
-                sync.total, sync.branch
+                "git: {} on branch {}, at {head}",
+                consort_actors::counted(sync.total as u64, "Consort commit", "Consort commits"),
+                sync.branch
             );
             if matches!(
                 report.outcome,
@@ -449,8 +407,8 @@ pub fn built_lines(s: &consort_actors::State, files: &[String]) -> Vec<String> {
     if let Some(plan) = &s.schema {
         let versions: Vec<&str> = plan.migrations.iter().map(|m| m.version.as_str()).collect();
         out.push(format!(
-            "schema:    {} migration(s): {}",
-            versions.len(),
+            "schema:    {}: {}",
+            consort_actors::counted(versions.len() as u64, "migration", "migrations"),
             versions.join(", ")
         ));
     }
@@ -502,7 +460,7 @@ fn files_written(project: &Project) -> Vec<String> {
 }
 
 /// What a run spent, for people: the total first, then one line per role that spent anything
-/// (`total: 1200 tokens (…), 4 call(s), 3.2 s`, `driver: …`). Derived from the ledger.
+/// (`total: 1200 tokens (…), 4 calls, 3.2 s`, `driver: …`). Derived from the ledger.
 pub fn usage_lines(totals: &consort_actors::UsageTotals) -> Vec<String> {
     let mut out = vec![format!("total: {}", totals.run().line())];
     out.extend(
@@ -515,7 +473,7 @@ pub fn usage_lines(totals: &consort_actors::UsageTotals) -> Vec<String> {
 }
 
 /// One step's usage, for people: `1200 tokens (1000 prompt, 0 cached, 200 completion), 2
-/// call(s), 3.1 s`.
+/// calls, 3.1 s`.
 pub fn usage_text(u: &consort_actors::Usage) -> String {
     consort_actors::Tally {
         prompt_tokens: u.prompt_tokens,

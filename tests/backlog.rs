@@ -282,7 +282,7 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
     for said in [
         "feature:   Stock levels (f1-stock)",
         "stories:   S1 Stock levels",
-        "schema:    1 migration(s): 0001_stock",
+        "schema:    1 migration: 0001_stock",
         "files:     2 written: tests/t1_level.sql, src/level.sql",
         "receipts:  3 verified runs: 1 failed (every RED",
     ] {
@@ -317,13 +317,16 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
     };
     assert_exit(&add("f2-reserve.md"), 0, "add f2");
     let o = add("f2-reserve.md");
-    assert_exit(&o, 1, "a duplicate id");
+    assert_exit(&o, 2, "a duplicate id is a usage error");
     assert!(
         text(&o).contains("already has a feature \"f2-reserve\""),
         "{}",
         text(&o)
     );
     assert_exit(&add("f3-packs.md"), 0, "add f3");
+    let o = in_dir(&["status", "--feature", "nope"], &dir);
+    assert_exit(&o, 2, "an unknown feature is a usage error");
+    assert!(text(&o).contains("has no feature \"nope\""), "{}", text(&o));
     let o = in_dir(&["feature", "list"], &dir);
     let list = text(&o);
     assert!(list.contains("f1-stock") && list.contains("done"), "{list}");

@@ -136,7 +136,7 @@ fn agents_openai_starts_with_default_budgets_and_usage_is_recorded_and_shown() {
     let o = run(consort().args(["log", "--dir"]).arg(dir));
     let log = String::from_utf8_lossy(&o.stdout);
     assert!(
-        log.contains("· 120000 tokens (100000 prompt, 10000 cached, 20000 completion), 1 call(s)"),
+        log.contains("· 120000 tokens (100000 prompt, 10000 cached, 20000 completion), 1 call"),
         "{log}"
     );
     assert!(log.contains("(replay)"), "the model is named: {log}");

@@ -53,6 +53,29 @@ fn init_writes_a_skeleton_doctor_calls_not_ready_and_init_keeps_an_existing_scri
             .count(),
         6
     );
+    assert!(
+        out.contains(&format!(
+            "FAIL  feature request {} is still the placeholder `consort init` wrote",
+            dir.join("feature.md").display()
+        )),
+        "{out}"
+    );
+    std::fs::write(dir.join("feature.md"), "# Stock levels\n").expect("write");
+    let out = text(&in_dir(&["doctor"], dir));
+    assert!(out.contains("has a title and nothing else"), "{out}");
+    std::fs::write(
+        dir.join("feature.md"),
+        "# Stock levels\n\nShow stock per SKU.\n",
+    )
+    .expect("write");
+    let out = text(&in_dir(&["doctor"], dir));
+    assert!(
+        out.contains(&format!(
+            "ok    feature request {}",
+            dir.join("feature.md").display()
+        )),
+        "{out}"
+    );
 
     // A run on the skeleton halts at the first step, naming the entry and its fields.
     let o = in_dir(&["run"], dir);

@@ -445,15 +445,16 @@ impl Tally {
     /// `1234 tokens (1000 prompt, 200 cached, 234 completion), 3 calls, 12.5 s`, for people.
     pub fn line(&self) -> String {
         let mut out = format!(
-            "{} tokens ({} prompt, {} cached, {} completion), {} call(s)",
+            "{} tokens ({} prompt, {} cached, {} completion), {}",
             self.tokens(),
             self.prompt_tokens,
             self.cached_tokens,
             self.completion_tokens,
-            self.calls
+            crate::counted(self.calls, "call", "calls")
         );
         if self.tool_calls > 0 {
-            out.push_str(&format!(", {} tool call(s)", self.tool_calls));
+            let tools = crate::counted(self.tool_calls, "tool call", "tool calls");
+            out.push_str(&format!(", {tools}"));
         }
         out.push_str(&format!(", {}", Measure::WallTime.amount(self.wall_ms)));
         out

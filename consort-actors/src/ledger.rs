@@ -147,7 +147,7 @@ pub enum LedgerError {
         limit: usize,
     },
     /// Another process (or handle) held the ledger's lock for longer than the lock timeout.
-    #[error("ledger {path} is locked by another writer (waited {waited:?})")]
+    #[error("ledger {path} is locked by another writer (waited {})", crate::text::duration_text(*waited))]
     Locked {
         /// The ledger file.
         path: PathBuf,

@@ -96,6 +96,7 @@ mod role;
 mod sorted_json;
 mod step;
 mod supervision;
+mod text;
 pub mod workbench;
 mod worktree;
 
@@ -151,6 +152,7 @@ pub use supervision::{
     ChildPhase, ChildSpec, ChildStatus, RestartDecision, RestartIntensity, RestartPolicy, SpawnFn,
     SpawnFuture, Supervised, SupervisionError,
 };
+pub use text::{counted, duration_text};
 pub use worktree::{WorkTree, WorkTreeError, hash_dir};
 
 /// The actor runtime the protocol is typed in ([`RoleMsg`] carries a `ractor::RpcReplyPort`), so

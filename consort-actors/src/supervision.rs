@@ -341,7 +341,7 @@ pub enum SupervisionError {
         last_error: String,
     },
     /// An attempt, or the wait for a restart, passed its deadline.
-    #[error("{label}: no answer within {after:?}")]
+    #[error("{label}: no answer within {}", crate::text::duration_text(*after))]
     Timeout {
         /// The child's label.
         label: String,
@@ -355,7 +355,7 @@ pub enum SupervisionError {
         label: String,
     },
     /// The child stopped normally and is not restarted.
-    #[error("{label}: the child stopped ({reason:?}) and is not restarted")]
+    #[error("{label}: the child stopped ({}) and is not restarted", reason.as_deref().unwrap_or("no reason given"))]
     ChildStopped {
         /// The child's label.
         label: String,

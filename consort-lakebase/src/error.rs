@@ -310,16 +310,7 @@ impl std::fmt::Display for ServerText {
     }
 }
 
-/// A duration for people: `250 ms`, `3 s`, `2.5 s`.
-pub(crate) fn duration_text(d: std::time::Duration) -> String {
-    if d < std::time::Duration::from_secs(1) {
-        format!("{} ms", d.as_millis())
-    } else if d.subsec_millis() == 0 {
-        format!("{} s", d.as_secs())
-    } else {
-        format!("{:.1} s", d.as_secs_f64())
-    }
-}
+pub(crate) use consort_actors::duration_text;
 
 /// The driver error's text, with the server's message, detail and hint when it sent them.
 fn pg_text(e: &tokio_postgres::Error) -> String {
@@ -356,14 +347,6 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        use std::time::Duration;
-        assert_eq!(duration_text(Duration::from_millis(250)), "250 ms");
-        assert_eq!(duration_text(Duration::from_secs(3)), "3 s");
-        assert_eq!(duration_text(Duration::from_millis(2500)), "2.5 s");
-    }
 
     #[test]
     fn messages_carry_codes_and_retry_classes() {

@@ -96,7 +96,10 @@ async fn drive(
         opts.approver = Some(Arc::new(ApproveAs { name }));
     } else if ui::is_terminal() {
         let name = std::env::var("USER").unwrap_or_else(|_| "you".into());
-        opts.approver = Some(Arc::new(TerminalApprover { name }));
+        opts.approver = Some(Arc::new(TerminalApprover {
+            name,
+            design_file: project.design_path(),
+        }));
     }
     if let Agents::Openai = agents {
         opts.agents_override = Some(consort::init::openai_from_env()?);

@@ -190,7 +190,7 @@ async fn call_direct<R: Send + 'static>(
         Ok(ractor::rpc::CallResult::Success(reply)) => reply,
         Ok(ractor::rpc::CallResult::Timeout) => Err(InfraError {
             fault: InfraFault::Timeout,
-            detail: format!("no answer within {timeout:?}"),
+            detail: format!("no answer within {}", crate::text::duration_text(timeout)),
         }),
         Ok(ractor::rpc::CallResult::SenderError) | Err(_) => Err(InfraError {
             fault: InfraFault::ActorCrashing,

@@ -345,7 +345,7 @@ pub fn record_gate_decision(
             approval.gate
         ))),
         None => Err(ConductorError::Gate(format!(
-            "refused: the run is not waiting at any gate (phase: {:?})",
+            "refused: the run is not waiting at any gate (it is in the {} phase)",
             state.phase()
         ))),
     }
@@ -1269,8 +1269,12 @@ pub fn gate_summary(s: &State, gate: GateKind) -> String {
             s.receipts.len()
         ),
         GateKind::Promote => format!(
-            "promote {} migration(s) to the parent database",
-            s.schema.as_ref().map_or(0, |x| x.migrations.len())
+            "promote {} to the parent database",
+            crate::counted(
+                s.schema.as_ref().map_or(0, |x| x.migrations.len()) as u64,
+                "migration",
+                "migrations"
+            )
         ),
     }
 }

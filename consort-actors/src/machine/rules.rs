@@ -27,7 +27,10 @@ pub enum RuleViolation {
         got: String,
     },
     /// An artifact answers an assignment that is not the pending one.
-    #[error("artifact answers {got}, but the pending assignment is {expected:?}")]
+    #[error(
+        "artifact answers {got}, but the pending assignment is {}",
+        crate::text::or_none(expected)
+    )]
     UnknownAssignment {
         /// The pending assignment, if any.
         expected: Option<AssignmentId>,
@@ -178,7 +181,10 @@ pub enum RuleViolation {
         test: String,
     },
     /// A receipt answers another request.
-    #[error("receipt answers {got}, but the pending request is {expected:?}")]
+    #[error(
+        "receipt answers {got}, but the pending request is {}",
+        crate::text::or_none(expected)
+    )]
     ReceiptNotForRequest {
         /// The pending request, if any.
         expected: Option<RequestId>,
@@ -207,7 +213,7 @@ pub enum RuleViolation {
         reviewer: ActorId,
     },
     /// The frozen design on disk no longer matches the approved hash.
-    #[error("design hash mismatch: approved {expected}, found {found:?}")]
+    #[error("the frozen design on disk is not the approved one: approved {expected}, found {}", found.as_ref().map_or_else(|| "no readable design file".to_string(), |h| h.to_string()))]
     DesignHashMismatch {
         /// The approved hash.
         expected: ContentHash,

@@ -611,7 +611,11 @@ fn promoted(
         .collect();
     if !report.verified || !missing.is_empty() {
         return Err(RuleViolation::PromoteUnverified {
-            detail: format!("verified={}, missing versions {missing:?}", report.verified),
+            detail: if report.verified {
+                format!("versions {} were not applied", missing.join(", "))
+            } else {
+                "the parent's migrations were not verified".into()
+            },
         });
     }
     let mut s = state.clone();

@@ -592,7 +592,9 @@ async fn a_design_edited_after_approval_halts_before_the_next_build_step() {
         panic!("expected a halt")
     };
     assert!(
-        escalation.detail.contains("design hash mismatch"),
+        escalation
+            .detail
+            .contains("the frozen design on disk is not the approved one"),
         "{}",
         escalation.detail
     );

@@ -831,7 +831,24 @@ fn a_design_changed_on_disk_halts_before_the_next_build_step() {
     };
     let v = r.refused(e);
     assert!(matches!(v, RuleViolation::DesignHashMismatch { .. }));
+    let said = v.to_string();
+    assert!(
+        said.contains(&ContentHash::of_bytes(b"edited").to_string()) && !said.contains("Some("),
+        "{said}"
+    );
     assert_eq!(r.halted_verdict(), VerdictReason::RuleViolated);
+}
+
+#[test]
+fn a_missing_design_file_is_said_in_words() {
+    let v = RuleViolation::DesignHashMismatch {
+        expected: ContentHash::of_bytes(b"approved"),
+        found: None,
+    };
+    assert!(
+        v.to_string().ends_with("found no readable design file"),
+        "{v}"
+    );
 }
 
 // ---------- RED ----------
