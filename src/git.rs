@@ -7,7 +7,7 @@
 //! `Consort-Step` trailers), so a resumed run neither loses nor repeats one. Consort never
 //! pushes, merges or rewrites a commit; `.git/` is harness, no agent's.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -216,6 +216,40 @@ impl GitRepo {
         self.rev(&format!("refs/heads/{}", branch_name(feature_id)))
             .ok()
             .flatten()
+    }
+
+    /// The commit id of each of Consort's commits for `feature_id` on its run branch, by the
+    /// key the ledger's commit is found by ([`StepCommit::key`]: the receipt's hash, or
+    /// `design`); empty when the branch has none.
+    pub fn commit_ids(&self, feature_id: &str) -> BTreeMap<String, String> {
+        let Some(tip) = self.tip(feature_id) else {
+            return BTreeMap::new();
+        };
+        let format = "--format=%H%x1f%(trailers:key=Consort-Feature,valueonly=true,separator=%x2C)%x1f%(trailers:key=Consort-Receipt,valueonly=true,separator=%x2C)%x1f%(trailers:key=Consort-Step,valueonly=true,separator=%x2C)%x1e";
+        let Ok(out) = self.git(&["log", format, &tip], None) else {
+            return BTreeMap::new();
+        };
+        let mut ids = BTreeMap::new();
+        for record in out.split('\u{1e}') {
+            let fields: Vec<&str> = record
+                .trim_start_matches('\n')
+                .split('\u{1f}')
+                .map(str::trim)
+                .collect();
+            let [sha, feature, receipt, step] = fields[..] else {
+                continue;
+            };
+            if feature != feature_id {
+                continue;
+            }
+            let key = match (receipt, step) {
+                ("", "design") => "design".to_string(),
+                ("", _) => continue,
+                (r, _) => r.to_string(),
+            };
+            ids.entry(key).or_insert_with(|| sha.to_string());
+        }
+        ids
     }
 
     /// Paths with uncommitted changes (at most 10), leaving out what Consort never hashes nor

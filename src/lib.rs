@@ -80,6 +80,7 @@ pub mod git;
 pub mod harness_facts;
 pub mod init;
 pub mod project;
+pub mod report;
 pub mod runlock;
 pub mod runner_harness;
 pub mod script_check;

@@ -129,6 +129,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write the feature's run as one self-contained HTML page (no network needed) and print
+    /// its path.
+    Report {
+        #[command(flatten)]
+        at: Target,
+        /// Write it here (default: report.html in the feature's record under .consort/).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Open it with xdg-open once written.
+        #[arg(long)]
+        open: bool,
+    },
     /// Check the ledger chain, the frozen design hash, the frozen test hashes and the
     /// receipts: of every started feature, or of one (--feature).
     Verify {
@@ -328,6 +340,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Retry { by, at } => human(&at, HumanDecision::Retry, &by),
         Cmd::Stop { by, at } => human(&at, HumanDecision::Stop, &by),
         Cmd::Log { at, json } => log(&at, json),
+        Cmd::Report { at, out, open } => report(&at, out.as_deref(), open),
         Cmd::Verify { dir, feature } => verify(&dir, feature.as_deref()),
         Cmd::Feature {
             command: FeatureCmd::Add { file, id, dir },
@@ -650,6 +663,34 @@ fn log(at: &Target, json: bool) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+fn report(at: &Target, out: Option<&Path>, open: bool) -> Result<i32> {
+    use consort::report::{RenderOptions, ReportError};
+    let project = at.open()?;
+    let path = match consort::report::write(&project, &RenderOptions::default(), out) {
+        Ok(path) => path,
+        Err(e @ ReportError::NotStarted { .. }) => {
+            eprintln!("error: {e}");
+            return Ok(EXIT_USAGE);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    println!("{}", path.display());
+    if open {
+        match std::process::Command::new("xdg-open").arg(&path).status() {
+            Ok(status) if status.success() => {}
+            Ok(status) => eprintln!(
+                "note: xdg-open could not open the report ({status}); open {} in a browser",
+                path.display()
+            ),
+            Err(e) => eprintln!(
+                "note: cannot run xdg-open ({e}); open {} in a browser",
+                path.display()
+            ),
+        }
+    }
+    Ok(0)
 }
 
 /// ` · 1200 tokens (…), 2 calls, 3.1 s` after an event that records usage.

@@ -127,10 +127,10 @@ pub use ledger::{
     Ledger, LedgerError, LedgerOptions, VerifyReport, genesis,
 };
 pub use machine::{
-    BuildProgress, Command, Event, Frozen, HumanDecision, Machine, MachineConfig, Pending, Phase,
-    ReleaseEvidence, Remedy, RuleViolation, RunStatus, ScratchPlan, ScratchVerdict, State, Writer,
-    check_architecture, check_change_set, check_review, check_schema, check_spec, check_stories,
-    check_test_list, check_tests_on_disk, check_ux, written_hashes,
+    BuildProgress, Command, Event, Frozen, HumanDecision, LifecycleEdge, Machine, MachineConfig,
+    Pending, Phase, ReleaseEvidence, Remedy, RuleViolation, RunStatus, ScratchPlan, ScratchVerdict,
+    State, Writer, check_architecture, check_change_set, check_review, check_schema, check_spec,
+    check_stories, check_test_list, check_tests_on_disk, check_ux, lifecycle_edges, written_hashes,
 };
 pub use migration_files::{
     MigrationFiles, file_name as migration_file_name, version_order as migration_version_order,

@@ -147,7 +147,8 @@ impl Simulation {
         }
     }
 
-    fn feed(&mut self, e: Event) {
+    /// Feeds `e` to the machine, which must accept it, and keeps it.
+    pub fn feed(&mut self, e: Event) {
         let (next, _) = self
             .machine
             .step(&self.state, &e)
@@ -157,7 +158,7 @@ impl Simulation {
     }
 
     /// The event that answers `cmd`, with its side effects on the fake disk.
-    fn answer(&mut self, cmd: Command) -> Event {
+    pub fn answer(&mut self, cmd: Command) -> Event {
         match cmd {
             Command::Assign { id, role, step, .. } => Event::Produced {
                 assignment: id,

@@ -465,6 +465,63 @@ impl Phase {
 
 display_as_str!(Phase);
 
+/// One edge of the lifecycle: the machine moves from one [`Phase`] to another (or stays in it)
+/// when `label` happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LifecycleEdge {
+    /// The phase the run is in.
+    pub from: Phase,
+    /// The phase it is in next.
+    pub to: Phase,
+    /// What moves it, for people (`design approved`).
+    pub label: &'static str,
+}
+
+/// The lifecycle as edges, generated from the machine's own definition: one edge for each
+/// phase each row of the lifecycle table (`next.rs`) leads to, in the table's order, then what
+/// the transition function adds in every phase a run can be in (a halt — a rejection at a
+/// gate, an escalation elsewhere — a retry back to it, and a stop). Pure; no two edges alike.
+pub fn lifecycle_edges() -> Vec<LifecycleEdge> {
+    let mut edges: Vec<LifecycleEdge> = Vec::new();
+    let mut push = |from, to, label| {
+        let edge = LifecycleEdge { from, to, label };
+        if !edges.contains(&edge) {
+            edges.push(edge);
+        }
+    };
+    for kind in next::DoneKind::ALL {
+        let (from, label, successors) = next::row(kind);
+        for &to in successors {
+            push(
+                from,
+                to,
+                if to == Phase::Halted {
+                    "bound spent"
+                } else {
+                    label
+                },
+            );
+        }
+    }
+    let running = Phase::ALL.into_iter().filter(|p| {
+        !matches!(
+            p,
+            Phase::Idle | Phase::Halted | Phase::Done | Phase::Stopped
+        )
+    });
+    for phase in running {
+        let halt = match phase {
+            Phase::DesignGate | Phase::DeployGate | Phase::PromoteGate => "rejected",
+            _ => "escalated",
+        };
+        push(phase, Phase::Halted, halt);
+        push(Phase::Halted, phase, "retry");
+        push(phase, Phase::Stopped, "stop");
+    }
+    push(Phase::Halted, Phase::Stopped, "stop");
+    edges
+}
+
 /// How the run is doing.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "kebab-case")]

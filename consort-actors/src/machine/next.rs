@@ -14,7 +14,7 @@ use crate::protocol::{AssignmentId, VerifyPurpose};
 use crate::step::Step;
 
 use super::rules::RuleViolation;
-use super::{MachineConfig, Pending, State};
+use super::{MachineConfig, Pending, Phase, State};
 
 /// A finished piece of work, as far as "what comes next" is concerned. Its content has been
 /// checked and accepted into the state before it is named here.
@@ -127,6 +127,129 @@ pub(super) enum Next {
     Halt(Escalation, Pending),
     /// The run is done.
     Finish,
+}
+
+/// Every kind of [`Done`], without its content: the rows of the table [`next_after`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DoneKind {
+    Started,
+    Stories,
+    Spec,
+    ArchitectureApproved,
+    RevisionAsked,
+    Schema,
+    TestList,
+    Ux,
+    DesignApproved,
+    ChangeAccepted,
+    Applied,
+    RedFails,
+    GreenPasses,
+    GreenFails,
+    RefactorKept,
+    RefactorBroke,
+    ReviewApproved,
+    ChangesRequested,
+    DeployApproved,
+    DeployPasses,
+    DeployFails,
+    PromoteApproved,
+    Promoted,
+}
+
+impl DoneKind {
+    /// Every row, in the order [`next_after`] lists them.
+    pub(super) const ALL: [DoneKind; 23] = [
+        DoneKind::Started,
+        DoneKind::Stories,
+        DoneKind::Spec,
+        DoneKind::ArchitectureApproved,
+        DoneKind::RevisionAsked,
+        DoneKind::Schema,
+        DoneKind::TestList,
+        DoneKind::Ux,
+        DoneKind::DesignApproved,
+        DoneKind::ChangeAccepted,
+        DoneKind::Applied,
+        DoneKind::RedFails,
+        DoneKind::GreenPasses,
+        DoneKind::GreenFails,
+        DoneKind::RefactorKept,
+        DoneKind::RefactorBroke,
+        DoneKind::ReviewApproved,
+        DoneKind::ChangesRequested,
+        DoneKind::DeployApproved,
+        DoneKind::DeployPasses,
+        DoneKind::DeployFails,
+        DoneKind::PromoteApproved,
+        DoneKind::Promoted,
+    ];
+}
+
+impl Done {
+    /// The row of the table this finished work is.
+    pub(super) fn kind(&self) -> DoneKind {
+        match self {
+            Done::Started => DoneKind::Started,
+            Done::Stories => DoneKind::Stories,
+            Done::Spec { .. } => DoneKind::Spec,
+            Done::ArchitectureApproved => DoneKind::ArchitectureApproved,
+            Done::RevisionAsked { .. } => DoneKind::RevisionAsked,
+            Done::Schema => DoneKind::Schema,
+            Done::TestList => DoneKind::TestList,
+            Done::Ux => DoneKind::Ux,
+            Done::DesignApproved => DoneKind::DesignApproved,
+            Done::ChangeAccepted { .. } => DoneKind::ChangeAccepted,
+            Done::Applied { .. } => DoneKind::Applied,
+            Done::RedFails { .. } => DoneKind::RedFails,
+            Done::GreenPasses => DoneKind::GreenPasses,
+            Done::GreenFails { .. } => DoneKind::GreenFails,
+            Done::RefactorKept => DoneKind::RefactorKept,
+            Done::RefactorBroke { .. } => DoneKind::RefactorBroke,
+            Done::ReviewApproved => DoneKind::ReviewApproved,
+            Done::ChangesRequested { .. } => DoneKind::ChangesRequested,
+            Done::DeployApproved => DoneKind::DeployApproved,
+            Done::DeployPasses { .. } => DoneKind::DeployPasses,
+            Done::DeployFails { .. } => DoneKind::DeployFails,
+            Done::PromoteApproved => DoneKind::PromoteApproved,
+            Done::Promoted => DoneKind::Promoted,
+        }
+    }
+}
+
+/// What a row of the table does to the coarse [`Phase`]: the phase it is finished in, what
+/// people call it, and each phase its successor can be in, as [`next_after`]'s arm decides
+/// (a bound spent halts). Kept beside [`next_after`]; the machine's tests check that every
+/// phase change a run makes is one of these (`lifecycle_edges`).
+pub(super) fn row(kind: DoneKind) -> (Phase, &'static str, &'static [Phase]) {
+    use Phase::{
+        Build, Deploy, DeployGate, Design, DesignGate, Halted, Idle, Promote, PromoteGate,
+    };
+    match kind {
+        DoneKind::Started => (Idle, "feature request", &[Design]),
+        DoneKind::Stories => (Design, "stories accepted", &[Design]),
+        DoneKind::Spec => (Design, "spec accepted", &[Design]),
+        DoneKind::ArchitectureApproved => (Design, "architecture approved", &[Design]),
+        DoneKind::RevisionAsked => (Design, "revision asked", &[Design, Halted]),
+        DoneKind::Schema => (Design, "schema plan accepted", &[Design]),
+        DoneKind::TestList => (Design, "test list accepted", &[Design, DesignGate]),
+        DoneKind::Ux => (Design, "UX design accepted", &[DesignGate]),
+        DoneKind::DesignApproved => (DesignGate, "design approved", &[Build]),
+        DoneKind::ChangeAccepted => (Build, "change set accepted", &[Build]),
+        DoneKind::Applied => (Build, "change applied", &[Build]),
+        DoneKind::RedFails => (Build, "RED fails as it should", &[Build]),
+        DoneKind::GreenPasses => (Build, "GREEN passes", &[Build]),
+        DoneKind::GreenFails => (Build, "GREEN fails: repair", &[Build, Halted]),
+        DoneKind::RefactorKept => (Build, "REFACTOR kept", &[Build]),
+        DoneKind::RefactorBroke => (Build, "REFACTOR reverted", &[Build]),
+        DoneKind::ReviewApproved => (Build, "review approved", &[Build, DeployGate]),
+        DoneKind::ChangesRequested => (Build, "changes requested", &[Build, Halted]),
+        DoneKind::DeployApproved => (DeployGate, "deploy approved", &[Deploy]),
+        DoneKind::DeployPasses => (Deploy, "full suite passes", &[PromoteGate]),
+        DoneKind::DeployFails => (Deploy, "full suite fails", &[Halted]),
+        DoneKind::PromoteApproved => (PromoteGate, "promote approved", &[Promote]),
+        DoneKind::Promoted => (Promote, "migrations promoted", &[Phase::Done]),
+    }
 }
 
 /// The lifecycle: what follows `done`. Allocates the ids of what it issues and keeps the

@@ -147,7 +147,8 @@ fn refresh(s: &mut State, p: Pending) -> Pending {
 
 /// Steps on from `done` by the lifecycle table.
 fn advance(cfg: &MachineConfig, mut s: State, done: Done) -> Outcome {
-    Ok(match next_after(cfg, &mut s, done)? {
+    let kind = done.kind();
+    let (after, commands) = match next_after(cfg, &mut s, done)? {
         Next::Go(next) => go(s, next),
         Next::Halt(esc, resume) => halt(&mut s, esc, resume),
         Next::Finish => {
@@ -155,7 +156,12 @@ fn advance(cfg: &MachineConfig, mut s: State, done: Done) -> Outcome {
             s.pending = None;
             (s, vec![Command::Finish])
         }
-    })
+    };
+    debug_assert!(
+        super::next::row(kind).2.contains(&after.phase()),
+        "the lifecycle's edges name every phase its table leads to"
+    );
+    Ok((after, commands))
 }
 
 fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {

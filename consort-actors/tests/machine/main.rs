@@ -2177,3 +2177,121 @@ fn a_phase_reads_as_its_serialised_name() {
         assert_eq!(json.as_str(), Some(phase.to_string().as_str()), "{phase:?}");
     }
 }
+
+/// The phase before and after each event of `events`, replayed by `machine`.
+fn phase_changes(machine: &Machine, events: &[Event]) -> Vec<(Phase, Phase)> {
+    let mut state = State::default();
+    let mut out = Vec::new();
+    for e in events {
+        let (next, _) = machine.step(&state, e).expect("the run replays");
+        out.push((state.phase(), next.phase()));
+        state = next;
+    }
+    out
+}
+
+fn assert_edges(changes: &[(Phase, Phase)]) {
+    let edges = lifecycle_edges();
+    for (from, to) in changes.iter().filter(|(from, to)| from != to) {
+        assert!(
+            edges.iter().any(|e| e.from == *from && e.to == *to),
+            "the machine moved from {from} to {to}, which is no edge of the lifecycle"
+        );
+    }
+}
+
+#[test]
+fn every_phase_change_of_a_simulated_run_is_an_edge_of_the_lifecycle() {
+    use consort_testkit::simulation::{Script, Simulation};
+    let mut taken = Vec::new();
+    for script in [
+        Script::default(),
+        Script {
+            tests: 2,
+            revisions: 0,
+            user_facing: false,
+            real_refactors: false,
+        },
+    ] {
+        let sim = Simulation::new(script);
+        let machine = sim.machine.clone();
+        let (events, _) = sim.run();
+        let changes = phase_changes(&machine, &events);
+        assert_edges(&changes);
+        taken.extend(changes);
+    }
+    // The happy path takes every edge between two phases that neither halts nor stops.
+    for e in lifecycle_edges() {
+        let side = |p: Phase| matches!(p, Phase::Halted | Phase::Stopped);
+        if e.from != e.to && !side(e.from) && !side(e.to) {
+            assert!(
+                taken.contains(&(e.from, e.to)),
+                "no simulated run took the edge {} → {} ({})",
+                e.from,
+                e.to,
+                e.label
+            );
+        }
+    }
+}
+
+#[test]
+fn a_rejection_a_retry_and_a_stop_are_edges_of_the_lifecycle() {
+    use consort_testkit::simulation::{Script, Simulation};
+    let mut sim = Simulation::new(Script {
+        tests: 1,
+        revisions: 0,
+        user_facing: false,
+        real_refactors: false,
+    });
+    sim.feed(Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    });
+    let mut rejected = false;
+    while sim.state.status == RunStatus::Running {
+        let cmd = sim.state.pending_command().expect("a pending command");
+        match &cmd {
+            Command::AwaitGate { gate, hash } if !rejected => {
+                sim.design_on_disk = Some(*hash);
+                let mut no = approval(*gate, *hash);
+                no.decision = GateDecision::Reject {
+                    reason: "name the invariants".into(),
+                };
+                sim.feed(Event::Gate { approval: no });
+                assert_eq!(sim.state.phase(), Phase::Halted);
+                sim.feed(human(HumanDecision::Retry));
+                rejected = true;
+            }
+            Command::AwaitGate {
+                gate: GateKind::Deploy,
+                ..
+            } => sim.feed(human(HumanDecision::Stop)),
+            _ => {
+                let e = sim.answer(cmd);
+                sim.feed(e);
+            }
+        }
+    }
+    assert_eq!(sim.state.status, RunStatus::Stopped);
+    let changes = phase_changes(&sim.machine, &sim.events);
+    for expected in [
+        (Phase::DesignGate, Phase::Halted),
+        (Phase::Halted, Phase::DesignGate),
+        (Phase::DeployGate, Phase::Stopped),
+    ] {
+        assert!(changes.contains(&expected), "{expected:?} not taken");
+    }
+    assert_edges(&changes);
+}
+
+#[test]
+fn the_lifecycle_has_every_phase() {
+    let edges = lifecycle_edges();
+    for phase in Phase::ALL {
+        assert!(
+            edges.iter().any(|e| e.from == phase || e.to == phase),
+            "{phase} is on no edge"
+        );
+    }
+}

@@ -1,0 +1,303 @@
+//! The report's sections besides the build lane and the lifecycle: the feature, its stories,
+//! the design and its approvals, the release, what changed and what it cost.
+
+use std::fmt::Write as _;
+
+use consort_actors::{GateDecision, HumanDecision, Phase, RunStatus};
+
+use super::html::{escape, millis, pre_block, time};
+use super::model::{Decision, Model};
+
+/// The title, the feature, where the run stands.
+pub(super) fn header(model: &Model, title: &str) -> String {
+    let phase = model.state.phase();
+    let mut out = format!(
+        "<header id=\"summary\"><h1>{}</h1><p class=\"meta\">feature <code>{}</code> · phase <span class=\"badge {}\" id=\"phase\">{}</span> · {} ledger entries",
+        escape(title),
+        escape(&model.feature_id),
+        phase.as_str(),
+        phase.as_str(),
+        model.entries
+    );
+    if let Some((first, last)) = &model.span {
+        let _ = write!(out, " · from {} to {}", time(first), time(last));
+    }
+    out.push_str("</p>");
+    if let RunStatus::Halted { escalation, .. } = &model.state.status {
+        let _ = write!(
+            out,
+            "<p class=\"note\">halted at {}: {}</p>",
+            escape(&escalation.step),
+            escape(&escalation.detail)
+        );
+    }
+    out.push_str("</header>");
+    out
+}
+
+/// The feature request as it was given.
+pub(super) fn request(model: &Model) -> String {
+    let Some(feature) = &model.state.feature else {
+        return String::new();
+    };
+    format!(
+        "<section id=\"request\"><h2>Request</h2>{}</section>",
+        pre_block("the whole request", &feature.body)
+    )
+}
+
+/// The stories and their acceptance criteria.
+pub(super) fn stories(model: &Model) -> String {
+    let Some(stories) = &model.state.stories else {
+        return "<section id=\"stories\"><h2>Stories</h2><p class=\"meta\">not written yet</p></section>".into();
+    };
+    let mut out = String::from("<section id=\"stories\"><h2>Stories</h2>");
+    for story in &stories.stories {
+        let _ = write!(
+            out,
+            "<div class=\"card story\" data-story=\"{}\"><h3>{} {}</h3><p>As {}, I want {}, so that {}.{}</p><ul class=\"criteria\">",
+            escape(&story.id),
+            escape(&story.id),
+            escape(&story.title),
+            escape(&story.as_a),
+            escape(&story.i_want),
+            escape(&story.so_that),
+            if story.user_facing {
+                " <span class=\"badge\">user-facing</span>"
+            } else {
+                ""
+            }
+        );
+        for ac in &story.acceptance_criteria {
+            let _ = write!(
+                out,
+                "<li data-ac=\"{}\"><code>{}</code> <b>given</b> {} <b>when</b> {} <b>then</b> {}</li>",
+                escape(&ac.id),
+                escape(&ac.id),
+                escape(&ac.given),
+                escape(&ac.when),
+                escape(&ac.then)
+            );
+        }
+        out.push_str("</ul></div>");
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// The design's hash, its migrations and its test list.
+pub(super) fn design(model: &Model) -> String {
+    let s = &model.state;
+    let mut out = String::from("<section id=\"design\"><h2>Design</h2>");
+    match (&s.frozen, s.design_bundle()) {
+        (Some(frozen), _) => {
+            let _ = write!(
+                out,
+                "<p>frozen design <span class=\"hash\" id=\"design-hash\">{}</span></p>",
+                escape(&frozen.hash.to_string())
+            );
+        }
+        (None, Some(bundle)) => {
+            let _ = write!(
+                out,
+                "<p>design awaiting approval: <span class=\"hash\" id=\"design-hash\">{}</span></p>",
+                escape(&bundle.hash().to_string())
+            );
+        }
+        (None, None) => out.push_str("<p class=\"meta\">the design is not complete yet</p>"),
+    }
+    if let Some(plan) = &s.schema {
+        out.push_str("<h3>Migrations</h3>");
+        for m in &plan.migrations {
+            let _ = write!(
+                out,
+                "<div class=\"card migration\"><b>{}</b> (story {}): {}{}</div>",
+                escape(&m.version),
+                escape(&m.story_id),
+                escape(&m.description),
+                pre_block("the SQL", &m.sql)
+            );
+        }
+    }
+    if let Some(list) = &s.test_list {
+        out.push_str("<h3>Test list</h3><table id=\"test-list\"><tr><th>test</th><th>criterion</th><th>what it checks</th><th>path</th></tr>");
+        for e in &list.entries {
+            let _ = write!(
+                out,
+                "<tr data-test=\"{}\"><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td><code>{}</code></td></tr>",
+                escape(&e.id),
+                escape(&e.id),
+                escape(&e.ac_id),
+                escape(&e.description),
+                escape(&e.path)
+            );
+        }
+        out.push_str("</table>");
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// Who approved or rejected which gate, when, and every retry or stop.
+pub(super) fn approvals(model: &Model) -> String {
+    let mut out = String::from(
+        "<section id=\"approvals\"><h2>Approvals</h2><table><tr><th>when</th><th>gate</th><th>decision</th><th>by</th><th>hash</th><th>note</th></tr>",
+    );
+    for d in &model.decisions {
+        let row = match d {
+            Decision::Gate(a) => {
+                let (decision, note) = match &a.decision {
+                    GateDecision::Approve => ("approved", a.note.clone()),
+                    GateDecision::Reject { reason } => ("rejected", reason.clone()),
+                };
+                format!(
+                    "<tr class=\"approval {decision}\" data-gate=\"{}\"><td>{}</td><td>{}</td><td>{decision}</td><td>{}</td><td class=\"hash\">{}</td><td>{}</td></tr>",
+                    a.gate,
+                    time(&a.at),
+                    a.gate,
+                    escape(&a.approver),
+                    a.hash.short(),
+                    escape(&note)
+                )
+            }
+            Decision::Human { decision, by, at } => {
+                let what = match decision {
+                    HumanDecision::Retry => "retry",
+                    HumanDecision::Stop => "stop",
+                };
+                format!(
+                    "<tr class=\"human\"><td>{}</td><td>(run)</td><td>{what}</td><td>{}</td><td></td><td></td></tr>",
+                    time(at),
+                    escape(by)
+                )
+            }
+        };
+        out.push_str(&row);
+    }
+    if model.decisions.is_empty() {
+        out.push_str("<tr><td colspan=\"6\" class=\"meta\">no decision yet</td></tr>");
+    }
+    out.push_str("</table></section>");
+    out
+}
+
+/// The full-suite run and the promotion.
+pub(super) fn release(model: &Model) -> String {
+    let mut out = String::from("<section id=\"release\"><h2>Release</h2>");
+    match &model.deploy {
+        Some((at, r)) => {
+            out.push_str("<div class=\"card\"><h3>Full-suite deploy run</h3>");
+            out.push_str(&super::timeline::receipt_html(at, r));
+            out.push_str("</div>");
+        }
+        None => out.push_str("<p class=\"meta\">no deploy run yet</p>"),
+    }
+    if let Some(p) = &model.state.promotion {
+        let _ = write!(
+            out,
+            "<p>promoted to <code>{}</code>: applied {}{}; verified: {}</p>",
+            escape(&p.target),
+            escape(&p.applied.join(", ")),
+            if p.already_applied.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (already applied: {})",
+                    escape(&p.already_applied.join(", "))
+                )
+            },
+            if p.verified { "yes" } else { "no" }
+        );
+    } else if model.state.phase() != Phase::Done {
+        out.push_str("<p class=\"meta\">not promoted yet</p>");
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// The files, migration files and commits the feature changed.
+pub(super) fn changes(model: &Model) -> String {
+    let mut out = String::from(
+        "<section id=\"changes\"><h2>What changed</h2><h3>Files</h3><ul id=\"files\">",
+    );
+    for f in &model.files {
+        let _ = write!(out, "<li><code>{}</code></li>", escape(f));
+    }
+    out.push_str("</ul>");
+    if !model.migrations.is_empty() {
+        out.push_str("<h3>Migration files</h3><ul id=\"migration-files\">");
+        for (path, version, description) in &model.migrations {
+            let _ = write!(
+                out,
+                "<li><code>{}</code>: {} {}</li>",
+                escape(path),
+                escape(version),
+                escape(description)
+            );
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str(&commits(model));
+    out.push_str("</section>");
+    out
+}
+
+fn commits(model: &Model) -> String {
+    let mut out = String::from("<h3>Commits</h3>");
+    if let Some(g) = &model.git {
+        let _ = write!(
+            out,
+            "<p>branch <code>{}</code> at <code>{}</code></p>",
+            escape(&g.branch),
+            escape(g.head.as_deref().unwrap_or("no commit yet"))
+        );
+    }
+    out.push_str("<table id=\"commits\"><tr><th>commit</th><th>kind</th><th>step</th><th>by</th><th>what</th></tr>");
+    for c in &model.commits {
+        let id = model
+            .commit_ids
+            .get(&c.key())
+            .map_or("not in git", |sha| sha.get(..12).unwrap_or(sha));
+        let _ = write!(
+            out,
+            "<tr><td><code>{}</code></td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+            escape(id),
+            c.kind.label(),
+            escape(&c.step),
+            c.role,
+            escape(&c.summaries.join("; "))
+        );
+    }
+    out.push_str("</table>");
+    out
+}
+
+/// Tokens, calls and time per role, as `consort status` counts them.
+pub(super) fn usage(model: &Model) -> String {
+    let mut out = String::from(
+        "<section id=\"usage\"><h2>Usage</h2><table><tr><th>role</th><th>steps</th><th>calls</th><th>tool calls</th><th>prompt tokens</th><th>cached</th><th>completion tokens</th><th>agent time</th></tr>",
+    );
+    let row = |name: &str, t: &consort_actors::Tally| {
+        format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(name),
+            t.steps,
+            t.calls,
+            t.tool_calls,
+            t.prompt_tokens,
+            t.cached_tokens,
+            t.completion_tokens,
+            millis(t.wall_ms)
+        )
+    };
+    for (role, u) in &model.usage.roles {
+        out.push_str(&row(role.as_str(), &u.total));
+    }
+    out.push_str(&row("total", &model.usage.run()));
+    out.push_str("</table>");
+    for line in crate::ui::usage_lines(&model.usage) {
+        let _ = write!(out, "<p class=\"meta\">{}</p>", escape(&line));
+    }
+    out.push_str("</section>");
+    out
+}

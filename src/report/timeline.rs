@@ -1,0 +1,148 @@
+//! The build lane as a timeline: per test-list entry, RED → GREEN (and its repairs) →
+//! REFACTOR → REVIEW, each step with its author and the receipt of the run that judged it.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use consort_actors::{Step, TestRunReceipt, TestStatus};
+
+use super::html::{escape, millis, time};
+use super::model::{Model, StepRecord};
+
+/// The build lane section.
+pub(super) fn build_lane(model: &Model) -> String {
+    let mut out = String::from("<section id=\"timeline\"><h2>Build lane</h2>");
+    let Some(list) = &model.state.test_list else {
+        out.push_str("<p class=\"meta\">no test list yet</p></section>");
+        return out;
+    };
+    for entry in &list.entries {
+        let _ = write!(
+            out,
+            "<div class=\"card test\" data-test=\"{}\"><h3><code>{}</code> {}</h3><p class=\"meta\">criterion <code>{}</code> · <code>{}</code></p><div class=\"lane\">",
+            escape(&entry.id),
+            escape(&entry.id),
+            escape(&entry.description),
+            escape(&entry.ac_id),
+            escape(&entry.path)
+        );
+        let mut any = false;
+        for (i, record) in model.steps_of(&entry.id).enumerate() {
+            if i > 0 {
+                out.push_str("<span class=\"arrow\" aria-hidden=\"true\">→</span>");
+            }
+            out.push_str(&step_html(record));
+            any = true;
+        }
+        if !any {
+            out.push_str("<p class=\"meta\">not started</p>");
+        }
+        out.push_str("</div></div>");
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// `(css class, label)` of a build step.
+fn kind_of(step: &Step) -> (&'static str, String) {
+    match step {
+        Step::Red { .. } => ("red", "RED".into()),
+        Step::Green { .. } => ("green", "GREEN".into()),
+        Step::Repair { round, .. } => ("repair", format!("GREEN repair {round}")),
+        Step::Refactor { round, .. } => ("refactor", refactor_label("REFACTOR", *round)),
+        Step::Review { round, .. } => ("review", refactor_label("REVIEW", *round)),
+        _ => ("design", step.to_string()),
+    }
+}
+
+fn refactor_label(name: &str, round: u32) -> String {
+    if round == 0 {
+        name.into()
+    } else {
+        format!("{name} round {}", round + 1)
+    }
+}
+
+fn step_html(r: &StepRecord) -> String {
+    let (class, label) = kind_of(&r.step);
+    let mut out = format!(
+        "<div class=\"step {class}\" data-kind=\"{class}\" data-step=\"{}\"><div class=\"kind\">{}</div>",
+        escape(&r.step.to_string()),
+        escape(&label)
+    );
+    match (&r.author, &r.at) {
+        (Some(a), Some(at)) => {
+            let _ = write!(
+                out,
+                "<div class=\"meta\">by <span class=\"author\">{}</span> at {}</div>",
+                escape(&a.to_string()),
+                time(at)
+            );
+        }
+        _ => out.push_str("<div class=\"meta\">no answer accepted yet</div>"),
+    }
+    if !r.summary.is_empty() {
+        let _ = write!(out, "<div>{}</div>", escape(&r.summary));
+    }
+    if !r.files.is_empty() {
+        let files: Vec<String> = r.files.iter().map(|f| escape(f)).collect();
+        let _ = write!(
+            out,
+            "<div class=\"meta\">writes <code>{}</code></div>",
+            files.join("</code>, <code>")
+        );
+    }
+    if r.usage.tokens() > 0 || r.usage.wall_ms > 0 {
+        let _ = write!(
+            out,
+            "<div class=\"meta\">{}</div>",
+            escape(&crate::ui::usage_text(&r.usage))
+        );
+    }
+    for note in &r.notes {
+        let _ = write!(out, "<div class=\"note\">{}</div>", escape(note));
+    }
+    if let Some((at, receipt)) = &r.receipt {
+        out.push_str(&receipt_html(at, receipt));
+    }
+    out.push_str("</div>");
+    out
+}
+
+/// A receipt: the branch, the counts, the durations, and the output when something failed.
+pub(super) fn receipt_html(at: &DateTime<Utc>, r: &TestRunReceipt) -> String {
+    let passed = r
+        .outcomes
+        .iter()
+        .filter(|o| o.status == TestStatus::Passed)
+        .count();
+    let failed = r.outcomes.len() - passed;
+    let mut out = format!(
+        "<div class=\"receipt\" data-passed=\"{passed}\" data-failed=\"{failed}\"><div>{} on branch <code class=\"branch\">{}</code> ({})</div><div><span class=\"pass\">{passed} passed</span>, <span class=\"{}\">{failed} not passed</span> · {}</div><div class=\"meta\">branch {} · migrations {} · tests {} · at {}</div>",
+        escape(&r.request_id.to_string()),
+        escape(&r.branch_id),
+        escape(&r.provider),
+        if failed > 0 { "fail" } else { "meta" },
+        escape(&r.exit.to_string()),
+        millis(r.timings.acquire_ms),
+        millis(r.timings.migrate_ms),
+        millis(r.timings.run_ms),
+        time(at)
+    );
+    let not_passed: Vec<String> = r
+        .outcomes
+        .iter()
+        .filter(|o| o.status != TestStatus::Passed)
+        .map(|o| escape(&o.name))
+        .collect();
+    if !not_passed.is_empty() {
+        let _ = write!(
+            out,
+            "<div>not passed: <code>{}</code></div><details class=\"excerpt\"><summary>the failing output</summary><pre>{}</pre></details>",
+            not_passed.join("</code>, <code>"),
+            escape(&r.output_excerpt)
+        );
+    }
+    out.push_str("</div>");
+    out
+}
