@@ -84,6 +84,7 @@ pub mod report;
 pub mod runlock;
 pub mod runner_harness;
 pub mod script_check;
+pub mod serve;
 pub mod ui;
 
 pub use consort_actors as actors;

@@ -65,6 +65,17 @@ enum Cmd {
         #[arg(long)]
         allow_dirty: bool,
     },
+    /// Run as `consort run` does, deciding gates on a local web page, with the live report.
+    Serve {
+        #[command(flatten)]
+        at: Target,
+        /// Where to listen: loopback by default; another address only when you name it.
+        #[arg(long, default_value = "127.0.0.1:7340")]
+        addr: std::net::SocketAddr,
+        /// In a git repository, start a new run although the tree has uncommitted changes.
+        #[arg(long)]
+        allow_dirty: bool,
+    },
     /// Phase, step, current test, pending gate and last receipt.
     Status {
         #[command(flatten)]
@@ -313,6 +324,11 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             agents,
             allow_dirty,
         } => run(&at, approve_as, agents, allow_dirty).await,
+        Cmd::Serve {
+            at,
+            addr,
+            allow_dirty,
+        } => serve(&at, addr, allow_dirty).await,
         Cmd::Status { at, json } => status(&at, json),
         Cmd::Approve {
             gate,
@@ -481,6 +497,29 @@ async fn run(
         RunOutcome::Done | RunOutcome::Stopped => {}
     }
     Ok(ui::exit_code(&report.outcome))
+}
+
+async fn serve(at: &Target, addr: std::net::SocketAddr, allow_dirty: bool) -> Result<i32> {
+    let project = at.open()?;
+    if project.backlog()?.len() > 1 {
+        println!("feature {}", project.feature_id());
+    }
+    let lock = project.lock("consort serve")?;
+    let opts = RunOptions {
+        allow_dirty,
+        ..RunOptions::default()
+    };
+    ui::print_budgets(&project, &opts)?;
+    match consort::serve::serve(project, lock, addr, opts).await {
+        Err(consort::serve::ServeError::Project(consort::ProjectError::Interrupted(signal))) => {
+            eprintln!(
+                "interrupted by {signal}: the run is stopped and its database server shut down; `consort serve --dir {}` resumes it",
+                at.dir.display()
+            );
+            Ok(signal.exit_code())
+        }
+        other => Ok(other?),
+    }
 }
 
 fn status(at: &Target, json: bool) -> Result<i32> {

@@ -193,6 +193,11 @@ impl Signals {
     }
 }
 
+/// Waits for `SIGINT` or `SIGTERM` (what ends `consort serve` after its run).
+pub async fn interruption() -> Result<Interruption, ProjectError> {
+    Ok(Signals::install()?.next().await)
+}
+
 /// How long an interrupted run's actors are given to stop before the servers are stopped
 /// regardless.
 const INTERRUPTED_SHUTDOWN: Duration = Duration::from_secs(30);
