@@ -26,6 +26,8 @@ pub mod actors;
 pub mod agents;
 pub mod artifacts;
 pub mod assert;
+#[cfg(feature = "browser")]
+pub mod browser;
 pub mod cluster;
 pub mod disk;
 pub mod harness;

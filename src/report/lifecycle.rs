@@ -73,17 +73,27 @@ pub(super) fn diagram(current: Phase) -> String {
     for phase in Phase::ALL.into_iter().filter(|p| aside(*p)) {
         out.push_str(&phase_box(&edges, phase, current));
     }
-    out.push_str("</div><table id=\"other-edges\"><tr><th>from</th><th>to</th><th>when</th></tr>");
-    for e in &edges {
-        if e.from == e.to || drawn.contains(&(e.from, e.to)) {
-            continue;
+    out.push_str("</div><table id=\"other-edges\"><tr><th>to</th><th>when</th><th>from</th></tr>");
+    let mut grouped: Vec<(Phase, &'static str, Vec<&'static str>)> = Vec::new();
+    for e in edges
+        .iter()
+        .filter(|e| e.from != e.to && !drawn.contains(&(e.from, e.to)))
+    {
+        match grouped
+            .iter_mut()
+            .find(|(to, label, _)| *to == e.to && *label == e.label)
+        {
+            Some((_, _, froms)) => froms.push(e.from.as_str()),
+            None => grouped.push((e.to, e.label, vec![e.from.as_str()])),
         }
+    }
+    for (to, label, froms) in grouped {
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-            e.from.as_str(),
-            e.to.as_str(),
-            escape(e.label)
+            to.as_str(),
+            escape(label),
+            froms.join(", ")
         );
     }
     out.push_str("</table></section>");

@@ -252,12 +252,19 @@ fn commits(model: &Model) -> String {
             escape(g.head.as_deref().unwrap_or("no commit yet"))
         );
     }
+    if model.git.is_none() {
+        out.push_str("<p class=\"meta\">the project is not in a git repository: these are the commits its ledger calls for</p>");
+    }
     out.push_str("<table id=\"commits\"><tr><th>commit</th><th>kind</th><th>step</th><th>by</th><th>what</th></tr>");
     for c in &model.commits {
-        let id = model
-            .commit_ids
-            .get(&c.key())
-            .map_or("not in git", |sha| sha.get(..12).unwrap_or(sha));
+        let id = model.commit_ids.get(&c.key()).map_or(
+            if model.git.is_some() {
+                "not in git"
+            } else {
+                "—"
+            },
+            |sha| sha.get(..12).unwrap_or(sha),
+        );
         let _ = write!(
             out,
             "<tr><td><code>{}</code></td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
