@@ -121,7 +121,10 @@ struct ClearPending<'a> {
 impl Drop for ClearPending<'_> {
     fn drop(&mut self) {
         let mut pending = lock(&self.shared.pending);
-        if pending.as_ref().is_some_and(|p| p.request.hash == self.hash) {
+        if pending
+            .as_ref()
+            .is_some_and(|p| p.request.hash == self.hash)
+        {
             *pending = None;
         }
     }
@@ -196,7 +199,7 @@ fn router(shared: Arc<Shared>) -> axum::Router {
 }
 
 /// Every request: addressed to this server by an address (see [`guard::check_host`]), and
-/// every answer marked not to be framed, cached or sent on with a referrer.
+/// every answer marked not to be framed or cached, its referrer kept to this server.
 async fn only_this_server(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let host = req
         .headers()
@@ -213,7 +216,7 @@ async fn only_this_server(State(shared): State<Arc<Shared>>, req: Request, next:
             "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
     ] {
@@ -278,7 +281,11 @@ async fn decide(
     headers: HeaderMap,
     Form(form): Form<DecideForm>,
 ) -> Response {
-    let header_text = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    let header_text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
     let host = header_text(header::HOST).unwrap_or_default();
     let checked = guard::check_origin(
         header_text(header::ORIGIN),
@@ -304,21 +311,37 @@ async fn decide(
 fn take_decision(shared: &Shared, form: &DecideForm) -> Result<String, (StatusCode, String)> {
     let bad = |why: String| (StatusCode::UNPROCESSABLE_ENTITY, why);
     let gate: GateKind = form.gate.parse().map_err(bad)?;
-    let hash: ContentHash = form.hash.parse().map_err(|e: consort_actors::ParseHashError| bad(e.to_string()))?;
+    let hash: ContentHash = form
+        .hash
+        .parse()
+        .map_err(|e: consort_actors::ParseHashError| bad(e.to_string()))?;
     let name = form.name.trim();
     if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
-        return Err(bad("give your name (up to 100 characters): it is recorded in the ledger".into()));
+        return Err(bad(
+            "give your name (up to 100 characters): it is recorded in the ledger".into(),
+        ));
     }
     let note = form.note.trim().to_string();
     let decision = match form.decision.as_str() {
         "approve" => GateDecision::Approve,
-        "reject" if note.is_empty() => return Err(bad("a rejection needs a note saying why".into())),
-        "reject" => GateDecision::Reject { reason: note.clone() },
-        other => return Err(bad(format!("{other} is not a decision (approve or reject)"))),
+        "reject" if note.is_empty() => {
+            return Err(bad("a rejection needs a note saying why".into()));
+        }
+        "reject" => GateDecision::Reject {
+            reason: note.clone(),
+        },
+        other => {
+            return Err(bad(format!(
+                "{other} is not a decision (approve or reject)"
+            )));
+        }
     };
     let mut pending = lock(&shared.pending);
     let Some(waiting) = pending.as_mut() else {
-        return Err((StatusCode::CONFLICT, "no gate waits for a decision now; nothing was recorded".into()));
+        return Err((
+            StatusCode::CONFLICT,
+            "no gate waits for a decision now; nothing was recorded".into(),
+        ));
     };
     if waiting.request.gate != gate || waiting.request.hash != hash {
         return Err((
@@ -330,11 +353,23 @@ fn take_decision(shared: &Shared, form: &DecideForm) -> Result<String, (StatusCo
         ));
     }
     let approved = matches!(decision, GateDecision::Approve);
-    let approval = GateApproval { gate, hash, approver: name.to_string(), at: Utc::now(), decision, note };
+    let approval = GateApproval {
+        gate,
+        hash,
+        approver: name.to_string(),
+        at: Utc::now(),
+        decision,
+        note,
+    };
     let sent = waiting.reply.take().map(|reply| reply.send(approval));
     if !matches!(sent, Some(Ok(()))) {
-        return Err((StatusCode::CONFLICT, "the gate stopped waiting before the decision arrived; nothing was recorded".into()));
+        return Err((
+            StatusCode::CONFLICT,
+            "the gate stopped waiting before the decision arrived; nothing was recorded".into(),
+        ));
     }
     let verb = if approved { "approved" } else { "rejected" };
-    Ok(format!("The {gate} gate was {verb} by {name} for {hash}; the run records it in its ledger and goes on."))
+    Ok(format!(
+        "The {gate} gate was {verb} by {name} for {hash}; the run records it in its ledger and goes on."
+    ))
 }

@@ -47,7 +47,11 @@ impl Served {
                 Some(Ok(line)) => line,
                 other => panic!("consort serve ended before it served: {other:?}"),
             };
-            if let Some(url) = line.split(" at ").nth(1).filter(|u| u.starts_with("http://")) {
+            if let Some(url) = line
+                .split(" at ")
+                .nth(1)
+                .filter(|u| u.starts_with("http://"))
+            {
                 break url.trim_end_matches('/').to_string();
             }
         };
@@ -116,7 +120,10 @@ async fn decide(browser: &Browser, name: &str, note: &str, button: &str) -> Stri
         note = json!(note),
         button = json!(button),
     );
-    browser.eval(&script).await.unwrap_or_else(|e| panic!("{e}"));
+    browser
+        .eval(&script)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let start = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -127,7 +134,10 @@ async fn decide(browser: &Browser, name: &str, note: &str, button: &str) -> Stri
         if let Some(text) = page.as_str() {
             return text.to_string();
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "the decision never answered");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the decision never answered"
+        );
     }
 }
 
@@ -139,7 +149,10 @@ async fn submit_stale(browser: &Browser, fields: &Value) -> String {
            const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i); }}\
          document.body.appendChild(f); f.submit(); return true;"
     );
-    browser.eval(&script).await.unwrap_or_else(|e| panic!("{e}"));
+    browser
+        .eval(&script)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let start = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -150,7 +163,10 @@ async fn submit_stale(browser: &Browser, fields: &Value) -> String {
         if let Some(t) = text.as_str() {
             return t.to_string();
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "the stale form never answered");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the stale form never answered"
+        );
     }
 }
 
@@ -195,14 +211,27 @@ fn cross_site_requests_are_refused(port: u16, offered: &Value) {
         &post(&here, "\r\nOrigin: http://evil.example"),
         &form(token),
     );
-    assert_eq!(code, 403, "a decision from another origin, even with the token");
-    let (code, _) = raw(port, &post(&here, "\r\nSec-Fetch-Site: cross-site"), &form(token));
+    assert_eq!(
+        code, 403,
+        "a decision from another origin, even with the token"
+    );
+    let (code, _) = raw(
+        port,
+        &post(&here, "\r\nSec-Fetch-Site: cross-site"),
+        &form(token),
+    );
     assert_eq!(code, 403, "a decision the browser marks cross-site");
-    let (code, _) = raw(port, &post(&format!("evil.example:{port}"), ""), &form(token));
+    let (code, _) = raw(
+        port,
+        &post(&format!("evil.example:{port}"), ""),
+        &form(token),
+    );
     assert_eq!(code, 421, "a name that is not an address (DNS rebinding)");
     let (code, answer) = raw(
         port,
-        &format!("OPTIONS /decide HTTP/1.1\r\nHost: {here}\r\nOrigin: http://evil.example\r\nAccess-Control-Request-Method: POST"),
+        &format!(
+            "OPTIONS /decide HTTP/1.1\r\nHost: {here}\r\nOrigin: http://evil.example\r\nAccess-Control-Request-Method: POST"
+        ),
         "",
     );
     assert_ne!(code, 200, "no preflight is granted");
@@ -241,22 +270,48 @@ fn gates_decided_on_the_served_page_move_the_run_to_done_and_nothing_else_decide
     runtime.block_on(async {
         let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
         let design = wait_for_gate(&browser, &base, "design").await;
-        assert_eq!(design["shown"], design["hash"], "the page shows the hash it decides");
-        let errors = browser.console_errors().await.unwrap_or_else(|e| panic!("{e}"));
-        assert!(errors.is_empty(), "the approval page loads without errors: {errors:?}");
-        let design_section = browser.texts("#design").await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            design["shown"], design["hash"],
+            "the page shows the hash it decides"
+        );
+        let errors = browser
+            .console_errors()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(
-            design_section.iter().any(|t| t.contains("0001_stock_records")),
+            errors.is_empty(),
+            "the approval page loads without errors: {errors:?}"
+        );
+        let design_section = browser
+            .texts("#design")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            design_section
+                .iter()
+                .any(|t| t.contains("0001_stock_records")),
             "the approval page shows what the design gate approves: {design_section:?}"
         );
         let shot = output_dir().join("approve-design.png");
-        let bytes = browser.screenshot(&shot).await.unwrap_or_else(|e| panic!("{e}"));
+        let bytes = browser
+            .screenshot(&shot)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(bytes > 10_000, "a real screenshot at {}", shot.display());
 
         cross_site_requests_are_refused(served.port(), &design);
-        assert!(gate_events(&dir).is_empty(), "nothing refused reached the ledger");
+        assert!(
+            gate_events(&dir).is_empty(),
+            "nothing refused reached the ledger"
+        );
 
-        let after = decide(&browser, "Ada Lovelace", "the stories read right", "approve").await;
+        let after = decide(
+            &browser,
+            "Ada Lovelace",
+            "the stories read right",
+            "approve",
+        )
+        .await;
         assert!(
             after.contains("The design gate was approved by Ada Lovelace"),
             "the report says what was recorded: {after}"
@@ -269,15 +324,26 @@ fn gates_decided_on_the_served_page_move_the_run_to_done_and_nothing_else_decide
                            "name": "Ada Lovelace", "note": "", "decision": "approve"});
         let said = submit_stale(&browser, &stale).await;
         assert!(
-            said.contains("nothing was recorded") && said.contains(deploy["hash"].as_str().expect("hash")),
+            said.contains("nothing was recorded")
+                && said.contains(deploy["hash"].as_str().expect("hash")),
             "a stale page cannot approve the newer hash: {said}"
         );
-        assert_eq!(gate_events(&dir).len(), 1, "the stale decision was not recorded");
+        assert_eq!(
+            gate_events(&dir).len(),
+            1,
+            "the stale decision was not recorded"
+        );
 
         wait_for_gate(&browser, &base, "deploy").await;
         decide(&browser, "Grace Hopper", "", "approve").await;
         wait_for_gate(&browser, &base, "promote").await;
-        decide(&browser, "Grace Hopper", "migrations are additive", "approve").await;
+        decide(
+            &browser,
+            "Grace Hopper",
+            "migrations are additive",
+            "approve",
+        )
+        .await;
         browser.close().await;
     });
 
@@ -289,16 +355,33 @@ fn gates_decided_on_the_served_page_move_the_run_to_done_and_nothing_else_decide
         if status["phase"] == json!("done") {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "never done: {status}");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "never done: {status}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(
         gate_events(&dir),
         vec![
-            (GateKind::Design, "Ada Lovelace".into(), "the stories read right".into(), true),
+            (
+                GateKind::Design,
+                "Ada Lovelace".into(),
+                "the stories read right".into(),
+                true
+            ),
             (GateKind::Deploy, "Grace Hopper".into(), String::new(), true),
-            (GateKind::Promote, "Grace Hopper".into(), "migrations are additive".into(), true),
+            (
+                GateKind::Promote,
+                "Grace Hopper".into(),
+                "migrations are additive".into(),
+                true
+            ),
         ]
     );
-    assert_eq!(served.end(), Some(0), "SIGTERM after done ends the server with the run's code");
+    assert_eq!(
+        served.end(),
+        Some(0),
+        "SIGTERM after done ends the server with the run's code"
+    );
 }

@@ -82,11 +82,7 @@ pub(super) fn check_origin(
 /// where they differ.
 pub(super) fn check_token(given: &str, session: &str) -> Result<(), Refusal> {
     let (a, b) = (given.as_bytes(), session.as_bytes());
-    let differs = a.len() != b.len()
-        || a.iter()
-            .zip(b)
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            != 0;
+    let differs = a.len() != b.len() || a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) != 0;
     if differs || session.is_empty() {
         Err(Refusal::Token)
     } else {
@@ -106,7 +102,12 @@ mod tests {
 
     #[test]
     fn only_addresses_at_the_bound_port_are_this_server() {
-        for ok in ["127.0.0.1:7340", "localhost:7340", "[::1]:7340", "10.0.0.5:7340"] {
+        for ok in [
+            "127.0.0.1:7340",
+            "localhost:7340",
+            "[::1]:7340",
+            "10.0.0.5:7340",
+        ] {
             assert_eq!(check_host(Some(ok), 7340), Ok(()), "{ok}");
         }
         for bad in [
@@ -125,7 +126,10 @@ mod tests {
     #[test]
     fn another_origin_is_refused_and_a_missing_one_is_left_to_the_token() {
         let host = "127.0.0.1:7340";
-        assert_eq!(check_origin(Some("http://127.0.0.1:7340"), None, host), Ok(()));
+        assert_eq!(
+            check_origin(Some("http://127.0.0.1:7340"), None, host),
+            Ok(())
+        );
         assert_eq!(check_origin(None, Some("same-origin"), host), Ok(()));
         assert_eq!(check_origin(None, None, host), Ok(()));
         assert!(check_origin(Some("http://evil.example"), None, host).is_err());

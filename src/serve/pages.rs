@@ -9,9 +9,18 @@ use crate::report::escape;
 /// Where on the report what a gate approves is shown.
 fn evidence_anchor(gate: GateKind) -> (&'static str, &'static str) {
     match gate {
-        GateKind::Design => ("#design", "the design below: stories, spec, migrations and tests"),
-        GateKind::Deploy => ("#release", "the release evidence below: every test's receipts"),
-        GateKind::Promote => ("#changes", "the migrations below, to be applied to the parent"),
+        GateKind::Design => (
+            "#design",
+            "the design below: stories, spec, migrations and tests",
+        ),
+        GateKind::Deploy => (
+            "#release",
+            "the release evidence below: every test's receipts",
+        ),
+        GateKind::Promote => (
+            "#changes",
+            "the migrations below, to be applied to the parent",
+        ),
     }
 }
 
@@ -23,7 +32,10 @@ const PANEL_STYLE: &str = "<style>.gatepanel{background:#fff8e1;border:2px solid
 pub(super) fn report_banner(pending: Option<&GateRequest>, notice: Option<&str>) -> String {
     let mut out = String::from(PANEL_STYLE);
     if let Some(n) = notice {
-        out.push_str(&format!("<div class=\"notice\" id=\"notice\">{}</div>", escape(n)));
+        out.push_str(&format!(
+            "<div class=\"notice\" id=\"notice\">{}</div>",
+            escape(n)
+        ));
     }
     if let Some(r) = pending {
         out.push_str(&format!(
