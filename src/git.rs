@@ -226,8 +226,12 @@ impl GitRepo {
             return BTreeMap::new();
         };
         let format = "--format=%H%x1f%(trailers:key=Consort-Feature,valueonly=true,separator=%x2C)%x1f%(trailers:key=Consort-Receipt,valueonly=true,separator=%x2C)%x1f%(trailers:key=Consort-Step,valueonly=true,separator=%x2C)%x1e";
-        let Ok(out) = self.git(&["log", format, &tip], None) else {
-            return BTreeMap::new();
+        let out = match self.git(&["log", format, &tip], None) {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the run branch's commits; the report shows none");
+                return BTreeMap::new();
+            }
         };
         let mut ids = BTreeMap::new();
         for record in out.split('\u{1e}') {

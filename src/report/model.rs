@@ -115,9 +115,8 @@ impl Model {
                 .zip(entries.last())
                 .map(|(a, b)| (a.time, b.time)),
             commits: step_commits(&machine, entries.iter().map(|e| &e.event)),
-            commit_ids: repo
-                .map(|r| r.commit_ids(project.feature_id()))
-                .unwrap_or_default(),
+            // Not a git repository: no commit has an id.
+            commit_ids: repo.map_or_else(BTreeMap::new, |r| r.commit_ids(project.feature_id())),
             git: project.git_tip(),
             usage: usage_totals(entries.iter().map(|e| &e.event)),
             migrations,
