@@ -96,6 +96,19 @@ pub struct ProjectConfig {
     /// Where the design's migrations are written, and the project's existing ones.
     #[serde(default)]
     pub migrations: MigrationsConfig,
+    /// What `consort mcp` offers its clients.
+    #[serde(default)]
+    pub mcp: McpSettings,
+}
+
+/// `[mcp]`: what `consort mcp` offers its clients.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSettings {
+    /// Offer the `approve` tool, which records a gate approval exactly as `consort approve`
+    /// does (default: false; approving stays a human's command).
+    #[serde(default)]
+    pub approve: bool,
 }
 
 /// `[migrations]`: the design's migrations as files.

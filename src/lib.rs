@@ -78,11 +78,13 @@ mod ensemble;
 pub mod git;
 pub mod harness_facts;
 pub mod init;
+pub mod mcp;
 pub mod project;
 pub mod runlock;
 pub mod runner_harness;
 pub mod script_check;
 pub mod ui;
+pub mod views;
 
 pub use consort_actors as actors;
 pub use consort_agents as agents;

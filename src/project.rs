@@ -247,6 +247,11 @@ impl Project {
         self.dir.join(self.feature.transcript_dir())
     }
 
+    /// The mailbox where the roles played through `consort mcp` park their assignments.
+    pub fn mailbox(&self) -> consort_agents::mcp::Mailbox {
+        consort_agents::mcp::Mailbox::new(self.dir.join(self.feature.mailbox_dir()))
+    }
+
     /// The state machine with this project's bounds and path rules.
     pub fn machine(&self) -> Result<Machine, ProjectError> {
         let cfg = self
@@ -505,6 +510,11 @@ impl Project {
                     c.transcript_dir = Some(self.transcript_dir());
                 }
                 AgentConfig::Openai(c) => c.transcript_dir = Some(self.transcript_dir()),
+                AgentConfig::Mcp(c) => {
+                    c.mailbox = Some(self.mailbox().dir().to_path_buf());
+                    c.transcript_dir = Some(self.transcript_dir());
+                    c.max_refusals = self.config.bounds.max_agent_retries;
+                }
                 // Each feature of a backlog may have its own script: `{feature}` in a path is
                 // the feature's id.
                 AgentConfig::Script { path, paths } => {
