@@ -305,7 +305,12 @@ impl Mailbox {
         if verdict.as_ref().is_some_and(|v| v.closed) {
             return Err(MailboxError::NotWaiting { id });
         }
-        let last = self.submission(id)?.map_or(0, |s| s.seq);
+        // A torn or foreign submission file is replaced.
+        let last = match self.submission(id) {
+            Ok(s) => s.map_or(0, |s| s.seq),
+            Err(MailboxError::Malformed { .. }) => 0,
+            Err(e) => return Err(e),
+        };
         let seq = last.max(verdict.map_or(0, |v| v.seq)) + 1;
         let sub = Submission {
             assignment: id,

@@ -68,7 +68,10 @@ impl McpAgent {
         let io = |e: MailboxError| AgentFailure::Crashed {
             detail: e.to_string(),
         };
-        let parked = self.mailbox.park(assignment, self.max_refusals).map_err(io)?;
+        let parked = self
+            .mailbox
+            .park(assignment, self.max_refusals)
+            .map_err(io)?;
         tracing::info!(id, step = %parked.step, "assignment parked for an MCP client");
         // On resume, the verdicts already written count: a refusal is not forgotten, and an
         // accepted submission is handed over again.
@@ -90,7 +93,9 @@ impl McpAgent {
                     .is_none_or(|v| s.seq > v.seq || (s.seq == v.seq && v.accepted))
             });
             if let Some(sub) = fresh {
-                let refusals = judged.as_ref().map_or(0, |v| self.max_refusals - v.refusals_left.min(self.max_refusals));
+                let refusals = judged.as_ref().map_or(0, |v| {
+                    self.max_refusals - v.refusals_left.min(self.max_refusals)
+                });
                 match self.judge(assignment, &sub, refusals).map_err(io)? {
                     Judged::Accepted(artifact) => {
                         let transcript = self.record(assignment, &sub).map_err(io)?;
@@ -130,13 +135,12 @@ impl McpAgent {
         sub: &Submission,
         refusals_before: u32,
     ) -> Result<Judged, MailboxError> {
-        let checked = parse_artifact(assignment.expected_kind(), sub.artifact.clone()).and_then(
-            |artifact| {
+        let checked =
+            parse_artifact(assignment.expected_kind(), sub.artifact.clone()).and_then(|artifact| {
                 check_artifact(assignment, &artifact)
                     .map(|()| artifact)
                     .map_err(|v| v.to_string())
-            },
-        );
+            });
         let (accepted, reason, artifact) = match checked {
             Ok(a) => (true, None, Some(a)),
             Err(reason) => (false, Some(reason), None),
@@ -152,7 +156,12 @@ impl McpAgent {
             closed: accepted || refusals > self.max_refusals,
         };
         self.mailbox.record_verdict(&verdict)?;
-        tracing::info!(id = verdict.assignment, seq = verdict.seq, accepted, "submission judged");
+        tracing::info!(
+            id = verdict.assignment,
+            seq = verdict.seq,
+            accepted,
+            "submission judged"
+        );
         Ok(match artifact {
             Some(a) => Judged::Accepted(a),
             None => Judged::Refused(verdict),
