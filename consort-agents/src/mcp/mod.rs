@@ -100,7 +100,7 @@ impl McpAgent {
                     Judged::Accepted(artifact) => {
                         let transcript = self.record(assignment, &sub).map_err(io)?;
                         return Ok(AgentOutput {
-                            artifact,
+                            artifact: *artifact,
                             usage: Usage {
                                 calls: sub.seq,
                                 model: Some(format!("mcp:{}", sub.identity)),
@@ -163,7 +163,7 @@ impl McpAgent {
             "submission judged"
         );
         Ok(match artifact {
-            Some(a) => Judged::Accepted(a),
+            Some(a) => Judged::Accepted(Box::new(a)),
             None => Judged::Refused(verdict),
         })
     }
@@ -202,8 +202,9 @@ impl McpAgent {
     }
 }
 
+/// A submission, judged.
 enum Judged {
-    Accepted(Artifact),
+    Accepted(Box<Artifact>),
     Refused(Verdict),
 }
 

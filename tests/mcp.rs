@@ -1,0 +1,226 @@
+//! `consort mcp` with the official MCP SDK for Python as the client: a small feature whose
+//! Navigator and Driver are `backend = "mcp"` (the design roles scripted) runs to done on the
+//! embedded PostgreSQL with the psql runner, while `tests/fixtures/mcp/play.py` plays both
+//! roles over two stdio sessions ("nav" and "drv") and is refused the review of its own code.
+//!
+//! Needs `psql` and `python3` with the `mcp` package (`.ci/run` installs them).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{consort, dir_arg, write};
+use consort::actors::{Event, Role};
+use consort::project::Project;
+use consort_testkit::process::{succeeded, text};
+
+const DESIGN: &str = r#"[[entry]]
+step = "stories"
+[entry.artifact]
+kind = "stories"
+[entry.artifact.body]
+feature_id = "f1-stock"
+[[entry.artifact.body.stories]]
+id = "S1"
+title = "Stock levels"
+as_a = "stock keeper"
+i_want = "the stock level of a SKU"
+so_that = "I know what is on the shelf"
+user_facing = false
+[[entry.artifact.body.stories.acceptance_criteria]]
+id = "S1-AC1"
+given = "stock is recorded"
+when = "the keeper asks"
+then = "the level is the quantity"
+
+[[entry]]
+step = "spec/r0"
+[entry.artifact]
+kind = "spec"
+[entry.artifact.body]
+feature_id = "f1-stock"
+summary = "Stock levels"
+[[entry.artifact.body.requirements]]
+id = "R1"
+ac_id = "S1-AC1"
+statement = "stock_level(sku) is the recorded quantity"
+
+[[entry]]
+step = "architecture/r0"
+[entry.artifact]
+kind = "architecture-verdict"
+[entry.artifact.body]
+decision = "approve"
+layers = ["functions over the stock table"]
+
+[[entry]]
+step = "schema"
+[entry.artifact]
+kind = "schema-plan"
+[[entry.artifact.body.migrations]]
+version = "0001_stock"
+story_id = "S1"
+description = "stock"
+sql = "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);"
+
+[[entry]]
+step = "test-list"
+[entry.artifact]
+kind = "test-list"
+[[entry.artifact.body.entries]]
+id = "T1"
+ac_id = "S1-AC1"
+description = "the level of a SKU"
+path = "tests/t1_level.sql"
+"#;
+
+const CONFIG: &str = r#"[feature]
+id = "f1-stock"
+request = "feature.md"
+
+[pool]
+size = 1
+max_concurrent = 1
+keep_failed = false
+
+[agents.default]
+backend = "script"
+path = ".consort/agents/design.toml"
+
+[agents.roles.navigator]
+backend = "mcp"
+
+[agents.roles.driver]
+backend = "mcp"
+"#;
+
+fn project(dir: &Path) {
+    write(
+        dir,
+        &[
+            ("consort.toml", CONFIG),
+            (
+                "feature.md",
+                "# Stock levels\n\nShow the stock level of a SKU.\n",
+            ),
+            ("src/.keep", ""),
+            (".consort/agents/design.toml", DESIGN),
+        ],
+    );
+}
+
+/// The step record (`.mcp.json` transcript) of a produced event: step file name and who
+/// submitted it.
+fn submitted_by(dir: &Path, transcript: &str) -> String {
+    let path = Project::open(dir)
+        .expect("project")
+        .transcript_dir()
+        .join(transcript);
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("the step's record")).expect("JSON");
+    record["submitted_by"]
+        .as_str()
+        .expect("submitted_by")
+        .to_string()
+}
+
+#[test]
+fn coding_clients_play_navigator_and_driver_to_done_and_never_review_their_own_code() {
+    succeeded(
+        Command::new("python3").args(["-c", "import mcp"]),
+        "python3 with the MCP SDK (pip install mcp)",
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("shop");
+    project(&dir);
+    let doctor = common::in_dir(&["doctor"], &dir);
+    assert!(
+        text(&doctor).contains("navigator: played through `consort mcp`"),
+        "{}",
+        text(&doctor)
+    );
+
+    let started = Instant::now();
+    let log = std::fs::File::create(tmp.path().join("run.log")).expect("log file");
+    let mut run = consort()
+        .arg("run")
+        .args(dir_arg(&dir))
+        .args(["--approve-as", "tester"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("consort run starts");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/play.py");
+    let client = Command::new("python3")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_consort"))
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 starts");
+    if !client.status.success() {
+        let _ = run.kill();
+        let _ = run.wait();
+    }
+    let run_log = || std::fs::read_to_string(tmp.path().join("run.log")).unwrap_or_default();
+    assert!(
+        client.status.success(),
+        "the client: {}\nthe run: {}",
+        text(&client),
+        run_log()
+    );
+    let status = loop {
+        if let Some(s) = run.try_wait().expect("waitable") {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the run did not end: {}",
+            run_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "the run: {}", run_log());
+    let said = text(&client);
+    println!("{said}");
+    assert!(said.contains("RED: accepted"), "{said}");
+
+    // The ledger: every build step produced by the role actor of its role, each with the
+    // record of the MCP identity that answered it.
+    let project = Project::open(&dir).expect("project");
+    let events = consort_testkit::ledger::events(&project.ledger_path());
+    let mut seen = Vec::new();
+    for e in &events {
+        if let Event::Produced {
+            author,
+            transcript: Some(t),
+            usage,
+            ..
+        } = e
+        {
+            let by = submitted_by(&dir, &t.path);
+            assert_eq!(usage.model.as_deref(), Some(format!("mcp:{by}").as_str()));
+            seen.push((t.path.clone(), author.role, by));
+        }
+    }
+    let step = |prefix: &str| {
+        seen.iter()
+            .find(|(p, _, _)| p.starts_with(prefix))
+            .map(|(_, role, by)| (*role, by.clone()))
+            .unwrap_or_else(|| panic!("no {prefix} step in {seen:?}"))
+    };
+    assert_eq!(step("red"), (Role::Navigator, "nav".to_string()));
+    assert_eq!(step("green"), (Role::Driver, "drv".to_string()));
+    assert_eq!(step("refactor"), (Role::Driver, "drv".to_string()));
+    assert_eq!(step("review"), (Role::Navigator, "nav".to_string()));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Gate { approval } if approval.approver == "tester"))
+    );
+    let code = std::fs::read_to_string(dir.join("src/level.sql")).expect("the code");
+    assert!(code.contains("stock_level"), "{code}");
+}
