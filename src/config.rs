@@ -719,6 +719,26 @@ path = ".consort/script.toml"
     }
 
     #[test]
+    fn mcp_approval_is_off_unless_configured_and_unknown_keys_are_refused() {
+        assert!(!minimal().mcp.approve);
+        let on = format!("{MINIMAL}\n[mcp]\napprove = true\n");
+        let c = ProjectConfig::parse(&on, Path::new("consort.toml")).expect("parses");
+        assert!(c.mcp.approve);
+        let typo = format!("{MINIMAL}\n[mcp]\naprove = true\n");
+        let err = ProjectConfig::parse(&typo, Path::new("consort.toml")).expect_err("refused");
+        assert!(err.to_string().contains("aprove"), "{err}");
+        let mcp_role = format!("{MINIMAL}\n[agents.roles.driver]\nbackend = \"mcp\"\n");
+        let c = ProjectConfig::parse(&mcp_role, Path::new("consort.toml")).expect("parses");
+        assert!(matches!(
+            c.agents.for_role(Role::Driver),
+            AgentConfig::Mcp(_)
+        ));
+        let extra =
+            format!("{MINIMAL}\n[agents.roles.driver]\nbackend = \"mcp\"\nprogram = \"x\"\n");
+        assert!(ProjectConfig::parse(&extra, Path::new("consort.toml")).is_err());
+    }
+
+    #[test]
     fn a_minimal_file_gets_the_defaults() {
         let c = ProjectConfig::parse(MINIMAL, Path::new("consort.toml")).expect("parses");
         assert_eq!(c.paths.tests, vec!["tests/**".to_string()]);

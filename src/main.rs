@@ -268,15 +268,24 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
             eprintln!("error: {}", consort::ui::error_chain(e.as_ref()));
+            // A missing or title-less feature request is the configuration's too.
+            let project_usage = |p: &consort::ProjectError| {
+                matches!(
+                    p,
+                    consort::ProjectError::Config(_) | consort::ProjectError::Feature { .. }
+                )
+            };
             let usage = e.chain().any(|c| {
                 c.downcast_ref::<consort::config::ConfigError>().is_some()
+                    || c.downcast_ref::<consort::ProjectError>()
+                        .is_some_and(project_usage)
                     || matches!(
-                        c.downcast_ref::<consort::ProjectError>(),
-                        // A missing or title-less feature request is the configuration's too.
-                        Some(
-                            consort::ProjectError::Config(_)
-                                | consort::ProjectError::Feature { .. }
-                        )
+                        c.downcast_ref::<consort::views::ViewError>(),
+                        Some(consort::views::ViewError::Project(p)) if project_usage(p)
+                    )
+                    || matches!(
+                        c.downcast_ref::<consort::mcp::ServeError>(),
+                        Some(consort::mcp::ServeError::Project(p)) if project_usage(p)
                     )
             });
             ExitCode::from(if usage { EXIT_USAGE } else { EXIT_FAILURE } as u8)
@@ -657,9 +666,9 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
 
 async fn branches(dir: &Path, sweep: bool) -> Result<i32> {
     let project = Project::open(dir)?;
-    print!("{}", consort::views::branches_text(&project).await?);
+    let provider = project.provider().await?;
+    print!("{}", consort::views::branches_on(provider.as_ref()).await?);
     if sweep {
-        let provider = project.provider().await?;
         let n = provider.sweep(Duration::ZERO).await?;
         println!("swept {n}");
         sweep_placed_clusters().await;

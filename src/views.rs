@@ -453,7 +453,13 @@ fn receipts_check(project: &Project, state: &State) -> Result<Result<String, Str
 
 /// `consort branches`: Consort's branches on the project's provider.
 pub async fn branches_text(project: &Project) -> Result<String, ViewError> {
-    let provider = project.provider().await?;
+    branches_on(project.provider().await?.as_ref()).await
+}
+
+/// Consort's branches on `provider`, a line each, then their count.
+pub async fn branches_on(
+    provider: &dyn consort_lakebase::BranchProvider,
+) -> Result<String, ViewError> {
     let list = provider.list("consort-").await?;
     let mut out = String::new();
     for b in &list {

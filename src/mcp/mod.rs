@@ -137,7 +137,6 @@ impl ConsortMcp {
         args: serde_json::Map<String, Value>,
         context: &RequestContext<RoleServer>,
     ) -> Result<String, ToolError> {
-        let arg = |what: &str| args.get(what).cloned().unwrap_or(Value::Null);
         match name {
             "status" => {
                 let report = crate::views::status_report(&self.project()?)?;
@@ -149,7 +148,7 @@ impl ConsortMcp {
             }
             "design" => Ok(crate::views::design_text(&self.project()?)?),
             "log" => {
-                let last = tools::optional_count(name, &arg("last"))?;
+                let last = tools::parse::<tools::LogArgs>(name, args)?.last;
                 let project = self.project()?;
                 if !project.ledger_path().exists() {
                     return Ok(format!(

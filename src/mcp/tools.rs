@@ -20,8 +20,8 @@ pub(super) struct NoArgs {}
 #[serde(deny_unknown_fields)]
 pub(super) struct LogArgs {
     /// Only the last N events (default: all).
-    #[allow(dead_code)]
-    pub last: Option<u64>,
+    #[serde(default)]
+    pub last: Option<usize>,
 }
 
 /// `next_assignment`'s arguments.
@@ -127,16 +127,48 @@ pub(super) fn parse<T: DeserializeOwned>(
     })
 }
 
-/// An optional count argument.
-pub(super) fn optional_count(tool: &str, v: &Value) -> Result<Option<usize>, ToolError> {
-    match v {
-        Value::Null => Ok(None),
-        v => v
-            .as_u64()
-            .map(|n| Some(usize::try_from(n).unwrap_or(usize::MAX)))
-            .ok_or_else(|| ToolError::BadArguments {
-                tool: tool.to_string(),
-                detail: "`last` must be a whole number".into(),
-            }),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn approve_is_listed_only_when_offered() {
+        let names =
+            |approve| -> Vec<String> { list(approve).iter().map(|t| t.name.to_string()).collect() };
+        let without = names(false);
+        assert_eq!(
+            without,
+            [
+                "status",
+                "next",
+                "design",
+                "log",
+                "verify",
+                "branches",
+                "next_assignment",
+                "submit"
+            ]
+        );
+        assert_eq!(names(true).last().map(String::as_str), Some("approve"));
+    }
+
+    #[test]
+    fn arguments_are_checked_with_readable_refusals() {
+        let args = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let err = parse::<SubmitArgs>("submit", args(serde_json::json!({"artifact": {}})))
+            .expect_err("no assignment");
+        assert_eq!(
+            err.to_string(),
+            "bad arguments for submit: missing field `assignment`"
+        );
+        let err = parse::<LogArgs>("log", args(serde_json::json!({"lats": 3})))
+            .expect_err("unknown field");
+        assert!(err.to_string().contains("unknown field `lats`"), "{err}");
+        let ok = parse::<ApproveArgs>(
+            "approve",
+            args(serde_json::json!({"gate": "design", "hash": "ab"})),
+        )
+        .expect("parses");
+        assert_eq!(ok.gate, consort_actors::GateKind::Design);
     }
 }
