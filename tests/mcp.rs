@@ -185,7 +185,7 @@ fn coding_clients_play_navigator_and_driver_to_done_and_never_review_their_own_c
     };
     assert_eq!(status.code(), Some(0), "the run: {}", run_log());
     let said = text(&client);
-    println!("{said}");
+    println!("{said}\nthe run:\n{}", run_log());
     assert!(said.contains("RED: accepted"), "{said}");
 
     // The ledger: every build step produced by the role actor of its role, each with the
