@@ -2,6 +2,8 @@
 //! Navigator and Driver are `backend = "mcp"` (the design roles scripted) runs to done on the
 //! embedded PostgreSQL with the psql runner, while `tests/fixtures/mcp/play.py` plays both
 //! roles over two stdio sessions ("nav" and "drv") and is refused the review of its own code.
+//! A session that took RED ends and a new one of the same identity answers it; GREEN is
+//! submitted while the run is killed, and the resumed run takes it.
 //!
 //! Needs `psql` and `python3` with the `mcp` package (`.ci/run` installs them).
 
@@ -126,8 +128,27 @@ fn submitted_by(dir: &Path, transcript: &str) -> String {
         .to_string()
 }
 
+/// `consort run --approve-as tester` in the background, its output appended to `log`.
+fn start_run(dir: &Path, log: &Path) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    consort()
+        .arg("run")
+        .args(dir_arg(dir))
+        .args(["--approve-as", "tester"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("consort run starts")
+}
+
 #[test]
-fn coding_clients_play_navigator_and_driver_to_done_and_never_review_their_own_code() {
+fn coding_clients_play_navigator_and_driver_to_done_across_restarts_and_never_review_their_own_code()
+ {
     succeeded(
         Command::new("python3").args(["-c", "import mcp"]),
         "python3 with the MCP SDK (pip install mcp)",
@@ -143,41 +164,60 @@ fn coding_clients_play_navigator_and_driver_to_done_and_never_review_their_own_c
     );
 
     let started = Instant::now();
-    let log = std::fs::File::create(tmp.path().join("run.log")).expect("log file");
-    let mut run = consort()
-        .arg("run")
-        .args(dir_arg(&dir))
-        .args(["--approve-as", "tester"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("consort run starts");
+    let signals = tmp.path().join("signals");
+    std::fs::create_dir(&signals).expect("mkdir");
+    let log_path = tmp.path().join("run.log");
+    let run_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let mut run = start_run(&dir, &log_path);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/play.py");
-    let client = Command::new("python3")
+    let mut client = Command::new("python3")
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_consort"))
         .arg(&dir)
+        .arg(&signals)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("python3 starts");
+    // The client asks for the run to be killed while GREEN waits, and restarted.
+    let (mut killed, mut restarted) = (false, false);
+    while client.try_wait().expect("waitable").is_none() {
+        if !killed && signals.join("kill").exists() {
+            run.kill().expect("SIGKILL");
+            let _ = run.wait();
+            std::fs::write(signals.join("killed"), "").expect("signal");
+            killed = true;
+        }
+        if killed && !restarted && signals.join("restart").exists() {
+            run = start_run(&dir, &log_path);
+            std::fs::write(signals.join("restarted"), "").expect("signal");
+            restarted = true;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the client did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = client.wait_with_output().expect("the client's output");
     if !client.status.success() {
         let _ = run.kill();
         let _ = run.wait();
     }
-    let run_log = || std::fs::read_to_string(tmp.path().join("run.log")).unwrap_or_default();
     assert!(
         client.status.success(),
         "the client: {}\nthe run: {}",
         text(&client),
         run_log()
     );
+    assert!(killed && restarted, "the run was killed and resumed");
     let status = loop {
         if let Some(s) = run.try_wait().expect("waitable") {
             break s;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(300),
+            started.elapsed() < Duration::from_secs(600),
             "the run did not end: {}",
             run_log()
         );

@@ -2,7 +2,9 @@
 //! `submit` hands the answer over and waits for the run's verdict.
 //!
 //! An assignment is offered only while the machine waits for exactly it (the ledger's pending
-//! step), so a mailbox file left by a killed run is never played. The author of a test's code
+//! step) and no answer to it is accepted or waiting for the run's judgement, so a mailbox file
+//! left by a killed run is never played, and an answer handed over while the run was down is
+//! not asked for again. The author of a test's code
 //! (whoever answered its GREEN, repairs or refactors in this mailbox) is refused its review,
 //! before it is taken and again at submission; the machine's own author check stands behind.
 
@@ -11,7 +13,7 @@ use std::time::{Duration, Instant};
 use consort_actors::{AssignmentId, Event, Ledger, Pending, Role, Step, TestStatus};
 use consort_agents::AgentConfig;
 use consort_agents::mcp::{MailboxError, Parked, Verdict};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::ToolError;
 use super::tools::{NextArgs, SubmitArgs};
@@ -49,6 +51,26 @@ fn waiting_for(project: &Project, role: Role) -> Result<Option<Parked>, ToolErro
         return Ok(None);
     }
     Ok(project.mailbox().parked(id.0)?)
+}
+
+/// The assignment the machine waits for, when it is `role`'s, parked, and still waiting for
+/// an answer: not accepted, and no submission waiting for the run's judgement.
+fn open_for(project: &Project, role: Role) -> Result<Option<Parked>, ToolError> {
+    let Some(parked) = waiting_for(project, role)? else {
+        return Ok(None);
+    };
+    let mailbox = project.mailbox();
+    let judged = mailbox.verdict(parked.id)?;
+    if judged.as_ref().is_some_and(|v| v.closed) {
+        return Ok(None);
+    }
+    let judged_seq = judged.map_or(0, |v| v.seq);
+    let unjudged = match mailbox.submission(parked.id) {
+        Ok(sub) => sub.is_some_and(|s| s.seq > judged_seq),
+        Err(MailboxError::Malformed { .. }) => false,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((!unjudged).then_some(parked))
 }
 
 /// Refuses a review to an identity that wrote the code under review.
@@ -92,7 +114,7 @@ pub(super) async fn next_assignment(
         return Err(ToolError::NotAnMcpRole { role });
     }
     let limit = Duration::from_secs(req.wait_secs.min(300));
-    let Some(parked) = poll(limit, || waiting_for(project, role)).await? else {
+    let Some(parked) = poll(limit, || open_for(project, role)).await? else {
         let next = crate::views::next_text(project, Some(identity))?;
         return Ok(format!(
             "nothing waits for the {role} now (is `consort run` going on?). {next}"
@@ -135,7 +157,12 @@ pub(super) async fn submit(
         return Err(MailboxError::NotWaiting { id }.into());
     }
     check_not_author(project, &parked, identity)?;
-    let seq = mailbox.submit(id, identity, req.artifact)?;
+    // Some clients send an object argument as JSON text.
+    let artifact = match req.artifact {
+        Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        other => other,
+    };
+    let seq = mailbox.submit(id, identity, artifact)?;
     let limit = Duration::from_secs(req.wait_secs.unwrap_or(120).min(600));
     let verdict = poll(limit, || {
         Ok(mailbox.verdict(id)?.filter(|v: &Verdict| v.seq >= seq))
@@ -143,7 +170,7 @@ pub(super) async fn submit(
     .await?;
     let Some(verdict) = verdict else {
         return Ok(format!(
-            "submitted as #{seq} for assignment {id}; the run has not judged it yet (is `consort run` going on?); call submit again later or check `next`"
+            "submitted as #{seq} for assignment {id}; the run has not judged it yet (is `consort run` going on?): it is kept, and judged when the run takes the step up; `status` and `next` show where it stands"
         ));
     };
     if !verdict.accepted {

@@ -76,11 +76,20 @@ impl McpAgent {
         // On resume, the verdicts already written count: a refusal is not forgotten, and an
         // accepted submission is handed over again.
         let mut judged = self.mailbox.verdict(id).map_err(io)?;
+        if let Some(v) = judged.as_ref().filter(|v| v.closed && !v.accepted) {
+            // The run was killed after the last refusal was written: the step has failed.
+            return Err(AgentFailure::InvalidOutput {
+                attempts: v.seq,
+                detail: v.reason.clone().unwrap_or_default(),
+                usage: Usage::default(),
+            });
+        }
         let mut pause = POLL.0;
         loop {
             let sub = match self.mailbox.submission(id) {
                 Ok(s) => s,
-                // A broken submission file is the client's answer, refused like any other.
+                // A torn or foreign submission file is no answer: keep waiting (the server
+                // replaces it with the client's next submission).
                 Err(e @ MailboxError::Malformed { .. }) => {
                     tracing::warn!(error = %e, "malformed submission");
                     None

@@ -114,6 +114,14 @@ async fn refusals_past_the_retry_bound_fail_the_step_as_invalid_output() {
         "{failure}"
     );
     assert!(mailbox.verdict(3).expect("readable").expect("one").closed);
+    // Resumed after the last refusal was written, the step fails again at once.
+    let again = tokio::time::timeout(
+        Duration::from_secs(5),
+        agent.act(&assignment(3, "review/T1/0")),
+    )
+    .await
+    .expect("at once");
+    assert!(matches!(again, Err(AgentFailure::InvalidOutput { .. })));
 }
 
 #[tokio::test]
