@@ -264,3 +264,41 @@ fn coding_clients_play_navigator_and_driver_to_done_across_restarts_and_never_re
     let code = std::fs::read_to_string(dir.join("src/level.sql")).expect("the code");
     assert!(code.contains("stock_level"), "{code}");
 }
+
+#[test]
+fn with_mcp_approve_configured_a_client_approves_the_gate_as_consort_approve_does() {
+    succeeded(
+        Command::new("python3").args(["-c", "import mcp"]),
+        "python3 with the MCP SDK (pip install mcp)",
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("shop");
+    project(&dir);
+    let config = dir.join("consort.toml");
+    let text_of = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("{text_of}\n[mcp]\napprove = true\n")).expect("config");
+    let o = common::in_dir(&["run"], &dir);
+    common::assert_exit(&o, 3, "the run waits at the design gate");
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/approve.py");
+    let client = common::run(
+        Command::new("python3")
+            .arg(&script)
+            .arg(env!("CARGO_BIN_EXE_consort"))
+            .arg(&dir),
+    );
+    assert!(client.status.success(), "the client: {}", text(&client));
+    println!("{}", text(&client));
+    let events =
+        consort_testkit::ledger::events(&Project::open(&dir).expect("project").ledger_path());
+    let approval = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Gate { approval } => Some(approval),
+            _ => None,
+        })
+        .expect("the approval is in the ledger");
+    assert_eq!(approval.approver, "ada");
+    assert_eq!(approval.note, "via MCP");
+    assert_eq!(approval.decision, consort::actors::GateDecision::Approve);
+}
