@@ -102,6 +102,11 @@ impl Feature {
     pub fn transcript_dir(&self) -> String {
         format!("{}/transcripts", self.record_dir)
     }
+
+    /// Its mailbox for roles played through `consort mcp`, relative to the project.
+    pub fn mailbox_dir(&self) -> String {
+        format!("{}/mcp", self.record_dir)
+    }
 }
 
 /// Where a feature stands, as `consort feature list` shows it (serialised as `waiting`,

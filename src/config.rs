@@ -96,6 +96,19 @@ pub struct ProjectConfig {
     /// Where the design's migrations are written, and the project's existing ones.
     #[serde(default)]
     pub migrations: MigrationsConfig,
+    /// What `consort mcp` offers its clients.
+    #[serde(default)]
+    pub mcp: McpSettings,
+}
+
+/// `[mcp]`: what `consort mcp` offers its clients.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSettings {
+    /// Offer the `approve` tool, which records a gate approval exactly as `consort approve`
+    /// does (default: false; approving stays a human's command).
+    #[serde(default)]
+    pub approve: bool,
 }
 
 /// `[migrations]`: the design's migrations as files.
@@ -703,6 +716,26 @@ path = ".consort/script.toml"
     /// [`MINIMAL`], parsed.
     pub(crate) fn minimal() -> ProjectConfig {
         ProjectConfig::parse(MINIMAL, Path::new("consort.toml")).expect("parses")
+    }
+
+    #[test]
+    fn mcp_approval_is_off_unless_configured_and_unknown_keys_are_refused() {
+        assert!(!minimal().mcp.approve);
+        let on = format!("{MINIMAL}\n[mcp]\napprove = true\n");
+        let c = ProjectConfig::parse(&on, Path::new("consort.toml")).expect("parses");
+        assert!(c.mcp.approve);
+        let typo = format!("{MINIMAL}\n[mcp]\naprove = true\n");
+        let err = ProjectConfig::parse(&typo, Path::new("consort.toml")).expect_err("refused");
+        assert!(err.to_string().contains("aprove"), "{err}");
+        let mcp_role = format!("{MINIMAL}\n[agents.roles.driver]\nbackend = \"mcp\"\n");
+        let c = ProjectConfig::parse(&mcp_role, Path::new("consort.toml")).expect("parses");
+        assert!(matches!(
+            c.agents.for_role(Role::Driver),
+            AgentConfig::Mcp(_)
+        ));
+        let extra =
+            format!("{MINIMAL}\n[agents.roles.driver]\nbackend = \"mcp\"\nprogram = \"x\"\n");
+        assert!(ProjectConfig::parse(&extra, Path::new("consort.toml")).is_err());
     }
 
     #[test]

@@ -107,6 +107,7 @@ path = "{script}"
 # program = "./agents/navigator.sh"
 #                               # or a coding-agent CLI: preset = "claude-code", "codex" or
 #                               # "aider", with its key in pass_env (README: Coding-agent CLIs)
+#                               # or a coding client through `consort mcp`: backend = "mcp"
 
 [bounds]
 max_revisions = 2               # architect revise verdicts before escalating
@@ -116,6 +117,9 @@ max_agent_retries = 2           # refused answers an agent may retry per step
 step_timeout_secs = 600
 verify_timeout_secs = 900
 scratch_runs = 3                # scratch runs a build step's tools may make (0: none)
+
+# [mcp]
+# approve = false               # offer MCP clients (`consort mcp`) a tool that approves gates
 "#
     )
 }
@@ -504,6 +508,13 @@ fn check_agents(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
                 };
                 checks.report(ok, &what, "set `program` or `preset`");
             }
+            AgentConfig::Mcp(_) => checks.report(
+                true,
+                &format!(
+                    "{role}: played through `consort mcp` (its assignments wait for an MCP client)"
+                ),
+                "",
+            ),
         }
     }
 }

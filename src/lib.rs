@@ -79,6 +79,7 @@ mod ensemble;
 pub mod git;
 pub mod harness_facts;
 pub mod init;
+pub mod mcp;
 pub mod project;
 pub mod report;
 pub mod runlock;
@@ -86,6 +87,7 @@ pub mod runner_harness;
 pub mod script_check;
 pub mod serve;
 pub mod ui;
+pub mod views;
 
 pub use consort_actors as actors;
 pub use consort_agents as agents;

@@ -8,17 +8,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use chrono::Utc;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use consort::actors::HumanDecision;
-use consort::actors::Ledger;
-use consort::actors::{ContentHash, Event, GateApproval, GateDecision, GateKind, WorkTree};
-use consort::actors::{
-    design_hash_on_disk, record_gate_decision, record_human_decision, record_retirement,
-};
+use consort::actors::{GateDecision, GateKind};
+use consort::actors::{record_human_decision, record_retirement};
 use consort::backlog::FeatureState;
-use consort::project::{FeatureSummary, Project, RunOptions, approve_command, status_of};
+use consort::project::{Project, RunOptions, approve_command};
 use consort::ui::{self, EXIT_FAILURE, EXIT_USAGE};
 use consort::{ApproveAs, RunOutcome};
 
@@ -181,6 +177,15 @@ enum Cmd {
         #[arg(long)]
         sweep: bool,
     },
+    /// Serve MCP over stdio: status, next, design, log, verify and branches for a coding
+    /// client, and role play for the roles configured `backend = "mcp"`.
+    Mcp {
+        #[command(flatten)]
+        at: Target,
+        /// The identity this session plays as (default: the client's declared name).
+        #[arg(long = "as", value_name = "IDENTITY")]
+        identity: Option<String>,
+    },
     /// Check PostgreSQL binaries, the configuration, model and Lakebase settings.
     Doctor {
         /// The project directory.
@@ -290,15 +295,20 @@ fn main() -> ExitCode {
                 c.downcast_ref::<consort::config::ConfigError>().is_some()
                     || c.downcast_ref::<consort::backlog::BacklogError>()
                         .is_some_and(consort::backlog::BacklogError::is_usage)
-                    || match c.downcast_ref::<consort::ProjectError>() {
-                        // A missing or title-less feature request is the configuration's too.
-                        Some(
-                            consort::ProjectError::Config(_)
-                            | consort::ProjectError::Feature { .. },
-                        ) => true,
-                        Some(consort::ProjectError::Backlog(b)) => b.is_usage(),
-                        _ => false,
-                    }
+                    || c.downcast_ref::<consort::ProjectError>()
+                        .is_some_and(consort::ProjectError::is_usage)
+                    || matches!(
+                        c.downcast_ref::<consort::views::ViewError>(),
+                        Some(consort::views::ViewError::Project(p)) if p.is_usage()
+                    )
+                    || matches!(
+                        c.downcast_ref::<consort::mcp::ServeError>(),
+                        Some(consort::mcp::ServeError::Project(p)) if p.is_usage()
+                    )
+                    || matches!(
+                        c.downcast_ref::<consort::serve::ServeError>(),
+                        Some(consort::serve::ServeError::Project(p)) if p.is_usage()
+                    )
             });
             ExitCode::from(if usage { EXIT_USAGE } else { EXIT_FAILURE } as u8)
         }
@@ -374,6 +384,10 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
                 },
         } => retire(&at, &test, &by, &reason),
         Cmd::Branches { dir, sweep } => branches(&dir, sweep).await,
+        Cmd::Mcp { at, identity } => {
+            consort::mcp::serve(at.dir, at.feature, identity).await?;
+            Ok(0)
+        }
         Cmd::Doctor { dir } => Ok(consort::init::doctor(&dir)),
     }
 }
@@ -523,71 +537,12 @@ async fn serve(at: &Target, addr: std::net::SocketAddr, allow_dirty: bool) -> Re
 }
 
 fn status(at: &Target, json: bool) -> Result<i32> {
-    let dir = at.dir.as_path();
     let project = at.open()?;
-    let state = project.state()?;
-    let events = if project.ledger_path().exists() {
-        Ledger::<Event>::read(project.ledger_path())?
-    } else {
-        Vec::new()
-    };
-    let usage = consort::actors::usage_totals(events.iter().map(|e| &e.event));
-    let mut report = status_of(&state, events.len(), &usage);
-    report.git = project.git_tip();
-    report.feature = Some(project.feature_id().to_string());
-    for f in project.backlog()? {
-        report.features.push(FeatureSummary {
-            state: project.state_of(&f)?,
-            id: f.id,
-        });
-    }
+    let report = consort::views::status_report(&project)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(0);
-    }
-    if report.features.len() > 1 {
-        let all: Vec<String> = report
-            .features
-            .iter()
-            .map(|f| format!("{} ({})", f.id, f.state))
-            .collect();
-        println!("feature: {}", project.feature_id());
-        println!("backlog: {}", all.join(", "));
-    }
-    println!("phase:   {}", report.phase);
-    if let Some(step) = &report.step {
-        println!("step:    {step}");
-    }
-    if let Some(t) = &report.test {
-        println!("test:    {} ({} of {})", t.id, t.index, t.of);
-    }
-    if let Some(g) = &report.pending_gate {
-        println!("gate:    {} waits for {}", g.gate, g.hash);
-        println!("         {}", approve_command(dir, g.gate, &g.hash));
-    }
-    if let Some(h) = &report.halted {
-        println!(
-            "halted:  {} ({}) at {}: {}",
-            h.reason, h.kind, h.step, h.detail
-        );
-        println!(
-            "         consort retry --by <your-name> --dir {}",
-            dir.display()
-        );
-    }
-    if let Some(r) = &report.last_receipt {
-        println!(
-            "receipt: req-{} on {}: {} passed, {} not passed (confined: {})",
-            r.request, r.branch, r.passed, r.failed, r.confinement
-        );
-    }
-    if let Some(g) = &report.git {
-        let head = g.head.as_deref().unwrap_or("no commit yet");
-        println!("git:     {} at {head}", g.branch);
-    }
-    println!("ledger:  {} events", report.ledger_entries);
-    for line in ui::usage_lines(&usage) {
-        println!("usage:   {line}");
+    } else {
+        print!("{}", consort::views::status_text(&project, &report)?);
     }
     Ok(0)
 }
@@ -600,36 +555,18 @@ fn decide(
     decision: GateDecision,
     note: String,
 ) -> Result<i32> {
+    use consort::views::DecideError;
     let project = at.open()?;
-    if by.trim().is_empty() {
-        bail!("--by needs a name");
-    }
-    let hash: ContentHash = match hash.parse() {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("refused: {e}");
-            return Ok(EXIT_USAGE);
-        }
-    };
-    let approval = GateApproval {
-        gate,
-        hash,
-        approver: by.to_string(),
-        at: Utc::now(),
-        decision,
-        note,
-    };
-    let command = match approval.decision {
-        GateDecision::Approve => "consort approve",
-        GateDecision::Reject { .. } => "consort reject",
-    };
-    let _lock = project.lock(command)?;
-    match record_gate_decision(&project.ledger_path(), &project.machine()?, approval) {
-        Ok(()) => {
-            println!("recorded: {gate} gate decision by {by} for {hash}");
+    match consort::views::decide_gate(&project, gate, hash, by, decision, note) {
+        Ok(line) => {
+            println!("{line}");
             Ok(0)
         }
-        Err(consort::actors::ConductorError::Gate(msg)) => {
+        Err(e @ DecideError::BadHash(_)) => {
+            eprintln!("{e}");
+            Ok(EXIT_USAGE)
+        }
+        Err(DecideError::Refused(msg)) => {
             eprintln!("{msg}");
             Ok(EXIT_FAILURE)
         }
@@ -667,34 +604,12 @@ fn log(at: &Target, json: bool) -> Result<i32> {
     let project = at.open()?;
     let path = project.ledger_path();
     use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let written = if json {
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        out.write_all(text.as_bytes())
+    let text = if json {
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?
     } else {
-        let entries = Ledger::<Event>::read(&path)?;
-        entries
-            .iter()
-            .try_for_each(|entry| {
-                writeln!(
-                    out,
-                    "{:>5} {} {:<16} {}{}",
-                    entry.seq,
-                    entry.time.format("%H:%M:%S%.3f"),
-                    entry.event.name(),
-                    brief(&entry.event),
-                    usage_note(&entry.event)
-                )
-            })
-            .and_then(|()| {
-                let totals = consort::actors::usage_totals(entries.iter().map(|e| &e.event));
-                ui::usage_lines(&totals)
-                    .iter()
-                    .try_for_each(|line| writeln!(out, "usage: {line}"))
-            })
+        consort::views::log_text(&project, None)?
     };
-    match written {
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
         // The reader stopped reading (`consort log | head`): not an error.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
         other => {
@@ -732,277 +647,10 @@ fn report(at: &Target, out: Option<&Path>, open: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// ` · 1200 tokens (…), 2 calls, 3.1 s` after an event that records usage.
-fn usage_note(e: &Event) -> String {
-    match e {
-        Event::Produced { usage, .. } | Event::AgentFailed { usage, .. } if !usage.is_zero() => {
-            let mut note = format!(" · {}", ui::usage_text(usage));
-            if let Some(model) = &usage.model {
-                note.push_str(&format!(" ({model})"));
-            }
-            note
-        }
-        _ => String::new(),
-    }
-}
-
-fn brief(e: &Event) -> String {
-    match e {
-        Event::Start { feature, .. } => format!("{}: {}", feature.id, feature.title),
-        Event::Produced {
-            assignment,
-            author,
-            artifact,
-            ..
-        } => format!("{assignment} {author} → {}", artifact.kind()),
-        Event::AgentFailed {
-            assignment,
-            failure,
-            ..
-        } => format!("{assignment}: {failure}"),
-        Event::Refused { violation, .. } => violation.to_string(),
-        Event::Observed { tests, .. } => format!("{} test files", tests.len()),
-        Event::Applied { workspace_hash, .. } => format!("work tree {}", workspace_hash.short()),
-        Event::ApplyRefused { reason } => reason.to_string(),
-        Event::ApplyDenied {
-            violation,
-            resolved,
-        } if resolved.is_empty() => violation.to_string(),
-        Event::ApplyDenied {
-            violation,
-            resolved,
-        } => {
-            let links: Vec<String> = resolved.iter().map(|(a, b)| format!("{a} → {b}")).collect();
-            format!("{violation} (through links: {})", links.join(", "))
-        }
-        Event::VerifyCompleted { receipt } => format!(
-            "{} on {}: {} outcomes, {}",
-            receipt.request_id,
-            receipt.branch_id,
-            receipt.outcomes.len(),
-            receipt.exit
-        ),
-        Event::VerifyFailed { request, error } => format!("{request}: {error}"),
-        Event::Gate { approval } => format!(
-            "{} {} by {} for {}",
-            approval.gate,
-            match &approval.decision {
-                GateDecision::Approve => "approved".to_string(),
-                GateDecision::Reject { reason } => format!("rejected ({reason})"),
-            },
-            approval.approver,
-            approval.hash.short()
-        ),
-        Event::Promoted { report } => {
-            format!("{} applied to {}", report.applied.len(), report.target)
-        }
-        Event::PromoteFailed { request, error } => format!("{request}: {error}"),
-        Event::Retired { retirement: r } => {
-            format!("{}/{} retired by {}: {}", r.feature, r.test, r.by, r.reason)
-        }
-        Event::Human { decision, by } => {
-            let decision = match decision {
-                HumanDecision::Retry => "retry",
-                HumanDecision::Stop => "stop",
-            };
-            format!("{decision} by {by}")
-        }
-    }
-}
-
-/// How the receipts' runs were confined, counted: `confinement: Landlock ABI 7 (files and TCP) ×24`.
-fn confinement_summary(receipts: &[std::sync::Arc<consort::actors::TestRunReceipt>]) -> String {
-    let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
-    for r in receipts {
-        *counts.entry(r.confinement.to_string()).or_default() += 1;
-    }
-    let parts: Vec<String> = counts
-        .iter()
-        .map(|(how, n)| format!("{how} ×{n}"))
-        .collect();
-    if parts.is_empty() {
-        "no runs yet".into()
-    } else {
-        format!("confinement: {}", parts.join(", "))
-    }
-}
-
 fn verify(dir: &Path, only: Option<&str>) -> Result<i32> {
-    let project = Project::open_feature(dir, only)?;
-    let mut started = Vec::new();
-    for f in project.backlog()? {
-        let is_it = only.is_none_or(|id| id == f.id);
-        if is_it && project.state_of(&f)? != FeatureState::Waiting {
-            started.push(Project::open_feature(dir, Some(&f.id))?);
-        }
-    }
-    if started.is_empty() {
-        println!("nothing to verify yet: no feature has started");
-        return Ok(0);
-    }
-    let released = released_tests(&project)?;
-    let mut ok = true;
-    for feature in &started {
-        if started.len() > 1 || project.backlog()?.len() > 1 {
-            println!("feature {}", feature.feature_id());
-        }
-        ok &= verify_feature(feature, &released)?;
-    }
+    let (ok, text) = consort::views::verify_text(dir, only)?;
+    print!("{text}");
     Ok(if ok { 0 } else { EXIT_FAILURE })
-}
-
-/// The files of earlier tests that a later feature retired (and so may have replaced), with
-/// the decision, over the whole backlog.
-fn released_tests(project: &Project) -> Result<std::collections::BTreeMap<String, String>> {
-    let mut out = std::collections::BTreeMap::new();
-    for f in project.backlog()? {
-        let later = Project::open_feature(&project.dir, Some(&f.id))?;
-        let state = later.state()?;
-        for r in &state.retired {
-            if let Some(t) = state.inherited.find(&r.feature, &r.test)
-                && state.inherited.released(&t.path, &state.retired)
-            {
-                let why = format!("retired by {} for {} ({})", r.by, f.id, r.reason);
-                out.insert(t.path.clone(), why);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Checks one feature's record; prints a line per check.
-fn verify_feature(
-    project: &Project,
-    released: &std::collections::BTreeMap<String, String>,
-) -> Result<bool> {
-    let dir = project.dir.as_path();
-    let mut ok = true;
-    let mut check = |name: &str, result: Result<String, String>| match result {
-        Ok(detail) => println!("ok    {name}: {detail}"),
-        Err(detail) => {
-            ok = false;
-            println!("FAIL  {name}: {detail}");
-        }
-    };
-    let chain = Ledger::<Event>::verify(project.ledger_path());
-    check(
-        "ledger chain",
-        chain
-            .as_ref()
-            .map(|r| format!("{} entries, head {}", r.entries, r.head.short()))
-            .map_err(|e| e.to_string()),
-    );
-    if chain.is_err() {
-        return Ok(false);
-    }
-    let state = project.state()?;
-    let work = WorkTree::open(dir)?;
-    match &state.frozen {
-        Some(frozen) => {
-            let design_file = project.feature_entry().design_file();
-            let on_disk = design_hash_on_disk(&work, &design_file);
-            check(
-                "frozen design",
-                if on_disk == Some(frozen.hash) {
-                    Ok(format!("{} matches the approved hash", frozen.hash.short()))
-                } else {
-                    Err(format!(
-                        "approved {}, on disk {}",
-                        frozen.hash,
-                        on_disk.map_or("missing or unreadable".into(), |h| h.to_hex())
-                    ))
-                },
-            );
-        }
-        None => check("frozen design", Ok("not frozen yet".into())),
-    }
-    let hashes = work.file_hashes()?;
-    check(
-        "frozen tests",
-        frozen_tests_check(&state, &hashes, released),
-    );
-    for r in &state.retired {
-        check(
-            "retired test",
-            Ok(format!(
-                "{}/{} by {}: {}",
-                r.feature, r.test, r.by, r.reason
-            )),
-        );
-    }
-    check("receipts", receipts_check(project, &state)?);
-    Ok(ok)
-}
-
-/// Every frozen test file as it was frozen, or replaced after a recorded retirement.
-fn frozen_tests_check(
-    state: &consort::actors::State,
-    hashes: &consort::actors::FileHashes,
-    released: &std::collections::BTreeMap<String, String>,
-) -> Result<String, String> {
-    let (changed, bad): (Vec<&String>, Vec<&String>) = state
-        .build
-        .frozen_tests
-        .iter()
-        .filter(|(p, h)| hashes.get(*p) != Some(h))
-        .map(|(p, _)| p)
-        .partition(|p| released.contains_key(*p));
-    if !bad.is_empty() {
-        let names: Vec<&str> = bad.iter().map(|p| p.as_str()).collect();
-        return Err(format!("changed or missing: {}", names.join(", ")));
-    }
-    let mut text = format!(
-        "{} files unchanged",
-        state.build.frozen_tests.len() - changed.len()
-    );
-    if !changed.is_empty() {
-        let replaced: Vec<String> = changed
-            .iter()
-            .map(|p| format!("{p} {}", released[*p]))
-            .collect();
-        text.push_str(&format!(
-            "; replaced after retirement: {}",
-            replaced.join("; ")
-        ));
-    }
-    Ok(text)
-}
-
-/// Every receipt answers a request the machine issued, and reports something.
-fn receipts_check(
-    project: &Project,
-    state: &consort::actors::State,
-) -> Result<Result<String, String>> {
-    let events = Ledger::<Event>::read(project.ledger_path())?;
-    let m = project.machine()?;
-    let mut s = consort::actors::State::default();
-    let mut issued = std::collections::BTreeSet::new();
-    for e in &events {
-        if let Ok((next, cmds)) = m.step(&s, &e.event) {
-            for c in cmds {
-                if let consort::actors::Command::Verify { request, .. } = c {
-                    issued.insert(request);
-                }
-            }
-            s = next;
-        }
-    }
-    let unissued = state
-        .receipts
-        .iter()
-        .filter(|r| !issued.contains(&r.request_id) || r.outcomes.is_empty())
-        .count();
-    Ok(if unissued == 0 {
-        Ok(format!(
-            "{} receipts, each answering a request the machine issued; {}",
-            state.receipts.len(),
-            confinement_summary(&state.receipts)
-        ))
-    } else {
-        Err(format!(
-            "{unissued} receipts answer no issued request or report nothing"
-        ))
-    })
 }
 
 /// `consort feature add`: appends a request to the backlog.
@@ -1098,15 +746,7 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
 async fn branches(dir: &Path, sweep: bool) -> Result<i32> {
     let project = Project::open(dir)?;
     let provider = project.provider().await?;
-    let list = provider.list("consort-").await?;
-    for b in &list {
-        println!("{}  ({})", b.name, b.id);
-    }
-    println!(
-        "{} branch(es) with Consort's prefix on {}",
-        list.len(),
-        provider.kind()
-    );
+    print!("{}", consort::views::branches_on(provider.as_ref()).await?);
     if sweep {
         let n = provider.sweep(Duration::ZERO).await?;
         println!("swept {n}");

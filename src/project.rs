@@ -114,6 +114,18 @@ pub enum ProjectError {
     },
 }
 
+impl ProjectError {
+    /// Whether the error is the person's at the command line: the configuration, a missing or
+    /// title-less feature request, a feature id that is not the backlog's (exit 2).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            ProjectError::Config(_) | ProjectError::Feature { .. } => true,
+            ProjectError::Backlog(b) => b.is_usage(),
+            _ => false,
+        }
+    }
+}
+
 /// How to drive a project.
 #[derive(Clone, Default)]
 pub struct RunOptions {
@@ -245,6 +257,11 @@ impl Project {
     /// results.
     pub fn transcript_dir(&self) -> PathBuf {
         self.dir.join(self.feature.transcript_dir())
+    }
+
+    /// The mailbox where the roles played through `consort mcp` park their assignments.
+    pub fn mailbox(&self) -> consort_agents::mcp::Mailbox {
+        consort_agents::mcp::Mailbox::new(self.dir.join(self.feature.mailbox_dir()))
     }
 
     /// The state machine with this project's bounds and path rules.
@@ -505,6 +522,11 @@ impl Project {
                     c.transcript_dir = Some(self.transcript_dir());
                 }
                 AgentConfig::Openai(c) => c.transcript_dir = Some(self.transcript_dir()),
+                AgentConfig::Mcp(c) => {
+                    c.mailbox = Some(self.mailbox().dir().to_path_buf());
+                    c.transcript_dir = Some(self.transcript_dir());
+                    c.max_refusals = self.config.bounds.max_agent_retries;
+                }
                 // Each feature of a backlog may have its own script: `{feature}` in a path is
                 // the feature's id.
                 AgentConfig::Script { path, paths } => {

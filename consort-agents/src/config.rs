@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::Agent;
 use crate::command::{CommandConfig, CommandError, ExternalCommandAgent};
+use crate::mcp::{Mailbox, McpAgent, McpConfig};
 use crate::openai::{OpenAiAgent, OpenAiConfig, OpenAiConfigError};
 use crate::script::{Script, ScriptError};
 
@@ -57,6 +58,9 @@ pub enum Error {
 /// backend = "command"
 /// preset = "claude-code"
 /// pass_env = ["PATH", "HOME", "ANTHROPIC_API_KEY"]
+///
+/// [roles.driver-by-hand]
+/// backend = "mcp"
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "backend", rename_all = "kebab-case")]
@@ -74,6 +78,9 @@ pub enum AgentConfig {
     },
     /// An external program run in a scratch copy of the work tree.
     Command(CommandConfig),
+    /// A coding client connected through `consort mcp` (the assignment waits in the
+    /// feature's mailbox until a client takes and answers it).
+    Mcp(McpConfig),
 }
 
 impl AgentConfig {
@@ -109,6 +116,19 @@ impl AgentConfig {
                     cfg.program = base_dir.join(&cfg.program).display().to_string();
                 }
                 Ok(Arc::new(ExternalCommandAgent::new(role, cfg)))
+            }
+            AgentConfig::Mcp(cfg) => {
+                let Some(dir) = &cfg.mailbox else {
+                    return Err(Error::Config {
+                        role,
+                        detail: "an mcp backend needs its project's mailbox directory".into(),
+                    });
+                };
+                Ok(Arc::new(McpAgent::new(
+                    Mailbox::new(base_dir.join(dir)),
+                    cfg.transcript_dir.clone(),
+                    cfg.max_refusals,
+                )))
             }
         }
     }

@@ -4,7 +4,7 @@
 //! Strategist, UX Designer, Navigator, Driver) is played by a [`RoleActor`]: a ractor actor that
 //! receives [`RoleMsg::Assign`] from the conductor and replies with a [`Produced`] artifact
 //! stamped with its [`ActorId`], or a typed [`AgentFailure`]. The actor wraps an [`Agent`], the
-//! one trait a user implements to bring their own agent. Three backends come with the crate:
+//! one trait a user implements to bring their own agent. Four backends come with the crate:
 //!
 //! - [`OpenAiAgent`]: any OpenAI-compatible chat-completions server (async-openai), with the
 //!   role's system prompt, structured output from the artifact's JSON schema, validation with
@@ -15,6 +15,8 @@
 //!   JSON on stdout or, for change-set steps, the files it changed. A [`Preset`] runs a
 //!   coding-agent CLI (Claude Code, Codex, aider) with its documented command line and the
 //!   role's prompt plus the assignment as its prompt ([`cli_prompt`]).
+//! - [`McpAgent`]: a coding client connected through `consort mcp` takes the parked
+//!   assignment from a [`mcp::Mailbox`] and submits the answer, judged like any other.
 //!
 //! **Architecture invariant:** no role actor has a handle on the work tree, the database or
 //! another actor. It gets an assignment and answers with an artifact; the conductor decides
@@ -130,6 +132,7 @@ mod actor;
 mod agent;
 mod command;
 mod config;
+pub mod mcp;
 pub mod openai;
 pub mod prompts;
 mod reference;
@@ -150,6 +153,7 @@ pub use config::{AgentConfig, Error};
 pub use consort_actors::{
     ActorId, AgentFailure, Assignment, Produced, Role, RoleMsg, RoleReply, Usage,
 };
+pub use mcp::{McpAgent, McpConfig};
 pub use openai::{ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiConfigError};
 pub use reference::artifact_reference;
 pub use script::{Script, ScriptEntry, ScriptError, ScriptedAgent, StepPattern};
