@@ -480,6 +480,7 @@ async fn run(
         opts.default_budgets = Some(consort::config::openai_default_budgets());
     }
     ui::print_budgets(&project, &opts)?;
+    ui::print_mcp_roles(&project, &opts);
     let report = match ui::run_printed(&project, lock, opts).await {
         Err(consort::ProjectError::Interrupted(signal)) => {
             eprintln!(
@@ -524,6 +525,7 @@ async fn serve(at: &Target, addr: std::net::SocketAddr, allow_dirty: bool) -> Re
         ..RunOptions::default()
     };
     ui::print_budgets(&project, &opts)?;
+    ui::print_mcp_roles(&project, &opts);
     match consort::serve::serve(project, lock, addr, opts).await {
         Err(consort::serve::ServeError::Project(consort::ProjectError::Interrupted(signal))) => {
             eprintln!(

@@ -318,6 +318,32 @@ pub fn print_budgets(project: &Project, opts: &RunOptions) -> Result<(), Project
     Ok(())
 }
 
+/// Says which roles wait for a coding client over MCP (`backend = "mcp"`), and how a client
+/// joins, before a run starts: without it a parked step would look like a hung one.
+pub fn print_mcp_roles(project: &Project, opts: &RunOptions) {
+    if opts.agents_override.is_some() {
+        return;
+    }
+    let played: Vec<&str> = consort_actors::Role::ALL
+        .iter()
+        .filter(|r| {
+            matches!(
+                project.config.agents.for_role(**r),
+                consort_agents::AgentConfig::Mcp(_)
+            )
+        })
+        .map(|r| r.as_str())
+        .collect();
+    if played.is_empty() {
+        return;
+    }
+    println!(
+        "{} played by coding clients over MCP: each step waits until a client takes it (`consort mcp --dir {} --as <name>` in the client's MCP configuration)",
+        played.join(", "),
+        project.dir.display()
+    );
+}
+
 /// Prints the end-of-run summary: tests, receipts, branches, time per phase, the ledger.
 pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, project: &Project) {
     let dir = &project.dir;

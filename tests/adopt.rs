@@ -131,7 +131,20 @@ fn adopt_and_run(dir: &Path, script: &str) -> (String, String) {
     let o = run(consort().arg("init").arg(dir));
     assert_exit(&o, 0, "init adopts the repository");
     let init = text(&o);
-    write(dir, &[(".consort/agents/script.toml", script)]);
+    // The placeholder request init wrote fails doctor until someone describes the feature.
+    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    assert!(
+        text(&o).contains("is still the placeholder `consort init` wrote"),
+        "{}",
+        text(&o)
+    );
+    write(
+        dir,
+        &[
+            (".consort/agents/script.toml", script),
+            ("feature.md", "# Stock\n\nKeep the stock of each SKU.\n"),
+        ],
+    );
     consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
     let o = run(consort().arg("doctor").args(dir_arg(dir)));
     let doctor = text(&o);

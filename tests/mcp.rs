@@ -227,6 +227,11 @@ fn coding_clients_play_navigator_and_driver_to_done_across_restarts_and_never_re
     let said = text(&client);
     println!("{said}\nthe run:\n{}", run_log());
     assert!(said.contains("RED: accepted"), "{said}");
+    assert!(
+        run_log().contains("navigator, driver played by coding clients over MCP"),
+        "the run says which steps wait for a client: {}",
+        run_log()
+    );
 
     // The ledger: every build step produced by the role actor of its role, each with the
     // record of the MCP identity that answered it.
