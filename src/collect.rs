@@ -123,7 +123,8 @@ fn psql_collects(dir: &Path, config: &ProjectConfig, globs: &[String]) -> Findin
             Finding {
                 ok: true,
                 what: format!(
-                    "the psql runner collects {n} test file(s) ({})",
+                    "the psql runner collects {} ({})",
+                    consort_actors::counted(n as u64, "test file", "test files"),
                     globs.join(", ")
                 ),
                 hint: String::new(),
@@ -145,8 +146,26 @@ fn psql_collects(dir: &Path, config: &ProjectConfig, globs: &[String]) -> Findin
 /// Counts the tests a list run printed.
 type Counter = fn(&str) -> usize;
 
-/// The tool's own list run for the command's tool, and how to count what it prints.
-fn list_command(command: &str, program: &str) -> Option<(String, Counter)> {
+/// A tool's own list run: its command line, how to count what it prints, and the exit code
+/// with which it says it found no test (pytest's 5), which a project without tests yet is.
+struct ListRun {
+    command: String,
+    count: Counter,
+    none_found: Option<i32>,
+}
+
+impl ListRun {
+    fn new(command: impl Into<String>, count: Counter) -> Option<ListRun> {
+        Some(ListRun {
+            command: command.into(),
+            count,
+            none_found: None,
+        })
+    }
+}
+
+/// The tool's own list run for the command's tool.
+fn list_command(command: &str, program: &str) -> Option<ListRun> {
     let words = shell_words(command);
     let has = |w: &str| {
         words
@@ -159,36 +178,37 @@ fn list_command(command: &str, program: &str) -> Option<(String, Counter)> {
         } else {
             format!("{program} -m pytest")
         };
-        return Some((
-            format!("{python} --collect-only -q -p no:cacheprovider"),
-            |out| out.lines().filter(|l| l.contains("::")).count(),
-        ));
+        return Some(ListRun {
+            command: format!("{python} --collect-only -q -p no:cacheprovider"),
+            count: |out| out.lines().filter(|l| l.contains("::")).count(),
+            none_found: Some(5),
+        });
     }
     if has("cargo") {
-        return Some(("cargo test --offline --quiet -- --list".into(), |out| {
+        return ListRun::new("cargo test --offline --quiet -- --list", |out| {
             out.lines().filter(|l| l.ends_with(": test")).count()
-        }));
+        });
     }
     if has("go") {
-        return Some(("go test -list . ./...".into(), |out| {
+        return ListRun::new("go test -list . ./...", |out| {
             out.lines().filter(|l| l.starts_with("Test")).count()
-        }));
+        });
     }
     if has("vitest") {
-        return Some(("npx vitest list".into(), |out| {
+        return ListRun::new("npx vitest list", |out| {
             out.lines().filter(|l| !l.trim().is_empty()).count()
-        }));
+        });
     }
     if has("jest") {
-        return Some(("npx jest --listTests".into(), |out| {
+        return ListRun::new("npx jest --listTests", |out| {
             out.lines().filter(|l| !l.trim().is_empty()).count()
-        }));
+        });
     }
     None
 }
 
 fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
-    let Some((list, count)) = list_command(command, program) else {
+    let Some(run) = list_command(command, program) else {
         return Some(Finding {
             ok: true,
             what: format!(
@@ -197,21 +217,24 @@ fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
             hint: String::new(),
         });
     };
+    let list = &run.command;
     let started = Instant::now();
-    let out = run_limited(dir, &list);
+    let out = run_limited(dir, list);
+    let took = started.elapsed().as_secs_f64();
+    let found = |what: String| Finding {
+        ok: true,
+        what,
+        hint: String::new(),
+    };
     Some(match out {
-        Ok((true, stdout, _)) => {
-            let n = count(&stdout);
-            Finding {
-                ok: true,
-                what: format!(
-                    "`{list}` collects {n} test(s) ({:.1} s)",
-                    started.elapsed().as_secs_f64()
-                ),
-                hint: String::new(),
-            }
-        }
-        Ok((false, stdout, stderr)) => Finding {
+        Ok((Some(0), stdout, _)) => found(format!(
+            "`{list}` collects {} ({took:.1} s)",
+            consort_actors::counted((run.count)(&stdout) as u64, "test", "tests")
+        )),
+        Ok((code, _, _)) if code.is_some() && code == run.none_found => found(format!(
+            "`{list}` finds no test yet ({took:.1} s): the feature's tests will be the first"
+        )),
+        Ok((_, stdout, stderr)) => Finding {
             ok: false,
             what: format!("`{list}` failed: {}", tail(&format!("{stdout}{stderr}"))),
             hint: "make the project's tests collect as you would run them yourself".into(),
@@ -224,9 +247,9 @@ fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
     })
 }
 
-/// Runs `command` with `sh -c` in `dir`, killed at [`COLLECT_LIMIT`]: (success, stdout,
+/// Runs `command` with `sh -c` in `dir`, killed at [`COLLECT_LIMIT`]: (exit code, stdout,
 /// stderr).
-fn run_limited(dir: &Path, command: &str) -> std::io::Result<(bool, String, String)> {
+fn run_limited(dir: &Path, command: &str) -> std::io::Result<(Option<i32>, String, String)> {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(command)
@@ -248,7 +271,7 @@ fn run_limited(dir: &Path, command: &str) -> std::io::Result<(bool, String, Stri
     }
     let out = child.wait_with_output()?;
     Ok((
-        out.status.success(),
+        out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     ))
@@ -295,17 +318,21 @@ mod tests {
     fn list_runs_are_known_for_each_tool() {
         let pytest = list_command("python3 -m pytest -q", "python3").expect("pytest");
         assert_eq!(
-            pytest.0,
+            pytest.command,
             "python3 -m pytest --collect-only -q -p no:cacheprovider"
         );
         assert_eq!(
-            (pytest.1)("tests/test_a.py::test_x\ntests/test_a.py::test_y\n\n2 tests collected\n"),
+            (pytest.count)(
+                "tests/test_a.py::test_x\ntests/test_a.py::test_y\n\n2 tests collected\n"
+            ),
             2
         );
         let cargo = list_command("cargo test --offline", "cargo").expect("cargo");
-        assert_eq!((cargo.1)("tests::a: test\nb: test\nc: bench\n"), 2);
+        assert_eq!((cargo.count)("tests::a: test\nb: test\nc: bench\n"), 2);
         let go = list_command("go test -json ./...", "go").expect("go");
-        assert_eq!((go.1)("TestA\nTestB\nok  x 0.1s\n"), 2);
+        assert_eq!((go.count)("TestA\nTestB\nok  x 0.1s\n"), 2);
+        assert_eq!(pytest.none_found, Some(5), "pytest's exit code for no test");
+        assert_eq!(cargo.none_found, None);
         assert!(list_command("npx vitest run", "npx").is_some());
         assert!(list_command("make check", "make").is_none());
     }

@@ -493,7 +493,15 @@ fn files_written(project: &Project) -> Vec<String> {
 /// What a run spent, for people: the total first, then one line per role that spent anything
 /// (`total: 1200 tokens (…), 4 calls, 3.2 s`, `driver: …`). Derived from the ledger.
 pub fn usage_lines(totals: &consort_actors::UsageTotals) -> Vec<String> {
-    let mut out = vec![format!("total: {}", totals.run().line())];
+    let run = totals.run();
+    if run.tokens() == 0 && run.wall_ms == 0 {
+        // Scripted or replayed agents: nothing was spent, so one line says so.
+        return vec![format!(
+            "{}, no tokens spent",
+            consort_actors::counted(run.calls, "call", "calls")
+        )];
+    }
+    let mut out = vec![format!("total: {}", run.line())];
     out.extend(
         totals
             .roles
@@ -601,6 +609,39 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("run failed")]
     struct Plain(#[source] Inner);
+
+    #[test]
+    fn usage_that_spent_nothing_is_one_line_and_spending_is_told_per_role() {
+        use consort_actors::{Role, RoleUsage, Tally, UsageTotals};
+        let with = |tally: Tally| UsageTotals {
+            roles: [(
+                Role::Driver,
+                RoleUsage {
+                    total: tally,
+                    by_model: Default::default(),
+                },
+            )]
+            .into(),
+        };
+        let scripted = Tally {
+            calls: 3,
+            steps: 3,
+            ..Tally::default()
+        };
+        assert_eq!(usage_lines(&with(scripted)), ["3 calls, no tokens spent"]);
+        let model = Tally {
+            calls: 1,
+            steps: 1,
+            prompt_tokens: 100,
+            completion_tokens: 20,
+            wall_ms: 1500,
+            ..Tally::default()
+        };
+        let lines = usage_lines(&with(model));
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].starts_with("total: 120 tokens"), "{lines:?}");
+        assert!(lines[1].starts_with("driver: 120 tokens"), "{lines:?}");
+    }
 
     #[test]
     fn each_cause_is_said_once() {

@@ -235,7 +235,7 @@ fn the_total_sums_the_quantities() {
         init.contains("found 1 migration file(s) in migrations/"),
         "{init}"
     );
-    assert!(doctor.contains("collects 1 test(s)"), "{doctor}");
+    assert!(doctor.contains("collects 1 test ("), "{doctor}");
     migrations_landed(dir, "migrations", "0001_counts");
     let log = std::process::Command::new("git")
         .arg("-C")
@@ -300,7 +300,7 @@ def test_the_total_sums_the_quantities():
     let (init, doctor) = adopt_and_run(dir, &script);
     assert!(init.contains("detected Python (pytest)"), "{init}");
     assert!(init.contains("in db/migrations/"), "{init}");
-    assert!(doctor.contains("collects 1 test(s)"), "{doctor}");
+    assert!(doctor.contains("collects 1 test ("), "{doctor}");
     migrations_landed(dir, "db/migrations", "V1__counts");
 }
 
@@ -336,7 +336,7 @@ fn a_plain_sql_repository_is_adopted_and_runs_to_done() {
     ));
     let (init, doctor) = adopt_and_run(dir, &script);
     assert!(init.contains("detected plain SQL (psql)"), "{init}");
-    assert!(doctor.contains("collects 1 test file(s)"), "{doctor}");
+    assert!(doctor.contains("collects 1 test file ("), "{doctor}");
     migrations_landed(dir, "migrations", "V1__counts");
 }
 
@@ -437,5 +437,34 @@ fn doctor_fails_when_the_runner_s_program_is_not_installed() {
         text(&o).contains("FAIL  the test command's program no-such-test-tool is installed"),
         "{}",
         text(&o)
+    );
+}
+
+/// A Python project with no test yet (pytest exits 5, "no tests collected") is not a broken
+/// one: doctor says the feature's tests will be the first, and that check passes.
+#[test]
+fn a_project_without_tests_yet_collects_none_and_doctor_says_so() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write(
+        dir,
+        &[
+            (
+                "pyproject.toml",
+                "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n",
+            ),
+            ("app/__init__.py", ""),
+        ],
+    );
+    assert_exit(&run(consort().arg("init").arg(dir)), 0, "init");
+    let doctor = text(&run(consort().arg("doctor").args(dir_arg(dir))));
+    assert!(
+        doctor.contains("finds no test yet")
+            && doctor.contains("the feature's tests will be the first"),
+        "{doctor}"
+    );
+    assert!(
+        !doctor.contains("collect-only -q -p no:cacheprovider` failed"),
+        "{doctor}"
     );
 }

@@ -1257,16 +1257,21 @@ pub fn gate_summary(s: &State, gate: GateKind) -> String {
             let acs = s.stories.as_ref().map_or(0, |x| x.ac_ids().count());
             let tests = s.test_list.as_ref().map_or(0, |x| x.entries.len());
             let migrations = s.schema.as_ref().map_or(0, |x| x.migrations.len());
+            let n = |count: usize, one: &str, many: &str| crate::counted(count as u64, one, many);
             format!(
-                "design of {}: {stories} stories, {acs} acceptance criteria, {tests} tests, {migrations} migrations{}",
+                "design of {}: {}, {}, {}, {}{}",
                 s.feature.as_ref().map_or("?", |f| f.id.as_str()),
+                n(stories, "story", "stories"),
+                n(acs, "acceptance criterion", "acceptance criteria"),
+                n(tests, "test", "tests"),
+                n(migrations, "migration", "migrations"),
                 if s.ux.is_some() { ", a UX design" } else { "" }
             )
         }
         GateKind::Deploy => format!(
-            "release: {} tests green, {} verified runs on fresh branches",
-            s.build.completed,
-            s.receipts.len()
+            "release: {} green, {} on fresh branches",
+            crate::counted(s.build.completed as u64, "test", "tests"),
+            crate::counted(s.receipts.len() as u64, "verified run", "verified runs")
         ),
         GateKind::Promote => format!(
             "promote {} to the parent database",
