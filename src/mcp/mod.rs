@@ -33,6 +33,9 @@ pub enum ToolError {
     /// No such tool (or `approve` while the configuration does not offer it).
     #[error("there is no tool {0} here")]
     UnknownTool(String),
+    /// An answer could not be written as JSON.
+    #[error("cannot write the answer as JSON: {0}")]
+    Encode(#[from] serde_json::Error),
     /// The arguments do not fit the tool.
     #[error("bad arguments for {tool}: {detail}")]
     BadArguments {
@@ -140,7 +143,7 @@ impl ConsortMcp {
         match name {
             "status" => {
                 let report = crate::views::status_report(&self.project()?)?;
-                Ok(serde_json::to_string_pretty(&report).unwrap_or_default())
+                Ok(serde_json::to_string_pretty(&report)?)
             }
             "next" => {
                 let who = self.identity(context).ok();

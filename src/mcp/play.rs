@@ -140,7 +140,7 @@ pub(super) async fn next_assignment(
         ),
         "assignment": parked.assignment,
     });
-    Ok(serde_json::to_string_pretty(&answer).unwrap_or_default())
+    Ok(serde_json::to_string_pretty(&answer)?)
 }
 
 /// `submit`: hands over the answer to assignment `req.assignment` and waits for the verdict.

@@ -50,6 +50,9 @@ pub struct McpAgent {
     max_refusals: u32,
 }
 
+/// What a failure says when the refusal it ends on recorded no reason.
+const NO_REASON: &str = "the last submission was refused without a recorded reason";
+
 /// The first and the longest pause between two looks at the mailbox.
 const POLL: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(500));
 
@@ -80,7 +83,7 @@ impl McpAgent {
             // The run was killed after the last refusal was written: the step has failed.
             return Err(AgentFailure::InvalidOutput {
                 attempts: v.seq,
-                detail: v.reason.clone().unwrap_or_default(),
+                detail: v.reason.clone().unwrap_or_else(|| NO_REASON.into()),
                 usage: Usage::default(),
             });
         }
@@ -121,7 +124,7 @@ impl McpAgent {
                     Judged::Refused(v) if v.closed => {
                         return Err(AgentFailure::InvalidOutput {
                             attempts: sub.seq,
-                            detail: v.reason.unwrap_or_default(),
+                            detail: v.reason.unwrap_or_else(|| NO_REASON.into()),
                             usage: Usage::default(),
                         });
                     }
@@ -199,8 +202,11 @@ impl McpAgent {
             "submission": sub.seq,
             "submitted_at": sub.at,
         });
-        let bytes = serde_json::to_vec_pretty(&record).unwrap_or_default();
         let path = dir.join(&name);
+        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| MailboxError::Io {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
         std::fs::create_dir_all(dir)
             .and_then(|()| std::fs::write(&path, &bytes))
             .map_err(|source| MailboxError::Io { path, source })?;
