@@ -385,3 +385,56 @@ fn gates_decided_on_the_served_page_move_the_run_to_done_and_nothing_else_decide
         "SIGTERM after done ends the server with the run's code"
     );
 }
+
+#[test]
+fn a_rejection_on_the_page_needs_a_note_and_halts_the_run_for_a_human() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("stockflow");
+    init_stockflow(&dir);
+    let served = Served::start(&dir);
+    let base = served.base.clone();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
+        wait_for_gate(&browser, &base, "design").await;
+        let said = decide(&browser, "Ada Lovelace", "", "reject").await;
+        assert!(said.contains("a rejection needs a note"), "{said}");
+        assert!(gate_events(&dir).is_empty(), "nothing was recorded");
+        wait_for_gate(&browser, &base, "design").await;
+        let said = decide(
+            &browser,
+            "Ada Lovelace",
+            "S2 must show par levels",
+            "reject",
+        )
+        .await;
+        assert!(
+            said.contains("The design gate was rejected by Ada Lovelace"),
+            "{said}"
+        );
+        browser.close().await;
+    });
+    let start = Instant::now();
+    loop {
+        let o = common::run(consort().args(["status", "--json"]).args(dir_arg(&dir)));
+        let status: Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+        if status["phase"] == json!("halted") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never halted: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        gate_events(&dir),
+        vec![(
+            GateKind::Design,
+            "Ada Lovelace".into(),
+            "S2 must show par levels".into(),
+            false
+        )]
+    );
+    assert_eq!(served.end(), Some(4), "a halted run's exit code");
+}
