@@ -753,6 +753,16 @@ async fn branches(dir: &Path, sweep: bool) -> Result<i32> {
         let n = provider.sweep(Duration::ZERO).await?;
         println!("swept {n}");
         sweep_placed_clusters().await;
+        let scratch = consort::lakebase::sweep_abandoned_scratch();
+        let freed: u64 = scratch.iter().map(|(_, bytes)| bytes).sum();
+        for (dir, bytes) in &scratch {
+            println!("removed {}, {}", dir.display(), ui::bytes_text(*bytes));
+        }
+        println!(
+            "scratch directories of killed runs: removed {} ({} freed)",
+            scratch.len(),
+            ui::bytes_text(freed)
+        );
     }
     Ok(0)
 }

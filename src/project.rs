@@ -473,6 +473,10 @@ impl Project {
         } else {
             None
         };
+        // What killed runs left in the temporary directory goes before this one adds its own.
+        for (dir, bytes) in consort_lakebase::sweep_abandoned_scratch() {
+            tracing::info!(dir = %dir.display(), bytes, "removed a killed run's scratch directory");
+        }
         let mut builder = Ensemble::builder(&self.dir)
             .run_lock(lock)
             .record_dir(self.feature.record_dir.clone())

@@ -124,11 +124,13 @@ fn a_run_killed_during_a_test_run_resumes_at_once() {
     // Twice: the second kill hits a run that resumed at once after the first. Then once with
     // the watchdog killed too, so the server is left with no one to stop it: the resumed run
     // must stop and replace it, not attach to it (it would run on after the run's end).
+    let mut killed = Vec::new();
     for with_watchdog in [false, false, true] {
         let mut child = start_run(&dir);
         wait_for(&mut child, "a test run", |pid| {
             descendant_named(pid, "psql").is_some()
         });
+        killed.push(child.id());
         if with_watchdog {
             let watchdogs: Vec<u32> = consort::lakebase::procinfo::children_of(child.id())
                 .into_iter()
@@ -154,6 +156,34 @@ fn a_run_killed_during_a_test_run_resumes_at_once() {
         eventually(30, || servers_of(&data).is_empty()),
         "no server is left for the data directory"
     );
+    let left = scratch_of(&killed);
+    assert!(
+        left.is_empty(),
+        "the killed runs' scratch directories are removed: {left:?}"
+    );
+}
+
+/// The run scratch directories under the temporary directory whose owner record names one of
+/// `pids`.
+fn scratch_of(pids: &[u32]) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("consort-run-"))
+        })
+        .filter(|p| {
+            std::fs::read_to_string(p.join("owner")).is_ok_and(|o| {
+                o.split_whitespace()
+                    .next()
+                    .is_some_and(|pid| pids.iter().any(|k| k.to_string() == pid))
+            })
+        })
+        .collect()
 }
 
 /// Sends `signal` to the run once `reached`, and checks it stopped its server before it exited.

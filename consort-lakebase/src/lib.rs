@@ -117,6 +117,7 @@ pub use runner::{
     JailSpec, OutputLimits, PINNED, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport,
     SandboxMode, SandboxSupport, Scratch, SessionSettings, StdoutFormat, TestRunner,
     parse_go_test_json, parse_junit, parse_libtest, parse_tap, shell_quote,
+    sweep_abandoned_scratch,
 };
 pub use url::{DATABASE_URL_ENV, PostgresUrlProvider};
 pub use verify::Verifier;

@@ -16,6 +16,7 @@ mod provider;
 mod runas;
 
 pub use cluster::{EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres};
+pub(crate) use orphans::size_of;
 pub use orphans::{PlacedCluster, Placement, placed_clusters, remove_orphan};
 pub use provider::EmbeddedProvider;
 pub use runas::{RunAs, fallback_dir};

@@ -120,7 +120,7 @@ fn examine(dir: &Path) -> PlacedCluster {
 }
 
 /// The bytes the files under `dir` take (links not followed; what cannot be read counts 0).
-fn size_of(dir: &Path) -> u64 {
+pub(crate) fn size_of(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };

@@ -37,7 +37,7 @@ pub use command::{CommandRunner, CommandRunnerConfig};
 pub use junit::parse_junit;
 pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, shell_quote};
 pub use psql::{PsqlRunner, PsqlRunnerConfig};
-pub use sandbox::{Jail, JailSpec, SandboxMode, SandboxSupport, Scratch};
+pub use sandbox::{Jail, JailSpec, SandboxMode, SandboxSupport, Scratch, sweep_abandoned_scratch};
 pub use session::{PINNED, SessionSettings};
 pub use stdout_format::{StdoutFormat, parse_go_test_json, parse_libtest};
 pub use tap::parse_tap;

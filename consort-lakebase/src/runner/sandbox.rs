@@ -132,16 +132,23 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Makes a fresh scratch directory under the system's temporary directory (mode 0700).
+    /// Makes a fresh scratch directory under the system's temporary directory (mode 0700),
+    /// recording this process as its owner so that [`sweep_abandoned_scratch`] can tell it
+    /// from one a killed run left.
     pub fn create() -> Result<Scratch> {
         use std::os::unix::fs::DirBuilderExt;
         let base = std::env::temp_dir();
-        let root = base.join(format!("consort-run-{}", crate::names::random_tag(12)));
+        let root = base.join(format!("{SCRATCH_PREFIX}{}", crate::names::random_tag(12)));
         let mut b = std::fs::DirBuilder::new();
         b.mode(0o700);
         b.create(&root)
             .map_err(|e| Error::io(format!("create {}", root.display()), e))?;
         let scratch = Scratch { root };
+        if let Some((pid, ticks)) = crate::procinfo::me() {
+            let owner = scratch.root.join(SCRATCH_OWNER);
+            std::fs::write(&owner, format!("{pid} {ticks}\n"))
+                .map_err(|e| Error::io(format!("write {}", owner.display()), e))?;
+        }
         for sub in ["home", "tmp", "reports", "pycache"] {
             let p = scratch.root.join(sub);
             b.create(&p)
@@ -194,6 +201,59 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// How a run's scratch directory is named under the temporary directory.
+const SCRATCH_PREFIX: &str = "consort-run-";
+/// The owner record in a scratch directory: the creating process's pid and start time.
+const SCRATCH_OWNER: &str = "owner";
+
+/// Removes the run scratch directories (`$TMPDIR/consort-run-*`) whose recorded owner has
+/// ended: what a run killed before it could drop its scratch leaves behind. A directory
+/// without a readable owner record, or whose owner lives, is left alone; links are not
+/// followed. Returns each directory removed with the bytes it held.
+pub fn sweep_abandoned_scratch() -> Vec<(PathBuf, u64)> {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.filter_map(|e| e.ok()) {
+        let is_scratch = entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(SCRATCH_PREFIX)
+            && entry.file_type().is_ok_and(|t| t.is_dir());
+        let dir = entry.path();
+        if !is_scratch || owner_lives(&dir) {
+            continue;
+        }
+        let bytes = crate::embedded::size_of(&dir);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => removed.push((dir, bytes)),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove an abandoned run scratch directory")
+            }
+        }
+    }
+    removed
+}
+
+/// Whether the scratch directory's owner lives — or cannot be told (no readable record):
+/// only a record of an ended process lets a sweep remove it.
+fn owner_lives(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join(SCRATCH_OWNER)) else {
+        return true;
+    };
+    let fields: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    match fields.as_slice() {
+        [pid, ticks] => {
+            u32::try_from(*pid).map_or(true, |pid| crate::procinfo::same_process_alive(pid, *ticks))
+        }
+        _ => true,
     }
 }
 
@@ -422,6 +482,73 @@ pub(crate) fn readable_except(dir: &Path, hidden: &[PathBuf], out: &mut Vec<Path
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_scratch_whose_owner_ended_is_swept() {
+        let mut ended = std::process::Command::new("true").spawn().expect("true");
+        let dead_pid = ended.id();
+        ended.wait().expect("wait");
+        let tmp = std::env::temp_dir();
+        let made = |tag: &str, owner: Option<String>| {
+            let dir = tmp.join(format!(
+                "{SCRATCH_PREFIX}test-{tag}-{}",
+                crate::names::random_tag(8)
+            ));
+            std::fs::create_dir_all(dir.join("home")).expect("mkdir");
+            std::fs::write(dir.join("home/file"), b"12345").expect("write");
+            if let Some(o) = owner {
+                std::fs::write(dir.join(SCRATCH_OWNER), o).expect("owner");
+            }
+            dir
+        };
+        let abandoned = made("dead", Some(format!("{dead_pid} 1\n")));
+        let (pid, ticks) = crate::procinfo::me().expect("this process");
+        let live = made("live", Some(format!("{pid} {ticks}\n")));
+        let reused_pid = made("reused", Some(format!("{pid} {}\n", ticks + 1)));
+        let unknown = made("unknown", None);
+        let garbled = made("garbled", Some("not a record".into()));
+        let target = made("target", None);
+        let link = tmp.join(format!(
+            "{SCRATCH_PREFIX}test-link-{}",
+            crate::names::random_tag(8)
+        ));
+        std::os::unix::fs::symlink(&target, &link).expect("link");
+
+        let removed = sweep_abandoned_scratch();
+        let gone: Vec<&PathBuf> = removed.iter().map(|(d, _)| d).collect();
+        assert!(
+            gone.contains(&&abandoned) && !abandoned.exists(),
+            "{gone:?}"
+        );
+        assert!(
+            gone.contains(&&reused_pid),
+            "a pid reused by a later process is not the owner"
+        );
+        assert!(removed.iter().all(|(_, b)| *b >= 5), "{removed:?}");
+        for kept in [&live, &unknown, &garbled, &target] {
+            assert!(
+                kept.join("home/file").exists(),
+                "{} is kept",
+                kept.display()
+            );
+        }
+        assert!(
+            link.symlink_metadata().is_ok(),
+            "a link is not followed or removed"
+        );
+        for d in [&live, &unknown, &garbled, &target, &link] {
+            let _ = std::fs::remove_dir_all(d);
+            let _ = std::fs::remove_file(d);
+        }
+    }
+
+    #[test]
+    fn a_scratch_records_its_owner_and_is_not_swept_while_it_lives() {
+        let scratch = Scratch::create().expect("scratch");
+        assert!(scratch.root().join(SCRATCH_OWNER).exists());
+        sweep_abandoned_scratch();
+        assert!(scratch.root().join("home").is_dir());
+    }
 
     #[test]
     fn hidden_paths_and_links_to_them_are_never_granted() {
