@@ -494,8 +494,8 @@ fn files_written(project: &Project) -> Vec<String> {
 /// (`total: 1200 tokens (…), 4 calls, 3.2 s`, `driver: …`). Derived from the ledger.
 pub fn usage_lines(totals: &consort_actors::UsageTotals) -> Vec<String> {
     let run = totals.run();
-    if run.tokens() == 0 && run.wall_ms == 0 {
-        // Scripted or replayed agents: nothing was spent, so one line says so.
+    if run.tokens() == 0 && run.wall_ms < 1000 {
+        // Scripted or replayed agents: nothing worth telling per role was spent.
         return vec![format!(
             "{}, no tokens spent",
             consort_actors::counted(run.calls, "call", "calls")
@@ -626,6 +626,7 @@ mod tests {
         let scripted = Tally {
             calls: 3,
             steps: 3,
+            wall_ms: 4,
             ..Tally::default()
         };
         assert_eq!(usage_lines(&with(scripted)), ["3 calls, no tokens spent"]);

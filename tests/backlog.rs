@@ -285,6 +285,7 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
         "schema:    1 migration: 0001_stock",
         "files:     2 written: tests/t1_level.sql, src/level.sql",
         "receipts:  3 verified runs: 1 failed (every RED",
+        "calls, no tokens spent\n",
     ] {
         assert!(out.contains(said), "{said:?} in:\n{out}");
     }
