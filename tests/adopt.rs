@@ -10,119 +10,43 @@ mod common;
 
 use std::path::Path;
 
+use common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use common::{assert_exit, consort, dir_arg, run, write};
 use consort_testkit::process::text;
 
-/// The design every adopted project builds: one story, one criterion, one migration that
-/// needs the project's existing one (`ALTER TABLE counts`), one test; then `build`, the
-/// test list, RED and GREEN of the stack.
-fn script(build: &str) -> String {
-    format!(
-        r#"[[entry]]
-step = "stories"
-[entry.artifact]
-kind = "stories"
-[entry.artifact.body]
-feature_id = "F1"
-[[entry.artifact.body.stories]]
-id = "S1"
-title = "Total stock"
-as_a = "stock keeper"
-i_want = "the total of the quantities"
-so_that = "I know what is on the shelf"
-user_facing = false
-[[entry.artifact.body.stories.acceptance_criteria]]
-id = "S1-AC1"
-given = "3 and 4 are counted"
-when = "the keeper asks for the total"
-then = "it is 7"
+/// A Python project's pytest configuration.
+const PYPROJECT: (&str, &str) = (
+    "pyproject.toml",
+    "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n",
+);
 
-[[entry]]
-step = "spec/r0"
-[entry.artifact]
-kind = "spec"
-[entry.artifact.body]
-feature_id = "F1"
-summary = "The total sums every counted quantity."
-[[entry.artifact.body.requirements]]
-id = "R1"
-ac_id = "S1-AC1"
-statement = "The total is the sum of the quantities."
-
-[[entry]]
-step = "architecture/r0"
-[entry.artifact]
-kind = "architecture-verdict"
-[entry.artifact.body]
-decision = "approve"
-layers = ["a function over the counts table"]
-
-[[entry]]
-step = "schema"
-[entry.artifact]
-kind = "schema-plan"
-[[entry.artifact.body.migrations]]
-version = "0002_count_notes"
-story_id = "S1"
-description = "a note per count"
-sql = "ALTER TABLE counts ADD COLUMN note text;"
-
-{build}
-
-[[entry]]
-step = "refactor/*/*"
-[entry.artifact]
-kind = "change-set"
-[entry.artifact.body]
-summary = "nothing to restructure"
-changes = []
-
-[[entry]]
-step = "review/*/*"
-artifact = {{ kind = "review-verdict", body = {{ decision = "approve" }} }}
-"#
-    )
-}
-
-/// `build`'s part of a script: the test list of one entry, its RED and its GREEN.
-fn build(test_path: &str, test_name: &str, test: &str, code_path: &str, code: &str) -> String {
-    format!(
-        r#"[[entry]]
-step = "test-list"
-[entry.artifact]
-kind = "test-list"
-[[entry.artifact.body.entries]]
-id = "T1"
-ac_id = "S1-AC1"
-description = "the total sums the quantities"
-path = "{test_path}"
-test_name = "{test_name}"
-
-[[entry]]
-step = "red/T1"
-[entry.artifact]
-kind = "change-set"
-[entry.artifact.body]
-summary = "T1: the total sums the quantities"
-[[entry.artifact.body.changes]]
-op = "write"
-path = "{test_path}"
-content = '''
-{test}'''
-
-[[entry]]
-step = "green/T1"
-[entry.artifact]
-kind = "change-set"
-[entry.artifact.body]
-summary = "the total"
-[[entry.artifact.body.changes]]
-op = "write"
-path = "{code_path}"
-content = '''
-{code}'''
-"#
-    )
+/// The script every adopted project runs: one story, one criterion, one migration that needs
+/// the project's existing one (`ALTER TABLE counts`), one test (`test_name` in the stack's
+/// runner), RED writing `test` and GREEN writing `code`.
+fn script(test_path: &str, test_name: &str, test: &str, code_path: &str, code: &str) -> String {
+    let mut s = Design {
+        feature: "F1",
+        story: "Total stock",
+        migration: (
+            "0002_count_notes",
+            "ALTER TABLE counts ADD COLUMN note text;",
+        ),
+        test_path,
+        test_name: Some(test_name),
+    }
+    .toml();
+    s.push_str(&change_entry(
+        "red/T1",
+        "T1: the total",
+        &write_change(test_path, test),
+    ));
+    s.push_str(&change_entry(
+        "green/T1",
+        "the total",
+        &write_change(code_path, code),
+    ));
+    s.push_str(REFACTOR_AND_REVIEW);
+    s
 }
 
 /// `consort init` in `dir` (which already holds a project), then the script, a git
@@ -222,13 +146,13 @@ fn the_total_sums_the_quantities() {
 }
 "#;
     let code = "/// The total of the quantities.\npub fn total(quantities: &[i64]) -> i64 {\n    quantities.iter().sum()\n}\n";
-    let script = script(&build(
+    let script = script(
         "tests/t1_total.rs",
         "the_total_sums_the_quantities",
         test,
         "src/lib.rs",
         code,
-    ));
+    );
     let (init, doctor) = adopt_and_run(dir, &script);
     assert!(init.contains("detected Rust (cargo test)"), "{init}");
     assert!(
@@ -257,10 +181,7 @@ fn a_pytest_repository_is_adopted_and_runs_to_done() {
     write(
         dir,
         &[
-            (
-                "pyproject.toml",
-                "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n",
-            ),
+            PYPROJECT,
             ("app/__init__.py", ""),
             (
                 "app/counts.py",
@@ -290,13 +211,13 @@ def test_the_total_sums_the_quantities():
         assert counts.total(conn) == 7
 "#;
     let code = "def total(conn):\n    return conn.execute(\"SELECT coalesce(sum(qty), 0) FROM counts\").fetchone()[0]\n";
-    let script = script(&build(
+    let script = script(
         "tests/test_t1_total.py",
         "tests.test_t1_total::test_the_total_sums_the_quantities",
         test,
         "app/counts.py",
         code,
-    ));
+    );
     let (init, doctor) = adopt_and_run(dir, &script);
     assert!(init.contains("detected Python (pytest)"), "{init}");
     assert!(init.contains("in db/migrations/"), "{init}");
@@ -327,13 +248,13 @@ fn a_plain_sql_repository_is_adopted_and_runs_to_done() {
     );
     let test = "INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL);\nDO $$ BEGIN IF count_total() <> 7 THEN RAISE EXCEPTION 'total is %', count_total(); END IF; END $$;\n";
     let code = "CREATE FUNCTION count_total() RETURNS bigint LANGUAGE sql AS $$ SELECT coalesce(sum(qty), 0) FROM counts $$;\n";
-    let script = script(&build(
+    let script = script(
         "tests/t1_total.sql",
         "tests/t1_total.sql",
         test,
         "sql/total.sql",
         code,
-    ));
+    );
     let (init, doctor) = adopt_and_run(dir, &script);
     assert!(init.contains("detected plain SQL (psql)"), "{init}");
     assert!(doctor.contains("collects 1 test file ("), "{doctor}");
@@ -446,16 +367,7 @@ fn doctor_fails_when_the_runner_s_program_is_not_installed() {
 fn a_project_without_tests_yet_collects_none_and_doctor_says_so() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    write(
-        dir,
-        &[
-            (
-                "pyproject.toml",
-                "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n",
-            ),
-            ("app/__init__.py", ""),
-        ],
-    );
+    write(dir, &[PYPROJECT, ("app/__init__.py", "")]);
     assert_exit(&run(consort().arg("init").arg(dir)), 0, "init");
     let doctor = text(&run(consort().arg("doctor").args(dir_arg(dir))));
     assert!(

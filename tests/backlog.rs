@@ -9,6 +9,7 @@ mod common;
 
 use std::path::Path;
 
+use common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use common::{assert_exit, consort, dir_arg, in_dir, run, write};
 use consort::actors::{Event, RuleViolation};
 use consort::project::Project;
@@ -35,98 +36,17 @@ struct Plan<'a> {
     repair: Option<String>,
 }
 
-/// A `[[entry.artifact.body.changes]]` writing `content` to `path`.
-fn write_change(path: &str, content: &str) -> String {
-    format!(
-        "[[entry.artifact.body.changes]]\nop = \"write\"\npath = \"{path}\"\ncontent = '''\n{content}'''\n"
-    )
-}
-
-fn change_entry(step: &str, summary: &str, changes: &str) -> String {
-    format!(
-        "[[entry]]\nstep = \"{step}\"\n[entry.artifact]\nkind = \"change-set\"\n[entry.artifact.body]\nsummary = \"{summary}\"\n{changes}\n"
-    )
-}
-
 fn script(p: &Plan<'_>) -> String {
-    let (version, sql) = p.migration;
     let (test_path, test_sql) = p.test;
-    let mut s = format!(
-        r#"[[entry]]
-step = "stories"
-[entry.artifact]
-kind = "stories"
-[entry.artifact.body]
-feature_id = "{feature}"
-[[entry.artifact.body.stories]]
-id = "S1"
-title = "{story}"
-as_a = "stock keeper"
-i_want = "{story}"
-so_that = "I know what is on the shelf"
-user_facing = false
-[[entry.artifact.body.stories.acceptance_criteria]]
-id = "S1-AC1"
-given = "stock is recorded"
-when = "the keeper asks"
-then = "the answer follows the rule"
-
-[[entry]]
-step = "spec/r0"
-[entry.artifact]
-kind = "spec"
-[entry.artifact.body]
-feature_id = "{feature}"
-summary = "{story}"
-[[entry.artifact.body.requirements]]
-id = "R1"
-ac_id = "S1-AC1"
-statement = "{story}"
-
-[[entry]]
-step = "architecture/r0"
-[entry.artifact]
-kind = "architecture-verdict"
-[entry.artifact.body]
-decision = "approve"
-layers = ["functions over the stock table"]
-
-[[entry]]
-step = "schema"
-[entry.artifact]
-kind = "schema-plan"
-[[entry.artifact.body.migrations]]
-version = "{version}"
-story_id = "S1"
-description = "{story}"
-sql = "{sql}"
-
-[[entry]]
-step = "test-list"
-[entry.artifact]
-kind = "test-list"
-[[entry.artifact.body.entries]]
-id = "T1"
-ac_id = "S1-AC1"
-description = "{story}"
-path = "{test_path}"
-
-[[entry]]
-step = "refactor/*/*"
-[entry.artifact]
-kind = "change-set"
-[entry.artifact.body]
-summary = "nothing to restructure"
-changes = []
-
-[[entry]]
-step = "review/*/*"
-artifact = {{ kind = "review-verdict", body = {{ decision = "approve" }} }}
-
-"#,
-        feature = p.feature,
-        story = p.story,
-    );
+    let mut s = Design {
+        feature: p.feature,
+        story: p.story,
+        migration: p.migration,
+        test_path,
+        test_name: None,
+    }
+    .toml();
+    s.push_str(REFACTOR_AND_REVIEW);
     s.push_str(&change_entry(
         "red/T1",
         "T1",

@@ -13,70 +13,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::script::Design;
 use common::{consort, dir_arg, write};
 use consort::actors::{Event, Role};
 use consort::project::Project;
 use consort_testkit::process::{succeeded, text};
-
-const DESIGN: &str = r#"[[entry]]
-step = "stories"
-[entry.artifact]
-kind = "stories"
-[entry.artifact.body]
-feature_id = "f1-stock"
-[[entry.artifact.body.stories]]
-id = "S1"
-title = "Stock levels"
-as_a = "stock keeper"
-i_want = "the stock level of a SKU"
-so_that = "I know what is on the shelf"
-user_facing = false
-[[entry.artifact.body.stories.acceptance_criteria]]
-id = "S1-AC1"
-given = "stock is recorded"
-when = "the keeper asks"
-then = "the level is the quantity"
-
-[[entry]]
-step = "spec/r0"
-[entry.artifact]
-kind = "spec"
-[entry.artifact.body]
-feature_id = "f1-stock"
-summary = "Stock levels"
-[[entry.artifact.body.requirements]]
-id = "R1"
-ac_id = "S1-AC1"
-statement = "stock_level(sku) is the recorded quantity"
-
-[[entry]]
-step = "architecture/r0"
-[entry.artifact]
-kind = "architecture-verdict"
-[entry.artifact.body]
-decision = "approve"
-layers = ["functions over the stock table"]
-
-[[entry]]
-step = "schema"
-[entry.artifact]
-kind = "schema-plan"
-[[entry.artifact.body.migrations]]
-version = "0001_stock"
-story_id = "S1"
-description = "stock"
-sql = "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);"
-
-[[entry]]
-step = "test-list"
-[entry.artifact]
-kind = "test-list"
-[[entry.artifact.body.entries]]
-id = "T1"
-ac_id = "S1-AC1"
-description = "the level of a SKU"
-path = "tests/t1_level.sql"
-"#;
 
 const CONFIG: &str = r#"[feature]
 id = "f1-stock"
@@ -99,6 +40,17 @@ backend = "mcp"
 "#;
 
 fn project(dir: &Path) {
+    let design = Design {
+        feature: "f1-stock",
+        story: "Stock levels",
+        migration: (
+            "0001_stock",
+            "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);",
+        ),
+        test_path: "tests/t1_level.sql",
+        test_name: None,
+    }
+    .toml();
     write(
         dir,
         &[
@@ -108,7 +60,7 @@ fn project(dir: &Path) {
                 "# Stock levels\n\nShow the stock level of a SKU.\n",
             ),
             ("src/.keep", ""),
-            (".consort/agents/design.toml", DESIGN),
+            (".consort/agents/design.toml", &design),
         ],
     );
 }

@@ -23,6 +23,17 @@ fn output_dir() -> PathBuf {
         .join("report")
 }
 
+/// A fresh browser with `page` open from `file://`, and the errors its log holds.
+async fn opened(page: &Path) -> (Browser, Vec<String>) {
+    let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
+    browser
+        .open(&Browser::file_url(page))
+        .await
+        .expect("the page opens");
+    let errors = browser.console_errors().await.expect("the browser log");
+    (browser, errors)
+}
+
 /// StockFlow run to done, its request carrying [`HOSTILE`].
 fn stockflow_done(dir: &Path) -> consort::Project {
     init_stockflow(dir);
@@ -76,12 +87,7 @@ fn the_report_of_the_stockflow_run_loads_in_chromium_and_shows_every_test() {
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
-        browser
-            .open(&Browser::file_url(&page))
-            .await
-            .expect("the page opens");
-        let errors = browser.console_errors().await.expect("the browser log");
+        let (browser, errors) = opened(&page).await;
         assert!(errors.is_empty(), "the page logs errors: {errors:#?}");
         let injected = browser
             .eval("return window.__injected === undefined")
@@ -179,12 +185,7 @@ fn the_browsers_error_check_sees_a_page_that_throws() {
     .expect("write");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
-        browser
-            .open(&Browser::file_url(&page))
-            .await
-            .expect("opens");
-        let errors = browser.console_errors().await.expect("the browser log");
+        let (browser, errors) = opened(&page).await;
         browser.close().await;
         assert!(
             errors.iter().any(|e| e.contains("boom")),

@@ -241,6 +241,23 @@ fn cross_site_requests_are_refused(port: u16, offered: &Value) {
     );
 }
 
+/// Waits until `consort status` says the run is in `phase`.
+fn wait_for_phase(dir: &Path, phase: &str) {
+    let start = Instant::now();
+    loop {
+        let o = common::run(consort().args(["status", "--json"]).args(dir_arg(dir)));
+        let status: Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+        if status["phase"] == json!(phase) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "never {phase}: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The gate decisions in the ledger: gate, approver, note.
 fn gate_events(dir: &Path) -> Vec<(GateKind, String, String, bool)> {
     let project = consort::Project::open(dir).expect("project");
@@ -348,19 +365,7 @@ fn gates_decided_on_the_served_page_move_the_run_to_done_and_nothing_else_decide
     });
 
     // Done: the ledger holds the three decisions as `consort approve` records them.
-    let start = Instant::now();
-    loop {
-        let o = common::run(consort().args(["status", "--json"]).args(dir_arg(&dir)));
-        let status: Value = serde_json::from_slice(&o.stdout).expect("status JSON");
-        if status["phase"] == json!("done") {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "never done: {status}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_phase(&dir, "done");
     assert_eq!(
         gate_events(&dir),
         vec![
@@ -414,19 +419,7 @@ fn a_rejection_on_the_page_needs_a_note_and_halts_the_run_for_a_human() {
         );
         browser.close().await;
     });
-    let start = Instant::now();
-    loop {
-        let o = common::run(consort().args(["status", "--json"]).args(dir_arg(&dir)));
-        let status: Value = serde_json::from_slice(&o.stdout).expect("status JSON");
-        if status["phase"] == json!("halted") {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "never halted: {status}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_phase(&dir, "halted");
     assert_eq!(
         gate_events(&dir),
         vec![(

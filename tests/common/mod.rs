@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use consort_testkit::process::text;
 
+pub(crate) mod script;
+
 /// The `consort` program built for these tests.
 pub(crate) fn consort() -> Command {
     Command::new(env!("CARGO_BIN_EXE_consort"))
