@@ -468,26 +468,7 @@ fn files_written(project: &Project) -> Vec<String> {
     ) else {
         return Vec::new();
     };
-    let mut state = consort_actors::State::default();
-    let mut files: Vec<String> = Vec::new();
-    for entry in &entries {
-        let applying = match (&state.pending, &entry.event) {
-            (
-                Some(consort_actors::Pending::Apply { change_set, .. }),
-                consort_actors::Event::Applied { .. },
-            ) => Some(change_set.clone()),
-            _ => None,
-        };
-        if let Ok((next, _)) = machine.step(&state, &entry.event) {
-            state = next;
-            for change in applying.iter().flat_map(|c| c.changes.iter()) {
-                if !files.iter().any(|f| f == change.path()) {
-                    files.push(change.path().to_string());
-                }
-            }
-        }
-    }
-    files
+    consort_actors::FilesWritten::of(&machine, entries.iter().map(|e| &e.event))
 }
 
 /// What a run spent, for people: the total first, then one line per role that spent anything

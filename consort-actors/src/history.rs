@@ -72,6 +72,46 @@ impl StepCommit {
     }
 }
 
+/// The paths a run's applied change sets wrote, each once, in the order first written: fed
+/// each event with the state's pending command before it (a change set counts once it is
+/// `Applied`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FilesWritten {
+    paths: Vec<String>,
+}
+
+impl FilesWritten {
+    /// Notes `event`, which answered `pending`.
+    pub fn note(&mut self, pending: Option<&Pending>, event: &Event) {
+        if let (Event::Applied { .. }, Some(Pending::Apply { change_set, .. })) = (event, pending) {
+            for change in &change_set.changes {
+                if !self.paths.iter().any(|p| p == change.path()) {
+                    self.paths.push(change.path().to_string());
+                }
+            }
+        }
+    }
+
+    /// The paths noted so far.
+    pub fn into_paths(self) -> Vec<String> {
+        self.paths
+    }
+
+    /// The paths a ledger's events wrote (what the machine refused never took effect).
+    pub fn of<'a>(machine: &Machine, events: impl IntoIterator<Item = &'a Event>) -> Vec<String> {
+        let mut state = State::default();
+        let mut files = FilesWritten::default();
+        for event in events {
+            let Ok((next, _)) = machine.step(&state, event) else {
+                continue;
+            };
+            files.note(state.pending.as_ref(), event);
+            state = next;
+        }
+        files.into_paths()
+    }
+}
+
 /// The commits a ledger's events call for, in order.
 pub fn step_commits<'a>(
     machine: &Machine,

@@ -121,7 +121,7 @@ pub use conductor::{
 };
 pub use gate::{ApproveAs, Approver, BoxFuture, GateRequest, StopAtGates};
 pub use hash::{ContentHash, ParseHashError, canonical_json, normalise_newlines};
-pub use history::{CommitKind, StepCommit, step_commits};
+pub use history::{CommitKind, FilesWritten, StepCommit, step_commits};
 pub use ledger::{
     DEFAULT_LEDGER_PATH, DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_LINE_BYTES, Entry, GENESIS, GENESIS_HEX,
     Ledger, LedgerError, LedgerOptions, VerifyReport, genesis,

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use consort_actors::{
-    ActorId, Artifact, Entry, Event, GateApproval, HumanDecision, Ledger, Machine, Pending, State,
-    Step, StepCommit, TestRunReceipt, Usage, UsageTotals, step_commits, usage_totals,
+    ActorId, Artifact, Entry, Event, FilesWritten, GateApproval, HumanDecision, Ledger, Machine,
+    Pending, State, Step, StepCommit, TestRunReceipt, Usage, UsageTotals, step_commits,
+    usage_totals,
 };
 
 use super::ReportError;
@@ -124,7 +125,7 @@ impl Model {
             steps: replay.steps,
             deploy: replay.deploy,
             decisions: replay.decisions,
-            files: replay.files,
+            files: replay.files.into_paths(),
         })
     }
 
@@ -143,7 +144,7 @@ struct Replay {
     steps: Vec<StepRecord>,
     deploy: Option<(DateTime<Utc>, Arc<TestRunReceipt>)>,
     decisions: Vec<Decision>,
-    files: Vec<String>,
+    files: FilesWritten,
 }
 
 impl Replay {
@@ -153,6 +154,7 @@ impl Replay {
             return;
         };
         let pending = self.state.pending.clone();
+        self.files.note(pending.as_ref(), &entry.event);
         self.collect(pending.as_ref(), entry);
         self.state = next;
     }
@@ -190,13 +192,6 @@ impl Replay {
             (Event::AgentFailed { failure, .. }, _) => {
                 if let Some(step) = build_step {
                     self.record(step).notes.push(format!("failed: {failure}"));
-                }
-            }
-            (Event::Applied { .. }, Some(Pending::Apply { change_set, .. })) => {
-                for change in &change_set.changes {
-                    if !self.files.iter().any(|f| f == change.path()) {
-                        self.files.push(change.path().to_string());
-                    }
                 }
             }
             (Event::VerifyCompleted { receipt }, Some(Pending::Verify { step, .. })) => {
