@@ -115,6 +115,24 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
     pids_where(|s| s.pgrp == pgid && s.live() && !s.dying)
 }
 
+/// The parent of `pid`; `None` when it does not exist (or its stat line cannot be read).
+pub fn parent_of(pid: u32) -> Option<u32> {
+    Stat::of(pid).map(|s| s.ppid)
+}
+
+/// The pids of live processes whose working directory is `dir` (compared as canonical paths).
+/// A process whose working directory may not be looked at (another user's, when this process
+/// is not root) is not listed.
+pub fn with_cwd(dir: &Path) -> Vec<u32> {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return Vec::new();
+    };
+    pids_where(|s| s.live() && !s.dying)
+        .into_iter()
+        .filter(|pid| cwd(*pid).is_some_and(|c| c == dir))
+        .collect()
+}
+
 /// The pids of live processes whose command line contains `needle`.
 pub fn with_cmdline_containing(needle: &str) -> Vec<u32> {
     let Ok(rd) = std::fs::read_dir("/proc") else {

@@ -457,6 +457,102 @@ async fn a_server_in_start_up_whose_owner_ended_is_stopped_and_replaced() {
     }
 }
 
+/// A server killed between creating its lock file and writing it leaves `postmaster.pid`
+/// empty, and `postgres` refuses to start over it ("lock file is empty"). With no server in
+/// the data directory the file is a remnant: a start removes it and starts.
+#[tokio::test]
+async fn a_lock_file_left_empty_by_a_server_killed_in_its_start_up_does_not_stop_a_start() {
+    let (_holder, dir) = kept_cluster_dir("consort-empty-lock-").await;
+    let pid_file = dir.join("data").join("postmaster.pid");
+    for content in ["", "not a pid\n"] {
+        std::fs::write(&pid_file, content).expect("write the lock file");
+        if let Some(ra) = consort_lakebase::RunAs::for_current_process("postgres").expect("user") {
+            std::os::unix::fs::chown(&pid_file, Some(ra.uid), Some(ra.gid))
+                .expect("chown the lock file");
+        }
+        let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(&dir))
+            .await
+            .unwrap_or_else(|e| panic!("a start over the lock file {content:?}: {e}"));
+        assert!(
+            cluster.is_owned(),
+            "lock file {content:?}: a server of our own"
+        );
+        assert!(cluster.is_running());
+        let written = std::fs::read_to_string(&pid_file).expect("the new lock file");
+        assert_eq!(
+            written.lines().next().map(str::trim),
+            Some(cluster.postmaster_pid().to_string().as_str()),
+            "the new server wrote its own lock file"
+        );
+        let pid = cluster.postmaster_pid();
+        cluster.stop().expect("stop");
+        assert!(!procinfo::alive(pid));
+    }
+}
+
+/// An administrator session on `cluster` (the test reads the password file as the provider does).
+async fn admin_session(cluster: &EmbeddedCluster, db: &str) -> tokio_postgres::Client {
+    let password = std::fs::read_to_string(cluster.dir().join("admin.pw")).expect("admin password");
+    let mut pg = tokio_postgres::Config::new();
+    pg.host_path(cluster.socket_dir())
+        .port(cluster.port())
+        .user(cluster.superuser())
+        .password(password.trim())
+        .dbname(db);
+    let (client, connection) = pg.connect(tokio_postgres::NoTls).await.expect("a session");
+    tokio::spawn(connection);
+    client
+}
+
+/// A provider set-up killed after it made the owner role (before the parent database) is
+/// finished by the next one, which asks the server for nothing it refuses: the server log
+/// gains no `ERROR` (such as `role "consortowner" already exists`).
+#[tokio::test]
+async fn a_set_up_interrupted_after_the_owner_role_is_finished_without_errors() {
+    let (_holder, dir) = kept_cluster_dir("consort-half-set-up-").await;
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(&dir))
+        .await
+        .expect("start");
+    let admin = admin_session(&cluster, "postgres").await;
+    admin
+        .batch_execute("CREATE ROLE consortowner NOLOGIN")
+        .await
+        .expect("the owner role, as a set-up killed after its first step leaves it");
+    let parent = admin
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = 'consort'", &[])
+        .await
+        .expect("look up the parent");
+    assert!(parent.is_none(), "the parent is not made yet");
+    let log = dir.join("postgres.log");
+    let log_start = std::fs::metadata(&log).expect("the server log").len();
+    for round in 0..2 {
+        let provider = EmbeddedProvider::new(cluster.clone())
+            .await
+            .unwrap_or_else(|e| panic!("set-up {round} over a half-done one: {e}"));
+        drop(provider);
+    }
+    let said = std::fs::read(&log).expect("the server log");
+    let said = String::from_utf8_lossy(&said[usize::try_from(log_start).expect("size")..]);
+    assert!(
+        !said.contains("ERROR"),
+        "the set-ups made the server refuse something: {said}"
+    );
+    let consort = admin_session(&cluster, "consort").await;
+    let owner: String = consort
+        .query_one(
+            "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = 'public'",
+            &[],
+        )
+        .await
+        .expect("the parent's schema owner")
+        .get(0);
+    assert_eq!(owner, "consortowner", "the set-up was finished");
+    drop((admin, consort));
+    let pid = cluster.postmaster_pid();
+    cluster.stop().expect("stop");
+    assert!(!procinfo::alive(pid));
+}
+
 /// Starts the holder (see [`hold_a_cluster`]) on `dir` without waiting for it.
 fn spawn_holder_at(dir: &std::path::Path) -> std::process::Child {
     Command::new(std::env::current_exe().expect("test binary"))

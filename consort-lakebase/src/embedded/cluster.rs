@@ -687,9 +687,14 @@ async fn start_own(
     })))
 }
 
-/// Whether the server's words say another server still holds the data directory.
+/// Whether the server's words say another server still holds the data directory, or may: a
+/// lock file that is empty or names no pid is either another server's in its start-up (it
+/// creates the file, then writes it) or the remnant of one killed there, which the next round
+/// tells apart (see [`owner::Holder::Stale`]).
 fn data_dir_in_use(said: &str) -> bool {
     said.contains("lock file \"postmaster.pid\" already exists")
+        || said.contains("lock file \"postmaster.pid\" is empty")
+        || said.contains("bogus data in lock file \"postmaster.pid\"")
         || said.contains("pre-existing shared memory block")
 }
 
@@ -717,13 +722,18 @@ fn log_since(path: &Path, from: u64) -> String {
 /// A server another process runs for this directory: attach to it (`None`: there is none, or
 /// it has shut down). A server whose owner is gone — killed during start-up or during a run —
 /// is stopped and waited for (see [`owner`]); a lock file naming a process that is not a
-/// server of this directory (the pid was reused) is stale (PostgreSQL would refuse to start)
-/// and is removed.
+/// server of this directory (the pid was reused), or naming no pid while no server works in
+/// the data directory (a server killed between creating and writing it), is stale (PostgreSQL
+/// would refuse to start) and is removed.
 async fn try_attach(site: &Site<'_>) -> Result<Option<EmbeddedCluster>> {
     let patience = site.cfg.start_timeout.min(Duration::from_secs(10));
     let dir = site.dir.display();
     match owner::holder(&site.dir, &site.data_dir) {
         Holder::Free => Ok(None),
+        Holder::Stale => {
+            owner::remove_stale_lock(&site.dir, &site.data_dir)?;
+            Ok(None)
+        }
         Holder::Foreign(pid) => {
             warn!(
                 pid,

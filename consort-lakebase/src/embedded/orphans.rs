@@ -165,7 +165,7 @@ pub async fn remove_orphan(dir: &Path) -> Result<u64> {
                 dir.display()
             )));
         }
-        Holder::Free | Holder::Foreign(_) => {}
+        Holder::Free | Holder::Foreign(_) | Holder::Stale => {}
     }
     std::fs::remove_dir_all(dir)
         .map_err(|e| Error::cluster_io(format!("remove {}", dir.display()), e))?;

@@ -142,18 +142,72 @@ pub(super) enum Holder {
     Exiting(u32),
     /// A live process that is not a server of this data directory (the pid was reused).
     Foreign(u32),
+    /// A lock file that names no pid (empty or unparsable) while no server process works in
+    /// the data directory: what a server killed between creating its lock file and writing
+    /// it leaves. `postgres` refuses to start over it ("lock file is empty"); it is stale.
+    Stale,
+}
+
+/// The lock file's name in a data directory.
+const PID_FILE: &str = "postmaster.pid";
+
+/// What the data directory's lock file says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LockFile {
+    /// There is none.
+    Absent,
+    /// Its first line is this pid.
+    Pid(u32),
+    /// It exists but names no pid: empty (a server between creating and writing it, or
+    /// killed there), garbled, or unreadable.
+    Garbled,
+}
+
+fn lock_file(data_dir: &Path) -> LockFile {
+    match std::fs::read_to_string(data_dir.join(PID_FILE)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => LockFile::Absent,
+        Err(_) => LockFile::Garbled,
+        Ok(text) => match text.lines().next().map(|l| l.trim().parse::<u32>()) {
+            Some(Ok(pid)) if pid > 0 => LockFile::Pid(pid),
+            _ => LockFile::Garbled,
+        },
+    }
 }
 
 /// The pid on the first line of `postmaster.pid` (written first, before the server is ready).
 pub(super) fn pid_file_pid(data_dir: &Path) -> Option<u32> {
-    let text = std::fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
-    text.lines().next()?.trim().parse().ok()
+    match lock_file(data_dir) {
+        LockFile::Pid(pid) => Some(pid),
+        LockFile::Absent | LockFile::Garbled => None,
+    }
+}
+
+/// The postmaster of a `postgres` process working in `data_dir`, if any. The postmaster
+/// changes into its data directory before it creates its lock file, so a server that is
+/// writing (or about to write) the lock file is found here. A process whose working directory
+/// cannot be read is another user's (only when this process is not root), and `postgres`
+/// never runs as root: it cannot enter our `0700` data directory, so it is not counted.
+fn server_in(data_dir: &Path) -> Option<u32> {
+    let pids: Vec<u32> = procinfo::with_cwd(data_dir)
+        .into_iter()
+        .filter(|pid| super::cluster::is_postgres(*pid))
+        .collect();
+    // The postmaster is the one whose parent is not itself a server of the directory (its
+    // children, the backends, share its working directory).
+    pids.iter()
+        .copied()
+        .find(|pid| procinfo::parent_of(*pid).is_none_or(|pp| !pids.contains(&pp)))
 }
 
 /// Who holds the data directory `dir/data`.
 pub(super) fn holder(dir: &Path, data_dir: &Path) -> Holder {
-    let Some(pid) = pid_file_pid(data_dir) else {
-        return Holder::Free;
+    let pid = match lock_file(data_dir) {
+        LockFile::Absent => return Holder::Free,
+        LockFile::Pid(pid) => pid,
+        LockFile::Garbled => match server_in(data_dir) {
+            Some(pid) => pid,
+            None => return Holder::Stale,
+        },
     };
     if !procinfo::exists(pid) {
         Holder::Free
@@ -165,6 +219,27 @@ pub(super) fn holder(dir: &Path, data_dir: &Path) -> Holder {
         Holder::Owned(pid)
     } else {
         Holder::Abandoned(pid)
+    }
+}
+
+/// Removes a stale lock file (see [`Holder::Stale`]) of `dir/data`; `Ok(false)` when the lock
+/// file is not stale (any more). Safe against a live server: it is looked at again just before
+/// the removal, and a server starting after that look cannot create its own lock file while
+/// this one exists (`postgres` creates it with `O_EXCL`), so the file removed is never a live
+/// server's.
+pub(super) fn remove_stale_lock(dir: &Path, data_dir: &Path) -> Result<bool> {
+    if holder(dir, data_dir) != Holder::Stale {
+        return Ok(false);
+    }
+    let path = data_dir.join(PID_FILE);
+    warn!(
+        path = %path.display(),
+        "removing a lock file that names no server while no server works in the data directory (left by a server killed in its start-up)"
+    );
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(Error::cluster_io(format!("remove {}", path.display()), e)),
     }
 }
 
@@ -267,4 +342,84 @@ pub(super) fn read_requested(dir: &Path) -> Option<PathBuf> {
     let line = bytes.strip_suffix(b"\n")?;
     let path = PathBuf::from(std::ffi::OsStr::from_bytes(line));
     (path.is_absolute() && !line.contains(&b'\n')).then_some(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Child, Command, Stdio};
+
+    /// A cluster directory (`dir`, `dir/data`) whose lock file holds `content`.
+    fn with_lock_file(content: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let root = tempfile::tempdir().expect("a temporary directory");
+        let dir = root.path().to_path_buf();
+        let data = dir.join("data");
+        std::fs::create_dir(&data).expect("the data directory");
+        std::fs::write(data.join(PID_FILE), content).expect("the lock file");
+        (root, dir, data)
+    }
+
+    /// A process named `postgres` that works in `data_dir` and writes nothing: a server caught
+    /// between creating its lock file and writing it.
+    fn server_in_start_up(data_dir: &Path, scratch: &Path) -> Child {
+        let exe = scratch.join("postgres");
+        let sleep = ["/usr/bin/sleep", "/bin/sleep"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("a sleep program");
+        std::fs::copy(sleep, &exe).expect("copy sleep as postgres");
+        Command::new(&exe)
+            .arg("600")
+            .current_dir(data_dir)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start the stand-in server")
+    }
+
+    #[test]
+    fn a_lock_file_naming_no_pid_with_no_server_is_stale_and_removed() {
+        for content in ["", "\n", "garbage\n", "0\n"] {
+            let (_root, dir, data) = with_lock_file(content);
+            assert_eq!(holder(&dir, &data), Holder::Stale, "lock file {content:?}");
+            assert!(remove_stale_lock(&dir, &data).expect("removal"));
+            assert!(
+                !data.join(PID_FILE).exists(),
+                "lock file {content:?} removed"
+            );
+            assert_eq!(holder(&dir, &data), Holder::Free);
+        }
+    }
+
+    #[test]
+    fn an_empty_lock_file_of_a_server_in_its_start_up_is_never_removed() {
+        let (root, dir, data) = with_lock_file("");
+        let mut server = server_in_start_up(&data, root.path());
+        let pid = server.id();
+        let seen = holder(&dir, &data);
+        let kept = remove_stale_lock(&dir, &data);
+        let _ = server.kill();
+        let _ = server.wait();
+        assert_eq!(
+            seen,
+            Holder::Abandoned(pid),
+            "a server working in the data directory holds it, lock file written or not"
+        );
+        assert!(
+            !kept.expect("no error"),
+            "not removed while a server may write it"
+        );
+        assert!(data.join(PID_FILE).exists());
+        // Once that server is gone, the empty file is a remnant.
+        assert_eq!(holder(&dir, &data), Holder::Stale);
+        assert!(remove_stale_lock(&dir, &data).expect("removal"));
+        assert!(!data.join(PID_FILE).exists());
+    }
+
+    #[test]
+    fn a_written_lock_file_is_never_stale() {
+        let (_root, dir, data) = with_lock_file(&format!("{}\n", std::process::id()));
+        assert_ne!(holder(&dir, &data), Holder::Stale);
+        assert!(!remove_stale_lock(&dir, &data).expect("no error"));
+        assert!(data.join(PID_FILE).exists());
+    }
 }

@@ -29,21 +29,18 @@ pub(super) async fn check_admin(client: &Client, admin: &Config) -> Result<bool>
     Ok(is_super)
 }
 
-/// Makes the owner role and prepares the parent.
+/// Makes the owner role and prepares the parent. Every step is idempotent (it looks before it
+/// makes or changes anything), so a set-up interrupted anywhere — its process killed, its
+/// server stopped — is finished by the next one, and a repeated set-up asks the server for
+/// nothing it would refuse.
 pub(super) async fn set_up(
     client: &Client,
     target: &ServerTarget,
     opts: &ServerOptions,
     is_super: bool,
 ) -> Result<()> {
+    ensure_owner_role(client, &opts.owner_role).await?;
     let owner = quote_ident(&opts.owner_role);
-    if let Err(e) = client
-        .batch_execute(&format!("CREATE ROLE {owner} NOLOGIN"))
-        .await
-        && !is_dup(&e)
-    {
-        return Err(Error::from_pg("creating the owner role", e));
-    }
     if !is_super {
         // Already a member when the role existed before: the error is the expected answer.
         let _ = client
@@ -60,6 +57,31 @@ pub(super) async fn set_up(
         )))
     } else {
         warn_if_public_connect(client, &target.parent).await
+    }
+}
+
+/// Creates the `NOLOGIN` owner role unless it exists. `CREATE ROLE` has no `IF NOT EXISTS`:
+/// `pg_roles` is read first, and a role another session created in between (outside the
+/// set-up lock, which only Consort's providers take) is the duplicate error, accepted.
+async fn ensure_owner_role(client: &Client, role: &str) -> Result<()> {
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_roles WHERE rolname = $1", &[&role])
+        .await
+        .map_err(|e| Error::from_pg("looking for the owner role", e))?
+        .is_some();
+    if exists {
+        return Ok(());
+    }
+    match client
+        .batch_execute(&format!("CREATE ROLE {} NOLOGIN", quote_ident(role)))
+        .await
+    {
+        Ok(()) => {
+            info!(role = %role, "created the owner role");
+            Ok(())
+        }
+        Err(e) if is_dup(&e) => Ok(()),
+        Err(e) => Err(Error::from_pg("creating the owner role", e)),
     }
 }
 
