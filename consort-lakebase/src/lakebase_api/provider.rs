@@ -11,7 +11,9 @@
 //!   authorization failed" window with fresh credentials) before returning.
 //! * `connect_info`: the endpoint host, the configured port, database and user, and a minted
 //!   database token; the token is cached per endpoint and re-minted when it is within
-//!   `credential_refresh_margin` of expiry.
+//!   `credential_refresh_margin` of the expiry the service reported (never later than the
+//!   lifetime asked for). A cached token is checked with a login before it is handed out, and
+//!   minted again once when the server refuses it (28P01: the service ended it early).
 //! * `reset` is delete + create (there is no reset API); `delete` purges and treats "not
 //!   found" as done; `sweep` deletes only `<prefix>-…` branches older than the cut-off
 //!   (children before bases, and never a base that still has children or that this process
@@ -250,6 +252,39 @@ struct CachedCredential {
     expires_at: SystemTime,
 }
 
+/// Whether a credential was minted by the call that returned it (or came from the cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Minted {
+    Yes,
+    No,
+}
+
+/// When a credential minted for `endpoint` with the lifetime `requested` expires: the expiry the
+/// service reported, but never later than the lifetime asked for (the service grants at most
+/// that). Without a readable expiry the lifetime asked for is assumed, and said in the log.
+fn credential_expiry(endpoint: &str, reported: Option<&str>, requested: Duration) -> SystemTime {
+    let now = SystemTime::now();
+    let asked = now + requested.clamp(Duration::from_secs(300), Duration::from_secs(3600));
+    match reported.map(|t| (t, parse_rfc3339(t))) {
+        Some((_, Some(at))) => at.min(asked),
+        Some((text, None)) => {
+            tracing::warn!(
+                endpoint,
+                reported = %text.chars().take(40).collect::<String>(),
+                "the service's credential expiry is not an RFC 3339 time; assuming the lifetime asked for"
+            );
+            asked
+        }
+        None => {
+            tracing::warn!(
+                endpoint,
+                "the service reported no credential expiry; assuming the lifetime asked for"
+            );
+            asked
+        }
+    }
+}
+
 /// The Lakebase Autoscaling backend (see the module documentation for the semantics).
 pub struct LakebaseProvider {
     cfg: LakebaseConfig,
@@ -440,47 +475,42 @@ impl LakebaseProvider {
         Ok(info)
     }
 
+    /// The credential for `endpoint`: the cached one while it is more than
+    /// `credential_refresh_margin` from the expiry the service reported, else (or when `fresh`)
+    /// a newly minted one. The flag says whether it was minted by this call.
     async fn credential_for(
         &self,
         endpoint: &str,
         fresh: bool,
-    ) -> std::result::Result<CachedCredential, ApiError> {
+    ) -> std::result::Result<(CachedCredential, Minted), ApiError> {
         if !fresh
             && let Some(c) = lock(&self.credentials).get(endpoint).cloned()
             && SystemTime::now() + self.cfg.credential_refresh_margin < c.expires_at
         {
-            return Ok(c);
+            return Ok((c, Minted::No));
         }
         let requested = self.cfg.credential_ttl;
         let cred = self.client.generate_credential(endpoint, requested).await?;
-        let expires_at = cred
-            .expire_time
-            .as_deref()
-            .and_then(parse_rfc3339)
-            .unwrap_or_else(|| {
-                SystemTime::now()
-                    + requested.clamp(Duration::from_secs(300), Duration::from_secs(3600))
-            });
         let c = CachedCredential {
             token: cred.token,
-            expires_at,
+            expires_at: credential_expiry(endpoint, cred.expire_time.as_deref(), requested),
         };
         tracing::debug!(endpoint, "minted a database credential");
         lock(&self.credentials).insert(endpoint.to_string(), c.clone());
-        Ok(c)
+        Ok((c, Minted::Yes))
     }
 
     async fn connect_info_for(
         &self,
         branch: &str,
         fresh: bool,
-    ) -> std::result::Result<ConnectInfo, ApiError> {
+    ) -> std::result::Result<(ConnectInfo, Minted), ApiError> {
         validate_branch_id(branch)?;
         let ep = self.endpoint_for(branch).await?;
         let sslmode = self.sslmode_for(&ep.host)?;
         let user = self.user().await?;
-        let cred = self.credential_for(&ep.resource, fresh).await?;
-        Ok(ConnectInfo {
+        let (cred, minted) = self.credential_for(&ep.resource, fresh).await?;
+        let info = ConnectInfo {
             host: ep.host,
             port: self.cfg.port,
             database: self.database_for(branch),
@@ -489,7 +519,45 @@ impl LakebaseProvider {
             expires_at: Some(cred.expires_at),
             sslmode,
             ca_file: self.cfg.ca_file.clone(),
-        })
+        };
+        Ok((info, minted))
+    }
+
+    /// The connection details handed to callers ([`BranchProvider::connect_info`]). A cached
+    /// credential is checked with a login first: a service may end a credential before the
+    /// expiry it reported (expired or revoked mid-use), which only a login shows. When the
+    /// server refuses it (SQLSTATE 28P01) a new one is minted, once. A login that fails for
+    /// another reason (the network, the compute) says nothing about the credential, which is
+    /// then handed out as it is: the caller's own connection meets and reports that failure.
+    async fn checked_connect_info(
+        &self,
+        branch: &str,
+    ) -> std::result::Result<ConnectInfo, ApiError> {
+        let (info, minted) = self.connect_info_for(branch, false).await?;
+        if minted == Minted::Yes {
+            return Ok(info);
+        }
+        match connect_raw(&info).await {
+            Ok(client) => {
+                drop(client);
+                Ok(info)
+            }
+            Err(ConnectFailure::Postgres(e)) if is_refused_password(&e) => {
+                tracing::info!(
+                    branch,
+                    "the server refused the cached credential (expired or revoked before its reported expiry); minting a new one"
+                );
+                Ok(self.connect_info_for(branch, true).await?.0)
+            }
+            Err(ConnectFailure::Postgres(e)) => {
+                tracing::debug!(
+                    branch,
+                    "checking the cached credential with a login failed for another reason; handing it out: {e}"
+                );
+                Ok(info)
+            }
+            Err(ConnectFailure::Refused(e)) => Err(e),
+        }
     }
 
     /// Logs in to a branch and runs `SELECT 1`, retrying the login window after creation
@@ -503,7 +571,7 @@ impl LakebaseProvider {
         let mut backoff = policy.initial_backoff;
         let mut fresh = false;
         loop {
-            let info = self.connect_info_for(branch, fresh).await?;
+            let (info, _) = self.connect_info_for(branch, fresh).await?;
             let failure = match connect_raw(&info).await {
                 Ok(client) => {
                     return match client.simple_query("SELECT 1").await {
@@ -1027,7 +1095,7 @@ impl BranchProvider for LakebaseProvider {
     }
 
     fn connect_info<'a>(&'a self, branch: &'a Branch) -> BoxFuture<'a, Result<ConnectInfo>> {
-        Box::pin(async move { Ok(self.connect_info_for(&branch.name, false).await?) })
+        Box::pin(async move { Ok(self.checked_connect_info(&branch.name).await?) })
     }
 
     fn invalidate_credential(&self, branch: &Branch) {
@@ -1079,6 +1147,32 @@ impl BranchProvider for LakebaseProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_credential_expires_when_the_service_says_but_never_after_the_lifetime_asked_for() {
+        let hour = Duration::from_secs(3600);
+        let soon = SystemTime::now() + Duration::from_secs(600);
+        let at = credential_expiry("e", Some(&format_rfc3339(soon)), hour);
+        let off = |a: SystemTime, b: SystemTime| {
+            a.duration_since(b)
+                .or_else(|_| b.duration_since(a))
+                .expect("a difference")
+        };
+        assert!(
+            off(at, soon) < Duration::from_millis(2),
+            "the service's expiry"
+        );
+        let late = SystemTime::now() + 5 * hour;
+        let capped = credential_expiry("e", Some(&format_rfc3339(late)), hour);
+        assert!(
+            capped <= SystemTime::now() + hour,
+            "capped at the lifetime asked for"
+        );
+        for reported in [None, Some("tomorrow")] {
+            let assumed = credential_expiry("e", reported, hour);
+            assert!(off(assumed, SystemTime::now() + hour) < Duration::from_secs(5));
+        }
+    }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs

@@ -97,19 +97,72 @@ async fn a_refused_cached_credential_is_minted_again_once() {
         .await
         .expect("a new credential logs in");
     assert_eq!(lb.mints().await.len(), minted + 1, "minted once more");
-    // A caller that met the refusal tells the provider, which forgets the credential.
+    // connect_info checks a cached credential with a login and mints again when refused.
     lb.revoke_credentials().await;
-    let still = p.connect_info(&branch).await.expect("info");
-    assert_eq!(
-        still.secret, cached.secret,
-        "the provider cannot know by itself"
+    let minted = lb.mints().await.len();
+    let checked = p.connect_info(&branch).await.expect("info");
+    assert_ne!(
+        checked.secret, cached.secret,
+        "a revoked credential is never handed out"
     );
+    assert_eq!(lb.mints().await.len(), minted + 1, "minted once more");
+    drop(connect(&checked).await);
+    // A caller that met a refusal tells the provider, which forgets the credential.
     p.invalidate_credential(&branch);
     let fresh = p.connect_info(&branch).await.expect("info");
-    assert_ne!(fresh.secret, cached.secret);
+    assert_eq!(
+        lb.mints().await.len(),
+        minted + 2,
+        "the forgotten credential is asked for again"
+    );
     drop(connect(&fresh).await);
     p.delete("consort-revoked-1").await.expect("delete");
     p.delete("consort-revoked-2").await.expect("delete");
+}
+
+/// A service may end a credential before the expiry it reported (an independent
+/// implementation did, mid-use): `connect_info` must not hand out the cached one then, but a
+/// fresh one that logs in.
+#[tokio::test]
+async fn a_credential_the_server_expired_mid_use_is_replaced_by_connect_info() {
+    let pg = LocalPg::start().await;
+    let lb = Lakebase::start(Some(&pg)).await;
+    let (p, base) = provider_and_base(&lb, pg.port).await;
+    let branch = p.create("consort-expired-1", &base).await.expect("create");
+    let cached = p.connect_info(&branch).await.expect("info");
+    let minted = lb.mints().await.len();
+    let again = p.connect_info(&branch).await.expect("info");
+    assert_eq!(
+        again.secret, cached.secret,
+        "a working credential is reused"
+    );
+    assert_eq!(lb.mints().await.len(), minted, "and not minted again");
+
+    lb.expire_credentials().await;
+    let reported = cached.expires_at.expect("an expiry");
+    assert!(
+        reported > SystemTime::now() + Duration::from_secs(60),
+        "the expiry the service reported is still far ahead: only a login tells"
+    );
+    let old = consort_lakebase::lakebase_api::connect(&cached)
+        .await
+        .expect_err("the expired credential no longer logs in");
+    assert!(
+        matches!(&old, ApiError::Postgres { code: Some(c), .. } if c == "28P01"),
+        "{old}"
+    );
+
+    let fresh = p
+        .connect_info(&branch)
+        .await
+        .expect("info after the expiry");
+    assert_ne!(fresh.secret, cached.secret, "a new credential");
+    assert_eq!(lb.mints().await.len(), minted + 1, "minted once more");
+    let db = connect(&fresh).await;
+    let one: i32 = query_value(&db, "SELECT 1", &[]).await;
+    assert_eq!(one, 1, "the new credential logs in");
+    drop(db);
+    p.delete("consort-expired-1").await.expect("delete");
 }
 
 #[tokio::test]

@@ -435,6 +435,20 @@ impl Lakebase {
         st.current = None;
     }
 
+    /// Expires the database credential handed out so far before the expiry it reported (as a
+    /// service may, mid-use): the user's role keeps its password but is valid until a moment
+    /// past, so logins with it fail with 28P01; the next credential minted is a new one.
+    pub(crate) async fn expire_credentials(&self) {
+        let mut st = self.shared.st.lock().await;
+        admin_exec(
+            &self.shared,
+            &format!("ALTER ROLE {} VALID UNTIL '-infinity'", ident(USER)),
+        )
+        .await
+        .expect("expire");
+        st.current = None;
+    }
+
     /// Every request so far.
     pub(crate) async fn requests(&self) -> Vec<Req> {
         self.shared.st.lock().await.requests.clone()
