@@ -202,7 +202,7 @@ fn runner_section(dir: &Path, stack: Stack, tests: &[String]) -> String {
         Stack::Cargo => cargo_runner(),
         Stack::Pytest => "command = \"python3 -m pytest -q -p no:cacheprovider --junitxml=\\\"$CONSORT_JUNIT\\\"\"\njunit = \"junit.xml\"             # pytest's JUnit report, in the run's report directory\ntap = false\n".to_string(),
         Stack::Vitest => "command = \"npx vitest run --reporter=junit --outputFile=\\\"$CONSORT_JUNIT\\\"\"\njunit = \"junit.xml\"             # vitest's JUnit reporter, in the run's report directory\ntap = false\n".to_string(),
-        Stack::Jest => "command = \"JEST_JUNIT_OUTPUT_FILE=\\\"$CONSORT_JUNIT\\\" npx jest --ci --reporters=default --reporters=jest-junit\"\njunit = \"junit.xml\"             # jest-junit's report (npm install --save-dev jest-junit)\ntap = false\n".to_string(),
+        Stack::Jest => "command = \"JEST_JUNIT_OUTPUT_FILE=\\\"$CONSORT_JUNIT\\\" JEST_JUNIT_CLASSNAME=\\\"{filepath}\\\" npx jest --ci --reporters=default --reporters=jest-junit\"\njunit = \"junit.xml\"             # jest-junit's report (npm install --save-dev jest-junit)\ntap = false\n".to_string(),
         Stack::Go => "command = \"go test -json ./...\"\nstdout = \"go-test-json\"        # each test's result from go test's JSON events\n".to_string(),
         Stack::Psql => {
             let setup = sql_code_globs(dir);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::config::{ProjectConfig, RunnerConfig};
 
 /// How long a collection run may take.
-const COLLECT_LIMIT: Duration = Duration::from_secs(300);
+const COLLECT_LIMIT: Duration = Duration::from_secs(120);
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,10 +143,16 @@ fn psql_collects(dir: &Path, config: &ProjectConfig, globs: &[String]) -> Findin
     }
 }
 
-/// Counts the tests a list run printed.
-type Counter = fn(&str) -> usize;
+/// Counts the tests a list run printed (its standard output) or wrote (its JUnit report).
+type Counter = fn(&Listed) -> usize;
 
-/// A tool's own list run: its command line, how to count what it prints, and the exit code
+/// What a list run left: its standard output, and the JUnit report when it wrote one.
+struct Listed {
+    stdout: String,
+    junit: Option<String>,
+}
+
+/// A tool's own list run: its command line, how to count what it lists, and the exit code
 /// with which it says it found no test (pytest's 5), which a project without tests yet is.
 struct ListRun {
     command: String,
@@ -164,8 +170,33 @@ impl ListRun {
     }
 }
 
-/// The tool's own list run for the command's tool.
-fn list_command(command: &str, program: &str) -> Option<ListRun> {
+/// Lines of standard output that satisfy `keep`.
+fn lines_where(listed: &Listed, keep: fn(&str) -> bool) -> usize {
+    listed.stdout.lines().filter(|l| keep(l)).count()
+}
+
+/// The tests one line of pytest's `--collect-only` output names, at any verbosity: a node id
+/// (`-q`), a file's count (`-qq`: `tests/test_a.py: 2`), or a `<Function …>` item.
+fn pytest_collected(line: &str) -> usize {
+    let line = line.trim();
+    if line.starts_with("<Function ") || (line.contains("::") && !line.contains(' ')) {
+        return 1;
+    }
+    line.rsplit_once(": ")
+        .filter(|(file, _)| file.ends_with(".py"))
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A test name no test has: a vitest run filtered by it collects every test file (and reports
+/// each test skipped) without running a test; vitest 1 has no `list` command.
+const MATCHES_NO_TEST: &str = "'^consort doctor: collect only$'";
+
+/// The tool's own list run, made from the configured command so that its own arguments
+/// (directories, configuration, reporters) count: pytest `--collect-only`, vitest filtered by
+/// a name no test has (its JUnit report then lists every test, skipped), jest `--listTests`,
+/// cargo's `--list`, `go test -list`.
+fn list_command(command: &str) -> Option<ListRun> {
     let words = shell_words(command);
     let has = |w: &str| {
         words
@@ -173,42 +204,77 @@ fn list_command(command: &str, program: &str) -> Option<ListRun> {
             .any(|x| x == w || x.ends_with(&format!("/{w}")))
     };
     if has("pytest") {
-        let python = if program == "pytest" {
-            "pytest".to_string()
+        let no_cache = if command.contains("no:cacheprovider") {
+            ""
         } else {
-            format!("{program} -m pytest")
+            " -p no:cacheprovider"
         };
         return Some(ListRun {
-            command: format!("{python} --collect-only -q -p no:cacheprovider"),
-            count: |out| out.lines().filter(|l| l.contains("::")).count(),
+            command: format!("{command} --collect-only{no_cache}"),
+            count: |l| l.stdout.lines().map(pytest_collected).sum(),
             none_found: Some(5),
         });
     }
     if has("cargo") {
-        return ListRun::new("cargo test --offline --quiet -- --list", |out| {
-            out.lines().filter(|l| l.ends_with(": test")).count()
-        });
+        let list = if words.iter().any(|w| w == "--") {
+            format!("{command} --list")
+        } else {
+            format!("{command} -- --list")
+        };
+        return ListRun::new(list, |l| lines_where(l, |l| l.ends_with(": test")));
     }
     if has("go") {
-        return ListRun::new("go test -list . ./...", |out| {
-            out.lines().filter(|l| l.starts_with("Test")).count()
+        return ListRun::new("go test -list . ./...", |l| {
+            lines_where(l, |l| l.starts_with("Test"))
+        });
+    }
+    if has("vitest") && command.contains("junit") {
+        return ListRun::new(format!("{command} -t {MATCHES_NO_TEST}"), |l| {
+            l.junit
+                .as_deref()
+                .map_or(0, |x| x.matches("<testcase").count())
         });
     }
     if has("vitest") {
-        return ListRun::new("npx vitest list", |out| {
-            out.lines().filter(|l| !l.trim().is_empty()).count()
+        return ListRun::new("npx vitest list", |l| {
+            lines_where(l, |l| !l.trim().is_empty())
         });
     }
     if has("jest") {
-        return ListRun::new("npx jest --listTests", |out| {
-            out.lines().filter(|l| !l.trim().is_empty()).count()
+        return ListRun::new(format!("{command} --listTests"), |l| {
+            lines_where(l, |l| !l.trim().is_empty() && !l.contains("::"))
         });
     }
     None
 }
 
+/// `npx X` runs X from the project's `node_modules/.bin`, or tries the registry, which a run
+/// cannot reach: a package that is not installed fails every run.
+fn npx_target_missing(dir: &Path, command: &str, program: &str) -> Option<Finding> {
+    if program != "npx" {
+        return None;
+    }
+    let words = shell_words(command);
+    let target = words
+        .iter()
+        .skip_while(|w| w.as_str() != "npx")
+        .skip(1)
+        .find(|w| !w.starts_with('-'))?;
+    let bin = dir.join("node_modules/.bin").join(target);
+    (!bin.exists()).then(|| Finding {
+        ok: false,
+        what: format!(
+            "`npx {target}` does not run: there is no {target} in node_modules/.bin, and a test run cannot install it (it reaches no registry)"
+        ),
+        hint: format!("check the command for a typo, or install it: npm install --save-dev {target}"),
+    })
+}
+
 fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
-    let Some(run) = list_command(command, program) else {
+    if let Some(missing) = npx_target_missing(dir, command, program) {
+        return Some(missing);
+    }
+    let Some(run) = list_command(command) else {
         return Some(Finding {
             ok: true,
             what: format!(
@@ -219,7 +285,7 @@ fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
     };
     let list = &run.command;
     let started = Instant::now();
-    let out = run_limited(dir, list);
+    let out = run_limited(dir, list, COLLECT_LIMIT);
     let took = started.elapsed().as_secs_f64();
     let found = |what: String| Finding {
         ok: true,
@@ -227,16 +293,35 @@ fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
         hint: String::new(),
     };
     Some(match out {
-        Ok((Some(0), stdout, _)) => found(format!(
+        Ok(Ran::TimedOut) => Finding {
+            ok: false,
+            what: format!(
+                "`{list}` did not finish in {} s (stopped, with everything it started)",
+                COLLECT_LIMIT.as_secs()
+            ),
+            hint: "a test tool that waits (watch mode, a prompt) never finishes a run: make the command run once".into(),
+        },
+        Ok(Ran::Exited(Some(code @ (126 | 127)), listed, stderr)) => Finding {
+            ok: false,
+            what: format!(
+                "`{list}` does not run (exit {code}): {}",
+                tail(&format!("{}{stderr}", listed.stdout))
+            ),
+            hint: "check the test command for a typo, and that its program is installed".into(),
+        },
+        Ok(Ran::Exited(Some(0), listed, _)) => found(format!(
             "`{list}` collects {} ({took:.1} s)",
-            consort_actors::counted((run.count)(&stdout) as u64, "test", "tests")
+            consort_actors::counted((run.count)(&listed) as u64, "test", "tests")
         )),
-        Ok((code, _, _)) if code.is_some() && code == run.none_found => found(format!(
+        Ok(Ran::Exited(code, _, _)) if code.is_some() && code == run.none_found => found(format!(
             "`{list}` finds no test yet ({took:.1} s): the feature's tests will be the first"
         )),
-        Ok((_, stdout, stderr)) => Finding {
+        Ok(Ran::Exited(_, listed, stderr)) => Finding {
             ok: false,
-            what: format!("`{list}` failed: {}", tail(&format!("{stdout}{stderr}"))),
+            what: format!(
+                "`{list}` failed: {}",
+                tail(&format!("{}{stderr}", listed.stdout))
+            ),
             hint: "make the project's tests collect as you would run them yourself".into(),
         },
         Err(e) => Finding {
@@ -247,34 +332,77 @@ fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
     })
 }
 
-/// Runs `command` with `sh -c` in `dir`, killed at [`COLLECT_LIMIT`]: (exit code, stdout,
-/// stderr).
-fn run_limited(dir: &Path, command: &str) -> std::io::Result<(Option<i32>, String, String)> {
+/// What stands for output whose reader thread failed.
+const UNREAD: &str = "(its output could not be read)";
+
+/// How a list run ended.
+enum Ran {
+    /// It exited (code, what it listed, its standard error).
+    Exited(Option<i32>, Listed, String),
+    /// It passed its time limit and was killed with its whole process group.
+    TimedOut,
+}
+
+/// Runs `command` with `sh -c` in `dir` as a run would (`CI=true`, so no tool watches or
+/// prompts; `npm_config_yes=false`; `$CONSORT_JUNIT` a private report path), in a process
+/// group of its own that is killed whole at `limit`.
+fn run_limited(dir: &Path, command: &str, limit: Duration) -> std::io::Result<Ran> {
+    use std::os::unix::process::CommandExt;
+    let reports = tempfile::tempdir()?;
+    let junit = reports.path().join("junit.xml");
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(command)
         .current_dir(dir)
+        .envs(consort_lakebase::NON_INTERACTIVE)
+        .env("CONSORT_JUNIT", &junit)
+        .env("CONSORT_REPORT_DIR", reports.path())
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    // Read both pipes while the command runs: one that fills a pipe would wait forever.
+    let stdout = read_in_background(child.stdout.take());
+    let stderr = read_in_background(child.stderr.take());
     let started = Instant::now();
-    loop {
-        if child.try_wait()?.is_some() {
-            break;
+    let mut status = None;
+    while status.is_none() && started.elapsed() <= limit {
+        status = child.try_wait()?;
+        if status.is_none() {
+            std::thread::sleep(Duration::from_millis(50));
         }
-        if started.elapsed() > COLLECT_LIMIT {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
-    let out = child.wait_with_output()?;
-    Ok((
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    // The command's group goes whole: at the limit, and whatever it left running after it.
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let (stdout, stderr) = (stdout.join(), stderr.join());
+    let Some(status) = status else {
+        return Ok(Ran::TimedOut);
+    };
+    let listed = Listed {
+        stdout: stdout.unwrap_or_else(|_| UNREAD.into()),
+        junit: std::fs::read_to_string(&junit).ok(),
+    };
+    Ok(Ran::Exited(
+        status.code(),
+        listed,
+        stderr.unwrap_or_else(|_| UNREAD.into()),
     ))
+}
+
+/// A thread that reads `pipe` to its end, as text.
+fn read_in_background<R: std::io::Read + Send + 'static>(
+    pipe: Option<R>,
+) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
 }
 
 /// The last few lines of a tool's output.
@@ -314,26 +442,113 @@ mod tests {
         assert!(!installed("./missing.sh", tmp.path()));
     }
 
+    fn listed(stdout: &str) -> Listed {
+        Listed {
+            stdout: stdout.into(),
+            junit: None,
+        }
+    }
+
     #[test]
-    fn list_runs_are_known_for_each_tool() {
-        let pytest = list_command("python3 -m pytest -q", "python3").expect("pytest");
+    fn list_runs_are_made_from_the_configured_command() {
+        let pytest = list_command("python3 -m pytest -q tests/unit").expect("pytest");
         assert_eq!(
-            pytest.command,
-            "python3 -m pytest --collect-only -q -p no:cacheprovider"
+            pytest.command, "python3 -m pytest -q tests/unit --collect-only -p no:cacheprovider",
+            "the command's own arguments count"
         );
-        assert_eq!(
-            (pytest.count)(
-                "tests/test_a.py::test_x\ntests/test_a.py::test_y\n\n2 tests collected\n"
+        let own = list_command("pytest -p no:cacheprovider").expect("pytest");
+        assert_eq!(own.command, "pytest -p no:cacheprovider --collect-only");
+        for (verbosity, out) in [
+            (
+                "-q",
+                "tests/test_a.py::test_x\ntests/test_a.py::test_y\n\n2 tests collected in 0.01s\n",
             ),
+            ("-qq", "tests/test_a.py: 1\ntests/test_b.py: 1\n"),
+            (
+                "",
+                "<Module tests/test_a.py>\n  <Function test_x>\n  <Function test_y>\n",
+            ),
+        ] {
+            assert_eq!((pytest.count)(&listed(out)), 2, "{verbosity}");
+        }
+        let cargo = list_command("cargo test --offline").expect("cargo");
+        assert_eq!(cargo.command, "cargo test --offline -- --list");
+        assert_eq!(
+            (cargo.count)(&listed("tests::a: test\nb: test\nc: bench\n")),
             2
         );
-        let cargo = list_command("cargo test --offline", "cargo").expect("cargo");
-        assert_eq!((cargo.count)("tests::a: test\nb: test\nc: bench\n"), 2);
-        let go = list_command("go test -json ./...", "go").expect("go");
-        assert_eq!((go.count)("TestA\nTestB\nok  x 0.1s\n"), 2);
+        let threads = list_command("cargo test -- --test-threads=1").expect("cargo");
+        assert_eq!(threads.command, "cargo test -- --test-threads=1 --list");
+        let go = list_command("go test -json ./...").expect("go");
+        assert_eq!((go.count)(&listed("TestA\nTestB\nok  x 0.1s\n")), 2);
         assert_eq!(pytest.none_found, Some(5), "pytest's exit code for no test");
         assert_eq!(cargo.none_found, None);
-        assert!(list_command("npx vitest run", "npx").is_some());
-        assert!(list_command("make check", "make").is_none());
+        // vitest 1 has no `list`: the configured run, filtered by a name no test has, reports
+        // every test (skipped) in its JUnit report.
+        let vitest = list_command(
+            "npx vitest run --reporter=junit --outputFile=\"$CONSORT_JUNIT\" --dir test",
+        )
+        .expect("vitest");
+        assert!(
+            vitest.command.contains("--dir test -t '^consort doctor"),
+            "{}",
+            vitest.command
+        );
+        let report = Listed {
+            stdout: String::new(),
+            junit: Some("<testsuite><testcase name=\"a\"><skipped/></testcase><testcase name=\"b\"/></testsuite>".into()),
+        };
+        assert_eq!((vitest.count)(&report), 2);
+        let jest = list_command("npx jest --ci").expect("jest");
+        assert_eq!(jest.command, "npx jest --ci --listTests");
+        assert!(list_command("make check").is_none());
+    }
+
+    #[test]
+    fn a_command_that_waits_is_stopped_at_the_limit_with_everything_it_started() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let marker = tmp.path().join("grandchild");
+        let command = format!("(sleep 30; touch {}) & sleep 30", marker.display());
+        let ran = run_limited(tmp.path(), &command, Duration::from_millis(300)).expect("runs");
+        assert!(matches!(ran, Ran::TimedOut));
+        let ran =
+            run_limited(tmp.path(), "echo \"ci=$CI\"", Duration::from_secs(10)).expect("runs");
+        let Ran::Exited(Some(0), listed, _) = ran else {
+            panic!("exits");
+        };
+        assert_eq!(listed.stdout, "ci=true\n", "never in watch mode");
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !marker.exists(),
+            "the background process went with its group"
+        );
+    }
+
+    #[test]
+    fn a_command_whose_program_does_not_run_fails_the_doctor() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let typo =
+            collection(tmp.path(), "npx vitset run --reporter=junit", "npx").expect("a finding");
+        assert!(!typo.ok);
+        assert!(
+            typo.what.contains("no vitset in node_modules/.bin"),
+            "{}",
+            typo.what
+        );
+        std::fs::create_dir_all(tmp.path().join("node_modules/.bin")).expect("mkdir");
+        std::fs::write(tmp.path().join("node_modules/.bin/vitset"), "").expect("write");
+        assert!(npx_target_missing(tmp.path(), "npx vitset", "npx").is_none());
+        let missing = collection(
+            tmp.path(),
+            "no-such-tool-consort test",
+            "no-such-tool-consort",
+        );
+        assert!(
+            missing.is_some_and(|f| f.ok),
+            "an unknown tool is left to the first run"
+        );
+        let ran = run_limited(tmp.path(), "no-such-tool-consort", Duration::from_secs(10))
+            .expect("sh runs");
+        assert!(matches!(ran, Ran::Exited(Some(127), _, _)));
     }
 }

@@ -2,8 +2,8 @@
 //! the Driver are told in every assignment ([`consort_actors::HarnessFacts`]), and which files
 //! the runner collects as tests (a test-list entry anywhere else is refused in the design lane).
 
-use consort_actors::HarnessFacts;
-use consort_lakebase::BRANCH_ENV;
+use consort_actors::{HarnessFacts, TestIdentity};
+use consort_lakebase::{BRANCH_ENV, StdoutFormat};
 
 use crate::config::{ProjectConfig, RunnerConfig};
 
@@ -35,6 +35,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
             pass_rule: "A test file passes when psql exits 0; with ON_ERROR_STOP any SQL error or RAISE EXCEPTION fails it. Each test's changes are rolled back.".into(),
             before_tests: before_tests(config),
             environment: BRANCH_ENV.map(String::from).to_vec(),
+            test_names: test_identity(config).form().into(),
         },
         RunnerConfig::Command {
             command,
@@ -58,12 +59,73 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
                 .chain(pass_env.iter().cloned())
                 .chain(env_set.keys().cloned())
                 .collect(),
+            test_names: test_identity(config).form().into(),
         },
     }
 }
 
-fn command_pass_rule(junit: bool, stdout: Option<consort_lakebase::StdoutFormat>) -> String {
-    use consort_lakebase::StdoutFormat;
+/// How the configured runner names the tests it reports (see [`TestIdentity`]): a test-list
+/// entry under another name is refused in the design lane, since no run could report it.
+pub fn test_identity(config: &ProjectConfig) -> TestIdentity {
+    let RunnerConfig::Command {
+        command,
+        junit,
+        tap,
+        stdout,
+        ..
+    } = &config.runner
+    else {
+        return TestIdentity::FilePath;
+    };
+    if junit.is_some() {
+        return match tool_named(command) {
+            Some(Tool::Pytest) => TestIdentity::JunitModule,
+            Some(Tool::Vitest) => TestIdentity::JunitFile,
+            Some(Tool::Jest) if command.contains(JEST_FILE_CLASSNAME) => TestIdentity::JunitFile,
+            _ => TestIdentity::Junit,
+        };
+    }
+    match (tap, stdout) {
+        (true, StdoutFormat::Libtest) => TestIdentity::Libtest,
+        (true, StdoutFormat::GoTestJson) => TestIdentity::GoTest,
+        _ => TestIdentity::Described,
+    }
+}
+
+/// What jest-junit is told for its class names to be the test file's path
+/// (`JEST_JUNIT_CLASSNAME`), as `consort init` writes it.
+pub const JEST_FILE_CLASSNAME: &str = "JEST_JUNIT_CLASSNAME=\"{filepath}\"";
+
+/// The test tools whose defaults Consort knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    Pytest,
+    GoTest,
+    Vitest,
+    Jest,
+}
+
+/// The test tool the command names, if it names one Consort knows.
+fn tool_named(command: &str) -> Option<Tool> {
+    let words: Vec<&str> = command
+        .split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let names = |w: &str| words.iter().any(|x| x.rsplit('/').next() == Some(w));
+    if names("pytest") || names("py.test") {
+        Some(Tool::Pytest)
+    } else if names("go") && names("test") {
+        Some(Tool::GoTest)
+    } else if names("vitest") {
+        Some(Tool::Vitest)
+    } else if names("jest") {
+        Some(Tool::Jest)
+    } else {
+        None
+    }
+}
+
+fn command_pass_rule(junit: bool, stdout: Option<StdoutFormat>) -> String {
     let per_test = match (junit, stdout) {
         (true, _) => {
             "Each test's result is read from the JUnit report the command writes to $CONSORT_JUNIT"
@@ -104,20 +166,11 @@ fn collected_by_command(config: &ProjectConfig) -> Option<Vec<String>> {
     if let Some(globs) = collects {
         return Some(globs.clone());
     }
-    let words: Vec<&str> = command
-        .split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|')
-        .filter(|w| !w.is_empty())
-        .collect();
-    let names = |w: &str| words.iter().any(|x| x.rsplit('/').next() == Some(w));
-    let globs: &[&str] = if names("pytest") || names("py.test") {
+    let globs: &[&str] = match tool_named(command)? {
         // pytest's default `python_files`; a project that sets its own lists it in `collects`.
-        &["**/test_*.py", "**/*_test.py"]
-    } else if names("go") && names("test") {
-        &["**/*_test.go"]
-    } else if names("vitest") || names("jest") {
-        &["**/*.test.*", "**/*.spec.*", "**/__tests__/**"]
-    } else {
-        return None;
+        Tool::Pytest => &["**/test_*.py", "**/*_test.py"],
+        Tool::GoTest => &["**/*_test.go"],
+        Tool::Vitest | Tool::Jest => &["**/*.test.*", "**/*.spec.*", "**/__tests__/**"],
     };
     Some(globs.iter().map(|g| g.to_string()).collect())
 }
@@ -183,5 +236,52 @@ mod tests {
         );
         assert!(cmd.pass_rule.contains("TAP"));
         assert!(cmd.before_tests.contains("migrations"));
+    }
+
+    #[test]
+    fn each_runner_s_test_names_are_known_and_told() {
+        let junit = |cmd: &str| {
+            let mut c = command(cmd, None);
+            if let RunnerConfig::Command { junit, .. } = &mut c.runner {
+                *junit = Some("junit.xml".into());
+            }
+            c
+        };
+        let stdout = |format: StdoutFormat| {
+            let mut c = command("cargo test", None);
+            if let RunnerConfig::Command { stdout, .. } = &mut c.runner {
+                *stdout = format;
+            }
+            c
+        };
+        let cases = [
+            (crate::config::tests::minimal(), TestIdentity::FilePath),
+            (
+                junit("python3 -m pytest --junitxml=x"),
+                TestIdentity::JunitModule,
+            ),
+            (
+                junit("npx vitest run --reporter=junit"),
+                TestIdentity::JunitFile,
+            ),
+            (junit("npx jest --ci"), TestIdentity::Junit),
+            (
+                junit(&format!("{JEST_FILE_CLASSNAME} npx jest --ci")),
+                TestIdentity::JunitFile,
+            ),
+            (junit("mvn test"), TestIdentity::Junit),
+            (stdout(StdoutFormat::Libtest), TestIdentity::Libtest),
+            (stdout(StdoutFormat::GoTestJson), TestIdentity::GoTest),
+            (command("./run-tap.sh", None), TestIdentity::Described),
+        ];
+        for (config, want) in cases {
+            assert_eq!(test_identity(&config), want, "{:?}", config.runner);
+            assert_eq!(harness_facts(&config).test_names, want.form());
+            assert_eq!(
+                config.path_policy().expect("policy").test_identity(),
+                want,
+                "the design lane judges with it"
+            );
+        }
     }
 }

@@ -775,6 +775,11 @@ pub fn status_of(
                     Ok(serde_json::Value::from("budget-spent")),
                     Some(b.to_string()),
                 ),
+                consort_actors::EscalationReason::ChangedOutsideConsort => (
+                    "changed-outside",
+                    Ok(serde_json::Value::from("changed-outside-consort")),
+                    None,
+                ),
             };
             Some(HaltInfo {
                 kind: kind.into(),

@@ -524,11 +524,36 @@ pub fn outcome_line(outcome: &RunOutcome) -> String {
                 consort_actors::EscalationReason::Infrastructure(_) =>
                     "infrastructure fault".to_string(),
                 consort_actors::EscalationReason::BudgetSpent(_) => "budget".to_string(),
+                consort_actors::EscalationReason::ChangedOutsideConsort =>
+                    "changed outside Consort".to_string(),
             },
             escalation.detail
         ),
         RunOutcome::Stopped => "stopped by a human".into(),
     }
+}
+
+/// `command` (a `consort …` command line) as it runs from where the user is: unchanged when
+/// a `consort` program is on `PATH`, else through cargo (`cargo run -q --bin consort -- …`),
+/// which works in this repository right after an example, before anything is installed.
+pub fn runnable(command: &str) -> String {
+    runnable_with(std::env::var_os("PATH"), command)
+}
+
+/// [`runnable`] for this `PATH`.
+fn runnable_with(path: Option<std::ffi::OsString>, command: &str) -> String {
+    let installed = path.is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| is_executable(&dir.join("consort")))
+    });
+    match command.strip_prefix("consort ") {
+        Some(args) if !installed => format!("cargo run -q --bin consort -- {args}"),
+        _ => command.to_string(),
+    }
+}
+
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// An error and its causes on one line, each cause said once: our error messages already
@@ -549,6 +574,25 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_consort_command_runs_through_cargo_until_one_is_installed() {
+        let bin = tempfile::tempdir().expect("tempdir");
+        let with_path = |path: &std::path::Path| {
+            runnable_with(Some(path.as_os_str().to_owned()), "consort verify --dir d")
+        };
+        assert_eq!(
+            with_path(bin.path()),
+            "cargo run -q --bin consort -- verify --dir d"
+        );
+        let exe = bin.path().join("consort");
+        std::fs::write(&exe, "#!/bin/sh\n").expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert_eq!(with_path(bin.path()), "consort verify --dir d");
+        assert_eq!(runnable_with(None, "git log"), "git log");
+    }
+
     use super::*;
 
     #[test]

@@ -169,10 +169,7 @@ fn forged_receipt(work: &Path, request: u64) -> TestRunReceipt {
         runner: "psql".into(),
         command: "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test> -c ROLLBACK".into(),
         timings: RunTimings::default(),
-        outcomes: vec![TestOutcome {
-            name: T1.into(),
-            status: TestStatus::Passed,
-        }],
+        outcomes: vec![TestOutcome::new(T1, TestStatus::Passed)],
         exit: ExitRecord {
             code: Some(0),
             signal: None,
@@ -275,11 +272,22 @@ impl Case {
         driver: impl FnOnce(PathBuf, Cheating) -> A,
         step: &str,
     ) -> (RunReport, Vec<Event>, Vec<Seen>) {
+        let ran = self.driver_run(world, driver).await;
+        halted_for_rule(&ran.0, step);
+        ran
+    }
+
+    /// Runs once with the Driver `driver` makes from the work tree and an honest Driver.
+    async fn driver_run<A: Agent>(
+        &self,
+        world: &World,
+        driver: impl FnOnce(PathBuf, Cheating) -> A,
+    ) -> (RunReport, Vec<Event>, Vec<Seen>) {
         let honest = Cheating::new(Role::Driver, &script(""), &world.honest);
         let builder = self
             .ensemble(world, "")
             .agent(Role::Driver, driver(self.work.clone(), honest));
-        self.refused(builder, step).await
+        self.run(builder).await
     }
 
     /// Runs `builder` once (see [`Case::run`]) and checks that the run halted at `step` for a
@@ -1087,13 +1095,22 @@ async fn writes_outside_the_work_tree(world: &World) -> String {
 async fn test_edited_on_disk_before_the_run(world: &World) -> String {
     let case = Case::new(machine(1, 3));
     let tamperer = |work, honest| DiskTamperer { work, honest };
-    let (report, events, seen) = case
-        .driver_refused_at(world, tamperer, "apply green/T1")
-        .await;
+    let (report, events, seen) = case.driver_run(world, tamperer).await;
+    assert_eq!(halted(&report).step, "apply green/T1");
+    let frozen = ContentHash::of_bytes(honest_file(world, "red/T1", T1).as_bytes());
     assert_eq!(
         refusals(&events),
-        vec![RuleViolation::FrozenTestModified { path: T1.into() }]
+        vec![RuleViolation::ChangedOutsideConsort {
+            path: T1.into(),
+            expected: frozen,
+            found: Some(ContentHash::of_bytes(WEAKENED_TEST.as_bytes())),
+        }]
     );
+    // Named as a change outside Consort, never charged to the Driver whose set was applied.
+    let RunOutcome::Halted { escalation } = &report.outcome else {
+        panic!("halted: {:?}", report.outcome);
+    };
+    assert_eq!(escalation.reason, EscalationReason::ChangedOutsideConsort);
     // Detected when the conductor re-hashed the tests after applying, before any run.
     let refused_at = seen
         .iter()
@@ -1114,7 +1131,7 @@ async fn test_edited_on_disk_before_the_run(world: &World) -> String {
         Some(WEAKENED_TEST),
         "the tampering is on disk"
     );
-    "FrozenTestModified (tests/t1_add_item.sql) after apply, before the GREEN run; halted".into()
+    "ChangedOutsideConsort (tests/t1_add_item.sql) after apply, before the GREEN run; halted, not charged to the Driver".into()
 }
 
 /// 12. A ledger line of a stopped run is edited.

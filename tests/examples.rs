@@ -33,14 +33,41 @@ fn run(name: &str) -> String {
 fn the_python_service_example_runs_to_done_with_per_test_results_and_commits() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("items");
+    // A newcomer's PATH right after cloning: no `consort` installed.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let without_consort =
+        std::env::join_paths(std::env::split_paths(&path).filter(|d| !d.join("consort").exists()))
+            .expect("PATH");
     let out = Command::new(example("pyservice"))
         .arg("--dir")
         .arg(&dir)
+        .env("PATH", without_consort)
         .stdin(Stdio::null())
         .output()
         .expect("the example starts");
     let said = text(&out);
     assert!(out.status.success(), "{said}");
+    // The summary's command works as printed: through cargo while nothing is installed (run
+    // here as the binary cargo would run, since this test runs inside cargo).
+    let verify = said
+        .lines()
+        .skip_while(|l| !l.starts_with("check it yourself:"))
+        .nth(1)
+        .map(str::trim)
+        .expect("the summary names a command");
+    assert_eq!(
+        verify,
+        format!(
+            "cargo run -q --bin consort -- verify --dir {}",
+            dir.display()
+        )
+    );
+    let args = verify.trim_start_matches("cargo run -q --bin consort -- ");
+    let checked = Command::new(env!("CARGO_BIN_EXE_consort"))
+        .args(args.split(' '))
+        .output()
+        .expect("consort verify");
+    assert!(checked.status.success(), "{}", text(&checked));
     assert!(
         said.contains("every test green, every gate approved"),
         "{said}"

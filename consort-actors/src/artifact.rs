@@ -344,6 +344,17 @@ pub enum TestStatus {
     Errored,
 }
 
+impl fmt::Display for TestStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TestStatus::Passed => "passed",
+            TestStatus::Failed => "failed",
+            TestStatus::Skipped => "skipped",
+            TestStatus::Errored => "errored",
+        })
+    }
+}
+
 /// One named test's outcome in a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestOutcome {
@@ -351,6 +362,41 @@ pub struct TestOutcome {
     pub name: String,
     /// Its status.
     pub status: TestStatus,
+    /// What the runner said about a failed or errored test: the failure's message and
+    /// location, as its report gives them (JUnit `<failure>`, a TAP diagnostic, libtest's
+    /// captured output, `go test`'s output lines), capped at [`TestOutcome::MESSAGE_CAP`]
+    /// characters. Absent for passing tests and for runners that give none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl TestOutcome {
+    /// Most characters of a failure message a receipt keeps per test.
+    pub const MESSAGE_CAP: usize = 1500;
+
+    /// An outcome without a message.
+    pub fn new(name: impl Into<String>, status: TestStatus) -> TestOutcome {
+        TestOutcome {
+            name: name.into(),
+            status,
+            message: None,
+        }
+    }
+
+    /// This outcome with the runner's text about it: trimmed, capped at
+    /// [`TestOutcome::MESSAGE_CAP`] characters (its head and tail kept), and dropped when
+    /// empty.
+    pub fn with_message(mut self, text: &str) -> TestOutcome {
+        let text = text.trim();
+        self.message =
+            (!text.is_empty()).then(|| crate::text::head_and_tail(text, Self::MESSAGE_CAP));
+        self
+    }
+
+    /// Whether the test failed or errored.
+    pub fn is_failure(&self) -> bool {
+        matches!(self.status, TestStatus::Failed | TestStatus::Errored)
+    }
 }
 
 /// How the test command ended.
@@ -596,6 +642,9 @@ pub enum EscalationReason {
     /// A budget people set for the run or a role is spent: neither the work's fault nor the
     /// infrastructure's. The next call was not made; raise the budget to go on.
     BudgetSpent(crate::budget::BudgetName),
+    /// A frozen file changed outside Consort (a hand edit): neither an agent's doing nor the
+    /// infrastructure's. Put the file back, then retry.
+    ChangedOutsideConsort,
 }
 
 impl EscalationReason {
@@ -655,6 +704,9 @@ pub enum InfraFault {
     QuotaExhausted,
     /// A migration could not be applied (promote).
     MigrationFailed,
+    /// The test command ran but did not test anything: its program was not found, it wrote
+    /// no report, or it collected no test (the configuration's or the machine's fault).
+    TestCommandBroken,
 }
 
 impl fmt::Display for InfraFault {
@@ -671,6 +723,7 @@ impl fmt::Display for InfraFault {
             InfraFault::PermissionDenied => "the branch backend refused a permission",
             InfraFault::QuotaExhausted => "the branch backend's quota is used up",
             InfraFault::MigrationFailed => "a migration could not be applied",
+            InfraFault::TestCommandBroken => "the test command did not run the tests",
         })
     }
 }

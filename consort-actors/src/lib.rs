@@ -96,6 +96,7 @@ mod role;
 mod sorted_json;
 mod step;
 mod supervision;
+mod test_identity;
 mod text;
 pub mod workbench;
 mod worktree;
@@ -152,6 +153,7 @@ pub use supervision::{
     ChildPhase, ChildSpec, ChildStatus, RestartDecision, RestartIntensity, RestartPolicy, SpawnFn,
     SpawnFuture, Supervised, SupervisionError,
 };
+pub use test_identity::TestIdentity;
 pub use text::{counted, duration_text};
 pub use worktree::{WorkTree, WorkTreeError, hash_dir};
 

@@ -307,6 +307,7 @@ pub struct PathPolicy {
     outside_tests: GlobSet,
     filter: TreeFilter,
     collected: Option<(Vec<String>, GlobSet)>,
+    identity: crate::TestIdentity,
 }
 
 impl PathPolicy {
@@ -326,7 +327,19 @@ impl PathPolicy {
             outside_test_globs: Vec::new(),
             filter: TreeFilter::default(),
             collected: None,
+            identity: crate::TestIdentity::default(),
         })
+    }
+
+    /// The same policy, knowing how the runner names the tests it reports.
+    pub fn with_test_identity(mut self, identity: crate::TestIdentity) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// How the runner names the tests it reports.
+    pub fn test_identity(&self) -> crate::TestIdentity {
+        self.identity
     }
 
     /// The same policy knowing which files the test runner collects as tests (for example
@@ -366,6 +379,7 @@ impl PathPolicy {
             harness_outside_tests: self.outside_test_globs.clone(),
             caches: self.filter.extra().to_vec(),
             collected: self.collected_globs().map(<[String]>::to_vec),
+            test_identity: self.identity,
         }
     }
 
@@ -438,6 +452,7 @@ impl Default for PathPolicy {
                 outside_tests: GlobSet::empty(),
                 filter: TreeFilter::default(),
                 collected: None,
+                identity: crate::TestIdentity::default(),
             },
         }
     }
@@ -460,6 +475,13 @@ pub struct PathRules {
     /// The files the runner collects as tests, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collected: Option<Vec<String>>,
+    /// How the runner names the tests it reports.
+    #[serde(default, skip_serializing_if = "is_described")]
+    pub test_identity: crate::TestIdentity,
+}
+
+fn is_described(identity: &crate::TestIdentity) -> bool {
+    *identity == crate::TestIdentity::Described
 }
 
 impl PathRules {
@@ -467,7 +489,8 @@ impl PathRules {
     pub fn policy(&self) -> Result<PathPolicy, GlobError> {
         let mut p = PathPolicy::new(&self.tests, &self.harness)?
             .with_harness_outside_tests(&self.harness_outside_tests)?
-            .with_caches(&self.caches);
+            .with_caches(&self.caches)
+            .with_test_identity(self.test_identity);
         if let Some(c) = &self.collected {
             p = p.with_collected(c)?;
         }

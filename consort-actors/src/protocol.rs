@@ -125,6 +125,10 @@ pub struct HarnessFacts {
     pub before_tests: String,
     /// The environment variables the tests get (names only).
     pub environment: Vec<String>,
+    /// How the runner names a test: the form a test-list entry's `test_name` must take
+    /// (see [`TestIdentity::form`](crate::TestIdentity::form)).
+    #[serde(default)]
+    pub test_names: String,
 }
 
 /// What the role may write at this step, besides [`HarnessFacts`].

@@ -25,6 +25,22 @@ pub(crate) fn or_none<T: std::fmt::Display>(value: &Option<T>) -> String {
     value.as_ref().map_or_else(|| "none".into(), T::to_string)
 }
 
+/// `text` when it has at most `max` characters; else its first and last `max / 2`, with the
+/// number left out between them.
+pub(crate) fn head_and_tail(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_string();
+    }
+    let half = max / 2;
+    let head: String = text.chars().take(half).collect();
+    let tail: String = text.chars().skip(total - half).collect();
+    format!(
+        "{head}\n[… {} characters left out …]\n{tail}",
+        total - 2 * half
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

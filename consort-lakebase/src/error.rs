@@ -111,6 +111,18 @@ pub enum Error {
     /// A test runner could not be started or broke down (not a failing test).
     #[error("test runner: {0}")]
     Runner(String),
+    /// The test command did not test anything, by a fault of the configuration or the
+    /// machine, never of the work: its program was not found, it wrote no report, or it
+    /// collected no test while tests exist.
+    #[error("the test command `{command}` {fault}. What it printed:\n{output}")]
+    TestCommand {
+        /// The command line (no secrets).
+        command: String,
+        /// What was wrong.
+        fault: TestCommandFault,
+        /// The start and end of its output (no secrets).
+        output: String,
+    },
     /// A file-system or process operation failed.
     #[error("{context}: {source}")]
     Io {
@@ -232,6 +244,7 @@ impl Error {
     pub fn infra_fault(&self) -> InfraFault {
         match self {
             Error::Runner(_) => InfraFault::RunnerFailed,
+            Error::TestCommand { .. } => InfraFault::TestCommandBroken,
             Error::Timeout(_) | Error::TemplateBusy(_) => InfraFault::Timeout,
             Error::Io { .. } => InfraFault::WorkTreeIo,
             Error::Poisoned(_) => InfraFault::ActorCrashing,
@@ -343,6 +356,50 @@ pub(crate) fn db_text(db: &DbError) -> String {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a test command failed to test anything (see [`Error::TestCommand`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TestCommandFault {
+    /// The shell could not find (127) or execute (126) its program.
+    ProgramNotFound {
+        /// The exit code.
+        code: i32,
+    },
+    /// The command is configured to write a JUnit report and wrote none.
+    NoReport {
+        /// Where the report was expected (the run's private report directory).
+        path: String,
+    },
+    /// The command's report holds no test at all while the run expects some.
+    CollectedNothing {
+        /// How many tests the run expected.
+        expected: usize,
+    },
+}
+
+impl std::fmt::Display for TestCommandFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TestCommandFault::ProgramNotFound { code: 126 } => f.write_str(
+                "could not execute its program (exit 126): check the command and the program's permissions",
+            ),
+            TestCommandFault::ProgramNotFound { code } => write!(
+                f,
+                "could not find its program (exit {code}): check the command for a typo and that the tool is installed (`consort doctor` runs it)"
+            ),
+            TestCommandFault::NoReport { path } => write!(
+                f,
+                "wrote no JUnit report to $CONSORT_JUNIT ({path}): the command must pass that path to its reporter, and it did not get as far as writing it"
+            ),
+            TestCommandFault::CollectedNothing { expected } => write!(
+                f,
+                "reported no test at all while {} expected: its configuration finds no test file (check the tool's test globs against the project's test paths)",
+                consort_actors::counted(*expected as u64, "test is", "tests are")
+            ),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

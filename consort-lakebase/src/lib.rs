@@ -103,7 +103,7 @@ pub use embedded::{
     EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, PlacedCluster, Placement,
     RunAs, fallback_dir, placed_clusters, remove_orphan,
 };
-pub use error::{Error, Result, ServerText};
+pub use error::{Error, Result, ServerText, TestCommandFault};
 pub use pgbin::{PgBinaries, find_psql};
 pub use pgbranch::{ServerOptions, ServerProvider, TEMPLATE_PREFIX};
 pub use pgconn::connect;
@@ -114,8 +114,8 @@ pub use provider::{
 };
 pub use runner::{
     Capture, Captured, CommandRunner, CommandRunnerConfig, DEFAULT_ENV_ALLOW, EnvPolicy, Jail,
-    JailSpec, OutputLimits, PINNED, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport,
-    SandboxMode, SandboxSupport, Scratch, SessionSettings, StdoutFormat, TestRunner,
+    JailSpec, NON_INTERACTIVE, OutputLimits, PINNED, PsqlRunner, PsqlRunnerConfig, RunContext,
+    RunReport, SandboxMode, SandboxSupport, Scratch, SessionSettings, StdoutFormat, TestRunner,
     parse_go_test_json, parse_junit, parse_libtest, parse_tap, shell_quote,
     sweep_abandoned_scratch,
 };

@@ -149,6 +149,7 @@ fn runner_fault(e: &Error) -> InfraError {
     let fault = match e {
         Error::Connect(_) | Error::Connection { .. } => InfraFault::DatabaseDown,
         Error::Io { .. } => InfraFault::WorkTreeIo,
+        Error::TestCommand { .. } => InfraFault::TestCommandBroken,
         _ => InfraFault::RunnerFailed,
     };
     infra(fault, format!("running the tests: {e}"))
@@ -427,10 +428,7 @@ impl Verifier {
             },
             outcomes: names
                 .into_iter()
-                .map(|name| TestOutcome {
-                    name,
-                    status: TestStatus::Errored,
-                })
+                .map(|name| TestOutcome::new(name, TestStatus::Errored))
                 .collect(),
             exit: ExitRecord {
                 code: None,

@@ -13,7 +13,7 @@ use consort_lakebase::procinfo;
 use consort_lakebase::{
     BaseSpec, Branch, BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedProvider,
     EnvPolicy, Error, OutputLimits, PsqlRunner, PsqlRunnerConfig, RunContext, RunReport,
-    TestRunner,
+    TestCommandFault, TestRunner,
 };
 
 /// A fresh branch of `spec` and a confined run context for `tree`.
@@ -110,13 +110,114 @@ async fn a_junit_report_written_to_the_report_directory_is_read_and_a_stale_one_
         !tree.path().join("junit.xml").exists(),
         "the report went to the run's report directory, not the tree"
     );
-    // Next run (a fresh report directory): the command writes no report; none is read.
+    let said = r
+        .outcomes
+        .iter()
+        .find_map(|o| o.message.as_deref())
+        .expect("the failure's message is kept");
+    assert_eq!(said, "assert 0 == 1\nAssertionError");
+    // Next run (a fresh report directory): the command writes no report; the stale one is
+    // not read, and a command that writes none is the harness's fault, not an outcome.
     let (p2, b2, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     cfg.command = "echo nothing to report".into();
-    let r = run_command(cfg, &ctx).await;
+    let r = CommandRunner::new(cfg).run(&ctx).await;
     p2.delete(&b2.name).await.expect("delete");
-    assert_eq!(status(&r, "tests.test_stock::test_reserved"), None);
-    assert_eq!(status(&r, "(suite)"), Some(TestStatus::Passed));
+    assert!(
+        matches!(
+            &r,
+            Err(Error::TestCommand {
+                fault: TestCommandFault::NoReport { .. },
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    p.delete(&b.name).await.expect("delete");
+}
+
+/// The three faults that are the harness's (a program that is not there, no report, nothing
+/// collected) are typed errors naming the command and what it printed, never outcomes an
+/// agent is judged on; a command stopped at its time limit is still judged as before.
+#[tokio::test]
+async fn the_harness_s_faults_are_typed_errors_not_outcomes() {
+    let tree = tree_of(&[("not-executable.sh", "echo hi\n")]);
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &["t1"], None).await;
+    let fault_of = |r: consort_lakebase::Result<RunReport>| match r {
+        Err(Error::TestCommand {
+            command,
+            fault,
+            output,
+        }) => (command, fault, output),
+        other => panic!("a harness fault, not {other:?}"),
+    };
+    let (command, fault, output) = fault_of(
+        CommandRunner::new(cmd("vitset run --dir test"))
+            .run(&ctx)
+            .await,
+    );
+    assert_eq!(command, "vitset run --dir test");
+    assert_eq!(fault, TestCommandFault::ProgramNotFound { code: 127 });
+    assert!(output.contains("vitset"), "what the shell said: {output}");
+    let (_, fault, _) = fault_of(
+        CommandRunner::new(cmd("./not-executable.sh"))
+            .run(&ctx)
+            .await,
+    );
+    assert_eq!(fault, TestCommandFault::ProgramNotFound { code: 126 });
+
+    let mut junit = cmd("echo no report here; exit 1");
+    junit.junit_path = Some("junit.xml".into());
+    let (_, fault, output) = fault_of(CommandRunner::new(junit.clone()).run(&ctx).await);
+    assert!(
+        matches!(fault, TestCommandFault::NoReport { .. }),
+        "{fault}"
+    );
+    assert!(output.contains("no report here"), "{output}");
+
+    junit.command =
+        r#"echo '<testsuites><testsuite name="none" tests="0"/></testsuites>' > "$CONSORT_JUNIT""#
+            .into();
+    let (_, fault, _) = fault_of(CommandRunner::new(junit.clone()).run(&ctx).await);
+    assert_eq!(fault, TestCommandFault::CollectedNothing { expected: 1 });
+    let e = CommandRunner::new(junit.clone())
+        .run(&ctx)
+        .await
+        .expect_err("fault");
+    assert!(
+        e.to_string()
+            .contains("reported no test at all while 1 test is expected"),
+        "{e}"
+    );
+    assert_eq!(
+        e.infra_fault(),
+        consort_actors::InfraFault::TestCommandBroken
+    );
+
+    // Stopped at its time limit before it wrote a report: the run's own verdict.
+    junit.command = "sleep 5".into();
+    junit.timeout = Duration::from_millis(300);
+    let r = run_command(junit, &ctx).await;
+    assert!(r.exit.timed_out);
+    assert_eq!(status(&r, "(exit)"), Some(TestStatus::Errored));
+    p.delete(&b.name).await.expect("delete");
+}
+
+/// Runs are non-interactive: `CI=true` (no watch mode) and `npm_config_yes=false` (npx never
+/// tries a registry a run cannot reach), unless the configuration sets them.
+#[tokio::test]
+async fn runs_are_non_interactive_unless_configured_otherwise() {
+    let tree = tempfile::tempdir().expect("tree");
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let r = run_command(cmd("echo \"ci=$CI yes=$npm_config_yes\""), &ctx).await;
+    assert!(
+        r.output_excerpt.contains("ci=true yes=false"),
+        "{}",
+        r.output_excerpt
+    );
+    let mut set = cmd("echo \"ci=$CI\"");
+    set.env.set.push(("CI".into(), "".into()));
+    let r = run_command(set, &ctx).await;
+    assert!(r.output_excerpt.contains("ci=\n"), "{}", r.output_excerpt);
     p.delete(&b.name).await.expect("delete");
 }
 

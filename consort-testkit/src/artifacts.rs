@@ -249,10 +249,7 @@ pub fn receipt_with(
         timings: RunTimings::default(),
         outcomes: outcomes
             .iter()
-            .map(|(name, status)| TestOutcome {
-                name: (*name).to_string(),
-                status: *status,
-            })
+            .map(|(name, status)| TestOutcome::new(*name, *status))
             .collect(),
         exit: ExitRecord {
             code: Some(exit),

@@ -82,8 +82,8 @@ fn run() -> Result<i32> {
         println!("\nthe service: {}", dir.join("app/items.py").display());
         println!("its tests:   {}", dir.join("tests").display());
         println!(
-            "check it yourself:\n  consort verify --dir {}",
-            dir.display()
+            "check it yourself:\n  {}",
+            ui::runnable(&format!("consort verify --dir {}", dir.display()))
         );
     }
     Ok(ui::exit_code(&report.outcome))

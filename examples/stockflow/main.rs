@@ -110,12 +110,15 @@ async fn drive(
     match &report.outcome {
         RunOutcome::AtGate { gate, hash } => {
             println!("\nstopped at the {gate} gate. To approve it and continue:");
-            println!("  {}", approve_command(&dir, *gate, &hash.to_hex()));
+            println!(
+                "  {}",
+                ui::runnable(&approve_command(&dir, *gate, &hash.to_hex()))
+            );
             println!("  cargo run --example stockflow -- --dir {}", dir.display());
         }
         RunOutcome::Done => println!(
-            "\ncheck it yourself:\n  consort verify --dir {}",
-            dir.display()
+            "\ncheck it yourself:\n  {}",
+            ui::runnable(&format!("consort verify --dir {}", dir.display()))
         ),
         _ => {}
     }

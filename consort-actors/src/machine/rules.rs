@@ -156,6 +156,20 @@ pub enum RuleViolation {
         /// The expected path.
         path: String,
     },
+    /// A frozen file on disk differs from its hash while no change set wrote it: someone or
+    /// something changed it outside Consort (a hand edit), not the role whose step was next.
+    #[error(
+        "{path} changed outside Consort: it is frozen as {expected}, but {} and no change set wrote it. Put the frozen version back (in a git repository: `git checkout -- {path}`), then `consort retry --by NAME`; or end the run with `consort stop --by NAME`",
+        found.as_ref().map_or_else(|| "the file is gone".to_string(), |h| format!("the file on disk is {h}"))
+    )]
+    ChangedOutsideConsort {
+        /// The file, relative to the work tree.
+        path: String,
+        /// The hash it was frozen with.
+        expected: ContentHash,
+        /// The hash found on disk (None: missing or unreadable).
+        found: Option<ContentHash>,
+    },
     /// A test file exists on disk that no accepted RED wrote.
     #[error("test file {path} appeared outside RED")]
     UnexpectedTestFile {
@@ -175,10 +189,17 @@ pub enum RuleViolation {
         tests: Vec<String>,
     },
     /// The run does not report the new test at all.
-    #[error("the run did not report the new test {test}")]
+    #[error(
+        "the run did not report the new test {test}{}",
+        load_failure_note(failed_elsewhere)
+    )]
     RedTestNotRun {
         /// The test's runner name.
         test: String,
+        /// Failures the run reported under names no expected test has: a test file that
+        /// failed to load (an import or collection error) is reported so by most runners.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        failed_elsewhere: Vec<String>,
     },
     /// A receipt answers another request.
     #[error(
@@ -313,6 +334,7 @@ impl RuleViolation {
             | RedBrokeGreenTest { .. }
             | RedTestNotRun { .. } => Remedy::RetryAgent,
             UnexpectedTestFile { .. }
+            | ChangedOutsideConsort { .. }
             | ReceiptWorkspaceMismatch { .. }
             | RunChangedTree { .. }
             | ReviewerIsAuthor { .. }
@@ -323,6 +345,17 @@ impl RuleViolation {
             | Invariant { .. } => Remedy::Halt,
         }
     }
+}
+
+/// What a RED that did not report its test says about failures under other names.
+fn load_failure_note(failed_elsewhere: &[String]) -> String {
+    if failed_elsewhere.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; the runner reported a failure under another name ({}): the test file probably failed to load (an import or collection error, e.g. a module that does not exist yet), so its tests never ran — what the runner said is below",
+        failed_elsewhere.join(", ")
+    )
 }
 
 fn invalid(detail: impl Into<String>) -> RuleViolation {
@@ -512,6 +545,10 @@ pub fn check_test_list(
                 policy.test_globs()
             )
         })?;
+        policy
+            .test_identity()
+            .check(e)
+            .map_err(|detail| RuleViolation::InvalidArtifact { detail })?;
         require(policy.is_collected(&path), || {
             format!(
                 "test {} lives in {path:?}, which the test runner never collects as a test (it runs {}): the test would never run; put it in a file the runner collects",
@@ -669,13 +706,21 @@ pub fn written_hashes(set: &ChangeSet) -> FileHashes {
 }
 
 /// Compares the test files on disk with those expected: frozen first, then unexpected ones.
+/// Called only where no change set can have written a frozen file (before a step, and after
+/// applying a change set already checked against the frozen tests), so a frozen file that
+/// differs changed outside Consort.
 pub fn check_tests_on_disk(
     expected: &FileHashes,
     on_disk: &FileHashes,
 ) -> Result<(), RuleViolation> {
     for (path, hash) in expected {
-        if on_disk.get(path) != Some(hash) {
-            return Err(RuleViolation::FrozenTestModified { path: path.clone() });
+        let found = on_disk.get(path).copied();
+        if found != Some(*hash) {
+            return Err(RuleViolation::ChangedOutsideConsort {
+                path: path.clone(),
+                expected: *hash,
+                found,
+            });
         }
     }
     if let Some(path) = on_disk.keys().find(|p| !expected.contains_key(*p)) {

@@ -32,6 +32,8 @@ type Outcome = Result<(State, Vec<Command>), RuleViolation>;
 
 /// Longest receipt excerpt handed back to an agent as feedback.
 const FEEDBACK_EXCERPT: usize = 2000;
+/// Most characters of the failing tests' own messages an agent is told (before the output).
+const FAILURES_SAID: usize = 3000;
 
 pub(super) fn step(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
     match &state.status {
@@ -542,7 +544,16 @@ pub(super) fn red_fails_for(
             return Err(RuleViolation::RedPassedWithoutCode { test: focus });
         }
         Some(TestStatus::Skipped) | None => {
-            return Err(RuleViolation::RedTestNotRun { test: focus });
+            let failed_elsewhere = receipt
+                .outcomes
+                .iter()
+                .filter(|o| o.is_failure() && !names.contains(&o.name) && o.name != focus)
+                .map(|o| o.name.clone())
+                .collect();
+            return Err(RuleViolation::RedTestNotRun {
+                test: focus,
+                failed_elsewhere,
+            });
         }
     }
     // Every other test must pass: each expected one, and any other the run reported (the
@@ -802,8 +813,8 @@ fn refused(
     let mut feedback =
         format!("Your previous answer was refused: {violation}. Try again within the rules.");
     if let Some(output) = run_output.filter(|o| !o.trim().is_empty()) {
-        feedback.push_str("\nThe test run's output:\n");
-        feedback.extend(output.chars().take(FEEDBACK_EXCERPT));
+        feedback.push_str("\nThe test run:\n");
+        feedback.extend(output.chars().take(FEEDBACK_EXCERPT + FAILURES_SAID + 200));
     }
     let retry = |s: &mut State, step: Step, attempt: u32, revert: Option<ChangeSet>| {
         retry_agent(cfg, s, step, attempt, revert, violation, feedback.clone())
@@ -982,6 +993,7 @@ fn halt_reason(violation: &RuleViolation) -> EscalationReason {
         RuleViolation::EarlierTestFrozen { .. } => {
             EscalationReason::Verdict(VerdictReason::EarlierTestContradicted)
         }
+        RuleViolation::ChangedOutsideConsort { .. } => EscalationReason::ChangedOutsideConsort,
         _ => EscalationReason::Verdict(VerdictReason::RuleViolated),
     }
 }
@@ -1126,23 +1138,27 @@ pub(super) fn excerpt(receipt: &TestRunReceipt) -> String {
             "[{left_out} line(s) about passing tests left out]\n"
         ));
     }
-    head_and_tail(&kept, FEEDBACK_EXCERPT)
+    let output = crate::text::head_and_tail(&kept, FEEDBACK_EXCERPT);
+    match failures_said(receipt) {
+        Some(said) => format!("{said}\nThe run's output:\n{output}"),
+        None => output,
+    }
 }
 
-/// `text` when it has at most `max` characters; else its first and last `max / 2`, with the
-/// number left out between them.
-fn head_and_tail(text: &str, max: usize) -> String {
-    let total = text.chars().count();
-    if total <= max {
-        return text.to_string();
+/// What the runner said about each failed or errored test, from its report (JUnit, TAP,
+/// libtest, `go test`), capped at [`FAILURES_SAID`] characters; None when it said nothing.
+fn failures_said(receipt: &TestRunReceipt) -> Option<String> {
+    let mut said = String::new();
+    for o in receipt.outcomes.iter().filter(|o| o.is_failure()) {
+        let Some(message) = &o.message else { continue };
+        said.push_str(&format!("--- {} ({}) ---\n{message}\n", o.name, o.status));
     }
-    let half = max / 2;
-    let head: String = text.chars().take(half).collect();
-    let tail: String = text.chars().skip(total - half).collect();
-    format!(
-        "{head}\n[… {} characters left out …]\n{tail}",
-        total - 2 * half
-    )
+    (!said.is_empty()).then(|| {
+        format!(
+            "What the failing tests said:\n{}",
+            crate::text::head_and_tail(&said, FAILURES_SAID)
+        )
+    })
 }
 
 fn describe(p: &Pending) -> String {

@@ -60,14 +60,12 @@ fn run_tests(root: &Path) -> Vec<TestOutcome> {
                 .lines()
                 .filter_map(|l| l.strip_prefix("need: "))
                 .all(|token| code.contains(token.trim()));
-            TestOutcome {
-                name,
-                status: if ok {
-                    TestStatus::Passed
-                } else {
-                    TestStatus::Failed
-                },
-            }
+            let status = if ok {
+                TestStatus::Passed
+            } else {
+                TestStatus::Failed
+            };
+            TestOutcome::new(name, status)
         })
         .collect()
 }
@@ -876,10 +874,13 @@ async fn a_refused_apply_keeps_its_journal_so_a_retry_records_the_true_undo() {
         panic!("expected a halt, got {:?}", report.outcome)
     };
     assert!(
-        escalation.detail.contains("frozen test"),
+        escalation
+            .detail
+            .contains("tests/t1.sql changed outside Consort"),
         "{}",
         escalation.detail
     );
+    assert_eq!(escalation.reason, EscalationReason::ChangedOutsideConsort);
     assert!(
         fx.root().join(APPLY_JOURNAL).exists(),
         "the journal survives the refusal"

@@ -658,6 +658,35 @@ fn a_test_the_runner_never_collects_is_refused_with_the_reason() {
     r.produce(Artifact::TestList(only_t1)).expect("collected");
 }
 
+/// A test-list entry whose name the runner can never report (a JUnit runner's test named by
+/// its file alone) would freeze a design no run can finish: refused in the design lane, the
+/// expected form in the refusal, and accepted once named as the runner reports it.
+#[test]
+fn a_test_named_as_the_runner_never_reports_it_is_refused_with_the_expected_form() {
+    let policy = PathPolicy::new(&["test/**"], &[])
+        .expect("globs")
+        .with_test_identity(TestIdentity::JunitFile);
+    let mut r = Run::with_paths(policy);
+    r.start_with_stories(false);
+    r.produce(Artifact::Spec(spec())).expect("spec");
+    r.produce(Artifact::ArchitectureVerdict(approve_arch()))
+        .expect("arch");
+    r.produce(Artifact::SchemaPlan(schema())).expect("schema");
+    let mut list = test_list();
+    list.entries.truncate(1);
+    list.entries[0].path = "test/orders_place.test.js".into();
+    let v = r.produce_refused(Artifact::TestList(list.clone()));
+    let text = v.to_string();
+    assert!(
+        text.contains("never reports")
+            && text.contains("\"test/orders_place.test.js::<test name>\""),
+        "{text}"
+    );
+    list.entries[0].test_name = Some("test/orders_place.test.js::places an order".into());
+    r.produce(Artifact::TestList(list))
+        .expect("named as the runner reports it");
+}
+
 #[test]
 fn refusals_are_bounded_then_escalate() {
     let mut r = Run::new();
@@ -1013,10 +1042,9 @@ fn a_refused_red_run_feeds_its_output_back() {
     );
     receipt.output_excerpt =
         "== tests/t0.sql: passed ==\nERROR: relation \"stock\" does not exist\n".into();
-    receipt.outcomes.push(TestOutcome {
-        name: "tests/t0.sql".into(),
-        status: TestStatus::Passed,
-    });
+    receipt
+        .outcomes
+        .push(TestOutcome::new("tests/t0.sql", TestStatus::Passed));
     r.feed(Event::VerifyCompleted { receipt })
         .expect_err("a RED that breaks a green test is refused");
     r.apply();
@@ -1038,6 +1066,40 @@ fn a_refused_red_run_feeds_its_output_back() {
         text.contains("1 line(s) about passing tests left out"),
         "{text}"
     );
+}
+
+/// What a failing test said (its report's message and location) reaches the agent ahead of
+/// the output, also when the output itself says nothing about it (a JUnit-only reporter).
+#[test]
+fn what_the_failing_test_said_reaches_the_agent() {
+    let mut r = Run::at_build();
+    r.full_test("tests/t1.sql", &[]);
+    r.observe();
+    r.write_and_apply("tests/t2.sql", "x");
+    let mut receipt = r.receipt(
+        &[
+            ("tests/t1.sql", TestStatus::Passed),
+            ("tests/t2.sql", TestStatus::Passed),
+        ],
+        0,
+    );
+    receipt.output_excerpt = "JUNIT report written to /tmp/x/reports/junit.xml\n".into();
+    receipt.outcomes[0] = TestOutcome::new("tests/t1.sql", TestStatus::Failed)
+        .with_message("AssertionError: expected 2 to be 3\n at tests/t1.sql:7:17");
+    r.feed(Event::VerifyCompleted { receipt })
+        .expect_err("a RED that breaks a green test is refused");
+    r.apply();
+    r.observe();
+    let Command::Assign { feedback, .. } = last_command(&r) else {
+        panic!("the Navigator is asked again");
+    };
+    let text = feedback.join("\n");
+    let said = text
+        .find("expected 2 to be 3")
+        .expect("the message reaches the agent");
+    let output = text.find("JUNIT report written").expect("and the output");
+    assert!(said < output, "the message comes first: {text}");
+    assert!(text.contains("tests/t1.sql:7:17"), "its location: {text}");
 }
 
 #[test]
@@ -1065,8 +1127,20 @@ fn a_red_whose_test_did_not_run_is_refused() {
     assert_eq!(
         v,
         RuleViolation::RedTestNotRun {
-            test: "tests/t1.sql".into()
+            test: "tests/t1.sql".into(),
+            failed_elsewhere: vec!["tests/zzz.sql".into()],
         }
+    );
+    let told = v.to_string();
+    assert!(
+        told.contains("failed to load (an import or collection error"),
+        "a failure under another name is named as a load failure: {told}"
+    );
+    let mut quiet = Run::with_red_applied("x");
+    let v = quiet.verify_refused(&[("tests/zzz.sql", TestStatus::Passed)]);
+    assert_eq!(
+        v.to_string(),
+        "the run did not report the new test tests/t1.sql"
     );
 }
 
@@ -1400,6 +1474,7 @@ fn a_run_that_reports_nothing_is_not_a_pass() {
 fn a_test_file_planted_on_disk_halts_before_the_run() {
     let mut r = Run::at_green();
     r.produce(cs(vec![write("src/a.sql", "x")])).expect("green");
+    let original = r.disk.files["tests/t1.sql"].clone();
     r.disk
         .files
         .insert("tests/t1.sql".into(), "edited by someone else".into());
@@ -1409,13 +1484,32 @@ fn a_test_file_planted_on_disk_halts_before_the_run() {
         inverse: ChangeSet::default(),
     };
     let v = r.refused(e);
+    let frozen = r.s.build.frozen_tests["tests/t1.sql"];
     assert_eq!(
         v,
-        RuleViolation::FrozenTestModified {
-            path: "tests/t1.sql".into()
+        RuleViolation::ChangedOutsideConsort {
+            path: "tests/t1.sql".into(),
+            expected: frozen,
+            found: Some(ContentHash::of_bytes(b"edited by someone else")),
         }
     );
-    assert!(matches!(r.s.status, RunStatus::Halted { .. }));
+    let told = v.to_string();
+    assert!(
+        told.contains("tests/t1.sql changed outside Consort")
+            && told.contains("git checkout -- tests/t1.sql"),
+        "named as a hand edit, with the command that restores it: {told}"
+    );
+    // Never charged to the Driver whose change set was applied: the halt says whose it is.
+    let RunStatus::Halted { escalation, .. } = &r.s.status else {
+        panic!("halted");
+    };
+    assert_eq!(escalation.reason, EscalationReason::ChangedOutsideConsort);
+    assert!(!escalation.reason.is_verdict());
+    // The human puts the file back and retries: the step goes on where it stopped.
+    r.disk.files.insert("tests/t1.sql".into(), original);
+    let cmds = r.ok(human(HumanDecision::Retry));
+    assert!(!cmds.is_empty(), "the retry issues the step again");
+    assert!(!matches!(r.s.status, RunStatus::Halted { .. }));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use super::capture::{Capture, OutputLimits};
 use super::junit::parse_junit;
 use super::process::{EnvPolicy, ProcSpec, run, shell_quote, tree_path};
 use super::{RunContext, RunReport, TestRunner, redact};
-use crate::error::Result;
+use crate::error::{Error, Result, TestCommandFault};
 use crate::provider::BoxFuture;
 
 /// How the command runner runs and reads the project's tests.
@@ -97,25 +97,40 @@ impl CommandRunner {
         let main = run(&spec, &mut capture, &limits).await?;
         let mut command = self.cfg.command.clone();
 
-        let mut outcomes: Option<Vec<TestOutcome>> = None;
-        if let Some(path) = &junit
-            && !path.exists()
-        {
-            capture.push_str(&format!(
-                "\n[consort: the command wrote no JUnit report to $CONSORT_JUNIT ({}); a run can write only its report and scratch directories, never the work tree]\n",
-                path.display()
-            ));
+        // Past its time or output limit a command is stopped by Consort: what it did not
+        // write then is no fault of the harness.
+        let stopped = main.exit.timed_out || main.over_cap;
+        let broken = |capture: Capture, fault: TestCommandFault| Error::TestCommand {
+            command: redact(&self.cfg.command, &ctx.conn),
+            fault,
+            output: redact(&capture.finish().excerpt, &ctx.conn),
+        };
+        if let Some(code @ (126 | 127)) = main.exit.code.filter(|_| !stopped) {
+            return Err(broken(capture, TestCommandFault::ProgramNotFound { code }));
         }
-        if let Some(path) = &junit
-            && let Ok(xml) = std::fs::read_to_string(path)
-        {
-            match parse_junit(&xml, &self.cfg.junit_name_format) {
-                Ok(o) => outcomes = Some(o),
-                Err(e) => {
-                    warn!(error = %e, "unreadable JUnit report");
-                    capture.push_str(&format!("\n[consort: {e}]\n"));
+        let mut outcomes: Option<Vec<TestOutcome>> = None;
+        if let Some(path) = &junit {
+            match std::fs::read_to_string(path) {
+                Ok(xml) => match parse_junit(&xml, &self.cfg.junit_name_format) {
+                    Ok(o) => outcomes = Some(o),
+                    Err(e) => {
+                        warn!(error = %e, "unreadable JUnit report");
+                        capture.push_str(&format!("\n[consort: {e}]\n"));
+                    }
+                },
+                Err(_) if stopped => {}
+                Err(_) => {
+                    let path = path.display().to_string();
+                    return Err(broken(capture, TestCommandFault::NoReport { path }));
                 }
             }
+        }
+        let expected = ctx.expected().len();
+        if outcomes.as_ref().is_some_and(Vec::is_empty) && expected > 0 && !stopped {
+            return Err(broken(
+                capture,
+                TestCommandFault::CollectedNothing { expected },
+            ));
         }
         if outcomes.is_none() && self.cfg.tap {
             outcomes = self
@@ -186,10 +201,7 @@ impl CommandRunner {
 }
 
 fn outcome(name: &str, status: TestStatus) -> TestOutcome {
-    TestOutcome {
-        name: name.to_string(),
-        status,
-    }
+    TestOutcome::new(name, status)
 }
 
 impl TestRunner for CommandRunner {

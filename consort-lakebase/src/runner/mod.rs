@@ -35,7 +35,7 @@ use crate::provider::{BoxFuture, ConnectInfo};
 pub use capture::{Capture, Captured, OutputLimits};
 pub use command::{CommandRunner, CommandRunnerConfig};
 pub use junit::parse_junit;
-pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, shell_quote};
+pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, NON_INTERACTIVE, shell_quote};
 pub use psql::{PsqlRunner, PsqlRunnerConfig};
 pub use sandbox::{Jail, JailSpec, SandboxMode, SandboxSupport, Scratch, sweep_abandoned_scratch};
 pub use session::{PINNED, SessionSettings};

@@ -71,11 +71,17 @@ impl EnvPolicy {
         env
     }
 
-    /// The environment of a process of this run: [`EnvPolicy::build`], then the run's scratch
+    /// The environment of a process of this run: [`EnvPolicy::build`] with
+    /// [`NON_INTERACTIVE`] where the configuration sets neither, then the run's scratch
     /// directory (`HOME`, `TMPDIR`, …) and the pinned session settings (`PGOPTIONS`), which
     /// nothing configured can override.
     pub fn build_for(&self, ctx: &RunContext) -> Vec<(String, String)> {
         let mut env = self.build(&ctx.conn);
+        for (k, v) in NON_INTERACTIVE {
+            if !env.iter().any(|(set, _)| set == k) {
+                env.push((k.to_string(), v.to_string()));
+            }
+        }
         let fixed = ctx.scratch.env();
         env.retain(|(k, _)| k != "PGOPTIONS" && !fixed.iter().any(|(f, _)| f == k));
         env.extend(fixed);
@@ -83,6 +89,12 @@ impl EnvPolicy {
         env
     }
 }
+
+/// What every run's environment says unless the configuration says otherwise: no test tool
+/// waits for input or watches files (`CI=true`: vitest and jest run once), and `npx` never
+/// tries to install a program it does not find (`npm_config_yes=false`: a run cannot reach a
+/// registry, so a mistyped program fails at once instead of after the network's time-outs).
+pub const NON_INTERACTIVE: [(&str, &str); 2] = [("CI", "true"), ("npm_config_yes", "false")];
 
 /// One process to run.
 #[derive(Debug, Clone)]

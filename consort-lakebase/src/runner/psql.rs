@@ -133,7 +133,8 @@ impl PsqlRunner {
                 run.sessions_lost.push(failure.file.clone());
             }
             for f in &tests {
-                run.outcomes.push(outcome(f, TestStatus::Errored));
+                run.outcomes
+                    .push(TestOutcome::new(f.as_str(), TestStatus::Errored));
                 capture.push_str(&format!(
                     "== test {f}: not run (setup file {} failed) ==\n",
                     failure.file
@@ -192,13 +193,13 @@ impl PsqlRunner {
             }
             capture.push_str(&format!(
                 "== {f}: {} (exit {}) ==\n",
-                status_word(status),
+                status,
                 exit_word(&r.exit)
             ));
             if !r.exit.success() && run.exit.success() {
                 run.exit = r.exit.clone();
             }
-            run.outcomes.push(outcome(f, status));
+            run.outcomes.push(TestOutcome::new(f.as_str(), status));
         }
         Ok(())
     }
@@ -209,22 +210,6 @@ struct TestsRun {
     exit: ExitRecord,
     outcomes: Vec<TestOutcome>,
     sessions_lost: Vec<String>,
-}
-
-fn outcome(name: &str, status: TestStatus) -> TestOutcome {
-    TestOutcome {
-        name: name.to_string(),
-        status,
-    }
-}
-
-fn status_word(status: TestStatus) -> &'static str {
-    match status {
-        TestStatus::Passed => "passed",
-        TestStatus::Failed => "failed",
-        TestStatus::Errored => "errored",
-        TestStatus::Skipped => "skipped",
-    }
 }
 
 fn exit_word(exit: &ExitRecord) -> String {

@@ -47,12 +47,44 @@ pub fn parse_libtest(text: &str) -> Option<Vec<TestOutcome>> {
             r if r.starts_with("bench:") => TestStatus::Passed,
             _ => continue,
         };
-        out.push(TestOutcome {
-            name: name.trim().to_string(),
-            status,
-        });
+        out.push(TestOutcome::new(name.trim(), status));
     }
-    (!out.is_empty()).then_some(out)
+    if out.is_empty() {
+        return None;
+    }
+    for (name, said) in libtest_failure_sections(text) {
+        if let Some(o) = out
+            .iter_mut()
+            .find(|o| o.name == name && o.message.is_none() && o.is_failure())
+        {
+            *o = o.clone().with_message(&said);
+        }
+    }
+    Some(out)
+}
+
+/// The `---- <name> stdout ----` sections libtest prints for failed tests: the panic message
+/// with its location, and what the test printed.
+fn libtest_failure_sections(text: &str) -> Vec<(String, String)> {
+    let mut sections: Vec<(String, String)> = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines() {
+        let header = line
+            .strip_prefix("---- ")
+            .and_then(|r| r.strip_suffix(" stdout ----"));
+        let ends = line.trim_end() == "failures:" || line.starts_with("test result:");
+        if header.is_some() || ends {
+            sections.extend(current.take());
+        }
+        if let Some(name) = header {
+            current = Some((name.trim().to_string(), String::new()));
+        } else if let Some((_, body)) = &mut current {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    sections.extend(current);
+    sections
 }
 
 /// One `go test -json` event (the fields read here).
@@ -62,6 +94,8 @@ struct GoEvent {
     action: String,
     #[serde(rename = "Test", default)]
     test: Option<String>,
+    #[serde(rename = "Output", default)]
+    output: Option<String>,
 }
 
 /// Parses `go test -json`: each test's (and subtest's) final `pass`, `fail` or `skip`. A
@@ -71,6 +105,9 @@ pub fn parse_go_test_json(text: &str) -> Option<Vec<TestOutcome>> {
     let mut out = Vec::new();
     let mut package_failed = false;
     let mut any = false;
+    // What each test printed (`t.Errorf`'s lines with their file and line), and the
+    // package's own lines (a build error).
+    let mut printed: std::collections::HashMap<Option<String>, String> = Default::default();
     for line in text.lines() {
         let Ok(event) = serde_json::from_str::<GoEvent>(line.trim()) else {
             continue;
@@ -80,19 +117,31 @@ pub fn parse_go_test_json(text: &str) -> Option<Vec<TestOutcome>> {
             "pass" => TestStatus::Passed,
             "fail" => TestStatus::Failed,
             "skip" => TestStatus::Skipped,
+            "output" => {
+                let kept = printed.entry(event.test).or_default();
+                if kept.len() < 4 * TestOutcome::MESSAGE_CAP {
+                    kept.push_str(event.output.as_deref().unwrap_or(""));
+                }
+                continue;
+            }
             _ => continue,
         };
         match event.test {
-            Some(name) => out.push(TestOutcome { name, status }),
+            Some(name) => {
+                let said = printed.get(&Some(name.clone())).map(String::as_str);
+                let outcome = TestOutcome::new(name, status);
+                out.push(match said {
+                    Some(said) if status == TestStatus::Failed => outcome.with_message(said),
+                    _ => outcome,
+                });
+            }
             None if status == TestStatus::Failed => package_failed = true,
             None => {}
         }
     }
     if package_failed && !out.iter().any(|o| o.status == TestStatus::Failed) {
-        out.push(TestOutcome {
-            name: "(package)".into(),
-            status: TestStatus::Errored,
-        });
+        let said = printed.get(&None).map(String::as_str).unwrap_or("");
+        out.push(TestOutcome::new("(package)", TestStatus::Errored).with_message(said));
     }
     (any && !out.is_empty()).then_some(out)
 }
@@ -118,6 +167,12 @@ mod tests {
                 ("tests::x", TestStatus::Skipped),
             ]
         );
+        let said = got[1]
+            .message
+            .as_deref()
+            .expect("the panic reaches the outcome");
+        assert_eq!(said, "thread 'tests::subtracts' panicked");
+        assert_eq!(got[0].message, None);
         assert_eq!(parse_libtest("error[E0425]: cannot find value\n"), None);
         assert_eq!(parse_libtest("test result: ok. 0 passed\n"), None);
     }
@@ -128,6 +183,7 @@ mod tests {
 {"Action":"output","Package":"p","Test":"TestA","Output":"--- PASS"}
 {"Action":"pass","Package":"p","Test":"TestA","Elapsed":0}
 {"Action":"fail","Package":"p","Test":"TestB/sub","Elapsed":0}
+{"Action":"output","Package":"p","Test":"TestB","Output":"    orders_test.go:12: got 2, want 3\n"}
 {"Action":"fail","Package":"p","Test":"TestB","Elapsed":0}
 {"Action":"skip","Package":"p","Test":"TestC","Elapsed":0}
 {"Action":"fail","Package":"p","Elapsed":0}
@@ -143,6 +199,8 @@ not json
                 ("TestC", TestStatus::Skipped),
             ]
         );
+        let said = got[2].message.as_deref().expect("TestB's lines");
+        assert_eq!(said, "orders_test.go:12: got 2, want 3");
         let build_error = r#"{"Action":"output","Package":"p","Output":"x.go:1: syntax error"}
 {"Action":"fail","Package":"p","Elapsed":0}
 "#;
@@ -152,6 +210,7 @@ not json
             vec![("(package)", TestStatus::Errored)],
             "no test ran"
         );
+        assert_eq!(got[0].message.as_deref(), Some("x.go:1: syntax error"));
         assert_eq!(parse_go_test_json("ok  p 0.1s\n"), None);
     }
 

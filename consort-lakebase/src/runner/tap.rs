@@ -14,11 +14,18 @@ pub fn parse_tap(text: &str) -> Option<Vec<TestOutcome>> {
     let mut plan: Option<usize> = None;
     let mut points = 0usize;
     let mut bailed = false;
+    // The diagnostics under the last failing point (its indented YAML block, `#` lines).
+    let mut said: Option<(usize, String)> = None;
     for line in text.lines() {
         let line = line.trim_end();
-        if line.starts_with(char::is_whitespace) {
+        if line.starts_with(char::is_whitespace) || line.starts_with('#') {
+            if let Some((_, text)) = &mut said {
+                text.push_str(line);
+                text.push('\n');
+            }
             continue;
         }
+        flush_said(&mut out, &mut said);
         if let Some(rest) = line.strip_prefix("1..") {
             let n: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
             if let Ok(n) = n.parse() {
@@ -74,26 +81,33 @@ pub fn parse_tap(text: &str) -> Option<Vec<TestOutcome>> {
         } else {
             desc.to_string()
         };
-        out.push(TestOutcome { name, status });
+        if status == TestStatus::Failed {
+            said = Some((out.len(), String::new()));
+        }
+        out.push(TestOutcome::new(name, status));
     }
+    flush_said(&mut out, &mut said);
     if plan.is_none() && points == 0 && !bailed {
         return None;
     }
     if bailed {
-        out.push(TestOutcome {
-            name: "(bail out)".into(),
-            status: TestStatus::Errored,
-        });
+        out.push(TestOutcome::new("(bail out)", TestStatus::Errored));
     }
     if let Some(n) = plan
         && points < n
     {
-        out.push(TestOutcome {
-            name: "(tap plan)".into(),
-            status: TestStatus::Errored,
-        });
+        out.push(TestOutcome::new("(tap plan)", TestStatus::Errored));
     }
     Some(out)
+}
+
+/// Gives the failing point its diagnostics, if it had any.
+fn flush_said(out: &mut [TestOutcome], said: &mut Option<(usize, String)>) {
+    if let Some((i, text)) = said.take()
+        && let Some(o) = out.get_mut(i)
+    {
+        *o = o.clone().with_message(&text);
+    }
 }
 
 #[cfg(test)]
@@ -119,6 +133,15 @@ mod tests {
         assert_eq!(parse_tap("compiling...\nall good\n"), None);
         let short = parse_tap("1..3\nok 1 - a\n").expect("tap");
         assert_eq!(short.last().map(|o| o.status), Some(TestStatus::Errored));
+        assert_eq!(got[1].message.as_deref(), Some("ok 1 - inner"));
+        let yaml = "1..2\nnot ok 1 - places an order\n  ---\n  message: expected 3, got 2\n  at: test/orders.js:7:3\n  ...\n# a note\nok 2 - lists\n# tests 2\n";
+        let got = parse_tap(yaml).expect("tap");
+        let said = got[0].message.as_deref().expect("diagnostics");
+        assert!(
+            said.contains("expected 3, got 2") && said.contains("test/orders.js:7:3"),
+            "{said}"
+        );
+        assert_eq!(got[1].message, None, "a passing point keeps no diagnostics");
         let bail = parse_tap("1..2\nok 1 - a\nBail out! db gone\n").expect("tap");
         assert!(bail.iter().any(|o| o.name == "(bail out)"));
     }
