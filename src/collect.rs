@@ -158,6 +158,8 @@ struct ListRun {
     command: String,
     count: Counter,
     none_found: Option<i32>,
+    /// What it counts: tests, or (jest) test files.
+    noun: (&'static str, &'static str),
 }
 
 impl ListRun {
@@ -166,6 +168,7 @@ impl ListRun {
             command: command.into(),
             count,
             none_found: None,
+            noun: ("test", "tests"),
         })
     }
 }
@@ -213,6 +216,7 @@ fn list_command(command: &str) -> Option<ListRun> {
             command: format!("{command} --collect-only{no_cache}"),
             count: |l| l.stdout.lines().map(pytest_collected).sum(),
             none_found: Some(5),
+            noun: ("test", "tests"),
         });
     }
     if has("cargo") {
@@ -241,8 +245,11 @@ fn list_command(command: &str) -> Option<ListRun> {
         });
     }
     if has("jest") {
-        return ListRun::new(format!("{command} --listTests"), |l| {
-            lines_where(l, |l| !l.trim().is_empty() && !l.contains("::"))
+        return Some(ListRun {
+            noun: ("test file", "test files"),
+            ..ListRun::new(format!("{command} --listTests"), |l| {
+                lines_where(l, |l| !l.trim().is_empty())
+            })?
         });
     }
     None
@@ -311,7 +318,7 @@ fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
         },
         Ok(Ran::Exited(Some(0), listed, _)) => found(format!(
             "`{list}` collects {} ({took:.1} s)",
-            consort_actors::counted((run.count)(&listed) as u64, "test", "tests")
+            consort_actors::counted((run.count)(&listed) as u64, run.noun.0, run.noun.1)
         )),
         Ok(Ran::Exited(code, _, _)) if code.is_some() && code == run.none_found => found(format!(
             "`{list}` finds no test yet ({took:.1} s): the feature's tests will be the first"

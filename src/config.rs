@@ -237,6 +237,12 @@ pub enum RunnerConfig {
         /// unknown tools: every test path. A test-list entry elsewhere is refused.
         #[serde(default)]
         collects: Option<Vec<String>>,
+        /// Start every process of a run in a fresh view of the tree, where the test tool may
+        /// create files (beside its configuration) that are then discarded. Default: on for
+        /// vitest (vite writes its bundled configuration beside the file), off otherwise
+        /// (jest's crawler does not follow the view's links).
+        #[serde(default)]
+        view: Option<bool>,
         /// `"landlock"` (the default) or `"off"`.
         #[serde(default)]
         sandbox: Sandbox,

@@ -92,6 +92,17 @@ pub fn test_identity(config: &ProjectConfig) -> TestIdentity {
     }
 }
 
+/// Whether the command runner starts its processes in a view of the tree (`[runner] view`,
+/// by default only for vitest, whose vite writes beside its configuration).
+pub fn runs_in_a_view(config: &ProjectConfig) -> bool {
+    match &config.runner {
+        RunnerConfig::Command { view, command, .. } => {
+            view.unwrap_or_else(|| tool_named(command) == Some(Tool::Vitest))
+        }
+        RunnerConfig::Psql { .. } => false,
+    }
+}
+
 /// What jest-junit is told for its class names to be the test file's path
 /// (`JEST_JUNIT_CLASSNAME`), as `consort init` writes it.
 pub const JEST_FILE_CLASSNAME: &str = "JEST_JUNIT_CLASSNAME=\"{filepath}\"";
@@ -192,6 +203,7 @@ mod tests {
             collects,
             sandbox: crate::config::Sandbox::Landlock,
             stdout: Default::default(),
+            view: None,
         };
         c
     }
@@ -236,6 +248,18 @@ mod tests {
         );
         assert!(cmd.pass_rule.contains("TAP"));
         assert!(cmd.before_tests.contains("migrations"));
+    }
+
+    #[test]
+    fn only_vitest_runs_in_a_view_unless_configured() {
+        assert!(runs_in_a_view(&command("npx vitest run", None)));
+        assert!(!runs_in_a_view(&command("npx jest --ci", None)));
+        assert!(!runs_in_a_view(&crate::config::tests::minimal()));
+        let mut own = command("npx jest --ci", None);
+        if let RunnerConfig::Command { view, .. } = &mut own.runner {
+            *view = Some(true);
+        }
+        assert!(runs_in_a_view(&own));
     }
 
     #[test]

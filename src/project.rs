@@ -412,6 +412,7 @@ impl Project {
                 cfg.single_test_command = single_test.clone();
                 cfg.timeout = Duration::from_secs(*timeout_secs);
                 cfg.env.allow.extend(pass_env.iter().cloned());
+                cfg.view = crate::harness_facts::runs_in_a_view(&self.config);
                 Arc::new(CommandRunner::new(cfg))
             }
         })

@@ -1,17 +1,20 @@
 //! Adopting existing repositories with `consort init`: generated repositories of each stack
 //! Consort detects. The cargo, pytest and plain-SQL ones run to done through the `consort`
 //! binary, on the embedded PostgreSQL, with their own test tools as runners and their
-//! existing migrations applied first; the Node and Go ones are detected and their commands
-//! checked (this machine has no vitest, jest or go to run them with).
+//! existing migrations applied first. The runner conformance matrix runs the same feature to
+//! done with each supported major version of the test tools people use: vitest 1, 2 and 3,
+//! jest 29 and 30, pytest 7 and 8 (and the newest, above), all under the real confinement;
+//! Go is detected and its command checked.
 //!
-//! Needs `cargo`, `python3` with `pytest` and `psycopg`, and `psql` (`.ci/run` installs them).
+//! Needs `cargo`, `python3` with `pytest` and `psycopg`, `psql`, and Node.js with npm; the
+//! matrix's tools are installed from npm and PyPI on first use (`tests/common/toolchain.rs`).
 
 mod common;
 
 use std::path::Path;
 
 use common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
-use common::{assert_exit, consort, dir_arg, run, write};
+use common::{assert_exit, consort, dir_arg, run, toolchain, write};
 use consort_testkit::process::text;
 
 /// A Python project's pytest configuration.
@@ -52,6 +55,23 @@ fn script(test_path: &str, test_name: &str, test: &str, code_path: &str, code: &
 /// `consort init` in `dir` (which already holds a project), then the script, a git
 /// repository, `consort doctor` and a run to done; returns init's and doctor's output.
 fn adopt_and_run(dir: &Path, script: &str) -> (String, String) {
+    adopt_and_run_with(dir, script, None)
+}
+
+/// [`adopt_and_run`] with every `consort` command run with `path` as its `PATH` (a user's
+/// activated virtual environment).
+fn adopt_and_run_with(
+    dir: &Path,
+    script: &str,
+    path: Option<&std::ffi::OsStr>,
+) -> (String, String) {
+    let consort = || {
+        let mut c = consort();
+        if let Some(path) = path {
+            c.env("PATH", path);
+        }
+        c
+    };
     let o = run(consort().arg("init").arg(dir));
     assert_exit(&o, 0, "init adopts the repository");
     let init = text(&o);
@@ -174,10 +194,9 @@ fn the_total_sums_the_quantities() {
     );
 }
 
-#[test]
-fn a_pytest_repository_is_adopted_and_runs_to_done() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path();
+/// A Python service tested by pytest through psycopg, with its own test and migration in
+/// `dir`; returns the script of its feature.
+fn pytest_project(dir: &Path) -> String {
     write(
         dir,
         &[
@@ -211,13 +230,20 @@ def test_the_total_sums_the_quantities():
         assert counts.total(conn) == 7
 "#;
     let code = "def total(conn):\n    return conn.execute(\"SELECT coalesce(sum(qty), 0) FROM counts\").fetchone()[0]\n";
-    let script = script(
+    script(
         "tests/test_t1_total.py",
         "tests.test_t1_total::test_the_total_sums_the_quantities",
         test,
         "app/counts.py",
         code,
-    );
+    )
+}
+
+#[test]
+fn a_pytest_repository_is_adopted_and_runs_to_done() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let script = pytest_project(dir);
     let (init, doctor) = adopt_and_run(dir, &script);
     assert!(init.contains("detected Python (pytest)"), "{init}");
     assert!(init.contains("in db/migrations/"), "{init}");
@@ -379,4 +405,154 @@ fn a_project_without_tests_yet_collects_none_and_doctor_says_so() {
         !doctor.contains("collect-only -q -p no:cacheprovider` failed"),
         "{doctor}"
     );
+}
+
+// ---------- the runner conformance matrix ----------
+
+/// The feature every matrix project builds: `total(client)` over the `counts` table, tested
+/// through the branch's `DATABASE_URL` with node-postgres, and the migration that needs the
+/// project's own.
+const NODE_TEST_NAME: &str = "the total sums the quantities";
+
+/// A Node project whose tests reach the branch with node-postgres: ESM for vitest (with a
+/// `vitest.config.js` when `config`, beside which vite writes its bundled copy), CommonJS
+/// for jest; its `node_modules` is the toolchain's, as a real directory (a cache the runs may
+/// write) of hard links.
+fn node_project(dir: &Path, tool: &str, modules: &Path, config: bool) -> (String, String) {
+    let esm = tool == "vitest";
+    let package = format!(
+        r#"{{"name":"shelf","version":"1.0.0","private":true{}"devDependencies":{{"{tool}":"*","pg":"^8"}}}}"#,
+        if esm { r#","type":"module","# } else { "," }
+    );
+    let (import_pg, import_total, export, vitest) = if esm {
+        (
+            "import pg from 'pg';",
+            "import { total } from '../src/counts.js';",
+            "export async function total(client) {",
+            "import { test, expect } from 'vitest';\n",
+        )
+    } else {
+        (
+            "const pg = require('pg');",
+            "const { total } = require('../src/counts');",
+            "exports.total = async function total(client) {",
+            "",
+        )
+    };
+    let mut files = vec![
+        ("package.json", package.clone()),
+        (
+            "src/counts.js",
+            format!("{export}\n  throw new Error('not built yet');\n}}\n"),
+        ),
+        (
+            "test/existing.test.js",
+            format!(
+                "{vitest}{import_total}\ntest('the module loads', () => {{\n  expect(typeof total).toBe('function');\n}});\n"
+            ),
+        ),
+        (
+            "migrations/0001_counts.sql",
+            "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);".to_string(),
+        ),
+    ];
+    if config {
+        files.push((
+            "vitest.config.js",
+            "export default { test: { include: ['test/**/*.test.js'] } };\n".to_string(),
+        ));
+    }
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+    write(dir, &files);
+    toolchain::install_node_modules(modules, dir);
+    let test = format!(
+        "{vitest}{import_pg}\n{import_total}\n\ntest('{NODE_TEST_NAME}', async () => {{\n  const client = new pg.Client({{ connectionString: process.env.DATABASE_URL }});\n  await client.connect();\n  try {{\n    await client.query(\"INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL)\");\n    expect(await total(client)).toBe(7);\n  }} finally {{\n    await client.end();\n  }}\n}});\n"
+    );
+    let code = format!(
+        "{export}\n  const r = await client.query('SELECT coalesce(sum(qty), 0)::int AS t FROM counts');\n  return r.rows[0].t;\n}}\n"
+    );
+    let test_path = "test/t1_total.test.js";
+    let script = script(
+        test_path,
+        &format!("{test_path}::{NODE_TEST_NAME}"),
+        &test,
+        "src/counts.js",
+        &code,
+    );
+    adopt_and_run(dir, &script)
+}
+
+/// One Node case of the matrix: the tool at `version`, run to done, its own tests collected
+/// by doctor with the configured command.
+fn node_case(tool: &str, version: &str, extra: &[&str], config: bool) {
+    let spec = format!("{tool}@{version}");
+    let mut packages = vec![spec.as_str(), "pg@8"];
+    packages.extend(extra);
+    let modules = toolchain::npm(&format!("{tool}{version}"), &packages, tool);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (init, doctor) = node_project(tmp.path(), tool, &modules, config);
+    assert!(init.contains(&format!("detected Node ({tool})")), "{init}");
+    // The project's own test, found by the tool's own collection with the configured command.
+    let collected = if tool == "jest" {
+        "collects 1 test file ("
+    } else {
+        "collects 1 test ("
+    };
+    assert!(doctor.contains(collected), "{tool} {version}: {doctor}");
+    migrations_landed(tmp.path(), "migrations", "0001_counts");
+}
+
+#[test]
+fn vitest_1_runs_to_done_with_a_config_vite_writes_beside() {
+    node_case("vitest", "1", &[], true);
+}
+
+#[test]
+fn vitest_2_runs_to_done() {
+    node_case("vitest", "2", &[], false);
+}
+
+#[test]
+fn vitest_3_runs_to_done_with_a_config() {
+    node_case("vitest", "3", &[], true);
+}
+
+#[test]
+fn jest_29_runs_to_done() {
+    node_case("jest", "29", &["jest-junit@16"], false);
+}
+
+#[test]
+fn jest_30_runs_to_done() {
+    node_case("jest", "30", &["jest-junit@16"], false);
+}
+
+/// pytest at `major` in a virtual environment the user has activated.
+fn pytest_case(major: &str) {
+    let bin = toolchain::venv(
+        &format!("pytest{major}"),
+        &[&format!("pytest=={major}.*"), "psycopg[binary]"],
+        "pytest, psycopg",
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let script = pytest_project(dir);
+    let path = toolchain::path_with(&bin);
+    let (init, doctor) = adopt_and_run_with(dir, &script, Some(&path));
+    assert!(init.contains("detected Python (pytest)"), "{init}");
+    assert!(
+        doctor.contains("collects 1 test ("),
+        "pytest {major}: {doctor}"
+    );
+    migrations_landed(dir, "db/migrations", "V1__counts");
+}
+
+#[test]
+fn pytest_7_runs_to_done() {
+    pytest_case("7");
+}
+
+#[test]
+fn pytest_8_runs_to_done() {
+    pytest_case("8");
 }

@@ -256,7 +256,7 @@ async fn the_time_limit_kills_the_whole_process_group_including_a_grandchild() {
     assert_eq!(r.exit.signal, Some(9));
     assert!(r.output_excerpt.contains("time limit"));
     for f in ["child.pid", "grandchild.pid"] {
-        let pid: u32 = std::fs::read_to_string(ctx.scratch.root().join("tmp").join(f))
+        let pid: u32 = std::fs::read_to_string(ctx.scratch.writable().join("tmp").join(f))
             .expect("pid file")
             .trim()
             .parse()
@@ -275,7 +275,7 @@ async fn a_background_process_left_by_a_finished_command_is_killed() {
     let r = run_command(cfg, &ctx).await;
     assert!(r.exit.success(), "the command itself finished");
     assert!(!r.exit.timed_out);
-    let pid: u32 = std::fs::read_to_string(ctx.scratch.root().join("tmp/bg.pid"))
+    let pid: u32 = std::fs::read_to_string(ctx.scratch.writable().join("tmp/bg.pid"))
         .expect("pid file")
         .trim()
         .parse()

@@ -60,6 +60,12 @@ try write-scratch 'echo s > "$TMPDIR/s" && echo h > "$HOME/h" && echo r > "$CONS
 try write-cache 'echo t > target/out'
 try connect-other-port 'python3 -c "import socket,os; socket.create_connection((\"127.0.0.1\", int(os.environ[\"OTHER_PORT\"])), 3)"'
 try connect-branch 'python3 -c "import socket,os; socket.create_connection((\"127.0.0.1\", int(os.environ[\"PGPORT\"])), 3)"'
+try write-beside-config 'echo v > consort.toml.timestamp-1.mjs && grep -q v consort.toml.timestamp-1.mjs && mkdir -p .tool-cache && echo w > .tool-cache/x'
+try walk-the-tree 'find -L . -type f > /dev/null'
+try remove-a-link 'rm consort.toml'
+try rename-a-link 'mv tests tests2'
+try replace-a-link 'ln -sf /tmp consort.toml'
+try make-a-link 'ln -s /tmp elsewhere'
 echo "1..$n"
 "#;
 
@@ -77,6 +83,15 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
         ("attempts.sh", ATTEMPTS),
     ]);
     std::fs::create_dir_all(tree.path().join("target")).expect("cache dir");
+    // Consort's private state may hold a directory no run may list (the embedded cluster's,
+    // the server user's `0700`): a tool that walks its tree must never meet it.
+    let private = tree.path().join(".consort/pg");
+    std::fs::create_dir_all(&private).expect("private dir");
+    std::fs::set_permissions(
+        &private,
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .expect("chmod");
     let before = hash_dir(tree.path()).expect("hash");
     let other = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
     let other_port = other.local_addr().expect("addr").port();
@@ -91,53 +106,73 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
         "PW_FILE".into(),
         cluster.dir().join("admin.pw").display().to_string(),
     ));
-    let r = CommandRunner::new(cfg)
-        .run(&ctx)
-        .await
-        .expect("the runner runs");
-    let allowed = [
-        "read-tests",
-        "write-scratch",
-        "write-cache",
-        "connect-branch",
-    ];
-    let denied = [
-        "write-test",
-        "move-tests-aside",
-        "delete-test",
-        "new-test",
-        "edit-harness",
-        "git-hook",
-        "write-code",
-        "read-consort-state",
-        "read-cluster-password",
-        "environ-of-consort",
-        "memory-of-consort",
-        "connect-other-port",
-    ];
-    for (names, want, how) in [
-        (&allowed[..], TestStatus::Passed, "work inside"),
-        (&denied[..], TestStatus::Failed, "be refused by"),
-    ] {
-        for name in names {
-            assert_eq!(
-                status(&r, name),
-                Some(want),
-                "{name} must {how} the sandbox:\n{}",
-                r.output_excerpt
-            );
+    // In the tree itself, and in a view of it: the same rules, but a view lets the tool
+    // create its own files (beside its configuration) and walk a tree whose private state
+    // it would not be let into.
+    for view in [false, true] {
+        cfg.view = view;
+        let r = CommandRunner::new(cfg.clone())
+            .run(&ctx)
+            .await
+            .expect("the runner runs");
+        let in_view = ["write-beside-config", "walk-the-tree"];
+        let mut allowed = vec![
+            "read-tests",
+            "write-scratch",
+            "write-cache",
+            "connect-branch",
+        ];
+        let mut denied = vec![
+            "write-test",
+            "move-tests-aside",
+            "delete-test",
+            "new-test",
+            "edit-harness",
+            "git-hook",
+            "write-code",
+            "read-consort-state",
+            "read-cluster-password",
+            "environ-of-consort",
+            "memory-of-consort",
+            "connect-other-port",
+            "remove-a-link",
+            "rename-a-link",
+            "replace-a-link",
+            "make-a-link",
+        ];
+        if view {
+            allowed.extend(in_view);
+        } else {
+            denied.extend(in_view);
         }
+        for (names, want, how) in [
+            (&allowed, TestStatus::Passed, "work inside"),
+            (&denied, TestStatus::Failed, "be refused by"),
+        ] {
+            for name in names {
+                assert_eq!(
+                    status(&r, name),
+                    Some(want),
+                    "{name} must {how} the sandbox (view: {view}):\n{}",
+                    r.output_excerpt
+                );
+            }
+        }
+        assert_eq!(r.outcomes.len(), allowed.len() + denied.len());
+        std::fs::remove_file(tree.path().join("target/out")).expect("the cache write landed");
+        assert_eq!(
+            hash_dir(tree.path()).expect("hash"),
+            before,
+            "the tree is untouched (view: {view})"
+        );
     }
-    assert_eq!(r.outcomes.len(), allowed.len() + denied.len());
     assert!(matches!(
         ctx.jail.confinement(),
         Confinement::Landlock { network: true, .. }
     ));
-    std::fs::remove_file(tree.path().join("target/out")).expect("the cache write landed");
-    assert_eq!(
-        hash_dir(tree.path()).expect("hash"),
-        before,
-        "the tree is untouched"
+    assert!(
+        !tree.path().join("consort.toml.timestamp-1.mjs").exists(),
+        "what a run writes beside a configuration stays in its own view"
     );
 }
 

@@ -26,6 +26,7 @@ fn command(cmd: &str) -> RunnerConfig {
         pass_env: Vec::new(),
         collects: None,
         sandbox: Sandbox::Landlock,
+        view: None,
         env_set: Default::default(),
         stdout: Default::default(),
     }
@@ -269,6 +270,7 @@ fn the_single_test_command_counts_too() {
         pass_env: Vec::new(),
         collects: None,
         sandbox: Sandbox::Landlock,
+        view: None,
         env_set: Default::default(),
         stdout: Default::default(),
     };
@@ -565,6 +567,7 @@ proptest::proptest! {
             pass_env: Vec::new(),
             collects: None,
             sandbox: Sandbox::Landlock,
+            view: None,
             env_set: Default::default(),
             stdout: Default::default(),
         };

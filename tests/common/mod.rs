@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use consort_testkit::process::text;
 
 pub(crate) mod script;
+pub(crate) mod toolchain;
 
 /// The `consort` program built for these tests.
 pub(crate) fn consort() -> Command {

@@ -36,6 +36,10 @@ pub struct CommandRunnerConfig {
     pub single_test_command: Option<String>,
     /// Time limit of each command; the whole process group is killed at the limit.
     pub timeout: Duration,
+    /// Start each process in a fresh view of the work tree ([`RunContext::view`]), where the
+    /// test tool may create files beside its configuration, discarded with the run; otherwise
+    /// in the work tree, which is read-only to it.
+    pub view: bool,
     /// The environment policy.
     pub env: EnvPolicy,
     /// Output limits.
@@ -53,6 +57,7 @@ impl CommandRunnerConfig {
             stdout_format: crate::runner::StdoutFormat::Tap,
             single_test_command: None,
             timeout: Duration::from_secs(600),
+            view: false,
             env: EnvPolicy::default(),
             limits: OutputLimits::default(),
         }
@@ -71,19 +76,23 @@ impl CommandRunner {
         CommandRunner { cfg }
     }
 
-    fn spec(&self, ctx: &RunContext, command: &str, junit: Option<&PathBuf>) -> ProcSpec {
+    fn spec(&self, ctx: &RunContext, command: &str, junit: Option<&PathBuf>) -> Result<ProcSpec> {
         let mut env = self.cfg.env.build_for(ctx);
         if let Some(j) = junit {
             env.push(("CONSORT_JUNIT".into(), j.display().to_string()));
         }
-        ProcSpec {
+        Ok(ProcSpec {
             program: PathBuf::from("sh"),
             args: vec!["-c".into(), command.to_string()],
-            cwd: ctx.work_tree.clone(),
+            cwd: if self.cfg.view {
+                ctx.process_view()?
+            } else {
+                ctx.work_tree.clone()
+            },
             env,
             timeout: self.cfg.timeout,
             jail: ctx.jail.clone(),
-        }
+        })
     }
 
     async fn run_inner(&self, ctx: &RunContext) -> Result<RunReport> {
@@ -93,7 +102,7 @@ impl CommandRunner {
             Some(p) => Some(tree_path(&ctx.scratch.reports(), p)?),
             None => None,
         };
-        let spec = self.spec(ctx, &self.cfg.command, junit.as_ref());
+        let spec = self.spec(ctx, &self.cfg.command, junit.as_ref())?;
         let main = run(&spec, &mut capture, &limits).await?;
         let mut command = self.cfg.command.clone();
 
@@ -159,7 +168,7 @@ impl CommandRunner {
                     for t in &expected {
                         let cmd = single.replace("{test}", &shell_quote(t));
                         capture.push_str(&format!("\n== consort: single test {t} ==\n"));
-                        let spec = self.spec(ctx, &cmd, None);
+                        let spec = self.spec(ctx, &cmd, None)?;
                         let one = run(&spec, &mut capture, &limits).await?;
                         let status = if one.exit.success() {
                             TestStatus::Passed

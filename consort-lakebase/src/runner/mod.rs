@@ -21,6 +21,7 @@ mod sandbox;
 mod session;
 mod stdout_format;
 mod tap;
+mod view;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -62,6 +63,8 @@ pub struct RunContext {
     /// The directories never searched for code or tests: the defaults and the project's
     /// caches (the verifier takes them from the request).
     pub filter: TreeFilter,
+    /// Consort's private state (canonical paths), left out of every view of the tree.
+    hidden: Vec<PathBuf>,
 }
 
 impl RunContext {
@@ -78,11 +81,16 @@ impl RunContext {
         cache_dirs: Vec<PathBuf>,
     ) -> Result<RunContext> {
         let scratch = Scratch::create()?;
-        let mut writable = vec![scratch.root().to_path_buf()];
+        let mut writable = vec![scratch.writable()];
         writable.extend(cache_dirs);
+        let hidden: Vec<PathBuf> = hidden
+            .iter()
+            .filter_map(|p| p.canonicalize().ok())
+            .collect();
         let spec = JailSpec {
-            hidden,
+            hidden: hidden.clone(),
             writable,
+            create_only: Some(scratch.views()),
             connect_port: (!conn.host.starts_with('/')).then_some(conn.port),
         };
         let jail = Jail::prepare(mode, &spec)?;
@@ -95,6 +103,25 @@ impl RunContext {
             scratch: Arc::new(scratch),
             pinned: SessionSettings::default(),
             filter: TreeFilter::default(),
+            hidden,
+        })
+    }
+
+    /// A fresh view of the work tree for one process of the run to start in (see `view.rs`):
+    /// links to the tree's entries, Consort's private state left out, new files allowed and
+    /// discarded with the run.
+    pub fn view(&self) -> Result<PathBuf> {
+        view::make_view(&self.scratch.views(), &self.work_tree, &self.hidden)
+    }
+
+    /// [`RunContext::view`] for a process about to start: a view that cannot be made means the
+    /// runner cannot run.
+    pub(crate) fn process_view(&self) -> Result<PathBuf> {
+        self.view().map_err(|e| {
+            crate::Error::Runner(format!(
+                "cannot start in a view of {}: {e}",
+                self.work_tree.display()
+            ))
         })
     }
 

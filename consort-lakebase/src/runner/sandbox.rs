@@ -125,11 +125,19 @@ fn enforced_abi(
     }
 }
 
-/// A run's private scratch directory (`home/`, `tmp/`, `reports/`), removed when dropped.
+/// A run's private scratch directory, removed when dropped: `run/` (its `home/`, `tmp/`,
+/// `reports/` and Python's bytecode cache), which the run may write as it likes, and `views/`,
+/// where each of its processes gets a fresh view of the work tree (`view.rs`), in which it may
+/// only create.
 #[derive(Debug)]
 pub struct Scratch {
     root: PathBuf,
 }
+
+/// The part of a scratch directory a run may write as it likes.
+const SCRATCH_RUN: &str = "run";
+/// The part of a scratch directory that holds the run's views of the work tree.
+const SCRATCH_VIEWS: &str = "views";
 
 impl Scratch {
     /// Makes a fresh scratch directory under the system's temporary directory (mode 0700),
@@ -149,11 +157,15 @@ impl Scratch {
             std::fs::write(&owner, format!("{pid} {ticks}\n"))
                 .map_err(|e| Error::io(format!("write {}", owner.display()), e))?;
         }
+        b.recursive(true);
         for sub in ["home", "tmp", "reports", "pycache"] {
-            let p = scratch.root.join(sub);
+            let p = scratch.writable().join(sub);
             b.create(&p)
                 .map_err(|e| Error::io(format!("create {}", p.display()), e))?;
         }
+        let views = scratch.views();
+        b.create(&views)
+            .map_err(|e| Error::io(format!("create {}", views.display()), e))?;
         Ok(scratch)
     }
 
@@ -162,22 +174,30 @@ impl Scratch {
         &self.root
     }
 
+    /// The part the run may write as it likes (`$CONSORT_SCRATCH`).
+    pub fn writable(&self) -> PathBuf {
+        self.root.join(SCRATCH_RUN)
+    }
+
+    /// Where the run's views of the work tree are made.
+    pub fn views(&self) -> PathBuf {
+        self.root.join(SCRATCH_VIEWS)
+    }
+
     /// Where runner reports (JUnit XML, TAP files) go.
     pub fn reports(&self) -> PathBuf {
-        self.root.join("reports")
+        self.writable().join("reports")
     }
 
     /// The variables that point a run at its scratch directory: `HOME`, `TMPDIR`, the report
     /// directory, Python's bytecode cache, and where Rust's tools live when `HOME` moved them.
     pub fn env(&self) -> Vec<(String, String)> {
-        let at = |sub: &str| self.root.join(sub).display().to_string();
+        let run = self.writable();
+        let at = |sub: &str| run.join(sub).display().to_string();
         let mut env = vec![
             ("HOME".to_string(), at("home")),
             ("TMPDIR".to_string(), at("tmp")),
-            (
-                "CONSORT_SCRATCH".to_string(),
-                self.root.display().to_string(),
-            ),
+            ("CONSORT_SCRATCH".to_string(), run.display().to_string()),
             ("CONSORT_REPORT_DIR".to_string(), at("reports")),
             ("PYTHONPYCACHEPREFIX".to_string(), at("pycache")),
         ];
@@ -264,6 +284,9 @@ pub struct JailSpec {
     pub hidden: Vec<PathBuf>,
     /// Directories the run may write in (its scratch directory, the existing caches).
     pub writable: Vec<PathBuf>,
+    /// A directory in which the run may read and create files and directories, and write
+    /// what it created, but remove, rename or link nothing (its views of the work tree).
+    pub create_only: Option<PathBuf>,
     /// The TCP port it may connect to (the branch's), if any.
     pub connect_port: Option<u16>,
 }
@@ -406,6 +429,11 @@ fn build_rules(spec: &JailSpec, abi: u32) -> std::result::Result<RulesetCreated,
     for p in &spec.writable {
         created = add_path(created, p, read | write)?;
     }
+    if let Some(views) = &spec.create_only {
+        let create = write
+            & (AccessFs::MakeReg | AccessFs::MakeDir | AccessFs::WriteFile | AccessFs::Truncate);
+        created = add_path(created, views, read | create)?;
+    }
     for dev in DEVICES.iter().map(Path::new).filter(|d| d.exists()) {
         created = add_path(
             created,
@@ -547,7 +575,8 @@ mod tests {
         let scratch = Scratch::create().expect("scratch");
         assert!(scratch.root().join(SCRATCH_OWNER).exists());
         sweep_abandoned_scratch();
-        assert!(scratch.root().join("home").is_dir());
+        assert!(scratch.writable().join("home").is_dir());
+        assert!(scratch.views().is_dir());
     }
 
     #[test]
