@@ -3,11 +3,12 @@
 //! binary, on the embedded PostgreSQL, with their own test tools as runners and their
 //! existing migrations applied first. The runner conformance matrix runs the same feature to
 //! done with each supported major version of the test tools people use: vitest 1, 2 and 3,
-//! jest 29 and 30, pytest 7 and 8 (and the newest, above), all under the real confinement;
-//! Go is detected and its command checked.
+//! jest 29 and 30, pytest 7 and 8 (and the newest, above), and `go test -json`, all under the
+//! real confinement.
 //!
-//! Needs `cargo`, `python3` with `pytest` and `psycopg`, `psql`, and Node.js with npm; the
-//! matrix's tools are installed from npm and PyPI on first use (`tests/common/toolchain.rs`).
+//! Needs `cargo`, `python3` with `pytest` and `psycopg`, `psql`, Node.js with npm, and `go`;
+//! the matrix's Node and Python tools are installed from npm and PyPI on first use
+//! (`tests/common/toolchain.rs`).
 
 mod common;
 
@@ -555,4 +556,55 @@ fn pytest_7_runs_to_done() {
 #[test]
 fn pytest_8_runs_to_done() {
     pytest_case("8");
+}
+
+/// `go test -json` on a Go module with only the standard library (the module proxy is out of
+/// reach): its test reaches the branch through `psql` and the `PG*` variables every run gets.
+#[test]
+fn go_test_runs_to_done() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write(
+        dir,
+        &[
+            ("go.mod", "module example.com/shelf\n\ngo 1.19\n"),
+            (
+                "shelf.go",
+                "package shelf\n\n// Total is the sum of the quantities.\nfunc Total(quantities []int) int {\n\tpanic(\"not built yet\")\n}\n",
+            ),
+            (
+                "shelf_existing_test.go",
+                "package shelf\n\nimport \"testing\"\n\nfunc TestTheModuleBuilds(t *testing.T) {\n\t_ = Total\n}\n",
+            ),
+            (
+                "migrations/0001_counts.sql",
+                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+            ),
+        ],
+    );
+    let test = r#"package shelf
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestTotal(t *testing.T) {
+	sql := "INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL); SELECT sum(qty) FROM counts"
+	out, err := exec.Command("psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql).CombinedOutput()
+	if err != nil {
+		t.Fatalf("psql: %v: %s", err, out)
+	}
+	if got, want := Total([]int{3, 4}), strings.TrimSpace(string(out)); want != "7" || got != 7 {
+		t.Fatalf("Total = %d, the branch says %s", got, want)
+	}
+}
+"#;
+    let code = "package shelf\n\n// Total is the sum of the quantities.\nfunc Total(quantities []int) int {\n\tsum := 0\n\tfor _, q := range quantities {\n\t\tsum += q\n\t}\n\treturn sum\n}\n";
+    let script = script("total_test.go", "TestTotal", test, "shelf.go", code);
+    let (init, doctor) = adopt_and_run(dir, &script);
+    assert!(init.contains("detected Go (go test)"), "{init}");
+    assert!(doctor.contains("collects 1 test ("), "{doctor}");
+    migrations_landed(dir, "migrations", "0001_counts");
 }
