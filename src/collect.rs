@@ -67,6 +67,20 @@ fn shell_words(command: &str) -> Vec<String> {
     words
 }
 
+/// `word` as the shell reads it back: as it is when it holds nothing the shell treats
+/// specially, else in single quotes.
+fn quoted(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./=:,+-@%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        consort_lakebase::shell_quote(word)
+    }
+}
+
 /// Whether `program` can be started: a path that exists, or a name found on `PATH`.
 pub fn installed(program: &str, dir: &Path) -> bool {
     if program.contains('/') {
@@ -220,10 +234,25 @@ fn list_command(command: &str) -> Option<ListRun> {
         });
     }
     if has("cargo") {
+        // In the project's own target directory, as the user builds: a run's scratch one
+        // (`--target-dir "$TMPDIR/…"`) would build everything again, and outside a run has
+        // no meaning.
+        let mut kept: Vec<String> = Vec::new();
+        let mut skip_next = false;
+        for w in &words {
+            if std::mem::take(&mut skip_next) || w.starts_with("--target-dir=") {
+                continue;
+            }
+            skip_next = w == "--target-dir";
+            if !skip_next {
+                kept.push(quoted(w));
+            }
+        }
+        let kept = kept.join(" ");
         let list = if words.iter().any(|w| w == "--") {
-            format!("{command} --list")
+            format!("{kept} --list")
         } else {
-            format!("{command} -- --list")
+            format!("{kept} -- --list")
         };
         return ListRun::new(list, |l| lines_where(l, |l| l.ends_with(": test")));
     }
@@ -364,6 +393,7 @@ fn run_limited(dir: &Path, command: &str, limit: Duration) -> std::io::Result<Ra
         .envs(consort_lakebase::NON_INTERACTIVE)
         .env("CONSORT_JUNIT", &junit)
         .env("CONSORT_REPORT_DIR", reports.path())
+        .env("TMPDIR", reports.path())
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -480,6 +510,13 @@ mod tests {
         }
         let cargo = list_command("cargo test --offline").expect("cargo");
         assert_eq!(cargo.command, "cargo test --offline -- --list");
+        let scratch =
+            list_command("cargo test --offline --target-dir \"$TMPDIR/target\" --workspace")
+                .expect("cargo");
+        assert_eq!(
+            scratch.command, "cargo test --offline --workspace -- --list",
+            "built where the user builds, never in a run's scratch"
+        );
         assert_eq!(
             (cargo.count)(&listed("tests::a: test\nb: test\nc: bench\n")),
             2

@@ -1026,9 +1026,9 @@ fn a_red_that_already_passes_is_refused_reverted_and_retried() {
     assert!(r.s.build.frozen_tests.is_empty(), "nothing frozen");
 }
 
-/// A refused RED run is fed back with its output: the lines about passing tests left out.
-#[test]
-fn a_refused_red_run_feeds_its_output_back() {
+/// The feedback the Navigator gets after a RED of `tests/t2.sql` that broke the green
+/// `tests/t1.sql`, its receipt shaped by `edit` first.
+fn feedback_after_a_broken_red(edit: impl FnOnce(&mut TestRunReceipt)) -> String {
     let mut r = Run::at_build();
     r.full_test("tests/t1.sql", &[]);
     r.observe();
@@ -1040,11 +1040,7 @@ fn a_refused_red_run_feeds_its_output_back() {
         ],
         1,
     );
-    receipt.output_excerpt =
-        "== tests/t0.sql: passed ==\nERROR: relation \"stock\" does not exist\n".into();
-    receipt
-        .outcomes
-        .push(TestOutcome::new("tests/t0.sql", TestStatus::Passed));
+    edit(&mut receipt);
     r.feed(Event::VerifyCompleted { receipt })
         .expect_err("a RED that breaks a green test is refused");
     r.apply();
@@ -1054,6 +1050,19 @@ fn a_refused_red_run_feeds_its_output_back() {
     };
     let text = feedback.join("\n");
     assert!(text.contains("RED broke tests"), "{text}");
+    text
+}
+
+/// A refused RED run is fed back with its output: the lines about passing tests left out.
+#[test]
+fn a_refused_red_run_feeds_its_output_back() {
+    let text = feedback_after_a_broken_red(|receipt| {
+        receipt.output_excerpt =
+            "== tests/t0.sql: passed ==\nERROR: relation \"stock\" does not exist\n".into();
+        receipt
+            .outcomes
+            .push(TestOutcome::new("tests/t0.sql", TestStatus::Passed));
+    });
     assert!(
         text.contains("relation \"stock\" does not exist"),
         "the run's output: {text}"
@@ -1072,28 +1081,11 @@ fn a_refused_red_run_feeds_its_output_back() {
 /// the output, also when the output itself says nothing about it (a JUnit-only reporter).
 #[test]
 fn what_the_failing_test_said_reaches_the_agent() {
-    let mut r = Run::at_build();
-    r.full_test("tests/t1.sql", &[]);
-    r.observe();
-    r.write_and_apply("tests/t2.sql", "x");
-    let mut receipt = r.receipt(
-        &[
-            ("tests/t1.sql", TestStatus::Passed),
-            ("tests/t2.sql", TestStatus::Passed),
-        ],
-        0,
-    );
-    receipt.output_excerpt = "JUNIT report written to /tmp/x/reports/junit.xml\n".into();
-    receipt.outcomes[0] = TestOutcome::new("tests/t1.sql", TestStatus::Failed)
-        .with_message("AssertionError: expected 2 to be 3\n at tests/t1.sql:7:17");
-    r.feed(Event::VerifyCompleted { receipt })
-        .expect_err("a RED that breaks a green test is refused");
-    r.apply();
-    r.observe();
-    let Command::Assign { feedback, .. } = last_command(&r) else {
-        panic!("the Navigator is asked again");
-    };
-    let text = feedback.join("\n");
+    let text = feedback_after_a_broken_red(|receipt| {
+        receipt.output_excerpt = "JUNIT report written to /tmp/x/reports/junit.xml\n".into();
+        receipt.outcomes[0] = TestOutcome::new("tests/t1.sql", TestStatus::Failed)
+            .with_message("AssertionError: expected 2 to be 3\n at tests/t1.sql:7:17");
+    });
     let said = text
         .find("expected 2 to be 3")
         .expect("the message reaches the agent");
