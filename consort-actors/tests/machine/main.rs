@@ -296,14 +296,19 @@ impl Run {
     /// The design lane up to the accepted test list: the UX design is asked for next when a
     /// story is user-facing, the design gate otherwise.
     fn design_to_test_list(&mut self, user_facing: bool) {
+        self.design_up_to_the_test_list(user_facing);
+        self.produce(Artifact::TestList(test_list()))
+            .expect("test list");
+    }
+
+    /// The design lane up to the test list it asks for.
+    fn design_up_to_the_test_list(&mut self, user_facing: bool) {
         self.start_with_stories(user_facing);
         self.produce(Artifact::Spec(spec())).expect("spec");
         self.produce(Artifact::ArchitectureVerdict(approve_arch()))
             .expect("arch");
         self.produce(Artifact::SchemaPlan(schema()))
             .expect("schema");
-        self.produce(Artifact::TestList(test_list()))
-            .expect("test list");
     }
 
     fn design_lane(&mut self, user_facing: bool) {
@@ -635,11 +640,7 @@ fn a_test_the_runner_never_collects_is_refused_with_the_reason() {
         .with_collected(&["tests/t1.sql"])
         .expect("glob");
     let mut r = Run::with_paths(policy);
-    r.start_with_stories(false);
-    r.produce(Artifact::Spec(spec())).expect("spec");
-    r.produce(Artifact::ArchitectureVerdict(approve_arch()))
-        .expect("arch");
-    r.produce(Artifact::SchemaPlan(schema())).expect("schema");
+    r.design_up_to_the_test_list(false);
     let v = r.produce_refused(Artifact::TestList(test_list()));
     let text = v.to_string();
     assert!(
@@ -667,11 +668,7 @@ fn a_test_named_as_the_runner_never_reports_it_is_refused_with_the_expected_form
         .expect("globs")
         .with_test_identity(TestIdentity::JunitFile);
     let mut r = Run::with_paths(policy);
-    r.start_with_stories(false);
-    r.produce(Artifact::Spec(spec())).expect("spec");
-    r.produce(Artifact::ArchitectureVerdict(approve_arch()))
-        .expect("arch");
-    r.produce(Artifact::SchemaPlan(schema())).expect("schema");
+    r.design_up_to_the_test_list(false);
     let mut list = test_list();
     list.entries.truncate(1);
     list.entries[0].path = "test/orders_place.test.js".into();
