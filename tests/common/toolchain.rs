@@ -38,15 +38,24 @@ pub(crate) fn npm(name: &str, packages: &[&str], bin: &str) -> PathBuf {
 }
 
 /// Puts the toolchain's `modules` into the project `dir` as `node_modules`: a real directory, as
-/// `npm install` leaves it (a cache a run may write), made of hard links, so nothing is copied.
+/// `npm install` leaves it (a cache a run may write), made of hard links where the two share a
+/// file system, else copied.
 pub(crate) fn install_node_modules(modules: &Path, dir: &Path) {
-    let o = Command::new("cp")
-        .arg("-al")
-        .arg(modules)
-        .arg(dir.join("node_modules"))
-        .output()
-        .expect("cp");
-    assert!(o.status.success(), "cp -al node_modules: {}", text(&o));
+    let target = dir.join("node_modules");
+    let copy = |flags: &str| {
+        Command::new("cp")
+            .arg(flags)
+            .arg(modules)
+            .arg(&target)
+            .output()
+            .expect("cp")
+    };
+    if copy("-al").status.success() {
+        return;
+    }
+    let _ = std::fs::remove_dir_all(&target);
+    let o = copy("-a");
+    assert!(o.status.success(), "cp -a node_modules: {}", text(&o));
 }
 
 /// A Python virtual environment with `packages` installed with pip; returns its `bin`.
