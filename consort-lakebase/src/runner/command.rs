@@ -8,7 +8,7 @@ use tracing::warn;
 
 use super::capture::{Capture, OutputLimits};
 use super::junit::parse_junit;
-use super::process::{EnvPolicy, ProcSpec, run, shell_quote, tree_path};
+use super::process::{EnvPolicy, ProcOutcome, ProcSpec, run, shell_quote, tree_path};
 use super::{RunContext, RunReport, TestRunner, redact};
 use crate::error::{Error, Result, TestCommandFault};
 use crate::provider::BoxFuture;
@@ -95,6 +95,47 @@ impl CommandRunner {
         })
     }
 
+    /// The outcomes the command's JUnit report holds (None without one configured, or when it
+    /// is unreadable, which `capture` then says), or the harness's fault: a program that is
+    /// not there, no report, a report without a test while tests are expected. A command
+    /// Consort stopped at its time or output limit is never the harness's fault.
+    fn report_outcomes(
+        &self,
+        ctx: &RunContext,
+        main: &ProcOutcome,
+        junit: Option<&PathBuf>,
+        capture: &mut Capture,
+    ) -> std::result::Result<Option<Vec<TestOutcome>>, TestCommandFault> {
+        if main.exit.timed_out || main.over_cap {
+            return Ok(junit
+                .and_then(|path| std::fs::read_to_string(path).ok())
+                .and_then(|xml| parse_junit(&xml, &self.cfg.junit_name_format).ok()));
+        }
+        if let Some(code @ (126 | 127)) = main.exit.code {
+            return Err(TestCommandFault::ProgramNotFound { code });
+        }
+        let Some(path) = junit else {
+            return Ok(None);
+        };
+        let Ok(xml) = std::fs::read_to_string(path) else {
+            let path = path.display().to_string();
+            return Err(TestCommandFault::NoReport { path });
+        };
+        match parse_junit(&xml, &self.cfg.junit_name_format) {
+            Ok(o) if o.is_empty() && !ctx.expected().is_empty() => {
+                Err(TestCommandFault::CollectedNothing {
+                    expected: ctx.expected().len(),
+                })
+            }
+            Ok(o) => Ok(Some(o)),
+            Err(e) => {
+                warn!(error = %e, "unreadable JUnit report");
+                capture.push_str(&format!("\n[consort: {e}]\n"));
+                Ok(None)
+            }
+        }
+    }
+
     async fn run_inner(&self, ctx: &RunContext) -> Result<RunReport> {
         let limits = self.cfg.limits;
         let mut capture = Capture::new(&limits);
@@ -106,41 +147,16 @@ impl CommandRunner {
         let main = run(&spec, &mut capture, &limits).await?;
         let mut command = self.cfg.command.clone();
 
-        // Past its time or output limit a command is stopped by Consort: what it did not
-        // write then is no fault of the harness.
-        let stopped = main.exit.timed_out || main.over_cap;
-        let broken = |capture: Capture, fault: TestCommandFault| Error::TestCommand {
-            command: redact(&self.cfg.command, &ctx.conn),
-            fault,
-            output: redact(&capture.finish().excerpt, &ctx.conn),
-        };
-        if let Some(code @ (126 | 127)) = main.exit.code.filter(|_| !stopped) {
-            return Err(broken(capture, TestCommandFault::ProgramNotFound { code }));
-        }
-        let mut outcomes: Option<Vec<TestOutcome>> = None;
-        if let Some(path) = &junit {
-            match std::fs::read_to_string(path) {
-                Ok(xml) => match parse_junit(&xml, &self.cfg.junit_name_format) {
-                    Ok(o) => outcomes = Some(o),
-                    Err(e) => {
-                        warn!(error = %e, "unreadable JUnit report");
-                        capture.push_str(&format!("\n[consort: {e}]\n"));
-                    }
-                },
-                Err(_) if stopped => {}
-                Err(_) => {
-                    let path = path.display().to_string();
-                    return Err(broken(capture, TestCommandFault::NoReport { path }));
-                }
+        let mut outcomes = match self.report_outcomes(ctx, &main, junit.as_ref(), &mut capture) {
+            Ok(o) => o,
+            Err(fault) => {
+                return Err(Error::TestCommand {
+                    command: redact(&self.cfg.command, &ctx.conn),
+                    fault,
+                    output: redact(&capture.finish().excerpt, &ctx.conn),
+                });
             }
-        }
-        let expected = ctx.expected().len();
-        if outcomes.as_ref().is_some_and(Vec::is_empty) && expected > 0 && !stopped {
-            return Err(broken(
-                capture,
-                TestCommandFault::CollectedNothing { expected },
-            ));
-        }
+        };
         if outcomes.is_none() && self.cfg.tap {
             outcomes = self
                 .cfg
@@ -153,11 +169,11 @@ impl CommandRunner {
                 let expected = ctx.expected();
                 if main.exit.success() {
                     if expected.is_empty() {
-                        vec![outcome("(suite)", TestStatus::Passed)]
+                        vec![TestOutcome::new("(suite)", TestStatus::Passed)]
                     } else {
                         expected
                             .iter()
-                            .map(|t| outcome(t, TestStatus::Passed))
+                            .map(|t| TestOutcome::new(t, TestStatus::Passed))
                             .collect()
                     }
                 } else if let (Some(single), false) = (
@@ -177,7 +193,7 @@ impl CommandRunner {
                         } else {
                             TestStatus::Failed
                         };
-                        per_test.push(outcome(t, status));
+                        per_test.push(TestOutcome::new(t, status));
                     }
                     if !expected.is_empty() {
                         command = format!("{command}; then per test: {single}");
@@ -194,7 +210,7 @@ impl CommandRunner {
                 .iter()
                 .any(|o| matches!(o.status, TestStatus::Failed | TestStatus::Errored))
         {
-            outcomes.push(outcome("(exit)", TestStatus::Errored));
+            outcomes.push(TestOutcome::new("(exit)", TestStatus::Errored));
         }
         let done = capture.finish();
         Ok(RunReport {
@@ -207,10 +223,6 @@ impl CommandRunner {
             sessions_lost: Vec::new(),
         })
     }
-}
-
-fn outcome(name: &str, status: TestStatus) -> TestOutcome {
-    TestOutcome::new(name, status)
 }
 
 impl TestRunner for CommandRunner {
