@@ -707,6 +707,8 @@ pub enum InfraFault {
     /// The test command ran but did not test anything: its program was not found, it wrote
     /// no report, or it collected no test (the configuration's or the machine's fault).
     TestCommandBroken,
+    /// A step's prompt does not fit the model's context window.
+    ContextWindowTooSmall,
 }
 
 impl fmt::Display for InfraFault {
@@ -724,6 +726,9 @@ impl fmt::Display for InfraFault {
             InfraFault::QuotaExhausted => "the branch backend's quota is used up",
             InfraFault::MigrationFailed => "a migration could not be applied",
             InfraFault::TestCommandBroken => "the test command did not run the tests",
+            InfraFault::ContextWindowTooSmall => {
+                "a step's prompt does not fit the model's context window"
+            }
         })
     }
 }

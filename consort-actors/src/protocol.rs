@@ -210,6 +210,18 @@ pub struct Usage {
     /// The model that answered, when the backend knows it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Calls whose answer ended for a reason other than a natural stop or a tool call, by the
+    /// reason the server gave (`length`: cut at the token limit; `content_filter`, …).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub finish_reasons: BTreeMap<String, u32>,
+    /// Tool calls that repeated an earlier call of the step word for word: answered from the
+    /// first call's result, not run again (a part of `tool_calls`).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub repeated_tool_calls: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -233,6 +245,13 @@ impl Usage {
         self.calls = self.calls.saturating_add(other.calls);
         self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
         self.wall_ms = self.wall_ms.saturating_add(other.wall_ms);
+        self.repeated_tool_calls = self
+            .repeated_tool_calls
+            .saturating_add(other.repeated_tool_calls);
+        for (reason, n) in &other.finish_reasons {
+            let count = self.finish_reasons.entry(reason.clone()).or_default();
+            *count = count.saturating_add(*n);
+        }
         if self.model.is_none() {
             self.model.clone_from(&other.model);
         }
@@ -330,6 +349,23 @@ pub enum AgentFailure {
         #[serde(default, skip_serializing_if = "Usage::is_zero")]
         usage: Usage,
     },
+    /// The step's prompt does not fit the model's context window, even after it was fitted
+    /// (contents listed instead of carried, older feedback dropped), or the server said so:
+    /// the call was not made again.
+    #[error(
+        "the prompt for step {step} needs about {prompt_tokens} tokens, more than the model's context window{} ({measured})",
+        window_text(*.window)
+    )]
+    ContextExceeded {
+        /// The step.
+        step: String,
+        /// The prompt's size in tokens (the server's count, or Consort's estimate).
+        prompt_tokens: u64,
+        /// The context window in tokens, when known.
+        window: Option<u64>,
+        /// Who measured: `estimated before the call` or `the server refused the call`.
+        measured: String,
+    },
     /// The model server failed after the retries (5xx, 429, connection refused).
     #[error("model server failing: {detail}")]
     ModelUnavailable {
@@ -356,6 +392,10 @@ pub enum AgentFailure {
     },
 }
 
+fn window_text(window: Option<u64>) -> String {
+    window.map_or(String::new(), |n| format!(" of {n} tokens"))
+}
+
 impl AgentFailure {
     /// Whether the failure is the infrastructure's (model server, time, crash) rather than the
     /// agent's output.
@@ -363,6 +403,7 @@ impl AgentFailure {
         matches!(
             self,
             AgentFailure::ModelUnavailable { .. }
+                | AgentFailure::ContextExceeded { .. }
                 | AgentFailure::Timeout { .. }
                 | AgentFailure::Crashed { .. }
         )
@@ -383,6 +424,9 @@ impl AgentFailure {
         match self {
             AgentFailure::ModelUnavailable { .. } => {
                 EscalationReason::Infrastructure(InfraFault::ModelServerFailing)
+            }
+            AgentFailure::ContextExceeded { .. } => {
+                EscalationReason::Infrastructure(InfraFault::ContextWindowTooSmall)
             }
             AgentFailure::Timeout { .. } => EscalationReason::Infrastructure(InfraFault::Timeout),
             AgentFailure::Crashed { .. } => {

@@ -154,7 +154,9 @@ pub use consort_actors::{
     ActorId, AgentFailure, Assignment, Produced, Role, RoleMsg, RoleReply, Usage,
 };
 pub use mcp::{McpAgent, McpConfig};
-pub use openai::{ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiConfigError};
+pub use openai::{
+    ApiKey, Budget, HttpPolicy, OpenAiAgent, OpenAiConfig, OpenAiConfigError, ToolProtocol,
+};
 pub use reference::artifact_reference;
 pub use script::{Script, ScriptEntry, ScriptError, ScriptedAgent, StepPattern};
 pub use skeleton::{PLACEHOLDER, field_list, placeholders, script_skeleton};

@@ -448,8 +448,8 @@ async fn other_client_errors_fail_at_once_without_dropping_the_schema() {
     let (base, stub) = start_stub(vec![Reply::Json(
         400,
         vec![],
-        json!({"error": {"message": "This model's maximum context length is 8192 tokens",
-            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        json!({"error": {"message": "Unrecognized request argument supplied: seed_v2",
+            "type": "invalid_request_error", "param": null, "code": null}}),
     )])
     .await;
     match agent(Role::Driver, config(&base))
@@ -458,13 +458,45 @@ async fn other_client_errors_fail_at_once_without_dropping_the_schema() {
     {
         Err(AgentFailure::ModelUnavailable { detail }) => {
             assert!(detail.contains("400"), "{detail}");
-            assert!(detail.contains("maximum context length"), "{detail}");
+            assert!(detail.contains("seed_v2"), "{detail}");
         }
         other => panic!("expected ModelUnavailable, got {other:?}"),
     }
     let seen = stub.seen();
     assert_eq!(seen.len(), 1, "a 400 is not retried");
     assert!(seen[0].body.get("response_format").is_some());
+}
+
+/// A server's refusal of a prompt over its context window, in OpenAI's words and in
+/// llama.cpp's (whose numeric `code` async-openai cannot read as OpenAI's error shape).
+#[tokio::test]
+async fn a_context_refusal_is_typed_with_the_sizes_and_not_retried() {
+    let refusals = [
+        json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9100 tokens.",
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        json!({"error": {"code": 400, "message": "request (9100 tokens) exceeds the available context size (8192 tokens), try increasing it",
+            "type": "exceed_context_size_error", "n_prompt_tokens": 9100, "n_ctx": 8192}}),
+    ];
+    for (i, body) in refusals.into_iter().enumerate() {
+        let (base, stub) = start_stub(vec![Reply::Json(400, vec![], body)]).await;
+        match agent(Role::Driver, config(&base))
+            .act(&assignment(30 + i as u64, "green/T1"))
+            .await
+        {
+            Err(AgentFailure::ContextExceeded {
+                step,
+                prompt_tokens,
+                window,
+                measured,
+            }) => {
+                assert_eq!(step, "green/T1");
+                assert_eq!((prompt_tokens, window), (9100, Some(8192)));
+                assert!(measured.contains("server refused"), "{measured}");
+            }
+            other => panic!("expected ContextExceeded, got {other:?}"),
+        }
+        assert_eq!(stub.requests(), 1, "a context refusal is not retried as it was");
+    }
 }
 
 /// A workbench that answers every call the same way and counts the runs: what the tool loop
@@ -547,8 +579,16 @@ async fn tool_rounds_are_bounded_and_every_call_is_kept_in_a_hashed_transcript()
         .await
         .expect("an answer after the rounds");
     assert_eq!(out.artifact, expected_change_set());
-    let seen = stub.seen();
+    let all = stub.seen();
+    // First the probe: a required call beside a schema, which this server answers with calls.
+    assert_eq!(all[0].body["tool_choice"], "required");
+    assert!(all[0].body.get("response_format").is_some());
+    let seen = &all[1..];
     assert_eq!(seen.len(), 3, "two tool rounds, then the answer");
+    assert!(
+        seen.iter().all(|s| s.body.get("response_format").is_some()),
+        "a server that calls tools beside a schema gets both in one request"
+    );
     assert!(
         seen[..2]
             .iter()
@@ -585,8 +625,21 @@ async fn tool_rounds_are_bounded_and_every_call_is_kept_in_a_hashed_transcript()
             .content(seen[2].messages().len() - 1)
             .contains("No tool rounds are left")
     );
-    assert_eq!(bench.0.load(std::sync::atomic::Ordering::Relaxed), 2);
-    assert_eq!((out.usage.calls, out.usage.tool_calls), (3, 6));
+    assert!(
+        results[3..].iter().all(|r| r.starts_with("Not run again")),
+        "round 2 repeats round 1 word for word: {results:#?}"
+    );
+    assert_eq!(
+        bench.0.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "the repeated scratch run is not run again"
+    );
+    assert_eq!(
+        (out.usage.calls, out.usage.tool_calls),
+        (4, 6),
+        "the probe, two rounds and the answer"
+    );
+    assert_eq!(out.usage.repeated_tool_calls, 3);
     let kept = out.transcript.expect("a transcript");
     let bytes = std::fs::read(dir.path().join(&kept.path)).expect("the transcript file");
     assert_eq!(kept.path, "green_T1-0.tools.json");

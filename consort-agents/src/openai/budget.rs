@@ -2,17 +2,16 @@
 //! left ([`Assignment::budget`]) before it is made, and the step bounded by the wall time left.
 //!
 //! The call's prompt tokens are estimated as its characters divided by four (rounded up: the
-//! system prompt plus every message as sent), plus its completion token limit
-//! ([`OpenAiConfig::max_tokens`](super::OpenAiConfig::max_tokens); without one only the prompt
-//! counts). A call whose estimate does not fit is not made: the step ends with
+//! system prompt, every message as sent, the tool definitions and the response schema), plus
+//! its completion token limit ([`OpenAiConfig::max_tokens`](super::OpenAiConfig::max_tokens),
+//! raised once after a cut-off answer; without one only the prompt counts). A call whose estimate does not fit is not made: the step ends with
 //! [`AgentFailure::BudgetSpent`], carrying what the step spent before.
 
 use std::time::{Duration, Instant};
 
-use async_openai::types::chat::ChatCompletionRequestMessage;
-use consort_actors::{AgentFailure, ArtifactKind, Assignment, CallEstimate, Usage};
+use consort_actors::{AgentFailure, Assignment, CallEstimate, Usage};
 
-use super::{Completion, OpenAiAgent, StructuredOutput};
+use super::{Completion, OpenAiAgent};
 use crate::agent::AgentOutput;
 
 impl OpenAiAgent {
@@ -21,18 +20,15 @@ impl OpenAiAgent {
         &self,
         assignment: &Assignment,
         so_far: &Usage,
-        expected: ArtifactKind,
-        mode: StructuredOutput,
-        turns: &[ChatCompletionRequestMessage],
+        limit: Option<u32>,
+        prompt_chars: usize,
     ) -> Result<(), AgentFailure> {
         let Some(remaining) = &assignment.budget else {
             return Ok(());
         };
-        let chars = self.system_message(expected, mode).chars().count()
-            + serde_json::to_string(turns).map_or(0, |t| t.chars().count());
         let estimate = CallEstimate {
-            prompt_tokens: CallEstimate::prompt_tokens_of_chars(chars),
-            max_completion_tokens: self.config.max_tokens.map_or(0, u64::from),
+            prompt_tokens: CallEstimate::prompt_tokens_of_chars(prompt_chars),
+            max_completion_tokens: limit.map_or(0, u64::from),
         };
         remaining
             .check_call(so_far, Some(&self.config.model), estimate)
@@ -117,6 +113,18 @@ fn since(now: &Usage, before: &Usage) -> Usage {
         cached_tokens: now.cached_tokens.saturating_sub(before.cached_tokens),
         calls: now.calls.saturating_sub(before.calls),
         tool_calls: now.tool_calls.saturating_sub(before.tool_calls),
+        repeated_tool_calls: now
+            .repeated_tool_calls
+            .saturating_sub(before.repeated_tool_calls),
+        finish_reasons: now
+            .finish_reasons
+            .iter()
+            .map(|(r, n)| {
+                let was = before.finish_reasons.get(r).copied().unwrap_or(0);
+                (r.clone(), n.saturating_sub(was))
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect(),
         wall_ms: 0,
         model: None,
     }

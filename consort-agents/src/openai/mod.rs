@@ -6,18 +6,36 @@
 //! `json_schema` response format derived from the artifact type, read as raw JSON (so
 //! `"id": null` or a missing `usage` do not matter), its JSON found even inside prose or a
 //! fence, and validated against the artifact type and the role rules. An invalid answer is
-//! sent back with the reason, up to [`OpenAiConfig::output_retries`] times.
+//! sent back with the reason, up to [`OpenAiConfig::output_retries`] times. An answer cut
+//! off at the token limit is fed back naming the limit, and the limit is doubled once when the
+//! budget allows it; every finish reason other than a natural stop is counted in the step's
+//! [`Usage::finish_reasons`].
+//!
+//! **Tools on every compatible server.** Build steps offer tools. Whether a server returns tool
+//! calls when the same request carries a `response_format` is learned, not assumed
+//! ([`ToolProtocol`]): where it does not (llama.cpp), tool rounds go without the schema and the
+//! answer is asked for with it. A tool call repeated word for word is answered from the first
+//! one's result and counted ([`Usage::repeated_tool_calls`]).
+//!
+//! **Context windows.** With a known window ([`OpenAiConfig::context_tokens`] or the server's
+//! `/props`), every call's prompt is measured before it is sent and cut to fit: code listed
+//! instead of carried, older feedback dropped, earlier tool results cut. A prompt that still
+//! does not fit, or that the server refuses for its length, ends the step with
+//! [`AgentFailure::ContextExceeded`](consort_actors::AgentFailure::ContextExceeded) naming the step, the prompt's size and the window; it is
+//! never retried as it was.
 //!
 //! **The API key never appears in logs, errors or `Debug` output**: it lives in an [`ApiKey`]
 //! whose `Debug` is redacted, and every error text is scrubbed of it.
 
 mod budget;
+mod converse;
 mod extract;
 mod schema;
+mod server;
+mod talk;
 mod tools;
 mod transport;
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,21 +44,17 @@ use std::time::{Duration, Instant};
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
-use async_openai::types::chat::{
-    ChatCompletionRequestAssistantMessage, ChatCompletionRequestMessage,
-    ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
-    CreateChatCompletionRequestArgs, ResponseFormat, ResponseFormatJsonSchema,
-};
-use consort_actors::{AgentFailure, Artifact, ArtifactKind, Assignment, Omission, Role, Usage};
+use consort_actors::{ArtifactKind, Assignment, Role, Usage};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
-use crate::agent::{ActFuture, Agent, AgentOutput};
+use crate::agent::{ActFuture, Agent};
 use crate::prompts::system_prompt;
-use crate::validate::{check_artifact, parse_artifact};
 
 pub use extract::{Completion, ToolCall, extract_json, read_completion};
 pub use schema::{body_schema, ordered_schema_text, response_schema};
+pub use server::{
+    ContextRefusal, ToolProtocol, context_refusal, learned_protocol, window_from_props,
+};
 pub use tools::ToolUse;
 pub use transport::{HttpPolicy, RetryTransport, retry_after};
 
@@ -197,6 +211,13 @@ pub struct OpenAiConfig {
     pub extra_instructions: Option<String>,
     /// Tool use in build steps (see [`ToolUse`]).
     pub tools: ToolUse,
+    /// How tool rounds and structured output share a conversation (see [`ToolProtocol`]).
+    /// Default: detected once per server and model.
+    pub tool_protocol: ToolProtocol,
+    /// The model's context window in tokens. None (default): read from the server where it
+    /// says (llama.cpp's `/props`), else unknown. Each call's prompt is fitted into it before
+    /// it is sent (see the module documentation).
+    pub context_tokens: Option<u32>,
     /// Where each step's transcript of tool calls is written (`consort` sets
     /// `.consort/transcripts/`); none: no transcript is kept.
     #[serde(skip)]
@@ -219,6 +240,8 @@ impl Default for OpenAiConfig {
             budget: Budget::default(),
             extra_instructions: None,
             tools: ToolUse::default(),
+            tool_protocol: ToolProtocol::default(),
+            context_tokens: None,
             transcript_dir: None,
         }
     }
@@ -252,6 +275,8 @@ pub struct OpenAiAgent {
     config: OpenAiConfig,
     key: ApiKey,
     client: Client<OpenAIConfig>,
+    /// The same HTTP client, for the server's own endpoints (`/props`).
+    http: reqwest::Client,
     spent: Mutex<Spent>,
     /// Everything counted so far (tokens, calls), so a step cut short still reports its usage.
     counted: Mutex<Usage>,
@@ -267,13 +292,6 @@ impl fmt::Debug for OpenAiAgent {
             .field("key", &self.key)
             .finish_non_exhaustive()
     }
-}
-
-enum CallError {
-    /// Give up with this failure.
-    Fail(AgentFailure),
-    /// The server refused the response_format (HTTP 400): retry without it.
-    SchemaRefused(String),
 }
 
 impl OpenAiAgent {
@@ -312,13 +330,14 @@ impl OpenAiAgent {
             .with_org_id("")
             .with_project_id("");
         let client = Client::build(http.clone(), openai).with_http_service(
-            RetryTransport::new(http, config.http.clone()).scrubbing(key.expose()),
+            RetryTransport::new(http.clone(), config.http.clone()).scrubbing(key.expose()),
         );
         Ok(OpenAiAgent {
             role,
             config,
             key,
             client,
+            http,
             spent: Mutex::new(Spent::default()),
             counted: Mutex::new(Usage::default()),
             schema_refused: AtomicBool::new(false),
@@ -351,9 +370,11 @@ impl OpenAiAgent {
         }
     }
 
-    fn system_message(&self, expected: ArtifactKind, mode: StructuredOutput) -> String {
+    /// The role's system prompt, with the answer's schema when `with_schema` (the schema is not
+    /// sent as `response_format`, or not in every call of the step).
+    fn system_message(&self, expected: ArtifactKind, with_schema: bool) -> String {
         let mut text = system_prompt(self.role);
-        if mode != StructuredOutput::JsonSchema {
+        if with_schema {
             text.push_str(&format!(
                 "\nThe answer must match this JSON schema:\n{}\n",
                 ordered_schema_text(&response_schema(expected, false))
@@ -365,209 +386,6 @@ impl OpenAiAgent {
             text.push('\n');
         }
         text
-    }
-
-    async fn converse(&self, assignment: &Assignment) -> Result<AgentOutput, AgentFailure> {
-        let expected = assignment.expected_kind();
-        let attempts = self.config.output_retries.saturating_add(1);
-        let offered = tools::definitions(assignment, self.config.strict_schema)
-            .filter(|_| self.config.tools.enabled);
-        let on_demand = offered.is_some() && self.config.tools.code_on_demand;
-        let mut turns: Vec<ChatCompletionRequestMessage> = user_messages(assignment, on_demand);
-        let mut usage = Usage::default();
-        let mut last = String::new();
-        let mut attempt = 0u32;
-        let mut rounds = 0u32;
-        let mut transcript = tools::Transcript::new(assignment, &self.config.model);
-        while attempt < attempts {
-            let mode = self.structured();
-            self.check_call(assignment, &usage, expected, mode, &turns)?;
-            let started = Instant::now();
-            let offer = offered
-                .as_ref()
-                .filter(|_| rounds < self.config.tools.max_rounds);
-            let completion = match self.call(expected, mode, &turns, offer).await {
-                Ok(c) => c,
-                Err(CallError::SchemaRefused(detail)) => {
-                    tracing::warn!(
-                        role = %self.role,
-                        %detail,
-                        "server refused the json_schema response format; asking by prompt instead"
-                    );
-                    self.schema_refused.store(true, Ordering::Relaxed);
-                    continue;
-                }
-                Err(CallError::Fail(f)) => return Err(f),
-            };
-            self.account(assignment, &completion, started, &mut usage);
-            if let (Some(_), Some(bench)) = (offer, &assignment.tools)
-                && tools::wants_tools(&completion)
-            {
-                rounds += 1;
-                let calls =
-                    tools::round(bench, &completion, rounds, &mut turns, &mut transcript).await;
-                usage.tool_calls = usage.tool_calls.saturating_add(calls);
-                if rounds == self.config.tools.max_rounds {
-                    turns.push(
-                        ChatCompletionRequestUserMessage::from(format!(
-                            "No tool rounds are left for this step: answer now with the {expected}."
-                        ))
-                        .into(),
-                    );
-                }
-                continue;
-            }
-            attempt += 1;
-            match interpret(assignment, &completion) {
-                Ok(artifact) => {
-                    let transcript = self.keep(&transcript);
-                    return Ok(AgentOutput {
-                        artifact,
-                        usage,
-                        transcript,
-                    });
-                }
-                Err(detail) => {
-                    let detail = self.key.scrub(&detail);
-                    tracing::warn!(
-                        role = %self.role,
-                        step = %assignment.step,
-                        attempt,
-                        of = attempts,
-                        %detail,
-                        "invalid model output"
-                    );
-                    turns.push(
-                        ChatCompletionRequestAssistantMessage::from(
-                            completion.content.clone().unwrap_or_default(),
-                        )
-                        .into(),
-                    );
-                    turns.push(
-                        ChatCompletionRequestUserMessage::from(format!(
-                            "Your answer was rejected: {detail}\nAnswer again with the whole \
-                             corrected JSON object {{\"kind\": \"{expected}\", \"body\": {{…}}}} \
-                             and nothing else."
-                        ))
-                        .into(),
-                    );
-                    last = detail;
-                }
-            }
-        }
-        self.keep(&transcript);
-        Err(AgentFailure::InvalidOutput {
-            attempts,
-            detail: last,
-            usage,
-        })
-    }
-
-    /// Counts one call's usage in the step's, and logs the call.
-    fn account(
-        &self,
-        a: &Assignment,
-        completion: &Completion,
-        started: Instant,
-        usage: &mut Usage,
-    ) {
-        let tokens =
-            completion.prompt_tokens.unwrap_or(0) + completion.completion_tokens.unwrap_or(0);
-        let call = self.call_usage(completion);
-        usage.add(&call);
-        self.count(&call);
-        self.add_spent(tokens, Duration::ZERO, 1);
-        tracing::info!(
-            role = %self.role,
-            model = %self.config.model,
-            step = %a.step,
-            calls = usage.calls,
-            tool_calls = usage.tool_calls,
-            prompt_tokens = completion.prompt_tokens,
-            completion_tokens = completion.completion_tokens,
-            usage_reported = completion.prompt_tokens.is_some(),
-            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            "model call"
-        );
-    }
-
-    /// Writes the step's transcript of tool calls, when it has one; a transcript that cannot
-    /// be written is logged, not fatal (the answer is still checked and recorded).
-    fn keep(&self, transcript: &tools::Transcript) -> Option<consort_actors::TranscriptRef> {
-        match transcript.keep(self.config.transcript_dir.as_deref()) {
-            Ok(kept) => kept,
-            Err(detail) => {
-                tracing::warn!(role = %self.role, %detail, "tool transcript not kept");
-                None
-            }
-        }
-    }
-
-    async fn call(
-        &self,
-        expected: ArtifactKind,
-        mode: StructuredOutput,
-        turns: &[ChatCompletionRequestMessage],
-        tools: Option<&Value>,
-    ) -> Result<Completion, CallError> {
-        let fail = |detail: String| CallError::Fail(AgentFailure::ModelUnavailable { detail });
-        let mut messages: Vec<ChatCompletionRequestMessage> = vec![
-            ChatCompletionRequestSystemMessage::from(self.system_message(expected, mode)).into(),
-        ];
-        messages.extend_from_slice(turns);
-        let mut args = CreateChatCompletionRequestArgs::default();
-        args.model(self.config.model.clone()).messages(messages);
-        if let Some(t) = self.config.temperature {
-            args.temperature(t);
-        }
-        match mode {
-            StructuredOutput::JsonSchema => {
-                args.response_format(ResponseFormat::JsonSchema {
-                    json_schema: ResponseFormatJsonSchema {
-                        description: Some(format!("A Consort {expected} artifact")),
-                        name: format!("consort_{}", expected.to_string().replace('-', "_")),
-                        schema: response_schema(expected, self.config.strict_schema),
-                        strict: Some(self.config.strict_schema),
-                    },
-                });
-            }
-            StructuredOutput::JsonObject => {
-                args.response_format(ResponseFormat::JsonObject);
-            }
-            StructuredOutput::Prompt => {}
-        }
-        let request = args
-            .build()
-            .map_err(|e| fail(format!("cannot build the request: {e}")))?;
-        let mut body = serde_json::to_value(&request)
-            .map_err(|e| fail(format!("cannot serialise the request: {e}")))?;
-        if let (Some(n), Some(obj)) = (self.config.max_tokens, body.as_object_mut()) {
-            let field = match self.config.token_limit_field {
-                TokenLimitField::MaxCompletionTokens => "max_completion_tokens",
-                TokenLimitField::MaxTokens => "max_tokens",
-            };
-            obj.insert(field.into(), json!(n));
-        }
-        if let (Some(t), Some(obj)) = (tools, body.as_object_mut()) {
-            obj.insert("tools".into(), t.clone());
-        }
-        let body = with_ordered_schema(body).map_err(fail)?;
-        let answer: Result<Value, OpenAIError> = self.client.chat().create_byot(&body).await;
-        match answer {
-            Ok(v) => read_completion(&v).map_err(|detail| {
-                fail(format!(
-                    "the server's answer is not a chat completion: {detail}"
-                ))
-            }),
-            Err(OpenAIError::ApiError(e))
-                if e.status_code.as_u16() == 400
-                    && mode == StructuredOutput::JsonSchema
-                    && about_response_format(&e.api_error) =>
-            {
-                Err(CallError::SchemaRefused(self.key.scrub(&e.to_string())))
-            }
-            Err(e) => Err(fail(self.describe_error(&e))),
-        }
     }
 
     fn describe_error(&self, e: &OpenAIError) -> String {
@@ -605,159 +423,8 @@ impl OpenAiAgent {
     }
 }
 
-/// Whether a 400 answer complains about the `response_format` (and not, say, the context
-/// length).
-fn about_response_format(e: &async_openai::error::ApiError) -> bool {
-    let text =
-        format!("{} {}", e.message, e.param.as_deref().unwrap_or_default()).to_ascii_lowercase();
-    [
-        "response_format",
-        "json_schema",
-        "structured output",
-        "schema",
-    ]
-    .iter()
-    .any(|w| text.contains(w))
-}
-
 fn excerpt(s: &str) -> String {
     crate::validate::clip(s.trim(), 300)
-}
-
-/// The user messages of an assignment, as JSON: the part that stays the same from step to
-/// step first (how the tests run, the schema plan), then the step's own part, so that a server
-/// can cache the prompt's beginning (see `consort_actors::context`).
-///
-/// With `on_demand` (the model has `read_file`), the files other than the entry's test are
-/// listed with their sizes instead of carried: the prompt stops growing with the code, and the
-/// model reads what it needs.
-fn user_messages(a: &Assignment, on_demand: bool) -> Vec<ChatCompletionRequestMessage> {
-    let mut carried = a.inputs.clone();
-    let entry_test = a.inputs.test.as_ref().map(|t| t.path.as_str());
-    let readable: Vec<(String, usize)> = if on_demand {
-        let (keep, read) = std::mem::take(&mut carried.files)
-            .into_iter()
-            .partition(|(p, _)| Some(p.as_str()) == entry_test);
-        carried.files = keep;
-        read.into_iter()
-            .map(|(p, t): (String, String)| (p, t.len()))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let mut inputs = serde_json::to_value(&carried).unwrap_or(Value::Null);
-    let mut stable = serde_json::Map::new();
-    if let Some(o) = inputs.as_object_mut() {
-        o.retain(|_, v| !(v.is_null() || v.as_object().is_some_and(|m| m.is_empty())));
-        if let Some(schema) = o.remove("schema") {
-            stable.insert("schema".into(), schema);
-        }
-        if !a.inputs.not_included.is_empty()
-            || a.inputs.not_listed.is_some()
-            || !readable.is_empty()
-        {
-            o.remove("not_listed");
-            o.insert("not_included".into(), not_included(a, &readable));
-        }
-    }
-    if let Some(h) = &a.harness {
-        stable.insert("harness".into(), json!(h));
-    }
-    let mut step = json!({
-        "step": a.step.to_string(),
-        "role": a.role,
-        "attempt": a.attempt,
-        "answer_with": a.expected_kind(),
-        "inputs": inputs,
-        "feedback": a.feedback,
-    });
-    if let (Some(w), Some(o)) = (&a.writes, step.as_object_mut()) {
-        o.insert("writes".into(), json!(w));
-    }
-    let mut out = Vec::with_capacity(2);
-    if !stable.is_empty() {
-        out.push(ChatCompletionRequestUserMessage::from(Value::Object(stable).to_string()).into());
-    }
-    out.push(ChatCompletionRequestUserMessage::from(step.to_string()).into());
-    out
-}
-
-/// The request's JSON text with its response schema written in reasoning order (see
-/// [`schema::ordered_schema_text`]): a `serde_json::Value` would sort the properties
-/// alphabetically, and a strict server generates them in the order the schema gives.
-fn with_ordered_schema(mut body: Value) -> Result<Box<serde_json::value::RawValue>, String> {
-    const PLACEHOLDER: &str = "__consort_response_schema_7c1e__";
-    let slot = body
-        .pointer_mut("/response_format/json_schema/schema")
-        .map(|s| std::mem::replace(s, json!(PLACEHOLDER)));
-    let mut text = body.to_string();
-    if let Some(schema) = slot {
-        text = text.replacen(
-            &json!(PLACEHOLDER).to_string(),
-            &ordered_schema_text(&schema),
-            1,
-        );
-    }
-    serde_json::value::RawValue::from_string(text)
-        .map_err(|e| format!("cannot serialise the request: {e}"))
-}
-
-/// The files an assignment lists but does not carry, grouped by why: `{"not in this step's
-/// context": ["tests/t1.sql (638 bytes)", …]}`; `readable` are the step's own files left for
-/// the model to read.
-fn not_included(a: &Assignment, readable: &[(String, usize)]) -> Value {
-    let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for (path, bytes) in readable {
-        groups
-            .entry("this step's code: read it with read_file")
-            .or_default()
-            .push(format!("{path} ({bytes} bytes)"));
-    }
-    for f in &a.inputs.not_included {
-        let why = match f.why {
-            Omission::NotInPack => "not in this step's context",
-            Omission::OverLimit => "over the assignment's size limit",
-            Omission::NotText => "not text",
-        };
-        groups
-            .entry(why)
-            .or_default()
-            .push(format!("{} ({} bytes)", f.path, f.bytes));
-    }
-    if let Some(rest) = a.inputs.not_listed {
-        groups
-            .entry("not listed")
-            .or_default()
-            .push(format!("{} more files ({} bytes)", rest.files, rest.bytes));
-    }
-    json!(groups)
-}
-
-/// Turns a completion into a valid artifact of the expected kind, or says what is wrong.
-fn interpret(assignment: &Assignment, c: &Completion) -> Result<Artifact, String> {
-    let expected = assignment.expected_kind();
-    let text = match (&c.content, &c.refusal) {
-        (Some(t), _) if !t.trim().is_empty() => t,
-        (_, Some(r)) => return Err(format!("you refused: {}", excerpt(r))),
-        _ => {
-            return Err(match c.finish_reason.as_deref() {
-                Some("length") => "the answer was cut off at the token limit".into(),
-                _ => "the answer is empty".into(),
-            });
-        }
-    };
-    let value = extract_json(text)?;
-    let artifact = parse_artifact(expected, value)?;
-    if artifact.kind() != expected {
-        return Err(format!(
-            "you answered with a {}, but step {} needs a {expected}",
-            artifact.kind(),
-            assignment.step
-        ));
-    }
-    check_artifact(assignment, &artifact)
-        .map_err(|v| format!("the {expected} breaks the rules: {v}"))?;
-    Ok(artifact)
 }
 
 impl Agent for OpenAiAgent {

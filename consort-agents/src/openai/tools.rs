@@ -40,6 +40,9 @@ pub struct ToolUse {
     /// the model to read with `read_file`; the entry's test is always sent. Default `true`: the
     /// prompt then does not grow with the code.
     pub code_on_demand: bool,
+    /// Ask for at least one tool call in a step's first round (`tool_choice: "required"`).
+    /// Default `false`: small models that answer without looking can be made to look first.
+    pub require_first: bool,
 }
 
 impl Default for ToolUse {
@@ -48,6 +51,7 @@ impl Default for ToolUse {
             enabled: true,
             max_rounds: 6,
             code_on_demand: true,
+            require_first: false,
         }
     }
 }
@@ -136,6 +140,9 @@ struct Exchange {
     name: String,
     arguments: String,
     result: String,
+    /// The round of the identical call this one repeated (it was not run again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repeats_round: Option<u32>,
 }
 
 /// Every tool call of one step, in order.
@@ -181,15 +188,37 @@ impl Transcript {
     }
 }
 
+/// A call's arguments as the conversation repeats them to the server: as written when they are
+/// JSON, else `{}` (a small model cut off mid-call writes broken JSON, and a server that parses
+/// the conversation's calls, as llama.cpp does, would refuse every later request of the step).
+/// The transcript keeps what the model wrote, and the call's result names the error.
+fn echoed_arguments(arguments: &str) -> String {
+    if serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok() {
+        arguments.to_string()
+    } else {
+        "{}".to_string()
+    }
+}
+
+/// The calls of one round.
+pub(super) struct Made {
+    /// Calls the model made.
+    pub calls: u32,
+    /// Of those, calls that repeated an earlier one word for word (not run again).
+    pub repeated: u32,
+}
+
 /// Runs the completion's tool calls, appends the model's turn and one result per call to
-/// `turns`, and keeps them in the transcript; returns how many calls were made.
+/// `turns`, and keeps them in the transcript. A call identical to an earlier one of the step
+/// (same function, same arguments) is not run again: its result says so and names the round.
 pub(super) async fn round(
     tools: &Tools,
     completion: &Completion,
     round: u32,
     turns: &mut Vec<ChatCompletionRequestMessage>,
     transcript: &mut Transcript,
-) -> u32 {
+) -> Made {
+    let mut repeated = 0u32;
     let calls = completion
         .tool_calls
         .iter()
@@ -198,7 +227,7 @@ pub(super) async fn round(
                 id: c.id.clone(),
                 function: FunctionCall {
                     name: c.name.clone(),
-                    arguments: c.arguments.clone(),
+                    arguments: echoed_arguments(&c.arguments),
                 },
             })
         })
@@ -212,8 +241,22 @@ pub(super) async fn round(
         .into(),
     );
     for call in &completion.tool_calls {
-        let result = run(tools.bench(), call).await;
-        tracing::debug!(tool = %call.name, round, "tool call");
+        let earlier = transcript
+            .exchanges
+            .iter()
+            .find(|e| e.name == call.name && e.arguments == call.arguments)
+            .map(|e| e.round);
+        let result = match earlier {
+            Some(r) => {
+                repeated += 1;
+                format!(
+                    "Not run again: this is the same call as in round {r}, and its result is above. \
+                     Use it, or make a different call, or answer."
+                )
+            }
+            None => run(tools.bench(), call).await,
+        };
+        tracing::debug!(tool = %call.name, round, repeated = earlier.is_some(), "tool call");
         turns.push(
             ChatCompletionRequestToolMessage {
                 content: ChatCompletionRequestToolMessageContent::Text(result.clone()),
@@ -227,9 +270,13 @@ pub(super) async fn round(
             name: call.name.clone(),
             arguments: call.arguments.clone(),
             result,
+            repeats_round: earlier,
         });
     }
-    u32::try_from(completion.tool_calls.len()).unwrap_or(u32::MAX)
+    Made {
+        calls: u32::try_from(completion.tool_calls.len()).unwrap_or(u32::MAX),
+        repeated,
+    }
 }
 
 #[derive(Deserialize)]

@@ -1,0 +1,103 @@
+//! `consort run --agents openai` against a real model on a real server: llama.cpp's own
+//! server (`xllamacpp` from PyPI) with Gemma 3 270M (from PyPI), started by the test, as the
+//! suite starts PostgreSQL.
+//!
+//! The model is tiny and the test asserts mechanics only: the run reaches a typed outcome (a
+//! halt with its reason, or the design gate) within its limits, the server's usage is in the
+//! ledger, the spend cap holds, and the key is written nowhere.
+
+mod common;
+
+use std::path::Path;
+
+use common::{consort, init_stockflow, run};
+use consort_testkit::llama::{LlamaServer, MODEL};
+use consort_testkit::process::text;
+use serde_json::Value;
+
+const KEY: &str = "sk-consort-real-model-9c41e7";
+/// The run's token budget: a few calls of the design lane.
+const RUN_TOKENS: u64 = 14_000;
+
+fn status_json(dir: &Path) -> Value {
+    let o = run(consort().args(["status", "--json", "--dir"]).arg(dir));
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).expect("status is JSON")
+}
+
+/// Every file under `dir`, as text, for a search for the key.
+fn all_text(dir: &Path) -> String {
+    let mut out = String::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.ends_with(".git") && !p.ends_with("cluster") {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                out.push_str(&String::from_utf8_lossy(&bytes));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn agents_openai_on_llama_cpp_reaches_a_typed_outcome_within_its_budget() {
+    let server = LlamaServer::start(16_384, 256).expect("llama.cpp's server starts");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    init_stockflow(dir);
+    let config = dir.join("consort.toml");
+    let text_config = std::fs::read_to_string(&config).expect("config");
+    let text_config = text_config.replace("step_timeout_secs = 600", "step_timeout_secs = 300");
+    std::fs::write(
+        &config,
+        format!("{text_config}\n[budget]\ntokens = {RUN_TOKENS}\n"),
+    )
+    .expect("write config");
+    let o = run(consort()
+        .args(["run", "--agents", "openai", "--dir"])
+        .arg(dir)
+        .env("CONSORT_OPENAI_BASE_URL", server.base_url())
+        .env("CONSORT_OPENAI_MODEL", MODEL)
+        .env("CONSORT_OPENAI_API_KEY", KEY)
+        .env("CONSORT_LOG", "debug"));
+    let out = text(&o);
+    eprintln!("{}", &out[out.len().saturating_sub(3000)..]);
+    // A typed outcome: halted with a reason (4) or stopped at the design gate (3).
+    let code = o.status.code();
+    assert!(matches!(code, Some(3 | 4)), "exit {code:?}: {out}");
+    let s = status_json(dir);
+    if code == Some(4) {
+        let reason = s["halted"]["reason"].as_str().unwrap_or_default();
+        assert!(
+            [
+                "budget-spent",
+                "invalid-output",
+                "model-server-failing",
+                "context-window-too-small",
+                "timeout",
+            ]
+            .contains(&reason),
+            "a typed halt: {s}"
+        );
+    }
+    // The server's usage is in the ledger; the cap held (a call is checked before it is made,
+    // so at most the last call's overshoot of its estimate is over).
+    let total = &s["usage"]["total"];
+    let tokens = total["prompt_tokens"].as_u64().unwrap_or(0)
+        + total["completion_tokens"].as_u64().unwrap_or(0);
+    assert!(total["calls"].as_u64().unwrap_or(0) >= 1, "{s}");
+    assert!(total["prompt_tokens"].as_u64().unwrap_or(0) > 0, "{s}");
+    assert!(
+        tokens <= RUN_TOKENS + 4_000,
+        "{tokens} tokens spent against a budget of {RUN_TOKENS}: {s}"
+    );
+    // The key is nowhere: not in the output or logs, the ledger, transcripts or the tree.
+    assert!(!out.contains(KEY), "the key is in the output");
+    assert!(!all_text(dir).contains(KEY), "the key is in the project");
+}
