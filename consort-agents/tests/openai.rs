@@ -495,7 +495,11 @@ async fn a_context_refusal_is_typed_with_the_sizes_and_not_retried() {
             }
             other => panic!("expected ContextExceeded, got {other:?}"),
         }
-        assert_eq!(stub.requests(), 1, "a context refusal is not retried as it was");
+        assert_eq!(
+            stub.requests(),
+            1,
+            "a context refusal is not retried as it was"
+        );
     }
 }
 
@@ -674,4 +678,129 @@ async fn a_step_without_tools_or_with_tools_turned_off_is_offered_none_and_gets_
             .content(seen[1].messages().len() - 1)
             .contains("the code so far")
     );
+}
+
+/// A server that behaves like llama.cpp: when a request carries a `response_format`, the schema
+/// wins and the tools are ignored (no tool call ever comes back with it). Without the schema it
+/// calls `read_file` once, then answers in prose (which is not the artifact).
+fn schema_wins(req: &consort_testkit::model::Seen) -> Reply {
+    if req.body.get("response_format").is_some() {
+        return ok(&green_answer());
+    }
+    if req.body.get("tools").is_some() && req.tool_rounds() == 0 {
+        return Reply::Json(
+            200,
+            vec![],
+            consort_testkit::model::tool_calls(&[("read_file", json!({"path": "src/stock.sql"}))]),
+        );
+    }
+    ok("I read the file; the change looks right to me.")
+}
+
+#[tokio::test]
+async fn on_a_server_whose_schema_wins_over_tools_the_tools_still_fire() {
+    let (base, stub) = consort_testkit::model::start_answering(schema_wins).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(&base);
+    cfg.transcript_dir = Some(dir.path().to_path_buf());
+    cfg.tools.require_first = true;
+    let mut a = assignment(1, "green/T1");
+    a.tools = Some(Tools::new(Counting(Default::default())));
+    let out = agent(Role::Driver, cfg).act(&a).await.expect("an answer");
+    assert_eq!(out.artifact, expected_change_set());
+    let seen = stub.seen();
+    assert_eq!(
+        seen.len(),
+        4,
+        "probe, tool round, prose, the answer by schema"
+    );
+    // The probe: a required call beside a schema, answered by the schema alone.
+    assert_eq!(seen[0].body["tool_choice"], "required");
+    assert_eq!(
+        consort_agents::openai::learned_protocol(&base, "stub-model"),
+        Some(consort_agents::ToolProtocol::Separate)
+    );
+    // Tool rounds go without the schema (the system prompt carries it), the first requiring a
+    // call; the answer is asked for with the schema and without tools.
+    for round in &seen[1..3] {
+        assert!(round.body.get("response_format").is_none());
+        assert!(round.body["tools"].is_array());
+        assert!(
+            round
+                .content(0)
+                .contains("The answer must match this JSON schema")
+        );
+    }
+    assert_eq!(seen[1].body["tool_choice"], "required");
+    assert!(seen[2].body.get("tool_choice").is_none());
+    assert!(seen[3].body.get("response_format").is_some());
+    assert!(seen[3].body.get("tools").is_none());
+    assert_eq!(
+        seen[3].tool_results(),
+        vec!["src/stock.sql (12 bytes)\n-- the file\n"]
+    );
+    assert_eq!((out.usage.calls, out.usage.tool_calls), (4, 1));
+    assert!(out.transcript.is_some(), "the tool call is kept");
+}
+
+#[tokio::test]
+async fn a_cut_off_answer_is_fed_back_with_its_limit_which_is_raised_once() {
+    let cut = json!({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant",
+            "content": "{\"kind\": \"change-set\", \"body\": {\"summary\": \"stock"},
+            "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2048, "total_tokens": 2058}});
+    let (base, stub) = start_stub(vec![Reply::Json(200, vec![], cut), ok(&green_answer())]).await;
+    let out = green_from(&base, 40, "the second answer is whole").await;
+    let seen = stub.seen();
+    assert_eq!(seen[0].body["max_completion_tokens"], 2048);
+    assert_eq!(seen[1].body["max_completion_tokens"], 4096, "raised once");
+    let feedback = seen[1].content(seen[1].messages().len() - 1);
+    assert!(
+        feedback.contains("cut off at the token limit (2048 tokens)")
+            && feedback.contains("the limit is now 4096 tokens"),
+        "{feedback}"
+    );
+    assert_eq!(out.usage.finish_reasons.get("length"), Some(&1));
+}
+
+#[tokio::test]
+async fn a_prompt_over_a_known_window_is_cut_to_fit_or_refused_with_its_size() {
+    let (base, stub) = start_stub(vec![ok(&green_answer())]).await;
+    let mut a = assignment(41, "green/T1");
+    a.inputs
+        .files
+        .insert("src/big.sql".into(), "-- a large file\n".repeat(2_000));
+    // A window the whole prompt does not fit, but the prompt with the code listed does.
+    let mut cfg = config(&base);
+    cfg.max_tokens = Some(1_000);
+    cfg.context_tokens = Some(9_000);
+    let out = agent(Role::Driver, cfg).act(&a).await.expect("an answer");
+    assert_eq!(out.artifact, expected_change_set());
+    let step = stub.seen()[0]
+        .content(stub.seen()[0].messages().len() - 1)
+        .to_string();
+    assert!(!step.contains("-- a large file"), "the code is not carried");
+    assert!(
+        step.contains("src/big.sql (32000 bytes)")
+            && step.contains("left out to fit the model's context window"),
+        "{step}"
+    );
+    // A window too small for what cannot be cut: no call, a typed failure with the sizes.
+    let mut tiny = config(&base);
+    tiny.context_tokens = Some(1_500);
+    match agent(Role::Driver, tiny).act(&a).await {
+        Err(AgentFailure::ContextExceeded {
+            step,
+            prompt_tokens,
+            window,
+            measured,
+        }) => {
+            assert_eq!((step.as_str(), window), ("green/T1", Some(1_500)));
+            assert!(prompt_tokens > 1_500, "{prompt_tokens}");
+            assert!(measured.contains("estimated before the call"), "{measured}");
+        }
+        other => panic!("expected ContextExceeded, got {other:?}"),
+    }
+    assert_eq!(stub.requests(), 1, "the refused prompt was never sent");
 }

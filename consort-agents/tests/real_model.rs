@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use consort_actors::workbench::{Advice, FileText, Hits, Listing, ToolError, Tools, Workbench};
 use consort_actors::{AgentFailure, ChangeSet, TestEntry};
-use consort_agents::{Agent, HttpPolicy, OpenAiConfig, OpenAiAgent, ToolProtocol};
+use consort_agents::{Agent, HttpPolicy, OpenAiAgent, OpenAiConfig, ToolProtocol};
 use consort_testkit::artifacts::assignment;
 use consort_testkit::llama::{LlamaServer, MODEL};
 
@@ -34,7 +34,11 @@ impl Workbench for Files {
 
     fn list(&self, _: Option<&str>) -> Result<Listing, ToolError> {
         Ok(Listing {
-            files: self.0.iter().map(|(p, t)| (p.clone(), t.len() as u64)).collect(),
+            files: self
+                .0
+                .iter()
+                .map(|(p, t)| (p.clone(), t.len() as u64))
+                .collect(),
             more: 0,
         })
     }
@@ -77,7 +81,10 @@ async fn a_build_step_with_tool_calls_runs_through_llama_cpp() {
     let server = LlamaServer::start(8192, 256).expect("llama.cpp's server starts");
     let transcripts = tempfile::tempdir().expect("tempdir");
     let files: BTreeMap<String, String> = [
-        ("tests/t1.sql", "select plan(1);\nselect has_table('stock');\n"),
+        (
+            "tests/t1.sql",
+            "select plan(1);\nselect has_table('stock');\n",
+        ),
         ("src/stock.sql", "-- the stock table goes here\n"),
         ("README.md", "StockFlow keeps stock levels.\n"),
     ]
@@ -116,7 +123,9 @@ async fn a_build_step_with_tool_calls_runs_through_llama_cpp() {
     let exchanges = transcript["exchanges"].as_array().expect("exchanges");
     assert!(!exchanges.is_empty(), "at least one tool call: {kept}");
     assert!(
-        exchanges.iter().all(|e| e["result"].as_str().is_some_and(|r| !r.is_empty())),
+        exchanges
+            .iter()
+            .all(|e| e["result"].as_str().is_some_and(|r| !r.is_empty())),
         "every call was answered: {kept}"
     );
     assert_eq!(

@@ -122,7 +122,14 @@ impl OpenAiAgent {
                 && tools::wants_tools(&completion)
             {
                 at.rounds += 1;
-                let made = tools::round(bench, &completion, at.rounds, talk.later_mut(), &mut transcript).await;
+                let made = tools::round(
+                    bench,
+                    &completion,
+                    at.rounds,
+                    talk.later_mut(),
+                    &mut transcript,
+                )
+                .await;
                 usage.tool_calls = usage.tool_calls.saturating_add(made.calls);
                 usage.repeated_tool_calls = usage.repeated_tool_calls.saturating_add(made.repeated);
                 if at.rounds == self.config.tools.max_rounds {
@@ -136,7 +143,11 @@ impl OpenAiAgent {
             match interpret(a, &completion) {
                 Ok(artifact) => {
                     let transcript = self.keep(&transcript);
-                    return Ok(AgentOutput { artifact, usage, transcript });
+                    return Ok(AgentOutput {
+                        artifact,
+                        usage,
+                        transcript,
+                    });
                 }
                 Err(detail) => {
                     at.answering = protocol == ToolProtocol::Separate;
@@ -287,7 +298,8 @@ impl OpenAiAgent {
         refusal: ContextRefusal,
         window: Option<u64>,
     ) -> AgentFailure {
-        let estimated = refusal.prompt_tokens.is_some() && refusal.window == window && window.is_some();
+        let estimated =
+            refusal.prompt_tokens.is_some() && refusal.window == window && window.is_some();
         let failure = AgentFailure::ContextExceeded {
             step: a.step.to_string(),
             prompt_tokens: refusal
@@ -328,7 +340,9 @@ impl OpenAiAgent {
                     ToolProtocol::Together
                 }
             }
-            Err(OpenAIError::ApiError(e)) if e.status_code.is_client_error() => ToolProtocol::Separate,
+            Err(OpenAIError::ApiError(e)) if e.status_code.is_client_error() => {
+                ToolProtocol::Separate
+            }
             Err(OpenAIError::JSONDeserialize(..)) => ToolProtocol::Separate,
             Err(e) => {
                 return Err(AgentFailure::ModelUnavailable {
@@ -419,9 +433,9 @@ impl OpenAiAgent {
         turns: &[ChatCompletionRequestMessage],
     ) -> Result<Completion, CallError> {
         let started = Instant::now();
-        let body = self.request_body(ask, turns).map_err(|detail| {
-            CallError::Fail(AgentFailure::ModelUnavailable { detail })
-        })?;
+        let body = self
+            .request_body(ask, turns)
+            .map_err(|detail| CallError::Fail(AgentFailure::ModelUnavailable { detail }))?;
         let answer: Result<Value, OpenAIError> = self.client.chat().create_byot(&body).await;
         tracing::debug!(role = %self.role, elapsed_ms = started.elapsed().as_millis() as u64, "model answered");
         match answer {

@@ -153,7 +153,11 @@ pub struct ContextRefusal {
 /// Whether an error answer refuses the prompt for its length: llama.cpp's
 /// `exceed_context_size_error` ("request (9000 tokens) exceeds the available context size
 /// (8192 tokens)"), OpenAI's `context_length_exceeded`, vLLM's "maximum context length".
-pub fn context_refusal(message: &str, kind: Option<&str>, code: Option<&str>) -> Option<ContextRefusal> {
+pub fn context_refusal(
+    message: &str,
+    kind: Option<&str>,
+    code: Option<&str>,
+) -> Option<ContextRefusal> {
     let lower = message.to_ascii_lowercase();
     let said = kind == Some("exceed_context_size_error")
         || code == Some("context_length_exceeded")

@@ -106,9 +106,9 @@ impl<'a> Talk<'a> {
 
 /// Replaces the results of every tool round but the last with a note.
 fn cut_earlier_results(later: &mut [ChatCompletionRequestMessage]) {
-    let last_round = later
-        .iter()
-        .rposition(|m| matches!(m, ChatCompletionRequestMessage::Assistant(a) if a.tool_calls.is_some()));
+    let last_round = later.iter().rposition(
+        |m| matches!(m, ChatCompletionRequestMessage::Assistant(a) if a.tool_calls.is_some()),
+    );
     let Some(last_round) = last_round else {
         return;
     };
@@ -151,9 +151,7 @@ fn user_messages(
         if let Some(schema) = o.remove("schema") {
             stable.insert("schema".into(), schema);
         }
-        if !a.inputs.not_included.is_empty()
-            || a.inputs.not_listed.is_some()
-            || !listed.is_empty()
+        if !a.inputs.not_included.is_empty() || a.inputs.not_listed.is_some() || !listed.is_empty()
         {
             o.remove("not_listed");
             o.insert(
@@ -167,7 +165,10 @@ fn user_messages(
     }
     let feedback = match (latest_feedback, a.feedback.split_last()) {
         (true, Some((newest, older))) if !older.is_empty() => vec![
-            format!("({} earlier feedback entries cut to fit the model's context window)", older.len()),
+            format!(
+                "({} earlier feedback entries cut to fit the model's context window)",
+                older.len()
+            ),
             newest.clone(),
         ],
         _ => a.feedback.clone(),
