@@ -479,6 +479,7 @@ fn check_agents(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
         }
         println!("{finding}");
     }
+    let mut servers = std::collections::BTreeSet::new();
     for role in consort_actors::Role::ALL {
         match config.agents.for_role(role) {
             AgentConfig::Script { .. } => {}
@@ -498,6 +499,9 @@ fn check_agents(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
                         c.api_key_env.as_deref().unwrap_or(ENV_OPENAI_API_KEY)
                     ),
                 );
+                if servers.insert((c.base_url.clone(), c.model.clone())) {
+                    check_model_server(checks, c);
+                }
             }
             AgentConfig::Command(c) => {
                 let program = c.effective_program();
@@ -516,6 +520,53 @@ fn check_agents(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
                 "",
             ),
         }
+    }
+}
+
+/// Asks an OpenAI-compatible server whether it answers, lists the configured model, and how
+/// large its context window is.
+fn check_model_server(checks: &mut Checks, c: &consort_agents::OpenAiConfig) {
+    let key = c.api_key_env.as_deref().and_then(|k| std::env::var(k).ok());
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        checks.report(
+            false,
+            "model server check",
+            "the async runtime could not start",
+        );
+        return;
+    };
+    let found = rt.block_on(consort_agents::openai::check_server(c, key.as_deref()));
+    let base = c.base_url.trim_end_matches('/');
+    let models = match found.models {
+        Ok(m) => m,
+        Err(why) => {
+            let hint = "start the server, or correct base_url (it includes /v1)";
+            checks.report(false, &format!("model server {base}: {why}"), hint);
+            return;
+        }
+    };
+    let listed = models.contains(&c.model);
+    let shown: Vec<&str> = models.iter().take(8).map(String::as_str).collect();
+    checks.report(
+        listed,
+        &format!("model server {base} answers and lists {}", c.model),
+        &format!("set model to one it lists: {}", shown.join(", ")),
+    );
+    match (found.context_tokens, found.context_configured) {
+        (Some(n), true) => println!(
+            "ok    context window of {}: {n} tokens (configured)",
+            c.model
+        ),
+        (Some(n), false) => println!(
+            "ok    context window of {}: {n} tokens (the server says)",
+            c.model
+        ),
+        (None, _) => println!(
+            "note  the server does not say its context window: set context_tokens so prompts are fitted before they are sent"
+        ),
     }
 }
 

@@ -526,7 +526,7 @@ impl UsageTotals {
         entry.total.add_usage(usage);
         entry
             .by_model
-            .entry(usage.model.clone().unwrap_or_default())
+            .entry(usage.model.as_deref().unwrap_or_default().to_string())
             .or_default()
             .add_usage(usage);
     }

@@ -142,9 +142,10 @@ pub use paths::{
     literal_glob, normalise_relative,
 };
 pub use protocol::{
-    AgentFailure, Assignment, AssignmentId, AssignmentInputs, HarnessFacts, InfraError,
-    LakebaseMsg, NotIncluded, NotListed, Omission, Produced, PromoteReport, PromoteRequest,
-    RoleMsg, RoleReply, TranscriptRef, Usage, VerifyPurpose, VerifyRequest, WriteRules,
+    AgentFailure, Assignment, AssignmentId, AssignmentInputs, ContextMeasure, HarnessFacts,
+    InfraError, LakebaseMsg, NotIncluded, NotListed, Omission, Produced, PromoteReport,
+    PromoteRequest, RoleMsg, RoleReply, TranscriptRef, Usage, VerifyPurpose, VerifyRequest,
+    WriteRules,
 };
 pub use regression::{EarlierMigration, EarlierTest, Inherited, Retirement};
 pub use role::{ActorId, Role, UnknownRole};

@@ -207,13 +207,15 @@ pub struct Usage {
     pub tool_calls: u32,
     /// Wall time in milliseconds.
     pub wall_ms: u64,
-    /// The model that answered, when the backend knows it.
+    /// The model that answered, when the backend knows it. (A boxed `str`: a usage travels in
+    /// every failure, which stays small.)
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    pub model: Option<Box<str>>,
     /// Calls whose answer ended for a reason other than a natural stop or a tool call, by the
     /// reason the server gave (`length`: cut at the token limit; `content_filter`, …).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub finish_reasons: BTreeMap<String, u32>,
+    /// (Boxed: a usage travels in every failure, which stays small.)
+    #[serde(skip_serializing_if = "no_finish_reasons")]
+    pub finish_reasons: Box<BTreeMap<String, u32>>,
     /// Tool calls that repeated an earlier call of the step word for word: answered from the
     /// first call's result, not run again (a part of `tool_calls`).
     #[serde(skip_serializing_if = "is_zero_u32")]
@@ -222,6 +224,11 @@ pub struct Usage {
 
 fn is_zero_u32(n: &u32) -> bool {
     *n == 0
+}
+
+#[allow(clippy::borrowed_box)] // serde hands the field over as it is
+fn no_finish_reasons(reasons: &Box<BTreeMap<String, u32>>) -> bool {
+    reasons.is_empty()
 }
 
 impl Usage {
@@ -248,7 +255,7 @@ impl Usage {
         self.repeated_tool_calls = self
             .repeated_tool_calls
             .saturating_add(other.repeated_tool_calls);
-        for (reason, n) in &other.finish_reasons {
+        for (reason, n) in other.finish_reasons.iter() {
             let count = self.finish_reasons.entry(reason.clone()).or_default();
             *count = count.saturating_add(*n);
         }
@@ -360,17 +367,23 @@ pub enum AgentFailure {
         /// The step.
         step: String,
         /// The prompt's size in tokens (the server's count, or Consort's estimate).
-        prompt_tokens: u64,
+        prompt_tokens: u32,
         /// The context window in tokens, when known.
-        window: Option<u64>,
-        /// Who measured: `estimated before the call` or `the server refused the call`.
-        measured: String,
+        window: Option<u32>,
+        /// Who measured.
+        measured: ContextMeasure,
+        /// What the step spent before it stopped.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
     },
     /// The model server failed after the retries (5xx, 429, connection refused).
     #[error("model server failing: {detail}")]
     ModelUnavailable {
         /// What happened (never the key).
         detail: String,
+        /// What the step spent on the calls before the server failed.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
     },
     /// The agent did not answer within its time limit.
     #[error("timed out after {secs} s")]
@@ -392,7 +405,28 @@ pub enum AgentFailure {
     },
 }
 
-fn window_text(window: Option<u64>) -> String {
+/// Who found that a prompt does not fit a context window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContextMeasure {
+    /// Consort's estimate before the call, after cutting what could be cut: no call was made.
+    Estimated,
+    /// The server refused the call.
+    ServerRefused,
+}
+
+impl std::fmt::Display for ContextMeasure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ContextMeasure::Estimated => {
+                "estimated before the call, after cutting what could be cut; no call was made"
+            }
+            ContextMeasure::ServerRefused => "the server refused the call",
+        })
+    }
+}
+
+fn window_text(window: Option<u32>) -> String {
     window.map_or(String::new(), |n| format!(" of {n} tokens"))
 }
 
@@ -412,11 +446,29 @@ impl AgentFailure {
     /// What the failed attempt had spent, as far as the agent reported it.
     pub fn usage(&self) -> Usage {
         match self {
-            AgentFailure::InvalidOutput { usage, .. } | AgentFailure::BudgetSpent { usage, .. } => {
-                usage.clone()
-            }
+            AgentFailure::InvalidOutput { usage, .. }
+            | AgentFailure::BudgetSpent { usage, .. }
+            | AgentFailure::ModelUnavailable { usage, .. }
+            | AgentFailure::ContextExceeded { usage, .. } => usage.clone(),
             _ => Usage::default(),
         }
+    }
+
+    /// The same failure carrying `spent` as what the step spent, for the failures that carry
+    /// usage and have none yet.
+    pub fn with_usage(mut self, spent: &Usage) -> Self {
+        match &mut self {
+            AgentFailure::InvalidOutput { usage, .. }
+            | AgentFailure::BudgetSpent { usage, .. }
+            | AgentFailure::ModelUnavailable { usage, .. }
+            | AgentFailure::ContextExceeded { usage, .. }
+                if usage.is_zero() =>
+            {
+                usage.clone_from(spent);
+            }
+            _ => {}
+        }
+        self
     }
 
     /// The escalation reason this failure maps to when it stops a run.
@@ -574,7 +626,8 @@ mod tests {
         );
         assert!(
             !AgentFailure::ModelUnavailable {
-                detail: "503".into()
+                detail: "503".into(),
+                usage: Usage::default(),
             }
             .escalation_reason()
             .is_verdict()

@@ -225,7 +225,7 @@ async fn a_server_that_keeps_failing_is_model_unavailable_after_the_bound() {
         .act(&assignment(7, "green/T1"))
         .await;
     match reply {
-        Err(AgentFailure::ModelUnavailable { detail }) => {
+        Err(AgentFailure::ModelUnavailable { detail, .. }) => {
             assert!(detail.contains("503"), "{detail}");
             assert!(detail.contains("overloaded"), "{detail}");
         }
@@ -249,7 +249,7 @@ async fn a_refused_connection_is_model_unavailable() {
         .act(&assignment(8, "green/T1"))
         .await;
     match reply {
-        Err(AgentFailure::ModelUnavailable { detail }) => {
+        Err(AgentFailure::ModelUnavailable { detail, .. }) => {
             assert!(detail.contains("cannot connect"), "{detail}")
         }
         other => panic!("expected ModelUnavailable, got {other:?}"),
@@ -456,7 +456,7 @@ async fn other_client_errors_fail_at_once_without_dropping_the_schema() {
         .act(&assignment(19, "green/T1"))
         .await
     {
-        Err(AgentFailure::ModelUnavailable { detail }) => {
+        Err(AgentFailure::ModelUnavailable { detail, .. }) => {
             assert!(detail.contains("400"), "{detail}");
             assert!(detail.contains("seed_v2"), "{detail}");
         }
@@ -488,10 +488,11 @@ async fn a_context_refusal_is_typed_with_the_sizes_and_not_retried() {
                 prompt_tokens,
                 window,
                 measured,
+                ..
             }) => {
                 assert_eq!(step, "green/T1");
                 assert_eq!((prompt_tokens, window), (9100, Some(8192)));
-                assert!(measured.contains("server refused"), "{measured}");
+                assert_eq!(measured, consort_actors::ContextMeasure::ServerRefused);
             }
             other => panic!("expected ContextExceeded, got {other:?}"),
         }
@@ -795,10 +796,11 @@ async fn a_prompt_over_a_known_window_is_cut_to_fit_or_refused_with_its_size() {
             prompt_tokens,
             window,
             measured,
+            ..
         }) => {
             assert_eq!((step.as_str(), window), ("green/T1", Some(1_500)));
             assert!(prompt_tokens > 1_500, "{prompt_tokens}");
-            assert!(measured.contains("estimated before the call"), "{measured}");
+            assert_eq!(measured, consort_actors::ContextMeasure::Estimated);
         }
         other => panic!("expected ContextExceeded, got {other:?}"),
     }

@@ -12,6 +12,7 @@ fn usage(prompt: u64, completion: u64, wall_ms: u64, model: &str) -> Usage {
         tool_calls: 0,
         wall_ms,
         model: Some(model.into()),
+        ..Usage::default()
     }
 }
 

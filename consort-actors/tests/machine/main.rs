@@ -1822,6 +1822,7 @@ fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
         assignment: aid,
         failure: AgentFailure::ModelUnavailable {
             detail: "503".into(),
+            usage: Usage::default(),
         },
         role: None,
         usage: Default::default(),
@@ -2237,6 +2238,7 @@ fn a_resume_point_names_the_assignment_its_retry_issues() {
         assignment: aid,
         failure: AgentFailure::ModelUnavailable {
             detail: "503".into(),
+            usage: Usage::default(),
         },
         role: None,
         usage: Default::default(),

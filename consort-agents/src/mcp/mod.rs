@@ -115,7 +115,7 @@ impl McpAgent {
                             artifact: *artifact,
                             usage: Usage {
                                 calls: sub.seq,
-                                model: Some(format!("mcp:{}", sub.identity)),
+                                model: Some(format!("mcp:{}", sub.identity).into()),
                                 ..Usage::default()
                             },
                             transcript,

@@ -68,7 +68,7 @@ impl OpenAiAgent {
     }
 
     fn stamped(&self, mut usage: Usage) -> Usage {
-        usage.model = Some(self.config.model.clone());
+        usage.model = Some(self.config.model.as_str().into());
         usage
     }
 
@@ -116,15 +116,16 @@ fn since(now: &Usage, before: &Usage) -> Usage {
         repeated_tool_calls: now
             .repeated_tool_calls
             .saturating_sub(before.repeated_tool_calls),
-        finish_reasons: now
-            .finish_reasons
-            .iter()
-            .map(|(r, n)| {
-                let was = before.finish_reasons.get(r).copied().unwrap_or(0);
-                (r.clone(), n.saturating_sub(was))
-            })
-            .filter(|(_, n)| *n > 0)
-            .collect(),
+        finish_reasons: Box::new(
+            now.finish_reasons
+                .iter()
+                .map(|(r, n)| {
+                    let was = before.finish_reasons.get(r).copied().unwrap_or(0);
+                    (r.clone(), n.saturating_sub(was))
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        ),
         wall_ms: 0,
         model: None,
     }

@@ -9,7 +9,7 @@ use async_openai::types::chat::{
     ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
     CreateChatCompletionRequestArgs, ResponseFormat, ResponseFormatJsonSchema,
 };
-use consort_actors::{AgentFailure, Artifact, ArtifactKind, Assignment, Usage};
+use consort_actors::{AgentFailure, Artifact, ArtifactKind, Assignment, ContextMeasure, Usage};
 use serde_json::{Value, json};
 
 use super::server::{self, ContextRefusal, ToolProtocol};
@@ -30,8 +30,9 @@ pub(super) enum CallError {
     Fail(AgentFailure),
     /// The server refused the response_format (HTTP 400): retry without it.
     SchemaRefused(String),
-    /// The server refused the prompt for its length.
-    ContextRefused(ContextRefusal),
+    /// The prompt does not fit the context window: estimated so before the call, or the
+    /// server refused it.
+    ContextRefused(ContextRefusal, ContextMeasure),
     /// The server could not read what the model wrote (llama.cpp: "the model produced output
     /// that does not match the expected format"): the model's fault, not the server's.
     Unreadable(String),
@@ -97,13 +98,14 @@ impl OpenAiAgent {
                     self.drop_schema(&detail);
                     continue;
                 }
-                Err(CallError::ContextRefused(r)) => {
+                Err(CallError::ContextRefused(r, measured)) => {
                     self.keep(&transcript);
-                    return Err(self.context_exceeded(a, &talk, ask, r, window));
+                    let failure = self.context_exceeded(a, &talk, ask, r, measured, window);
+                    return Err(failure.with_usage(&usage));
                 }
                 Err(CallError::Fail(f)) => {
                     self.keep(&transcript);
-                    return Err(f);
+                    return Err(f.with_usage(&usage));
                 }
                 Err(CallError::Unreadable(detail)) => {
                     at.attempt += 1;
@@ -257,10 +259,13 @@ impl OpenAiAgent {
                     break;
                 }
                 if !talk.tighten() {
-                    return Err(CallError::ContextRefused(ContextRefusal {
-                        prompt_tokens: Some(need),
-                        window: Some(window),
-                    }));
+                    return Err(CallError::ContextRefused(
+                        ContextRefusal {
+                            prompt_tokens: Some(need),
+                            window: Some(window),
+                        },
+                        ContextMeasure::Estimated,
+                    ));
                 }
                 tracing::info!(role = %self.role, step = %a.step, fit = ?talk.fit(), need, window,
                     "the prompt was cut to fit the context window");
@@ -296,21 +301,21 @@ impl OpenAiAgent {
         talk: &Talk<'_>,
         ask: Ask<'_>,
         refusal: ContextRefusal,
+        measured: ContextMeasure,
         window: Option<u64>,
     ) -> AgentFailure {
-        let estimated =
-            refusal.prompt_tokens.is_some() && refusal.window == window && window.is_some();
+        let tokens = refusal
+            .prompt_tokens
+            .unwrap_or_else(|| tokens_of(self.prompt_chars(talk, ask)));
         let failure = AgentFailure::ContextExceeded {
             step: a.step.to_string(),
-            prompt_tokens: refusal
-                .prompt_tokens
-                .unwrap_or_else(|| tokens_of(self.prompt_chars(talk, ask))),
-            window: refusal.window.or(window),
-            measured: if estimated {
-                "estimated before the call, after cutting what could be cut".into()
-            } else {
-                "the server refused the call".into()
-            },
+            prompt_tokens: u32::try_from(tokens).unwrap_or(u32::MAX),
+            window: refusal
+                .window
+                .or(window)
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            measured,
+            usage: Usage::default(),
         };
         tracing::warn!(role = %self.role, %failure, "the prompt does not fit the context window");
         failure
@@ -347,6 +352,7 @@ impl OpenAiAgent {
             Err(e) => {
                 return Err(AgentFailure::ModelUnavailable {
                     detail: self.describe_error(&e),
+                    usage: Usage::default(),
                 });
             }
         };
@@ -433,15 +439,19 @@ impl OpenAiAgent {
         turns: &[ChatCompletionRequestMessage],
     ) -> Result<Completion, CallError> {
         let started = Instant::now();
-        let body = self
-            .request_body(ask, turns)
-            .map_err(|detail| CallError::Fail(AgentFailure::ModelUnavailable { detail }))?;
+        let body = self.request_body(ask, turns).map_err(|detail| {
+            CallError::Fail(AgentFailure::ModelUnavailable {
+                detail,
+                usage: Usage::default(),
+            })
+        })?;
         let answer: Result<Value, OpenAIError> = self.client.chat().create_byot(&body).await;
         tracing::debug!(role = %self.role, elapsed_ms = started.elapsed().as_millis() as u64, "model answered");
         match answer {
             Ok(v) => read_completion(&v).map_err(|detail| {
                 CallError::Fail(AgentFailure::ModelUnavailable {
                     detail: format!("the server's answer is not a chat completion: {detail}"),
+                    usage: Usage::default(),
                 })
             }),
             Err(e) => Err(self.call_error(&e, ask.mode)),
@@ -458,7 +468,7 @@ impl OpenAiAgent {
                 error.code.as_deref(),
             )
         {
-            return CallError::ContextRefused(refusal);
+            return CallError::ContextRefused(refusal, ContextMeasure::ServerRefused);
         }
         if let Some(error) = &error
             && status.is_some_and(|s| s >= 500)
@@ -474,6 +484,7 @@ impl OpenAiAgent {
         }
         CallError::Fail(AgentFailure::ModelUnavailable {
             detail: self.describe_error(e),
+            usage: Usage::default(),
         })
     }
 

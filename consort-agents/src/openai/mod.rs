@@ -53,7 +53,8 @@ use crate::prompts::system_prompt;
 pub use extract::{Completion, ToolCall, extract_json, read_completion};
 pub use schema::{body_schema, ordered_schema_text, response_schema};
 pub use server::{
-    ContextRefusal, ToolProtocol, context_refusal, learned_protocol, window_from_props,
+    ContextRefusal, ServerCheck, ToolProtocol, check_server, context_refusal, learned_protocol,
+    window_from_props,
 };
 pub use tools::ToolUse;
 pub use transport::{HttpPolicy, RetryTransport, retry_after};

@@ -140,6 +140,82 @@ pub(super) async fn ask_window(http: &reqwest::Client, base_url: &str, key: &str
     window_from_props(&answer.json::<Value>().await.ok()?)
 }
 
+/// What `consort doctor` learns of an OpenAI-compatible server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerCheck {
+    /// The model names the server lists (`GET /v1/models`: ids and llama.cpp's aliases), or
+    /// why it could not be asked.
+    pub models: Result<Vec<String>, String>,
+    /// The context window: configured, or what the server says (`/props`); none when unknown.
+    pub context_tokens: Option<u64>,
+    /// Whether the window came from the configuration.
+    pub context_configured: bool,
+}
+
+/// Asks the server at `config.base_url` for its models and its context window, with `key`
+/// when one is given. Never fails: what could not be learned is said in the answer.
+pub async fn check_server(config: &super::OpenAiConfig, key: Option<&str>) -> ServerCheck {
+    let base = config.base_url.trim().trim_end_matches('/');
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(
+            config.http.connect_timeout_secs.max(5),
+        ))
+        .build();
+    let (models, window) = match http {
+        Ok(http) => {
+            let mut request = http.get(format!("{base}/models"));
+            if let Some(k) = key.filter(|k| !k.is_empty()) {
+                request = request.bearer_auth(k);
+            }
+            let models = match request.send().await {
+                Ok(r) if r.status().is_success() => r
+                    .json::<Value>()
+                    .await
+                    .map(|v| model_names(&v))
+                    .map_err(|e| format!("its model list is not JSON: {e}")),
+                Ok(r) => Err(format!("GET {base}/models answered HTTP {}", r.status())),
+                Err(e) => Err(format!(
+                    "no answer at {base}: {}",
+                    crate::validate::clip(&e.to_string(), 200)
+                )),
+            };
+            let window = match config.context_tokens {
+                Some(_) => None,
+                None => ask_window(&http, base, key.unwrap_or_default()).await,
+            };
+            (models, window)
+        }
+        Err(e) => (Err(format!("cannot build an HTTP client: {e}")), None),
+    };
+    ServerCheck {
+        models,
+        context_tokens: config.context_tokens.map(u64::from).or(window),
+        context_configured: config.context_tokens.is_some(),
+    }
+}
+
+/// The names a `/v1/models` answer gives: each entry's `id` and any `aliases` (llama.cpp).
+fn model_names(v: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    for m in v
+        .get("data")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        names.extend(m.get("id").and_then(Value::as_str).map(str::to_string));
+        for a in m
+            .get("aliases")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            names.extend(a.as_str().map(str::to_string));
+        }
+    }
+    names
+}
+
 /// A server's refusal of a prompt over its context window, read from its error: the prompt's
 /// size and the window when the message gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
