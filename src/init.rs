@@ -527,18 +527,27 @@ fn check_agents(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
 /// large its context window is.
 fn check_model_server(checks: &mut Checks, c: &consort_agents::OpenAiConfig) {
     let key = c.api_key_env.as_deref().and_then(|k| std::env::var(k).ok());
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
+    // Its own runtime on its own thread: doctor may be called from within a runtime.
+    let config = c.clone();
+    let asked = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        Some(rt.block_on(consort_agents::openai::check_server(
+            &config,
+            key.as_deref(),
+        )))
+    })
+    .join();
+    let Ok(Some(found)) = asked else {
         checks.report(
             false,
             "model server check",
-            "the async runtime could not start",
+            "the check could not run; run doctor again",
         );
         return;
     };
-    let found = rt.block_on(consort_agents::openai::check_server(c, key.as_deref()));
     let base = c.base_url.trim_end_matches('/');
     let models = match found.models {
         Ok(m) => m,

@@ -9,6 +9,7 @@
 mod common;
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use common::{consort, init_stockflow, run};
 use consort_testkit::llama::{LlamaServer, MODEL};
@@ -18,6 +19,13 @@ use serde_json::Value;
 const KEY: &str = "sk-consort-real-model-9c41e7";
 /// The run's token budget: a few calls of the design lane.
 const RUN_TOKENS: u64 = 14_000;
+
+/// One server for the binary's tests (two would share two cores); it stops with the process,
+/// whose end closes the launcher's input.
+fn server() -> &'static LlamaServer {
+    static SERVER: OnceLock<LlamaServer> = OnceLock::new();
+    SERVER.get_or_init(|| LlamaServer::start(16_384, 256).expect("llama.cpp's server starts"))
+}
 
 fn status_json(dir: &Path) -> Value {
     let o = run(consort().args(["status", "--json", "--dir"]).arg(dir));
@@ -47,7 +55,7 @@ fn all_text(dir: &Path) -> String {
 
 #[test]
 fn agents_openai_on_llama_cpp_reaches_a_typed_outcome_within_its_budget() {
-    let server = LlamaServer::start(16_384, 256).expect("llama.cpp's server starts");
+    let server = server();
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     init_stockflow(dir);
@@ -59,6 +67,7 @@ fn agents_openai_on_llama_cpp_reaches_a_typed_outcome_within_its_budget() {
         format!("{text_config}\n[budget]\ntokens = {RUN_TOKENS}\n"),
     )
     .expect("write config");
+    let started = std::time::Instant::now();
     let o = run(consort()
         .args(["run", "--agents", "openai", "--dir"])
         .arg(dir)
@@ -67,7 +76,7 @@ fn agents_openai_on_llama_cpp_reaches_a_typed_outcome_within_its_budget() {
         .env("CONSORT_OPENAI_API_KEY", KEY)
         .env("CONSORT_LOG", "debug"));
     let out = text(&o);
-    eprintln!("{}", &out[out.len().saturating_sub(3000)..]);
+    eprintln!("{}", &out[out.len().saturating_sub(1500)..]);
     // A typed outcome: halted with a reason (4) or stopped at the design gate (3).
     let code = o.status.code();
     assert!(matches!(code, Some(3 | 4)), "exit {code:?}: {out}");
@@ -97,7 +106,87 @@ fn agents_openai_on_llama_cpp_reaches_a_typed_outcome_within_its_budget() {
         tokens <= RUN_TOKENS + 4_000,
         "{tokens} tokens spent against a budget of {RUN_TOKENS}: {s}"
     );
+    // The figures BENCHMARKS.md reports for the real model.
+    let wall = started.elapsed().as_secs_f64();
+    let outcome = s["halted"]["reason"].as_str().unwrap_or("design gate");
+    eprintln!(
+        "real-model figures: {} requests, {} prompt + {} completion tokens (server usage), \
+         run {wall:.0} s, {:.0} tokens/s over the run, outcome: {outcome}",
+        total["calls"],
+        total["prompt_tokens"],
+        total["completion_tokens"],
+        tokens as f64 / wall
+    );
     // The key is nowhere: not in the output or logs, the ledger, transcripts or the tree.
     assert!(!out.contains(KEY), "the key is in the output");
     assert!(!all_text(dir).contains(KEY), "the key is in the project");
+}
+
+/// Sets the driver's backend to the OpenAI-compatible model `model` at `base`.
+fn driver_on(dir: &Path, base: &str, model: &str) {
+    let config = dir.join("consort.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let kept = text
+        .split("\n[agents.roles.driver]\n")
+        .next()
+        .unwrap_or_default();
+    std::fs::write(
+        &config,
+        format!(
+            "{kept}\n[agents.roles.driver]\nbackend = \"openai\"\nbase_url = \"{base}\"\n\
+             model = \"{model}\"\napi_key_env = \"CONSORT_OPENAI_API_KEY\"\n"
+        ),
+    )
+    .expect("write config");
+}
+
+fn doctor(dir: &Path) -> String {
+    text(&run(consort()
+        .args(["doctor", "--dir"])
+        .arg(dir)
+        .env("CONSORT_OPENAI_API_KEY", KEY)))
+}
+
+#[test]
+fn doctor_asks_the_model_server_for_its_models_and_context_window() {
+    let server = server();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    init_stockflow(dir);
+    let base = server.base_url();
+    driver_on(dir, base, MODEL);
+    let out = doctor(dir);
+    assert!(
+        out.contains(&format!(
+            "ok    model server {base} answers and lists {MODEL}"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "ok    context window of {MODEL}: 16384 tokens (the server says)"
+        )),
+        "{out}"
+    );
+    // A model the server does not serve: the fix names the ones it does.
+    driver_on(dir, base, "gemma-7b");
+    let out = doctor(dir);
+    assert!(
+        out.contains(&format!(
+            "FAIL  model server {base} answers and lists gemma-7b"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(MODEL),
+        "the fix lists what the server has: {out}"
+    );
+    // No server at all.
+    driver_on(dir, "http://127.0.0.1:9/v1", MODEL);
+    let out = doctor(dir);
+    assert!(
+        out.contains("FAIL  model server http://127.0.0.1:9/v1: no answer at"),
+        "{out}"
+    );
+    assert!(!out.contains(KEY), "the key is not printed: {out}");
 }

@@ -767,15 +767,16 @@ async fn a_cut_off_answer_is_fed_back_with_its_limit_which_is_raised_once() {
 
 #[tokio::test]
 async fn a_prompt_over_a_known_window_is_cut_to_fit_or_refused_with_its_size() {
-    let (base, stub) = start_stub(vec![ok(&green_answer())]).await;
+    // The server says its window (9000 tokens), as llama.cpp's /props does: the whole prompt
+    // does not fit, the prompt with the code listed does.
+    let (base, stub) =
+        consort_testkit::model::start_stub_with_window(vec![ok(&green_answer())], 9_000).await;
     let mut a = assignment(41, "green/T1");
     a.inputs
         .files
         .insert("src/big.sql".into(), "-- a large file\n".repeat(2_000));
-    // A window the whole prompt does not fit, but the prompt with the code listed does.
     let mut cfg = config(&base);
     cfg.max_tokens = Some(1_000);
-    cfg.context_tokens = Some(9_000);
     let out = agent(Role::Driver, cfg).act(&a).await.expect("an answer");
     assert_eq!(out.artifact, expected_change_set());
     let step = stub.seen()[0]

@@ -1,6 +1,8 @@
 //! A loopback OpenAI-compatible chat-completions server (`POST /v1/chat/completions` on
 //! 127.0.0.1), answering from a queue of replies (the last one repeats) or from a function of
-//! the request, and recording every request it receives.
+//! the request, and recording every request it receives. It lists its models
+//! (`GET /v1/models`) and, when asked to, tells its context window as llama.cpp does
+//! (`GET /props`).
 
 use std::collections::VecDeque;
 use std::str::FromStr;
@@ -111,6 +113,8 @@ pub struct Stub {
     answer: Option<Answer>,
     stop_after: Option<usize>,
     stop: Notify,
+    /// What `GET /props` answers (llama.cpp's server properties); none: 404.
+    props: Option<Value>,
 }
 
 impl std::fmt::Debug for Stub {
@@ -221,10 +225,28 @@ async fn render(reply: Reply, seen: &Seen) -> Response {
     }
 }
 
+/// `GET /v1/models`: the stub's model names.
+async fn models() -> Json<Value> {
+    Json(json!({"object": "list", "data": [
+        {"id": "stub-model", "object": "model"},
+        {"id": "replay", "object": "model"},
+    ]}))
+}
+
+/// `GET /props`, when the stub has properties.
+async fn props(State(stub): State<Arc<Stub>>) -> Response {
+    match &stub.props {
+        Some(p) => Json(p.clone()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 async fn serve(stub: Stub) -> (String, Arc<Stub>) {
     let stub = Arc::new(stub);
     let app = axum::Router::new()
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", axum::routing::get(models))
+        .route("/props", axum::routing::get(props))
         .with_state(Arc::clone(&stub));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -253,6 +275,17 @@ pub async fn start_stub_stopping(
     serve(Stub {
         replies: Mutex::new(replies.into()),
         stop_after,
+        ..Stub::default()
+    })
+    .await
+}
+
+/// Starts a stub answering `replies` in order that also tells its context window, as
+/// llama.cpp's server does (`GET /props` with `default_generation_settings.n_ctx`).
+pub async fn start_stub_with_window(replies: Vec<Reply>, n_ctx: u64) -> (String, Arc<Stub>) {
+    serve(Stub {
+        replies: Mutex::new(replies.into()),
+        props: Some(json!({"default_generation_settings": {"n_ctx": n_ctx}})),
         ..Stub::default()
     })
     .await

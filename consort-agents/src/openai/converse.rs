@@ -635,6 +635,6 @@ fn interpret(assignment: &Assignment, c: &Completion) -> Result<Artifact, String
         ));
     }
     check_artifact(assignment, &artifact)
-        .map_err(|v| format!("the {expected} breaks the rules: {v}"))?;
+        .map_err(|v| format!("the {expected} answer breaks the rules: {v}"))?;
     Ok(artifact)
 }

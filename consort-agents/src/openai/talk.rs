@@ -3,7 +3,8 @@
 //!
 //! Fitting goes in [`Fit`] order, each level keeping everything the previous one kept less one
 //! thing: first the step's code is listed (path and size) instead of carried, then only the
-//! newest feedback is kept, then the results of tool rounds before the last one are cut. The
+//! newest feedback is kept, then the results of tool rounds before the last one are cut, then
+//! the last round's results are clipped to their first [`CLIPPED_RESULT`] characters. The
 //! entry's test, the step and the schema plan are never cut.
 
 use std::collections::BTreeMap;
@@ -26,6 +27,8 @@ pub(super) enum Fit {
     LatestFeedback,
     /// Tool results before the last round cut.
     EarlierResultsCut,
+    /// The last round's results clipped too.
+    LastResultsClipped,
 }
 
 impl Fit {
@@ -34,7 +37,8 @@ impl Fit {
             Fit::Whole => Some(Fit::CodeListed),
             Fit::CodeListed => Some(Fit::LatestFeedback),
             Fit::LatestFeedback => Some(Fit::EarlierResultsCut),
-            Fit::EarlierResultsCut => None,
+            Fit::EarlierResultsCut => Some(Fit::LastResultsClipped),
+            Fit::LastResultsClipped => None,
         }
     }
 }
@@ -42,6 +46,8 @@ impl Fit {
 const READ_IT: &str = "this step's code: read it with read_file";
 const LEFT_OUT: &str = "left out to fit the model's context window";
 const CUT_RESULT: &str = "(this result was cut to fit the model's context window)";
+/// The characters of a tool result kept at [`Fit::LastResultsClipped`].
+pub(super) const CLIPPED_RESULT: usize = 2_000;
 
 /// One step's conversation.
 pub(super) struct Talk<'a> {
@@ -100,7 +106,25 @@ impl<'a> Talk<'a> {
         if next >= Fit::EarlierResultsCut {
             cut_earlier_results(&mut self.later);
         }
+        if next >= Fit::LastResultsClipped {
+            clip_results(&mut self.later);
+        }
         true
+    }
+}
+
+/// Clips every tool result to its first [`CLIPPED_RESULT`] characters, saying so.
+fn clip_results(later: &mut [ChatCompletionRequestMessage]) {
+    for m in later {
+        if let ChatCompletionRequestMessage::Tool(t) = m
+            && let ChatCompletionRequestToolMessageContent::Text(text) = &t.content
+            && text.chars().count() > CLIPPED_RESULT
+        {
+            let kept: String = text.chars().take(CLIPPED_RESULT).collect();
+            t.content = ChatCompletionRequestToolMessageContent::Text(format!(
+                "{kept}\n(the rest of this result was cut to fit the model's context window)"
+            ));
+        }
     }
 }
 
@@ -221,4 +245,98 @@ fn not_included(a: &Assignment, why_listed: &str, listed: &[(String, usize)]) ->
             .push(format!("{} more files ({} bytes)", rest.files, rest.bytes));
     }
     json!(groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use async_openai::types::chat::{
+        ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls,
+        ChatCompletionRequestAssistantMessage, ChatCompletionRequestToolMessage, FunctionCall,
+    };
+
+    use super::*;
+
+    fn round(talk: &mut Talk<'_>, id: &str, result: &str) {
+        talk.push(ChatCompletionRequestAssistantMessage {
+            tool_calls: Some(vec![ChatCompletionMessageToolCalls::Function(
+                ChatCompletionMessageToolCall {
+                    id: id.into(),
+                    function: FunctionCall {
+                        name: "read_file".into(),
+                        arguments: "{}".into(),
+                    },
+                },
+            )]),
+            ..ChatCompletionRequestAssistantMessage::default()
+        });
+        talk.push(ChatCompletionRequestToolMessage {
+            content: ChatCompletionRequestToolMessageContent::Text(result.into()),
+            tool_call_id: id.into(),
+        });
+    }
+
+    fn text(talk: &Talk<'_>) -> String {
+        serde_json::to_string(&talk.turns()).expect("JSON")
+    }
+
+    #[test]
+    fn each_fit_level_cuts_one_more_thing_and_never_the_entry_or_the_step() {
+        let mut a = consort_testkit::artifacts::assignment(1, "green/T1");
+        a.inputs
+            .files
+            .insert("src/code.sql".into(), "CODE-BODY".into());
+        a.inputs
+            .files
+            .insert("tests/t1.sql".into(), "ENTRY-TEST".into());
+        a.inputs.test = Some(consort_actors::TestEntry {
+            id: "T1".into(),
+            ac_id: "S1-AC1".into(),
+            description: "d".into(),
+            path: "tests/t1.sql".into(),
+            test_name: None,
+        });
+        a.feedback = vec!["OLD-FEEDBACK".into(), "NEW-FEEDBACK".into()];
+        let mut talk = Talk::new(&a, false, true);
+        round(&mut talk, "c1", "FIRST-RESULT");
+        round(&mut talk, "c2", &"X".repeat(CLIPPED_RESULT + 10));
+        let whole = text(&talk);
+        assert!(whole.contains("CODE-BODY") && whole.contains("OLD-FEEDBACK"));
+
+        assert!(talk.tighten());
+        let listed = text(&talk);
+        assert!(
+            !listed.contains("CODE-BODY"),
+            "the code is listed, not carried"
+        );
+        assert!(listed.contains("src/code.sql (9 bytes)") && listed.contains(LEFT_OUT));
+        assert!(listed.contains("OLD-FEEDBACK"));
+
+        assert!(talk.tighten());
+        let latest = text(&talk);
+        assert!(!latest.contains("OLD-FEEDBACK") && latest.contains("NEW-FEEDBACK"));
+        assert!(latest.contains("1 earlier feedback entries cut"));
+        assert!(latest.contains("FIRST-RESULT"));
+
+        assert!(talk.tighten());
+        let earlier = text(&talk);
+        assert!(
+            !earlier.contains("FIRST-RESULT"),
+            "the earlier round's result is cut"
+        );
+        assert!(
+            earlier.contains(&"X".repeat(CLIPPED_RESULT + 10)),
+            "the last is whole"
+        );
+
+        assert!(talk.tighten());
+        let clipped = text(&talk);
+        assert!(!clipped.contains(&"X".repeat(CLIPPED_RESULT + 1)));
+        assert!(clipped.contains("the rest of this result was cut"));
+
+        assert!(!talk.tighten(), "nothing is left to cut");
+        assert_eq!(talk.fit(), Fit::LastResultsClipped);
+        for kept in ["ENTRY-TEST", "green/T1", "NEW-FEEDBACK"] {
+            assert!(text(&talk).contains(kept), "{kept} is never cut");
+        }
+    }
 }
