@@ -31,6 +31,13 @@ fn answer(script: &Script, req: &Seen) -> Reply {
     if req.authorization.as_deref() != Some(&format!("Bearer {KEY}")) {
         return refuse(401, "bad key");
     }
+    // A server that honours `tool_choice: "required"` beside a schema, as OpenAI does: the
+    // backend's probe learns that tools and structured output go together here.
+    if req.body["tool_choice"] == "required"
+        && let Some(name) = req.body["tools"][0]["function"]["name"].as_str()
+    {
+        return Reply::Json(200, vec![], tool_calls(&[(name, json!({}))]));
+    }
     let Some((role, step, attempt)) = req.asked() else {
         return refuse(400, "no assignment names its step");
     };

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use consort_actors::workbench::{Advice, FileText, Hits, Listing, ToolError, Tools, Workbench};
 use consort_actors::{
-    ActorId, AgentFailure, Allowance, Artifact, BudgetName, ChangeSet, FileChange, Measure,
-    Remaining, Role,
+    ActorId, AgentFailure, Allowance, Artifact, BudgetName, ChangeSet, ContextMeasure, FileChange,
+    Measure, Remaining, Role,
 };
 use consort_agents::{
     Agent, AgentOutput, ApiKey, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, spawn_role,
@@ -467,6 +467,22 @@ async fn other_client_errors_fail_at_once_without_dropping_the_schema() {
     assert!(seen[0].body.get("response_format").is_some());
 }
 
+/// The step, prompt size, window and measure of a `ContextExceeded` failure.
+fn context_sizes(
+    result: Result<AgentOutput, AgentFailure>,
+) -> (String, u32, Option<u32>, ContextMeasure) {
+    match result {
+        Err(AgentFailure::ContextExceeded {
+            step,
+            prompt_tokens,
+            window,
+            measured,
+            ..
+        }) => (step, prompt_tokens, window, measured),
+        other => panic!("expected ContextExceeded, got {other:?}"),
+    }
+}
+
 /// A server's refusal of a prompt over its context window, in OpenAI's words and in
 /// llama.cpp's (whose numeric `code` async-openai cannot read as OpenAI's error shape).
 #[tokio::test]
@@ -479,23 +495,18 @@ async fn a_context_refusal_is_typed_with_the_sizes_and_not_retried() {
     ];
     for (i, body) in refusals.into_iter().enumerate() {
         let (base, stub) = start_stub(vec![Reply::Json(400, vec![], body)]).await;
-        match agent(Role::Driver, config(&base))
+        let result = agent(Role::Driver, config(&base))
             .act(&assignment(30 + i as u64, "green/T1"))
-            .await
-        {
-            Err(AgentFailure::ContextExceeded {
-                step,
-                prompt_tokens,
-                window,
-                measured,
-                ..
-            }) => {
-                assert_eq!(step, "green/T1");
-                assert_eq!((prompt_tokens, window), (9100, Some(8192)));
-                assert_eq!(measured, consort_actors::ContextMeasure::ServerRefused);
-            }
-            other => panic!("expected ContextExceeded, got {other:?}"),
-        }
+            .await;
+        assert_eq!(
+            context_sizes(result),
+            (
+                "green/T1".into(),
+                9100,
+                Some(8192),
+                ContextMeasure::ServerRefused
+            )
+        );
         assert_eq!(
             stub.requests(),
             1,
@@ -791,19 +802,10 @@ async fn a_prompt_over_a_known_window_is_cut_to_fit_or_refused_with_its_size() {
     // A window too small for what cannot be cut: no call, a typed failure with the sizes.
     let mut tiny = config(&base);
     tiny.context_tokens = Some(1_500);
-    match agent(Role::Driver, tiny).act(&a).await {
-        Err(AgentFailure::ContextExceeded {
-            step,
-            prompt_tokens,
-            window,
-            measured,
-            ..
-        }) => {
-            assert_eq!((step.as_str(), window), ("green/T1", Some(1_500)));
-            assert!(prompt_tokens > 1_500, "{prompt_tokens}");
-            assert_eq!(measured, consort_actors::ContextMeasure::Estimated);
-        }
-        other => panic!("expected ContextExceeded, got {other:?}"),
-    }
+    let (step, prompt_tokens, window, measured) =
+        context_sizes(agent(Role::Driver, tiny).act(&a).await);
+    assert_eq!((step.as_str(), window), ("green/T1", Some(1_500)));
+    assert!(prompt_tokens > 1_500, "{prompt_tokens}");
+    assert_eq!(measured, ContextMeasure::Estimated);
     assert_eq!(stub.requests(), 1, "the refused prompt was never sent");
 }

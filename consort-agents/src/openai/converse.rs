@@ -108,14 +108,7 @@ impl OpenAiAgent {
                     return Err(f.with_usage(&usage));
                 }
                 Err(CallError::Unreadable(detail)) => {
-                    at.attempt += 1;
-                    at.answering = true;
-                    tracing::warn!(role = %self.role, step = %a.step, %detail, "the server could not read the model's answer");
-                    talk.push(ChatCompletionRequestUserMessage::from(format!(
-                        "The server could not read your last answer ({detail}). Answer now with the \
-                         whole JSON object {{\"kind\": \"{expected}\", \"body\": {{…}}}} and nothing else."
-                    )));
-                    at.last = detail;
+                    self.unreadable(a, &mut talk, &mut at, detail);
                     continue;
                 }
             };
@@ -188,6 +181,20 @@ impl OpenAiAgent {
             require_tool: tools_now.is_some() && at.rounds == 0 && self.config.tools.require_first,
             limit: at.limit,
         }
+    }
+
+    /// An answer the server could not parse costs an attempt; the next call asks for the answer
+    /// without tools.
+    fn unreadable(&self, a: &Assignment, talk: &mut Talk<'_>, at: &mut Progress, detail: String) {
+        at.attempt += 1;
+        at.answering = true;
+        tracing::warn!(role = %self.role, step = %a.step, %detail, "the server could not read the model's answer");
+        talk.push(ChatCompletionRequestUserMessage::from(format!(
+            "The server could not read your last answer ({detail}). Answer now with the whole \
+             JSON object {{\"kind\": \"{}\", \"body\": {{…}}}} and nothing else.",
+            a.expected_kind()
+        )));
+        at.last = detail;
     }
 
     /// Feeds a refused answer back, raising the token limit once after a cut-off answer when
