@@ -13,6 +13,11 @@ pub const ENV_OPENAI_BASE_URL: &str = "CONSORT_OPENAI_BASE_URL";
 pub const ENV_OPENAI_MODEL: &str = "CONSORT_OPENAI_MODEL";
 /// Environment variable holding the API key (its *name* is what the config stores).
 pub const ENV_OPENAI_API_KEY: &str = "CONSORT_OPENAI_API_KEY";
+/// Environment variable (optional): the completion token limit of every call.
+pub const ENV_OPENAI_MAX_TOKENS: &str = "CONSORT_OPENAI_MAX_TOKENS";
+/// Environment variable (optional): the model's context window in tokens; unset, it is read
+/// from the server where it says (llama.cpp's `/props`).
+pub const ENV_OPENAI_CONTEXT_TOKENS: &str = "CONSORT_OPENAI_CONTEXT_TOKENS";
 
 /// Examples `consort init` can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,7 +247,9 @@ pub fn init(dir: &Path, example: Option<Example>, force: bool) -> Result<Vec<Pat
 }
 
 /// The OpenAI-compatible backend for every role, from `CONSORT_OPENAI_BASE_URL`,
-/// `CONSORT_OPENAI_MODEL` and the key in `CONSORT_OPENAI_API_KEY`.
+/// `CONSORT_OPENAI_MODEL` and the key in `CONSORT_OPENAI_API_KEY`, with the token limit and
+/// context window from `CONSORT_OPENAI_MAX_TOKENS` and `CONSORT_OPENAI_CONTEXT_TOKENS` when
+/// they are set.
 pub fn openai_from_env() -> Result<AgentConfig, crate::ProjectError> {
     let base = std::env::var(ENV_OPENAI_BASE_URL)
         .map_err(|_| crate::ProjectError::MissingEnv(ENV_OPENAI_BASE_URL.into()))?;
@@ -250,7 +257,26 @@ pub fn openai_from_env() -> Result<AgentConfig, crate::ProjectError> {
         .map_err(|_| crate::ProjectError::MissingEnv(ENV_OPENAI_MODEL.into()))?;
     let mut cfg = OpenAiConfig::new(base, model);
     cfg.api_key_env = Some(ENV_OPENAI_API_KEY.into());
+    let var = |name: &str| std::env::var(name).ok();
+    cfg.max_tokens = token_count(ENV_OPENAI_MAX_TOKENS, var(ENV_OPENAI_MAX_TOKENS))?;
+    cfg.context_tokens = token_count(ENV_OPENAI_CONTEXT_TOKENS, var(ENV_OPENAI_CONTEXT_TOKENS))?;
     Ok(AgentConfig::Openai(cfg))
+}
+
+/// A count of tokens from the variable `var`: none when unset or empty, else a whole number
+/// above 0.
+fn token_count(var: &str, value: Option<String>) -> Result<Option<u32>, crate::ProjectError> {
+    let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match value.trim().replace('_', "").parse::<u32>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(crate::ProjectError::BadEnv {
+            var: var.to_string(),
+            value,
+            expected: "a whole number of tokens above 0",
+        }),
+    }
 }
 
 /// The JUnit report path when the runner's command names it as a file of the work tree: the
@@ -667,6 +693,25 @@ mod tests {
         assert!(request_problem("Stock levels\n").is_some_and(|p| p.contains("Title")));
         assert_eq!(request_problem(STOCKFLOW_FEATURE), None);
         assert_eq!(request_problem("# Stock\n\nShow stock per SKU.\n"), None);
+    }
+
+    #[test]
+    fn token_counts_from_the_environment_are_whole_numbers_or_refused_by_name() {
+        assert_eq!(token_count("V", None).ok(), Some(None));
+        assert_eq!(token_count("V", Some(" ".into())).ok(), Some(None));
+        assert_eq!(
+            token_count("V", Some("8_192".into())).ok(),
+            Some(Some(8192))
+        );
+        for bad in ["0", "-5", "8k", "1e9", "99999999999"] {
+            let e = token_count("CONSORT_OPENAI_MAX_TOKENS", Some(bad.into()))
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                e.contains("CONSORT_OPENAI_MAX_TOKENS") && e.contains(bad),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -57,6 +57,16 @@ pub enum ProjectError {
     /// A required environment variable is missing.
     #[error("environment variable {0} is not set")]
     MissingEnv(String),
+    /// An environment variable holds a value Consort cannot use.
+    #[error("environment variable {var} is \"{value}\": it must be {expected}")]
+    BadEnv {
+        /// The variable.
+        var: String,
+        /// What it holds.
+        value: String,
+        /// What it must hold.
+        expected: &'static str,
+    },
     /// The ensemble failed.
     #[error(transparent)]
     Ensemble(#[from] EnsembleError),

@@ -2,7 +2,7 @@
 //! left ([`Assignment::budget`]) before it is made, and the step bounded by the wall time left.
 //!
 //! The call's prompt tokens are estimated as its characters divided by four (rounded up: the
-//! system prompt, every message as sent, the tool definitions and the response schema), plus
+//! system prompt, every message as sent and the tool definitions), plus
 //! its completion token limit ([`OpenAiConfig::max_tokens`](super::OpenAiConfig::max_tokens),
 //! raised once after a cut-off answer; without one only the prompt counts). A call whose estimate does not fit is not made: the step ends with
 //! [`AgentFailure::BudgetSpent`], carrying what the step spent before.

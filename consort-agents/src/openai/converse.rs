@@ -274,7 +274,7 @@ impl OpenAiAgent {
                         ContextMeasure::Estimated,
                     ));
                 }
-                tracing::info!(role = %self.role, step = %a.step, fit = ?talk.fit(), need, window,
+                tracing::info!(role = %self.role, step = %a.step, fit = %talk.fit(), need, window,
                     "the prompt was cut to fit the context window");
             }
         }
@@ -288,18 +288,14 @@ impl OpenAiAgent {
         ask.limit.map_or(window / 8, u64::from)
     }
 
-    /// The prompt's size in characters: system prompt, messages, tool definitions and the
-    /// response schema.
+    /// The prompt's size in characters: system prompt, messages and tool definitions (which a
+    /// chat template renders into the prompt). The response schema is left out: llama.cpp turns
+    /// it into a grammar, not prompt tokens.
     fn prompt_chars(&self, talk: &Talk<'_>, ask: Ask<'_>) -> usize {
         let system = self.system_message(ask.expected, ask.schema_in_prompt);
         let turns = serde_json::to_string(&talk.turns()).map_or(0, |t| t.chars().count());
         let tools = ask.tools.map_or(0, |t| t.to_string().chars().count());
-        let schema = if ask.mode == StructuredOutput::JsonSchema {
-            ordered_schema_text(&response_schema(ask.expected, self.config.strict_schema)).len()
-        } else {
-            0
-        };
-        system.chars().count() + turns + tools + schema
+        system.chars().count() + turns + tools
     }
 
     fn context_exceeded(

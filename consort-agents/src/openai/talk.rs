@@ -31,6 +31,22 @@ pub(super) enum Fit {
     LastResultsClipped,
 }
 
+impl std::fmt::Display for Fit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Fit::Whole => "nothing cut",
+            Fit::CodeListed => "the code listed, not carried",
+            Fit::LatestFeedback => "the code listed, only the newest feedback kept",
+            Fit::EarlierResultsCut => {
+                "the code listed, the newest feedback, earlier tool results cut"
+            }
+            Fit::LastResultsClipped => {
+                "everything that can be cut cut, the last tool results clipped"
+            }
+        })
+    }
+}
+
 impl Fit {
     fn tighter(self) -> Option<Fit> {
         match self {
