@@ -88,11 +88,13 @@ impl Agent for MyNavigator {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let project = tempfile::tempdir()?;
-    let script = Script::from_toml_str(consort::init::STOCKFLOW_SCRIPT)?;
+    let script = Script::from_toml_str(include_str!(
+        "../consort-cli/examples/stockflow/data/script.toml"
+    ))?;
     let feature = FeatureRequest {
         id: "F1-warehouse-stock".into(),
         title: "Warehouse stock visibility".into(),
-        body: include_str!("stockflow/data/feature.md").into(),
+        body: include_str!("../consort-cli/examples/stockflow/data/feature.md").into(),
     };
     let mut builder = Ensemble::builder(project.path())
         .feature(feature)

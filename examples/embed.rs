@@ -20,12 +20,14 @@ async fn main() -> anyhow::Result<()> {
     // Your project's work tree; Consort creates `.consort/` in it for its ledger.
     let project = tempfile::tempdir()?;
     // The answers of every role. `Script::from_path` reads one from a file.
-    let script = Script::from_toml_str(consort::init::STOCKFLOW_SCRIPT)?;
+    let script = Script::from_toml_str(include_str!(
+        "../consort-cli/examples/stockflow/data/script.toml"
+    ))?;
     // The feature the script was recorded for: its id must be the script's `feature_id`.
     let feature = FeatureRequest {
         id: "F1-warehouse-stock".into(),
         title: "Warehouse stock visibility".into(),
-        body: include_str!("stockflow/data/feature.md").into(),
+        body: include_str!("../consort-cli/examples/stockflow/data/feature.md").into(),
     };
     let mut builder = Ensemble::builder(project.path())
         .feature(feature)

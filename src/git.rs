@@ -520,7 +520,7 @@ impl RunHistory<'_> {
             .map(|c| {
                 let path = self
                     .work
-                    .resolve_physical(c.path())
+                    .resolve(c.path())
                     .unwrap_or_else(|_| c.path().to_string());
                 let bytes = match c {
                     FileChange::Delete { .. } => None,

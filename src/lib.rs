@@ -11,7 +11,9 @@
 //!
 //! This crate is the facade: it re-exports the three library crates, and adds the
 //! [`Ensemble`] builder, the `consort.toml` [`config`], the [`Project`] on disk, its
-//! [`runlock`] (one run per project), and the `consort` command-line program.
+//! [`runlock`] (one run per project), its [`backlog`] of features and its [`git`] branches.
+//! It has no command line, no terminal, no HTTP server and no MCP server: those are the
+//! `consort` program's, in the `consort-cli` package, which is built on this library alone.
 //!
 //! * [`actors`] (`consort-actors`): artifacts, the state machine, the conductor, supervision,
 //!   gates, the ledger. Knows no LLM and no database.
@@ -70,24 +72,14 @@
 //! # }
 //! ```
 
-pub mod adopt;
 pub mod backlog;
-pub mod collect;
 pub mod config;
-pub mod design_text;
 mod ensemble;
 pub mod git;
 pub mod harness_facts;
-pub mod init;
-pub mod mcp;
 pub mod project;
-pub mod report;
 pub mod runlock;
 pub mod runner_harness;
-pub mod script_check;
-pub mod serve;
-pub mod ui;
-pub mod views;
 
 pub use consort_actors as actors;
 pub use consort_agents as agents;

@@ -112,7 +112,7 @@ pub enum ProjectError {
     /// The run was ended by a signal; it was stopped like a crash (the ledger as it stood, the
     /// database server shut down) and resumes with `consort run`.
     #[error("interrupted by {0}")]
-    Interrupted(crate::ui::Interruption),
+    Interrupted(Interruption),
     /// The signal handlers a run listens on could not be installed.
     #[error("cannot listen for {signal}: {source}")]
     Signals {
@@ -844,4 +844,32 @@ pub fn approve_command(dir: &Path, gate: GateKind, hash: &str) -> String {
         "consort approve {gate} --hash {hash} --by <your-name> --dir {}",
         dir.display()
     )
+}
+
+/// A signal that ended a run before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interruption {
+    /// `SIGINT` (Ctrl-C).
+    Interrupt,
+    /// `SIGTERM` (`kill`, `timeout`).
+    Terminate,
+}
+
+impl Interruption {
+    /// The exit code of a program ended by this signal, as shells report it: 128 + its number.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Interruption::Interrupt => 130,
+            Interruption::Terminate => 143,
+        }
+    }
+}
+
+impl std::fmt::Display for Interruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Interruption::Interrupt => "SIGINT",
+            Interruption::Terminate => "SIGTERM",
+        })
+    }
 }

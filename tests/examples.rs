@@ -1,7 +1,5 @@
 //! The library examples a newcomer copies from run to done as they stand: `embed` (the README's
-//! "Embedding" code), `custom_agent` (one role swapped for an agent of your own) and
-//! `pyservice` (a Python service tested by pytest through psycopg; needs python3 with pytest
-//! and psycopg, which `.ci/run` installs).
+//! "Embedding" code) and `custom_agent` (one role swapped for an agent of your own).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -27,73 +25,6 @@ fn run(name: &str) -> String {
     assert!(out.status.success(), "{name}: {said}");
     assert!(said.contains("outcome: done"), "{name}: {said}");
     said
-}
-
-#[test]
-fn the_python_service_example_runs_to_done_with_per_test_results_and_commits() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("items");
-    // A newcomer's PATH right after cloning: no `consort` installed.
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let without_consort =
-        std::env::join_paths(std::env::split_paths(&path).filter(|d| !d.join("consort").exists()))
-            .expect("PATH");
-    let out = Command::new(example("pyservice"))
-        .arg("--dir")
-        .arg(&dir)
-        .env("PATH", without_consort)
-        .stdin(Stdio::null())
-        .output()
-        .expect("the example starts");
-    let said = text(&out);
-    assert!(out.status.success(), "{said}");
-    // The summary's command works as printed: through cargo while nothing is installed (run
-    // here as the binary cargo would run, since this test runs inside cargo).
-    let verify = said
-        .lines()
-        .skip_while(|l| !l.starts_with("check it yourself:"))
-        .nth(1)
-        .map(str::trim)
-        .expect("the summary names a command");
-    assert_eq!(
-        verify,
-        format!(
-            "cargo run -q --bin consort -- verify --dir {}",
-            dir.display()
-        )
-    );
-    let args = verify.trim_start_matches("cargo run -q --bin consort -- ");
-    let checked = Command::new(env!("CARGO_BIN_EXE_consort"))
-        .args(args.split(' '))
-        .output()
-        .expect("consort verify");
-    assert!(checked.status.success(), "{}", text(&checked));
-    assert!(
-        said.contains("every test green, every gate approved"),
-        "{said}"
-    );
-    assert!(said.contains("2 of 2 green"), "{said}");
-    let items = std::fs::read_to_string(dir.join("app/items.py")).expect("the service");
-    assert!(items.contains("def item_total"), "{items}");
-    let ledger = std::fs::read_to_string(
-        consort::project::Project::open(&dir)
-            .expect("project")
-            .ledger_path(),
-    )
-    .expect("ledger");
-    assert!(
-        ledger.contains("tests.test_t1_add_item::test_add_item_stores_exactly_that_item"),
-        "the JUnit report names each test"
-    );
-    let log = Command::new("git")
-        .arg("-C")
-        .arg(&dir)
-        .args(["log", "--format=%s"])
-        .output()
-        .expect("git log");
-    let log = String::from_utf8_lossy(&log.stdout);
-    assert_eq!(log.matches("RED T").count(), 2, "{log}");
-    assert_eq!(log.matches("GREEN T").count(), 2, "{log}");
 }
 
 #[test]
@@ -135,90 +66,4 @@ fn the_readme_s_embedding_code_is_the_example_that_runs() {
         block, code,
         "README.md's Embedding code differs from examples/embed.rs"
     );
-}
-
-/// The StockFlow example on a terminal (a pseudo-terminal from util-linux's `script`): each
-/// gate's prompt stands alone while it waits — the spinner is neither drawn over it nor ticks
-/// beside it — and at the design gate it says where the frozen design is and shows it on `s`.
-#[test]
-fn the_gate_prompt_on_a_terminal_is_never_drawn_over_and_shows_the_design() {
-    use std::io::{Read, Write};
-    use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant};
-
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("sf");
-    let command = format!("{} --dir {}", example("stockflow").display(), dir.display());
-    let mut child = Command::new("script")
-        .args(["-qfec", &command, "/dev/null"])
-        .env("USER", "ada")
-        .env("TERM", "xterm-256color")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("script (util-linux) starts");
-    let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let mut stdout = child.stdout.take().expect("stdout");
-    let sink = Arc::clone(&seen);
-    let reader = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().expect("buffer").extend_from_slice(&buf[..n]);
-        }
-    });
-    let text = || String::from_utf8_lossy(&seen.lock().expect("buffer")).into_owned();
-    let mut stdin = child.stdin.take().expect("stdin");
-    // Waits for the `n`th occurrence of `prompt`, lets a spinner (if any) tick for a second,
-    // then answers.
-    let mut answer = |prompt: &str, n: usize, reply: &str| {
-        let start = Instant::now();
-        while text().matches(prompt).count() < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "no prompt {prompt:?}: {}",
-                text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        std::thread::sleep(Duration::from_secs(1));
-        stdin.write_all(reply.as_bytes()).expect("answer");
-    };
-    let design = "Approve as ada? [y]es, [n]o, [s]how the design: ";
-    answer(design, 1, "s\n");
-    answer(design, 2, "y\n");
-    let other = "Approve as ada? [y]es, [n]o: ";
-    answer(other, 1, "y\n");
-    answer(other, 2, "y\n");
-    let status = child.wait().expect("wait");
-    reader.join().expect("reader");
-    let said = text();
-    assert!(status.success(), "{said}");
-    assert!(said.contains("outcome:   done"), "{said}");
-    assert!(
-        said.contains(&format!(
-            "the design is frozen in {}",
-            dir.join(".consort/features/F1-warehouse-stock/design.json")
-                .display()
-        )),
-        "{said}"
-    );
-    assert!(
-        said.contains("Tests, in build order"),
-        "the design is shown: {said}"
-    );
-    // What follows each prompt up to the end of its line is the typed answer alone.
-    for prompt in [design, other] {
-        for (at, _) in said.match_indices(prompt) {
-            let rest = &said[at + prompt.len()..];
-            let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
-            assert!(
-                matches!(line.trim_end_matches(['\r', '\n']), "s" | "y"),
-                "the prompt was drawn over while it waited: {line:?}"
-            );
-        }
-    }
 }

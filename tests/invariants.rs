@@ -4,6 +4,8 @@
 //!   model is among its dependencies, however indirect (read from `cargo metadata`).
 //! * The role agents and the branch backends do not know each other: neither `consort-agents`
 //!   nor `consort-lakebase` depends on the other.
+//! * The `consort` library has no command line, terminal, HTTP server or MCP server: none of
+//!   the crates that bring them is among its dependencies (they are `consort-cli`'s).
 //! * The state machine is pure: no file in `consort-actors/src/machine/` uses tokio, the file
 //!   system, the environment or a clock.
 //!
@@ -31,6 +33,10 @@ const DATABASE_CRATES: &[&str] = &[
 
 /// Crates that reach a model (or an HTTP client to reach one with).
 const LLM_CRATES: &[&str] = &["async-openai", "reqwest", "hyper", "ollama-rs", "anthropic"];
+
+/// Crates of the command line, the terminal, the HTTP server and the MCP server: the
+/// `consort-cli` package's, never the library's.
+const FRONT_END_CRATES: &[&str] = &["clap", "indicatif", "axum", "rmcp", "consort-cli"];
 
 /// Names in the state machine's source that mean I/O, the environment or a clock.
 const IMPURE: &[&str] = &[
@@ -144,6 +150,12 @@ fn boundary_violations(graph: &Graph) -> Vec<String> {
             found.push(format!("{from} depends on {to}"));
         }
     }
+    let library = graph.reaches("consort");
+    for name in FRONT_END_CRATES {
+        if library.contains(*name) {
+            found.push(format!("consort depends on {name}"));
+        }
+    }
     found
 }
 
@@ -212,6 +224,7 @@ fn a_database_crate_under_the_runtime_is_caught() {
     let mut meta = metadata();
     add_dependency(&mut meta, "consort-actors", "tokio-postgres", None);
     add_dependency(&mut meta, "consort-agents", "consort-lakebase", None);
+    add_dependency(&mut meta, "consort-lakebase", "clap", None);
     let found = boundary_violations(&Graph::from_metadata(&meta));
     assert!(
         found.contains(&"consort-actors depends on tokio-postgres".to_string()),
@@ -224,6 +237,11 @@ fn a_database_crate_under_the_runtime_is_caught() {
     );
     assert!(
         found.contains(&"consort-agents depends on consort-lakebase".to_string()),
+        "{found:?}"
+    );
+    // The library reaches the command line's crates through any of its dependencies.
+    assert!(
+        found.contains(&"consort depends on clap".to_string()),
         "{found:?}"
     );
 }

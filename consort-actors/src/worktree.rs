@@ -4,7 +4,7 @@
 //! machine accepted the change set. Every path is confined to the tree: lexically (no absolute
 //! paths, no `..`) and physically (no symlink on the way that leads outside). Before it writes,
 //! the conductor resolves every path to the file it physically reaches
-//! ([`WorkTree::resolve_physical`]) and has the machine judge that file; [`WorkTree::apply`]
+//! ([`WorkTree::resolve`]) and has the machine judge that file; [`WorkTree::apply`]
 //! then checks what the file system will refuse before writing anything, and undoes what it
 //! wrote if the OS refuses a path mid-way, so a change set is applied whole or not at all.
 //!
@@ -182,8 +182,10 @@ impl WorkTree {
         &self.root
     }
 
-    /// Resolves a relative path inside the tree, refusing anything that leaves it.
-    pub fn resolve(&self, rel: &str) -> Result<(String, PathBuf), WorkTreeError> {
+    /// Confines a relative path to the tree for this handle's own reads and writes: lexically,
+    /// and no symbolic link on the way may lead outside. It does not say which file the path
+    /// reaches, so it is private: whoever judges a path asks [`WorkTree::resolve`].
+    fn confine(&self, rel: &str) -> Result<(String, PathBuf), WorkTreeError> {
         let norm = normalise_relative(rel)?;
         check_names(&norm)?;
         let full = self.root.join(&norm);
@@ -215,7 +217,7 @@ impl WorkTree {
     /// Refused: a resolution that leaves the tree ([`PathError::EscapesThroughLink`]), a file
     /// where a directory must be, a component too long, a link loop
     /// ([`WorkTreeError::NotWritable`]).
-    pub fn resolve_physical(&self, rel: &str) -> Result<String, WorkTreeError> {
+    pub fn resolve(&self, rel: &str) -> Result<String, WorkTreeError> {
         let norm = normalise_relative(rel)?;
         check_names(&norm)?;
         let escape = || WorkTreeError::Path(PathError::EscapesThroughLink { path: norm.clone() });
@@ -253,7 +255,7 @@ impl WorkTree {
     }
 
     /// The change set with every path replaced by the path it physically reaches
-    /// ([`WorkTree::resolve_physical`]), and the paths that changed (spelled → resolved).
+    /// ([`WorkTree::resolve`]), and the paths that changed (spelled → resolved).
     pub fn resolve_set(
         &self,
         set: &ChangeSet,
@@ -261,7 +263,7 @@ impl WorkTree {
         let mut changes = Vec::with_capacity(set.changes.len());
         let mut moved = BTreeMap::new();
         for change in &set.changes {
-            let path = self.resolve_physical(change.path())?;
+            let path = self.resolve(change.path())?;
             if path != change.path() {
                 moved.insert(change.path().to_string(), path.clone());
             }
@@ -276,7 +278,7 @@ impl WorkTree {
 
     /// Reads a text file, or `None` when it does not exist.
     pub fn read(&self, rel: &str) -> Result<Option<String>, WorkTreeError> {
-        let (norm, full) = self.resolve(rel)?;
+        let (norm, full) = self.confine(rel)?;
         match fs::read(&full) {
             Ok(bytes) => String::from_utf8(bytes)
                 .map(Some)
@@ -292,7 +294,7 @@ impl WorkTree {
     fn plan<'a>(&self, set: &'a ChangeSet) -> Result<Vec<Planned<'a>>, WorkTreeError> {
         let mut plan = Vec::with_capacity(set.changes.len());
         for change in &set.changes {
-            let (norm, full) = self.resolve(change.path())?;
+            let (norm, full) = self.confine(change.path())?;
             let before = match fs::read(&full) {
                 Ok(bytes) => Some(bytes),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -853,7 +855,7 @@ mod tests {
             ("./src//a.sql", "src/a.sql"),
         ] {
             assert_eq!(
-                wt.resolve_physical(spelled).expect(spelled),
+                wt.resolve(spelled).expect(spelled),
                 reached,
                 "{spelled}"
             );
@@ -875,6 +877,38 @@ mod tests {
         );
     }
 
+    /// The link tricks a review found against the lexical resolver this module used to export:
+    /// a link inside the tree onto a frozen test, and a link onto the root that spells
+    /// Consort's own files under another directory. Every public resolver must name the file
+    /// reached, never the spelling.
+    #[test]
+    fn every_public_resolver_names_the_file_a_link_trick_reaches() {
+        let (_dir, wt) = tree_with(&[]);
+        let root = wt.root().to_path_buf();
+        fs::create_dir_all(root.join("tests")).expect("mkdir");
+        fs::write(root.join("tests/t1_add_item.sql"), "frozen").expect("seed");
+        fs::write(root.join("consort.toml"), "").expect("seed");
+        link("../tests", &root.join("src/fixtures"));
+        link(".", &root.join("conf"));
+        let tricks = [
+            ("src/fixtures/t1_add_item.sql", "tests/t1_add_item.sql"),
+            ("conf/consort.toml", "consort.toml"),
+            ("conf/.consort/x", ".consort/x"),
+        ];
+        for (spelled, reached) in tricks {
+            assert_eq!(wt.resolve(spelled).expect(spelled), reached, "resolve");
+        }
+        let set = ChangeSet {
+            summary: "tricks".into(),
+            changes: tricks.iter().map(|(s, _)| write(s, "x")).collect(),
+        };
+        let (resolved, moved) = wt.resolve_set(&set).expect("resolve_set");
+        let paths: Vec<&str> = resolved.changes.iter().map(FileChange::path).collect();
+        let reached: Vec<&str> = tricks.iter().map(|(_, r)| *r).collect();
+        assert_eq!(paths, reached, "resolve_set");
+        assert_eq!(moved.len(), tricks.len(), "every spelling is reported as moved");
+    }
+
     #[test]
     fn physical_resolution_refuses_what_cannot_be_reached() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -889,14 +923,14 @@ mod tests {
         link("loop1", &root.join("loop2"));
         link(".", &root.join("here"));
         assert!(matches!(
-            wt.resolve_physical("out/evil.sql"),
+            wt.resolve("out/evil.sql"),
             Err(WorkTreeError::Path(PathError::EscapesThroughLink { .. }))
         ));
         assert!(matches!(
-            wt.resolve_physical("src/climb"),
+            wt.resolve("src/climb"),
             Err(WorkTreeError::Path(PathError::EscapesThroughLink { .. }))
         ));
-        match wt.resolve_physical("src/file.sql/x.sql") {
+        match wt.resolve("src/file.sql/x.sql") {
             Err(WorkTreeError::NotWritable {
                 problem: WriteProblem::NotADirectory { path },
                 ..
@@ -905,21 +939,21 @@ mod tests {
         }
         let long = format!("src/{}/a.sql", "n".repeat(300));
         assert!(matches!(
-            wt.resolve_physical(&long),
+            wt.resolve(&long),
             Err(WorkTreeError::NotWritable {
                 problem: WriteProblem::NameTooLong { len: 300, max: 255 },
                 ..
             })
         ));
         assert!(matches!(
-            wt.resolve_physical("loop1/a"),
+            wt.resolve("loop1/a"),
             Err(WorkTreeError::NotWritable {
                 problem: WriteProblem::Refused { .. },
                 ..
             })
         ));
         assert!(matches!(
-            wt.resolve_physical("here"),
+            wt.resolve("here"),
             Err(WorkTreeError::NotWritable {
                 problem: WriteProblem::IsADirectory { .. },
                 ..

@@ -1,7 +1,7 @@
 //! The conductor's [`Workbench`]: one per build-step assignment, over the project's work tree,
 //! with scratch runs made through the same Lakebase endpoint as the real runs.
 //!
-//! Reads are judged by the file a path physically reaches ([`WorkTree::resolve_physical`]):
+//! Reads are judged by the file a path physically reaches ([`WorkTree::resolve`]):
 //! nothing outside the tree, nothing in Consort's state, version control or a skipped cache.
 //! A scratch run copies the tree into a fresh temporary directory, checks the proposed change
 //! set there by the step's own rules ([`ScratchPlan::check`]), applies it, and asks the
@@ -56,7 +56,7 @@ impl StepBench {
         };
         let rel = self
             .work
-            .resolve_physical(path)
+            .resolve(path)
             .map_err(|e| refused(e.to_string()))?;
         // The path's own last component counts too: `.consort` itself is as refused as what
         // lies inside it.

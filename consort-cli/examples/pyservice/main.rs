@@ -20,7 +20,8 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use consort::git::GitRepo;
 use consort::project::{Project, RunOptions};
-use consort::{ApproveAs, RunLock, ui};
+use consort::{ApproveAs, RunLock};
+use consort_cli::ui;
 
 const CONFIG: &str = include_str!("data/consort.toml");
 const FEATURE: &str = include_str!("data/feature.md");

@@ -211,7 +211,7 @@ fn example() -> PathBuf {
 #[test]
 fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let script = Script::from_toml_str(consort::init::STOCKFLOW_SCRIPT).expect("script");
+    let script = Script::from_toml_str(consort_cli::init::STOCKFLOW_SCRIPT).expect("script");
     let (base, model) = rt.block_on(start_answering(move |req| answer(&script, req)));
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("sf");

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 pub use html::escape;
 
-use crate::project::{Project, ProjectError};
+use consort::project::{Project, ProjectError};
 
 /// How to render a report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use consort_actors::{
 };
 
 use super::ReportError;
-use crate::project::{GitTip, Project};
+use consort::project::{GitTip, Project};
 
 /// One build step as the ledger tells it: who answered, what they said, and the run that
 /// judged it.

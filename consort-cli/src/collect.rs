@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::config::{ProjectConfig, RunnerConfig};
+use consort::config::{ProjectConfig, RunnerConfig};
 
 /// How long a collection run may take.
 const COLLECT_LIMIT: Duration = Duration::from_secs(120);

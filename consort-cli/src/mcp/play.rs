@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::ToolError;
 use super::tools::{NextArgs, SubmitArgs};
-use crate::project::Project;
+use consort::project::Project;
 
 /// The first and the longest pause between two looks.
 const POLL: (Duration, Duration) = (Duration::from_millis(25), Duration::from_millis(500));

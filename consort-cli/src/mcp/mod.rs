@@ -22,7 +22,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
-use crate::project::{Project, ProjectError};
+use consort::project::{Project, ProjectError};
 use crate::views::{DecideError, ViewError};
 use consort_agents::mcp::{MailboxError, check_identity};
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use consort_agents::{AgentConfig, OpenAiConfig};
 
-use crate::config::{CONFIG_FILE, ProjectConfig, ProviderConfig, RunnerConfig};
+use consort::config::{CONFIG_FILE, ProjectConfig, ProviderConfig, RunnerConfig};
 
 /// Environment variable: the base URL of an OpenAI-compatible server (with `/v1`).
 pub const ENV_OPENAI_BASE_URL: &str = "CONSORT_OPENAI_BASE_URL";
@@ -239,7 +239,7 @@ pub fn init(dir: &Path, example: Option<Example>, force: bool) -> Result<Vec<Pat
         std::fs::write(&file.path, &file.text).map_err(io)?;
         written.push(file.path);
     }
-    crate::git::keep_state_out_of_git(dir).map_err(|source| InitError::Io {
+    consort::git::keep_state_out_of_git(dir).map_err(|source| InitError::Io {
         path: dir.join(consort_actors::STATE_DIR).join(".gitignore"),
         source,
     })?;
@@ -250,11 +250,11 @@ pub fn init(dir: &Path, example: Option<Example>, force: bool) -> Result<Vec<Pat
 /// `CONSORT_OPENAI_MODEL` and the key in `CONSORT_OPENAI_API_KEY`, with the token limit and
 /// context window from `CONSORT_OPENAI_MAX_TOKENS` and `CONSORT_OPENAI_CONTEXT_TOKENS` when
 /// they are set.
-pub fn openai_from_env() -> Result<AgentConfig, crate::ProjectError> {
+pub fn openai_from_env() -> Result<AgentConfig, consort::ProjectError> {
     let base = std::env::var(ENV_OPENAI_BASE_URL)
-        .map_err(|_| crate::ProjectError::MissingEnv(ENV_OPENAI_BASE_URL.into()))?;
+        .map_err(|_| consort::ProjectError::MissingEnv(ENV_OPENAI_BASE_URL.into()))?;
     let model = std::env::var(ENV_OPENAI_MODEL)
-        .map_err(|_| crate::ProjectError::MissingEnv(ENV_OPENAI_MODEL.into()))?;
+        .map_err(|_| consort::ProjectError::MissingEnv(ENV_OPENAI_MODEL.into()))?;
     let mut cfg = OpenAiConfig::new(base, model);
     cfg.api_key_env = Some(ENV_OPENAI_API_KEY.into());
     let var = |name: &str| std::env::var(name).ok();
@@ -265,13 +265,13 @@ pub fn openai_from_env() -> Result<AgentConfig, crate::ProjectError> {
 
 /// A count of tokens from the variable `var`: none when unset or empty, else a whole number
 /// above 0.
-fn token_count(var: &str, value: Option<String>) -> Result<Option<u32>, crate::ProjectError> {
+fn token_count(var: &str, value: Option<String>) -> Result<Option<u32>, consort::ProjectError> {
     let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
         return Ok(None);
     };
     match value.trim().replace('_', "").parse::<u32>() {
         Ok(n) if n > 0 => Ok(Some(n)),
-        _ => Err(crate::ProjectError::BadEnv {
+        _ => Err(consort::ProjectError::BadEnv {
             var: var.to_string(),
             value,
             expected: "a whole number of tokens above 0",
@@ -296,7 +296,7 @@ pub fn junit_written_into_tree(config: &ProjectConfig) -> Option<String> {
 }
 
 /// The lines `consort doctor` prints about what the runner's configuration makes harness (see
-/// [`crate::runner_harness`]), so the user sees what no agent may change.
+/// [`consort::runner_harness`]), so the user sees what no agent may change.
 pub fn runner_harness_report(config: &ProjectConfig) -> Vec<String> {
     let Ok(harness) = config.runner_harness() else {
         return Vec::new();
@@ -354,7 +354,7 @@ const PLACEHOLDER_BODY: &str = "Describe the need, the behaviours, the rules and
 /// What is wrong with a feature request's text, if anything: no `# Title` line, nothing
 /// after it, or still the placeholder `consort init` wrote.
 pub fn request_problem(text: &str) -> Option<&'static str> {
-    let title = crate::backlog::title_of(text).map(str::trim);
+    let title = consort::backlog::title_of(text).map(str::trim);
     let body_words = text
         .lines()
         .filter(|l| !l.starts_with("# "))
@@ -658,6 +658,25 @@ mod tests {
             runner,
         );
         ProjectConfig::parse(&text, Path::new(CONFIG_FILE)).expect("loads")
+    }
+
+    #[test]
+    fn the_example_and_the_fixtures_still_load() {
+        use consort::runner_harness::RunnerHarness;
+        let c = ProjectConfig::parse(
+            &config_template(STOCKFLOW_FEATURE_ID, STOCKFLOW_SCRIPT_PATH),
+            Path::new("consort.toml"),
+        )
+        .expect("the StockFlow template loads");
+        assert_eq!(
+            c.runner_harness().expect("harness"),
+            RunnerHarness::default()
+        );
+        ProjectConfig::parse(
+            include_str!("../tests/fixtures/reliability/consort.toml"),
+            Path::new("consort.toml"),
+        )
+        .expect("the reliability fixture loads");
     }
 
     #[test]

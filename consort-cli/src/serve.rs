@@ -25,9 +25,9 @@ use consort_actors::{
 };
 use tokio::sync::oneshot;
 
-use crate::project::{Project, ProjectError, RunOptions};
+use consort::project::{Project, ProjectError, RunOptions};
 use crate::report::{RenderOptions, ReportError};
-use crate::runlock::RunLock;
+use consort::runlock::RunLock;
 
 pub use guard::Refusal;
 

@@ -62,7 +62,7 @@ fn project() -> (
     Arc<Stub>,
 ) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let script = Script::from_toml_str(consort::init::STOCKFLOW_SCRIPT).expect("script");
+    let script = Script::from_toml_str(consort_cli::init::STOCKFLOW_SCRIPT).expect("script");
     let (base, model) = rt.block_on(start_answering(move |req| answer(&script, req)));
     let tmp = tempfile::tempdir().expect("tempdir");
     let o = run(consort()

@@ -11,7 +11,7 @@
 //!
 //! `cargo bench --bench ensemble`
 
-#[path = "common/mod.rs"]
+#[path = "../../benches/common/mod.rs"]
 mod common;
 
 use std::cell::RefCell;
@@ -55,7 +55,7 @@ fn stockflow(rt: &Runtime) -> Run {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .expect("chmod");
-    consort::init::init(dir.path(), Some(consort::init::Example::Stockflow), false)
+    consort_cli::init::init(dir.path(), Some(consort_cli::init::Example::Stockflow), false)
         .expect("consort init --example stockflow");
     rt.block_on(async {
         let project = Project::open(dir.path()).expect("project");

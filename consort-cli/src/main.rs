@@ -15,7 +15,7 @@ use consort::actors::{GateDecision, GateKind};
 use consort::actors::{record_human_decision, record_retirement};
 use consort::backlog::FeatureState;
 use consort::project::{Project, RunOptions, approve_command};
-use consort::ui::{self, EXIT_FAILURE, EXIT_USAGE};
+use consort_cli::ui::{self, EXIT_FAILURE, EXIT_USAGE};
 use consort::{ApproveAs, RunOutcome};
 
 #[derive(Parser, Debug)]
@@ -272,7 +272,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EXIT_USAGE as u8 } else { 0 });
         }
     };
-    consort::ui::init_logging();
+    consort_cli::ui::init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -290,7 +290,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
-            eprintln!("error: {}", consort::ui::error_chain(e.as_ref()));
+            eprintln!("error: {}", consort_cli::ui::error_chain(e.as_ref()));
             let usage = e.chain().any(|c| {
                 c.downcast_ref::<consort::config::ConfigError>().is_some()
                     || c.downcast_ref::<consort::backlog::BacklogError>()
@@ -298,16 +298,16 @@ fn main() -> ExitCode {
                     || c.downcast_ref::<consort::ProjectError>()
                         .is_some_and(consort::ProjectError::is_usage)
                     || matches!(
-                        c.downcast_ref::<consort::views::ViewError>(),
-                        Some(consort::views::ViewError::Project(p)) if p.is_usage()
+                        c.downcast_ref::<consort_cli::views::ViewError>(),
+                        Some(consort_cli::views::ViewError::Project(p)) if p.is_usage()
                     )
                     || matches!(
-                        c.downcast_ref::<consort::mcp::ServeError>(),
-                        Some(consort::mcp::ServeError::Project(p)) if p.is_usage()
+                        c.downcast_ref::<consort_cli::mcp::ServeError>(),
+                        Some(consort_cli::mcp::ServeError::Project(p)) if p.is_usage()
                     )
                     || matches!(
-                        c.downcast_ref::<consort::serve::ServeError>(),
-                        Some(consort::serve::ServeError::Project(p)) if p.is_usage()
+                        c.downcast_ref::<consort_cli::serve::ServeError>(),
+                        Some(consort_cli::serve::ServeError::Project(p)) if p.is_usage()
                     )
             });
             ExitCode::from(if usage { EXIT_USAGE } else { EXIT_FAILURE } as u8)
@@ -324,7 +324,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             dry_run,
         } => init(
             &dir,
-            example.map(|_| consort::init::Example::Stockflow),
+            example.map(|_| consort_cli::init::Example::Stockflow),
             force,
             dry_run,
         ),
@@ -385,10 +385,10 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         } => retire(&at, &test, &by, &reason),
         Cmd::Branches { dir, sweep } => branches(&dir, sweep).await,
         Cmd::Mcp { at, identity } => {
-            consort::mcp::serve(at.dir, at.feature, identity).await?;
+            consort_cli::mcp::serve(at.dir, at.feature, identity).await?;
             Ok(0)
         }
-        Cmd::Doctor { dir } => Ok(consort::init::doctor(&dir)),
+        Cmd::Doctor { dir } => Ok(consort_cli::init::doctor(&dir)),
     }
 }
 
@@ -396,11 +396,11 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
 /// be).
 fn init(
     dir: &Path,
-    example: Option<consort::init::Example>,
+    example: Option<consort_cli::init::Example>,
     force: bool,
     dry_run: bool,
 ) -> Result<i32> {
-    let plan = consort::init::plan(dir, example);
+    let plan = consort_cli::init::plan(dir, example);
     for note in &plan.notes {
         println!("{note}");
     }
@@ -424,7 +424,7 @@ fn init(
         let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
         return Ok(0);
     }
-    let written = consort::init::init(dir, example, force)?;
+    let written = consort_cli::init::init(dir, example, force)?;
     for f in &plan.files {
         if written.contains(&f.path) {
             println!("wrote {}", f.path.display());
@@ -435,7 +435,7 @@ fn init(
     if example.is_none() {
         println!(
             "next: fill in the answers in {} (every field is in docs/ARTIFACTS.md), check the project with `consort doctor --dir {}`, then",
-            dir.join(consort::init::SCRIPT_PATH).display(),
+            dir.join(consort_cli::init::SCRIPT_PATH).display(),
             dir.display()
         );
         println!("      consort run --dir {}", dir.display());
@@ -476,7 +476,7 @@ async fn run(
         opts.approver = Some(Arc::new(ApproveAs { name: name.clone() }));
     }
     if let Some(AgentsChoice::Openai) = agents {
-        opts.agents_override = Some(consort::init::openai_from_env()?);
+        opts.agents_override = Some(consort_cli::init::openai_from_env()?);
         opts.default_budgets = Some(consort::config::openai_default_budgets());
     }
     ui::print_budgets(&project, &opts)?;
@@ -526,8 +526,8 @@ async fn serve(at: &Target, addr: std::net::SocketAddr, allow_dirty: bool) -> Re
     };
     ui::print_budgets(&project, &opts)?;
     ui::print_mcp_roles(&project, &opts);
-    match consort::serve::serve(project, lock, addr, opts).await {
-        Err(consort::serve::ServeError::Project(consort::ProjectError::Interrupted(signal))) => {
+    match consort_cli::serve::serve(project, lock, addr, opts).await {
+        Err(consort_cli::serve::ServeError::Project(consort::ProjectError::Interrupted(signal))) => {
             eprintln!(
                 "interrupted by {signal}: the run is stopped and its database server shut down; `consort serve --dir {}` resumes it",
                 at.dir.display()
@@ -540,11 +540,11 @@ async fn serve(at: &Target, addr: std::net::SocketAddr, allow_dirty: bool) -> Re
 
 fn status(at: &Target, json: bool) -> Result<i32> {
     let project = at.open()?;
-    let report = consort::views::status_report(&project)?;
+    let report = consort_cli::views::status_report(&project)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", consort::views::status_text(&project, &report)?);
+        print!("{}", consort_cli::views::status_text(&project, &report)?);
     }
     Ok(0)
 }
@@ -557,9 +557,9 @@ fn decide(
     decision: GateDecision,
     note: String,
 ) -> Result<i32> {
-    use consort::views::DecideError;
+    use consort_cli::views::DecideError;
     let project = at.open()?;
-    match consort::views::decide_gate(&project, gate, hash, by, decision, note) {
+    match consort_cli::views::decide_gate(&project, gate, hash, by, decision, note) {
         Ok(line) => {
             println!("{line}");
             Ok(0)
@@ -609,7 +609,7 @@ fn log(at: &Target, json: bool) -> Result<i32> {
     let text = if json {
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?
     } else {
-        consort::views::log_text(&project, None)?
+        consort_cli::views::log_text(&project, None)?
     };
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         // The reader stopped reading (`consort log | head`): not an error.
@@ -622,9 +622,9 @@ fn log(at: &Target, json: bool) -> Result<i32> {
 }
 
 fn report(at: &Target, out: Option<&Path>, open: bool) -> Result<i32> {
-    use consort::report::{RenderOptions, ReportError};
+    use consort_cli::report::{RenderOptions, ReportError};
     let project = at.open()?;
-    let path = match consort::report::write(&project, &RenderOptions::default(), out) {
+    let path = match consort_cli::report::write(&project, &RenderOptions::default(), out) {
         Ok(path) => path,
         Err(e @ ReportError::NotStarted { .. }) => {
             eprintln!("error: {e}");
@@ -650,7 +650,7 @@ fn report(at: &Target, out: Option<&Path>, open: bool) -> Result<i32> {
 }
 
 fn verify(dir: &Path, only: Option<&str>) -> Result<i32> {
-    let (ok, text) = consort::views::verify_text(dir, only)?;
+    let (ok, text) = consort_cli::views::verify_text(dir, only)?;
     print!("{text}");
     Ok(if ok { 0 } else { EXIT_FAILURE })
 }
@@ -748,7 +748,7 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
 async fn branches(dir: &Path, sweep: bool) -> Result<i32> {
     let project = Project::open(dir)?;
     let provider = project.provider().await?;
-    print!("{}", consort::views::branches_on(provider.as_ref()).await?);
+    print!("{}", consort_cli::views::branches_on(provider.as_ref()).await?);
     if sweep {
         let n = provider.sweep(Duration::ZERO).await?;
         println!("swept {n}");

@@ -9,8 +9,8 @@ use consort_lakebase::PoolStatsSnapshot;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::mpsc;
 
-use crate::project::{Project, ProjectError, RunOptions};
-use crate::runlock::RunLock;
+use consort::project::{Interruption, Project, ProjectError, RunOptions};
+use consort::runlock::RunLock;
 
 mod prompt;
 pub use prompt::{TerminalApprover, without_spinner};
@@ -136,34 +136,6 @@ pub fn bytes_text(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-/// A signal that ended a run before its end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Interruption {
-    /// `SIGINT` (Ctrl-C).
-    Interrupt,
-    /// `SIGTERM` (`kill`, `timeout`).
-    Terminate,
-}
-
-impl Interruption {
-    /// The exit code of a program ended by this signal, as shells report it: 128 + its number.
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Interruption::Interrupt => 130,
-            Interruption::Terminate => 143,
-        }
-    }
-}
-
-impl std::fmt::Display for Interruption {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Interruption::Interrupt => "SIGINT",
-            Interruption::Terminate => "SIGTERM",
-        })
-    }
-}
-
 /// The signals a run listens for: once one arrives the run is stopped, not killed.
 struct Signals {
     int: tokio::signal::unix::Signal,
@@ -242,7 +214,7 @@ pub async fn run_printed(
 
 /// Stops a run that `signal` interrupted: the actors (bounded), then the servers, and only
 /// then releases the project's run lock, so no other run attaches to a server about to stop.
-async fn stop_interrupted(mut ensemble: crate::Ensemble, signal: Interruption) -> ProjectError {
+async fn stop_interrupted(mut ensemble: consort::Ensemble, signal: Interruption) -> ProjectError {
     tracing::info!(%signal, "stopping the run");
     let lock = ensemble.take_run_lock();
     if tokio::time::timeout(INTERRUPTED_SHUTDOWN, ensemble.shutdown())
@@ -312,7 +284,7 @@ pub fn print_budgets(project: &Project, opts: &RunOptions) -> Result<(), Project
         "from consort.toml"
     };
     println!("budgets ({from}):");
-    for line in crate::config::budget_lines(&budgets) {
+    for line in consort::config::budget_lines(&budgets) {
         println!("  {line}");
     }
     Ok(())

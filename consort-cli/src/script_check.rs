@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use consort_actors::{Artifact, Role, Step};
 use consort_agents::{AgentConfig, Script, ScriptEntry, placeholders};
 
-use crate::config::ProjectConfig;
+use consort::config::ProjectConfig;
 
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,7 +253,7 @@ fn missing_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::CONFIG_FILE;
+    use consort::config::CONFIG_FILE;
     use crate::init::config_template;
 
     #[test]

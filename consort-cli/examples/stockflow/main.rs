@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 use consort::git::GitRepo;
 use consort::project::{Project, RunOptions, approve_command};
-use consort::ui::{self, TerminalApprover};
+use consort_cli::ui::{self, TerminalApprover};
 use consort::{ApproveAs, RunLock, RunOutcome};
 
 #[derive(Parser, Debug)]
@@ -48,7 +48,7 @@ fn main() {
     let code = match run() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", consort::ui::error_chain(e.as_ref()));
+            eprintln!("error: {}", consort_cli::ui::error_chain(e.as_ref()));
             ui::EXIT_FAILURE
         }
     };
@@ -57,7 +57,7 @@ fn main() {
 
 fn run() -> Result<i32> {
     let args = Args::parse();
-    consort::ui::init_logging();
+    consort_cli::ui::init_logging();
     let dir = match args.dir {
         Some(d) => d,
         None => std::env::temp_dir().join(format!("consort-stockflow-{}", std::process::id())),
@@ -67,7 +67,7 @@ fn run() -> Result<i32> {
     // One run per project: taken before the project is even written, held to the end.
     let lock = RunLock::acquire(&dir, "stockflow example")?;
     if !dir.join(consort::config::CONFIG_FILE).exists() {
-        consort::init::init(&dir, Some(consort::init::Example::Stockflow), false)?;
+        consort_cli::init::init(&dir, Some(consort_cli::init::Example::Stockflow), false)?;
         // A git repository of its own, so that `git log` shows the run's TDD cycle.
         if GitRepo::detect(&dir).is_none() {
             match GitRepo::init_with_commit(&dir, "StockFlow example", "StockFlow before the run") {
@@ -102,7 +102,7 @@ async fn drive(
         }));
     }
     if let Agents::Openai = agents {
-        opts.agents_override = Some(consort::init::openai_from_env()?);
+        opts.agents_override = Some(consort_cli::init::openai_from_env()?);
         opts.default_budgets = Some(consort::config::openai_default_budgets());
     }
     ui::print_budgets(&project, &opts)?;

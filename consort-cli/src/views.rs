@@ -15,8 +15,8 @@ use consort_actors::{
     design_hash_on_disk, record_gate_decision,
 };
 
-use crate::backlog::FeatureState;
-use crate::project::{FeatureSummary, Project, ProjectError, StatusReport, status_of};
+use consort::backlog::FeatureState;
+use consort::project::{FeatureSummary, Project, ProjectError, StatusReport, status_of};
 use crate::ui;
 
 /// Why a view could not be made.
@@ -117,7 +117,7 @@ pub fn status_text(project: &Project, report: &StatusReport) -> Result<String, V
         let _ = writeln!(
             out,
             "         {}",
-            crate::project::approve_command(dir, g.gate, &g.hash)
+            consort::project::approve_command(dir, g.gate, &g.hash)
         );
     }
     if let Some(h) = &report.halted {

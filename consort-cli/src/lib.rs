@@ -1,0 +1,21 @@
+//! # The `consort` command line
+//!
+//! What the `consort` program adds to the [`consort`] library: the terminal ([`ui`]: progress,
+//! summaries, the approver that asks on a terminal, signal handling), what `consort init` and
+//! `consort doctor` do ([`init`], [`adopt`], [`collect`], [`script_check`]), the read-only
+//! [`views`] (`status`, `usage`, `log`, `verify`), the [`report`], the approval page
+//! ([`serve`]) and the MCP server ([`mcp`]). The binary's argument parsing is `main.rs`.
+//!
+//! An embedder takes the `consort` library alone: none of this, and none of clap, indicatif,
+//! axum or rmcp, is compiled into it.
+
+pub mod adopt;
+pub mod collect;
+pub mod design_text;
+pub mod init;
+pub mod mcp;
+pub mod report;
+pub mod script_check;
+pub mod serve;
+pub mod ui;
+pub mod views;
