@@ -854,11 +854,7 @@ mod tests {
             ("src/plain/a.sql", "src/plain/a.sql"),
             ("./src//a.sql", "src/a.sql"),
         ] {
-            assert_eq!(
-                wt.resolve(spelled).expect(spelled),
-                reached,
-                "{spelled}"
-            );
+            assert_eq!(wt.resolve(spelled).expect(spelled), reached, "{spelled}");
         }
         let set = ChangeSet {
             summary: "s".into(),
@@ -906,7 +902,11 @@ mod tests {
         let paths: Vec<&str> = resolved.changes.iter().map(FileChange::path).collect();
         let reached: Vec<&str> = tricks.iter().map(|(_, r)| *r).collect();
         assert_eq!(paths, reached, "resolve_set");
-        assert_eq!(moved.len(), tricks.len(), "every spelling is reported as moved");
+        assert_eq!(
+            moved.len(),
+            tricks.len(),
+            "every spelling is reported as moved"
+        );
     }
 
     #[test]

@@ -55,8 +55,12 @@ fn stockflow(rt: &Runtime) -> Run {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .expect("chmod");
-    consort_cli::init::init(dir.path(), Some(consort_cli::init::Example::Stockflow), false)
-        .expect("consort init --example stockflow");
+    consort_cli::init::init(
+        dir.path(),
+        Some(consort_cli::init::Example::Stockflow),
+        false,
+    )
+    .expect("consort init --example stockflow");
     rt.block_on(async {
         let project = Project::open(dir.path()).expect("project");
         let t = Instant::now();

@@ -43,7 +43,11 @@ async fn replay(csv: bool, show: Option<String>) -> Result<()> {
     let (base, stub) = start_answering(move |seen| answer(&script, seen)).await;
     let dir = tempfile::tempdir()?;
     let lock = RunLock::acquire(dir.path(), "prompt replay")?;
-    consort_cli::init::init(dir.path(), Some(consort_cli::init::Example::Stockflow), false)?;
+    consort_cli::init::init(
+        dir.path(),
+        Some(consort_cli::init::Example::Stockflow),
+        false,
+    )?;
     let project = Project::open(dir.path())?;
     let mut model = OpenAiConfig::new(base, "replay");
     model.api_key_env = None;

@@ -15,8 +15,8 @@ use consort::actors::{GateDecision, GateKind};
 use consort::actors::{record_human_decision, record_retirement};
 use consort::backlog::FeatureState;
 use consort::project::{Project, RunOptions, approve_command};
-use consort_cli::ui::{self, EXIT_FAILURE, EXIT_USAGE};
 use consort::{ApproveAs, RunOutcome};
+use consort_cli::ui::{self, EXIT_FAILURE, EXIT_USAGE};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -527,7 +527,9 @@ async fn serve(at: &Target, addr: std::net::SocketAddr, allow_dirty: bool) -> Re
     ui::print_budgets(&project, &opts)?;
     ui::print_mcp_roles(&project, &opts);
     match consort_cli::serve::serve(project, lock, addr, opts).await {
-        Err(consort_cli::serve::ServeError::Project(consort::ProjectError::Interrupted(signal))) => {
+        Err(consort_cli::serve::ServeError::Project(consort::ProjectError::Interrupted(
+            signal,
+        ))) => {
             eprintln!(
                 "interrupted by {signal}: the run is stopped and its database server shut down; `consort serve --dir {}` resumes it",
                 at.dir.display()
@@ -748,7 +750,10 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
 async fn branches(dir: &Path, sweep: bool) -> Result<i32> {
     let project = Project::open(dir)?;
     let provider = project.provider().await?;
-    print!("{}", consort_cli::views::branches_on(provider.as_ref()).await?);
+    print!(
+        "{}",
+        consort_cli::views::branches_on(provider.as_ref()).await?
+    );
     if sweep {
         let n = provider.sweep(Duration::ZERO).await?;
         println!("swept {n}");

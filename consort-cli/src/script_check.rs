@@ -253,8 +253,8 @@ fn missing_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use consort::config::CONFIG_FILE;
     use crate::init::config_template;
+    use consort::config::CONFIG_FILE;
 
     #[test]
     fn per_role_files_are_explained_each_and_missing_steps_are_per_role_group() {

@@ -25,8 +25,8 @@ use consort_actors::{
 };
 use tokio::sync::oneshot;
 
-use consort::project::{Project, ProjectError, RunOptions};
 use crate::report::{RenderOptions, ReportError};
+use consort::project::{Project, ProjectError, RunOptions};
 use consort::runlock::RunLock;
 
 pub use guard::Refusal;

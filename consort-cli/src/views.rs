@@ -15,9 +15,9 @@ use consort_actors::{
     design_hash_on_disk, record_gate_decision,
 };
 
+use crate::ui;
 use consort::backlog::FeatureState;
 use consort::project::{FeatureSummary, Project, ProjectError, StatusReport, status_of};
-use crate::ui;
 
 /// Why a view could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -19,8 +19,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 use consort::git::GitRepo;
 use consort::project::{Project, RunOptions, approve_command};
-use consort_cli::ui::{self, TerminalApprover};
 use consort::{ApproveAs, RunLock, RunOutcome};
+use consort_cli::ui::{self, TerminalApprover};
 
 #[derive(Parser, Debug)]
 #[command(name = "stockflow", about = "Run the StockFlow example ensemble")]

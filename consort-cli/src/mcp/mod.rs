@@ -22,8 +22,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
-use consort::project::{Project, ProjectError};
 use crate::views::{DecideError, ViewError};
+use consort::project::{Project, ProjectError};
 use consort_agents::mcp::{MailboxError, check_identity};
 
 /// Why a tool call was refused or failed; its text is what the client reads.
