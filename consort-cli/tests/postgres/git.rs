@@ -3,12 +3,10 @@
 //! GREEN and REFACTOR with their trailers, nothing lost or repeated across a kill, and a dirty
 //! tree refused.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::{assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after};
+use crate::common::{assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after};
 use consort::actors::{CommitKind, Event, Machine, step_commits};
 use consort::git::GitRepo;
 use consort_testkit::process::text;

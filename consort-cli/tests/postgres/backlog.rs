@@ -5,12 +5,10 @@
 //!
 //! Needs `psql` and `git` (`.ci/run` installs them).
 
-mod common;
-
 use std::path::Path;
 
-use common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
-use common::{assert_exit, consort, dir_arg, in_dir, run, write};
+use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
+use crate::common::{assert_exit, consort, dir_arg, in_dir, run, write};
 use consort::actors::{Event, RuleViolation};
 use consort::project::Project;
 use consort_testkit::process::text;

@@ -3,11 +3,9 @@
 //! and GREEN receipts, the approvals, the generated lifecycle, a screenshot), and the report
 //! of a run that has not started.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{assert_exit, consort, dir_arg, init_stockflow, run};
+use crate::common::{assert_exit, consort, dir_arg, init_stockflow, run};
 use consort::actors::{GateDecision, Phase};
 use consort_testkit::browser::Browser;
 use serde_json::Value;

@@ -1,9 +1,7 @@
 //! The `consort` command and the StockFlow example, end to end, in temporary directories, on
 //! the embedded PostgreSQL.
 
-mod common;
-
-use common::{assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after};
+use crate::common::{assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after};
 use consort_testkit::process::text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -5,13 +5,11 @@
 //! checked before every call, a spent one halts the run with the typed `budget-spent` reason,
 //! and a resumed run continues from what the ledger says was spent.
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
 
-use common::{consort, run};
+use crate::common::{consort, run};
 use consort::actors::Artifact;
 use consort::agents::Script;
 use consort_testkit::model::{Reply, Seen, Stub, start_answering};

@@ -7,13 +7,11 @@
 //!
 //! The project is the reliability suite's small scripted one (`tests/fixtures/reliability/`).
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use common::{assert_exit, consort, dir_arg, run};
+use crate::common::{assert_exit, consort, dir_arg, run};
 use consort_testkit::process::{descendant_named, eventually, servers_of, text};
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reliability");

@@ -3,9 +3,8 @@
 //! does not consume a scripted answer.
 
 use consort::actors::{Artifact, Event, Role};
-mod common;
 
-use common::{assert_exit, consort, in_dir, init_stockflow, run};
+use crate::common::{assert_exit, consort, in_dir, init_stockflow, run};
 use consort_testkit::process::text;
 use std::path::Path;
 

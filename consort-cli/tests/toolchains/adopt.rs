@@ -10,12 +10,10 @@
 //! the matrix's Node and Python tools are installed from npm and PyPI on first use
 //! (`tests/common/toolchain.rs`).
 
-mod common;
-
 use std::path::Path;
 
-use common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
-use common::{assert_exit, consort, dir_arg, run, toolchain, write};
+use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
+use crate::common::{assert_exit, consort, dir_arg, run, toolchain, write};
 use consort_testkit::process::text;
 
 /// A Python project's pytest configuration.

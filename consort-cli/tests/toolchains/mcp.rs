@@ -7,14 +7,13 @@
 //!
 //! Needs `psql` and `python3` with the `mcp` package (`.ci/run` installs them).
 
-mod common;
-
+use crate::common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::script::Design;
-use common::{consort, dir_arg, write};
+use crate::common::script::Design;
+use crate::common::{consort, dir_arg, write};
 use consort::actors::{Event, Role};
 use consort::project::Project;
 use consort_testkit::process::{succeeded, text};

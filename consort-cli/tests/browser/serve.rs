@@ -3,15 +3,14 @@
 //! a decision without the session's token, another site's origin and a name that is not an
 //! address.
 
-mod common;
-
+use crate::common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{consort, dir_arg, init_stockflow};
+use crate::common::{consort, dir_arg, init_stockflow};
 use consort::actors::{Event, GateDecision, GateKind, Ledger};
 use consort_testkit::browser::Browser;
 use serde_json::{Value, json};
