@@ -289,3 +289,132 @@ fn impure_code_in_the_machine_is_caught() {
     assert!(found[0].starts_with("line 1: tokio"), "{found:?}");
     assert!(found[4].starts_with("line 5: std::env"), "{found:?}");
 }
+
+/// The workspace's packages by directory, each with the heading that starts its part of
+/// ARCHITECTURE.md's code map.
+const PACKAGES: &[(&str, &str)] = &[
+    ("", "`consort` (root package)"),
+    ("consort-actors", "`consort-actors/`"),
+    ("consort-agents", "`consort-agents/`"),
+    ("consort-lakebase", "`consort-lakebase/`"),
+    ("consort-cli", "`consort-cli/`"),
+    ("consort-testkit", "`consort-testkit/`"),
+];
+
+/// The code map's part for the package whose heading starts with `heading`: the text from that
+/// `### ` heading to the next heading.
+fn map_section<'a>(architecture: &'a str, heading: &str) -> Option<&'a str> {
+    let start = architecture.find(&format!("\n### {heading}"))? + 1;
+    let rest = &architecture[start..];
+    let end = rest[4..].find("\n#").map_or(rest.len(), |at| at + 4);
+    Some(&rest[..end])
+}
+
+/// Every source file (relative to its package's `src/`) the code map does not name in its
+/// package's part, as `package/src/path`. A file counts as named when its part holds its path,
+/// its name after a backtick or a slash (`` `cache.rs `` inside `` `worktree/cache.rs` ``), or,
+/// for a `mod.rs`, its directory (`` `machine/` ``). The crate roots and unit-test files
+/// (`tests.rs`) need no entry.
+fn unmapped(architecture: &str, package: &str, heading: &str, sources: &[String]) -> Vec<String> {
+    let section = map_section(architecture, heading).unwrap_or_default();
+    sources
+        .iter()
+        .filter(|rel| {
+            let name = rel.rsplit('/').next().unwrap_or(rel);
+            if matches!(name, "lib.rs" | "main.rs" | "tests.rs") {
+                return false;
+            }
+            let named = if name == "mod.rs" {
+                let dir = rel.trim_end_matches("mod.rs");
+                let dir_name = dir.trim_end_matches('/').rsplit('/').next().unwrap_or(dir);
+                section.contains(&format!("`{dir_name}/"))
+            } else {
+                section.contains(&format!("`{name}"))
+                    || section.contains(&format!("/{name}`"))
+                    || section.contains(&format!("`{rel}`"))
+            };
+            !named
+        })
+        .map(|rel| {
+            format!(
+                "{}src/{rel}",
+                if package.is_empty() {
+                    String::new()
+                } else {
+                    format!("{package}/")
+                }
+            )
+        })
+        .collect()
+}
+
+/// The `.rs` files under `package/src`, relative to it, with `/` between names.
+fn package_sources(package: &str) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(package)
+        .join("src");
+    rust_files(&src)
+        .into_iter()
+        .map(|file| {
+            let rel = file.strip_prefix(&src).expect("under src");
+            rel.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect()
+}
+
+fn architecture() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md"))
+        .expect("ARCHITECTURE.md is readable")
+}
+
+#[test]
+fn the_code_map_names_every_source_file() {
+    let architecture = architecture();
+    let mut missing = Vec::new();
+    for (package, heading) in PACKAGES {
+        assert!(
+            map_section(&architecture, heading).is_some(),
+            "ARCHITECTURE.md has a code map part headed {heading}"
+        );
+        let sources = package_sources(package);
+        assert!(!sources.is_empty(), "{package} has sources");
+        missing.extend(unmapped(&architecture, package, heading, &sources));
+    }
+    assert_eq!(
+        missing,
+        Vec::<String>::new(),
+        "ARCHITECTURE.md's code map lacks these files"
+    );
+}
+
+#[test]
+fn a_source_file_the_code_map_does_not_name_is_caught() {
+    let architecture = architecture();
+    let mut sources = package_sources("consort-actors");
+    sources.push("machine/forgotten.rs".into());
+    sources.push("forgotten_dir/mod.rs".into());
+    let missing = unmapped(
+        &architecture,
+        "consort-actors",
+        "`consort-actors/`",
+        &sources,
+    );
+    assert_eq!(
+        missing,
+        [
+            "consort-actors/src/machine/forgotten.rs",
+            "consort-actors/src/forgotten_dir/mod.rs",
+        ]
+    );
+    // A file named only in another package's part does not count.
+    let cli = unmapped(
+        &architecture,
+        "consort-cli",
+        "`consort-cli/`",
+        &["ledger.rs".into()],
+    );
+    assert_eq!(cli, ["consort-cli/src/ledger.rs"]);
+}
