@@ -6,8 +6,9 @@
 //!   nor `consort-lakebase` depends on the other.
 //! * The `consort` library has no command line, terminal, HTTP server or MCP server: none of
 //!   the crates that bring them is among its dependencies (they are `consort-cli`'s).
-//! * The state machine is pure: no file in `consort-actors/src/machine/` uses tokio, the file
-//!   system, the environment or a clock.
+//! * The core is pure: no file in `consort-actors/src/core/` (the state machine, its rules, the
+//!   artifacts, budgets and context packs) uses tokio, the file system, the environment or a
+//!   clock.
 //!
 //! Each check is a function over plain data, tested once against the real workspace and once
 //! against a copy broken on purpose, so a check that could never fail would be caught.
@@ -258,11 +259,11 @@ fn a_dev_dependency_does_not_count() {
 
 #[test]
 fn the_state_machine_does_no_io_and_reads_no_clock() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("consort-actors/src/machine");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("consort-actors/src/core");
     let files = rust_files(&dir);
     assert!(
-        files.len() >= 3,
-        "the machine's sources are at {}",
+        files.len() >= 15,
+        "the core's sources are at {}",
         dir.display()
     );
     let mut found = Vec::new();

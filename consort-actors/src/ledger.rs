@@ -10,7 +10,7 @@
 //! * `seq` counts from 1 without gaps;
 //! * `time` is the RFC 3339 UTC time of the append;
 //! * `prev` is the `hash` of the previous entry ([`GENESIS_HEX`], 64 zeros, for the first);
-//! * `hash` is the SHA-256 of the canonical JSON ([`canonical_json`](crate::hash::canonical_json)) of the object
+//! * `hash` is the SHA-256 of the canonical JSON ([`canonical_json`](crate::core::hash::canonical_json)) of the object
 //!   `{"event", "prev", "seq", "time"}` — exactly the values written on the line, so the check
 //!   never depends on how a type re-serialises;
 //! * `event` is the caller's event type `E`.
@@ -61,8 +61,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::hash::ContentHash;
-use crate::sorted_json::{self, Strings};
+use crate::core::hash::ContentHash;
+use crate::core::sorted_json::{self, Strings};
 
 /// The ledger's default location, relative to the project root.
 pub const DEFAULT_LEDGER_PATH: &str = ".consort/ledger.jsonl";
@@ -71,10 +71,10 @@ pub const DEFAULT_LEDGER_PATH: &str = ".consort/ledger.jsonl";
 pub const GENESIS_HEX: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// The default cap on one line's length: 64 MiB.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The default time to wait for another process's lock: 30 s.
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Longest excerpt of a parser's message kept in an error.
 const MAX_REASON_CHARS: usize = 300;
@@ -83,7 +83,7 @@ const MAX_REASON_CHARS: usize = 300;
 const FIELDS: [&str; 5] = ["event", "hash", "prev", "seq", "time"];
 
 /// The hash every chain starts from: 32 zero bytes ([`GENESIS_HEX`]).
-pub const GENESIS: ContentHash = ContentHash::from_raw([0; 32]);
+pub(crate) const GENESIS: ContentHash = ContentHash::from_raw([0; 32]);
 
 /// The hash every chain starts from ([`GENESIS`], written [`GENESIS_HEX`]).
 pub fn genesis() -> ContentHash {
@@ -147,7 +147,7 @@ pub enum LedgerError {
         limit: usize,
     },
     /// Another process (or handle) held the ledger's lock for longer than the lock timeout.
-    #[error("ledger {path} is locked by another writer (waited {})", crate::text::duration_text(*waited))]
+    #[error("ledger {path} is locked by another writer (waited {})", crate::core::text::duration_text(*waited))]
     Locked {
         /// The ledger file.
         path: PathBuf,
@@ -573,7 +573,7 @@ fn entry_hash(seq: &Value, time: &Value, prev: &Value, event: &Value) -> Content
         seq: &'a Value,
         time: &'a Value,
     }
-    crate::hash::hash_sorted(&Hashed {
+    crate::core::hash::hash_sorted(&Hashed {
         event,
         prev,
         seq,
@@ -892,8 +892,8 @@ mod tests {
     /// usage is written exactly as such lines were, so their hashes are unchanged.
     #[test]
     fn an_old_line_without_usage_still_verifies_and_hashes_as_written() {
-        use crate::machine::Event;
-        use crate::protocol::Usage;
+        use crate::core::machine::Event;
+        use crate::core::protocol::Usage;
         let seq = json!(1);
         let time = json!("2025-01-01T00:00:00.000000Z");
         let prev = json!(GENESIS_HEX);

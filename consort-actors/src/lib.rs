@@ -79,29 +79,27 @@ macro_rules! display_as_str {
     )*};
 }
 
-mod artifact;
-mod budget;
-mod conductor;
-pub mod context;
-mod gate;
-mod hash;
-mod history;
+// The layers: the pure core, then the ledger, then the work tree, then the runtime; each uses
+// only those before it (`tests/layers.rs`).
+mod core;
 mod ledger;
-mod machine;
-mod migration_files;
-mod paths;
-mod protocol;
-mod regression;
-mod role;
-mod sorted_json;
-mod step;
-mod supervision;
-mod test_identity;
-mod text;
-pub mod workbench;
+mod runtime;
 mod worktree;
 
-// One flat public surface: every public item has exactly this one path.
+pub use crate::core::context;
+pub use crate::runtime::workbench;
+
+use crate::core::{
+    artifact, budget, hash, history, machine, migration_files, paths, protocol, regression, role,
+    step, test_identity, text,
+};
+use crate::runtime::{conductor, gate, messages, supervision};
+
+// The public surface, flat: every public item has exactly this one path (or one in `context`
+// or `workbench`). Grouped by layer; what only the crate itself needs is not here.
+
+// The core: artifacts, the state machine and its rules, budgets, paths, the run's history, and
+// the data an assignment and its answer carry.
 pub use artifact::{
     AcceptanceCriterion, ArchitectureVerdict, Artifact, ArtifactKind, ChangeSet, Confinement,
     DesignBundle, Escalation, EscalationReason, ExitRecord, FeatureRequest, FileChange, FileHashes,
@@ -111,52 +109,55 @@ pub use artifact::{
 };
 pub use budget::{
     Allowance, BudgetName, Budgets, CallEstimate, Limits, Measure, Price, Remaining, RoleUsage,
-    SpentBudget, Tally, UsageTotals, budget_spent_event, usage_totals,
+    SpentBudget, Tally, UsageTotals, usage_totals,
 };
-pub use conductor::{
-    APPLY_JOURNAL, AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle,
-    ConductorMsg, ConductorState, DESIGN_FILE, DirectLakebase, DirectRole, LakebaseEndpoint,
-    Progress, RoleEndpoint, RunOutcome, RunReport, SupervisedLakebase, SupervisedRole, Wiring,
-    design_hash_on_disk, gate_summary, record_gate_decision, record_human_decision,
-    record_retirement, replay_ledger,
-};
-pub use gate::{ApproveAs, Approver, BoxFuture, GateRequest, StopAtGates};
-pub use hash::{ContentHash, ParseHashError, canonical_json, normalise_newlines};
+pub use hash::{ContentHash, ParseHashError, canonical_json};
 pub use history::{CommitKind, FilesWritten, StepCommit, step_commits};
-pub use ledger::{
-    DEFAULT_LEDGER_PATH, DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_LINE_BYTES, Entry, GENESIS, GENESIS_HEX,
-    Ledger, LedgerError, LedgerOptions, VerifyReport, genesis,
-};
 pub use machine::{
     BuildProgress, Command, Event, Frozen, HumanDecision, LifecycleEdge, Machine, MachineConfig,
     Pending, Phase, ReleaseEvidence, Remedy, RuleViolation, RunStatus, ScratchPlan, ScratchVerdict,
     State, Writer, check_architecture, check_change_set, check_review, check_schema, check_spec,
-    check_stories, check_test_list, check_tests_on_disk, check_ux, lifecycle_edges, written_hashes,
+    check_stories, check_test_list, check_ux, lifecycle_edges,
 };
-pub use migration_files::{
-    MigrationFiles, file_name as migration_file_name, version_order as migration_version_order,
-};
+pub use migration_files::{MigrationFiles, file_name as migration_file_name};
 pub use paths::{
-    ALWAYS_HARNESS, CacheNameError, DEFAULT_CACHES, GlobError, MAX_NAME_BYTES, PathError,
-    PathPolicy, PathRules, STATE_DIR, TreeFilter, VCS_DIRS, WriteProblem, check_glob, glob_covers,
-    literal_glob, normalise_relative,
+    CacheNameError, DEFAULT_CACHES, GlobError, PathError, PathPolicy, PathRules, STATE_DIR,
+    TreeFilter, WriteProblem, check_glob, glob_covers, literal_glob, normalise_relative,
 };
 pub use protocol::{
-    AgentFailure, Assignment, AssignmentId, AssignmentInputs, ContextMeasure, HarnessFacts,
-    InfraError, LakebaseMsg, NotIncluded, NotListed, Omission, Produced, PromoteReport,
-    PromoteRequest, RoleMsg, RoleReply, TranscriptRef, Usage, VerifyPurpose, VerifyRequest,
-    WriteRules,
+    AgentFailure, AssignmentId, AssignmentInputs, ContextMeasure, HarnessFacts, InfraError,
+    NotIncluded, NotListed, Omission, Produced, PromoteReport, PromoteRequest, TranscriptRef,
+    Usage, VerifyPurpose, VerifyRequest, WriteRules,
 };
 pub use regression::{EarlierMigration, EarlierTest, Inherited, Retirement};
 pub use role::{ActorId, Role, UnknownRole};
 pub use step::{ParseStepError, Step};
+pub use test_identity::TestIdentity;
+pub use text::{counted, duration_text};
+
+// The ledger: the hash-chained record every event is appended to before it takes effect.
+pub use ledger::{
+    DEFAULT_LEDGER_PATH, Entry, GENESIS_HEX, Ledger, LedgerError, LedgerOptions, VerifyReport,
+    genesis,
+};
+
+// The work tree: hashing, reading and applying change sets, confined to the tree.
+pub use worktree::{WorkTree, WorkTreeError, hash_dir};
+
+// The runtime: the conductor, its messages, the gates' approvers, supervision.
+pub use conductor::{
+    APPLY_JOURNAL, AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle,
+    ConductorMsg, ConductorState, DESIGN_FILE, DirectLakebase, DirectRole, LakebaseEndpoint,
+    Progress, RoleEndpoint, RunOutcome, RunReport, SupervisedLakebase, SupervisedRole, Wiring,
+    design_hash_on_disk, record_gate_decision, record_human_decision, record_retirement,
+    replay_ledger,
+};
+pub use gate::{ApproveAs, Approver, BoxFuture, GateRequest, StopAtGates};
+pub use messages::{Assignment, LakebaseMsg, RoleMsg, RoleReply};
 pub use supervision::{
     ChildPhase, ChildSpec, ChildStatus, RestartDecision, RestartIntensity, RestartPolicy, SpawnFn,
     SpawnFuture, Supervised, SupervisionError,
 };
-pub use test_identity::TestIdentity;
-pub use text::{counted, duration_text};
-pub use worktree::{WorkTree, WorkTreeError, hash_dir};
 
 /// The actor runtime the protocol is typed in ([`RoleMsg`] carries a `ractor::RpcReplyPort`), so
 /// that an embedder's own role or Lakebase actor uses exactly the same version.

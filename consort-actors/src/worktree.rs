@@ -24,10 +24,10 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::artifact::{ChangeSet, FileChange, FileHashes};
-use crate::hash::ContentHash;
-use crate::paths::{MAX_NAME_BYTES, PathError, TreeFilter, WriteProblem, normalise_relative};
-use crate::protocol::{NotIncluded, Omission};
+use crate::core::artifact::{ChangeSet, FileChange, FileHashes};
+use crate::core::hash::ContentHash;
+use crate::core::paths::{MAX_NAME_BYTES, PathError, TreeFilter, WriteProblem, normalise_relative};
+use crate::core::protocol::{NotIncluded, Omission};
 
 /// Most symbolic links followed while resolving one path (as the OS's `ELOOP` limit).
 const MAX_LINK_HOPS: u32 = 40;

@@ -1,14 +1,10 @@
 //! The [`Agent`] trait: the one thing a user implements to put their own agent in a role.
 
-use std::future::Future;
-use std::pin::Pin;
-
+/// A boxed, `Send` future: what [`Agent::act`] returns. Write the body as
+/// `Box::pin(async move { … })`. The one alias of the workspace, `consort_actors::BoxFuture`,
+/// re-exported here so that an agent needs this crate alone.
+pub use consort_actors::BoxFuture;
 use consort_actors::{AgentFailure, Artifact, Assignment, TranscriptRef, Usage};
-
-/// A boxed, `Send` future: what [`Agent::act`] returns.
-///
-/// Write the body as `Box::pin(async move { … })`.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What [`Agent::act`] returns: the output or a typed failure, as a [`BoxFuture`].
 pub type ActFuture<'a> = BoxFuture<'a, Result<AgentOutput, AgentFailure>>;

@@ -1,16 +1,15 @@
 //! The branch-provider abstraction every database backend implements.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// A boxed, sendable future: keeps [`BranchProvider`] usable as `Arc<dyn BranchProvider>`.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed, sendable future: keeps [`BranchProvider`] usable as `Arc<dyn BranchProvider>`. The
+/// one alias of the workspace, `consort_actors::BoxFuture`, re-exported here.
+pub use consort_actors::BoxFuture;
 
 /// Static facts about a backend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -39,8 +39,8 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{Listed, WorkTreeError, io_err, list_dir};
-use crate::hash::ContentHash;
-use crate::paths::TreeFilter;
+use crate::core::hash::ContentHash;
+use crate::core::paths::TreeFilter;
 
 /// How much older than the clock at the start of a pass a file's mtime and ctime must be for
 /// its entry to be trusted on later passes: more than the coarsest timestamp granularity in

@@ -1,0 +1,197 @@
+//! Where a design's migrations live in the project: one SQL file per migration of the schema
+//! plan, named from the design alone, so that the machine (which does no I/O) and the conductor
+//! (which writes and reads them) agree on every path.
+//!
+//! **Invariant:** a file name is a pure function of the migrations directory, the migration's
+//! position in the plan and the migration itself. The files are written when the design is
+//! frozen, never over a file that holds something else, and every run and the promotion read
+//! their SQL from them (checked against the frozen design first).
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::artifact::{Migration, SchemaPlan};
+
+/// The longest name part of a file name, in bytes (the rest is cut).
+const MAX_NAME_PART: usize = 60;
+
+/// Where the design's migrations are written, and whether the other migrations already in that
+/// directory are applied first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationFiles {
+    /// The directory, relative to the work tree, such as `migrations`.
+    pub dir: String,
+    /// Whether the `.sql` files already in `dir` that are not the design's (a project's
+    /// existing migrations) are applied before the design's, in version order.
+    pub apply_existing: bool,
+    /// Whether the promotion applies those existing migrations to the parent too (before the
+    /// design's; a version the parent's record already holds is skipped). Off for a parent
+    /// that got them from the project's own migration tool.
+    pub promote_existing: bool,
+}
+
+impl MigrationFiles {
+    /// The design's migration files in plan order: the tree-relative path of each, with the
+    /// migration it holds.
+    pub fn planned<'a>(&self, plan: &'a SchemaPlan) -> Vec<(String, &'a Migration)> {
+        plan.migrations
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (format!("{}/{}", self.dir, file_name(i, m)), m))
+            .collect()
+    }
+}
+
+/// The file name of the `index`-th migration (0-based) of a plan:
+/// `NNNN_<story>_<name>.sql`. `NNNN` is the version's leading digits when it has them
+/// (`0003_reservations` → `0003`), else the 1-based position, four digits wide; `<name>` is
+/// the rest of the version. Both parts keep only ASCII letters, digits, `-` and `_`.
+pub fn file_name(index: usize, m: &Migration) -> String {
+    let digits: String = m.version.chars().take_while(char::is_ascii_digit).collect();
+    let number = if digits.is_empty() {
+        format!("{:04}", index + 1)
+    } else {
+        digits.clone()
+    };
+    let rest = m.version[digits.len()..].trim_start_matches(['_', '-', '.', ' ']);
+    let name = match slug(rest) {
+        s if s.is_empty() => slug(&m.description),
+        s => s,
+    };
+    let story = slug(&m.story_id);
+    match (story.is_empty(), name.is_empty()) {
+        (false, false) => format!("{number}_{story}_{name}.sql"),
+        (false, true) => format!("{number}_{story}.sql"),
+        (true, false) => format!("{number}_{name}.sql"),
+        (true, true) => format!("{number}.sql"),
+    }
+}
+
+/// Keeps ASCII letters, digits, `-` and `_`; every other run of characters becomes one `_`.
+fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+            out.push(c);
+        } else if !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    let mut out = out.trim_matches('_').to_string();
+    if out.len() > MAX_NAME_PART {
+        out.truncate(MAX_NAME_PART);
+        out = out.trim_end_matches('_').to_string();
+    }
+    out
+}
+
+/// Orders existing migration file names by version, as migration tools do: the leading
+/// number of the name (after a Flyway-style `V`) numerically, then the name.
+pub(crate) fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn key(name: &str) -> (Option<u128>, &str) {
+        let body = name
+            .strip_prefix(['V', 'v'])
+            .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+            .unwrap_or(name);
+        let digits: String = body.chars().take_while(char::is_ascii_digit).collect();
+        (digits.parse().ok(), name)
+    }
+    let (ka, kb) = (key(a), key(b));
+    match (ka.0, kb.0) {
+        (Some(x), Some(y)) => x.cmp(&y).then(ka.1.cmp(kb.1)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => ka.1.cmp(kb.1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(version: &str, story: &str, description: &str) -> Migration {
+        Migration {
+            version: version.into(),
+            story_id: story.into(),
+            description: description.into(),
+            sql: "select 1;".into(),
+        }
+    }
+
+    #[test]
+    fn names_come_from_the_version_and_the_story() {
+        assert_eq!(
+            file_name(0, &m("0001_stock_records", "S1", "")),
+            "0001_S1_stock_records.sql"
+        );
+        assert_eq!(
+            file_name(4, &m("20240101120000-add index", "S2", "")),
+            "20240101120000_S2_add_index.sql"
+        );
+        assert_eq!(
+            file_name(2, &m("add_reservations", "S3", "")),
+            "0003_S3_add_reservations.sql"
+        );
+        assert_eq!(
+            file_name(0, &m("0007", "S1", "Stock by location!")),
+            "0007_S1_Stock_by_location.sql"
+        );
+    }
+
+    #[test]
+    fn no_name_can_leave_the_directory_or_hide_in_a_subdirectory() {
+        for version in [
+            "../../etc/passwd",
+            "0001/../../x",
+            "/abs",
+            "0001_\u{0}\n",
+            "..",
+            ".",
+        ] {
+            let name = file_name(0, &m(version, "../S1", "a/b"));
+            assert!(!name.contains('/'), "{name}");
+            assert!(!name.contains(".."), "{name}");
+            assert!(name.ends_with(".sql") && !name.starts_with('.'), "{name}");
+        }
+        let long = file_name(0, &m(&format!("0001_{}", "x".repeat(500)), "S1", ""));
+        assert!(long.len() < 100, "{long}");
+    }
+
+    #[test]
+    fn planned_files_are_in_plan_order_under_the_directory() {
+        let plan = SchemaPlan {
+            migrations: vec![m("0001_a", "S1", ""), m("0002_b", "S2", "")],
+        };
+        let files = MigrationFiles {
+            dir: "db/migrations".into(),
+            apply_existing: true,
+            promote_existing: true,
+        };
+        let got: Vec<String> = files.planned(&plan).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(
+            got,
+            ["db/migrations/0001_S1_a.sql", "db/migrations/0002_S2_b.sql"]
+        );
+    }
+
+    #[test]
+    fn existing_files_sort_by_their_version_number() {
+        let mut names = vec![
+            "V10__later.sql",
+            "V2__second.sql",
+            "V1__first.sql",
+            "notes.sql",
+            "0003_x.sql",
+        ];
+        names.sort_by(|a, b| version_order(a, b));
+        assert_eq!(
+            names,
+            [
+                "V1__first.sql",
+                "V2__second.sql",
+                "0003_x.sql",
+                "V10__later.sql",
+                "notes.sql"
+            ]
+        );
+    }
+}

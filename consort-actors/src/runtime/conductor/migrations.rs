@@ -1,0 +1,187 @@
+//! The design's migrations as files in the project: written when the design is frozen, observed
+//! before every build step, and read back for every run and for the promotion.
+//!
+//! **Invariant:** what a branch or the parent database gets is read from the files, and only
+//! after each file was found to hold exactly the frozen design's SQL; a file that holds
+//! anything else is never overwritten.
+
+use std::collections::BTreeMap;
+
+use crate::core::artifact::{Migration, SchemaPlan};
+use crate::core::hash::ContentHash;
+use crate::core::migration_files::{MigrationFiles, version_order};
+use crate::core::regression::EarlierMigration;
+use crate::worktree::WorkTree;
+
+use super::{ConductorError, write_file};
+
+/// The story id given to a project's existing migrations.
+pub(super) const EXISTING_STORY: &str = "existing";
+
+/// Writes each of the design's migration files that is not there yet. A file already holding
+/// the migration's SQL is left alone (a resumed run); one holding anything else is an error,
+/// and nothing of it is overwritten.
+pub(super) fn write_frozen(
+    work: &WorkTree,
+    files: &MigrationFiles,
+    plan: &SchemaPlan,
+) -> Result<(), ConductorError> {
+    for (path, m) in files.planned(plan) {
+        match checksum_on_disk(work, &path) {
+            Ok(Some(found)) if found == m.checksum() => continue,
+            Ok(Some(_)) => {
+                return Err(problem(
+                    &path,
+                    "already exists and holds other SQL; Consort never overwrites a file (move it, or give the migration another version)",
+                ));
+            }
+            Ok(None) => write_file(work.root(), &path, &m.sql)?,
+            Err(e) => return Err(problem(&path, &e)),
+        }
+    }
+    Ok(())
+}
+
+/// The checksum of each of the design's migration files as found on disk (None: missing or
+/// unreadable), for [`crate::core::machine::Event::Observed`].
+pub(super) fn observe(
+    work: &WorkTree,
+    files: &MigrationFiles,
+    plan: &SchemaPlan,
+) -> BTreeMap<String, Option<ContentHash>> {
+    files
+        .planned(plan)
+        .into_iter()
+        .map(|(path, _)| {
+            let found = checksum_on_disk(work, &path).ok().flatten();
+            (path, found)
+        })
+        .collect()
+}
+
+/// The migrations a run (or, with `promote`, the promotion) applies, read from the files: the
+/// project's existing migrations first (when [`MigrationFiles::apply_existing`], and for the
+/// promotion [`MigrationFiles::promote_existing`]), then each of `requested` (the design's, as
+/// the machine asked for them) from its file, which must hold exactly the design's SQL.
+///
+/// A file an earlier feature of the project wrote is its migration, under the version that
+/// feature's design gave it (so a database that has it records it as applied already); it
+/// must still hold that migration's SQL.
+pub(super) fn from_disk(
+    work: &WorkTree,
+    (files, earlier): (&MigrationFiles, &[EarlierMigration]),
+    plan: &SchemaPlan,
+    (requested, promote): (&[Migration], bool),
+) -> Result<Vec<Migration>, ConductorError> {
+    let planned = files.planned(plan);
+    let with_existing = files.apply_existing && (!promote || files.promote_existing);
+    let mut out = if with_existing {
+        existing(work, files, &planned, earlier)?
+    } else {
+        Vec::new()
+    };
+    for want in requested {
+        let Some((path, _)) = planned.iter().find(|(_, m)| m.version == want.version) else {
+            return Err(problem(
+                &want.version,
+                "is not a migration of the frozen design",
+            ));
+        };
+        let sql = match work.read(path) {
+            Ok(Some(sql)) => sql,
+            Ok(None) => return Err(problem(path, "is missing")),
+            Err(e) => return Err(problem(path, &e)),
+        };
+        if Migration::checksum_of(&sql) != want.checksum() {
+            return Err(problem(
+                path,
+                "no longer holds the approved migration; put it back (its SQL is in the frozen design, design.json in the feature's record under .consort/)",
+            ));
+        }
+        out.push(Migration {
+            sql,
+            ..want.clone()
+        });
+    }
+    Ok(out)
+}
+
+/// The `.sql` files of the migrations directory that are not the design's, in version order
+/// (a tool's `.down.sql` undo files left out; `.up.sql` counts as the migration).
+fn existing(
+    work: &WorkTree,
+    files: &MigrationFiles,
+    planned: &[(String, &Migration)],
+    earlier: &[EarlierMigration],
+) -> Result<Vec<Migration>, ConductorError> {
+    let dir = work.root().join(&files.dir);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(problem(&files.dir, &e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| problem(&files.dir, &e))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let path = format!("{}/{name}", files.dir);
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        if is_file
+            && name.ends_with(".sql")
+            && !name.ends_with(".down.sql")
+            && !planned.iter().any(|(p, _)| *p == path)
+        {
+            names.push(name);
+        }
+    }
+    names.sort_by(|a, b| version_order(a, b));
+    names
+        .into_iter()
+        .map(|name| {
+            let path = format!("{}/{name}", files.dir);
+            let sql = work
+                .read(&path)
+                .map_err(|e| problem(&path, &e))?
+                .ok_or_else(|| problem(&path, "disappeared while it was read"))?;
+            if let Some(e) = earlier.iter().find(|e| e.path.as_deref() == Some(&path)) {
+                if Migration::checksum_of(&sql) != e.migration.checksum() {
+                    return Err(problem(
+                        &path,
+                        &format!(
+                            "no longer holds feature {}'s migration {}; put it back",
+                            e.feature, e.migration.version
+                        ),
+                    ));
+                }
+                return Ok(Migration {
+                    sql,
+                    ..e.migration.clone()
+                });
+            }
+            let version = name.trim_end_matches(".sql").trim_end_matches(".up");
+            Ok(Migration {
+                version: version.to_string(),
+                story_id: EXISTING_STORY.into(),
+                description: format!("existing migration {name}"),
+                sql,
+            })
+        })
+        .collect()
+}
+
+fn checksum_on_disk(work: &WorkTree, path: &str) -> Result<Option<ContentHash>, String> {
+    match work.read(path) {
+        Ok(Some(sql)) => Ok(Some(Migration::checksum_of(&sql))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn problem(path: &str, what: &(impl std::fmt::Display + ?Sized)) -> ConductorError {
+    ConductorError::MigrationFile {
+        path: path.to_string(),
+        problem: what.to_string(),
+    }
+}
