@@ -291,7 +291,7 @@ fn spec_assignment() -> Assignment {
         role: Role::SpecAuthor,
         step: consort::actors::Step::Spec { revision: 0 },
         attempt: 0,
-        harness: None,
+        runner: None,
         writes: None,
         inputs: AssignmentInputs {
             feature: Some(common::feature().into()),

@@ -655,8 +655,8 @@ impl ProjectConfig {
         let policy = PathPolicy::new(&self.paths.tests, &harness)?
             .with_harness_outside_tests(&runner.outside_test_globs())?
             .with_caches(&self.paths.caches)
-            .with_test_identity(crate::harness_facts::test_identity(self));
-        match crate::harness_facts::collected(self) {
+            .with_test_identity(crate::runner_facts::test_identity(self));
+        match crate::runner_facts::collected(self) {
             Some(globs) => policy.with_collected(&globs),
             None => Ok(policy),
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use consort_actors::{
     ActorId, AppendObserver, Approver, Conductor, ConductorError, ConductorHandle, FeatureRequest,
-    HarnessFacts, LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunReport, StopAtGates,
+    LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunReport, RunnerFacts, StopAtGates,
     Wiring,
 };
 use consort_actors::{ChildSpec, RestartPolicy, Supervised};
@@ -60,7 +60,7 @@ pub struct EnsembleBuilder {
     inherited: consort_actors::Inherited,
     record_dir: Option<String>,
     machine: MachineConfig,
-    harness: Option<Arc<HarnessFacts>>,
+    runner_facts: Option<Arc<RunnerFacts>>,
     agents: BTreeMap<Role, (Arc<dyn Agent>, String)>,
     provider: Option<Arc<dyn BranchProvider>>,
     runner: Option<Arc<dyn TestRunner>>,
@@ -116,9 +116,9 @@ impl EnsembleBuilder {
     }
 
     /// How the project's tests run, as the Test Strategist, the Navigator and the Driver are
-    /// told (see [`crate::harness_facts`]).
-    pub fn harness(mut self, facts: HarnessFacts) -> Self {
-        self.harness = Some(Arc::new(facts));
+    /// told (see [`crate::runner_facts`]).
+    pub fn runner_facts(mut self, facts: RunnerFacts) -> Self {
+        self.runner_facts = Some(Arc::new(facts));
         self
     }
 
@@ -360,7 +360,7 @@ impl EnsembleBuilder {
             config.record_dir = dir.clone();
         }
         config.machine = self.machine.clone();
-        config.harness = self.harness.clone();
+        config.runner = self.runner_facts.clone();
         config.step_timeout = self.step_timeout + Duration::from_secs(5);
         config.verify_timeout = self.verify_timeout;
         config.append_observer = self.append_observer.take();
@@ -417,7 +417,7 @@ impl Ensemble {
             inherited: Default::default(),
             record_dir: None,
             machine: MachineConfig::default(),
-            harness: None,
+            runner_facts: None,
             agents: BTreeMap::new(),
             provider: None,
             runner: None,

@@ -76,9 +76,9 @@ pub mod backlog;
 pub mod config;
 mod ensemble;
 pub mod git;
-pub mod harness_facts;
 pub mod project;
 pub mod runlock;
+pub mod runner_facts;
 pub mod runner_harness;
 
 pub use consort_actors as actors;

@@ -422,7 +422,7 @@ impl Project {
                 cfg.single_test_command = single_test.clone();
                 cfg.timeout = Duration::from_secs(*timeout_secs);
                 cfg.env.allow.extend(pass_env.iter().cloned());
-                cfg.view = crate::harness_facts::runs_in_a_view(&self.config);
+                cfg.view = crate::runner_facts::runs_in_a_view(&self.config);
                 Arc::new(CommandRunner::new(cfg))
             }
         })
@@ -492,7 +492,7 @@ impl Project {
             .run_lock(lock)
             .record_dir(self.feature.record_dir.clone())
             .machine(self.machine()?.config().clone())
-            .harness(crate::harness_facts::harness_facts(&self.config))
+            .runner_facts(crate::runner_facts::runner_facts(&self.config))
             .provider(self.provider().await?)
             .runner(self.runner()?)
             .pool(

@@ -2022,7 +2022,7 @@ fn main() -> ExitCode {
         || in_world("control", |world| Box::pin(honest_run_finishes(world))),
     ));
     // The cases ran one after the other before they were trials; they still do unless asked.
-    let selection = consort_testkit::harness::select(trials);
+    let selection = consort_testkit::trials::select(trials);
     let args = selection.args;
     let conclusion = libtest_mimic::run(&args, selection.trials);
     if !args.list {

@@ -125,8 +125,8 @@ pub use paths::{
     TreeFilter, WriteProblem, check_glob, glob_covers, literal_glob, normalise_relative,
 };
 pub use protocol::{
-    AgentFailure, AssignmentId, AssignmentInputs, ContextMeasure, HarnessFacts, InfraError,
-    NotIncluded, NotListed, Omission, Produced, PromoteReport, PromoteRequest, TranscriptRef,
+    AgentFailure, AssignmentId, AssignmentInputs, ContextMeasure, InfraError, NotIncluded,
+    NotListed, Omission, Produced, PromoteReport, PromoteRequest, RunnerFacts, TranscriptRef,
     Usage, VerifyPurpose, VerifyRequest, WriteRules,
 };
 pub use regression::{EarlierMigration, EarlierTest, Inherited, Retirement};

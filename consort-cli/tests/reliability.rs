@@ -1,7 +1,7 @@
 //! The reliability suite (issue 6): crashes at every transition, injected faults, malformed
 //! input, secrets and load — on real PostgreSQL, real processes and real HTTP on loopback.
 //!
-//! A `libtest-mimic` harness (`harness = false`) runs the parts in order and ends with one line:
+//! A `libtest-mimic` main (`harness = false` in Cargo.toml) runs the parts in order and ends with one line:
 //!
 //! ```text
 //! reliability: crash points N of N resumed, faults N of N handled, leaked branches 0, fuzz cases N, panics 0
@@ -1966,7 +1966,7 @@ mod fuzz {
             role: step.role(),
             step: step.clone(),
             attempt: 0,
-            harness: None,
+            runner: None,
             writes: None,
             inputs: Default::default(),
             feedback: vec![],
@@ -2668,8 +2668,8 @@ fn main() -> ExitCode {
     });
     let started = Instant::now();
     // The parts share one scratch root and one cluster and run in order (one thread).
-    let consort_testkit::harness::Selection { args, trials, all } =
-        consort_testkit::harness::select(trials(&suite));
+    let consort_testkit::trials::Selection { args, trials, all } =
+        consort_testkit::trials::select(trials(&suite));
     let conclusion = libtest_mimic::run(&args, trials);
     if args.list {
         return ExitCode::SUCCESS;

@@ -117,7 +117,7 @@ async fn a_junit_report_written_to_the_report_directory_is_read_and_a_stale_one_
         .expect("the failure's message is kept");
     assert_eq!(said, "assert 0 == 1\nAssertionError");
     // Next run (a fresh report directory): the command writes no report; the stale one is
-    // not read, and a command that writes none is the harness's fault, not an outcome.
+    // not read, and a command that writes none is the test command's fault, not an outcome.
     let (p2, b2, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
     cfg.command = "echo nothing to report".into();
     let r = CommandRunner::new(cfg).run(&ctx).await;
@@ -135,7 +135,7 @@ async fn a_junit_report_written_to_the_report_directory_is_read_and_a_stale_one_
     p.delete(&b.name).await.expect("delete");
 }
 
-/// The three faults that are the harness's (a program that is not there, no report, nothing
+/// The three faults that are the test command's (a program that is not there, no report, nothing
 /// collected) are typed errors naming the command and what it printed, never outcomes an
 /// agent is judged on; a command stopped at its time limit is still judged as before.
 #[tokio::test]
@@ -148,7 +148,7 @@ async fn the_harness_s_faults_are_typed_errors_not_outcomes() {
             fault,
             output,
         }) => (command, fault, output),
-        other => panic!("a harness fault, not {other:?}"),
+        other => panic!("a test command fault, not {other:?}"),
     };
     let (command, fault, output) = fault_of(
         CommandRunner::new(cmd("vitset run --dir test"))

@@ -221,7 +221,7 @@ pub fn assignment(id: u64, step: &str) -> Assignment {
         role: step.role(),
         step,
         attempt: 0,
-        harness: None,
+        runner: None,
         writes: None,
         inputs: AssignmentInputs::default(),
         feedback: vec![],

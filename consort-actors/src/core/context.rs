@@ -6,7 +6,7 @@
 //! length of the run. Files the pack leaves out are still named, with their size
 //! ([`crate::NotIncluded`]): nothing is dropped silently.
 //!
-//! Backends put the stable part of a prompt first (the role's prompt, the harness facts) and
+//! Backends put the stable part of a prompt first (the role's prompt, the runner facts) and
 //! the step's part last, so a server can cache what repeats.
 
 use std::sync::Arc;
@@ -38,7 +38,7 @@ pub enum Files {
     Nothing,
     /// None in full: every file listed by path and size.
     Listed,
-    /// The code files the runner loads (see [`crate::HarnessFacts::loads`]) and the entry's
+    /// The code files the runner loads (see [`crate::RunnerFacts::loads`]) and the entry's
     /// test file.
     CodeAndTest,
     /// The entry's test file only.
@@ -69,8 +69,8 @@ pub struct Pack {
     pub files: Files,
     /// The change sets since the entry's last review ([`AssignmentInputs::changes`]).
     pub changes: bool,
-    /// How the tests run and what the role may write ([`crate::Assignment::harness`]).
-    pub harness: bool,
+    /// How the tests run and what the role may write ([`crate::Assignment::runner`]).
+    pub runner: bool,
 }
 
 /// The context pack of `step`: the table ARCHITECTURE.md reproduces.
@@ -78,12 +78,12 @@ pub fn pack(step: &Step) -> Pack {
     use Files::{CodeAndTest, Listed, Migrations, Nothing, Test};
     use Part::{Omit as O, Traced as T, Whole as W};
     #[rustfmt::skip]
-    let row = |feature, stories, spec, architecture, schema, test_list, ux, files, changes, harness| Pack {
-        feature, stories, spec, architecture, schema, test_list, ux, files, changes, harness,
+    let row = |feature, stories, spec, architecture, schema, test_list, ux, files, changes, runner| Pack {
+        feature, stories, spec, architecture, schema, test_list, ux, files, changes, runner,
     };
     #[rustfmt::skip]
     let pack = match step {
-        //                              feature stories spec arch schema tests ux  files        changes harness
+        //                              feature stories spec arch schema tests ux  files        changes runner
         Step::Stories                => row(W,  O,      O,   O,   O,     O,    O,  Nothing,     false,  false),
         Step::Spec { .. }            => row(W,  W,      O,   O,   O,     O,    O,  Nothing,     false,  false),
         Step::Architecture { .. }    => row(W,  W,      W,   O,   O,     O,    O,  Nothing,     false,  false),
@@ -280,14 +280,14 @@ mod tests {
             (green.stories, green.spec, green.feature, green.test_list),
             (Part::Traced, Part::Traced, Part::Omit, Part::Omit)
         );
-        assert!(green.harness && !green.changes);
+        assert!(green.runner && !green.changes);
         let review = pack(&Step::Review {
             test: "T1".into(),
             round: 0,
         });
         assert!(review.changes && review.files == Files::Test);
         assert_eq!(pack(&Step::Stories).feature, Part::Whole);
-        assert!(!pack(&Step::Ux).harness && pack(&Step::TestList).harness);
+        assert!(!pack(&Step::Ux).runner && pack(&Step::TestList).runner);
     }
 
     #[test]

@@ -106,7 +106,7 @@ pub enum Omission {
 /// How the project's tests run: what the Test Strategist, the Navigator and the Driver are told
 /// in every assignment, for every backend.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct HarnessFacts {
+pub struct RunnerFacts {
     /// The runner kind (`psql` or `command`).
     pub runner: String,
     /// How a run starts: the test command, or what psql runs.
@@ -128,7 +128,7 @@ pub struct HarnessFacts {
     pub test_names: String,
 }
 
-/// What the role may write at this step, besides [`HarnessFacts`].
+/// What the role may write at this step, besides [`RunnerFacts`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WriteRules {
     /// The rule in a sentence.

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::core::artifact::{ArtifactKind, TestRunReceipt};
 use crate::core::budget::Remaining;
 use crate::core::protocol::{
-    AgentFailure, AssignmentId, AssignmentInputs, HarnessFacts, InfraError, Produced,
-    PromoteReport, PromoteRequest, VerifyRequest, WriteRules,
+    AgentFailure, AssignmentId, AssignmentInputs, InfraError, Produced, PromoteReport,
+    PromoteRequest, RunnerFacts, VerifyRequest, WriteRules,
 };
 use crate::core::role::{ActorId, Role};
 use crate::core::step::Step;
@@ -31,8 +31,9 @@ pub struct Assignment {
     pub attempt: u32,
     /// How tests run, for the roles whose work is tests and code (the Test Strategist, the
     /// Navigator and the Driver).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub harness: Option<Arc<HarnessFacts>>,
+    /// (Read as `harness` too, its name before 0.2.)
+    #[serde(default, alias = "harness", skip_serializing_if = "Option::is_none")]
+    pub runner: Option<Arc<RunnerFacts>>,
     /// What the role may write, for the same roles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writes: Option<WriteRules>,

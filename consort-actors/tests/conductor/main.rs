@@ -1157,7 +1157,7 @@ async fn caches_are_not_test_files_not_hashed_and_not_writable() {
     );
 }
 
-/// Each step gets its context pack: harness facts only where tests and code are the work,
+/// Each step gets its context pack: runner facts only where tests and code are the work,
 /// files by the pack's rule, everything else listed with its size and why, and the change sets
 /// since the last review for the review.
 #[tokio::test]
@@ -1174,11 +1174,11 @@ async fn every_assignment_carries_its_context_pack_and_lists_what_it_leaves_out(
     });
     let mut config = fx.config();
     config.max_input_bytes = 1000;
-    config.harness = Some(Arc::new(HarnessFacts {
+    config.runner = Some(Arc::new(RunnerFacts {
         runner: "psql".into(),
         loads: vec!["src/**/*.sql".into()],
         collects: vec!["tests/**/*.sql".into()],
-        ..HarnessFacts::default()
+        ..RunnerFacts::default()
     }));
     let report = fx.run_with(config, answer, approve_all()).await;
     assert_eq!(report.outcome, RunOutcome::Done);
@@ -1190,14 +1190,14 @@ async fn every_assignment_carries_its_context_pack_and_lists_what_it_leaves_out(
             .clone()
     };
     let stories = of("stories");
-    assert!(stories.harness.is_none() && stories.inputs.files.is_empty());
+    assert!(stories.runner.is_none() && stories.inputs.files.is_empty());
     assert!(stories.inputs.not_included.is_empty() && stories.inputs.spec.is_none());
     assert!(
-        of("test-list").harness.is_some(),
+        of("test-list").runner.is_some(),
         "the Test Strategist hears how tests run"
     );
     let green = of("green/T2");
-    assert!(green.harness.is_some() && green.writes.is_some());
+    assert!(green.runner.is_some() && green.writes.is_some());
     let files: Vec<&str> = green.inputs.files.keys().map(String::as_str).collect();
     assert_eq!(
         files,

@@ -234,7 +234,7 @@ impl Agent for McpAgent {
 }
 
 /// The assignment as an MCP client gets it: the assignment's fields (role, step, attempt,
-/// inputs, feedback, harness facts, write rules), plus `role_prompt` (the role's system prompt),
+/// inputs, feedback, runner facts, write rules), plus `role_prompt` (the role's system prompt),
 /// `step_key`, `answer_with` (the artifact kind) and `answer_schema` (the JSON schema of the
 /// answer `{kind, body}`).
 pub fn assignment_json(assignment: &Assignment) -> Value {

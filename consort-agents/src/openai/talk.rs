@@ -200,8 +200,8 @@ fn user_messages(
             );
         }
     }
-    if let Some(h) = &a.harness {
-        stable.insert("harness".into(), json!(h));
+    if let Some(h) = &a.runner {
+        stable.insert("runner".into(), json!(h));
     }
     let feedback = match (latest_feedback, a.feedback.split_last()) {
         (true, Some((newest, older))) if !older.is_empty() => vec![

@@ -96,9 +96,9 @@ impl CommandRunner {
     }
 
     /// The outcomes the command's JUnit report holds (None without one configured, or when it
-    /// is unreadable, which `capture` then says), or the harness's fault: a program that is
+    /// is unreadable, which `capture` then says), or the test command's fault: a program that is
     /// not there, no report, a report without a test while tests are expected. A command
-    /// Consort stopped at its time or output limit is never the harness's fault.
+    /// Consort stopped at its time or output limit is never the test command's fault.
     fn report_outcomes(
         &self,
         ctx: &RunContext,

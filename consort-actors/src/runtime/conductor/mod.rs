@@ -33,7 +33,7 @@ use crate::core::artifact::{
 };
 use crate::core::hash::ContentHash;
 use crate::core::machine::{Command, Event, Machine, MachineConfig, Phase, RunStatus, State};
-use crate::core::protocol::{HarnessFacts, PromoteRequest, VerifyRequest, WriteRules};
+use crate::core::protocol::{PromoteRequest, RunnerFacts, VerifyRequest, WriteRules};
 use crate::core::role::Role;
 use crate::core::step::Step;
 use crate::ledger::{Ledger, LedgerError};
@@ -77,7 +77,7 @@ pub struct ConductorConfig {
     pub max_input_bytes: usize,
     /// How the project's tests run, told to the roles whose work is tests and code (none: they
     /// are told only the path rules).
-    pub harness: Option<Arc<HarnessFacts>>,
+    pub runner: Option<Arc<RunnerFacts>>,
     /// Told of every durable ledger append, and may stop the conductor right after one (see
     /// [`AppendObserver`]); none by default.
     pub append_observer: Option<Arc<dyn AppendObserver>>,
@@ -123,7 +123,7 @@ impl ConductorConfig {
             gate_timeout: Duration::from_secs(24 * 3600),
             verify_retries: 1,
             max_input_bytes: 512 * 1024,
-            harness: None,
+            runner: None,
             append_observer: None,
             budgets: crate::core::budget::Budgets::default(),
             workbench: None,
@@ -1016,11 +1016,11 @@ impl ConductorState {
         }
         let mut inputs = crate::core::context::artifacts(s, &step);
         let pack = crate::core::context::pack(&step);
-        let harness = self.wiring.config.harness.clone();
+        let runner = self.wiring.config.runner.clone();
         let existing = self.existing_migration_globs();
         let loads = match pack.files {
             crate::core::context::Files::Migrations => existing.as_slice(),
-            _ => harness.as_ref().map_or(&[][..], |h| h.loads.as_slice()),
+            _ => runner.as_ref().map_or(&[][..], |h| h.loads.as_slice()),
         };
         let scope = crate::core::context::FileScope::new(&step, s.current_test(), loads);
         if scope.lists() {
@@ -1035,8 +1035,8 @@ impl ConductorState {
             })?;
             crate::core::context::cap_listing(&mut inputs);
         }
-        let (harness, writes) = if pack.harness {
-            (harness, Some(self.write_rules(&step)))
+        let (runner, writes) = if pack.runner {
+            (runner, Some(self.write_rules(&step)))
         } else {
             (None, None)
         };
@@ -1046,7 +1046,7 @@ impl ConductorState {
             role,
             step,
             attempt,
-            harness,
+            runner,
             writes,
             inputs,
             feedback,

@@ -1,8 +1,8 @@
-//! The harness facts: how the project's tests run, as the Test Strategist, the Navigator and
-//! the Driver are told in every assignment ([`consort_actors::HarnessFacts`]), and which files
+//! The runner facts: how the project's tests run, as the Test Strategist, the Navigator and
+//! the Driver are told in every assignment ([`consort_actors::RunnerFacts`]), and which files
 //! the runner collects as tests (a test-list entry anywhere else is refused in the design lane).
 
-use consort_actors::{HarnessFacts, TestIdentity};
+use consort_actors::{RunnerFacts, TestIdentity};
 use consort_lakebase::{BRANCH_ENV, StdoutFormat};
 
 use crate::config::{ProjectConfig, RunnerConfig};
@@ -24,10 +24,10 @@ fn before_tests(config: &ProjectConfig) -> String {
     }
 }
 
-/// The harness facts of `config`.
-pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
+/// The runner facts of `config`.
+pub fn runner_facts(config: &ProjectConfig) -> RunnerFacts {
     match &config.runner {
-        RunnerConfig::Psql { setup, tests, .. } => HarnessFacts {
+        RunnerConfig::Psql { setup, tests, .. } => RunnerFacts {
             runner: "psql".into(),
             command: "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test file> -c ROLLBACK, one session per test file, after the setup files are loaded in sorted path order".into(),
             collects: tests.clone(),
@@ -45,7 +45,7 @@ pub fn harness_facts(config: &ProjectConfig) -> HarnessFacts {
             pass_env,
             env_set,
             ..
-        } => HarnessFacts {
+        } => RunnerFacts {
             runner: "command".into(),
             command: format!("sh -c {command:?} in the work tree"),
             collects: collected_by_command(config).unwrap_or_default(),
@@ -234,11 +234,11 @@ mod tests {
 
     #[test]
     fn facts_name_the_runner_the_pass_rule_and_the_environment() {
-        let psql = harness_facts(&crate::config::tests::minimal());
+        let psql = runner_facts(&crate::config::tests::minimal());
         assert_eq!(psql.runner, "psql");
         assert!(psql.pass_rule.contains("exits 0"));
         assert!(!psql.loads.is_empty() && !psql.collects.is_empty());
-        let cmd = harness_facts(&command("pytest -q", None));
+        let cmd = runner_facts(&command("pytest -q", None));
         assert!(cmd.command.contains("pytest -q"));
         assert!(cmd.environment.iter().any(|v| v == "DATABASE_URL"));
         assert!(cmd.environment.iter().any(|v| v == "APP_MODE"));
@@ -300,7 +300,7 @@ mod tests {
         ];
         for (config, want) in cases {
             assert_eq!(test_identity(&config), want, "{:?}", config.runner);
-            assert_eq!(harness_facts(&config).test_names, want.form());
+            assert_eq!(runner_facts(&config).test_names, want.form());
             assert_eq!(
                 config.path_policy().expect("policy").test_identity(),
                 want,

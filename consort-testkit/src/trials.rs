@@ -1,5 +1,6 @@
-//! For test binaries with `harness = false` that run `libtest-mimic` trials: the arguments,
-//! taking any number of filters as libtest does (`-- case_06 case_11`).
+//! For test binaries with a main of their own (`harness = false` in Cargo.toml) that run
+//! `libtest-mimic` trials: the arguments, taking any number of filters as libtest does
+//! (`-- case_06 case_11`).
 
 use libtest_mimic::{Arguments, Trial};
 
@@ -12,7 +13,7 @@ const TAKES_VALUE: [&str; 5] = [
     "--format",
 ];
 
-/// The trials of a harness, selected by the command line.
+/// The trials of a test binary, selected by the command line.
 #[derive(Debug)]
 pub struct Selection {
     /// libtest-mimic's arguments (without the filters). The trials run one after the other
