@@ -62,7 +62,7 @@ use std::fmt;
 use consort_actors::PathPolicy;
 use consort_actors::{PathError, check_glob, glob_covers, literal_glob, normalise_relative};
 
-use crate::config::RunnerConfig;
+use crate::config::runner::RunnerConfig;
 
 /// File extensions that make a word without a `/` name a file (scripts and configuration).
 pub const KNOWN_EXTENSIONS: [&str; 33] = [
