@@ -209,8 +209,8 @@ fn runner_section(dir: &Path, stack: Stack, tests: &[String]) -> String {
             return format!(
                 "[runner]                        # {}: detected by `consort init`\nkind = \"psql\"\nsetup = {}        # code loaded into the branch before the tests\ntests = {}\ntimeout_secs = 60\n",
                 stack.name(),
-                crate::init::toml_list(&setup),
-                crate::init::toml_list(&sql_test_globs(tests)),
+                toml_list(&setup),
+                toml_list(&sql_test_globs(tests)),
             );
         }
     };
@@ -308,9 +308,39 @@ fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
+/// A TOML array of strings, each quoted and escaped as TOML writes it.
+pub(crate) fn toml_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items
+        .iter()
+        .map(|i| toml::Value::String(i.clone()).to_string())
+        .collect();
+    format!("[{}]", quoted.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_toml_list_reads_back_as_the_paths_written() {
+        let items: Vec<String> = [
+            "tests/**/*.sql",
+            "we\"ird\\path",
+            "tésts/🦀/*.py",
+            "tab\there",
+        ]
+        .map(String::from)
+        .to_vec();
+        let text = format!("list = {}", toml_list(&items));
+        let table: toml::Table = text.parse().expect("valid TOML");
+        let read: Vec<String> = table["list"]
+            .as_array()
+            .expect("an array")
+            .iter()
+            .map(|v| v.as_str().expect("a string").to_string())
+            .collect();
+        assert_eq!(read, items, "{text}");
+    }
 
     fn write(dir: &Path, files: &[(&str, &str)]) {
         for (p, text) in files {

@@ -53,7 +53,7 @@ pub fn config_template(feature_id: &str, script: &str) -> String {
 /// A commented `consort.toml` for a feature request at `feature.md`, a scripted ensemble and
 /// the project's layout (its tests, runner and migrations).
 pub fn config_for(feature_id: &str, script: &str, layout: &crate::adopt::Layout) -> String {
-    let tests = toml_list(&layout.tests);
+    let tests = crate::adopt::toml_list(&layout.tests);
     let runner = layout.runner.trim_end();
     let migrations = layout.migrations.trim_end();
     format!(
@@ -127,12 +127,6 @@ scratch_runs = 3                # scratch runs a build step's tools may make (0:
 # approve = false               # offer MCP clients (`consort mcp`) a tool that approves gates
 "#
     )
-}
-
-/// A TOML array of strings.
-pub(crate) fn toml_list(items: &[String]) -> String {
-    let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
-    format!("[{}]", quoted.join(", "))
 }
 
 /// Why `consort init` failed.
