@@ -31,7 +31,7 @@ pub struct Assignment {
     pub attempt: u32,
     /// How tests run, for the roles whose work is tests and code (the Test Strategist, the
     /// Navigator and the Driver).
-    /// (Read as `harness` too, its name before 0.2.)
+    /// (Read as `harness` too, its earlier name.)
     #[serde(default, alias = "harness", skip_serializing_if = "Option::is_none")]
     pub runner: Option<Arc<RunnerFacts>>,
     /// What the role may write, for the same roles.
