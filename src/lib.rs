@@ -121,6 +121,6 @@ pub(crate) fn lakebase_provider(
     cfg.branch_ttl = std::time::Duration::from_secs(l.ttl_secs);
     cfg.ca_file = l.ca_file.as_ref().map(|p| dir.join(p));
     cfg.max_live_branches = l.max_live_branches;
-    let provider = LakebaseProvider::new(cfg).map_err(|e| ProjectError::Lakebase(e.to_string()))?;
+    let provider = LakebaseProvider::new(cfg).map_err(ProjectError::Lakebase)?;
     Ok(Arc::new(provider))
 }

@@ -51,9 +51,9 @@ pub enum ProjectError {
     /// The database side failed.
     #[error("database: {0}")]
     Database(#[from] consort_lakebase::Error),
-    /// The Lakebase backend could not be configured.
-    #[error("lakebase: {0}")]
-    Lakebase(String),
+    /// The Lakebase backend could not be configured; why is the source.
+    #[error("lakebase")]
+    Lakebase(#[source] consort_lakebase::lakebase_api::ApiError),
     /// A required environment variable is missing.
     #[error("environment variable {0} is not set")]
     MissingEnv(String),

@@ -528,8 +528,9 @@ fn is_executable(path: &std::path::Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// An error and its causes on one line, each cause said once: our error messages already
-/// include their cause's text, so a cause already in the line is not repeated.
+/// An error and its causes on one line, each cause said once. Most errors leave their cause
+/// to `source()` and the line says it; some messages still include their cause's text as
+/// well (an I/O error's, a driver's), so a cause already in the line is not repeated.
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();

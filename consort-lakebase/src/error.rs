@@ -4,6 +4,8 @@
 //! password, token or connection string with a secret: callers build the texts from redacted
 //! parts.
 
+use std::path::PathBuf;
+
 use consort_actors::InfraFault;
 use tokio_postgres::error::{DbError, SqlState};
 
@@ -46,17 +48,22 @@ pub enum Error {
     /// A transport problem talking to an API (connection refused, TLS, bad response body).
     #[error("transport: {0}")]
     Transport(String),
-    /// The configuration is unusable (bad URL, bad glob, missing setting).
+    /// A test runner's setting is unusable (a bad glob, a path outside the work tree), said in
+    /// words; every other configuration problem is the typed [`Error::Misconfigured`].
     #[error("configuration: {0}")]
     Config(String),
+    /// The configuration is unusable: the database URL, the CA file, a Lakebase setting. The
+    /// error underneath, when there is one, is its source.
+    #[error(transparent)]
+    Misconfigured(#[from] ConfigError),
     /// No PostgreSQL server binaries were found.
     #[error(
         "no PostgreSQL server binaries found ({0}); install them, e.g. `apt-get install postgresql`, or set the binary directory"
     )]
     BinariesNotFound(String),
     /// The embedded cluster could not be created, started or stopped.
-    #[error("embedded PostgreSQL: {0}")]
-    Cluster(String),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
     /// The database cannot be reached (down, refused, authentication failed).
     #[error("cannot connect to the database: {0}")]
     Connect(String),
@@ -265,6 +272,7 @@ impl Error {
             // Consort could not write its own marker: a bug, not the database.
             Error::Encode { .. } => InfraFault::InvariantBroken,
             Error::Config(_)
+            | Error::Misconfigured(_)
             | Error::InvalidName(_)
             | Error::BinariesNotFound(_)
             | Error::Unsupported(_) => InfraFault::ProviderMisconfigured,
@@ -276,6 +284,262 @@ impl Error {
             }
         }
     }
+}
+
+impl Error {
+    /// The error's text followed by each cause it does not say itself: what a person reads
+    /// where only one line is kept (an infrastructure failure's detail, a log line). The typed
+    /// configuration and cluster errors ([`Error::Misconfigured`], [`Error::Cluster`]) leave
+    /// their cause to [`std::error::Error::source`]; every other variant says its own.
+    pub fn chain_text(&self) -> String {
+        if !matches!(self, Error::Misconfigured(_) | Error::Cluster(_)) {
+            return self.to_string();
+        }
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            // A cause of this crate says its own causes, its own way.
+            let own = c
+                .downcast_ref::<Error>()
+                .or_else(|| c.downcast_ref::<Box<Error>>().map(|b| &**b));
+            let more = own.map_or_else(|| c.to_string(), Error::chain_text);
+            if !text.contains(&more) {
+                text.push_str(": ");
+                text.push_str(&more);
+            }
+            if own.is_some() {
+                break;
+            }
+            cause = c.source();
+        }
+        text
+    }
+}
+
+/// Why the configuration is unusable (see [`Error::Misconfigured`]). No variant holds a
+/// password or a token.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A required environment variable is not set.
+    #[error("configuration: {var} is not set")]
+    EnvUnset {
+        /// The variable.
+        var: &'static str,
+    },
+    /// An environment variable holds bytes that are not Unicode (its value is not shown: it
+    /// may hold a password).
+    #[error("configuration: {var} is not valid Unicode")]
+    EnvNotUnicode {
+        /// The variable.
+        var: &'static str,
+    },
+    /// The database URL does not parse. The parser's error is kept as text with the URL's
+    /// password scrubbed out, not as a source: its own text may quote the password.
+    #[error("configuration: not a valid PostgreSQL URL: {detail}")]
+    DatabaseUrl {
+        /// The parser's error, scrubbed.
+        detail: String,
+    },
+    /// The database URL lacks a part a connection needs.
+    #[error("configuration: the database URL names no {part}")]
+    DatabaseUrlIncomplete {
+        /// The missing part (`host`, `user`).
+        part: &'static str,
+    },
+    /// The CA file (`ca_file`) cannot be used.
+    #[error(transparent)]
+    CaFile(#[from] CaFileError),
+    /// The Lakebase backend's configuration is unusable
+    /// ([`ApiError::Config`](crate::lakebase_api::ApiError::Config)), or the service refused a
+    /// setting ([`ApiError::TtlRefused`](crate::lakebase_api::ApiError::TtlRefused)).
+    #[error(transparent)]
+    Lakebase(Box<crate::lakebase_api::ApiError>),
+}
+
+/// Why the CA file a configuration names (`ca_file`) cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CaFileError {
+    /// The file cannot be read.
+    #[error("configuration: ca_file {}: cannot be read", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The read's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a file of PEM certificates.
+    #[error("configuration: ca_file {}: not PEM certificates", path.display())]
+    NotPem {
+        /// The file.
+        path: PathBuf,
+        /// The PEM parser's error.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The file holds no certificate.
+    #[error("configuration: ca_file {}: holds no certificate", path.display())]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A certificate of the file cannot be trusted as a root.
+    #[error("configuration: ca_file {}: a certificate is unusable", path.display())]
+    Unusable {
+        /// The file.
+        path: PathBuf,
+        /// Why rustls refused it.
+        #[source]
+        source: rustls::Error,
+    },
+}
+
+impl From<CaFileError> for Error {
+    fn from(e: CaFileError) -> Self {
+        Error::Misconfigured(ConfigError::CaFile(e))
+    }
+}
+
+/// Why the embedded cluster could not be created, started or stopped (see
+/// [`Error::Cluster`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// Running as root, the server's user could not be looked up.
+    #[error("embedded PostgreSQL: looking up user \"{user}\"")]
+    UserLookup {
+        /// The user.
+        user: String,
+        /// The lookup's error.
+        #[source]
+        source: nix::errno::Errno,
+    },
+    /// Running as root, the user the server is to run as does not exist.
+    #[error(
+        "embedded PostgreSQL: running as root, PostgreSQL must run as an unprivileged user, but user \"{user}\" does not exist (install postgresql, or configure another user)"
+    )]
+    NoSuchUser {
+        /// The user.
+        user: String,
+    },
+    /// The user the server is to run as is root.
+    #[error("embedded PostgreSQL: user \"{user}\" is root; PostgreSQL refuses to run as root")]
+    RootUser {
+        /// The user.
+        user: String,
+    },
+    /// A directory asked to be removed as orphaned is not a fallback cluster directory.
+    #[error("embedded PostgreSQL: {} is not a fallback cluster directory", dir.display())]
+    NotFallbackDir {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A fallback cluster directory is not orphaned (any more), so it is kept.
+    #[error("embedded PostgreSQL: {} is kept: {state}", dir.display())]
+    Kept {
+        /// The directory.
+        dir: PathBuf,
+        /// Where it stands.
+        state: crate::embedded::Placement,
+    },
+    /// The server of an orphaned directory was taken into use while it was being removed.
+    #[error("embedded PostgreSQL: {} is kept: its server (pid {pid}) was taken into use", dir.display())]
+    TakenIntoUse {
+        /// The directory.
+        dir: PathBuf,
+        /// The server's pid.
+        pid: u32,
+    },
+    /// A lock around the clusters' in-process state was poisoned by a panic.
+    #[error("embedded PostgreSQL: {what} poisoned")]
+    Poisoned {
+        /// Which state (`cluster registry`, `cluster state`).
+        what: &'static str,
+    },
+    /// The server did not start, and no attempt said why.
+    #[error("embedded PostgreSQL: could not start the server")]
+    NotStarted,
+    /// The server another process started has no port in its `postmaster.pid`.
+    #[error(
+        "embedded PostgreSQL: the server another process started in {} (pid {pid}) has no port in its postmaster.pid",
+        dir.display()
+    )]
+    NoPort {
+        /// The cluster's directory.
+        dir: PathBuf,
+        /// The server's pid.
+        pid: u32,
+    },
+    /// `initdb` failed.
+    #[error("embedded PostgreSQL: initdb failed ({status}): {stderr}")]
+    Initdb {
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// What it wrote to stderr.
+        stderr: String,
+    },
+    /// The cluster's watchdog process was started without a stdin to watch.
+    #[error("embedded PostgreSQL: watchdog has no stdin")]
+    WatchdogNoStdin,
+    /// The server another process started neither accepted connections nor exited in time;
+    /// the last connection attempt's error is the source.
+    #[error(
+        "embedded PostgreSQL: the server another process started (pid {pid}) neither accepted connections nor exited within {}; log: {log}",
+        duration_text(*waited)
+    )]
+    AttachTimeout {
+        /// The server's pid.
+        pid: u32,
+        /// How long it was waited for.
+        waited: std::time::Duration,
+        /// The end of the server's log (password verifiers redacted).
+        log: String,
+        /// The last connection attempt's error.
+        #[source]
+        source: Box<Error>,
+    },
+    /// The server this process started exited during start-up.
+    #[error("embedded PostgreSQL: the server exited during start-up: {log}")]
+    ExitedDuringStartup {
+        /// The end of the server's log (password verifiers redacted).
+        log: String,
+    },
+    /// The server this process started did not accept connections in time; the last
+    /// connection attempt's error is the source.
+    #[error(
+        "embedded PostgreSQL: the server did not accept connections within {}; log: {log}",
+        duration_text(*waited)
+    )]
+    NotReady {
+        /// How long it was waited for.
+        waited: std::time::Duration,
+        /// The end of the server's log (password verifiers redacted).
+        log: String,
+        /// The last connection attempt's error.
+        #[source]
+        source: Box<Error>,
+    },
+    /// Another process has held the cluster's start lock for too long.
+    #[error(
+        "embedded PostgreSQL: another process has been starting the server in {} for {}; it may be stuck (see {}): end it, or wait and run again",
+        dir.display(),
+        duration_text(*waited),
+        dir.join("postgres.log").display()
+    )]
+    StartLockHeld {
+        /// The cluster's directory.
+        dir: PathBuf,
+        /// How long this process waited for the lock.
+        waited: std::time::Duration,
+    },
+    /// This process's start time cannot be read, so it cannot record itself as the server's
+    /// owner.
+    #[error(
+        "embedded PostgreSQL: cannot read this process's start time from /proc/self/stat, so no other process could tell whether the server's owner is alive"
+    )]
+    NoStartTime,
 }
 
 /// What the server said about an error: its message, and its detail and hint when it sent
@@ -467,8 +731,47 @@ mod tests {
                 Error::InvalidPlan("no version".into()),
                 InfraFault::MigrationFailed,
             ),
+            (
+                ConfigError::EnvUnset { var: "X" }.into(),
+                InfraFault::ProviderMisconfigured,
+            ),
+            (ClusterError::NotStarted.into(), InfraFault::DatabaseDown),
         ] {
             assert_eq!(error.infra_fault(), fault, "{error}");
         }
+    }
+
+    #[test]
+    fn typed_errors_leave_their_cause_to_the_chain_and_the_chain_says_it_once() {
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let cause = missing.to_string();
+        let e = Error::from(CaFileError::Unreadable {
+            path: "ca.pem".into(),
+            source: missing,
+        });
+        assert_eq!(
+            e.to_string(),
+            "configuration: ca_file ca.pem: cannot be read"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        assert_eq!(
+            e.chain_text(),
+            format!("configuration: ca_file ca.pem: cannot be read: {cause}")
+        );
+        assert_eq!(e.infra_fault(), InfraFault::ProviderMisconfigured);
+        // A cause of this crate says its own cause its own way, once.
+        let io = Error::io("read x", std::io::Error::other("disk gone"));
+        let e = Error::from(ClusterError::NotReady {
+            waited: std::time::Duration::from_secs(2),
+            log: "starting".into(),
+            source: Box::new(io),
+        });
+        assert_eq!(
+            e.chain_text(),
+            "embedded PostgreSQL: the server did not accept connections within 2 s; log: starting: read x: disk gone"
+        );
+        // Every other variant says its cause itself: its text is its Display.
+        let io = Error::io("read x", std::io::Error::other("disk gone"));
+        assert_eq!(io.chain_text(), io.to_string());
     }
 }

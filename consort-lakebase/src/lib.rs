@@ -103,7 +103,9 @@ pub use embedded::{
     EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, PlacedCluster, Placement,
     RunAs, fallback_dir, placed_clusters, remove_orphan,
 };
-pub use error::{Error, Result, ServerText, TestCommandFault};
+pub use error::{
+    CaFileError, ClusterError, ConfigError, Error, Result, ServerText, TestCommandFault,
+};
 pub use pgbin::{PgBinaries, find_psql};
 pub use pgbranch::{ServerOptions, ServerProvider, TEMPLATE_PREFIX};
 pub use pgconn::connect;

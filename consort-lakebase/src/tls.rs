@@ -8,12 +8,12 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::error::{Error, Result};
+use crate::error::CaFileError;
 
 /// The connector for a TLS connection trusting the web roots and, when given, every
 /// certificate in `ca_file`. A file that cannot be read or holds no certificate is a
 /// configuration error naming it.
-pub(crate) fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect> {
+pub(crate) fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, CaFileError> {
     // rustls needs a process-wide provider for `ClientConfig::builder()`; installing aws-lc-rs
     // (the one reqwest uses too) is a no-op when one is already there.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -22,9 +22,10 @@ pub(crate) fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect> {
     };
     if let Some(path) = ca_file {
         for cert in read_certificates(path)? {
-            roots
-                .add(cert)
-                .map_err(|e| bad_ca(path, &format!("a certificate is unusable: {e}")))?;
+            roots.add(cert).map_err(|source| CaFileError::Unusable {
+                path: path.to_path_buf(),
+                source,
+            })?;
         }
     }
     let config = rustls::ClientConfig::builder()
@@ -34,19 +35,23 @@ pub(crate) fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect> {
 }
 
 /// The certificates of a PEM file.
-fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
-    let pem = std::fs::read(path).map_err(|e| bad_ca(path, &e.to_string()))?;
+fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, CaFileError> {
+    let pem = std::fs::read(path).map_err(|source| CaFileError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| bad_ca(path, &format!("not PEM certificates: {e}")))?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| CaFileError::NotPem {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(bad_ca(path, "holds no certificate"));
+        return Err(CaFileError::Empty {
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
-}
-
-fn bad_ca(path: &Path, why: &str) -> Error {
-    Error::Config(format!("ca_file {}: {why}", path.display()))
 }
 
 #[cfg(test)]
@@ -66,7 +71,8 @@ mod tests {
             let Err(e) = connector(Some(&path)) else {
                 panic!("{} accepted", path.display());
             };
-            let text = e.to_string();
+            // What a person reads: the configuration error and its causes.
+            let text = crate::error::Error::from(e).chain_text();
             assert!(
                 text.contains(&path.display().to_string()) && text.contains(why),
                 "{text}"

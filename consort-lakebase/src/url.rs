@@ -18,7 +18,7 @@ use std::str::FromStr;
 use tokio_postgres::Config;
 use tokio_postgres::config::Host;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Result};
 use crate::pgbranch::{ServerOptions, ServerProvider, ServerTarget};
 use crate::provider::{Secret, SslMode};
 
@@ -58,19 +58,24 @@ fn scrub(text: &str, url: &str) -> String {
 impl ServerProvider {
     /// Reads the URL from `CONSORT_DATABASE_URL`.
     pub async fn from_env(opts: ServerOptions) -> Result<Self> {
-        let url = std::env::var(DATABASE_URL_ENV)
-            .map_err(|_| Error::Config(format!("{DATABASE_URL_ENV} is not set")))?;
+        let url = std::env::var(DATABASE_URL_ENV).map_err(|e| match e {
+            std::env::VarError::NotPresent => ConfigError::EnvUnset {
+                var: DATABASE_URL_ENV,
+            },
+            // Its value is not shown: the URL holds the password.
+            std::env::VarError::NotUnicode(_) => ConfigError::EnvNotUnicode {
+                var: DATABASE_URL_ENV,
+            },
+        })?;
         Self::connect(&Secret::new(url), opts).await
     }
 
     /// Connects to the server at `url` (`postgresql://user:password@host:port/parent`).
     pub async fn connect(url: &Secret, opts: ServerOptions) -> Result<Self> {
         let raw = url.expose();
-        let cfg = Config::from_str(raw).map_err(|e| {
-            Error::Config(format!(
-                "not a valid PostgreSQL URL: {}",
-                scrub(&e.to_string(), raw)
-            ))
+        // The parser's error is kept as scrubbed text, not as a source: it may quote the URL.
+        let cfg = Config::from_str(raw).map_err(|e| ConfigError::DatabaseUrl {
+            detail: scrub(&e.to_string(), raw),
         })?;
         let (host, host_is_local) = match cfg.get_hosts().first() {
             Some(Host::Tcp(h)) => (
@@ -81,14 +86,14 @@ impl ServerProvider {
             ),
             Some(Host::Unix(p)) => (p.display().to_string(), true),
             None => {
-                return Err(Error::Config("the database URL names no host".into()));
+                return Err(ConfigError::DatabaseUrlIncomplete { part: "host" }.into());
             }
         };
         // No port in the URL means PostgreSQL's default port, as for libpq.
         let port = cfg.get_ports().first().copied().unwrap_or(5432);
         let user = cfg
             .get_user()
-            .ok_or_else(|| Error::Config("the database URL names no user".into()))?
+            .ok_or(ConfigError::DatabaseUrlIncomplete { part: "user" })?
             .to_string();
         let parent = opts
             .parent_database

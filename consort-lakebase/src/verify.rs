@@ -152,7 +152,7 @@ fn runner_fault(e: &Error) -> InfraError {
         Error::TestCommand { .. } => InfraFault::TestCommandBroken,
         _ => InfraFault::RunnerFailed,
     };
-    infra(fault, format!("running the tests: {e}"))
+    infra(fault, format!("running the tests: {}", e.chain_text()))
 }
 
 fn infra(fault: InfraFault, detail: impl Into<String>) -> InfraError {
@@ -244,7 +244,10 @@ impl Verifier {
                 return Ok(Attempt::Receipt(Box::new(receipt)));
             }
             Err(e) => {
-                return Err(infra(e.infra_fault(), format!("getting a branch: {e}")));
+                return Err(infra(
+                    e.infra_fault(),
+                    format!("getting a branch: {}", e.chain_text()),
+                ));
             }
         };
         let branch = acquired.lease.branch().clone();
@@ -344,7 +347,7 @@ impl Verifier {
             self.provider()
                 .connect_info(branch)
                 .await
-                .map_err(|e| infra(e.infra_fault(), format!("connecting: {e}")))
+                .map_err(|e| infra(e.infra_fault(), format!("connecting: {}", e.chain_text())))
         };
         let conn = ask().await?;
         if conn.expires_at.is_none() {
@@ -404,7 +407,10 @@ impl Verifier {
         migrate_ms: u64,
         e: &Error,
     ) -> TestRunReceipt {
-        let text = format!("no test ran: the base could not be built: {e}\n");
+        let text = format!(
+            "no test ran: the base could not be built: {}\n",
+            e.chain_text()
+        );
         let mut names: Vec<String> = req.tests.clone();
         if let Some(f) = &req.focus
             && !names.contains(f)
@@ -452,7 +458,10 @@ impl Verifier {
                 already_applied: o.already_applied,
                 verified: o.verified,
             }),
-            Err(e) => Err(infra(e.infra_fault(), format!("promote: {e}"))),
+            Err(e) => Err(infra(
+                e.infra_fault(),
+                format!("promote: {}", e.chain_text()),
+            )),
         }
     }
 }

@@ -752,7 +752,7 @@ async fn plaintext_is_refused_for_non_loopback_hosts() {
     let (p, base) = provider_and_base(&lb, 5432).await;
     let err = refused(&p, "consort-tls-1", &base, "refused").await;
     assert!(
-        matches!(err, Error::Config(ref m) if m.contains("not loopback")),
+        matches!(err, Error::Misconfigured(ref c) if c.to_string().contains("not loopback")),
         "{err:?}"
     );
     assert!(

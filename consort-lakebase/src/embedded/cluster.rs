@@ -45,7 +45,7 @@ use tracing::{debug, info, warn};
 
 use super::owner::{self, Holder, StartLock};
 use super::runas::{RunAs, fallback_dir};
-use crate::error::{Error, Result, duration_text};
+use crate::error::{ClusterError, Error, Result};
 use crate::names::random_tag;
 use crate::pgbin::PgBinaries;
 use crate::procinfo;
@@ -165,9 +165,9 @@ impl EmbeddedPostgres {
             }
         };
         let slot = {
-            let mut reg = REGISTRY
-                .lock()
-                .map_err(|_| Error::Cluster("cluster registry poisoned".into()))?;
+            let mut reg = REGISTRY.lock().map_err(|_| ClusterError::Poisoned {
+                what: "cluster registry",
+            })?;
             reg.entry(dir.clone()).or_default().clone()
         };
         let mut guard = slot.lock().await;
@@ -287,7 +287,10 @@ impl EmbeddedCluster {
     /// the handle lose the server too.
     pub fn stop(&self) -> Result<()> {
         if self.owned.is_poisoned() {
-            return Err(Error::Cluster("cluster state poisoned".into()));
+            return Err(ClusterError::Poisoned {
+                what: "cluster state",
+            }
+            .into());
         }
         self.stop_inner(self.temporary);
         Ok(())
@@ -682,9 +685,9 @@ async fn start_own(
         }
     }
     // Every attempt above either returned or recorded its error.
-    Err(Refusal::Failed(last_err.unwrap_or_else(|| {
-        Error::Cluster("could not start the server".into())
-    })))
+    Err(Refusal::Failed(
+        last_err.unwrap_or(Error::Cluster(ClusterError::NotStarted)),
+    ))
 }
 
 /// Whether the server's words say another server still holds the data directory, or may: a
@@ -759,9 +762,11 @@ async fn try_attach(site: &Site<'_>) -> Result<Option<EmbeddedCluster>> {
 async fn attach(site: &Site<'_>, pid: u32, patience: Duration) -> Result<Option<EmbeddedCluster>> {
     let dir = site.dir.display();
     let Some((_, port, sock)) = read_pid_file(&site.data_dir).filter(|(p, _, _)| *p == pid) else {
-        return Err(Error::Cluster(format!(
-            "the server another process started in {dir} (pid {pid}) has no port in its postmaster.pid"
-        )));
+        return Err(ClusterError::NoPort {
+            dir: site.dir.clone(),
+            pid,
+        }
+        .into());
     };
     let cluster = site.cluster(sock, port, &site.read_password()?, pid, None);
     // The server may be on its way out (its owner is stopping it): then wait for it to exit
@@ -827,11 +832,11 @@ async fn init_data_dir(site: &Site<'_>) -> Result<()> {
         .map_err(|e| Error::cluster_io(format!("run {}", initdb.display()), e))?;
     if !out.status.success() {
         remove_staging(&site.dir);
-        return Err(Error::Cluster(format!(
-            "initdb failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(ClusterError::Initdb {
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }
+        .into());
     }
     for (from, to) in [(&pw_staging, &site.pw_file), (&staging, data_dir)] {
         std::fs::rename(from, to).map_err(|e| {
@@ -957,10 +962,7 @@ fn spawn_watchdog(
         .process_group(0)
         .spawn()
         .map_err(|e| Error::cluster_io("start the cluster watchdog (sh)", e))?;
-    let stdin = child
-        .stdin
-        .take()
-        .ok_or_else(|| Error::Cluster("watchdog has no stdin".into()))?;
+    let stdin = child.stdin.take().ok_or(ClusterError::WatchdogNoStdin)?;
     Ok((child, stdin))
 }
 
@@ -992,12 +994,13 @@ async fn wait_attach(
                 return Ok(Attach::Ready);
             }
             Err(e) if Instant::now() >= deadline => {
-                return Err(Error::Cluster(format!(
-                    "the server another process started (pid {}) neither accepted connections nor exited within {} ({e}); log: {}",
-                    cluster.pid,
-                    duration_text(timeout),
-                    log_tail(log_file, 2000)
-                )));
+                return Err(ClusterError::AttachTimeout {
+                    pid: cluster.pid,
+                    waited: timeout,
+                    log: log_tail(log_file, 2000),
+                    source: Box::new(e),
+                }
+                .into());
             }
             Err(_) => {}
         }
@@ -1024,10 +1027,10 @@ async fn wait_ready(
                 // No child any more (stopped) or one that cannot be waited for: exited.
                 .is_none_or(|r| !matches!(r, Ok(None)));
             if exited {
-                return Err(Error::Cluster(format!(
-                    "the server exited during start-up: {}",
-                    log_tail(log_file, 2000)
-                )));
+                return Err(ClusterError::ExitedDuringStartup {
+                    log: log_tail(log_file, 2000),
+                }
+                .into());
             }
         }
         match crate::pgconn::connect(&info).await {
@@ -1037,11 +1040,12 @@ async fn wait_ready(
             }
             Err(e) => {
                 if Instant::now() >= deadline {
-                    return Err(Error::Cluster(format!(
-                        "the server did not accept connections within {} ({e}); log: {}",
-                        duration_text(timeout),
-                        log_tail(log_file, 2000)
-                    )));
+                    return Err(ClusterError::NotReady {
+                        waited: timeout,
+                        log: log_tail(log_file, 2000),
+                        source: Box::new(e),
+                    }
+                    .into());
                 }
             }
         }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::owner::{self, Holder};
 use super::runas::fallback_dir;
-use crate::error::{Error, Result};
+use crate::error::{ClusterError, Error, Result};
 
 /// Where fallback directories are made.
 const ROOT: &str = "/tmp";
@@ -142,28 +142,29 @@ pub async fn remove_orphan(dir: &Path) -> Result<u64> {
         .file_name()
         .is_some_and(|n| is_fallback_name(&n.to_string_lossy()))
     {
-        return Err(Error::Cluster(format!(
-            "{} is not a fallback cluster directory",
-            dir.display()
-        )));
+        return Err(ClusterError::NotFallbackDir {
+            dir: dir.to_path_buf(),
+        }
+        .into());
     }
     let now = examine(dir);
     if now.state != Placement::Orphaned {
-        return Err(Error::Cluster(format!(
-            "{} is kept: {}",
-            dir.display(),
-            now.state
-        )));
+        return Err(ClusterError::Kept {
+            dir: dir.to_path_buf(),
+            state: now.state,
+        }
+        .into());
     }
     let data_dir = dir.join("data");
     match owner::holder(dir, &data_dir) {
         Holder::Abandoned(pid) => owner::stop_abandoned(pid, &data_dir).await?,
         Holder::Exiting(pid) => owner::wait_exited(pid, &data_dir, STOP_PATIENCE).await?,
         Holder::Owned(pid) => {
-            return Err(Error::Cluster(format!(
-                "{} is kept: its server (pid {pid}) was taken into use",
-                dir.display()
-            )));
+            return Err(ClusterError::TakenIntoUse {
+                dir: dir.to_path_buf(),
+                pid,
+            }
+            .into());
         }
         Holder::Free | Holder::Foreign(_) | Holder::Stale => {}
     }

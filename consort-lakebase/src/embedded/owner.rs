@@ -25,7 +25,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tracing::{info, warn};
 
-use crate::error::{Error, Result, duration_text};
+use crate::error::{ClusterError, Error, Result, duration_text};
 use crate::procinfo;
 
 /// The start lock's file name in a cluster directory.
@@ -68,12 +68,11 @@ impl StartLock {
                     tokio::time::sleep(POLL).await;
                 }
                 Err((_, Errno::EWOULDBLOCK)) => {
-                    return Err(Error::Cluster(format!(
-                        "another process has been starting the server in {} for {}; it may be stuck (see {}): end it, or wait and run again",
-                        dir.display(),
-                        duration_text(patience),
-                        dir.join("postgres.log").display()
-                    )));
+                    return Err(ClusterError::StartLockHeld {
+                        dir: dir.to_path_buf(),
+                        waited: patience,
+                    }
+                    .into());
                 }
                 Err((_, errno)) => {
                     return Err(Error::cluster_io(
@@ -101,11 +100,7 @@ impl Drop for StartLock {
 
 /// Records this process as the owner of the server `postmaster` in `dir`.
 pub(super) fn record_owner(dir: &Path, postmaster: u32) -> Result<()> {
-    let (pid, ticks) = procinfo::me().ok_or_else(|| {
-        Error::Cluster(
-            "cannot read this process's start time from /proc/self/stat, so no other process could tell whether the server's owner is alive".into(),
-        )
-    })?;
+    let (pid, ticks) = procinfo::me().ok_or(ClusterError::NoStartTime)?;
     let path = dir.join(OWNER);
     std::fs::write(&path, format!("{pid} {ticks} {postmaster}\n"))
         .map_err(|e| Error::cluster_io(format!("write {}", path.display()), e))

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
+use crate::error::{ClusterError, Error, Result};
 
 /// The unprivileged identity the server runs as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,16 +32,18 @@ impl RunAs {
             return Ok(None);
         }
         let found = nix::unistd::User::from_name(user)
-            .map_err(|e| Error::Cluster(format!("looking up user {user:?}: {e}")))?
-            .ok_or_else(|| {
-                Error::Cluster(format!(
-                    "running as root, PostgreSQL must run as an unprivileged user, but user {user:?} does not exist (install postgresql, or configure another user)"
-                ))
+            .map_err(|source| ClusterError::UserLookup {
+                user: user.to_string(),
+                source,
+            })?
+            .ok_or_else(|| ClusterError::NoSuchUser {
+                user: user.to_string(),
             })?;
         if found.uid.is_root() {
-            return Err(Error::Cluster(format!(
-                "user {user:?} is root; PostgreSQL refuses to run as root"
-            )));
+            return Err(ClusterError::RootUser {
+                user: user.to_string(),
+            }
+            .into());
         }
         Ok(Some(RunAs {
             name: user.to_string(),

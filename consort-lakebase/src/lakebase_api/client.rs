@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::error::ApiError;
+use super::error::{ApiConfigError, ApiError};
 use super::http::{RestClient, classify_code, decode};
 use super::naming::{duration_wire, validate_branch_id, validate_segment};
 use super::retry::PollPolicy;
@@ -408,7 +408,10 @@ impl LakebaseClient {
             endpoint: endpoint_resource.to_string(),
             ttl: duration_wire(ttl),
         })
-        .map_err(|e| ApiError::Config(format!("credential request: {e}")))?;
+        .map_err(|source| ApiConfigError::Encode {
+            what: "credential request",
+            source,
+        })?;
         let mut segs: Vec<&str> = API.to_vec();
         segs.push("credentials");
         let url = self.rest.url(&segs)?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 
-use super::error::ApiError;
+use super::error::{ApiConfigError, ApiError};
 use super::http::is_loopback_host;
 use crate::provider::{ConnectInfo, SslMode};
 
@@ -57,10 +57,12 @@ pub(crate) async fn connect_raw(
     match info.sslmode {
         SslMode::Disable => {
             if !is_loopback_host(&info.host) {
-                return Err(ConnectFailure::Refused(ApiError::Config(format!(
-                    "refusing a plaintext connection to {}: only loopback hosts may skip TLS",
-                    info.host
-                ))));
+                return Err(ConnectFailure::Refused(
+                    ApiConfigError::PlaintextConnection {
+                        host: info.host.clone(),
+                    }
+                    .into(),
+                ));
             }
             cfg.ssl_mode(tokio_postgres::config::SslMode::Disable);
             let (client, conn) = cfg
@@ -76,7 +78,7 @@ pub(crate) async fn connect_raw(
         }
         SslMode::Require => {
             let tls = crate::tls::connector(info.ca_file.as_deref())
-                .map_err(|e| ConnectFailure::Refused(ApiError::Config(e.to_string())))?;
+                .map_err(|e| ConnectFailure::Refused(ApiConfigError::CaFile(e).into()))?;
             cfg.ssl_mode(tokio_postgres::config::SslMode::Require);
             let (client, conn) = cfg.connect(tls).await.map_err(ConnectFailure::Postgres)?;
             tokio::spawn(async move {

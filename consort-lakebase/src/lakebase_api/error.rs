@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 /// What went wrong talking to Lakebase (or to the branch's PostgreSQL endpoint).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApiError {
     /// A branch name was refused locally, before any request was sent.
@@ -18,9 +18,10 @@ pub enum ApiError {
         reason: String,
     },
     /// The configuration is missing something or is unsafe (for example plaintext to a
-    /// non-loopback host).
-    #[error("lakebase configuration: {0}")]
-    Config(String),
+    /// non-loopback host); what, and the error underneath as its source, in the
+    /// [`ApiConfigError`].
+    #[error(transparent)]
+    Config(#[from] ApiConfigError),
     /// The service refused the request for lack of quota (`QUOTA_EXCEEDED`,
     /// `RESOURCE_LIMIT_EXCEEDED`, or `RESOURCE_EXHAUSTED` when it is not a rate limit).
     #[error("quota exceeded ({code}): {message}")]
@@ -207,6 +208,151 @@ pub enum ApiError {
     },
 }
 
+/// The URL parser's error (the `url` crate's, which `reqwest` uses).
+pub type UrlParseError = <reqwest::Url as std::str::FromStr>::Err;
+
+/// Why the Lakebase backend's configuration is missing something or is unsafe (see
+/// [`ApiError::Config`]). No variant holds the token, the client secret or a database
+/// credential.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiConfigError {
+    /// A required environment variable is not set (or is empty).
+    #[error("lakebase configuration: {var} is not set")]
+    EnvUnset {
+        /// The variable.
+        var: &'static str,
+    },
+    /// Only one of a service principal's client id and client secret is set.
+    #[error(
+        "lakebase configuration: set both {} and {} for a service principal, or neither",
+        super::provider::ENV_CLIENT_ID,
+        super::provider::ENV_CLIENT_SECRET
+    )]
+    HalfServicePrincipal,
+    /// Neither a token nor a service principal is set.
+    #[error(
+        "lakebase configuration: {} is not set (nor {} and {} for a service principal)",
+        super::provider::ENV_TOKEN,
+        super::provider::ENV_CLIENT_ID,
+        super::provider::ENV_CLIENT_SECRET
+    )]
+    NoCredentials,
+    /// A setting breaks its rule.
+    #[error("lakebase configuration: {setting} {rule}")]
+    Setting {
+        /// The setting (`max_live_branches`, `the owner prefix`, …).
+        setting: &'static str,
+        /// The rule it breaks (`must be at least 2 (a base and one branch)`, …).
+        rule: &'static str,
+    },
+    /// An id used as one path segment (project, endpoint) is not a valid resource id.
+    #[error(
+        "lakebase configuration: {kind} id \"{value}\" is not a valid resource id ([a-z0-9-], 1-63 characters)"
+    )]
+    InvalidId {
+        /// What the id names (`project`, `endpoint`).
+        kind: &'static str,
+        /// The id (at most its first 80 characters).
+        value: String,
+    },
+    /// No source branch is configured and the project has no default branch.
+    #[error(
+        "lakebase configuration: project {project} reports no default branch; set source_branch"
+    )]
+    NoDefaultBranch {
+        /// The project id.
+        project: String,
+    },
+    /// Plaintext to loopback hosts is allowed, but a branch's endpoint host is not loopback.
+    #[error(
+        "lakebase configuration: allow_plaintext_loopback is set but endpoint host {host} is not loopback; refusing to connect without TLS"
+    )]
+    PlaintextToRemoteEndpoint {
+        /// The endpoint host.
+        host: String,
+    },
+    /// A plaintext connection to a host that is not loopback was asked for.
+    #[error(
+        "lakebase configuration: refusing a plaintext connection to {host}: only loopback hosts may skip TLS"
+    )]
+    PlaintextConnection {
+        /// The host.
+        host: String,
+    },
+    /// The CA file (`ca_file`) cannot be used.
+    #[error(transparent)]
+    CaFile(#[from] crate::error::CaFileError),
+    /// A request body could not be encoded.
+    #[error("lakebase configuration: cannot encode the {what}")]
+    Encode {
+        /// Which body.
+        what: &'static str,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The workspace host is empty.
+    #[error("lakebase configuration: the workspace host is empty")]
+    EmptyHost,
+    /// The workspace host is not a URL.
+    #[error("lakebase configuration: workspace host \"{host}\" is not a URL")]
+    HostNotUrl {
+        /// The host as configured.
+        host: String,
+        /// The URL parser's error.
+        #[source]
+        source: UrlParseError,
+    },
+    /// The workspace URL names no host.
+    #[error("lakebase configuration: workspace host \"{host}\" has no host")]
+    NoHost {
+        /// The host as configured.
+        host: String,
+    },
+    /// Plain `http` to a host that is not loopback: the bearer token would travel unencrypted.
+    #[error(
+        "lakebase configuration: refusing plain http to {host}: the bearer token would travel unencrypted (use https)"
+    )]
+    PlainHttp {
+        /// The host.
+        host: String,
+    },
+    /// The workspace URL's scheme is neither `https` nor `http`.
+    #[error("lakebase configuration: workspace URL scheme \"{scheme}\" is not http(s)")]
+    Scheme {
+        /// The scheme.
+        scheme: String,
+    },
+    /// The workspace URL carries a user name or password.
+    #[error("lakebase configuration: the workspace URL must not carry credentials")]
+    CredentialsInUrl,
+    /// The workspace URL cannot be the base of other URLs.
+    #[error("lakebase configuration: the workspace URL cannot be a base")]
+    NotABase,
+    /// The API token is empty.
+    #[error("lakebase configuration: the API token is empty")]
+    EmptyToken,
+    /// An OAuth client lacks its client id or its client secret.
+    #[error("lakebase configuration: an OAuth client needs a client id and a client secret")]
+    IncompleteOAuthClient,
+    /// The OIDC token URL cannot be made from the workspace URL.
+    #[error("lakebase configuration: cannot make the OIDC token URL")]
+    TokenUrl(#[source] UrlParseError),
+    /// The HTTP client could not be built.
+    #[error("lakebase configuration: cannot build the HTTP client")]
+    HttpClient(#[source] reqwest::Error),
+    /// A header sent with every request has a value HTTP does not allow.
+    #[error("lakebase configuration: header {name} has an invalid value")]
+    HeaderValue {
+        /// The header's name.
+        name: &'static str,
+        /// Why the value is refused.
+        #[source]
+        source: reqwest::header::InvalidHeaderValue,
+    },
+}
+
 impl ApiError {
     /// Whether this is a "not found" answer (deletes treat it as success).
     pub fn is_not_found(&self) -> bool {
@@ -252,7 +398,10 @@ impl From<ApiError> for crate::error::Error {
         let text = e.to_string();
         match e {
             ApiError::InvalidName { .. } => E::InvalidName(text),
-            ApiError::Config(m) => E::Config(m),
+            // The setting is the configuration's fault, whatever the service said.
+            ApiError::Config(_) | ApiError::TtlRefused { .. } => {
+                E::Misconfigured(crate::error::ConfigError::Lakebase(Box::new(e)))
+            }
             ApiError::Quota { .. } => E::QuotaExceeded(text),
             ApiError::PermissionDenied { .. } | ApiError::Unauthenticated { .. } => {
                 E::PermissionDenied(text)
@@ -269,7 +418,6 @@ impl From<ApiError> for crate::error::Error {
                 code: Some(code),
                 detail: message,
             },
-            ApiError::TtlRefused { .. } => E::Config(text),
             ApiError::Tls { .. } => E::Connect(text),
             ApiError::Http {
                 status,

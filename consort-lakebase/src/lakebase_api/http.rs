@@ -12,7 +12,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::error::ApiError;
+use super::error::{ApiConfigError, ApiError};
 use super::oauth::{Credentials, OAuthClient, TokenSource};
 use super::retry::{RetryPolicy, parse_retry_after};
 use crate::provider::Secret;
@@ -41,36 +41,38 @@ pub(super) fn is_loopback_host(host: &str) -> bool {
 pub(super) fn parse_base_url(raw: &str) -> Result<Url, ApiError> {
     let raw = raw.trim();
     if raw.is_empty() {
-        return Err(ApiError::Config("the workspace host is empty".into()));
+        return Err(ApiConfigError::EmptyHost.into());
     }
     let with_scheme = if raw.contains("://") {
         raw.to_string()
     } else {
         format!("https://{raw}")
     };
-    let url = Url::parse(&with_scheme)
-        .map_err(|e| ApiError::Config(format!("workspace host {raw:?} is not a URL: {e}")))?;
-    let host = url
-        .host_str()
-        .ok_or_else(|| ApiError::Config(format!("workspace host {raw:?} has no host")))?;
+    let url = Url::parse(&with_scheme).map_err(|source| ApiConfigError::HostNotUrl {
+        host: raw.to_string(),
+        source,
+    })?;
+    let host = url.host_str().ok_or_else(|| ApiConfigError::NoHost {
+        host: raw.to_string(),
+    })?;
     match url.scheme() {
         "https" => {}
         "http" if is_loopback_host(host) => {}
         "http" => {
-            return Err(ApiError::Config(format!(
-                "refusing plain http to {host}: the bearer token would travel unencrypted (use https)"
-            )));
+            return Err(ApiConfigError::PlainHttp {
+                host: host.to_string(),
+            }
+            .into());
         }
         other => {
-            return Err(ApiError::Config(format!(
-                "workspace URL scheme {other:?} is not http(s)"
-            )));
+            return Err(ApiConfigError::Scheme {
+                scheme: other.to_string(),
+            }
+            .into());
         }
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(ApiError::Config(
-            "the workspace URL must not carry credentials".into(),
-        ));
+        return Err(ApiConfigError::CredentialsInUrl.into());
     }
     Ok(url)
 }
@@ -205,7 +207,7 @@ impl RestClient {
         timeout: Duration,
     ) -> Result<Self, ApiError> {
         if token.expose().trim().is_empty() {
-            return Err(ApiError::Config("the API token is empty".into()));
+            return Err(ApiConfigError::EmptyToken.into());
         }
         let (base, http) = Self::parts(base_url, timeout)?;
         Ok(Self::assemble(
@@ -241,7 +243,7 @@ impl RestClient {
             .connect_timeout(timeout.min(Duration::from_secs(30)))
             .user_agent(USER_AGENT)
             .build()
-            .map_err(|e| ApiError::Config(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(ApiConfigError::HttpClient)?;
         Ok((base, http))
     }
 
@@ -261,7 +263,7 @@ impl RestClient {
     /// Adds a header sent with every request (e.g. `X-Databricks-Workspace-Id`).
     pub fn with_header(mut self, name: &'static str, value: &str) -> Result<Self, ApiError> {
         let v = HeaderValue::from_str(value)
-            .map_err(|_| ApiError::Config(format!("header {name} has an invalid value")))?;
+            .map_err(|source| ApiConfigError::HeaderValue { name, source })?;
         self.headers.push((HeaderName::from_static(name), v));
         Ok(self)
     }
@@ -280,7 +282,7 @@ impl RestClient {
         {
             let mut path = url
                 .path_segments_mut()
-                .map_err(|()| ApiError::Config("the workspace URL cannot be a base".into()))?;
+                .map_err(|()| ApiConfigError::NotABase)?;
             path.pop_if_empty();
             for s in segments {
                 path.push(s.as_ref());

@@ -28,7 +28,7 @@ pub mod types;
 pub use base::{BaseBuilder, SqlBaseBuilder};
 pub use client::LakebaseClient;
 pub use connect::connect;
-pub use error::ApiError;
+pub use error::{ApiConfigError, ApiError, UrlParseError};
 pub use http::RestClient;
 pub use oauth::OAuthClient;
 pub use provider::{

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::error::ApiError;
+use super::error::{ApiConfigError, ApiError};
 
 /// The longest branch id the service accepts (RFC 1123 label).
 pub(super) const MAX_NAME_LEN: usize = 63;
@@ -58,7 +58,7 @@ pub(super) fn has_owner_prefix(name: &str, prefix: &str) -> bool {
 
 /// Checks an id used as one path segment (project, endpoint): `[a-z0-9-]`, not empty, at
 /// most 63 characters.
-pub(super) fn validate_segment(kind: &str, value: &str) -> Result<(), ApiError> {
+pub(super) fn validate_segment(kind: &'static str, value: &str) -> Result<(), ApiError> {
     let ok = !value.is_empty()
         && value.len() <= MAX_NAME_LEN
         && value
@@ -67,10 +67,11 @@ pub(super) fn validate_segment(kind: &str, value: &str) -> Result<(), ApiError> 
     if ok {
         Ok(())
     } else {
-        Err(ApiError::Config(format!(
-            "{kind} id {:?} is not a valid resource id ([a-z0-9-], 1-63 characters)",
-            value.chars().take(80).collect::<String>()
-        )))
+        Err(ApiConfigError::InvalidId {
+            kind,
+            value: value.chars().take(80).collect(),
+        }
+        .into())
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use reqwest::Url;
 use serde::Deserialize;
 
-use super::error::ApiError;
+use super::error::{ApiConfigError, ApiError};
 use crate::provider::Secret;
 
 /// Where a workspace hands out OAuth tokens, below its URL.
@@ -102,13 +102,9 @@ impl TokenSource {
         http: reqwest::Client,
     ) -> Result<Self, ApiError> {
         if client.client_id.trim().is_empty() || client.client_secret.expose().trim().is_empty() {
-            return Err(ApiError::Config(
-                "an OAuth client needs a client id and a client secret".into(),
-            ));
+            return Err(ApiConfigError::IncompleteOAuthClient.into());
         }
-        let url = base
-            .join(TOKEN_PATH)
-            .map_err(|e| ApiError::Config(format!("the OIDC token URL: {e}")))?;
+        let url = base.join(TOKEN_PATH).map_err(ApiConfigError::TokenUrl)?;
         Ok(TokenSource {
             url,
             client,

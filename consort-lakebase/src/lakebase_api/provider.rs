@@ -37,7 +37,7 @@ use super::client::LakebaseClient;
 use super::connect::{
     ConnectFailure, connect_raw, is_login_window_error, is_refused_password, is_tls_error,
 };
-use super::error::ApiError;
+use super::error::{ApiConfigError, ApiError};
 use super::http::{RestClient, is_loopback_host};
 use super::naming::{
     duration_wire, has_owner_prefix, last_segment, validate_branch_id, validate_owned,
@@ -175,27 +175,19 @@ impl LakebaseConfig {
         lookup: impl Fn(&str) -> Option<String>,
     ) -> std::result::Result<Self, ApiError> {
         let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
-        let need = |k: &str| get(k).ok_or_else(|| ApiError::Config(format!("{k} is not set")));
+        let need = |var: &'static str| get(var).ok_or(ApiConfigError::EnvUnset { var });
         let oauth = match (get(ENV_CLIENT_ID), get(ENV_CLIENT_SECRET)) {
             (Some(id), Some(secret)) => Some(super::oauth::OAuthClient {
                 client_id: id.trim().to_string(),
                 client_secret: Secret::new(secret.trim()),
             }),
             (None, None) => None,
-            _ => {
-                return Err(ApiError::Config(format!(
-                    "set both {ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} for a service principal, or neither"
-                )));
-            }
+            _ => return Err(ApiConfigError::HalfServicePrincipal.into()),
         };
         let token = match (get(ENV_TOKEN), &oauth) {
             (Some(t), _) => Secret::new(t.trim()),
             (None, Some(_)) => Secret::new(""),
-            (None, None) => {
-                return Err(ApiError::Config(format!(
-                    "{ENV_TOKEN} is not set (nor {ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} for a service principal)"
-                )));
-            }
+            (None, None) => return Err(ApiConfigError::NoCredentials.into()),
         };
         let mut cfg = LakebaseConfig::new(need(ENV_HOST)?, token, need(ENV_PROJECT)?);
         cfg.oauth = oauth;
@@ -216,25 +208,21 @@ impl LakebaseConfig {
         }
         // The prefix must leave room for `-base-<12 hex>` and a suffix.
         validate_branch_id(&self.prefix)?;
+        let broken = |setting, rule| Err(ApiConfigError::Setting { setting, rule }.into());
         if self.prefix.len() > 40 {
-            return Err(ApiError::Config(
-                "the owner prefix is longer than 40".into(),
-            ));
+            return broken("the owner prefix", "must be at most 40 characters");
         }
         if self.database.trim().is_empty() || self.database.len() > 63 {
-            return Err(ApiError::Config(
-                "the database name must be 1-63 bytes".into(),
-            ));
+            return broken("the database name", "must be 1-63 bytes");
         }
         if self.max_live_branches < 2 {
-            return Err(ApiError::Config(
-                "max_live_branches must be at least 2 (a base and one branch)".into(),
-            ));
+            return broken(
+                "max_live_branches",
+                "must be at least 2 (a base and one branch)",
+            );
         }
         if !(self.endpoint_min_cu > 0.0 && self.endpoint_min_cu <= self.endpoint_max_cu) {
-            return Err(ApiError::Config(
-                "endpoint compute units: need 0 < min <= max".into(),
-            ));
+            return broken("endpoint compute units", "must satisfy 0 < min <= max");
         }
         Ok(())
     }
@@ -409,10 +397,10 @@ impl LakebaseProvider {
                     .find(|b| b.is_default())
                     .and_then(|b| b.id().map(str::to_string))
                     .ok_or_else(|| {
-                        ApiError::Config(format!(
-                            "project {} reports no default branch; set source_branch",
-                            self.cfg.project
-                        ))
+                        ApiConfigError::NoDefaultBranch {
+                            project: self.cfg.project.clone(),
+                        }
+                        .into()
                     })
             })
             .await
@@ -430,10 +418,10 @@ impl LakebaseProvider {
         if is_loopback_host(host) {
             Ok(SslMode::Disable)
         } else {
-            Err(ApiError::Config(format!(
-                "allow_plaintext_loopback is set but endpoint host {host} is not loopback; \
-                 refusing to connect without TLS"
-            )))
+            Err(ApiConfigError::PlaintextToRemoteEndpoint {
+                host: host.to_string(),
+            }
+            .into())
         }
     }
 
@@ -1209,7 +1197,7 @@ mod tests {
             (ENV_PROJECT, "my-app"),
         ]));
         assert!(
-            matches!(&missing, Err(ApiError::Config(m)) if m.contains(ENV_TOKEN)),
+            matches!(&missing, Err(e @ ApiError::Config(_)) if e.to_string().contains(ENV_TOKEN)),
             "{missing:?}"
         );
     }

@@ -132,8 +132,9 @@ impl ServerProvider {
                 Ok(_c) => return Ok(()),
                 Err(e) if Instant::now() >= deadline => {
                     return Err(Error::Timeout(format!(
-                        "branch {} did not accept logins: {e}",
-                        branch.name
+                        "branch {} did not accept logins: {}",
+                        branch.name,
+                        e.chain_text()
                     )));
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,

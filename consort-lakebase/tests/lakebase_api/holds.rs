@@ -251,7 +251,7 @@ async fn a_refused_create_is_typed_by_what_the_service_says() {
     let cases: [Case; 3] = [
         (
             "Expiration time exceeds the maximum expiration time of 604800s",
-            |e| matches!(e, Error::Config(m) if m.contains("TTL of 3600 s") && m.contains("ttl_secs")),
+            |e| matches!(e, Error::Misconfigured(c) if c.to_string().contains("TTL of 3600 s") && c.to_string().contains("ttl_secs")),
         ),
         ("invalid branch_id: must start with a letter", |e| {
             matches!(e, Error::InvalidName(_))
