@@ -24,6 +24,9 @@ use crate::config::{ConfigError, ProjectConfig, ProviderConfig, RunnerConfig};
 use crate::ensemble::{Ensemble, EnsembleError};
 use crate::runlock::{RunLock, RunLockError};
 
+mod git_sync;
+pub use git_sync::LiveSync;
+
 /// Why a project could not be opened or run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -581,7 +584,7 @@ impl Project {
         &self,
         fresh: bool,
         allow_dirty: bool,
-    ) -> Result<Option<crate::git::LiveSync>, ProjectError> {
+    ) -> Result<Option<LiveSync>, ProjectError> {
         let Some(repo) = self.git() else {
             return Ok(None);
         };
@@ -591,9 +594,9 @@ impl Project {
             repo.start(feature, allow_dirty, policy.tree_filter())?;
         } else {
             repo.check_resume(feature)?;
-            crate::git::sync_project(self, &repo, true)?;
+            git_sync::sync_project(self, &repo, true)?;
         }
-        Ok(Some(crate::git::LiveSync::start(self.clone(), repo)))
+        Ok(Some(LiveSync::start(self.clone(), repo)))
     }
 
     /// The run's branch and its tip; None outside a git repository.
@@ -609,7 +612,7 @@ impl Project {
     /// repository.
     pub fn git_sync(&self) -> Result<Option<crate::git::SyncReport>, ProjectError> {
         match self.git() {
-            Some(repo) => Ok(Some(crate::git::sync_project(self, &repo, false)?)),
+            Some(repo) => Ok(Some(git_sync::sync_project(self, &repo, false)?)),
             None => Ok(None),
         }
     }
