@@ -48,10 +48,6 @@ pub enum Error {
     /// A transport problem talking to an API (connection refused, TLS, bad response body).
     #[error("transport: {0}")]
     Transport(String),
-    /// A test runner's setting is unusable (a bad glob, a path outside the work tree), said in
-    /// words; every other configuration problem is the typed [`Error::Misconfigured`].
-    #[error("configuration: {0}")]
-    Config(String),
     /// The configuration is unusable: the database URL, the CA file, a Lakebase setting. The
     /// error underneath, when there is one, is its source.
     #[error(transparent)]
@@ -99,7 +95,7 @@ pub enum Error {
         detail: String,
     },
     /// The migration plan itself is unusable (an empty or repeated version): the work's fault,
-    /// unlike [`Error::Config`].
+    /// unlike [`Error::Misconfigured`].
     #[error("invalid migration plan: {0}")]
     InvalidPlan(String),
     /// A migration version is already recorded with another checksum.
@@ -271,8 +267,7 @@ impl Error {
             | Error::PoolShutDown => InfraFault::DatabaseDown,
             // Consort could not write its own marker: a bug, not the database.
             Error::Encode { .. } => InfraFault::InvariantBroken,
-            Error::Config(_)
-            | Error::Misconfigured(_)
+            Error::Misconfigured(_)
             | Error::InvalidName(_)
             | Error::BinariesNotFound(_)
             | Error::Unsupported(_) => InfraFault::ProviderMisconfigured,
@@ -350,6 +345,24 @@ pub enum ConfigError {
     /// The CA file (`ca_file`) cannot be used.
     #[error(transparent)]
     CaFile(#[from] CaFileError),
+    /// A test runner's glob does not parse.
+    #[error("configuration: bad glob `{glob}`")]
+    BadGlob {
+        /// The glob as configured.
+        glob: String,
+        /// Why it does not parse.
+        #[source]
+        source: globset::Error,
+    },
+    /// A test runner's globs cannot be combined into one set.
+    #[error("configuration: the globs cannot be combined")]
+    GlobSet(#[source] globset::Error),
+    /// A path a runner setting names leaves the work tree.
+    #[error("configuration: {} must be a path inside the work tree", path.display())]
+    OutsideWorkTree {
+        /// The path as configured.
+        path: std::path::PathBuf,
+    },
     /// The Lakebase backend's configuration is unusable
     /// ([`ApiError::Config`](crate::lakebase_api::ApiError::Config)), or the service refused a
     /// setting ([`ApiError::TtlRefused`](crate::lakebase_api::ApiError::TtlRefused)).
@@ -716,7 +729,9 @@ mod tests {
         );
         for (error, fault) in [
             (
-                Error::Config("no url".into()),
+                Error::Misconfigured(ConfigError::EnvUnset {
+                    var: "DATABASE_URL",
+                }),
                 InfraFault::ProviderMisconfigured,
             ),
             (

@@ -183,7 +183,7 @@ pub fn normalise_relative(path: &str) -> Result<String, PathError> {
 
 /// A glob that does not compile.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad glob {glob:?}: {detail}")]
+#[error("bad glob `{glob}`: {detail}")]
 pub struct GlobError {
     /// The glob.
     pub glob: String,

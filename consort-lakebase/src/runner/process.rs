@@ -16,7 +16,7 @@ use tracing::debug;
 use super::RunContext;
 use super::capture::{Capture, OutputLimits};
 use super::sandbox::Jail;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::provider::ConnectInfo;
 
 /// The environment variables passed through by default (when set in this process).
@@ -290,10 +290,9 @@ pub(crate) fn tree_path(root: &Path, rel: &Path) -> Result<PathBuf> {
             .components()
             .any(|c| matches!(c, std::path::Component::ParentDir))
     {
-        return Err(Error::Config(format!(
-            "{} must be a path inside the work tree",
-            rel.display()
-        )));
+        return Err(Error::Misconfigured(ConfigError::OutsideWorkTree {
+            path: rel.to_path_buf(),
+        }));
     }
     Ok(root.join(rel))
 }

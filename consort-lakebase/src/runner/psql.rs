@@ -11,7 +11,7 @@ use super::capture::{Capture, OutputLimits};
 use super::process::{EnvPolicy, ProcSpec, run as run_process};
 use super::{RunContext, RunReport, TestRunner, redact};
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::pgbin::find_psql;
 use crate::provider::BoxFuture;
 
@@ -58,10 +58,15 @@ pub struct PsqlRunner {
 fn globset(globs: &[String]) -> Result<GlobSet> {
     let mut b = GlobSetBuilder::new();
     for g in globs {
-        b.add(Glob::new(g).map_err(|e| Error::Config(format!("bad glob {g:?}: {e}")))?);
+        b.add(Glob::new(g).map_err(|source| {
+            Error::Misconfigured(ConfigError::BadGlob {
+                glob: g.clone(),
+                source,
+            })
+        })?);
     }
     b.build()
-        .map_err(|e| Error::Config(format!("bad globs: {e}")))
+        .map_err(|e| Error::Misconfigured(ConfigError::GlobSet(e)))
 }
 
 /// Every file of the tree as the verifier sees it (the filter's directories left out), as
