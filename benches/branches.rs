@@ -164,17 +164,17 @@ fn bench(c: &mut Criterion) {
         bases.push((mb, base));
     }
 
-    let mut g = c.benchmark_group("branches");
-    g.sample_size(10)
-        .warm_up_time(Duration::from_millis(200))
-        .measurement_time(Duration::from_secs(2));
+    let mut g = common::group(c, "branches", 200, 2);
     for (mb, base) in &bases {
-        g.bench_function(format!("provider create + drop, {mb} MB base"), |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| fx.provider_cycle(base)).sum())
-        });
-        g.bench_function(
+        common::bench_timed(
+            &mut g,
+            format!("provider create + drop, {mb} MB base"),
+            || fx.provider_cycle(base),
+        );
+        common::bench_timed(
+            &mut g,
             format!("floor: bare CREATE DATABASE … FILE_COPY + DROP, {mb} MB base"),
-            |b| b.iter_custom(|iters| (0..iters).map(|_| fx.bare_cycle(base)).sum()),
+            || fx.bare_cycle(base),
         );
     }
 
@@ -225,15 +225,17 @@ fn bench(c: &mut Criterion) {
             t.elapsed()
         })
     };
-    g.bench_function("warm pool acquire", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| acquire()).sum())
-    });
-    g.bench_function("warm pool acquire + first login as the branch role", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| acquire_login()).sum())
-    });
-    g.bench_function("floor: first login to an existing database", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| login_existing()).sum())
-    });
+    common::bench_timed(&mut g, "warm pool acquire", acquire);
+    common::bench_timed(
+        &mut g,
+        "warm pool acquire + first login as the branch role",
+        acquire_login,
+    );
+    common::bench_timed(
+        &mut g,
+        "floor: first login to an existing database",
+        login_existing,
+    );
     g.finish();
 
     if common::profiling() {

@@ -223,19 +223,19 @@ fn bench(c: &mut Criterion) {
         next: std::cell::Cell::new(0),
     };
 
-    let mut g = c.benchmark_group("verify");
-    g.sample_size(10)
-        .warm_up_time(Duration::from_millis(200))
-        .measurement_time(Duration::from_secs(3));
-    g.bench_function("verify one psql file (warm pool, base reused)", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| fx.verify()).sum())
+    let mut g = common::group(c, "verify", 200, 3);
+    common::bench_timed(
+        &mut g,
+        "verify one psql file (warm pool, base reused)",
+        || fx.verify(),
+    );
+    common::bench_timed(&mut g, "psql runner alone on an existing database", || {
+        fx.runner_only()
     });
-    g.bench_function("psql runner alone on an existing database", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| fx.runner_only()).sum())
-    });
-    g.bench_function(
+    common::bench_timed(
+        &mut g,
         "floor: the same psql command on an existing database",
-        |b| b.iter_custom(|iters| (0..iters).map(|_| fx.bare_psql()).sum()),
+        || fx.bare_psql(),
     );
     g.finish();
 

@@ -158,6 +158,9 @@ impl Fixture {
     }
 }
 
+/// One measurement of the fixture: how long it took.
+type Measured = fn(&Fixture) -> Duration;
+
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("work tree");
     let t = Instant::now();
@@ -173,22 +176,25 @@ fn bench(c: &mut Criterion) {
         step: std::cell::Cell::new(0),
     };
 
-    let mut g = c.benchmark_group("worktree");
-    g.sample_size(10)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3));
-    g.bench_function("observation after a one-file change (warm cache)", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| fx.observe_after_a_change()).sum())
-    });
-    g.bench_function("observation, nothing changed (warm cache)", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| fx.observe()).sum())
-    });
-    g.bench_function("floor: walk and lstat every file, one thread", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| fx.stat_walk()).sum())
-    });
-    g.bench_function("floor: a cold hash of the whole tree", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| fx.cold()).sum())
-    });
+    let mut g = common::group(c, "worktree", 500, 3);
+    let benches: [(&str, Measured); 4] = [
+        (
+            "observation after a one-file change (warm cache)",
+            Fixture::observe_after_a_change,
+        ),
+        (
+            "observation, nothing changed (warm cache)",
+            Fixture::observe,
+        ),
+        (
+            "floor: walk and lstat every file, one thread",
+            Fixture::stat_walk,
+        ),
+        ("floor: a cold hash of the whole tree", Fixture::cold),
+    ];
+    for (name, once) in benches {
+        common::bench_timed(&mut g, name, || once(&fx));
+    }
     g.finish();
 
     if common::profiling() {

@@ -87,32 +87,28 @@ impl Agent for MyNavigator {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let project = tempfile::tempdir()?;
     let script = Script::from_toml_str(include_str!(
         "../consort-cli/examples/stockflow/data/script.toml"
     ))?;
-    let feature = FeatureRequest {
-        id: "F1-warehouse-stock".into(),
-        title: "Warehouse stock visibility".into(),
-        body: include_str!("../consort-cli/examples/stockflow/data/feature.md").into(),
-    };
+    let project = tempfile::tempdir()?;
     let mut builder = Ensemble::builder(project.path())
-        .feature(feature)
-        .approver(Arc::new(ApproveAs { name: "ada".into() }));
-    for role in Role::ALL {
+        .approver(Arc::new(ApproveAs { name: "ada".into() }))
+        .feature(FeatureRequest {
+            id: "F1-warehouse-stock".into(),
+            title: "Warehouse stock visibility".into(),
+            body: include_str!("../consort-cli/examples/stockflow/data/feature.md").into(),
+        });
+    for role in Role::ALL.into_iter().filter(|r| *r != Role::Navigator) {
         builder = builder.agent(role, script.agent(role));
     }
     // The swap: one line.
     let red: Arc<dyn Agent> = Arc::new(script.agent(Role::Navigator));
     builder = builder.agent(Role::Navigator, MyNavigator { red });
     let ensemble = builder.build().await?;
-    let report = ensemble.run().await;
+    let outcome = ensemble.run().await.map(|report| report.outcome);
     ensemble.shutdown().await;
-    let report = report?;
-    println!("outcome: {}", report.outcome);
-    anyhow::ensure!(
-        report.outcome == RunOutcome::Done,
-        "the run did not reach done"
-    );
+    let outcome = outcome?;
+    println!("outcome: {outcome}");
+    anyhow::ensure!(outcome == RunOutcome::Done, "the run did not reach done");
     Ok(())
 }

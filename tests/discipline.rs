@@ -698,23 +698,36 @@ async fn forged_receipt_or_foreign_artifact(world: &World) -> String {
     "KindNotAllowed (agent-failed) from the role actor; ForgedReceipt and WrongArtifactKind from the machine".into()
 }
 
+/// Checks that `result` is an error (`what` says which) for which `refused` holds, and that
+/// `case` has no ledger: nothing ran.
+fn assert_refused_before_running<T, E: std::fmt::Debug>(
+    case: &Case,
+    result: Result<T, E>,
+    what: &str,
+    refused: impl Fn(&E) -> bool,
+) {
+    let Err(err) = result else { panic!("{what}") };
+    assert!(refused(&err), "{err:?}");
+    assert!(!case.ledger().exists(), "nothing ran");
+}
+
 /// 7. The same actor is set up to review the code it wrote: refused at build, and at run time.
 async fn author_reviews_own_code(world: &World) -> String {
     // a) At build: one name plays both the Driver and the Navigator.
     let case = Case::new(machine(1, 3));
     let mallory: Arc<dyn Agent> = Arc::new(Cheating::new(Role::Driver, &script(""), &world.honest));
-    let err = case
+    let built = case
         .ensemble(world, "")
         .agent_named(Role::Driver, "mallory", mallory.clone())
         .agent_named(Role::Navigator, "mallory", mallory)
         .build()
-        .await
-        .expect_err("the ensemble is refused");
-    assert!(
-        matches!(&err, EnsembleError::ReviewerIsAuthor(name) if name == "mallory"),
-        "{err:?}"
+        .await;
+    assert_refused_before_running(
+        &case,
+        built,
+        "the ensemble is refused",
+        |err| matches!(err, EnsembleError::ReviewerIsAuthor(name) if name == "mallory"),
     );
-    assert!(!case.ledger().exists(), "nothing ran");
 
     // b) The conductor refuses the same wiring on its own.
     let wired = Wired::spawn_roles(world).await;
@@ -725,14 +738,13 @@ async fn author_reviews_own_code(world: &World) -> String {
     };
     roles.insert(Role::Navigator, Arc::new(same));
     let wiring = wired.wiring(&case, roles);
-    let err = Conductor::start(wiring)
-        .await
-        .expect_err("the conductor is refused");
-    assert!(
-        matches!(&err, ConductorError::ReviewerIsAuthor(name) if name == "driver"),
-        "{err:?}"
+    let started = Conductor::start(wiring).await;
+    assert_refused_before_running(
+        &case,
+        started,
+        "the conductor is refused",
+        |err| matches!(err, ConductorError::ReviewerIsAuthor(name) if name == "driver"),
     );
-    assert!(!case.ledger().exists(), "nothing ran");
     wired.stop().await;
 
     // c) At run time: the identities differ when the conductor starts, but the actor that
@@ -826,11 +838,7 @@ impl RoleEndpoint for Turncoat {
         }
     }
 
-    fn assign(
-        &self,
-        a: Assignment,
-        timeout: Duration,
-    ) -> consort::actors::BoxFuture<'_, RoleReply> {
+    fn assign(&self, a: Assignment, timeout: Duration) -> BoxFuture<'_, RoleReply> {
         Box::pin(async move {
             match a.step {
                 Step::Red { .. } => {
@@ -931,10 +939,7 @@ impl WrongApprover {
 }
 
 impl Approver for WrongApprover {
-    fn decide<'a>(
-        &'a self,
-        request: &'a GateRequest,
-    ) -> consort::actors::BoxFuture<'a, Option<GateApproval>> {
+    fn decide<'a>(&'a self, request: &'a GateRequest) -> BoxFuture<'a, Option<GateApproval>> {
         Box::pin(async move {
             self.asked.fetch_add(1, Ordering::SeqCst);
             Some(match self.mode.load(Ordering::SeqCst) {
@@ -1711,11 +1716,7 @@ impl RoleEndpoint for ForgingEndpoint {
         self.inner.identity()
     }
 
-    fn assign(
-        &self,
-        a: Assignment,
-        timeout: Duration,
-    ) -> consort::actors::BoxFuture<'_, RoleReply> {
+    fn assign(&self, a: Assignment, timeout: Duration) -> BoxFuture<'_, RoleReply> {
         Box::pin(async move {
             if !matches!(a.step, Step::Green { .. }) {
                 return self.inner.assign(a, timeout).await;

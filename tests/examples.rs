@@ -1,23 +1,12 @@
 //! The library examples a newcomer copies from run to done as they stand: `embed` (the README's
 //! "Embedding" code) and `custom_agent` (one role swapped for an agent of your own).
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use consort_testkit::process::text;
-
-/// The path of a built example (cargo builds every example before the integration tests).
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.parent()
-        .and_then(std::path::Path::parent)
-        .expect("profile dir")
-        .join("examples")
-        .join(name)
-}
+use consort_testkit::process::{built_example, text};
 
 fn run(name: &str) -> String {
-    let out = Command::new(example(name))
+    let out = Command::new(built_example(name))
         .stdin(Stdio::null())
         .output()
         .expect("the example starts");
@@ -49,6 +38,7 @@ fn a_navigator_of_your_own_reviews_every_test_and_the_run_reaches_done() {
 
 #[test]
 fn the_readme_s_embedding_code_is_the_example_that_runs() {
+    let example = include_str!("../examples/embed.rs");
     let readme = include_str!("../README.md");
     let block = readme
         .split("## Embedding\n")
@@ -56,7 +46,6 @@ fn the_readme_s_embedding_code_is_the_example_that_runs() {
         .and_then(|s| s.split("```rust,no_run\n").nth(1))
         .and_then(|s| s.split("```").next())
         .expect("the README's Embedding section has a rust block");
-    let example = include_str!("../examples/embed.rs");
     let code: String = example
         .lines()
         .skip_while(|l| l.starts_with("//!") || l.is_empty())

@@ -227,24 +227,19 @@ fn a_database_crate_under_the_runtime_is_caught() {
     add_dependency(&mut meta, "consort-agents", "consort-lakebase", None);
     add_dependency(&mut meta, "consort-lakebase", "clap", None);
     let found = boundary_violations(&Graph::from_metadata(&meta));
-    assert!(
-        found.contains(&"consort-actors depends on tokio-postgres".to_string()),
-        "{found:?}"
-    );
-    // Indirect dependencies count: tokio-postgres brings postgres-protocol.
-    assert!(
-        found.contains(&"consort-actors depends on postgres-protocol".to_string()),
-        "{found:?}"
-    );
-    assert!(
-        found.contains(&"consort-agents depends on consort-lakebase".to_string()),
-        "{found:?}"
-    );
-    // The library reaches the command line's crates through any of its dependencies.
-    assert!(
-        found.contains(&"consort depends on clap".to_string()),
-        "{found:?}"
-    );
+    for expected in [
+        "consort-actors depends on tokio-postgres",
+        // Indirect dependencies count: tokio-postgres brings postgres-protocol.
+        "consort-actors depends on postgres-protocol",
+        "consort-agents depends on consort-lakebase",
+        // The library reaches the command line's crates through any of its dependencies.
+        "consort depends on clap",
+    ] {
+        assert!(
+            found.contains(&expected.to_string()),
+            "{expected}: {found:?}"
+        );
+    }
 }
 
 #[test]

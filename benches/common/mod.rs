@@ -80,6 +80,32 @@ pub(crate) fn median_of(rounds: usize, mut f: impl FnMut() -> Duration) -> Durat
     median(&mut v)
 }
 
+/// A criterion group of 10 samples, warmed up for `warm_up_ms` milliseconds and measured for
+/// `measure_secs` seconds.
+pub(crate) fn group<'a>(
+    c: &'a mut criterion::Criterion,
+    name: &str,
+    warm_up_ms: u64,
+    measure_secs: u64,
+) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(warm_up_ms))
+        .measurement_time(Duration::from_secs(measure_secs));
+    g
+}
+
+/// Benchmarks `id` in `g` as the sum of what `once` measures each time it runs.
+pub(crate) fn bench_timed(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: impl Into<String>,
+    mut once: impl FnMut() -> Duration,
+) {
+    g.bench_function(id.into(), |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| once()).sum())
+    });
+}
+
 /// Whether criterion was asked to profile (`--profile-time`): then the benches skip their
 /// side-by-side summaries, so that a profiler sees only the benchmark selected by the filter.
 pub(crate) fn profiling() -> bool {

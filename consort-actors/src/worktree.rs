@@ -768,7 +768,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let wt = WorkTree::open(dir.path()).expect("open");
         for (path, content) in files {
-            fs::write(dir.path().join(path), content).expect("seed");
+            let file = dir.path().join(path);
+            fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            fs::write(file, content).expect("seed");
         }
         (dir, wt)
     }
@@ -824,6 +826,18 @@ mod tests {
         assert!(fs::read_dir(outside.path()).expect("list").next().is_none());
     }
 
+    /// [`tree_with`] `files`, and `links` (target, where) in it.
+    fn tree_with_links(
+        files: &[(&str, &str)],
+        links: &[(&str, &str)],
+    ) -> (tempfile::TempDir, WorkTree) {
+        let (dir, wt) = tree_with(files);
+        for (target, at) in links {
+            link(target, &dir.path().join(at));
+        }
+        (dir, wt)
+    }
+
     fn link(target: &str, at: &Path) {
         if let Some(parent) = at.parent() {
             fs::create_dir_all(parent).expect("mkdir");
@@ -833,15 +847,16 @@ mod tests {
 
     #[test]
     fn a_path_resolves_to_the_file_it_physically_reaches() {
-        let (_dir, wt) = tree_with(&[]);
+        let (_dir, wt) = tree_with_links(
+            &[("tests/t1.sql", "t1"), ("consort.toml", "")],
+            &[
+                ("../tests", "src/link"),
+                ("../consort.toml", "src/cfg"),
+                ("..", "src/up"),
+                ("../tests/t9.sql", "src/dangling.sql"),
+            ],
+        );
         let root = wt.root().to_path_buf();
-        fs::create_dir_all(root.join("tests")).expect("mkdir");
-        fs::write(root.join("tests/t1.sql"), "t1").expect("seed");
-        fs::write(root.join("consort.toml"), "").expect("seed");
-        link("../tests", &root.join("src/link"));
-        link("../consort.toml", &root.join("src/cfg"));
-        link("..", &root.join("src/up"));
-        link("../tests/t9.sql", &root.join("src/dangling.sql"));
         link(&root.join("tests").display().to_string(), &root.join("abs"));
         for (spelled, reached) in [
             ("src/link/t1.sql", "tests/t1.sql"),
@@ -879,13 +894,10 @@ mod tests {
     /// reached, never the spelling.
     #[test]
     fn every_public_resolver_names_the_file_a_link_trick_reaches() {
-        let (_dir, wt) = tree_with(&[]);
-        let root = wt.root().to_path_buf();
-        fs::create_dir_all(root.join("tests")).expect("mkdir");
-        fs::write(root.join("tests/t1_add_item.sql"), "frozen").expect("seed");
-        fs::write(root.join("consort.toml"), "").expect("seed");
-        link("../tests", &root.join("src/fixtures"));
-        link(".", &root.join("conf"));
+        let (_dir, wt) = tree_with_links(
+            &[("tests/t1_add_item.sql", "frozen"), ("consort.toml", "")],
+            &[("../tests", "src/fixtures"), (".", "conf")],
+        );
         let tricks = [
             ("src/fixtures/t1_add_item.sql", "tests/t1_add_item.sql"),
             ("conf/consort.toml", "consort.toml"),

@@ -587,10 +587,9 @@ fn arb_json() -> impl Strategy<Value = Value> {
         ".{0,20}".prop_map(Value::String),
     ];
     leaf.prop_recursive(3, 24, 4, |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            proptest::collection::btree_map(".{0,8}", inner, 0..4)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
+        let arrays = proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array);
+        let objects = proptest::collection::btree_map(".{0,8}", inner, 0..4)
+            .prop_map(|m| Value::Object(m.into_iter().collect()));
+        prop_oneof![arrays, objects]
     })
 }

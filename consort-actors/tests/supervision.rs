@@ -134,6 +134,16 @@ async fn supervised(fault: Fault) -> (Worker, Supervised<WorkMsg>) {
     (worker, sup)
 }
 
+/// Calls `sup` with the work `input`, which fails (`what` says why) as given up after
+/// `restarts` restarts.
+async fn assert_gave_up(sup: &Supervised<WorkMsg>, input: &str, what: &str, restarts: usize) {
+    let err = sup.call(work(input), T).await.expect_err(what);
+    assert!(
+        matches!(err, SupervisionError::GaveUp { restarts: r, .. } if r == restarts),
+        "{err:?}"
+    );
+}
+
 fn work(input: &str) -> impl Fn(RpcReplyPort<String>) -> WorkMsg + '_ {
     move |port| WorkMsg::Work(input.to_string(), port)
 }
@@ -201,11 +211,7 @@ async fn a_child_that_always_panics_leads_to_gave_up_after_max_restarts() {
         .await
         .expect("supervisor stopped");
     // Later calls fail fast with the same reason.
-    let again = sup.call(work("y"), T).await.expect_err("still gave up");
-    assert!(
-        matches!(again, SupervisionError::GaveUp { restarts: 3, .. }),
-        "{again:?}"
-    );
+    assert_gave_up(&sup, "y", "still gave up", 3).await;
 }
 
 #[tokio::test]
@@ -213,14 +219,7 @@ async fn zero_max_restarts_gives_up_at_the_first_failure() {
     let worker = Worker::new(Fault::PanicOnce);
     let policy = at_most(0, 60);
     let sup = supervise(&worker, policy).await;
-    let err = sup
-        .call(work("x"), T)
-        .await
-        .expect_err("no restarts allowed");
-    assert!(
-        matches!(err, SupervisionError::GaveUp { restarts: 0, .. }),
-        "{err:?}"
-    );
+    assert_gave_up(&sup, "x", "no restarts allowed", 0).await;
     assert_eq!(worker.started.load(Ordering::SeqCst), 1);
 }
 
@@ -466,11 +465,7 @@ async fn a_linked_parent_learns_that_the_supervisor_gave_up() {
     let sup = Supervised::start_linked(spec, parent.get_cell())
         .await
         .expect("start");
-    let err = sup.call(work("x"), T).await.expect_err("gives up");
-    assert!(
-        matches!(err, SupervisionError::GaveUp { restarts: 1, .. }),
-        "{err:?}"
-    );
+    assert_gave_up(&sup, "x", "gives up", 1).await;
     sup.supervisor()
         .wait(Some(T))
         .await

@@ -46,18 +46,19 @@ mod tests {
 
     #[test]
     fn every_role_has_a_prompt_naming_it() {
-        for role in Role::ALL {
+        let titles = [
+            (Role::ProductOwner, "Product Owner"),
+            (Role::SpecAuthor, "Spec Author"),
+            (Role::ArchitectReviewer, "Architect Reviewer"),
+            (Role::Dba, "DBA"),
+            (Role::TestStrategist, "Test Strategist"),
+            (Role::UxDesigner, "UX Designer"),
+            (Role::Navigator, "Navigator"),
+            (Role::Driver, "Driver"),
+        ];
+        assert_eq!(titles.map(|(role, _)| role), Role::ALL, "every role, once");
+        for (role, title) in titles {
             let p = system_prompt(role);
-            let title = match role {
-                Role::ProductOwner => "Product Owner",
-                Role::SpecAuthor => "Spec Author",
-                Role::ArchitectReviewer => "Architect Reviewer",
-                Role::Dba => "DBA",
-                Role::TestStrategist => "Test Strategist",
-                Role::UxDesigner => "UX Designer",
-                Role::Navigator => "Navigator",
-                Role::Driver => "Driver",
-            };
             assert!(p.contains(&format!("**{title}**")), "{role} prompt");
             assert!(p.contains("Hard rules"), "{role} prompt states its rules");
             assert!(p.contains("Answer format"));

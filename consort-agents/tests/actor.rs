@@ -10,7 +10,7 @@ use consort_actors::{
 use consort_agents::{
     Agent, AgentOutput, RoleArgs, assign, identify, spawn_role, spawn_role_linked,
 };
-use consort_testkit::agents::{agent_fn, ask, fixed};
+use consort_testkit::agents::{agent_fn, ask, fixed, invalid_output};
 use consort_testkit::artifacts::{assignment, change, receipt_with};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::mpsc;
@@ -147,15 +147,9 @@ async fn a_step_of_another_role_is_refused_before_the_agent_runs() {
 async fn role_rules_are_checked_unless_switched_off() {
     let empty = Artifact::ChangeSet(ChangeSet::default());
     let strict = actor(Role::Driver, "driver", fixed(empty.clone())).await;
-    match ask(&strict, assignment(9, "green/T1")).await {
-        Err(AgentFailure::InvalidOutput {
-            attempts, detail, ..
-        }) => {
-            assert_eq!(attempts, 1);
-            assert!(detail.contains("changes is empty"), "{detail}");
-        }
-        other => panic!("expected InvalidOutput, got {other:?}"),
-    }
+    let (attempts, detail, _) = invalid_output(ask(&strict, assignment(9, "green/T1")).await);
+    assert_eq!(attempts, 1);
+    assert!(detail.contains("changes is empty"), "{detail}");
     let args = RoleArgs::new(ActorId::new(Role::Driver, "lax"), Arc::new(fixed(empty)))
         .with_rule_check(false);
     let (lax, _) = spawn_role(args).await.expect("spawn");

@@ -11,8 +11,9 @@ use consort_actors::{
 use consort_agents::{
     Agent, AgentOutput, ApiKey, HttpPolicy, OpenAiAgent, OpenAiConfig, RoleArgs, spawn_role,
 };
-use consort_testkit::agents::ask;
-use consort_testkit::artifacts::assignment;
+use consort_testkit::agents::{ask, invalid_output};
+use consort_testkit::artifacts::{assignment, entry, with_files};
+use consort_testkit::assert::assert_each;
 use consort_testkit::model::{Reply, green_answer, ok, start_stub};
 use serde_json::{Value, json};
 
@@ -144,19 +145,11 @@ async fn schema_violations_until_the_bound_are_a_typed_error() {
     let (base, stub) = start_stub(vec![ok(&bad)]).await;
     let actor = driver_actor(agent(Role::Driver, config(&base)), Duration::from_secs(30)).await;
     let reply = ask(&actor, assignment(3, "green/T1")).await;
-    match reply {
-        Err(AgentFailure::InvalidOutput {
-            attempts,
-            detail,
-            usage,
-        }) => {
-            assert_eq!(attempts, 3, "one try and the default two retries");
-            assert!(detail.contains("not a valid artifact"), "{detail}");
-            assert_eq!(usage.calls, 3, "refused answers cost their tokens too");
-            assert_eq!(usage.model.as_deref(), Some("stub-model"));
-        }
-        other => panic!("expected InvalidOutput, got {other:?}"),
-    }
+    let (attempts, detail, usage) = invalid_output(reply);
+    assert_eq!(attempts, 3, "one try and the default two retries");
+    assert!(detail.contains("not a valid artifact"), "{detail}");
+    assert_eq!(usage.calls, 3, "refused answers cost their tokens too");
+    assert_eq!(usage.model.as_deref(), Some("stub-model"));
     assert_eq!(stub.seen().len(), 3);
 }
 
@@ -172,15 +165,9 @@ async fn role_rule_violations_are_fed_back_and_bounded() {
     let reply = agent(Role::Driver, cfg)
         .act(&assignment(4, "green/T1"))
         .await;
-    match reply {
-        Err(AgentFailure::InvalidOutput {
-            attempts, detail, ..
-        }) => {
-            assert_eq!(attempts, 2);
-            assert!(detail.contains("changes is empty"), "{detail}");
-        }
-        other => panic!("expected InvalidOutput, got {other:?}"),
-    }
+    let (attempts, detail, _) = invalid_output(reply);
+    assert_eq!(attempts, 2);
+    assert!(detail.contains("changes is empty"), "{detail}");
     let seen = stub.seen();
     assert_eq!(seen.len(), 2);
     assert!(seen[1].content(3).contains("changes is empty"));
@@ -575,21 +562,18 @@ async fn tool_rounds_are_bounded_and_every_call_is_kept_in_a_hashed_transcript()
     cfg.tools.max_rounds = 2;
     cfg.transcript_dir = Some(dir.path().to_path_buf());
     let bench = Arc::new(Counting(Default::default()));
-    let mut a = assignment(1, "green/T1");
+    let mut a = with_files(
+        assignment(1, "green/T1"),
+        &[
+            ("tests/t1.sql", "-- the entry's test\n"),
+            ("src/stock.sql", "-- the code so far\n"),
+        ],
+    );
     a.tools = Some(Tools::new(Arc::clone(&bench)));
     a.inputs.test = Some(consort_actors::TestEntry {
-        id: "T1".into(),
-        ac_id: "S1-AC1".into(),
         description: "files stock".into(),
-        path: "tests/t1.sql".into(),
-        test_name: None,
+        ..entry("T1", "S1-AC1", "tests/t1.sql")
     });
-    a.inputs
-        .files
-        .insert("tests/t1.sql".into(), "-- the entry's test\n".into());
-    a.inputs
-        .files
-        .insert("src/stock.sql".into(), "-- the code so far\n".into());
     let out = agent(Role::Driver, cfg)
         .act(&a)
         .await
@@ -623,27 +607,27 @@ async fn tool_rounds_are_bounded_and_every_call_is_kept_in_a_hashed_transcript()
             && step_part.contains("read it with read_file"),
         "{step_part}"
     );
-    let results = seen[2].tool_results();
-    assert_eq!(results.len(), 6);
-    assert!(results[0].contains("-- the file"), "{}", results[0]);
-    assert!(
-        results[1].starts_with("Advice only (not a receipt)"),
-        "{}",
-        results[1]
-    );
-    assert!(
-        results[2].starts_with("error: bad arguments for read_file"),
-        "{}",
-        results[2]
+    // Round 2 repeats round 1 word for word.
+    let repeated = |t: &str| t.starts_with("Not run again");
+    assert_each(
+        &seen[2].tool_results(),
+        &[
+            ("the file", &|t| t.contains("-- the file")),
+            ("run_tests", &|t| {
+                t.starts_with("Advice only (not a receipt)")
+            }),
+            ("bad arguments", &|t| {
+                t.starts_with("error: bad arguments for read_file")
+            }),
+            ("a repeated call", &repeated),
+            ("a repeated call", &repeated),
+            ("a repeated call", &repeated),
+        ],
     );
     assert!(
         seen[2]
             .content(seen[2].messages().len() - 1)
             .contains("No tool rounds are left")
-    );
-    assert!(
-        results[3..].iter().all(|r| r.starts_with("Not run again")),
-        "round 2 repeats round 1 word for word: {results:#?}"
     );
     assert_eq!(
         bench.0.load(std::sync::atomic::Ordering::Relaxed),

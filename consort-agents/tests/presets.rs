@@ -7,14 +7,15 @@
 //! directory outside the scratch copy, edits files in its working directory and prints what
 //! the real CLI prints.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use consort_actors::{Artifact, Assignment, ChangeSet, FileChange, ReviewVerdict, Role};
+use consort_actors::{Artifact, Assignment, ChangeSet, FileChange, ReviewVerdict, Role, Usage};
 use consort_agents::prompts::role_prompt;
-use consort_agents::{CommandConfig, CommandError, ExternalCommandAgent, Preset, cli_prompt};
-use consort_testkit::artifacts::assignment;
+use consort_agents::{
+    AgentOutput, CommandConfig, CommandError, ExternalCommandAgent, Preset, cli_prompt,
+};
+use consort_testkit::artifacts::{assignment, with_files};
 
 /// A stand-in CLI: a directory holding the executable `name`, and a log directory.
 struct StandIn {
@@ -59,17 +60,27 @@ impl StandIn {
         args
     }
 
+    /// Runs [`green`] as the Driver through `preset` with `args` as the configuration's own;
+    /// the assignment, the change set answered, the argv and the transcripts' directory.
+    async fn drive_green(
+        &self,
+        preset: Preset,
+        args: &[&str],
+    ) -> (Assignment, AgentOutput, Vec<String>, tempfile::TempDir) {
+        let transcripts = tempfile::tempdir().expect("tempdir");
+        let mut cfg = self.config(preset, transcripts.path());
+        cfg.args = args.iter().map(|a| a.to_string()).collect();
+        let a = green();
+        let out = ExternalCommandAgent::new(Role::Driver, cfg)
+            .run(&a)
+            .await
+            .expect("a change set");
+        (a, out, self.argv(), transcripts)
+    }
+
     fn read(&self, name: &str) -> String {
         std::fs::read_to_string(self.log.path().join(name)).expect("the stand-in logged")
     }
-}
-
-fn with_files(mut a: Assignment, files: &[(&str, &str)]) -> Assignment {
-    a.inputs.files = files
-        .iter()
-        .map(|(p, c)| (p.to_string(), c.to_string()))
-        .collect::<BTreeMap<_, _>>();
-    a
 }
 
 fn green() -> Assignment {
@@ -128,6 +139,24 @@ fn assert_prompt(prompt: &str, a: &Assignment) {
     }
 }
 
+/// The change set `artifact` is.
+fn change_set(artifact: Artifact) -> ChangeSet {
+    let Artifact::ChangeSet(cs) = artifact else {
+        panic!("a change set")
+    };
+    cs
+}
+
+/// The prompt and completion tokens of `usage`.
+fn tokens(usage: &Usage) -> (u64, u64) {
+    (usage.prompt_tokens, usage.completion_tokens)
+}
+
+/// The words of `text`, split at runs of white space: an argv as one line.
+fn words(text: &str) -> Vec<&str> {
+    text.split_whitespace().collect()
+}
+
 fn transcript(dir: &Path, name: &str) -> String {
     let path: PathBuf = dir.join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -148,26 +177,13 @@ async fn claude_code_edits_the_scratch_copy_and_its_diff_is_the_change_set() {
              \"usage\":{{\"input_tokens\":1200,\"cache_read_input_tokens\":300,\"output_tokens\":80}}}}'"
         ),
     );
-    let transcripts = tempfile::tempdir().expect("tempdir");
-    let mut cfg = cli.config(Preset::ClaudeCode, transcripts.path());
-    cfg.args = vec!["--model".into(), "sonnet".into()];
-    let a = green();
-    let out = ExternalCommandAgent::new(Role::Driver, cfg)
-        .run(&a)
-        .await
-        .expect("a change set");
-    let argv = cli.argv();
+    let (a, out, argv, transcripts) = cli
+        .drive_green(Preset::ClaudeCode, &["--model", "sonnet"])
+        .await;
     assert_eq!(argv[0], "-p");
     assert_eq!(
         argv[2..],
-        [
-            "--output-format",
-            "json",
-            "--permission-mode",
-            "acceptEdits",
-            "--model",
-            "sonnet"
-        ]
+        words("--output-format json --permission-mode acceptEdits --model sonnet")
     );
     assert_prompt(&cli.read("prompt"), &a);
     assert!(cli.read("prompt").contains("Answer by editing files"));
@@ -176,15 +192,10 @@ async fn claude_code_edits_the_scratch_copy_and_its_diff_is_the_change_set() {
         "",
         "a CLI gets the prompt, nothing on stdin"
     );
-    let Artifact::ChangeSet(ChangeSet { changes, summary }) = out.artifact else {
-        panic!("a change set")
-    };
+    assert_eq!(tokens(&out.usage), (1500, 80));
+    let ChangeSet { changes, summary } = change_set(out.artifact);
     assert_eq!(changes, expected_changes());
     assert_eq!(summary, "green/T1 by claude");
-    assert_eq!(
-        (out.usage.prompt_tokens, out.usage.completion_tokens),
-        (1500, 80)
-    );
     let t = transcript(transcripts.path(), "green_T1-0.txt");
     assert!(t.contains("outcome: exit code 0\n"), "{t}");
     assert!(
@@ -261,32 +272,15 @@ async fn codex_runs_exec_json_and_its_last_agent_message_is_read() {
              say '{{\"type\":\"turn.completed\",\"usage\":{{\"input_tokens\":900,\"cached_input_tokens\":100,\"output_tokens\":40}}}}'"
         ),
     );
-    let transcripts = tempfile::tempdir().expect("tempdir");
-    let driver =
-        ExternalCommandAgent::new(Role::Driver, cli.config(Preset::Codex, transcripts.path()));
-    let a = green();
-    let out = driver.run(&a).await.expect("a change set");
-    let argv = cli.argv();
+    let (a, out, argv, transcripts) = cli.drive_green(Preset::Codex, &[]).await;
     assert_eq!(
         argv[..5],
-        [
-            "exec",
-            "--json",
-            "--skip-git-repo-check",
-            "--sandbox",
-            "workspace-write"
-        ]
+        words("exec --json --skip-git-repo-check --sandbox workspace-write")
     );
     assert_eq!(argv.len(), 6, "the prompt is the last argument: {argv:?}");
     assert_prompt(&argv[5], &a);
-    let Artifact::ChangeSet(cs) = out.artifact else {
-        panic!("a change set")
-    };
-    assert_eq!(cs.changes, expected_changes());
-    assert_eq!(
-        (out.usage.prompt_tokens, out.usage.completion_tokens),
-        (900, 40)
-    );
+    assert_eq!(change_set(out.artifact).changes, expected_changes());
+    assert_eq!(tokens(&out.usage), (900, 40));
     let t = transcript(transcripts.path(), "green_T1-0.txt");
     assert!(t.contains("codex: reading files"), "{t}");
     assert!(
@@ -321,41 +315,21 @@ async fn aider_gets_the_message_and_the_files_and_edits_them() {
              echo 'Applied edit to src/stock.sql'"
         ),
     );
-    let transcripts = tempfile::tempdir().expect("tempdir");
-    let mut cfg = cli.config(Preset::Aider, transcripts.path());
-    cfg.args = vec!["--model".into(), "openai/local".into()];
-    let a = green();
-    let out = ExternalCommandAgent::new(Role::Driver, cfg)
-        .run(&a)
-        .await
-        .expect("a change set");
-    let argv = cli.argv();
+    let (a, out, argv, transcripts) = cli
+        .drive_green(Preset::Aider, &["--model", "openai/local"])
+        .await;
     assert_eq!(argv[0], "--message");
     assert_prompt(&argv[1], &a);
     assert_eq!(
         argv[2..],
-        [
-            "--yes-always",
-            "--no-git",
-            "--no-pretty",
-            "--no-stream",
-            "--no-check-update",
-            "--no-analytics",
-            "--chat-history-file",
-            "/dev/null",
-            "--input-history-file",
-            "/dev/null",
-            "--model",
-            "openai/local",
-            "src/gone.sql",
-            "src/stock.sql"
-        ],
+        words(
+            "--yes-always --no-git --no-pretty --no-stream --no-check-update --no-analytics \
+             --chat-history-file /dev/null --input-history-file /dev/null \
+             --model openai/local src/gone.sql src/stock.sql"
+        ),
         "the step's files are added to the chat"
     );
-    let Artifact::ChangeSet(cs) = out.artifact else {
-        panic!("a change set")
-    };
-    assert_eq!(cs.changes, expected_changes());
+    assert_eq!(change_set(out.artifact).changes, expected_changes());
     let t = transcript(transcripts.path(), "green_T1-0.txt");
     assert!(t.contains("Applied edit to src/stock.sql"), "{t}");
 }

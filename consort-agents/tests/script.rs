@@ -329,24 +329,29 @@ fn step_patterns_keep_the_kind_literal_and_the_shape_of_the_key() {
     );
 }
 
+/// Writes `content` to the file `name` in `dir`; its path.
+fn written(dir: &tempfile::TempDir, name: &str, content: &str) -> std::path::PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, content).expect("write");
+    path
+}
+
 #[test]
 fn per_role_files_in_both_formats_load_together() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let nav = dir.path().join("navigator.json");
-    std::fs::write(
-        &nav,
+    let nav = written(
+        &dir,
+        "navigator.json",
         r#"{"role": "navigator", "entry": [
             {"step": "red/T1", "artifact": {"kind": "change-set",
               "body": {"changes": [{"op": "write", "path": "tests/t1.sql", "content": "select 1;"}]}}}
         ]}"#,
-    )
-    .expect("write");
-    let drv = dir.path().join("driver.toml");
-    std::fs::write(
-        &drv,
+    );
+    let drv = written(
+        &dir,
+        "driver.toml",
         "role = \"driver\"\n[[entry]]\nstep = \"green/T1\"\n[entry.artifact]\nkind = \"change-set\"\n[[entry.artifact.body.changes]]\nop = \"write\"\npath = \"src/a.sql\"\ncontent = '''\nselect 'x';\n'''\n",
-    )
-    .expect("write");
+    );
     let script = Script::from_paths([&nav, &drv]).expect("both load");
     assert_eq!(
         script.roles().into_iter().collect::<Vec<_>>(),
@@ -368,18 +373,16 @@ fn per_role_files_in_both_formats_load_together() {
     assert!(green.origin.ends_with("driver.toml:2"), "{}", green.origin);
 
     // A per-role file may not answer another role's step.
-    let bad = dir.path().join("bad.json");
-    std::fs::write(
-        &bad,
+    let bad = written(
+        &dir,
+        "bad.json",
         r#"{"role": "driver", "entry": [{"step": "ux", "artifact": {"kind": "ux-design", "body": {"screens": []}}}]}"#,
-    )
-    .expect("write");
+    );
     assert!(matches!(
         Script::from_path(&bad),
         Err(ScriptError::Entry { .. })
     ));
-    let yaml = dir.path().join("script.yaml");
-    std::fs::write(&yaml, "entry: []").expect("write");
+    let yaml = written(&dir, "script.yaml", "entry: []");
     assert!(matches!(
         Script::from_path(&yaml),
         Err(ScriptError::UnknownFormat { .. })

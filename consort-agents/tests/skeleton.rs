@@ -96,10 +96,11 @@ fn a_filled_in_script_has_no_placeholders_and_a_bad_field_is_named() {
         );
     }
     let bad = "[[entry]]\nstep = \"schema\"\nartifact = { kind = \"schema-plan\", body = { migrations = [ { version = \"1\", story_id = \"S1\" } ] } }\n";
-    let err = Script::from_toml_str(bad).expect_err("missing sql");
+    let err = Script::from_toml_str(bad)
+        .expect_err("missing sql")
+        .to_string();
     assert!(
-        err.to_string()
-            .contains("entry 1 (line 1): (step schema) body.migrations[0]: missing field `sql`"),
+        err.contains("entry 1 (line 1): (step schema) body.migrations[0]: missing field `sql`"),
         "{err}"
     );
 }

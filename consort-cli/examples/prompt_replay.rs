@@ -147,36 +147,37 @@ impl Row {
     }
 }
 
-fn print_rows(rows: &[Row], csv: bool) {
+/// One line of the table: `cells` comma-separated for CSV, else in aligned columns.
+fn table_line(cells: [String; 6], csv: bool) -> String {
     if csv {
-        println!("step,system_chars,user_chars,prompt_chars,schema_chars,tools_chars");
-        for r in rows {
-            println!(
-                "{},{},{},{},{},{}",
-                r.step,
-                r.system,
-                r.user,
-                r.prompt(),
-                r.schema,
-                r.tools
-            );
-        }
-        return;
+        return cells.join(",");
     }
-    println!(
-        "{:<18} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "step", "system", "user", "prompt", "schema", "tools"
-    );
+    let [step, numbers @ ..] = cells;
+    let mut line = format!("{step:<18}");
+    for n in numbers {
+        line.push_str(&format!(" {n:>8}"));
+    }
+    line
+}
+
+fn print_rows(rows: &[Row], csv: bool) {
+    let header = if csv {
+        "step,system_chars,user_chars,prompt_chars,schema_chars,tools_chars".to_string()
+    } else {
+        table_line(
+            ["step", "system", "user", "prompt", "schema", "tools"].map(String::from),
+            false,
+        )
+    };
+    println!("{header}");
     for r in rows {
-        println!(
-            "{:<18} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            r.step,
-            r.system,
-            r.user,
-            r.prompt(),
-            r.schema,
-            r.tools
-        );
+        let [system, user, prompt, schema, tools] =
+            [r.system, r.user, r.prompt(), r.schema, r.tools].map(|n| n.to_string());
+        let cells = [r.step.clone(), system, user, prompt, schema, tools];
+        println!("{}", table_line(cells, csv));
+    }
+    if csv {
+        return;
     }
     let total: usize = rows.iter().map(Row::prompt).sum();
     let schema: usize = rows.iter().map(|r| r.schema).sum();

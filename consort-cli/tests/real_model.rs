@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use common::{consort, init_stockflow, run};
+use common::{consort, run, stockflow_tempdir};
 use consort_testkit::llama::{LlamaServer, MODEL};
 use consort_testkit::process::text;
 use serde_json::Value;
@@ -56,9 +56,8 @@ fn all_text(dir: &Path) -> String {
 #[test]
 fn agents_openai_on_llama_cpp_reaches_a_typed_outcome_within_its_budget() {
     let server = server();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = stockflow_tempdir();
     let dir = tmp.path();
-    init_stockflow(dir);
     let config = dir.join("consort.toml");
     let text_config = std::fs::read_to_string(&config).expect("config");
     let text_config = text_config.replace("step_timeout_secs = 600", "step_timeout_secs = 300");
@@ -150,43 +149,40 @@ fn doctor(dir: &Path) -> String {
 #[test]
 fn doctor_asks_the_model_server_for_its_models_and_context_window() {
     let server = server();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = stockflow_tempdir();
     let dir = tmp.path();
-    init_stockflow(dir);
     let base = server.base_url();
-    driver_on(dir, base, MODEL);
-    let out = doctor(dir);
-    assert!(
-        out.contains(&format!(
-            "ok    model server {base} answers and lists {MODEL}"
-        )),
-        "{out}"
-    );
-    assert!(
-        out.contains(&format!(
-            "ok    context window of {MODEL}: 16384 tokens (the server says)"
-        )),
-        "{out}"
-    );
-    // A model the server does not serve: the fix names the ones it does.
-    driver_on(dir, base, "gemma-7b");
-    let out = doctor(dir);
-    assert!(
-        out.contains(&format!(
-            "FAIL  model server {base} answers and lists gemma-7b"
-        )),
-        "{out}"
-    );
-    assert!(
-        out.contains(MODEL),
-        "the fix lists what the server has: {out}"
-    );
-    // No server at all.
-    driver_on(dir, "http://127.0.0.1:9/v1", MODEL);
-    let out = doctor(dir);
-    assert!(
-        out.contains("FAIL  model server http://127.0.0.1:9/v1: no answer at"),
-        "{out}"
-    );
+    let mut out = String::new();
+    for (base, model, says) in [
+        (
+            base,
+            MODEL,
+            vec![
+                format!("ok    model server {base} answers and lists {MODEL}"),
+                format!("ok    context window of {MODEL}: 16384 tokens (the server says)"),
+            ],
+        ),
+        // A model the server does not serve: the fix names the ones it does.
+        (
+            base,
+            "gemma-7b",
+            vec![
+                format!("FAIL  model server {base} answers and lists gemma-7b"),
+                MODEL.to_string(),
+            ],
+        ),
+        // No server at all.
+        (
+            "http://127.0.0.1:9/v1",
+            MODEL,
+            vec!["FAIL  model server http://127.0.0.1:9/v1: no answer at".to_string()],
+        ),
+    ] {
+        driver_on(dir, base, model);
+        out = doctor(dir);
+        for said in says {
+            assert!(out.contains(&said), "{model} at {base}: {said}: {out}");
+        }
+    }
     assert!(!out.contains(KEY), "the key is not printed: {out}");
 }

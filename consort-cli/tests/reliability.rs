@@ -134,12 +134,7 @@ fn child_panics(o: &Output) -> usize {
 /// A temporary directory under /tmp that the `postgres` user can reach (the embedded cluster
 /// lives inside the project).
 fn reachable_tempdir(prefix: &str) -> tempfile::TempDir {
-    let dir = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in("/tmp")
-        .expect("tempdir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    dir
+    consort_testkit::cluster::tmp_dir(prefix, 0o755)
 }
 
 fn fixture(name: &str) -> String {

@@ -289,12 +289,9 @@ async fn a_base_is_copied_from_its_own_parent_even_when_another_parent_has_the_s
     let base_b = b.prepare_base(&BaseSpec::default()).await.expect("base b");
     assert_ne!(base_a.id, base_b.id, "two parents share one template");
     let (branch, info) = branch_of(&*b, &base_b).await;
+    let only_in_a = "SELECT count(*) FROM pg_tables WHERE tablename = 'only_in_a'";
     assert_eq!(
-        must_query(
-            &info,
-            "SELECT count(*) FROM pg_tables WHERE tablename = 'only_in_a'"
-        )
-        .await,
+        must_query(&info, only_in_a).await,
         vec!["0".to_string()],
         "the second parent's base holds the first parent's table"
     );

@@ -2,9 +2,8 @@
 
 use consort_testkit::process::eventually;
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,14 +89,9 @@ async fn dropping_the_last_handle_stops_the_server() {
 
 #[tokio::test]
 async fn a_running_cluster_is_reused_and_a_kept_one_survives_restart() {
-    let holder = tempfile::Builder::new()
-        .prefix("consort-reuse-")
-        .tempdir_in("/tmp")
-        .expect("tempdir");
     // A 0700 directory of root: as root the server user cannot reach it, so the cluster must
     // be placed elsewhere; as an ordinary user it is used as is.
-    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o700))
-        .expect("chmod 0700");
+    let holder = consort_testkit::cluster::tmp_dir("consort-reuse-", 0o700);
     let requested = holder.path().join("pg");
     let a = EmbeddedPostgres::start(EmbeddedConfig::at(&requested))
         .await
@@ -236,11 +230,7 @@ fn spawn_holder(dir: Option<&std::path::Path>) -> (std::process::Child, Option<(
 /// under /tmp that the server user can reach. Returns that directory (keep it), the cluster's
 /// directory, the holder and its postmaster's pid.
 fn held_cluster(prefix: &str) -> (tempfile::TempDir, PathBuf, std::process::Child, u32) {
-    let holder = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in("/tmp")
-        .expect("tempdir");
-    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let holder = consort_testkit::cluster::tmp_dir(prefix, 0o755);
     let dir = holder.path().join("pg");
     let (child, ready) = spawn_holder(Some(&dir));
     let (pid, _) = ready.expect("the holder started a cluster");
@@ -364,17 +354,24 @@ async fn a_server_shutting_down_when_we_start_is_replaced_not_attached() {
 /// A kept cluster directory `pg` in a fresh directory under /tmp the server user can reach,
 /// with its data made (started once and stopped).
 async fn kept_cluster_dir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
-    let holder = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in("/tmp")
-        .expect("tempdir");
-    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let holder = consort_testkit::cluster::tmp_dir(prefix, 0o755);
     let dir = holder.path().join("pg");
     let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(&dir))
         .await
         .expect("first start");
     cluster.stop().expect("stop");
     (holder, dir)
+}
+
+/// Starts the cluster at `dir` (`when` says when): it must be a running server this process
+/// owns.
+async fn start_our_own(dir: &Path, when: &str) -> Arc<EmbeddedCluster> {
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(dir))
+        .await
+        .unwrap_or_else(|e| panic!("a start {when}: {e}"));
+    assert!(cluster.is_owned(), "a start {when}: a server of our own");
+    assert!(cluster.is_running());
+    cluster
 }
 
 /// Starts `postgres` on the data directory of the cluster directory `dir`, as the server user
@@ -470,14 +467,7 @@ async fn a_lock_file_left_empty_by_a_server_killed_in_its_start_up_does_not_stop
             std::os::unix::fs::chown(&pid_file, Some(ra.uid), Some(ra.gid))
                 .expect("chown the lock file");
         }
-        let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(&dir))
-            .await
-            .unwrap_or_else(|e| panic!("a start over the lock file {content:?}: {e}"));
-        assert!(
-            cluster.is_owned(),
-            "lock file {content:?}: a server of our own"
-        );
-        assert!(cluster.is_running());
+        let cluster = start_our_own(&dir, &format!("over the lock file {content:?}")).await;
         let written = std::fs::read_to_string(&pid_file).expect("the new lock file");
         assert_eq!(
             written.lines().next().map(str::trim),
@@ -594,14 +584,7 @@ async fn an_owner_killed_during_the_servers_start_up_is_resumed_at_once() {
         );
         child.kill().expect("SIGKILL the holder");
         child.wait().expect("reap");
-        let cluster = EmbeddedPostgres::start(EmbeddedConfig::at(&dir))
-            .await
-            .unwrap_or_else(|e| panic!("a start right after a kill at {what}: {e}"));
-        assert!(
-            cluster.is_owned(),
-            "killed at {what}: this process owns the server"
-        );
-        assert!(cluster.is_running());
+        let cluster = start_our_own(&dir, &format!("right after a kill at {what}")).await;
         let pid = cluster.postmaster_pid();
         cluster.stop().expect("stop");
         assert!(!procinfo::alive(pid));
@@ -613,12 +596,8 @@ async fn a_fallback_directory_records_its_project_and_is_swept_only_when_that_is
     if !nix::unistd::geteuid().is_root() {
         return; // only root places clusters outside the requested directory
     }
-    let holder = tempfile::Builder::new()
-        .prefix("consort-placed-")
-        .tempdir_in("/tmp")
-        .expect("tempdir");
     // 0700: the server user cannot reach the projects below it.
-    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let holder = consort_testkit::cluster::tmp_dir("consort-placed-", 0o700);
     let kept_req = holder.path().join("kept").join(".consort").join("pg");
     let gone_req = holder.path().join("gone").join(".consort").join("pg");
     let mut pids = Vec::new();

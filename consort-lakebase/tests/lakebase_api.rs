@@ -80,6 +80,25 @@ async fn provider_and_base(lb: &Lakebase, pg_port: u16) -> (LakebaseProvider, Ba
     (p, base)
 }
 
+/// Checks a count in the parent database, `production`, read as its admin.
+async fn assert_parent_count(pg: &LocalPg, sql: &str, expected: i64, why: &str) {
+    let admin = pg.admin_connect("production").await.expect("admin");
+    assert_count(&admin, sql, expected, why).await;
+}
+
+/// Logs in with `info`, which must be refused as a bad password (SQLSTATE 28P01; `why` says
+/// why): the error.
+async fn refused_login(info: &consort_lakebase::ConnectInfo, why: &str) -> ApiError {
+    let err = consort_lakebase::lakebase_api::connect(info)
+        .await
+        .expect_err(why);
+    assert!(
+        matches!(&err, ApiError::Postgres { code: Some(c), .. } if c == "28P01"),
+        "{err:?}"
+    );
+    err
+}
+
 fn client(lb: &Lakebase) -> LakebaseClient {
     let c = config(lb, 5432);
     let rest =
@@ -245,15 +264,13 @@ async fn whole_path_create_poll_endpoint_credential_query_psql_delete() {
     assert!(!format!("{report:?}").contains(info.secret.expose()));
 
     // The parent is untouched.
-    let admin = pg.admin_connect("production").await.expect("admin");
-    assert_count(
-        &admin,
+    assert_parent_count(
+        &pg,
         "SELECT count(*) FROM items",
         1,
         "writes on the branch do not reach the parent",
     )
     .await;
-    drop(admin);
 
     let listed = p.list("consort-").await.expect("list");
     assert_eq!(
@@ -506,13 +523,7 @@ async fn an_expired_credential_is_refreshed() {
     assert_eq!(one, 1);
     drop(db);
 
-    let old = consort_lakebase::lakebase_api::connect(&a)
-        .await
-        .expect_err("the expired token no longer logs in");
-    assert!(
-        matches!(&old, ApiError::Postgres { code: Some(c), .. } if c == "28P01"),
-        "{old:?}"
-    );
+    refused_login(&a, "the expired token no longer logs in").await;
     p.delete("consort-exp-1").await.expect("delete");
 }
 
@@ -994,9 +1005,8 @@ async fn promote_applies_migrations_to_the_source_branch() {
     assert!(again.applied.is_empty());
     assert_eq!(again.already_applied, ["0001_labels"]);
 
-    let admin = pg.admin_connect("production").await.expect("admin");
-    assert_count(
-        &admin,
+    assert_parent_count(
+        &pg,
         "SELECT count(*) FROM pg_indexes WHERE indexname = 'items_label'",
         1,
         "the parent itself has the migration",

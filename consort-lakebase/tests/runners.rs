@@ -29,6 +29,13 @@ async fn branch_for(
     (p, branch, ctx)
 }
 
+/// An empty work tree and a branch of the default base for a run in it.
+async fn empty_tree_branch() -> (tempfile::TempDir, Arc<EmbeddedProvider>, Branch, RunContext) {
+    let tree = tempfile::tempdir().expect("tree");
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    (tree, p, b, ctx)
+}
+
 async fn run_command(cfg: CommandRunnerConfig, ctx: &RunContext) -> RunReport {
     CommandRunner::new(cfg)
         .run(ctx)
@@ -206,8 +213,7 @@ async fn the_harness_s_faults_are_typed_errors_not_outcomes() {
 /// tries a registry a run cannot reach), unless the configuration sets them.
 #[tokio::test]
 async fn runs_are_non_interactive_unless_configured_otherwise() {
-    let tree = tempfile::tempdir().expect("tree");
-    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let (_tree, p, b, ctx) = empty_tree_branch().await;
     let r = run_command(cmd("echo \"ci=$CI yes=$npm_config_yes\""), &ctx).await;
     assert!(
         r.output_excerpt.contains("ci=true yes=false"),
@@ -244,8 +250,7 @@ async fn without_tap_or_junit_the_single_test_command_decides_each_expected_test
 
 #[tokio::test]
 async fn the_time_limit_kills_the_whole_process_group_including_a_grandchild() {
-    let tree = tempfile::tempdir().expect("tree");
-    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let (_tree, p, b, ctx) = empty_tree_branch().await;
     let mut cfg = cmd(
         "sh -c 'sleep 300 & echo $! > \"$TMPDIR/grandchild.pid\"; wait' & echo $! > \"$TMPDIR/child.pid\"; sleep 300",
     );
@@ -268,8 +273,7 @@ async fn the_time_limit_kills_the_whole_process_group_including_a_grandchild() {
 
 #[tokio::test]
 async fn a_background_process_left_by_a_finished_command_is_killed() {
-    let tree = tempfile::tempdir().expect("tree");
-    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let (_tree, p, b, ctx) = empty_tree_branch().await;
     let mut cfg = cmd("sleep 300 & echo $! > \"$TMPDIR/bg.pid\"; echo done");
     cfg.timeout = Duration::from_secs(120);
     let r = run_command(cfg, &ctx).await;
@@ -290,8 +294,7 @@ async fn a_background_process_left_by_a_finished_command_is_killed() {
 
 #[tokio::test]
 async fn large_output_is_digested_whole_and_capped_in_the_excerpt() {
-    let tree = tempfile::tempdir().expect("tree");
-    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let (_tree, p, b, ctx) = empty_tree_branch().await;
     let r = run_command(cmd("head -c 3000000 /dev/zero | tr '\\0' x"), &ctx).await;
     assert!(r.exit.success());
     assert_eq!(r.output_bytes, 3_000_000);
@@ -321,8 +324,7 @@ async fn the_command_sees_only_the_branch_credentials_and_allowed_variables() {
         std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
         "cargo sets this in the test process"
     );
-    let tree = tempfile::tempdir().expect("tree");
-    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], None).await;
+    let (_tree, p, b, ctx) = empty_tree_branch().await;
     let r = run_command(
         cmd("env | sort; psql \"$DATABASE_URL\" -XAtc 'select current_user, current_database()'"),
         &ctx,

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use consort_actors::{AgentFailure, Artifact, Assignment};
+use consort_actors::{AgentFailure, Artifact, Assignment, Usage};
 use consort_agents::{Agent, AgentOutput, BoxFuture};
 
 /// An agent that answers each assignment with `f(assignment)`.
@@ -50,4 +50,19 @@ pub async fn ask(
     consort_agents::assign(actor, assignment, None)
         .await
         .expect("reply")
+}
+
+/// The attempts, detail and usage of `reply`'s [`AgentFailure::InvalidOutput`]; panics, quoting
+/// `reply`, when it is anything else.
+pub fn invalid_output<T: std::fmt::Debug>(reply: Result<T, AgentFailure>) -> (u32, String, Usage) {
+    let failure = reply.expect_err("an InvalidOutput");
+    let AgentFailure::InvalidOutput {
+        attempts,
+        detail,
+        usage,
+    } = failure
+    else {
+        panic!("expected InvalidOutput, got {failure:?}");
+    };
+    (attempts, detail, usage)
 }

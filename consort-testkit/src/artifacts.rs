@@ -230,6 +230,16 @@ pub fn assignment(id: u64, step: &str) -> Assignment {
     }
 }
 
+/// `a` with `files` (path, content) added to the files its inputs carry.
+pub fn with_files(mut a: Assignment, files: &[(&str, &str)]) -> Assignment {
+    a.inputs.files.extend(
+        files
+            .iter()
+            .map(|(path, content)| (path.to_string(), content.to_string())),
+    );
+    a
+}
+
 /// A receipt of the embedded provider and the psql runner for `request` on `workspace_hash`:
 /// these outcomes, this exit code and this output excerpt.
 pub fn receipt_with(

@@ -155,3 +155,14 @@ pub fn accepted_greens(seen: &[Seen]) -> Vec<TestRunReceipt> {
         .map(|(_, r)| r)
         .collect()
 }
+
+/// A check of one text: what the text is (for the failure message), and what must hold of it.
+pub type TextCheck<'a> = (&'a str, &'a dyn Fn(&str) -> bool);
+
+/// Checks `texts` against `checks`, in order: as many texts as checks, each passing its own.
+pub fn assert_each(texts: &[String], checks: &[TextCheck<'_>]) {
+    assert_eq!(texts.len(), checks.len(), "{texts:#?}");
+    for (text, (what, holds)) in texts.iter().zip(checks) {
+        assert!(holds(text), "{what}: {text}");
+    }
+}

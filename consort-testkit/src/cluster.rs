@@ -104,3 +104,15 @@ pub fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
         ca_file: None,
     }
 }
+
+/// A fresh directory under /tmp named `prefix…`, with `mode`: 0o755 lets the server's user
+/// reach what is below it (a cluster placed there stays there), 0o700 keeps it out.
+pub fn tmp_dir(prefix: &str, mode: u32) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).expect("chmod");
+    dir
+}

@@ -13,6 +13,18 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// The path of the example `name` built for the running test binary: integration tests live in
+/// `target/<profile>/deps`, and cargo builds every example, into `target/<profile>/examples`,
+/// before it runs them.
+pub fn built_example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    exe.parent()
+        .and_then(std::path::Path::parent)
+        .expect("profile dir")
+        .join("examples")
+        .join(name)
+}
+
 /// Runs `cmd` to its end and returns its output; panics, naming `what` and quoting the
 /// process's output, when it cannot start or exits unsuccessfully.
 pub fn succeeded(cmd: &mut Command, what: &str) -> Output {

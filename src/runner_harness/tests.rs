@@ -17,11 +17,17 @@ fn tests_policy(globs: &[&str]) -> PathPolicy {
 }
 
 fn command(cmd: &str) -> RunnerConfig {
+    command_with(cmd, true, None)
+}
+
+/// A command runner of `cmd`, its output read as TAP or not, with `single_test` as the
+/// command for one test.
+fn command_with(cmd: &str, tap: bool, single_test: Option<String>) -> RunnerConfig {
     RunnerConfig::Command {
         command: cmd.into(),
         junit: None,
-        tap: true,
-        single_test: None,
+        tap,
+        single_test,
         timeout_secs: 60,
         pass_env: Vec::new(),
         collects: None,
@@ -231,25 +237,38 @@ fn test_selections_stay_the_navigators_but_a_runner_script_in_the_test_paths_is_
 
 #[test]
 fn tools_are_detected_from_the_words() {
-    for (cmd, tools) in [
-        ("pytest -q", vec![Tool::Python]),
-        ("python -m pytest", vec![Tool::Python]),
-        (".venv/bin/pytest tests", vec![Tool::Python]),
-        ("uv run pytest", vec![Tool::Python]),
-        ("tox -e py312", vec![Tool::Python]),
-        ("cargo nextest run", vec![Tool::Cargo]),
-        ("cargo test --workspace", vec![Tool::Cargo]),
-        ("npx vitest run", vec![Tool::Node]),
-        ("pnpm test", vec![Tool::Node]),
-        ("yarn jest --ci", vec![Tool::Node]),
-        ("go test ./...", vec![Tool::Go]),
-        ("make -C sub test", vec![Tool::Make]),
-        ("make && cargo test", vec![Tool::Cargo, Tool::Make]),
-        ("sh -c 'npm test'", vec![Tool::Node]),
-        ("sh run.sh", vec![]),
-        ("./gopher.sh", vec![]),
+    for (tools, commands) in [
+        (
+            vec![Tool::Python],
+            &[
+                "pytest -q",
+                "python -m pytest",
+                ".venv/bin/pytest tests",
+                "uv run pytest",
+                "tox -e py312",
+            ][..],
+        ),
+        (
+            vec![Tool::Cargo],
+            &["cargo nextest run", "cargo test --workspace"],
+        ),
+        (
+            vec![Tool::Node],
+            &[
+                "npx vitest run",
+                "pnpm test",
+                "yarn jest --ci",
+                "sh -c 'npm test'",
+            ],
+        ),
+        (vec![Tool::Go], &["go test ./..."]),
+        (vec![Tool::Make], &["make -C sub test"]),
+        (vec![Tool::Cargo, Tool::Make], &["make && cargo test"]),
+        (vec![], &["sh run.sh", "./gopher.sh"]),
     ] {
-        assert_eq!(harness_of(cmd).tools, tools, "{cmd}");
+        for cmd in commands {
+            assert_eq!(harness_of(cmd).tools, tools, "{cmd}");
+        }
     }
     let psql = RunnerConfig::default();
     assert_eq!(
@@ -261,19 +280,7 @@ fn tools_are_detected_from_the_words() {
 
 #[test]
 fn the_single_test_command_counts_too() {
-    let runner = RunnerConfig::Command {
-        command: "pytest -q".into(),
-        junit: None,
-        tap: false,
-        single_test: Some("sh ci/one.sh {test}".into()),
-        timeout_secs: 60,
-        pass_env: Vec::new(),
-        collects: None,
-        sandbox: Sandbox::Landlock,
-        view: None,
-        env_set: Default::default(),
-        stdout: Default::default(),
-    };
+    let runner = command_with("pytest -q", false, Some("sh ci/one.sh {test}".into()));
     let h = RunnerHarness::of(&runner, &tests_policy(&["tests/**"]));
     assert_eq!(h.files.len(), 1);
     assert_eq!(
@@ -541,19 +548,7 @@ proptest::proptest! {
         line in "[ -~\\n\\t\\u{e9}\\u{2713}]{0,80}",
         single in proptest::option::of("[ -~]{0,40}"),
     ) {
-        let runner = RunnerConfig::Command {
-            command: line,
-            junit: None,
-            tap: true,
-            single_test: single,
-            timeout_secs: 60,
-            pass_env: Vec::new(),
-            collects: None,
-            sandbox: Sandbox::Landlock,
-            view: None,
-            env_set: Default::default(),
-            stdout: Default::default(),
-        };
+        let runner = command_with(&line, true, single);
         let tests = tests_policy(&["tests/**"]);
         let h = RunnerHarness::of(&runner, &tests);
         let globs = h.outside_test_globs();

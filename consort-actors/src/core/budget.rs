@@ -26,28 +26,17 @@ use crate::core::machine::Event;
 use crate::core::protocol::{AgentFailure, Usage};
 use crate::core::role::Role;
 
-/// What a budget measures.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Measure {
-    /// Prompt plus completion tokens.
-    Tokens,
-    /// Milliseconds spent in agent steps.
-    WallTime,
-    /// Millionths of the price table's currency unit.
-    Money,
+key_type! {
+    /// What a budget measures.
+    #[serde(rename_all = "kebab-case")]
+    pub enum Measure {
+        /// Prompt plus completion tokens.
+        Tokens,
+        /// Milliseconds spent in agent steps.
+        WallTime,
+        /// Millionths of the price table's currency unit.
+        Money,
+    }
 }
 
 impl Measure {

@@ -120,20 +120,18 @@ mod tests {
     #[test]
     fn names_come_from_the_version_and_the_story() {
         assert_eq!(
-            file_name(0, &m("0001_stock_records", "S1", "")),
-            "0001_S1_stock_records.sql"
-        );
-        assert_eq!(
-            file_name(4, &m("20240101120000-add index", "S2", "")),
-            "20240101120000_S2_add_index.sql"
-        );
-        assert_eq!(
-            file_name(2, &m("add_reservations", "S3", "")),
-            "0003_S3_add_reservations.sql"
-        );
-        assert_eq!(
-            file_name(0, &m("0007", "S1", "Stock by location!")),
-            "0007_S1_Stock_by_location.sql"
+            [
+                file_name(0, &m("0001_stock_records", "S1", "")),
+                file_name(4, &m("20240101120000-add index", "S2", "")),
+                file_name(2, &m("add_reservations", "S3", "")),
+                file_name(0, &m("0007", "S1", "Stock by location!")),
+            ],
+            [
+                "0001_S1_stock_records.sql",
+                "20240101120000_S2_add_index.sql",
+                "0003_S3_add_reservations.sql",
+                "0007_S1_Stock_by_location.sql",
+            ]
         );
     }
 

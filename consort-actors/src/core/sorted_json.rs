@@ -66,6 +66,16 @@ fn write_display(out: &mut Vec<u8>, n: impl Display) {
     let _ = write!(out, "{n}");
 }
 
+/// Writes the integer `n` when a `Value` number can hold it (`fits`); an error otherwise.
+fn write_integer(out: &mut Vec<u8>, n: impl Display, fits: bool) -> Result<(), Error> {
+    if fits {
+        write_display(out, n);
+        Ok(())
+    } else {
+        Err(Error::custom("number out of range"))
+    }
+}
+
 fn write_f64(out: &mut Vec<u8>, f: f64) -> Result<(), Error> {
     // A `Value` holds no NaN or infinity: they become `null`.
     if f.is_finite() {
@@ -135,36 +145,23 @@ impl<'a> ser::Serializer for Sorted<'a> {
         serialize_i8(i8) => serialize_i64(i64),
         serialize_i16(i16) => serialize_i64(i64),
         serialize_i32(i32) => serialize_i64(i64),
-    );
-    fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        write_display(self.out, v);
-        Ok(())
-    }
-    fn serialize_i128(self, v: i128) -> Result<(), Error> {
-        // A `Value` number is a u64, an i64 or an f64.
-        if u64::try_from(v).is_ok() || i64::try_from(v).is_ok() {
-            write_display(self.out, v);
-            Ok(())
-        } else {
-            Err(Error::custom("number out of range"))
-        }
-    }
-    widened!(
         serialize_u8(u8) => serialize_u64(u64),
         serialize_u16(u16) => serialize_u64(u64),
         serialize_u32(u32) => serialize_u64(u64),
     );
+    fn serialize_i64(self, v: i64) -> Result<(), Error> {
+        write_integer(self.out, v, true)
+    }
+    fn serialize_i128(self, v: i128) -> Result<(), Error> {
+        // A `Value` number is a u64, an i64 or an f64.
+        let fits = u64::try_from(v).is_ok() || i64::try_from(v).is_ok();
+        write_integer(self.out, v, fits)
+    }
     fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        write_display(self.out, v);
-        Ok(())
+        write_integer(self.out, v, true)
     }
     fn serialize_u128(self, v: u128) -> Result<(), Error> {
-        if u64::try_from(v).is_ok() {
-            write_display(self.out, v);
-            Ok(())
-        } else {
-            Err(Error::custom("number out of range"))
-        }
+        write_integer(self.out, v, u64::try_from(v).is_ok())
     }
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
         // A `Value` keeps an f32 as the f64 it widens to.

@@ -148,75 +148,61 @@ mod tests {
     #[test]
     fn each_runner_accepts_its_own_form_and_refuses_a_name_it_never_reports() {
         use TestIdentity::*;
-        let cases: &[(TestIdentity, &str, Option<&str>, bool)] = &[
-            (FilePath, "tests/t1.sql", None, true),
-            (FilePath, "tests/t1.sql", Some("t1"), false),
+        // Each runner's path, and the names it accepts and refuses for it (`None`: no name).
+        let cases = [
+            (FilePath, "tests/t1.sql", vec![None], vec![Some("t1")]),
             (
                 JunitFile,
                 "test/orders.test.js",
-                Some("test/orders.test.js::places an order"),
-                true,
-            ),
-            (JunitFile, "test/orders.test.js", None, false),
-            (
-                JunitFile,
-                "test/orders.test.js",
-                Some("test/other.test.js::places"),
-                false,
-            ),
-            (
-                JunitFile,
-                "test/orders.test.js",
-                Some("test/orders.test.js::"),
-                false,
+                vec![Some("test/orders.test.js::places an order")],
+                vec![
+                    None,
+                    Some("test/other.test.js::places"),
+                    Some("test/orders.test.js::"),
+                ],
             ),
             (
                 JunitModule,
                 "tests/test_orders.py",
-                Some("tests.test_orders::test_place"),
-                true,
+                vec![
+                    Some("tests.test_orders::test_place"),
+                    Some("tests.test_orders.TestOrders::test_place"),
+                ],
+                vec![Some("tests/test_orders.py::test_place"), None],
             ),
-            (
-                JunitModule,
-                "tests/test_orders.py",
-                Some("tests.test_orders.TestOrders::test_place"),
-                true,
-            ),
-            (
-                JunitModule,
-                "tests/test_orders.py",
-                Some("tests/test_orders.py::test_place"),
-                false,
-            ),
-            (JunitModule, "tests/test_orders.py", None, false),
             (
                 Junit,
                 "src/test/OrdersTest.java",
-                Some("OrdersTest::places"),
-                true,
+                vec![Some("OrdersTest::places")],
+                vec![None],
             ),
-            (Junit, "src/test/OrdersTest.java", None, false),
-            (Libtest, "tests/orders.rs", Some("places_an_order"), true),
+            (
+                Libtest,
+                "tests/orders.rs",
+                vec![Some("places_an_order")],
+                vec![None],
+            ),
             (
                 Libtest,
                 "src/orders.rs",
-                Some("orders::tests::places_an_order"),
-                true,
+                vec![Some("orders::tests::places_an_order")],
+                vec![],
             ),
-            (Libtest, "tests/orders.rs", None, false),
             (
                 GoTest,
                 "orders_test.go",
-                Some("TestPlaceOrder/empty cart"),
-                true,
+                vec![Some("TestPlaceOrder/empty cart")],
+                vec![Some("PlaceOrder"), None],
             ),
-            (GoTest, "orders_test.go", Some("PlaceOrder"), false),
-            (GoTest, "orders_test.go", None, false),
-            (Described, "t/orders.t", None, true),
+            (Described, "t/orders.t", vec![None], vec![]),
         ];
-        for (identity, path, name, ok) in cases {
-            let got = identity.check(&entry(path, *name));
-            assert_eq!(got.is_ok(), *ok, "{identity:?} {path} {name:?}: {got:?}");
+        for (identity, path, accepted, refused) in cases {
+            for (names, ok) in [(accepted, true), (refused, false)] {
+                for name in names {
+                    let got = identity.check(&entry(path, name));
+                    assert_eq!(got.is_ok(), ok, "{identity:?} {path} {name:?}: {got:?}");
+                }
+            }
         }
         let refusal = JunitFile
             .check(&entry("test/orders.test.js", None))

@@ -267,6 +267,19 @@ impl Fixture {
             .expect("run")
     }
 
+    /// Runs the conductor wired with `config` and `answer`, approving every gate, to done
+    /// (`why` says why it gets there); its report and the ledger's events.
+    async fn run_to_done(
+        &self,
+        config: ConductorConfig,
+        answer: Answer,
+        why: &str,
+    ) -> (RunReport, Vec<Event>) {
+        let report = self.run_with(config, answer, approve_all()).await;
+        assert_eq!(report.outcome, RunOutcome::Done, "{why}");
+        (report, self.events())
+    }
+
     /// The default configuration with the design's migrations written to `dir`.
     fn with_migration_files(&self, dir: &str, apply: bool, promote: bool) -> ConductorConfig {
         let mut config = self.config();
@@ -282,6 +295,13 @@ impl Fixture {
     fn existing_migration(&self, name: &str, sql: &str) {
         std::fs::create_dir_all(self.root().join("migrations")).expect("dir");
         std::fs::write(self.root().join("migrations").join(name), sql).expect("migration");
+    }
+
+    /// Writes `content` to `path` in the work tree, making the directories it needs.
+    fn seed(&self, path: &str, content: &str) {
+        let file = self.root().join(path);
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(file, content).expect("seed");
     }
 
     fn ledger(&self) -> PathBuf {
@@ -307,6 +327,18 @@ fn design_gate_hash(report: &RunReport) -> ContentHash {
 /// Whether the run stopped at `gate`.
 fn stopped_at(report: &RunReport, gate: GateKind) -> bool {
     matches!(report.outcome, RunOutcome::AtGate { gate: at, .. } if at == gate)
+}
+
+/// Ada's approval of the design that hashes to `hash`.
+async fn ada_approves_design(hash: ContentHash) -> GateApproval {
+    ApproveAs { name: "ada".into() }
+        .decide(&GateRequest {
+            gate: GateKind::Design,
+            hash,
+            summary: String::new(),
+        })
+        .await
+        .expect("ada approves")
 }
 
 fn approve_all() -> Arc<dyn Approver> {
@@ -346,14 +378,7 @@ async fn without_an_approver_the_run_stops_at_the_design_gate_and_resumes_after_
         "the frozen design is on disk for the human"
     );
     let m = Machine::default();
-    let mut wrong = ApproveAs { name: "ada".into() }
-        .decide(&GateRequest {
-            gate: GateKind::Design,
-            hash,
-            summary: String::new(),
-        })
-        .await
-        .expect("approval");
+    let mut wrong = ada_approves_design(hash).await;
     wrong.hash = ContentHash::of_bytes(b"stale");
     let err =
         record_gate_decision(&fx.ledger(), &m, wrong.clone()).expect_err("a stale hash is refused");
@@ -449,34 +474,39 @@ async fn an_edited_ledger_line_is_refused_and_the_run_does_not_resume() {
     assert!(matches!(err, ConductorError::Ledger(_)), "{err}");
 }
 
-fn crash_once(a: &Assignment) -> Artifact {
-    static CRASHED: AtomicUsize = AtomicUsize::new(0);
-    if a.step == Step::Schema && CRASHED.fetch_add(1, Ordering::SeqCst) == 0 {
-        panic!("the DBA agent crashed");
-    }
-    honest(a)
+/// The honest answers, but the agent asked for `step` panics with `message` the first `times`
+/// times it is asked.
+fn crashing_at(step: Step, times: usize, message: &'static str) -> Answer {
+    let crashed = Arc::new(AtomicUsize::new(0));
+    Arc::new(move |a: &Assignment| {
+        if a.step == step && crashed.fetch_add(1, Ordering::SeqCst) < times {
+            panic!("{message}");
+        }
+        honest(a)
+    })
 }
 
 #[tokio::test]
 async fn a_role_actor_that_panics_is_restarted_and_the_step_retried() {
     let fx = Fixture::new();
-    let report = fx.run_to_gate(answer(crash_once)).await;
+    let report = fx
+        .run_to_gate(crashing_at(Step::Schema, 1, "the DBA agent crashed"))
+        .await;
     assert!(stopped_at(&report, GateKind::Design));
     assert!(report.state.schema.is_some());
     let _ = &fx.crashes;
 }
 
-fn always_crash(a: &Assignment) -> Artifact {
-    if a.step == (Step::Spec { revision: 0 }) {
-        panic!("the spec author always crashes");
-    }
-    honest(a)
-}
-
 #[tokio::test]
 async fn a_role_actor_that_keeps_panicking_escalates_as_an_infrastructure_fault() {
     let fx = Fixture::new();
-    let report = fx.run_to_gate(answer(always_crash)).await;
+    let report = fx
+        .run_to_gate(crashing_at(
+            Step::Spec { revision: 0 },
+            usize::MAX,
+            "the spec author always crashes",
+        ))
+        .await;
     match report.outcome {
         RunOutcome::Halted { escalation } => {
             assert_eq!(
@@ -565,14 +595,7 @@ async fn a_design_edited_after_approval_halts_before_the_next_build_step() {
     let RunOutcome::AtGate { hash, .. } = report.outcome else {
         panic!("gate")
     };
-    let approval = ApproveAs { name: "ada".into() }
-        .decide(&GateRequest {
-            gate: GateKind::Design,
-            hash,
-            summary: String::new(),
-        })
-        .await
-        .expect("a");
+    let approval = ada_approves_design(hash).await;
     record_gate_decision(&fx.ledger(), &Machine::default(), approval).expect("approve");
     let design = fx.root().join(DESIGN_FILE);
     let text = std::fs::read_to_string(&design).expect("design");
@@ -709,14 +732,7 @@ async fn a_frozen_migration_file_edited_on_disk_halts_before_the_next_build_step
         &fx.run_with(config.clone(), answer(honest), Arc::new(StopAtGates))
             .await,
     );
-    let approval = ApproveAs { name: "ada".into() }
-        .decide(&GateRequest {
-            gate: GateKind::Design,
-            hash,
-            summary: String::new(),
-        })
-        .await
-        .expect("a");
+    let approval = ada_approves_design(hash).await;
     record_gate_decision(
         &fx.ledger(),
         &Machine::new(config.machine.clone()),
@@ -902,21 +918,18 @@ async fn a_refused_apply_keeps_its_journal_so_a_retry_records_the_true_undo() {
         .await
         .expect("run again");
     assert_eq!(report.outcome, RunOutcome::Done);
-    let undo_of_green = fx
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Applied { inverse, .. } => Some(inverse),
-            _ => None,
-        })
-        .nth(2)
-        .expect("the re-applied GREEN");
+    // The undo is the state before GREEN, not after.
+    assert_undo_deletes(&fx.events(), 2, "the re-applied GREEN", "src/t1.sql");
+}
+
+/// Checks that the undo of the `nth` change set applied (`what` names it) deletes `path`, and
+/// nothing else: there was no file at `path` before it.
+fn assert_undo_deletes(events: &[Event], nth: usize, what: &str, path: &str) {
+    let undo = undos(events).get(nth).cloned().expect(what);
     assert_eq!(
-        undo_of_green.changes,
-        vec![FileChange::Delete {
-            path: "src/t1.sql".into()
-        }],
-        "the undo is the state before GREEN, not after"
+        undo.changes,
+        vec![FileChange::Delete { path: path.into() }],
+        "the undo of {what}"
     );
 }
 
@@ -943,7 +956,7 @@ async fn a_write_through_a_link_is_judged_by_the_file_it_reaches_before_anything
     let fx = Fixture::new();
     let root = fx.root();
     std::fs::create_dir_all(root.join("src")).expect("src");
-    std::fs::write(root.join("consort.toml"), "# the harness\n").expect("harness");
+    fx.seed("consort.toml", "# the harness\n");
     std::os::unix::fs::symlink("../tests", root.join("src/link")).expect("link");
     std::os::unix::fs::symlink("../consort.toml", root.join("src/cfg")).expect("link");
     std::os::unix::fs::symlink("../.git", root.join("src/g")).expect("link");
@@ -956,13 +969,9 @@ async fn a_write_through_a_link_is_judged_by_the_file_it_reaches_before_anything
     let mut config = fx.config();
     config.machine.max_agent_retries = 4;
     let machine = Machine::new(config.machine.clone());
-    let report = fx.run_with(config, answer, approve_all()).await;
-    assert_eq!(
-        report.outcome,
-        RunOutcome::Done,
-        "the honest retry finishes"
-    );
-    let events = fx.events();
+    let (report, events) = fx
+        .run_to_done(config, answer, "the honest retry finishes")
+        .await;
     assert_eq!(
         denials(&events),
         vec![
@@ -1028,22 +1037,14 @@ async fn a_red_that_writes_a_test_path_through_a_link_to_code_is_non_test_in_red
     );
     // The denied RED wrote nothing: the first Applied is the honest RED, and its undo deletes
     // only the test file.
-    let undos = undos(&events);
-    let first = undos.first().expect("an applied RED");
-    assert_eq!(
-        first.changes,
-        vec![FileChange::Delete {
-            path: "tests/t1.sql".into()
-        }]
-    );
+    assert_undo_deletes(&events, 0, "an applied RED", "tests/t1.sql");
 }
 
 #[tokio::test]
 async fn a_path_the_file_system_refuses_is_a_retry_and_nothing_is_left_half_applied() {
     let fx = Fixture::new();
     let root = fx.root();
-    std::fs::create_dir_all(root.join("src")).expect("src");
-    std::fs::write(root.join("src/notes.txt"), "notes\n").expect("seed");
+    fx.seed("src/notes.txt", "notes\n");
     let long = format!("src/{}.sql", "n".repeat(300));
     let answer = green_t1_cheats(vec![
         vec![t1_green(), kit::write(&long, "x")],
@@ -1058,13 +1059,9 @@ async fn a_path_the_file_system_refuses_is_a_retry_and_nothing_is_left_half_appl
     ]);
     let mut config = fx.config();
     config.machine.max_agent_retries = 3;
-    let report = fx.run_with(config, answer, approve_all()).await;
-    assert_eq!(
-        report.outcome,
-        RunOutcome::Done,
-        "the run goes on to the honest retry"
-    );
-    let events = fx.events();
+    let (_, events) = fx
+        .run_to_done(config, answer, "the run goes on to the honest retry")
+        .await;
     let problems: Vec<consort_actors::WriteProblem> = denials(&events)
         .into_iter()
         .map(|v| match v {
@@ -1089,14 +1086,7 @@ async fn a_path_the_file_system_refuses_is_a_retry_and_nothing_is_left_half_appl
         "the mid-way write was undone"
     );
     // The honest GREEN's undo is the tree before any cheat: src/t1.sql did not exist.
-    let undos = undos(&events);
-    let undo_of_green = undos.get(1).expect("T1's GREEN");
-    assert_eq!(
-        undo_of_green.changes,
-        vec![FileChange::Delete {
-            path: "src/t1.sql".into()
-        }]
-    );
+    assert_undo_deletes(&events, 1, "T1's GREEN", "src/t1.sql");
 }
 
 #[tokio::test]
@@ -1120,13 +1110,13 @@ async fn caches_are_not_test_files_not_hashed_and_not_writable() {
     // `build` is the project's own cache name: it must reach the verifier's hash too, or the
     // receipts would be for another work tree.
     config.machine.paths = crate::PathPolicy::default().with_caches(&["build"]);
-    let report = fx.run_with(config, answer, approve_all()).await;
-    assert_eq!(
-        report.outcome,
-        RunOutcome::Done,
-        "no unexpected test file, no receipt for another tree"
-    );
-    let events = fx.events();
+    let (_, events) = fx
+        .run_to_done(
+            config,
+            answer,
+            "no unexpected test file, no receipt for another tree",
+        )
+        .await;
     let refused: Vec<crate::RuleViolation> = events
         .iter()
         .filter_map(|e| match e {

@@ -207,6 +207,17 @@ impl Run {
         self.apply()
     }
 
+    /// [`Run::write_and_apply`], then answers its verify run with `tests/t1.sql` as `t1`.
+    fn write_apply_and_verify(
+        &mut self,
+        path: &str,
+        content: &str,
+        t1: TestStatus,
+    ) -> Result<Vec<Command>, RuleViolation> {
+        self.write_and_apply(path, content);
+        self.verify(&[("tests/t1.sql", t1)])
+    }
+
     fn test_hashes(&self) -> FileHashes {
         self.disk.test_hashes()
     }
@@ -437,6 +448,27 @@ fn promoted(request: RequestId, applied: &[&str]) -> Event {
     }
 }
 
+/// The run's start: the feature, nothing inherited.
+fn start() -> Event {
+    Event::Start {
+        feature: feature(),
+        inherited: Default::default(),
+    }
+}
+
+/// The agent of assignment `aid` failed: its model server answered 503.
+fn model_unavailable(aid: AssignmentId) -> Event {
+    Event::AgentFailed {
+        assignment: aid,
+        failure: AgentFailure::ModelUnavailable {
+            detail: "503".into(),
+            usage: Usage::default(),
+        },
+        role: None,
+        usage: Default::default(),
+    }
+}
+
 /// A human's decision, by `ada`.
 fn human(decision: HumanDecision) -> Event {
     Event::Human {
@@ -454,10 +486,7 @@ fn last_command(r: &Run) -> Command {
 #[test]
 fn start_assigns_the_product_owner() {
     let mut r = Run::new();
-    let cmds = r.ok(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    });
+    let cmds = r.ok(start());
     assert!(matches!(
         &cmds[..],
         [Command::Assign {
@@ -586,10 +615,7 @@ fn revisions_are_bounded_then_escalate_as_a_verdict() {
 #[test]
 fn malformed_design_artifacts_are_refused_and_the_agent_retries() {
     let mut r = Run::new();
-    r.ok(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    });
+    r.ok(start());
     let mut bad = stories(false);
     bad.stories[0].acceptance_criteria[0].id = "AC1".into();
     let v = r.produce_refused(Artifact::Stories(bad));
@@ -687,10 +713,7 @@ fn a_test_named_as_the_runner_never_reports_it_is_refused_with_the_expected_form
 #[test]
 fn refusals_are_bounded_then_escalate() {
     let mut r = Run::new();
-    r.ok(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    });
+    r.ok(start());
     for _ in 0..=2 {
         let _ = r.produce(Artifact::Stories(Stories {
             feature_id: "F1".into(),
@@ -703,10 +726,7 @@ fn refusals_are_bounded_then_escalate() {
 #[test]
 fn an_artifact_from_the_wrong_role_is_refused() {
     let mut r = Run::new();
-    r.ok(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    });
+    r.ok(start());
     let v = r
         .produce_as(id(Role::Driver), Artifact::Stories(stories(false)))
         .expect_err("refused");
@@ -722,10 +742,7 @@ fn an_artifact_from_the_wrong_role_is_refused() {
 #[test]
 fn an_artifact_of_the_wrong_kind_is_refused() {
     let mut r = Run::new();
-    r.ok(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    });
+    r.ok(start());
     let v = r.produce_refused(Artifact::Spec(spec()));
     assert_eq!(
         v,
@@ -752,10 +769,7 @@ fn an_agent_made_receipt_is_refused() {
 #[test]
 fn a_stale_answer_is_ignored() {
     let mut r = Run::new();
-    r.ok(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    });
+    r.ok(start());
     let before = r.s.clone();
     let v = r.refused(Event::Produced {
         assignment: AssignmentId(99),
@@ -912,8 +926,7 @@ fn no_agent_restores_raw_bytes() {
 
 #[test]
 fn red_must_write_the_entrys_test_file() {
-    let mut r = Run::at_build();
-    let v = r.produce_refused(cs(vec![write("tests/other.sql", "x")]));
+    let v = Run::at_build().produce_refused(cs(vec![write("tests/other.sql", "x")]));
     assert_eq!(
         v,
         RuleViolation::RedMissingTest {
@@ -1008,9 +1021,8 @@ fn a_refused_apply_lets_the_agent_retry() {
 #[test]
 fn a_red_that_already_passes_is_refused_reverted_and_retried() {
     let mut r = Run::with_red_applied("select 1;");
-    let v = r.verify_refused(&[("tests/t1.sql", TestStatus::Passed)]);
     assert_eq!(
-        v,
+        r.verify_refused(&[("tests/t1.sql", TestStatus::Passed)]),
         RuleViolation::RedPassedWithoutCode {
             test: "tests/t1.sql".into()
         }
@@ -1288,8 +1300,7 @@ fn a_path_the_file_system_refuses_is_retried_and_a_refused_revert_halts() {
     r.observe();
     assert_eq!(r.assignment().2, 1, "the Navigator tries again");
     // A revert is the machine's own undo: not re-checked, and a refusal of it halts.
-    r.write_and_apply("tests/t1.sql", "select 1;");
-    r.verify(&[("tests/t1.sql", TestStatus::Passed)])
+    r.write_apply_and_verify("tests/t1.sql", "select 1;", TestStatus::Passed)
         .expect_err("passes without code");
     assert!(matches!(r.pending(), Pending::Revert { .. }));
     let anything = set(vec![write("consort.toml", "x")]);
@@ -1398,8 +1409,7 @@ fn green_may_not_touch_tests() {
 #[test]
 fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
     let mut r = Run::at_green();
-    r.write_and_apply("src/a.sql", "bad");
-    r.verify(&[("tests/t1.sql", TestStatus::Failed)])
+    r.write_apply_and_verify("src/a.sql", "bad", TestStatus::Failed)
         .expect("a red green is a result, not a violation");
     r.observe();
     let (_, step, _) = r.assignment();
@@ -1504,8 +1514,7 @@ fn a_test_file_planted_on_disk_halts_before_the_run() {
 #[test]
 fn an_unexpected_test_file_halts_at_observation() {
     let mut r = Run::at_green();
-    r.write_and_apply("src/a.sql", "x");
-    r.verify(&[("tests/t1.sql", TestStatus::Passed)])
+    r.write_apply_and_verify("src/a.sql", "x", TestStatus::Passed)
         .expect("green");
     r.disk.files.insert("tests/sneaky.sql".into(), "x".into());
     let e = Event::Observed {
@@ -1553,8 +1562,7 @@ fn a_failing_refactor_is_dropped_and_the_green_code_kept() {
     let mut r = Run::at_green();
     r.green(&["tests/t1.sql"]);
     let green_code = r.disk.files.get("src/code.sql").cloned();
-    r.write_and_apply("src/code.sql", "broken refactor");
-    r.verify(&[("tests/t1.sql", TestStatus::Failed)])
+    r.write_apply_and_verify("src/code.sql", "broken refactor", TestStatus::Failed)
         .expect("a failing refactor is a result");
     assert!(matches!(r.pending(), Pending::Revert { .. }));
     r.apply();
@@ -1777,13 +1785,7 @@ fn the_whole_lifecycle_reaches_done() {
     assert_eq!(r.s.phase(), Phase::Done);
     assert_eq!(r.s.approvals.len(), 3);
     assert!(matches!(last_command(&r), Command::Finish));
-    assert_eq!(
-        r.refused(Event::Start {
-            feature: feature(),
-            inherited: Default::default()
-        }),
-        RuleViolation::Finished
-    );
+    assert_eq!(r.refused(start()), RuleViolation::Finished);
 }
 
 // ---------- infrastructure faults and humans ----------
@@ -1813,20 +1815,9 @@ fn an_infrastructure_fault_escalates_as_such_and_a_retry_reissues_the_step() {
 #[test]
 fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
     let mut r = Run::new();
-    r.ok(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    });
+    r.ok(start());
     let (aid, _, _) = r.assignment();
-    r.ok(Event::AgentFailed {
-        assignment: aid,
-        failure: AgentFailure::ModelUnavailable {
-            detail: "503".into(),
-            usage: Usage::default(),
-        },
-        role: None,
-        usage: Default::default(),
-    });
+    r.ok(model_unavailable(aid));
     assert_eq!(
         r.halted_reason(),
         EscalationReason::Infrastructure(InfraFault::ModelServerFailing)
@@ -1842,10 +1833,7 @@ fn an_agent_failure_escalates_and_a_human_can_stop_the_run() {
 #[test]
 fn a_retry_needs_a_halt() {
     let mut r = Run::new();
-    r.ok(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    });
+    r.ok(start());
     assert_eq!(
         r.refused(human(HumanDecision::Retry)),
         RuleViolation::NotHalted
@@ -1960,10 +1948,7 @@ fn done_has_its_evidence(s: &State) -> bool {
 fn next_event(r: &Run, choice: u8) -> Event {
     let bad_hash = ContentHash::of_bytes(&[choice]);
     match (&r.s.status, r.s.pending.clone()) {
-        (RunStatus::Idle, _) => Event::Start {
-            feature: feature(),
-            inherited: Default::default(),
-        },
+        (RunStatus::Idle, _) => start(),
         (RunStatus::Halted { .. }, _) => Event::Human {
             decision: if choice.is_multiple_of(4) {
                 HumanDecision::Stop
@@ -1972,10 +1957,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
             },
             by: "p".into(),
         },
-        (_, None) => Event::Start {
-            feature: feature(),
-            inherited: Default::default(),
-        },
+        (_, None) => start(),
         (_, Some(Pending::Agent { id: aid, step, .. })) => {
             let artifact = agent_artifact(r, &step, choice);
             let role = if choice.is_multiple_of(11) {
@@ -2167,15 +2149,7 @@ fn an_impossible_state_halts_with_a_typed_internal_reason() {
         status: RunStatus::Running,
         ..State::default()
     };
-    let v = m
-        .step(
-            &nothing,
-            &Event::Start {
-                feature: feature(),
-                inherited: Default::default(),
-            },
-        )
-        .expect_err("refused");
+    let v = m.step(&nothing, &start()).expect_err("refused");
     assert!(matches!(v, RuleViolation::Invariant { .. }), "{v:?}");
     assert_eq!(v.remedy(), Remedy::Halt);
 
@@ -2228,21 +2202,9 @@ fn an_impossible_state_halts_with_a_typed_internal_reason() {
 #[test]
 fn a_resume_point_names_the_assignment_its_retry_issues() {
     let mut r = Run::new();
-    r.feed(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    })
-    .expect("start");
+    r.feed(start()).expect("start");
     let (aid, step, _) = r.assignment();
-    r.ok(Event::AgentFailed {
-        assignment: aid,
-        failure: AgentFailure::ModelUnavailable {
-            detail: "503".into(),
-            usage: Usage::default(),
-        },
-        role: None,
-        usage: Default::default(),
-    });
+    r.ok(model_unavailable(aid));
     let RunStatus::Halted { resume, .. } = r.s.status.clone() else {
         panic!("expected a halt");
     };
@@ -2329,10 +2291,7 @@ fn a_rejection_a_retry_and_a_stop_are_edges_of_the_lifecycle() {
         user_facing: false,
         real_refactors: false,
     });
-    sim.feed(Event::Start {
-        feature: feature(),
-        inherited: Default::default(),
-    });
+    sim.feed(start());
     let mut rejected = false;
     while sim.state.status == RunStatus::Running {
         let cmd = sim.state.pending_command().expect("a pending command");

@@ -272,15 +272,7 @@ impl Mailbox {
 
     /// The latest submission for `id`, if any.
     pub fn submission(&self, id: u64) -> Result<Option<Submission>, MailboxError> {
-        let path = self.path(id, "submission");
-        let sub: Option<Submission> = self.read(&path)?;
-        match sub {
-            Some(s) if s.assignment != id => Err(MailboxError::Malformed {
-                path,
-                detail: format!("it answers assignment {}, not {id}", s.assignment),
-            }),
-            other => Ok(other),
-        }
+        self.read_of(id, "submission", "answers", |s: &Submission| s.assignment)
     }
 
     /// Hands over `artifact` for assignment `id` from `identity` (who must have taken it);
@@ -325,15 +317,7 @@ impl Mailbox {
 
     /// The run's latest verdict for `id`, if any.
     pub fn verdict(&self, id: u64) -> Result<Option<Verdict>, MailboxError> {
-        let path = self.path(id, "verdict");
-        let v: Option<Verdict> = self.read(&path)?;
-        match v {
-            Some(v) if v.assignment != id => Err(MailboxError::Malformed {
-                path,
-                detail: format!("it judges assignment {}, not {id}", v.assignment),
-            }),
-            other => Ok(other),
-        }
+        self.read_of(id, "verdict", "judges", |v: &Verdict| v.assignment)
     }
 
     /// Records the run's verdict.
@@ -363,6 +347,25 @@ impl Mailbox {
             }
         }
         Ok(authors)
+    }
+
+    /// The `kind` file of assignment `id`, if any: malformed when it belongs to another
+    /// assignment (`assignment` reads which; `verb` says how the file relates to it).
+    fn read_of<T: DeserializeOwned>(
+        &self,
+        id: u64,
+        kind: &str,
+        verb: &str,
+        assignment: impl Fn(&T) -> u64,
+    ) -> Result<Option<T>, MailboxError> {
+        let path = self.path(id, kind);
+        match self.read::<T>(&path)? {
+            Some(record) if assignment(&record) != id => Err(MailboxError::Malformed {
+                detail: format!("it {verb} assignment {}, not {id}", assignment(&record)),
+                path,
+            }),
+            other => Ok(other),
+        }
     }
 
     fn read<T: DeserializeOwned>(&self, path: &Path) -> Result<Option<T>, MailboxError> {

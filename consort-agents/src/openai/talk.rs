@@ -297,19 +297,16 @@ mod tests {
 
     #[test]
     fn each_fit_level_cuts_one_more_thing_and_never_the_entry_or_the_step() {
-        let mut a = consort_testkit::artifacts::assignment(1, "green/T1");
-        a.inputs
-            .files
-            .insert("src/code.sql".into(), "CODE-BODY".into());
-        a.inputs
-            .files
-            .insert("tests/t1.sql".into(), "ENTRY-TEST".into());
+        let mut a = consort_testkit::artifacts::with_files(
+            consort_testkit::artifacts::assignment(1, "green/T1"),
+            &[
+                ("src/code.sql", "CODE-BODY"),
+                ("tests/t1.sql", "ENTRY-TEST"),
+            ],
+        );
         a.inputs.test = Some(consort_actors::TestEntry {
-            id: "T1".into(),
-            ac_id: "S1-AC1".into(),
             description: "d".into(),
-            path: "tests/t1.sql".into(),
-            test_name: None,
+            ..consort_testkit::artifacts::entry("T1", "S1-AC1", "tests/t1.sql")
         });
         a.feedback = vec!["OLD-FEEDBACK".into(), "NEW-FEEDBACK".into()];
         let mut talk = Talk::new(&a, false, true);

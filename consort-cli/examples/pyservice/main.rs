@@ -13,6 +13,9 @@
 //! approved as the name `--approve-as` gives (default `pyservice-example`), said in the
 //! output and the ledger.
 
+#[path = "../shared/mod.rs"]
+mod shared;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -39,26 +42,14 @@ struct Args {
 }
 
 fn main() {
-    let code = match run() {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {}", ui::error_chain(e.as_ref()));
-            ui::EXIT_FAILURE
-        }
-    };
-    std::process::exit(code);
+    shared::main(run)
 }
 
 fn run() -> Result<i32> {
     let args = Args::parse();
     ui::init_logging();
     python_ready()?;
-    let dir = match args.dir {
-        Some(d) => d,
-        None => std::env::temp_dir().join(format!("consort-pyservice-{}", std::process::id())),
-    };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let dir = dir.canonicalize()?;
+    let dir = shared::project_dir(args.dir, "pyservice")?;
     let lock = RunLock::acquire(&dir, "pyservice example")?;
     if !dir.join(consort::config::CONFIG_FILE).exists() {
         write_project(&dir)?;

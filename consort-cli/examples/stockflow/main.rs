@@ -12,10 +12,13 @@
 //! and prints the exact `consort approve` command that continues it. Like `consort run`, it
 //! holds the project's run lock: one run per project.
 
+#[path = "../shared/mod.rs"]
+mod shared;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use consort::git::GitRepo;
 use consort::project::{Project, RunOptions, approve_command};
@@ -45,25 +48,13 @@ enum Agents {
 }
 
 fn main() {
-    let code = match run() {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {}", consort_cli::ui::error_chain(e.as_ref()));
-            ui::EXIT_FAILURE
-        }
-    };
-    std::process::exit(code);
+    shared::main(run)
 }
 
 fn run() -> Result<i32> {
     let args = Args::parse();
     consort_cli::ui::init_logging();
-    let dir = match args.dir {
-        Some(d) => d,
-        None => std::env::temp_dir().join(format!("consort-stockflow-{}", std::process::id())),
-    };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let dir = dir.canonicalize()?;
+    let dir = shared::project_dir(args.dir, "stockflow")?;
     // One run per project: taken before the project is even written, held to the end.
     let lock = RunLock::acquire(&dir, "stockflow example")?;
     if !dir.join(consort::config::CONFIG_FILE).exists() {

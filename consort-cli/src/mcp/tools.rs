@@ -1,8 +1,10 @@
 //! The tools `consort mcp` offers: their names, descriptions and argument schemas, in one
 //! table, and the argument types.
 
+use std::sync::Arc;
+
 use rmcp::handler::server::tool::schema_for_type;
-use rmcp::model::Tool;
+use rmcp::model::{JsonObject, Tool};
 use rmcp::schemars::{self, JsonSchema};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -62,58 +64,38 @@ pub(super) struct ApproveArgs {
     pub note: Option<String>,
 }
 
+/// Every tool as `name: what it does`, `approve` last.
+const TOOLS: [&str; 9] = [
+    "status: The feature's phase, step, test, pending gate, halt, last receipt and usage, as `consort status --json` prints them.",
+    "next: What waits next, with the exact command a person runs for it (an approval, a retry) or the tool a client calls.",
+    "design: The design bundle written at the design gate (stories, spec, schema, test list, UX), and whether it is frozen.",
+    "log: The ledger, one event per line, as `consort log` prints it.",
+    "verify: Checks the ledger chain, the frozen design, the frozen tests and the receipts, as `consort verify` does.",
+    "branches: Consort's database branches, as `consort branches` lists them.",
+    "next_assignment: Takes the assignment waiting for a role played through MCP: the step, its inputs and feedback, and the answer's kind and JSON schema. The author of a test's code is refused its review.",
+    "submit: Hands over the answer to an assignment taken with next_assignment and waits for the run's verdict: refused with the reason (submit again), or accepted and what the machine made of it.",
+    "approve: Approves the gate waiting for the given hash, as this session's identity, recorded exactly as `consort approve` records it.",
+];
+
+/// The schema of a tool's arguments.
+fn schema(tool: &str) -> Arc<JsonObject> {
+    match tool {
+        "log" => schema_for_type::<LogArgs>(),
+        "next_assignment" => schema_for_type::<NextArgs>(),
+        "submit" => schema_for_type::<SubmitArgs>(),
+        "approve" => schema_for_type::<ApproveArgs>(),
+        _ => schema_for_type::<NoArgs>(),
+    }
+}
+
 /// Every tool, `approve` only when offered.
 pub(super) fn list(approve: bool) -> Vec<Tool> {
-    let mut tools = vec![
-        Tool::new(
-            "status",
-            "The feature's phase, step, test, pending gate, halt, last receipt and usage, as `consort status --json` prints them.",
-            schema_for_type::<NoArgs>(),
-        ),
-        Tool::new(
-            "next",
-            "What waits next, with the exact command a person runs for it (an approval, a retry) or the tool a client calls.",
-            schema_for_type::<NoArgs>(),
-        ),
-        Tool::new(
-            "design",
-            "The design bundle written at the design gate (stories, spec, schema, test list, UX), and whether it is frozen.",
-            schema_for_type::<NoArgs>(),
-        ),
-        Tool::new(
-            "log",
-            "The ledger, one event per line, as `consort log` prints it.",
-            schema_for_type::<LogArgs>(),
-        ),
-        Tool::new(
-            "verify",
-            "Checks the ledger chain, the frozen design, the frozen tests and the receipts, as `consort verify` does.",
-            schema_for_type::<NoArgs>(),
-        ),
-        Tool::new(
-            "branches",
-            "Consort's database branches, as `consort branches` lists them.",
-            schema_for_type::<NoArgs>(),
-        ),
-        Tool::new(
-            "next_assignment",
-            "Takes the assignment waiting for a role played through MCP: the step, its inputs and feedback, and the answer's kind and JSON schema. The author of a test's code is refused its review.",
-            schema_for_type::<NextArgs>(),
-        ),
-        Tool::new(
-            "submit",
-            "Hands over the answer to an assignment taken with next_assignment and waits for the run's verdict: refused with the reason (submit again), or accepted and what the machine made of it.",
-            schema_for_type::<SubmitArgs>(),
-        ),
-    ];
-    if approve {
-        tools.push(Tool::new(
-            "approve",
-            "Approves the gate waiting for the given hash, as this session's identity, recorded exactly as `consort approve` records it.",
-            schema_for_type::<ApproveArgs>(),
-        ));
-    }
-    tools
+    TOOLS
+        .iter()
+        .filter_map(|tool| tool.split_once(": "))
+        .filter(|(name, _)| approve || *name != "approve")
+        .map(|(name, description)| Tool::new(name, description, schema(name)))
+        .collect()
 }
 
 /// The arguments of `tool`, or a readable refusal.

@@ -25,6 +25,23 @@ pub fn escape(text: &str) -> String {
     out
 }
 
+/// `template` with each `{}` in it replaced, in turn, by the next of `fields`, escaped: one
+/// row of untrusted text in one call. A `{}` with no field left stays as it is; a field with no
+/// `{}` left is not written.
+pub(super) fn fill(template: &str, fields: &[&str]) -> String {
+    let mut holes = template.split("{}");
+    let mut out = holes.next().unwrap_or_default().to_owned();
+    let mut fields = fields.iter();
+    for rest in holes {
+        match fields.next() {
+            Some(field) => out.push_str(&escape(field)),
+            None => out.push_str("{}"),
+        }
+        out.push_str(rest);
+    }
+    out
+}
+
 /// A time as people read it, in UTC.
 pub(super) fn time(t: &DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
@@ -151,5 +168,16 @@ mod tests {
             assert!(!safe.contains(bad), "{bad} survives");
         }
         assert_eq!(escape("plain text, ünïcode"), "plain text, ünïcode");
+    }
+
+    #[test]
+    fn fill_escapes_each_field_into_its_hole_in_turn() {
+        assert_eq!(
+            fill("<b>{}</b> {}", &["<i>", "a&b"]),
+            "<b>&lt;i&gt;</b> a&amp;b"
+        );
+        assert_eq!(fill("{} and {}", &["one"]), "one and {}");
+        assert_eq!(fill("{}", &["one", "two"]), "one");
+        assert_eq!(fill("no holes", &[]), "no holes");
     }
 }

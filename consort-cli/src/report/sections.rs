@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use consort_actors::{GateDecision, HumanDecision, Phase, RunStatus};
 
-use super::html::{escape, millis, pre_block, time};
+use super::html::{escape, fill, millis, pre_block, time};
 use super::model::{Decision, Model};
 
 /// The title, the feature, where the run stands.
@@ -53,32 +53,20 @@ pub(super) fn stories(model: &Model) -> String {
     };
     let mut out = String::from("<section id=\"stories\"><h2>Stories</h2>");
     for story in &stories.stories {
-        let _ = write!(
-            out,
-            "<div class=\"card story\" data-story=\"{}\"><h3>{} {}</h3><p>As {}, I want {}, so that {}.{}</p><ul class=\"criteria\">",
-            escape(&story.id),
-            escape(&story.id),
-            escape(&story.title),
-            escape(&story.as_a),
-            escape(&story.i_want),
-            escape(&story.so_that),
-            if story.user_facing {
-                " <span class=\"badge\">user-facing</span>"
-            } else {
-                ""
-            }
-        );
-        for ac in &story.acceptance_criteria {
-            let _ = write!(
-                out,
-                "<li data-ac=\"{}\"><code>{}</code> <b>given</b> {} <b>when</b> {} <b>then</b> {}</li>",
-                escape(&ac.id),
-                escape(&ac.id),
-                escape(&ac.given),
-                escape(&ac.when),
-                escape(&ac.then)
-            );
+        out.push_str(&fill(
+            "<div class=\"card story\" data-story=\"{}\"><h3>{} {}</h3><p>As {}, I want {}, so that {}.",
+            &[&story.id, &story.id, &story.title, &story.as_a, &story.i_want, &story.so_that],
+        ));
+        if story.user_facing {
+            out.push_str(" <span class=\"badge\">user-facing</span>");
         }
+        out.push_str("</p><ul class=\"criteria\">");
+        out.extend(story.acceptance_criteria.iter().map(|ac| {
+            fill(
+                "<li data-ac=\"{}\"><code>{}</code> <b>given</b> {} <b>when</b> {} <b>then</b> {}</li>",
+                &[&ac.id, &ac.id, &ac.given, &ac.when, &ac.then],
+            )
+        }));
         out.push_str("</ul></div>");
     }
     out.push_str("</section>");
@@ -109,28 +97,21 @@ pub(super) fn design(model: &Model) -> String {
     if let Some(plan) = &s.schema {
         out.push_str("<h3>Migrations</h3>");
         for m in &plan.migrations {
-            let _ = write!(
-                out,
-                "<div class=\"card migration\"><b>{}</b> (story {}): {}{}</div>",
-                escape(&m.version),
-                escape(&m.story_id),
-                escape(&m.description),
-                pre_block("the SQL", &m.sql)
-            );
+            out.push_str(&fill(
+                "<div class=\"card migration\"><b>{}</b> (story {}): {}",
+                &[&m.version, &m.story_id, &m.description],
+            ));
+            out.push_str(&pre_block("the SQL", &m.sql));
+            out.push_str("</div>");
         }
     }
     if let Some(list) = &s.test_list {
         out.push_str("<h3>Test list</h3><table id=\"test-list\"><tr><th>test</th><th>criterion</th><th>what it checks</th><th>path</th></tr>");
         for e in &list.entries {
-            let _ = write!(
-                out,
+            out.push_str(&fill(
                 "<tr data-test=\"{}\"><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td><code>{}</code></td></tr>",
-                escape(&e.id),
-                escape(&e.id),
-                escape(&e.ac_id),
-                escape(&e.description),
-                escape(&e.path)
-            );
+                &[&e.id, &e.id, &e.ac_id, &e.description, &e.path],
+            ));
         }
         out.push_str("</table>");
     }
@@ -220,20 +201,20 @@ pub(super) fn changes(model: &Model) -> String {
     let mut out = String::from(
         "<section id=\"changes\"><h2>What changed</h2><h3>Files</h3><ul id=\"files\">",
     );
-    for f in &model.files {
-        let _ = write!(out, "<li><code>{}</code></li>", escape(f));
-    }
+    out.extend(
+        model
+            .files
+            .iter()
+            .map(|f| fill("<li><code>{}</code></li>", &[f])),
+    );
     out.push_str("</ul>");
     if !model.migrations.is_empty() {
         out.push_str("<h3>Migration files</h3><ul id=\"migration-files\">");
         for (path, version, description) in &model.migrations {
-            let _ = write!(
-                out,
+            out.push_str(&fill(
                 "<li><code>{}</code>: {} {}</li>",
-                escape(path),
-                escape(version),
-                escape(description)
-            );
+                &[path, version, description],
+            ));
         }
         out.push_str("</ul>");
     }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 use consort_actors::{Step, TestRunReceipt, TestStatus};
 
-use super::html::{escape, millis, time};
+use super::html::{escape, fill, millis, time};
 use super::model::{Model, StepRecord};
 
 /// The build lane section.
@@ -17,15 +17,10 @@ pub(super) fn build_lane(model: &Model) -> String {
         return out;
     };
     for entry in &list.entries {
-        let _ = write!(
-            out,
+        out.push_str(&fill(
             "<div class=\"card test\" data-test=\"{}\"><h3><code>{}</code> {}</h3><p class=\"meta\">criterion <code>{}</code> · <code>{}</code></p><div class=\"lane\">",
-            escape(&entry.id),
-            escape(&entry.id),
-            escape(&entry.description),
-            escape(&entry.ac_id),
-            escape(&entry.path)
-        );
+            &[&entry.id, &entry.id, &entry.description, &entry.ac_id, &entry.path],
+        ));
         let mut any = false;
         for (i, record) in model.steps_of(&entry.id).enumerate() {
             if i > 0 {

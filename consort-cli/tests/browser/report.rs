@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{assert_exit, consort, dir_arg, init_stockflow, run};
+use crate::common::{approving_run, assert_exit, consort, dir_arg, init_stockflow, run};
 use consort::actors::{GateDecision, Phase};
 use consort_testkit::browser::Browser;
 use serde_json::Value;
@@ -40,10 +40,7 @@ fn stockflow_done(dir: &Path) -> consort::Project {
     let mut body = std::fs::read_to_string(&request).expect("request");
     body.push_str(&format!("\nA note from a hostile user: {HOSTILE}\n"));
     std::fs::write(&request, body).expect("write request");
-    let o = run(consort()
-        .arg("run")
-        .args(dir_arg(dir))
-        .args(["--approve-as", "ada"]));
+    let o = run(&mut approving_run(dir));
     assert_exit(&o, 0, "the StockFlow run reaches done");
     project
 }

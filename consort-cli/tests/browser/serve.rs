@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{consort, dir_arg, init_stockflow};
+use crate::common::{consort, consort_in, dir_arg, init_stockflow};
 use consort::actors::{Event, GateDecision, GateKind, Ledger};
 use consort_testkit::browser::Browser;
 use serde_json::{Value, json};
@@ -30,11 +30,8 @@ struct Served {
 
 impl Served {
     fn start(dir: &Path) -> Served {
-        let mut child = consort()
-            .arg("serve")
-            .args(dir_arg(dir))
+        let mut child = consort_in("serve", dir)
             .args(["--addr", "127.0.0.1:0"])
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -72,6 +69,25 @@ impl Served {
         std::mem::forget(self);
         status.code()
     }
+}
+
+/// Runs `test` with a headless browser, on a runtime of its own; closes the browser after it.
+fn with_browser(test: impl AsyncFnOnce(&Browser)) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
+        test(&browser).await;
+        browser.close().await;
+    });
+}
+
+/// A fresh StockFlow project (in its temporary directory, kept while the test runs), served.
+fn served_stockflow() -> (tempfile::TempDir, PathBuf, Served) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("stockflow");
+    init_stockflow(&dir);
+    let served = Served::start(&dir);
+    (tmp, dir, served)
 }
 
 impl Drop for Served {
@@ -119,25 +135,13 @@ async fn decide(browser: &Browser, name: &str, note: &str, button: &str) -> Stri
         note = json!(note),
         button = json!(button),
     );
-    browser
-        .eval(&script)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let start = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let page = browser
-            .eval("return document.readyState === 'complete' && !document.getElementById('decide') ? document.body.innerText : null")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        if let Some(text) = page.as_str() {
-            return text.to_string();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the decision never answered"
-        );
-    }
+    act_then_read(
+        browser,
+        &script,
+        "return document.readyState === 'complete' && !document.getElementById('decide') ? document.body.innerText : null",
+        "the decision",
+    )
+    .await
 }
 
 /// Submits a form with `fields` from the page now open, as a page that was loaded earlier would.
@@ -148,23 +152,29 @@ async fn submit_stale(browser: &Browser, fields: &Value) -> String {
            const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i); }}\
          document.body.appendChild(f); f.submit(); return true;"
     );
-    browser
-        .eval(&script)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    act_then_read(
+        browser,
+        &script,
+        "const m = document.getElementById('message'); return m ? m.textContent : null",
+        "the stale form",
+    )
+    .await
+}
+
+/// Runs `script` on the page, then every 100 ms runs `probe` until it returns text, and returns
+/// that; fails when `what` has not answered so after 30 seconds.
+async fn act_then_read(browser: &Browser, script: &str, probe: &str, what: &str) -> String {
+    browser.eval(script).await.unwrap_or_else(|e| panic!("{e}"));
     let start = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let text = browser
-            .eval("const m = document.getElementById('message'); return m ? m.textContent : null")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        if let Some(t) = text.as_str() {
-            return t.to_string();
+        let answer = browser.eval(probe).await.unwrap_or_else(|e| panic!("{e}"));
+        if let Some(text) = answer.as_str() {
+            return text.to_string();
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "the stale form never answered"
+            "{what} never answered"
         );
     }
 }
@@ -277,15 +287,10 @@ fn gate_events(dir: &Path) -> Vec<(GateKind, String, String, bool)> {
 
 #[test]
 fn gates_decided_on_the_served_page_move_the_run_to_done_and_nothing_else_decides_them() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("stockflow");
-    init_stockflow(&dir);
-    let served = Served::start(&dir);
+    let (_tmp, dir, served) = served_stockflow();
     let base = served.base.clone();
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
-        let design = wait_for_gate(&browser, &base, "design").await;
+    with_browser(async |browser| {
+        let design = wait_for_gate(browser, &base, "design").await;
         assert_eq!(
             design["shown"], design["hash"],
             "the page shows the hash it decides"
@@ -321,24 +326,18 @@ fn gates_decided_on_the_served_page_move_the_run_to_done_and_nothing_else_decide
             "nothing refused reached the ledger"
         );
 
-        let after = decide(
-            &browser,
-            "Ada Lovelace",
-            "the stories read right",
-            "approve",
-        )
-        .await;
+        let after = decide(browser, "Ada Lovelace", "the stories read right", "approve").await;
         assert!(
             after.contains("The design gate was approved by Ada Lovelace"),
             "the report says what was recorded: {after}"
         );
 
         // The run goes on by itself to the deploy gate; the design page's hash is stale now.
-        let deploy = wait_for_gate(&browser, &base, "deploy").await;
+        let deploy = wait_for_gate(browser, &base, "deploy").await;
         assert_ne!(deploy["hash"], design["hash"]);
         let stale = json!({"token": deploy["token"], "gate": "deploy", "hash": design["hash"],
                            "name": "Ada Lovelace", "note": "", "decision": "approve"});
-        let said = submit_stale(&browser, &stale).await;
+        let said = submit_stale(browser, &stale).await;
         assert!(
             said.contains("nothing was recorded")
                 && said.contains(deploy["hash"].as_str().expect("hash")),
@@ -350,17 +349,16 @@ fn gates_decided_on_the_served_page_move_the_run_to_done_and_nothing_else_decide
             "the stale decision was not recorded"
         );
 
-        wait_for_gate(&browser, &base, "deploy").await;
-        decide(&browser, "Grace Hopper", "", "approve").await;
-        wait_for_gate(&browser, &base, "promote").await;
+        wait_for_gate(browser, &base, "deploy").await;
+        decide(browser, "Grace Hopper", "", "approve").await;
+        wait_for_gate(browser, &base, "promote").await;
         decide(
-            &browser,
+            browser,
             "Grace Hopper",
             "migrations are additive",
             "approve",
         )
         .await;
-        browser.close().await;
     });
 
     // Done: the ledger holds the three decisions as `consort approve` records them.
@@ -392,31 +390,19 @@ fn gates_decided_on_the_served_page_move_the_run_to_done_and_nothing_else_decide
 
 #[test]
 fn a_rejection_on_the_page_needs_a_note_and_halts_the_run_for_a_human() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("stockflow");
-    init_stockflow(&dir);
-    let served = Served::start(&dir);
+    let (_tmp, dir, served) = served_stockflow();
     let base = served.base.clone();
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
-        wait_for_gate(&browser, &base, "design").await;
-        let said = decide(&browser, "Ada Lovelace", "", "reject").await;
+    with_browser(async |browser| {
+        wait_for_gate(browser, &base, "design").await;
+        let said = decide(browser, "Ada Lovelace", "", "reject").await;
         assert!(said.contains("a rejection needs a note"), "{said}");
         assert!(gate_events(&dir).is_empty(), "nothing was recorded");
-        wait_for_gate(&browser, &base, "design").await;
-        let said = decide(
-            &browser,
-            "Ada Lovelace",
-            "S2 must show par levels",
-            "reject",
-        )
-        .await;
+        wait_for_gate(browser, &base, "design").await;
+        let said = decide(browser, "Ada Lovelace", "S2 must show par levels", "reject").await;
         assert!(
             said.contains("The design gate was rejected by Ada Lovelace"),
             "{said}"
         );
-        browser.close().await;
     });
     wait_for_phase(&dir, "halted");
     assert_eq!(

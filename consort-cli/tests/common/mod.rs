@@ -33,6 +33,12 @@ pub(crate) fn assert_exit(o: &Output, code: i32, what: &str) {
     assert_eq!(o.status.code(), Some(code), "{what}: {}", text(o));
 }
 
+/// Checks that `o` exited with `code` (`what` says what that means) and said `says`.
+pub(crate) fn assert_exit_saying(o: &Output, code: i32, what: &str, says: &str) {
+    assert_exit(o, code, what);
+    assert!(text(o).contains(says), "{}", text(o));
+}
+
 /// Writes `files` (path, content) under `dir`, making the directories they need.
 pub(crate) fn write(dir: &Path, files: &[(&str, &str)]) {
     for (path, content) in files {
@@ -47,6 +53,33 @@ pub(crate) fn dir_arg(dir: &Path) -> [&std::ffi::OsStr; 2] {
     ["--dir".as_ref(), dir.as_os_str()]
 }
 
+/// `consort SUBCOMMAND --dir DIR`, with no input.
+pub(crate) fn consort_in(subcommand: &str, dir: &Path) -> Command {
+    let mut cmd = consort();
+    cmd.arg(subcommand).args(dir_arg(dir)).stdin(Stdio::null());
+    cmd
+}
+
+/// `consort run --dir DIR --approve-as ada`, with no input: the run that approves every gate.
+pub(crate) fn approving_run(dir: &Path) -> Command {
+    let mut cmd = consort_in("run", dir);
+    cmd.args(["--approve-as", "ada"]);
+    cmd
+}
+
+/// Runs `consort run --approve-as ada`, which must end done (`what` says which run that is),
+/// then `consort verify`, which must pass.
+pub(crate) fn run_to_done_and_verify(dir: &Path, what: &str) {
+    assert_exit(&run(&mut approving_run(dir)), 0, what);
+    assert_exit(&run(&mut consort_in("verify", dir)), 0, "verify passes");
+}
+
+/// The text of the ledger of the project in `dir`.
+pub(crate) fn ledger_text(dir: &Path) -> String {
+    let project = consort::project::Project::open(dir).expect("project");
+    std::fs::read_to_string(project.ledger_path()).expect("ledger")
+}
+
 /// `consort init DIR --example stockflow`, which must succeed.
 pub(crate) fn init_stockflow(dir: &Path) {
     let o = run(consort()
@@ -56,13 +89,16 @@ pub(crate) fn init_stockflow(dir: &Path) {
     assert_exit(&o, 0, "init --example stockflow");
 }
 
+/// A fresh temporary directory holding `consort init --example stockflow`.
+pub(crate) fn stockflow_tempdir() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    init_stockflow(tmp.path());
+    tmp
+}
+
 /// Runs `consort run --approve-as ada` and kills it once the ledger holds `verified` receipts.
 pub(crate) fn run_and_kill_after(dir: &Path, verified: usize) {
-    let mut child = consort()
-        .arg("run")
-        .args(dir_arg(dir))
-        .args(["--approve-as", "ada"])
-        .stdin(Stdio::null())
+    let mut child = approving_run(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -26,7 +26,7 @@ impl Design<'_> {
             test_path,
             test_name,
         } = self;
-        let test_name = test_name.map_or_else(String::new, |n| format!("test_name = \"{n}\"\n"));
+        let test_name = test_name.map_or_else(String::new, |n| format!(", test_name = \"{n}\""));
         format!(
             r#"[[entry]]
 step = "stories"
@@ -61,32 +61,19 @@ statement = "{story}"
 
 [[entry]]
 step = "architecture/r0"
-[entry.artifact]
-kind = "architecture-verdict"
-[entry.artifact.body]
-decision = "approve"
-layers = ["functions over the tables"]
+artifact = {{ kind = "architecture-verdict", body = {{ decision = "approve", layers = ["functions over the tables"] }} }}
 
 [[entry]]
 step = "schema"
 [entry.artifact]
 kind = "schema-plan"
-[[entry.artifact.body.migrations]]
-version = "{version}"
-story_id = "S1"
-description = "{story}"
-sql = "{sql}"
+body.migrations = [{{ version = "{version}", story_id = "S1", description = "{story}", sql = "{sql}" }}]
 
 [[entry]]
 step = "test-list"
 [entry.artifact]
 kind = "test-list"
-[[entry.artifact.body.entries]]
-id = "T1"
-ac_id = "S1-AC1"
-description = "{story}"
-path = "{test_path}"
-{test_name}
+body.entries = [{{ id = "T1", ac_id = "S1-AC1", description = "{story}", path = "{test_path}"{test_name} }}]
 "#
         )
     }

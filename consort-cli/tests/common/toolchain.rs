@@ -8,6 +8,15 @@ use std::process::Command;
 
 use consort_testkit::process::text;
 
+/// Checks that the machine's `python3` runs `import IMPORTS`; `what` names what the test needs
+/// and how to get it.
+pub(crate) fn python3_imports(imports: &str, what: &str) {
+    consort_testkit::process::succeeded(
+        Command::new("python3").args(["-c", &format!("import {imports}")]),
+        what,
+    );
+}
+
 /// Where the tool installs live.
 fn root() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("runner-matrix")

@@ -8,7 +8,9 @@
 use std::path::Path;
 
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
-use crate::common::{assert_exit, consort, dir_arg, in_dir, run, write};
+use crate::common::{
+    approving_run, assert_exit, assert_exit_saying, consort, dir_arg, in_dir, run, write,
+};
 use consort::actors::{Event, RuleViolation};
 use consort::project::Project;
 use consort_testkit::process::text;
@@ -163,10 +165,7 @@ fn project(dir: &Path, requests: &Path) {
 }
 
 fn run_to_done(dir: &Path, what: &str) -> String {
-    let o = run(consort()
-        .arg("run")
-        .args(dir_arg(dir))
-        .args(["--approve-as", "ada"]));
+    let o = run(&mut approving_run(dir));
     assert_exit(&o, 0, what);
     text(&o)
 }
@@ -257,11 +256,11 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
     // The second feature starts from where the first was merged, and not before.
     git(&dir, &["checkout", "-q", "main"]);
     let o = in_dir(&["run", "--approve-as", "ada"], &dir);
-    assert_exit(&o, 1, "f1's work is not merged");
-    assert!(
-        text(&o).contains("merge its branch consort/f1-stock"),
-        "{}",
-        text(&o)
+    assert_exit_saying(
+        &o,
+        1,
+        "f1's work is not merged",
+        "merge its branch consort/f1-stock",
     );
     git(&dir, &["merge", "-q", "--ff-only", "consort/f1-stock"]);
     let out = run_to_done(&dir, "f2 runs to done");
@@ -332,11 +331,11 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
         ],
         &dir,
     );
-    assert_exit(&o, 1, "an unknown test");
-    assert!(
-        text(&o).contains("not a test this feature inherited"),
-        "{}",
-        text(&o)
+    assert_exit_saying(
+        &o,
+        1,
+        "an unknown test",
+        "not a test this feature inherited",
     );
     let o = in_dir(
         &[

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
 
-use crate::common::{consort, run};
+use crate::common::{consort, ledger_text, run};
 use consort::actors::Artifact;
 use consort::agents::Script;
 use consort_testkit::model::{Reply, Seen, Stub, start_answering};
@@ -143,12 +143,7 @@ fn agents_openai_starts_with_default_budgets_and_usage_is_recorded_and_shown() {
         "{log}"
     );
     // The ledger line records it.
-    let ledger = std::fs::read_to_string(
-        consort::project::Project::open(dir)
-            .expect("project")
-            .ledger_path(),
-    )
-    .expect("ledger");
+    let ledger = ledger_text(dir);
     assert!(ledger.contains("\"usage\":{\"cached_tokens\":10000,\"calls\":1,"));
 }
 

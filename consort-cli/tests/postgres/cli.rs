@@ -1,18 +1,14 @@
 //! The `consort` command and the StockFlow example, end to end, in temporary directories, on
 //! the embedded PostgreSQL.
 
-use crate::common::{assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after};
-use consort_testkit::process::text;
+use crate::common::{
+    assert_exit, assert_exit_saying, consort, dir_arg, init_stockflow, ledger_text, run,
+    run_and_kill_after, run_to_done_and_verify, stockflow_tempdir,
+};
+use consort_testkit::process::{built_example, text};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn example() -> PathBuf {
-    // Integration tests live in target/<profile>/deps; examples in target/<profile>/examples.
-    let exe = std::env::current_exe().expect("test exe");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("profile dir");
-    profile_dir.join("examples").join("stockflow")
-}
 
 fn status_json(dir: &Path) -> serde_json::Value {
     let o = run(consort().arg("status").args(dir_arg(dir)).arg("--json"));
@@ -90,19 +86,18 @@ fn migrations_are_files_and_promoted(dir: &Path) {
 
 #[test]
 fn init_run_gate_approve_resume_done_verify() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = stockflow_tempdir();
     let dir = tmp.path();
-    init_stockflow(dir);
     assert!(dir.join("consort.toml").exists() && dir.join("feature.md").exists());
     let again = run(consort().arg("init").arg(dir));
     assert_exit(&again, 1, "init refuses to overwrite");
 
     let o = run(consort().arg("run").args(dir_arg(dir)));
-    assert_exit(&o, 3, "stops at the design gate");
-    assert!(
-        text(&o).contains("consort approve design --hash"),
-        "{}",
-        text(&o)
+    assert_exit_saying(
+        &o,
+        3,
+        "stops at the design gate",
+        "consort approve design --hash",
     );
     let (gate, hash) = pending_gate(dir);
     assert_eq!(gate, "design");
@@ -187,13 +182,7 @@ fn a_run_killed_during_the_build_lane_resumes_to_the_end() {
     run_and_kill_after(dir, 3);
     assert_ne!(status_json(dir)["phase"], "done");
 
-    let o = run(consort()
-        .arg("run")
-        .args(dir_arg(dir))
-        .args(["--approve-as", "ada"]));
-    assert_exit(&o, 0, "resumes to the end");
-    let o = run(consort().arg("verify").args(dir_arg(dir)));
-    assert!(o.status.success(), "verify passes: {}", text(&o));
+    run_to_done_and_verify(dir, "resumes to the end");
     assert_eq!(
         branches_left(dir),
         0,
@@ -205,7 +194,7 @@ fn a_run_killed_during_the_build_lane_resumes_to_the_end() {
 fn the_example_runs_to_the_end_with_approve_as_and_stops_without_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let done = tmp.path().join("done");
-    let o = run(Command::new(example())
+    let o = run(Command::new(built_example("stockflow"))
         .args(["--approve-as", "ada", "--dir"])
         .arg(&done));
     let out = text(&o);
@@ -215,12 +204,7 @@ fn the_example_runs_to_the_end_with_approve_as_and_stops_without_it() {
         out.contains("summary") && out.contains("branches:") && out.contains("ledger:"),
         "{out}"
     );
-    let ledger = std::fs::read_to_string(
-        consort::project::Project::open(&done)
-            .expect("project")
-            .ledger_path(),
-    )
-    .expect("ledger");
+    let ledger = ledger_text(&done);
     assert!(
         ledger.contains("\"approver\":\"ada\""),
         "the ledger records who approved"
@@ -229,7 +213,9 @@ fn the_example_runs_to_the_end_with_approve_as_and_stops_without_it() {
     assert!(o.status.success(), "{}", text(&o));
 
     let stopped = tmp.path().join("stopped");
-    let o = run(Command::new(example()).arg("--dir").arg(&stopped));
+    let o = run(Command::new(built_example("stockflow"))
+        .arg("--dir")
+        .arg(&stopped));
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert!(
         text(&o).contains("consort -- approve design --hash")
@@ -471,7 +457,9 @@ fn a_second_run_is_refused_while_the_first_holds_the_project() {
 
     let o = run(consort().arg("run").args(dir_arg(dir)));
     refusal_names(&o, held.pid);
-    let o = run(Command::new(example()).arg("--dir").arg(dir));
+    let o = run(Command::new(built_example("stockflow"))
+        .arg("--dir")
+        .arg(dir));
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
@@ -569,9 +557,8 @@ fn writers_are_refused_and_readers_served_while_a_run_holds_the_project() {
 
 #[test]
 fn a_lock_left_by_a_dead_process_is_taken_over() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = stockflow_tempdir();
     let dir = tmp.path();
-    init_stockflow(dir);
     // PIDs never exceed 2^22 on Linux: this holder is dead, and nothing holds the flock.
     let dead = 999_999_999u64;
     assert!(!Path::new(&format!("/proc/{dead}")).exists());
@@ -604,9 +591,8 @@ fn a_lock_left_by_a_dead_process_is_taken_over() {
 
 #[test]
 fn stop_ends_a_run_that_was_killed_mid_build_lane() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = stockflow_tempdir();
     let dir = tmp.path();
-    init_stockflow(dir);
     // The Navigator never answers its first RED: the run is killed while it waits.
     let latch = Latch::on(dir, "navigator", None);
     let mut child = Background::spawn(

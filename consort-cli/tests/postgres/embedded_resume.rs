@@ -11,7 +11,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use crate::common::{assert_exit, consort, dir_arg, run};
+use crate::common::{
+    approving_run, assert_exit, consort, consort_in, dir_arg, run, run_to_done_and_verify,
+};
 use consort_testkit::process::{descendant_named, eventually, servers_of, text};
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reliability");
@@ -34,11 +36,7 @@ fn project(dir: &Path) {
 /// A fixture project in a fresh directory under /tmp the server user can reach (the cluster
 /// lives in the project, at `.consort/pg`).
 fn reachable_project(prefix: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in("/tmp")
-        .expect("tempdir");
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let tmp = consort_testkit::cluster::tmp_dir(prefix, 0o755);
     let dir = tmp.path().join("p");
     project(&dir);
     (tmp, dir)
@@ -50,11 +48,7 @@ fn data_dir(project: &Path) -> PathBuf {
 
 /// `consort run --approve-as ada`, started and not waited for.
 fn start_run(dir: &Path) -> Child {
-    consort()
-        .arg("run")
-        .args(dir_arg(dir))
-        .args(["--approve-as", "ada"])
-        .stdin(Stdio::null())
+    approving_run(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -78,20 +72,22 @@ fn wait_for(child: &mut Child, what: &str, mut reached: impl FnMut(u32) -> bool)
 
 /// Runs `consort run --approve-as ada` to its end, which must be done.
 fn resume_to_done(dir: &Path, after: &str) {
-    let o = run(consort()
-        .arg("run")
-        .args(dir_arg(dir))
-        .args(["--approve-as", "ada"]));
-    assert_exit(&o, 0, &format!("the run resumed after {after} is done"));
-    let o = run(consort().arg("verify").args(dir_arg(dir)));
-    assert_exit(&o, 0, "verify passes");
+    run_to_done_and_verify(dir, &format!("the run resumed after {after} is done"));
+}
+
+/// [`resume_to_done`], then waits for no server to be left for the project's data directory.
+fn resume_to_done_leaving_no_server(dir: &Path, after: &str) {
+    resume_to_done(dir, after);
+    assert!(
+        eventually(30, || servers_of(&data_dir(dir)).is_empty()),
+        "no server is left for the data directory"
+    );
 }
 
 #[test]
 fn a_run_killed_during_the_clusters_start_up_resumes_at_once() {
     let (_tmp, dir) = reachable_project("consort-kill-start-");
-    let data = data_dir(&dir);
-    let pid_file = data.join("postmaster.pid");
+    let pid_file = data_dir(&dir).join("postmaster.pid");
     // Kill points, one run each, every run started right after the previous one was killed:
     // in the fresh project the first `postgres` below consort is initdb's; then the server's
     // lock file just written; then (the data made) the server just spawned.
@@ -108,17 +104,12 @@ fn a_run_killed_during_the_clusters_start_up_resumes_at_once() {
         child.kill().expect("SIGKILL consort");
         child.wait().expect("reap");
     }
-    resume_to_done(&dir, "kills during the cluster's start-up");
-    assert!(
-        eventually(30, || servers_of(&data).is_empty()),
-        "no server is left for the data directory"
-    );
+    resume_to_done_leaving_no_server(&dir, "kills during the cluster's start-up");
 }
 
 #[test]
 fn a_run_killed_during_a_test_run_resumes_at_once() {
     let (_tmp, dir) = reachable_project("consort-kill-test-");
-    let data = data_dir(&dir);
     // Twice: the second kill hits a run that resumed at once after the first. Then once with
     // the watchdog killed too, so the server is left with no one to stop it: the resumed run
     // must stop and replace it, not attach to it (it would run on after the run's end).
@@ -149,11 +140,7 @@ fn a_run_killed_during_a_test_run_resumes_at_once() {
         child.kill().expect("SIGKILL consort");
         child.wait().expect("reap");
     }
-    resume_to_done(&dir, "kills during test runs");
-    assert!(
-        eventually(30, || servers_of(&data).is_empty()),
-        "no server is left for the data directory"
-    );
+    resume_to_done_leaving_no_server(&dir, "kills during test runs");
     let left = scratch_of(&killed);
     assert!(
         left.is_empty(),
@@ -240,16 +227,12 @@ fn branches_sweep_removes_the_clusters_of_deleted_projects_only() {
     }
     // Mode 0700: the `postgres` user cannot reach the projects below it, so their clusters
     // are placed in /tmp/consort-pg-<hash>.
-    let tmp = tempfile::Builder::new()
-        .prefix("consort-sweep-")
-        .tempdir_in("/tmp")
-        .expect("tempdir");
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let tmp = consort_testkit::cluster::tmp_dir("consort-sweep-", 0o700);
     let (kept, gone) = (tmp.path().join("kept"), tmp.path().join("gone"));
     let placed = |p: &Path| consort::lakebase::fallback_dir(&p.join(".consort/pg"));
     for p in [&kept, &gone] {
         project(p);
-        let o = run(consort().arg("branches").args(dir_arg(p)));
+        let o = run(&mut consort_in("branches", p));
         assert_exit(&o, 0, "branches starts the project's cluster");
         assert!(placed(p).join("data/PG_VERSION").exists(), "placed outside");
     }
@@ -258,7 +241,7 @@ fn branches_sweep_removes_the_clusters_of_deleted_projects_only() {
     std::fs::create_dir_all(bare.join("data")).expect("bare dir");
     std::fs::remove_dir_all(&gone).expect("delete a project");
 
-    let o = run(consort().arg("doctor").args(dir_arg(&kept)));
+    let o = run(&mut consort_in("doctor", &kept));
     assert!(
         text(&o).contains("belong to projects that no longer exist")
             || text(&o).contains("belongs to a project that no longer exists"),
@@ -283,7 +266,7 @@ fn branches_sweep_removes_the_clusters_of_deleted_projects_only() {
         "a directory without a record is kept, and said so: {said}"
     );
     assert!(bare.exists());
-    let o = run(consort().arg("doctor").args(dir_arg(&kept)));
+    let o = run(&mut consort_in("doctor", &kept));
     assert!(!text(&o).contains("no longer exist"), "{}", text(&o));
     std::fs::remove_dir_all(&bare).expect("clean up");
     std::fs::remove_dir_all(placed(&kept)).expect("clean up");

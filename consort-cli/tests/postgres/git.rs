@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after};
+use crate::common::{
+    approving_run, assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after,
+};
 use consort::actors::{CommitKind, Event, Machine, step_commits};
 use consort::git::GitRepo;
 use consort_testkit::process::text;
@@ -83,10 +85,7 @@ fn every_verified_step_is_one_commit_with_its_trailers_across_a_kill_and_resume(
     run_and_kill_after(dir, 7);
     let before = run_commits(dir).len();
     assert!(before >= 1, "commits are made while the run goes");
-    let o = run(consort()
-        .arg("run")
-        .args(dir_arg(dir))
-        .args(["--approve-as", "ada"]));
+    let o = run(&mut approving_run(dir));
     assert_exit(&o, 0, "resumes to the end");
     assert!(
         text(&o).contains(&format!("on branch {BRANCH}")),

@@ -3,13 +3,16 @@
 //! each assignment from the StockFlow script. The whole path runs: HTTP, structured output,
 //! parsing, validation, the conductor's rules, real branches, real psql runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
+use crate::common::ledger_text;
 use consort::actors::Artifact;
 use consort::actors::Step;
 use consort::agents::Script;
+use consort_testkit::assert::assert_each;
 use consort_testkit::model::{Reply, Seen, start_answering, tool_calls};
+use consort_testkit::process::built_example;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-consort-test-7f3a9c2e51d8";
@@ -119,50 +122,30 @@ fn tool_results(seen: &[Seen], step: &str) -> Vec<String> {
 /// The tools worked as a model would use them, their results were advice only, and every call
 /// is in a transcript whose hash the ledger keeps.
 fn assert_tools_used(dir: &Path, seen: &[Seen], ledger: &str) {
-    let red = tool_results(seen, "red/T1");
-    assert_eq!(red.len(), 2, "{red:#?}");
-    assert!(red[0].contains("feature.md ("), "list_files: {}", red[0]);
-    assert!(
-        red[1].contains("would accept") && red[1].contains("a real RED"),
-        "the scratch RED: {}",
-        red[1]
+    assert_each(
+        &tool_results(seen, "red/T1"),
+        &[
+            ("list_files", &|t| t.contains("feature.md (")),
+            ("the scratch RED", &|t| {
+                t.contains("would accept") && t.contains("a real RED")
+            }),
+        ],
     );
-    let green = tool_results(seen, "green/T1");
-    assert_eq!(green.len(), 7, "{green:#?}");
-    assert!(
-        green[0].contains("S1-AC1: filing a new"),
-        "read_file: {}",
-        green[0]
-    );
-    assert!(
-        green[1].contains(&format!("{T1_TEST}:1:")),
-        "search: {}",
-        green[1]
-    );
-    assert!(
-        green[2].starts_with("error: ../outside.txt"),
-        "outside: {}",
-        green[2]
-    );
-    assert!(
-        green[3].contains("inside .consort/"),
-        "ledger: {}",
-        green[3]
-    );
-    assert!(
-        green[4].contains("would not accept"),
-        "no code yet: {}",
-        green[4]
-    );
-    assert!(
-        green[5].contains("would be refused, so it did not run"),
-        "a frozen test: {}",
-        green[5]
-    );
-    assert!(
-        green[6].contains("would accept") && green[6].contains("Scratch runs left: 1"),
-        "the scripted GREEN: {}",
-        green[6]
+    assert_each(
+        &tool_results(seen, "green/T1"),
+        &[
+            ("read_file", &|t| t.contains("S1-AC1: filing a new")),
+            ("search", &|t| t.contains(&format!("{T1_TEST}:1:"))),
+            ("outside", &|t| t.starts_with("error: ../outside.txt")),
+            ("ledger", &|t| t.contains("inside .consort/")),
+            ("no code yet", &|t| t.contains("would not accept")),
+            ("a frozen test", &|t| {
+                t.contains("would be refused, so it did not run")
+            }),
+            ("the scripted GREEN", &|t| {
+                t.contains("would accept") && t.contains("Scratch runs left: 1")
+            }),
+        ],
     );
     let events: Vec<Value> = ledger
         .lines()
@@ -199,15 +182,6 @@ fn assert_tools_used(dir: &Path, seen: &[Seen], ledger: &str) {
     }
 }
 
-fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("profile dir")
-        .join("examples")
-        .join("stockflow")
-}
-
 #[test]
 fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -215,7 +189,7 @@ fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
     let (base, model) = rt.block_on(start_answering(move |req| answer(&script, req)));
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("sf");
-    let out = Command::new(example())
+    let out = Command::new(built_example("stockflow"))
         .args(["--agents", "openai", "--approve-as", "ada", "--dir"])
         .arg(&dir)
         .env("CONSORT_OPENAI_BASE_URL", &base)
@@ -252,12 +226,7 @@ fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
         chars <= 460_000,
         "the run sent {chars} characters of prompt, more than 40 % of the 1,151,933 sent before the context packs"
     );
-    let ledger = std::fs::read_to_string(
-        consort::project::Project::open(&dir)
-            .expect("project")
-            .ledger_path(),
-    )
-    .expect("ledger");
+    let ledger = ledger_text(&dir);
     assert!(
         !text.contains(KEY),
         "the API key appears in the output or logs"

@@ -4,7 +4,7 @@
 
 use consort::actors::{Artifact, Event, Role};
 
-use crate::common::{assert_exit, consort, in_dir, init_stockflow, run};
+use crate::common::{assert_exit, consort, in_dir, init_stockflow, run, stockflow_tempdir};
 use consort_testkit::process::text;
 use std::path::Path;
 
@@ -103,9 +103,8 @@ fn init_writes_a_skeleton_doctor_calls_not_ready_and_init_keeps_an_existing_scri
 
 #[test]
 fn doctor_explains_a_good_script_and_names_a_broken_entry() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = stockflow_tempdir();
     let dir = tmp.path();
-    init_stockflow(dir);
     let script = dir.join(".consort/agents/stockflow.toml");
     let o = in_dir(&["doctor"], dir);
     assert_exit(&o, 0, "the StockFlow script is ready");

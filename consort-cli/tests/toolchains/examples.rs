@@ -2,20 +2,10 @@
 //! by pytest through psycopg; needs python3 with pytest and psycopg, which `.ci/run` installs)
 //! and `stockflow` on a terminal.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use consort_testkit::process::text;
-
-/// The path of a built example (cargo builds every example before the integration tests).
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.parent()
-        .and_then(std::path::Path::parent)
-        .expect("profile dir")
-        .join("examples")
-        .join(name)
-}
+use crate::common::ledger_text;
+use consort_testkit::process::{built_example, text};
 
 #[test]
 fn the_python_service_example_runs_to_done_with_per_test_results_and_commits() {
@@ -26,7 +16,7 @@ fn the_python_service_example_runs_to_done_with_per_test_results_and_commits() {
     let without_consort =
         std::env::join_paths(std::env::split_paths(&path).filter(|d| !d.join("consort").exists()))
             .expect("PATH");
-    let out = Command::new(example("pyservice"))
+    let out = Command::new(built_example("pyservice"))
         .arg("--dir")
         .arg(&dir)
         .env("PATH", without_consort)
@@ -63,12 +53,7 @@ fn the_python_service_example_runs_to_done_with_per_test_results_and_commits() {
     assert!(said.contains("2 of 2 green"), "{said}");
     let items = std::fs::read_to_string(dir.join("app/items.py")).expect("the service");
     assert!(items.contains("def item_total"), "{items}");
-    let ledger = std::fs::read_to_string(
-        consort::project::Project::open(&dir)
-            .expect("project")
-            .ledger_path(),
-    )
-    .expect("ledger");
+    let ledger = ledger_text(&dir);
     assert!(
         ledger.contains("tests.test_t1_add_item::test_add_item_stores_exactly_that_item"),
         "the JUnit report names each test"
@@ -95,7 +80,11 @@ fn the_gate_prompt_on_a_terminal_is_never_drawn_over_and_shows_the_design() {
 
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("sf");
-    let command = format!("{} --dir {}", example("stockflow").display(), dir.display());
+    let command = format!(
+        "{} --dir {}",
+        built_example("stockflow").display(),
+        dir.display()
+    );
     let mut child = Command::new("script")
         .args(["-qfec", &command, "/dev/null"])
         .env("USER", "ada")

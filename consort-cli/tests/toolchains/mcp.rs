@@ -8,15 +8,15 @@
 //! Needs `psql` and `python3` with the `mcp` package (`.ci/run` installs them).
 
 use crate::common;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::script::Design;
-use crate::common::{consort, dir_arg, write};
+use crate::common::{consort, dir_arg, toolchain, write};
 use consort::actors::{Event, Role};
 use consort::project::Project;
-use consort_testkit::process::{succeeded, text};
+use consort_testkit::process::text;
 
 const CONFIG: &str = r#"[feature]
 id = "f1-stock"
@@ -97,16 +97,20 @@ fn start_run(dir: &Path, log: &Path) -> std::process::Child {
         .expect("consort run starts")
 }
 
-#[test]
-fn coding_clients_play_navigator_and_driver_to_done_across_restarts_and_never_review_their_own_code()
- {
-    succeeded(
-        Command::new("python3").args(["-c", "import mcp"]),
-        "python3 with the MCP SDK (pip install mcp)",
-    );
+/// The project in a fresh temporary directory (kept while the test runs), once the machine's
+/// python3 has the MCP SDK.
+fn mcp_project() -> (tempfile::TempDir, PathBuf) {
+    toolchain::python3_imports("mcp", "python3 with the MCP SDK (pip install mcp)");
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("shop");
     project(&dir);
+    (tmp, dir)
+}
+
+#[test]
+fn coding_clients_play_navigator_and_driver_to_done_across_restarts_and_never_review_their_own_code()
+ {
+    let (tmp, dir) = mcp_project();
     let doctor = common::in_dir(&["doctor"], &dir);
     assert!(
         text(&doctor).contains("navigator: played through `consort mcp`"),
@@ -223,13 +227,7 @@ fn coding_clients_play_navigator_and_driver_to_done_across_restarts_and_never_re
 
 #[test]
 fn with_mcp_approve_configured_a_client_approves_the_gate_as_consort_approve_does() {
-    succeeded(
-        Command::new("python3").args(["-c", "import mcp"]),
-        "python3 with the MCP SDK (pip install mcp)",
-    );
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("shop");
-    project(&dir);
+    let (_tmp, dir) = mcp_project();
     let config = dir.join("consort.toml");
     let text_of = std::fs::read_to_string(&config).expect("config");
     std::fs::write(&config, format!("{text_of}\n[mcp]\napprove = true\n")).expect("config");

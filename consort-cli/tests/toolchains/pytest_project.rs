@@ -7,7 +7,8 @@
 //!
 //! Needs `python3` with `pytest` and `psycopg` (`.ci/run` installs them).
 
-use consort_testkit::process::{succeeded, text};
+use crate::common::{ledger_text, toolchain};
+use consort_testkit::process::text;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -42,8 +43,8 @@ fn project(dir: &Path) {
 
 #[test]
 fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
-    succeeded(
-        Command::new("python3").args(["-c", "import pytest, psycopg"]),
+    toolchain::python3_imports(
+        "pytest, psycopg",
         "python3 with pytest and psycopg (pip install pytest 'psycopg[binary]')",
     );
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -72,12 +73,7 @@ fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
         !dir.join("junit.xml").exists(),
         "the JUnit report went to the run's report directory"
     );
-    let ledger = std::fs::read_to_string(
-        consort::project::Project::open(dir)
-            .expect("project")
-            .ledger_path(),
-    )
-    .expect("ledger");
+    let ledger = ledger_text(&dir);
     let receipts = ledger.matches("\"verify-completed\"").count();
     let confined = ledger.matches("\"landlock\"").count();
     assert!(

@@ -398,17 +398,18 @@ fn repair_or_halt(
         test: current_id(s)?,
         round: s.build.repairs,
     };
-    let spent = (s.build.repairs > cfg.max_repairs).then(|| {
-        escalation(
-            &step.to_string(),
-            EscalationReason::Verdict(VerdictReason::RepairBoundSpent),
+    let spent = spent_bound(
+        (s.build.repairs, cfg.max_repairs),
+        &step,
+        VerdictReason::RepairBoundSpent,
+        || {
             format!(
                 "GREEN still fails after {} repair rounds: {}",
                 cfg.max_repairs,
                 feedback.join(" ")
-            ),
-        )
-    });
+            )
+        },
+    );
     Ok(build_step_or_halt(s, repair, feedback, spent))
 }
 
@@ -424,18 +425,36 @@ fn refactor_or_halt(
         test: current_id(s)?,
         round: s.build.review_rounds,
     };
-    let spent = (s.build.review_rounds > cfg.max_review_rounds).then(|| {
+    let rounds = s.build.review_rounds;
+    let spent = spent_bound(
+        (rounds, cfg.max_review_rounds),
+        step,
+        VerdictReason::ReviewBoundSpent,
+        || {
+            format!(
+                "the review asked for changes {rounds} times: {}",
+                reasons.join("; ")
+            )
+        },
+    );
+    Ok(build_step_or_halt(s, refactor, reasons, spent))
+}
+
+/// The escalation of `step` for `reason`, saying `detail`, once the rounds `(used, max)` are
+/// past their bound; none while they are within it.
+fn spent_bound(
+    (used, max): (u32, u32),
+    step: &Step,
+    reason: VerdictReason,
+    detail: impl FnOnce() -> String,
+) -> Option<Escalation> {
+    (used > max).then(|| {
         escalation(
             &step.to_string(),
-            EscalationReason::Verdict(VerdictReason::ReviewBoundSpent),
-            format!(
-                "the review asked for changes {} times: {}",
-                s.build.review_rounds,
-                reasons.join("; ")
-            ),
+            EscalationReason::Verdict(reason),
+            detail(),
         )
-    });
-    Ok(build_step_or_halt(s, refactor, reasons, spent))
+    })
 }
 
 /// The next build step with its feedback, after an observation of the disk; or, when its bound
