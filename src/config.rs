@@ -13,9 +13,9 @@ use consort_agents::AgentConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::runner_harness::{RunnerHarness, check_runner};
-pub use runner::{RUN_OWN_ENV, RunnerConfig, Sandbox};
 use runner::check_env_set;
 use runner::default_true;
+pub use runner::{RUN_OWN_ENV, RunnerConfig, Sandbox};
 
 mod budget;
 pub(crate) mod runner;
@@ -187,7 +187,6 @@ impl Default for PathsConfig {
         }
     }
 }
-
 
 /// `[pool]`: warm branches and concurrency.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -81,7 +81,9 @@ pub const RUN_OWN_ENV: &[&str] = &[
 ];
 
 /// Checks `[runner] env_set`: names a shell can export, none a run sets itself, no `CONSORT_*`.
-pub(super) fn check_env_set(vars: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
+pub(super) fn check_env_set(
+    vars: &std::collections::BTreeMap<String, String>,
+) -> Result<(), String> {
     for name in vars.keys() {
         let mut chars = name.chars();
         let valid = chars
