@@ -20,7 +20,7 @@ pub fn artifact_reference() -> String {
          `kind` is the name in each heading and `body` has the fields below. A scripted agent \
          writes the same objects in TOML (`[entry.artifact]` with `kind` and `[entry.artifact.body]`).\n\n\
          Generated from the schemas the agents are held to (`consort_agents::artifact_reference`); \
-         `CONSORT_BLESS=1 cargo test -p consort-agents --test reference` rewrites it.\n",
+         `CONSORT_BLESS=1 cargo test -p consort-agents --test loopback -- reference::` rewrites it.\n",
     );
     for kind in ArtifactKind::ALL {
         let schema = body_schema(kind);

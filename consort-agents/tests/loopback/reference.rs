@@ -1,6 +1,6 @@
 //! `docs/ARTIFACTS.md` is the reference of every artifact's fields, generated from the schemas;
 //! this test fails when the file in the repository is not what the schemas say today.
-//! `CONSORT_BLESS=1 cargo test -p consort-agents --test reference` rewrites it.
+//! `CONSORT_BLESS=1 cargo test -p consort-agents --test loopback -- reference::` rewrites it.
 
 use std::path::PathBuf;
 
@@ -22,6 +22,6 @@ fn the_artifact_reference_is_up_to_date() {
     assert!(
         on_disk == fresh,
         "docs/ARTIFACTS.md is stale: the artifact schemas changed. Regenerate it with \
-         `CONSORT_BLESS=1 cargo test -p consort-agents --test reference` and commit it."
+         `CONSORT_BLESS=1 cargo test -p consort-agents --test loopback -- reference::` and commit it."
     );
 }

@@ -13,7 +13,7 @@ use consort_testkit::artifacts::{assignment, feature};
 use ractor::ActorRef;
 
 /// The design lane of a small feature, with one architect revision.
-const DESIGN_LANE: &str = include_str!("fixtures/design_lane.toml");
+const DESIGN_LANE: &str = include_str!("../fixtures/design_lane.toml");
 
 async fn actor_for(role: Role, script: &Script) -> ActorRef<RoleMsg> {
     let args = RoleArgs::new(
@@ -395,7 +395,7 @@ fn per_role_files_in_both_formats_load_together() {
 
 #[test]
 fn the_documented_examples_parse() {
-    let doc = include_str!("../SCRIPTS.md");
+    let doc = include_str!("../../SCRIPTS.md");
     let mut blocks = 0;
     for (lang, parse) in [
         (
