@@ -12,13 +12,15 @@ use consort_actors::{MachineConfig, PathPolicy, Role, TreeFilter};
 use consort_agents::AgentConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::runner_harness::{RunnerHarness, check_runner};
+use crate::config::runner_harness::{RunnerHarness, check_runner};
 use runner::check_env_set;
 use runner::default_true;
 pub use runner::{RUN_OWN_ENV, RunnerConfig, Sandbox};
 
 mod budget;
 pub(crate) mod runner;
+pub mod runner_facts;
+pub mod runner_harness;
 
 pub use budget::{
     BudgetConfig, LimitsConfig, OPENAI_DEFAULT_ROLE_TOKENS, OPENAI_DEFAULT_TOKENS,
@@ -167,7 +169,7 @@ pub struct PathsConfig {
     pub tests: Vec<String>,
     /// Harness globs: no agent may change them. Consort's own files, version-control metadata
     /// (`.git`, `.hg`, `.svn`, at any depth) and what the runner's configuration reaches (see
-    /// [`crate::runner_harness`]) are always harness: list here only what that rule cannot see.
+    /// [`crate::config::runner_harness`]) are always harness: list here only what that rule cannot see.
     #[serde(default)]
     pub harness: Vec<String>,
     /// Extra cache directory names, added to the defaults (`__pycache__`, `.pytest_cache`,
@@ -504,7 +506,7 @@ impl ProjectConfig {
     }
 
     /// The path policy from `[paths]`, with what the runner's configuration makes harness
-    /// (see [`crate::runner_harness`]): outside the test paths, the files the runner's commands
+    /// (see [`crate::config::runner_harness`]): outside the test paths, the files the runner's commands
     /// name and the test tool's configuration; the cache names are added to the defaults.
     pub fn path_policy(&self) -> Result<PathPolicy, consort_actors::GlobError> {
         let tests_only = PathPolicy::new(&self.paths.tests, &[])?;
@@ -514,8 +516,8 @@ impl ProjectConfig {
         let policy = PathPolicy::new(&self.paths.tests, &harness)?
             .with_harness_outside_tests(&runner.outside_test_globs())?
             .with_caches(&self.paths.caches)
-            .with_test_identity(crate::runner_facts::test_identity(self));
-        match crate::runner_facts::collected(self) {
+            .with_test_identity(crate::config::runner_facts::test_identity(self));
+        match crate::config::runner_facts::collected(self) {
             Some(globs) => policy.with_collected(&globs),
             None => Ok(policy),
         }

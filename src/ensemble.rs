@@ -116,7 +116,7 @@ impl EnsembleBuilder {
     }
 
     /// How the project's tests run, as the Test Strategist, the Navigator and the Driver are
-    /// told (see [`crate::runner_facts`]).
+    /// told (see [`crate::config::runner_facts`]).
     pub fn runner_facts(mut self, facts: RunnerFacts) -> Self {
         self.runner_facts = Some(Arc::new(facts));
         self

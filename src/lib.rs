@@ -78,8 +78,6 @@ mod ensemble;
 pub mod git;
 pub mod project;
 pub mod runlock;
-pub mod runner_facts;
-pub mod runner_harness;
 
 pub use consort_actors as actors;
 pub use consort_agents as agents;

@@ -425,7 +425,7 @@ impl Project {
                 cfg.single_test_command = single_test.clone();
                 cfg.timeout = Duration::from_secs(*timeout_secs);
                 cfg.env.allow.extend(pass_env.iter().cloned());
-                cfg.view = crate::runner_facts::runs_in_a_view(&self.config);
+                cfg.view = crate::config::runner_facts::runs_in_a_view(&self.config);
                 Arc::new(CommandRunner::new(cfg))
             }
         })
@@ -495,7 +495,7 @@ impl Project {
             .run_lock(lock)
             .record_dir(self.feature.record_dir.clone())
             .machine(self.machine()?.config().clone())
-            .runner_facts(crate::runner_facts::runner_facts(&self.config))
+            .runner_facts(crate::config::runner_facts::runner_facts(&self.config))
             .provider(self.provider().await?)
             .runner(self.runner()?)
             .pool(

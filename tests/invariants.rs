@@ -14,10 +14,11 @@
 //! against a copy broken on purpose, so a check that could never fail would be caught.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use consort_testkit::process::succeeded;
+use consort_testkit::sources::{crate_paths, rust_sources, without_tests};
 use serde_json::Value;
 
 /// Crates that reach a database.
@@ -185,20 +186,6 @@ fn contains_word(code: &str, name: &str) -> bool {
     })
 }
 
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("the directory is readable") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            files.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-    files.sort();
-    files
-}
-
 /// Adds to `meta` a dependency of the package `from` on the package `to`, of `kind` (`None`:
 /// a normal one), as `cargo metadata` writes one.
 fn add_dependency(meta: &mut Value, from: &str, to: &str, kind: Option<&str>) {
@@ -255,17 +242,16 @@ fn a_dev_dependency_does_not_count() {
 #[test]
 fn the_state_machine_does_no_io_and_reads_no_clock() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("consort-actors/src/core");
-    let files = rust_files(&dir);
+    let files = rust_sources(&dir);
     assert!(
         files.len() >= 15,
         "the core's sources are at {}",
         dir.display()
     );
     let mut found = Vec::new();
-    for file in files {
-        let source = std::fs::read_to_string(&file).expect("a source file is readable");
+    for (rel, source) in files {
         for hit in impure_uses(&source) {
-            found.push(format!("{}: {hit}", file.display()));
+            found.push(format!("core/{rel}: {hit}"));
         }
     }
     assert_eq!(found, Vec::<String>::new());
@@ -349,16 +335,7 @@ fn package_sources(package: &str) -> Vec<String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(package)
         .join("src");
-    rust_files(&src)
-        .into_iter()
-        .map(|file| {
-            let rel = file.strip_prefix(&src).expect("under src");
-            rel.components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join("/")
-        })
-        .collect()
+    rust_sources(&src).into_iter().map(|(rel, _)| rel).collect()
 }
 
 fn architecture() -> String {
@@ -413,4 +390,89 @@ fn a_source_file_the_code_map_does_not_name_is_caught() {
         &["ledger.rs".into()],
     );
     assert_eq!(cli, ["consort-cli/src/ledger.rs"]);
+}
+
+/// The packages whose top-level modules must not import each other in a circle.
+const ACYCLIC: &[&str] = &["", "consort-cli"];
+
+/// Every circle among the top-level modules of a package's sources ((path under `src/`, text)),
+/// as its modules joined by ` -> `. A module is the first name of a file's path (`config.rs`
+/// and `config/…` are `config`); the crate roots and unit-test modules do not count.
+fn module_circles(sources: &[(String, String)]) -> Vec<String> {
+    let module = |rel: &str| {
+        let first = rel.split('/').next().unwrap_or(rel);
+        first.strip_suffix(".rs").unwrap_or(first).to_string()
+    };
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (rel, text) in sources {
+        let from = module(rel);
+        if matches!(from.as_str(), "lib" | "main") || rel.ends_with("/tests.rs") {
+            continue;
+        }
+        let named = crate_paths(without_tests(text))
+            .into_iter()
+            .map(|(_, name)| name);
+        let entry = uses.entry(from.clone()).or_default();
+        entry.extend(named.filter(|name| *name != from));
+    }
+    let mut circles = BTreeSet::new();
+    for start in uses.keys() {
+        // Depth-first from `start`, reporting each path that comes back to it.
+        let mut stack = vec![vec![start.clone()]];
+        while let Some(path) = stack.pop() {
+            let last = path.last().expect("a path has a module");
+            for next in uses.get(last).into_iter().flatten() {
+                if next == start {
+                    let mut circle = path.clone();
+                    let low = (0..circle.len()).min_by_key(|i| &circle[*i]).unwrap_or(0);
+                    circle.rotate_left(low);
+                    circle.push(circle[0].clone());
+                    circles.insert(circle.join(" -> "));
+                } else if uses.contains_key(next) && !path.contains(next) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push(longer);
+                }
+            }
+        }
+    }
+    circles.into_iter().collect()
+}
+
+#[test]
+fn the_library_and_the_program_have_no_import_circles() {
+    for package in ACYCLIC {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(package)
+            .join("src");
+        let sources = rust_sources(&src);
+        assert!(sources.len() > 5, "{package} has sources");
+        assert_eq!(
+            module_circles(&sources),
+            Vec::<String>::new(),
+            "{}",
+            src.display()
+        );
+    }
+}
+
+#[test]
+fn an_import_circle_is_caught() {
+    let file = |rel: &str, text: &str| (rel.to_string(), text.to_string());
+    let sources = [
+        file("project.rs", "use crate::git::GitRepo;\n"),
+        file("git.rs", "fn f(p: &crate::project::Project) {}\n"),
+        file(
+            "config.rs",
+            "use crate::{backlog::Feature, runlock::RunLock};\n",
+        ),
+        file("config/runner.rs", "// crate::project in a comment\n"),
+        file(
+            "backlog.rs",
+            "#[cfg(test)]\nmod tests { use crate::config::x; }\n",
+        ),
+        file("runlock.rs", "use crate::backlog::y;\n"),
+        file("lib.rs", "use crate::config::z;\n"),
+    ];
+    assert_eq!(module_circles(&sources), ["git -> project -> git"]);
 }

@@ -8,7 +8,9 @@
 //! comments do not. The check is a function over plain text, tested once against the real
 //! sources and once against sources broken on purpose.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use consort_testkit::sources::{crate_paths, rust_sources};
 
 /// The layers in order: a file may use its own and the ones before it.
 const LAYERS: &[&str] = &["core", "ledger", "worktree", "runtime"];
@@ -21,67 +23,12 @@ fn layer_of(rel: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| *layer == module)
 }
 
-/// The source without its comments (line comments, doc comments included).
-fn code_only(source: &str) -> String {
-    source
-        .lines()
-        .map(|line| line.split("//").next().unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Every layer a `crate::` path in `source` names, with the line its name is on.
 fn named_layers(source: &str) -> Vec<(usize, &'static str)> {
-    let code = code_only(source);
-    let mut found = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        let after = at + "crate::".len();
-        let rest = &code[after..];
-        // `crate::{a::x, b::{y, z}}`: the first name of each top-level entry, each with its
-        // offset in the code.
-        let names: Vec<(usize, &str)> = match rest.strip_prefix('{') {
-            Some(group) => top_level_entries(group)
-                .into_iter()
-                .map(|(offset, entry)| (after + 1 + offset, entry))
-                .collect(),
-            None => vec![(after, rest)],
-        };
-        for (offset, name) in names {
-            let skipped = name.len() - name.trim_start().len();
-            let ident: String = name[skipped..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if let Some(layer) = LAYERS.iter().find(|l| **l == ident) {
-                let line = code[..offset + skipped].matches('\n').count() + 1;
-                found.push((line, *layer));
-            }
-        }
-    }
-    found
-}
-
-/// The top-level entries of a `{…}` group whose opening brace is already consumed, each with
-/// its offset in `group`.
-fn top_level_entries(group: &str) -> Vec<(usize, &str)> {
-    let mut entries = Vec::new();
-    let (mut depth, mut start) = (0usize, 0usize);
-    for (i, c) in group.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth == 0 => {
-                entries.push((start, &group[start..i]));
-                return entries;
-            }
-            '}' => depth -= 1,
-            ',' if depth == 0 => {
-                entries.push((start, &group[start..i]));
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    entries
+    crate_paths(source)
+        .into_iter()
+        .filter_map(|(line, name)| LAYERS.iter().find(|l| **l == name).map(|l| (line, *l)))
+        .collect()
 }
 
 /// Every use of a later layer, as `file:line uses crate::layer`.
@@ -101,35 +48,9 @@ fn violations(files: &[(String, String)]) -> Vec<String> {
     found
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("the directory is readable") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The crate's sources: (path under `src/` with `/`, text).
 fn sources() -> Vec<(String, String)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
-    files
-        .into_iter()
-        .map(|file| {
-            let rel = file.strip_prefix(&src).expect("under src");
-            let rel: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            let text = std::fs::read_to_string(&file).expect("a source file is readable");
-            (rel.join("/"), text)
-        })
-        .collect()
+    rust_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
 }
 
 #[test]

@@ -290,7 +290,7 @@ pub fn junit_written_into_tree(config: &ProjectConfig) -> Option<String> {
 }
 
 /// The lines `consort doctor` prints about what the runner's configuration makes harness (see
-/// [`consort::runner_harness`]), so the user sees what no agent may change.
+/// [`consort::config::runner_harness`]), so the user sees what no agent may change.
 pub fn runner_harness_report(config: &ProjectConfig) -> Vec<String> {
     let Ok(harness) = config.runner_harness() else {
         return Vec::new();
@@ -656,7 +656,7 @@ mod tests {
 
     #[test]
     fn the_example_and_the_fixtures_still_load() {
-        use consort::runner_harness::RunnerHarness;
+        use consort::config::runner_harness::RunnerHarness;
         let c = ProjectConfig::parse(
             &config_template(STOCKFLOW_FEATURE_ID, STOCKFLOW_SCRIPT_PATH),
             Path::new("consort.toml"),

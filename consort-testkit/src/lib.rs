@@ -39,5 +39,6 @@ pub mod observers;
 pub mod process;
 pub mod providers;
 pub mod simulation;
+pub mod sources;
 pub mod trials;
 pub mod verify;

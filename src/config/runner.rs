@@ -1,4 +1,4 @@
-//! `[runner]`: how the project's tests run. Read by [`crate::runner_harness`], which decides
+//! `[runner]`: how the project's tests run. Read by [`crate::config::runner_harness`], which decides
 //! what the runner's configuration makes harness, and by the rest of [`crate::config`].
 
 use std::path::PathBuf;

@@ -88,7 +88,8 @@ async fn a_scripted_agent_will_not_answer_with_a_placeholder() {
 
 #[test]
 fn a_filled_in_script_has_no_placeholders_and_a_bad_field_is_named() {
-    let filled = Script::from_toml_str(include_str!("../fixtures/design_lane.toml")).expect("parses");
+    let filled =
+        Script::from_toml_str(include_str!("../fixtures/design_lane.toml")).expect("parses");
     for e in filled.entries() {
         assert_eq!(
             placeholders(&e.artifact).expect("json"),
