@@ -3,12 +3,10 @@
 //! orphan sweeps, and the URL backend inside an existing server. Each test starts its own
 //! cluster: they sweep everything and sit on the parent, which would disturb a shared one.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common::{assert_count, branch_names, migration, query_value};
+use crate::common::{assert_count, branch_names, migration, query_value};
 use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
 use consort_lakebase::{
     BaseSpec, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,

@@ -1,13 +1,12 @@
 //! The test runners on real processes and a real branch: outcomes from exit codes, TAP and
 //! JUnit; time limit and output cap; scrubbed environment; psql on real `.sql` files.
 
-mod common;
-
+use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{migration, must_query, tree_of, write_tree};
+use crate::common::{migration, must_query, tree_of, write_tree};
 use consort_actors::{ContentHash, TestStatus};
 use consort_lakebase::procinfo;
 use consort_lakebase::{
@@ -475,7 +474,7 @@ async fn a_broken_setup_file_errors_every_test_and_says_why() {
 
 /// A session whose connection breaks mid-run (here the test's own backend is terminated) is
 /// reported, not judged: the test is errored and named in `sessions_lost`, so the verifier
-/// can decide whose fault it was (see `tests/sandbox.rs`).
+/// can decide whose fault it was (see `tests/postgres/sandbox.rs`).
 #[tokio::test]
 async fn a_connection_lost_mid_run_is_reported_as_a_lost_session() {
     let tree = tree_of(&[

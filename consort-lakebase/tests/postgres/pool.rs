@@ -1,12 +1,10 @@
 //! The warm branch pool on a real cluster (a private one per test, so branch counts are
 //! exact).
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::migration;
+use crate::common::migration;
 use consort_lakebase::{
     BaseSpec, BranchPool, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
     PoolConfig, Released,

@@ -189,7 +189,7 @@ async fn a_verification_on_a_warm_branch_whose_credential_was_revoked_still_runs
     let pg = LocalPg::start().await;
     let lb = Lakebase::start(Some(&pg)).await;
     let provider: Arc<dyn BranchProvider> = Arc::new(provider(&lb, pg.port));
-    let tree = common::tree_of(&[("tests/t1.sql", "SELECT 1;\n")]);
+    let tree = crate::common::tree_of(&[("tests/t1.sql", "SELECT 1;\n")]);
     let runner: Arc<dyn TestRunner> =
         Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"));
     let args = consort_lakebase::LakebaseArgs {

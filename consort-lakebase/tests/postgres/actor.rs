@@ -1,11 +1,10 @@
 //! The Lakebase actor end to end: verify requests in, receipts out, on real branches.
 
-mod common;
-
+use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{migration, tree_of, write_tree};
+use crate::common::{migration, tree_of, write_tree};
 use consort_actors::hash_dir;
 use consort_actors::{
     InfraFault, LakebaseMsg, PromoteRequest, RequestId, TestRunReceipt, TestStatus, VerifyPurpose,

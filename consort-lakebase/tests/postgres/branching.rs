@@ -1,9 +1,7 @@
 //! Template branching on a real embedded cluster: isolation, credentials, busy templates,
 //! migrations and promote.
 
-mod common;
-
-use common::{branch_names, migration, must_query, provider, query_strings};
+use crate::common::{branch_names, migration, must_query, provider, query_strings};
 use consort_lakebase::{
     BaseRef, BaseSpec, Branch, BranchProvider, ConnectInfo, Error, migrate, names::BranchNamer,
 };

@@ -5,13 +5,12 @@
 //! reach the tests, a setup file is SQL and never a psql script, a session the code ends is a
 //! verdict, and a run that changes the tree is void.
 
-mod common;
-
+use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::tree_of;
+use crate::common::tree_of;
 use consort_actors::hash_dir;
 use consort_actors::{Confinement, TestRunReceipt, TestStatus};
 use consort_lakebase::{

@@ -5,7 +5,6 @@
 
 #[path = "lakebase_api/ca.rs"]
 mod ca;
-mod common;
 #[path = "lakebase_api/holds.rs"]
 mod holds;
 #[path = "lakebase_api/pg.rs"]
@@ -28,7 +27,7 @@ use consort_lakebase::{
 };
 use serde_json::json;
 
-use common::{assert_count, query_value};
+use crate::common::{assert_count, query_value};
 use pg::LocalPg;
 use server::{Fault, Lakebase, PROJECT, USER};
 

@@ -1,0 +1,16 @@
+//! consort-lakebase on real PostgreSQL: the Lakebase actor, template branching on the shared
+//! embedded cluster, the server backends on private clusters (`pgbranch`, `pool`: exact counts),
+//! the runners on real processes and confined runs (`sandbox`), and the Lakebase REST client
+//! against a loopback service (`lakebase_api`). `cluster.rs` is a binary of its own: it tests
+//! what happens to servers when their owning process ends.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod actor;
+mod branching;
+mod lakebase_api;
+mod pgbranch;
+mod pool;
+mod runners;
+mod sandbox;
