@@ -80,7 +80,7 @@ macro_rules! display_as_str {
 }
 
 // The layers: the pure core, then the ledger, then the work tree, then the runtime; each uses
-// only those before it (`tests/layers.rs`).
+// only those before it (`tests/machine/layers.rs`).
 mod core;
 mod ledger;
 mod runtime;

@@ -1,5 +1,5 @@
 //! Reading a package's own Rust sources, for the tests that check how its modules depend on
-//! each other (`consort-actors/tests/layers.rs`, the root's `tests/invariants.rs`).
+//! each other (`consort-actors/tests/machine/layers.rs`, the root's `tests/invariants.rs`).
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! of its arguments, so the lifecycle can be replayed, tested and reasoned about alone.
 //!
 //! **Layering:** nothing here uses the ledger, the work tree or the runtime
-//! (`tests/layers.rs` reads every `use` line to check it).
+//! (`tests/machine/layers.rs` reads every `crate::` path to check it).
 
 pub(crate) mod artifact;
 pub(crate) mod budget;

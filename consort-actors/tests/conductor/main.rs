@@ -5,6 +5,8 @@
 //! Test semantics of the double: a test file `tests/<x>.sql` containing `need: TOKEN` passes
 //! when some file under `src/` contains `TOKEN`.
 
+mod supervision;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

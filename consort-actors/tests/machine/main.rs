@@ -19,6 +19,7 @@ use consort_testkit::artifacts::{
 };
 use consort_testkit::disk::FakeDisk;
 
+mod layers;
 mod regression;
 
 /// Story `S1` (user-facing when asked) with two criteria and story `S2` with one.
