@@ -290,7 +290,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
-            eprintln!("error: {}", consort_cli::ui::error_chain(e.as_ref()));
+            eprintln!("error: {}", consort_actors::error_chain(e.as_ref()));
             let usage = e.chain().any(|c| {
                 c.downcast_ref::<consort::config::ConfigError>().is_some()
                     || c.downcast_ref::<consort::backlog::BacklogError>()

@@ -528,23 +528,6 @@ fn is_executable(path: &std::path::Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// An error and its causes on one line, each cause said once. Most errors leave their cause
-/// to `source()` and the line says it; some messages still include their cause's text as
-/// well (an I/O error's, a driver's), so a cause already in the line is not repeated.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cause = c.source();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
 
@@ -596,18 +579,6 @@ mod tests {
         assert!(time_line(&Default::default()).starts_with("no phase"));
     }
 
-    #[derive(Debug, thiserror::Error)]
-    #[error("cannot connect: {0}")]
-    struct Outer(#[source] Inner);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("connection refused")]
-    struct Inner;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("run failed")]
-    struct Plain(#[source] Inner);
-
     #[test]
     fn usage_that_spent_nothing_is_one_line_and_spending_is_told_per_role() {
         use consort_actors::{Role, RoleUsage, Tally, UsageTotals};
@@ -640,14 +611,5 @@ mod tests {
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].starts_with("total: 120 tokens"), "{lines:?}");
         assert!(lines[1].starts_with("driver: 120 tokens"), "{lines:?}");
-    }
-
-    #[test]
-    fn each_cause_is_said_once() {
-        assert_eq!(
-            error_chain(&Outer(Inner)),
-            "cannot connect: connection refused"
-        );
-        assert_eq!(error_chain(&Plain(Inner)), "run failed: connection refused");
     }
 }

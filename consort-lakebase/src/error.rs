@@ -281,36 +281,6 @@ impl Error {
     }
 }
 
-impl Error {
-    /// The error's text followed by each cause it does not say itself: what a person reads
-    /// where only one line is kept (an infrastructure failure's detail, a log line). The typed
-    /// configuration and cluster errors ([`Error::Misconfigured`], [`Error::Cluster`]) leave
-    /// their cause to [`std::error::Error::source`]; every other variant says its own.
-    pub fn chain_text(&self) -> String {
-        if !matches!(self, Error::Misconfigured(_) | Error::Cluster(_)) {
-            return self.to_string();
-        }
-        let mut text = self.to_string();
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            // A cause of this crate says its own causes, its own way.
-            let own = c
-                .downcast_ref::<Error>()
-                .or_else(|| c.downcast_ref::<Box<Error>>().map(|b| &**b));
-            let more = own.map_or_else(|| c.to_string(), Error::chain_text);
-            if !text.contains(&more) {
-                text.push_str(": ");
-                text.push_str(&more);
-            }
-            if own.is_some() {
-                break;
-            }
-            cause = c.source();
-        }
-        text
-    }
-}
-
 /// Why the configuration is unusable (see [`Error::Misconfigured`]). No variant holds a
 /// password or a token.
 #[derive(Debug, thiserror::Error)]
@@ -770,7 +740,7 @@ mod tests {
         );
         assert!(std::error::Error::source(&e).is_some());
         assert_eq!(
-            e.chain_text(),
+            consort_actors::error_chain(&e),
             format!("configuration: ca_file ca.pem: cannot be read: {cause}")
         );
         assert_eq!(e.infra_fault(), InfraFault::ProviderMisconfigured);
@@ -782,11 +752,11 @@ mod tests {
             source: Box::new(io),
         });
         assert_eq!(
-            e.chain_text(),
+            consort_actors::error_chain(&e),
             "embedded PostgreSQL: the server did not accept connections within 2 s; log: starting: read x: disk gone"
         );
         // Every other variant says its cause itself: its text is its Display.
         let io = Error::io("read x", std::io::Error::other("disk gone"));
-        assert_eq!(io.chain_text(), io.to_string());
+        assert_eq!(consort_actors::error_chain(&io), io.to_string());
     }
 }

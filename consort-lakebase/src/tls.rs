@@ -72,7 +72,7 @@ mod tests {
                 panic!("{} accepted", path.display());
             };
             // What a person reads: the configuration error and its causes.
-            let text = crate::error::Error::from(e).chain_text();
+            let text = consort_actors::error_chain(&crate::error::Error::from(e));
             assert!(
                 text.contains(&path.display().to_string()) && text.contains(why),
                 "{text}"

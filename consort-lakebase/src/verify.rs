@@ -152,7 +152,10 @@ fn runner_fault(e: &Error) -> InfraError {
         Error::TestCommand { .. } => InfraFault::TestCommandBroken,
         _ => InfraFault::RunnerFailed,
     };
-    infra(fault, format!("running the tests: {}", e.chain_text()))
+    infra(
+        fault,
+        format!("running the tests: {}", consort_actors::error_chain(e)),
+    )
 }
 
 fn infra(fault: InfraFault, detail: impl Into<String>) -> InfraError {
@@ -246,7 +249,7 @@ impl Verifier {
             Err(e) => {
                 return Err(infra(
                     e.infra_fault(),
-                    format!("getting a branch: {}", e.chain_text()),
+                    format!("getting a branch: {}", consort_actors::error_chain(&e)),
                 ));
             }
         };
@@ -344,10 +347,12 @@ impl Verifier {
     /// and a new one asked for, once.
     async fn login(&self, branch: &crate::provider::Branch) -> Result<ConnectInfo, InfraError> {
         let ask = || async {
-            self.provider()
-                .connect_info(branch)
-                .await
-                .map_err(|e| infra(e.infra_fault(), format!("connecting: {}", e.chain_text())))
+            self.provider().connect_info(branch).await.map_err(|e| {
+                infra(
+                    e.infra_fault(),
+                    format!("connecting: {}", consort_actors::error_chain(&e)),
+                )
+            })
         };
         let conn = ask().await?;
         if conn.expires_at.is_none() {
@@ -409,7 +414,7 @@ impl Verifier {
     ) -> TestRunReceipt {
         let text = format!(
             "no test ran: the base could not be built: {}\n",
-            e.chain_text()
+            consort_actors::error_chain(e)
         );
         let mut names: Vec<String> = req.tests.clone();
         if let Some(f) = &req.focus
@@ -460,7 +465,7 @@ impl Verifier {
             }),
             Err(e) => Err(infra(
                 e.infra_fault(),
-                format!("promote: {}", e.chain_text()),
+                format!("promote: {}", consort_actors::error_chain(&e)),
             )),
         }
     }

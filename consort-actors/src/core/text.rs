@@ -41,9 +41,49 @@ pub(crate) fn head_and_tail(text: &str, max: usize) -> String {
     )
 }
 
+/// An error and its causes on one line, each cause said once: what a person reads where only
+/// one line is kept (a terminal's error line, an infrastructure failure's detail, a log line).
+/// Most errors leave their cause to `source()` and the line says it; some messages include
+/// their cause's text as well (an I/O error's, a driver's), so a cause already in the line is
+/// not repeated.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot connect: {0}")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection refused")]
+    struct Inner;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("run failed")]
+    struct Plain(#[source] Inner);
+
+    #[test]
+    fn each_cause_is_said_once() {
+        assert_eq!(
+            error_chain(&Outer(Inner)),
+            "cannot connect: connection refused"
+        );
+        assert_eq!(error_chain(&Plain(Inner)), "run failed: connection refused");
+    }
 
     #[test]
     fn durations_read_as_people_write_them() {

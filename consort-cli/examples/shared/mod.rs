@@ -10,7 +10,7 @@ use consort_cli::ui;
 /// exits with the failure code.
 pub(crate) fn main(run: impl FnOnce() -> Result<i32>) -> ! {
     let code = run().unwrap_or_else(|e| {
-        eprintln!("error: {}", ui::error_chain(e.as_ref()));
+        eprintln!("error: {}", consort::actors::error_chain(e.as_ref()));
         ui::EXIT_FAILURE
     });
     std::process::exit(code);

@@ -226,7 +226,7 @@ impl ServerHandler for ConsortMcp {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
             Err(e) => {
                 tracing::info!(tool = %request.name, error = %e, "tool call refused");
-                CallToolResult::error(vec![ContentBlock::text(crate::ui::error_chain(&e))])
+                CallToolResult::error(vec![ContentBlock::text(consort_actors::error_chain(&e))])
             }
         };
         Ok(result.into())

@@ -134,7 +134,7 @@ impl ServerProvider {
                     return Err(Error::Timeout(format!(
                         "branch {} did not accept logins: {}",
                         branch.name,
-                        e.chain_text()
+                        consort_actors::error_chain(&e)
                     )));
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
