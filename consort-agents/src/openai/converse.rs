@@ -259,9 +259,10 @@ impl OpenAiAgent {
         ask: Ask<'_>,
         window: Option<u64>,
     ) -> Result<Completion, CallError> {
+        let mut chars = self.prompt_chars(talk, ask);
         if let Some(window) = window {
             loop {
-                let need = tokens_of(self.prompt_chars(talk, ask)) + self.reserve(ask, window);
+                let need = tokens_of(chars) + self.reserve(ask, window);
                 if need <= window {
                     break;
                 }
@@ -276,9 +277,10 @@ impl OpenAiAgent {
                 }
                 tracing::info!(role = %self.role, step = %a.step, fit = %talk.fit(), need, window,
                     "the prompt was cut to fit the context window");
+                chars = self.prompt_chars(talk, ask);
             }
         }
-        self.check_call(a, usage, ask.limit, self.prompt_chars(talk, ask))
+        self.check_call(a, usage, ask.limit, chars)
             .map_err(CallError::Fail)?;
         self.call(ask, &talk.turns()).await
     }
