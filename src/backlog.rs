@@ -20,6 +20,8 @@ use crate::config::ProjectConfig;
 pub const BACKLOG_FILE: &str = ".consort/backlog.json";
 /// Where each feature's record lives, relative to the project.
 pub const FEATURES_DIR: &str = ".consort/features";
+/// Where the lanes' git worktrees live, relative to the project.
+pub const LANES_DIR: &str = ".consort/lanes";
 /// The longest feature id, in bytes.
 const MAX_ID: usize = 64;
 
@@ -29,7 +31,7 @@ const MAX_ID: usize = 64;
 pub enum BacklogError {
     /// A feature id is not usable as a directory and branch name.
     #[error(
-        "feature id {id:?} is not usable: {why} (use letters, digits, '-', '_' and '.', at most 64, starting with a letter or digit)"
+        "feature id `{id}` is not usable: {why} (use letters, digits, '-', '_' and '.', at most 64, starting with a letter or digit)"
     )]
     BadId {
         /// The id.
@@ -38,13 +40,13 @@ pub enum BacklogError {
         why: &'static str,
     },
     /// The id is taken.
-    #[error("the project already has a feature {id:?}; give the new one another id (--id)")]
+    #[error("the project already has a feature `{id}`; give the new one another id (--id)")]
     Duplicate {
         /// The id.
         id: String,
     },
     /// No feature has this id.
-    #[error("the project has no feature {id:?} (`consort feature list` lists them)")]
+    #[error("the project has no feature `{id}` (`consort feature list` lists them)")]
     Unknown {
         /// The id.
         id: String,
@@ -101,6 +103,11 @@ impl Feature {
     /// Where its agents' transcripts are kept, relative to the project.
     pub fn transcript_dir(&self) -> String {
         format!("{}/transcripts", self.record_dir)
+    }
+
+    /// Its lock, relative to the project: held by the process that drives the feature.
+    pub fn lock_file(&self) -> String {
+        format!("{}/feature.lock", self.record_dir)
     }
 
     /// Its mailbox for roles played through `consort mcp`, relative to the project.
@@ -295,6 +302,12 @@ pub fn inherit(inherited: &mut Inherited, id: &str, state: &State, files: Option
 /// the slug being the id with anything but letters, digits, `-`, `_` and `.` made `-`.
 pub fn record_dir(id: &str) -> String {
     format!("{FEATURES_DIR}/{}", slug(id))
+}
+
+/// The git worktree of a feature's lane, relative to the project: `.consort/lanes/<slug>`
+/// (the slug of [`record_dir`]). It exists only while the lane does (see [`crate::lanes`]).
+pub fn lane_dir(id: &str) -> String {
+    format!("{LANES_DIR}/{}", slug(id))
 }
 
 fn slug(id: &str) -> String {

@@ -45,7 +45,7 @@ pub enum ConfigError {
         dir: PathBuf,
     },
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -431,7 +431,7 @@ impl ProjectConfig {
         if dir != self.migrations.dir || dir.contains(['*', '?', '[', '{']) {
             return Err(invalid(
                 "migrations.dir",
-                format!("write it as a plain relative directory, such as {dir:?}"),
+                format!("write it as a plain relative directory, such as `{dir}`"),
             ));
         }
         if policy.is_test(&format!("{dir}/0001_S1_x.sql")) {
@@ -483,7 +483,8 @@ impl ProjectConfig {
             ConfigError::Invalid { key, message, .. } => invalid(&key, message),
             other => other,
         })?;
-        check_runner(&self.runner, &policy).map_err(|e| invalid(e.key(), e.to_string()))
+        check_runner(&self.runner, &policy)
+            .map_err(|e| invalid(e.key(), consort_actors::error_chain(&e)))
     }
 
     /// The budgets from `[budget]` and the roles' legacy OpenAI `budget` settings, with

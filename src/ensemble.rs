@@ -11,10 +11,11 @@ use consort_actors::{
     LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunReport, RunnerFacts, StopAtGates,
     Wiring,
 };
-use consort_actors::{ChildSpec, RestartPolicy, Supervised};
 use consort_actors::{
-    ConductorConfig, LakebaseEndpoint, RoleEndpoint, SupervisedLakebase, SupervisedRole,
+    BoxFuture, ConductorConfig, InfraError, LakebaseEndpoint, PromoteReport, PromoteRequest,
+    RoleEndpoint, SupervisedLakebase, SupervisedRole, TestRunReceipt, VerifyRequest,
 };
+use consort_actors::{ChildSpec, RestartPolicy, Supervised};
 use consort_agents::{Agent, RoleArgs, spawn_role_linked};
 use consort_lakebase::{
     BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
@@ -24,6 +25,44 @@ use consort_lakebase::{
 use tokio::sync::mpsc;
 
 use crate::runlock::RunLock;
+
+/// How a run's promotion is made, given the Lakebase side to make it with: a lane checks its
+/// merge first (see [`crate::lanes::MergeCheck`]). An error refuses the promotion; the run
+/// halts with it.
+pub trait Promotion: Send + Sync {
+    /// Checks `request`, then applies it to the parent database through `lakebase`.
+    fn promote<'a>(
+        &'a self,
+        request: PromoteRequest,
+        lakebase: &'a dyn LakebaseEndpoint,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<PromoteReport, InfraError>>;
+}
+
+/// The Lakebase side as the conductor reaches it, promoting through a [`Promotion`].
+struct PromotingLakebase {
+    inner: Arc<dyn LakebaseEndpoint>,
+    promotion: Arc<dyn Promotion>,
+}
+
+impl LakebaseEndpoint for PromotingLakebase {
+    fn verify(
+        &self,
+        request: VerifyRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<TestRunReceipt, InfraError>> {
+        self.inner.verify(request, timeout)
+    }
+
+    fn promote(
+        &self,
+        request: PromoteRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<PromoteReport, InfraError>> {
+        self.promotion
+            .promote(request, self.inner.as_ref(), timeout)
+    }
+}
 
 /// Why an ensemble could not be built or run.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +77,7 @@ pub enum EnsembleError {
     )]
     ReviewerIsAuthor(String),
     /// The database side failed to start.
-    #[error("database: {0}")]
+    #[error("database")]
     Database(#[from] consort_lakebase::Error),
     /// An actor could not be started.
     #[error("could not start the {what} actor: {detail}")]
@@ -58,7 +97,9 @@ pub struct EnsembleBuilder {
     work_tree: PathBuf,
     feature: Option<FeatureRequest>,
     inherited: consort_actors::Inherited,
-    record_dir: Option<String>,
+    record_dir: Option<PathBuf>,
+    hidden: Vec<PathBuf>,
+    promotion: Option<Arc<dyn Promotion>>,
     machine: MachineConfig,
     runner_facts: Option<Arc<RunnerFacts>>,
     agents: BTreeMap<Role, (Arc<dyn Agent>, String)>,
@@ -73,7 +114,7 @@ pub struct EnsembleBuilder {
     restart: RestartPolicy,
     progress: Option<mpsc::UnboundedSender<Progress>>,
     append_observer: Option<Arc<dyn AppendObserver>>,
-    run_lock: Option<RunLock>,
+    run_locks: Vec<RunLock>,
     budgets: consort_actors::Budgets,
     workbench: Option<consort_actors::workbench::WorkbenchLimits>,
 }
@@ -101,11 +142,25 @@ impl EnsembleBuilder {
         self
     }
 
-    /// Where the run's ledger, frozen design and apply journal are kept, relative to the work
-    /// tree and inside `.consort/` (default: `.consort` itself; a project's features each keep
-    /// theirs in `.consort/features/<id>`).
-    pub fn record_dir(mut self, dir: impl Into<String>) -> Self {
+    /// Where the run's ledger, frozen design and apply journal are kept: a relative path is
+    /// taken from the work tree and lies inside `.consort/` (default: `.consort` itself; a
+    /// project's features each keep theirs in `.consort/features/<id>`); a lane's lies in
+    /// its project, outside its work tree.
+    pub fn record_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.record_dir = Some(dir.into());
+        self
+    }
+
+    /// More paths no verification run may read (a lane's project records); see
+    /// [`ConductorConfig::hidden`](consort_actors::ConductorConfig::hidden).
+    pub fn hidden(mut self, paths: Vec<PathBuf>) -> Self {
+        self.hidden = paths;
+        self
+    }
+
+    /// Promotes through `promotion` (a lane's merge check) instead of directly.
+    pub fn promotion(mut self, promotion: Arc<dyn Promotion>) -> Self {
+        self.promotion = Some(promotion);
         self
     }
 
@@ -196,10 +251,11 @@ impl EnsembleBuilder {
         self
     }
 
-    /// Holds the project's run lock (one run per project) until the ensemble shuts down.
-    /// [`Project::ensemble`](crate::Project::ensemble) takes it before anything else.
+    /// Holds a run lock (the project's, the feature's) until the ensemble shuts down; called
+    /// again, it holds each. [`Project::ensemble`](crate::Project::ensemble) takes them
+    /// before anything else.
     pub fn run_lock(mut self, lock: RunLock) -> Self {
-        self.run_lock = Some(lock);
+        self.run_locks.push(lock);
         self
     }
 
@@ -251,7 +307,7 @@ impl EnsembleBuilder {
             stats,
             provider,
             cluster,
-            run_lock: self.run_lock,
+            run_locks: self.run_locks,
         })
     }
 
@@ -356,9 +412,10 @@ impl EnsembleBuilder {
     ) -> Result<ConductorHandle, ConductorError> {
         let mut config = ConductorConfig::new(&self.work_tree);
         if let Some(dir) = &self.record_dir {
-            config.ledger_path = self.work_tree.join(dir).join("ledger.jsonl");
-            config.record_dir = dir.clone();
+            config.record_dir = self.work_tree.join(dir);
+            config.ledger_path = config.record_dir.join("ledger.jsonl");
         }
+        config.hidden = self.hidden.clone();
         config.machine = self.machine.clone();
         config.runner = self.runner_facts.clone();
         config.step_timeout = self.step_timeout + Duration::from_secs(5);
@@ -366,9 +423,15 @@ impl EnsembleBuilder {
         config.append_observer = self.append_observer.take();
         config.budgets = self.budgets.clone();
         config.workbench = self.workbench;
-        let endpoint: Arc<dyn LakebaseEndpoint> = Arc::new(SupervisedLakebase {
+        let mut endpoint: Arc<dyn LakebaseEndpoint> = Arc::new(SupervisedLakebase {
             handle: lakebase.clone(),
         });
+        if let Some(promotion) = self.promotion.clone() {
+            endpoint = Arc::new(PromotingLakebase {
+                inner: endpoint,
+                promotion,
+            });
+        }
         let wiring = Wiring {
             config,
             feature: self.feature.take(),
@@ -397,7 +460,7 @@ pub struct Ensemble {
     stats: Arc<PoolStats>,
     provider: Arc<dyn BranchProvider>,
     cluster: Option<Arc<consort_lakebase::EmbeddedCluster>>,
-    run_lock: Option<RunLock>,
+    run_locks: Vec<RunLock>,
 }
 
 impl std::fmt::Debug for Ensemble {
@@ -416,6 +479,8 @@ impl Ensemble {
             feature: None,
             inherited: Default::default(),
             record_dir: None,
+            hidden: Vec::new(),
+            promotion: None,
             machine: MachineConfig::default(),
             runner_facts: None,
             agents: BTreeMap::new(),
@@ -430,7 +495,7 @@ impl Ensemble {
             restart: RestartPolicy::default(),
             progress: None,
             append_observer: None,
-            run_lock: None,
+            run_locks: Vec::new(),
             budgets: consort_actors::Budgets::default(),
             workbench: Some(consort_actors::workbench::WorkbenchLimits::default()),
         }
@@ -476,13 +541,13 @@ impl Ensemble {
         drop(self.provider);
         drop(self.cluster);
         let stats = self.stats.snapshot();
-        drop(self.run_lock);
+        drop(self.run_locks);
         stats
     }
 
-    /// Takes the run lock out of the ensemble, for a caller that must release it later than
-    /// [`Ensemble::shutdown`] would (after stopping servers the ensemble does not own).
-    pub fn take_run_lock(&mut self) -> Option<RunLock> {
-        self.run_lock.take()
+    /// Takes the run locks out of the ensemble, for a caller that must release them later
+    /// than [`Ensemble::shutdown`] would (after stopping servers the ensemble does not own).
+    pub fn take_run_locks(&mut self) -> Vec<RunLock> {
+        std::mem::take(&mut self.run_locks)
     }
 }

@@ -5,7 +5,8 @@
 //! private index, never from what the work tree holds: a sync makes exactly the commits the
 //! ledger calls for that the branch does not have yet (found by their `Consort-Receipt` and
 //! `Consort-Step` trailers), so a resumed run neither loses nor repeats one. Consort never
-//! pushes, merges or rewrites a commit; `.git/` is harness, no agent's.
+//! pushes or rewrites a commit, and merges only a lane's branch into its base, after the lane's
+//! merge check ([`crate::lanes`]); `.git/` is harness, no agent's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -19,6 +20,20 @@ use consort_actors::{
 
 /// The e-mail domain of Consort's commit identities (reserved: it never delivers).
 const EMAIL_DOMAIN: &str = "consort.invalid";
+/// The committer of every commit Consort makes, and the author of a lane's merge.
+const CONDUCTOR_NAME: (&str, &str) = ("GIT_COMMITTER_NAME", "Consort");
+/// Its e-mail.
+const CONDUCTOR_EMAIL: (&str, &str) = ("GIT_COMMITTER_EMAIL", "conductor@consort.invalid");
+
+/// The identity of a commit the conductor itself makes (a lane's merge): author and committer.
+pub(crate) fn conductor_identity() -> [(&'static str, &'static str); 4] {
+    [
+        ("GIT_AUTHOR_NAME", CONDUCTOR_NAME.1),
+        ("GIT_AUTHOR_EMAIL", CONDUCTOR_EMAIL.1),
+        CONDUCTOR_NAME,
+        CONDUCTOR_EMAIL,
+    ]
+}
 
 /// What went wrong with git.
 #[derive(Debug, thiserror::Error)]
@@ -202,6 +217,16 @@ impl GitRepo {
         Ok(branch)
     }
 
+    /// The directory git runs in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The project's path inside the repository, with a trailing `/` (empty at the top).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// Whether a run of `feature_id` has begun here: its branch exists.
     pub fn has_branch(&self, feature_id: &str) -> Result<bool, GitError> {
         let branch = branch_name(feature_id);
@@ -278,7 +303,7 @@ impl GitRepo {
             .collect())
     }
 
-    fn current_branch(&self) -> Result<String, GitError> {
+    pub(crate) fn current_branch(&self) -> Result<String, GitError> {
         match self.git(&["symbolic-ref", "--short", "-q", "HEAD"], None) {
             Ok(name) => Ok(name.trim().to_string()),
             Err(_) => Ok("a detached HEAD".into()),
@@ -363,7 +388,7 @@ impl GitRepo {
         Ok(keys)
     }
 
-    fn rev(&self, reference: &str) -> Result<Option<String>, GitError> {
+    pub(crate) fn rev(&self, reference: &str) -> Result<Option<String>, GitError> {
         match self.git(&["rev-parse", "-q", "--verify", reference], None) {
             Ok(sha) => Ok(Some(sha.trim().to_string())),
             Err(_) => Ok(None),
@@ -416,8 +441,8 @@ impl GitRepo {
         let ident = [
             ("GIT_AUTHOR_NAME", who.as_str()),
             ("GIT_AUTHOR_EMAIL", email.as_str()),
-            ("GIT_COMMITTER_NAME", "Consort"),
-            ("GIT_COMMITTER_EMAIL", "conductor@consort.invalid"),
+            CONDUCTOR_NAME,
+            CONDUCTOR_EMAIL,
         ];
         let sha = self.git_env(&args, &ident, Some(message.as_bytes()))?;
         Ok(sha.trim().to_string())
@@ -432,11 +457,11 @@ impl GitRepo {
         })
     }
 
-    fn git(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<String, GitError> {
+    pub(crate) fn git(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<String, GitError> {
         self.git_env(args, &[], stdin)
     }
 
-    fn git_env(
+    pub(crate) fn git_env(
         &self,
         args: &[&str],
         env: &[(&str, &str)],

@@ -76,6 +76,7 @@ pub mod backlog;
 pub mod config;
 mod ensemble;
 pub mod git;
+pub mod lanes;
 pub mod project;
 pub mod runlock;
 
@@ -86,7 +87,7 @@ pub use consort_lakebase as lakebase;
 pub use consort_actors::{
     ApproveAs, Approver, FeatureRequest, GateKind, Progress, RunOutcome, RunReport, StopAtGates,
 };
-pub use ensemble::{Ensemble, EnsembleBuilder, EnsembleError};
+pub use ensemble::{Ensemble, EnsembleBuilder, EnsembleError, Promotion};
 pub use project::{Project, ProjectError, RunOptions, StatusReport, UsageReport};
 pub use runlock::{RunLock, RunLockError};
 

@@ -22,9 +22,10 @@ use tokio::sync::mpsc;
 use crate::backlog::{BacklogError, Feature, FeatureState};
 use crate::config::{ConfigError, ProjectConfig, ProviderConfig, RunnerConfig};
 use crate::ensemble::{Ensemble, EnsembleError};
-use crate::runlock::{RunLock, RunLockError};
+use crate::runlock::{LockScope, RunLock, RunLockError};
 
 mod git_sync;
+pub(crate) mod lane;
 pub use git_sync::LiveSync;
 
 /// Why a project could not be opened or run.
@@ -43,7 +44,7 @@ pub enum ProjectError {
         detail: String,
     },
     /// An agent backend could not be built.
-    #[error("agent for {role}: {source}")]
+    #[error("agent for {role}")]
     Agent {
         /// The role.
         role: Role,
@@ -52,7 +53,7 @@ pub enum ProjectError {
         source: consort_agents::Error,
     },
     /// The database side failed.
-    #[error("database: {0}")]
+    #[error("database")]
     Database(#[from] consort_lakebase::Error),
     /// The Lakebase backend could not be configured; why is the source.
     #[error("lakebase")]
@@ -80,11 +81,14 @@ pub enum ProjectError {
     #[error(transparent)]
     RunLock(#[from] RunLockError),
     /// The project's git repository refused the run, or a commit could not be made.
-    #[error("git: {0}")]
+    #[error("git")]
     Git(#[from] crate::git::GitError),
     /// The backlog is unusable, or names no such feature.
     #[error(transparent)]
     Backlog(#[from] BacklogError),
+    /// A lane could not be made, found or removed.
+    #[error(transparent)]
+    Lanes(#[from] lane::LaneError),
     /// A later feature cannot start while an earlier one is unfinished: it builds on the
     /// earlier one's tests and migrations.
     #[error(
@@ -117,7 +121,7 @@ pub enum ProjectError {
     #[error("interrupted by {0}")]
     Interrupted(Interruption),
     /// The signal handlers a run listens on could not be installed.
-    #[error("cannot listen for {signal}: {source}")]
+    #[error("cannot listen for {signal}")]
     Signals {
         /// The signal.
         signal: &'static str,
@@ -159,6 +163,13 @@ pub struct RunOptions {
     /// Start a new run in a git repository with uncommitted changes (Consort's commits hold
     /// only its own changes).
     pub allow_dirty: bool,
+    /// The branch provider to use instead of starting the configured one: lanes share one.
+    pub provider: Option<Arc<dyn BranchProvider>>,
+    /// How many runs share the provider at once (0 and 1: this one alone): each gets its
+    /// share of the warm pool and of the concurrent runs `[pool]` sets, at least one.
+    pub sharing: usize,
+    /// How the promotion is made instead of directly: a lane's merge check.
+    pub promotion: Option<Arc<dyn crate::ensemble::Promotion>>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -173,12 +184,16 @@ impl std::fmt::Debug for RunOptions {
 /// A project directory with its configuration, and the feature of its backlog it is about.
 #[derive(Debug, Clone)]
 pub struct Project {
-    /// The project (work tree) root.
+    /// The project root: `consort.toml`, the records in `.consort/`, and the work tree of a
+    /// feature that runs in no lane.
     pub dir: PathBuf,
     /// Its `consort.toml`.
     pub config: ProjectConfig,
     /// The feature this handle reads and drives.
     feature: Feature,
+    /// Where the feature's code is: its lane's worktree while it has one (see
+    /// [`crate::lanes`]), else `dir`.
+    work_tree: PathBuf,
 }
 
 impl Project {
@@ -197,6 +212,7 @@ impl Project {
         let features = crate::backlog::features(&dir, &config)?;
         let mut project = Project {
             feature: features[0].clone(),
+            work_tree: dir.clone(),
             dir,
             config,
         };
@@ -207,6 +223,9 @@ impl Project {
                 .ok_or_else(|| BacklogError::Unknown { id: id.to_string() })?,
             None => project.current(features)?,
         };
+        if let Some(lane) = lane::work_tree_of(&project.dir, &project.feature.id) {
+            project.work_tree = lane;
+        }
         Ok(project)
     }
 
@@ -224,6 +243,17 @@ impl Project {
                 id: self.config.feature.id.clone(),
             })
         })
+    }
+
+    /// Where the feature's code is: its lane's worktree while it runs in one, else
+    /// [`Project::dir`].
+    pub fn work_tree(&self) -> &Path {
+        &self.work_tree
+    }
+
+    /// Whether the feature runs in a lane of its own (a git worktree under `.consort/lanes/`).
+    pub fn in_lane(&self) -> bool {
+        self.work_tree != self.dir
     }
 
     /// The feature this handle is about.
@@ -327,11 +357,17 @@ impl Project {
                 break;
             }
             let Some(state) = self.replay(&earlier)? else {
+                if self.in_lane() {
+                    continue;
+                }
                 return Err(self.unfinished(&earlier, FeatureState::Waiting));
             };
             match FeatureState::of(Some(&state)) {
                 FeatureState::Done => {}
                 FeatureState::Stopped => continue,
+                // A lane does not wait for the features before it: they meet in its merge
+                // check.
+                _ if self.in_lane() => continue,
                 other => return Err(self.unfinished(&earlier, other)),
             }
             crate::backlog::inherit(&mut inherited, &earlier.id, &state, files.as_ref());
@@ -356,7 +392,7 @@ impl Project {
         let mut missing: Vec<&consort_actors::EarlierTest> = inherited
             .tests
             .iter()
-            .filter(|t| !self.dir.join(&t.path).is_file())
+            .filter(|t| !self.work_tree.join(&t.path).is_file())
             .collect();
         missing.dedup_by(|a, b| a.path == b.path);
         match missing.first() {
@@ -460,6 +496,23 @@ impl Project {
         Ok(RunLock::acquire(&self.dir, command)?)
     }
 
+    /// Takes what a person's write to the feature's ledger (a gate decision, a retry, a
+    /// retirement) needs: the project's run lock and the feature's, so neither a run in the
+    /// project's tree nor a lane that drives the feature writes beside it.
+    pub fn lock_ledger(&self, command: &str) -> Result<[RunLock; 2], ProjectError> {
+        Ok([self.lock(command)?, self.lock_feature(command)?])
+    }
+
+    /// Takes the lock of this handle's feature for `command`: refused while another process
+    /// drives the feature (in a lane or in the project's own tree).
+    pub fn lock_feature(&self, command: &str) -> Result<RunLock, ProjectError> {
+        Ok(RunLock::acquire_at(
+            self.dir.join(self.feature.lock_file()),
+            LockScope::Feature(self.feature.id.clone()),
+            command,
+        )?)
+    }
+
     /// Builds the ensemble: provider, runner, one agent per role, approver. The run lock is
     /// taken first (named by `opts.command`) and held by the ensemble until it shuts down, so a
     /// second run of the same project is refused before it starts a database or writes a line.
@@ -469,13 +522,27 @@ impl Project {
         self.ensemble_locked(lock, opts).await
     }
 
-    /// [`Project::ensemble`] with this project's run lock already taken (by [`Project::lock`]);
-    /// the ensemble holds it until it shuts down.
+    /// [`Project::ensemble`] with a run lock already taken: the project's ([`Project::lock`])
+    /// or the feature's ([`Project::lock_feature`], what a lane holds). The feature's lock is
+    /// taken too when `lock` is not it; the ensemble holds both until it shuts down.
     pub async fn ensemble_locked(
         &self,
         lock: RunLock,
         opts: RunOptions,
     ) -> Result<Ensemble, ProjectError> {
+        // A lane promotes behind its merge check, which only the lanes' driver gives it.
+        if self.in_lane() && opts.promotion.is_none() {
+            return Err(lane::LaneError::DriveAsLane {
+                feature: self.feature.id.clone(),
+            }
+            .into());
+        }
+        let mut locks = Vec::with_capacity(2);
+        if lock.path() != self.dir.join(self.feature.lock_file()) {
+            let command = opts.command.clone().unwrap_or_else(program_name);
+            locks.push(self.lock_feature(&command)?);
+        }
+        locks.push(lock);
         let fresh = !self.ledger_path().exists()
             || std::fs::metadata(self.ledger_path())
                 .map(|m| m.len())
@@ -491,20 +558,23 @@ impl Project {
         for (dir, bytes) in consort_lakebase::sweep_abandoned_scratch() {
             tracing::info!(dir = %dir.display(), bytes, "removed a killed run's scratch directory");
         }
-        let mut builder = Ensemble::builder(&self.dir)
-            .run_lock(lock)
-            .record_dir(self.feature.record_dir.clone())
+        let mut builder = Ensemble::builder(&self.work_tree)
+            .record_dir(self.dir.join(&self.feature.record_dir))
+            .hidden(lane::hidden_from_lane(self))
             .machine(self.machine()?.config().clone())
             .runner_facts(crate::config::runner_facts::runner_facts(&self.config))
-            .provider(self.provider().await?)
+            .provider(match &opts.provider {
+                Some(shared) => Arc::clone(shared),
+                None => self.provider().await?,
+            })
             .runner(self.runner()?)
             .pool(
                 PoolConfig {
-                    size: self.config.pool.size,
+                    size: share(self.config.pool.size, opts.sharing),
                     keep_failed: self.config.pool.keep_failed,
                     ..PoolConfig::default()
                 },
-                self.config.pool.max_concurrent,
+                share(self.config.pool.max_concurrent, opts.sharing),
             )
             .timeouts(self.config.step_timeout(), self.config.verify_timeout())
             .budgets(self.budgets(&opts)?)
@@ -522,6 +592,12 @@ impl Project {
         };
         if let Some(observer) = observer {
             builder = builder.append_observer(observer);
+        }
+        if let Some(promotion) = &opts.promotion {
+            builder = builder.promotion(Arc::clone(promotion));
+        }
+        for lock in locks {
+            builder = builder.run_lock(lock);
         }
         if let Some((feature, inherited)) = start {
             builder = builder.feature(feature).inherited(inherited);
@@ -572,9 +648,9 @@ impl Project {
 }
 
 impl Project {
-    /// The git repository the project lies in, if any.
+    /// The git repository the feature's work tree lies in, if any.
     pub fn git(&self) -> Option<crate::git::GitRepo> {
-        crate::git::GitRepo::detect(&self.dir)
+        crate::git::GitRepo::detect(&self.work_tree)
     }
 
     /// In a git repository: a new run starts its branch (a dirty tree refused unless
@@ -599,6 +675,40 @@ impl Project {
         Ok(Some(LiveSync::start(self.clone(), repo)))
     }
 
+    /// Every lane of the project (a feature with a worktree of its own), in backlog order.
+    pub fn lanes(&self) -> Result<Vec<LaneStatus>, ProjectError> {
+        let mut lanes = Vec::new();
+        for feature in self.backlog()? {
+            let Some(work_tree) = lane::work_tree_of(&self.dir, &feature.id) else {
+                continue;
+            };
+            let lane = Project::open_feature(&self.dir, Some(&feature.id))?;
+            let events: Vec<consort_actors::Event> = if lane.ledger_path().exists() {
+                consort_actors::Ledger::<consort_actors::Event>::read(lane.ledger_path())
+                    .map_err(consort_actors::ConductorError::from)?
+                    .into_iter()
+                    .map(|e| e.event)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let usage = consort_actors::usage_totals(events.iter());
+            let s = status_of(&lane.machine()?.replay(&events), events.len(), &usage);
+            lanes.push(LaneStatus {
+                branch: crate::git::branch_name(&feature.id),
+                feature: feature.id,
+                work_tree: work_tree.display().to_string(),
+                phase: s.phase,
+                step: s.step,
+                pending_gate: s.pending_gate,
+                halted: s.halted,
+                usage: s.usage.total,
+                last_receipt: s.last_receipt,
+            });
+        }
+        Ok(lanes)
+    }
+
     /// The run's branch and its tip; None outside a git repository.
     pub fn git_tip(&self) -> Option<GitTip> {
         let repo = self.git()?;
@@ -616,6 +726,12 @@ impl Project {
             None => Ok(None),
         }
     }
+}
+
+/// One run's share of `total` when `sharing` runs split it: an even split rounded up, never
+/// below one.
+fn share(total: usize, sharing: usize) -> usize {
+    total.div_ceil(sharing.max(1)).max(1)
 }
 
 /// This program's file name, the default name of a run in its lock.
@@ -656,6 +772,31 @@ pub struct StatusReport {
     pub feature: Option<String>,
     /// Every feature of the backlog, in order, with where it stands.
     pub features: Vec<FeatureSummary>,
+    /// Every lane (a feature with a worktree of its own), in backlog order.
+    pub lanes: Vec<LaneStatus>,
+}
+
+/// A lane, as `consort status --json` lists it: what it waits on, and on whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LaneStatus {
+    /// Its feature.
+    pub feature: String,
+    /// Its worktree.
+    pub work_tree: String,
+    /// Its git branch.
+    pub branch: String,
+    /// Its phase.
+    pub phase: Phase,
+    /// The step it runs or waits on.
+    pub step: Option<String>,
+    /// The gate waiting for a person, with the hash to approve.
+    pub pending_gate: Option<PendingGate>,
+    /// Why it halted, when it did.
+    pub halted: Option<HaltInfo>,
+    /// What it spent so far.
+    pub usage: consort_actors::Tally,
+    /// Its last accepted receipt.
+    pub last_receipt: Option<ReceiptSummary>,
 }
 
 /// A feature of the backlog, as `consort status --json` lists it.
@@ -710,7 +851,8 @@ pub struct PendingGate {
 /// Why a run halted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HaltInfo {
-    /// `verdict`, `infrastructure` or `budget`.
+    /// `verdict`, `infrastructure`, `budget`, `changed-outside` or `integration` (a lane's merge
+    /// check).
     pub kind: String,
     /// The typed reason, e.g. `repair-bound-spent`, `database-down` or `budget-spent`.
     pub reason: String,
@@ -794,6 +936,11 @@ pub fn status_of(
                     Ok(serde_json::Value::from("changed-outside-consort")),
                     None,
                 ),
+                consort_actors::EscalationReason::Integration => (
+                    "integration",
+                    Ok(serde_json::Value::from("merge-refused")),
+                    None,
+                ),
             };
             Some(HaltInfo {
                 kind: kind.into(),
@@ -838,6 +985,7 @@ pub fn status_of(
         usage: UsageReport::of(usage),
         feature: None,
         features: Vec::new(),
+        lanes: Vec::new(),
     }
 }
 

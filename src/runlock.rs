@@ -116,23 +116,27 @@ fn shown(command: &str) -> String {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunLockError {
-    /// Another process holds the project, and its record names it.
-    #[error("another consort run ({holder}) holds this project; wait for it or stop it")]
+    /// Another process holds the project or the feature, and its record names it.
+    #[error("another consort run ({holder}) holds {scope}; wait for it or stop it")]
     Held {
         /// Who holds it.
         holder: Holder,
+        /// What it holds.
+        scope: LockScope,
     },
-    /// Another process holds the project, but its record does not say which.
+    /// Another process holds the project or the feature, but its record does not say which.
     #[error(
-        "another consort run holds this project (its lock file {} does not name it); wait for it or stop it",
+        "another consort run holds {scope} (its lock file {} does not name it); wait for it or stop it",
         path.display()
     )]
     HeldByUnnamed {
         /// The lock file.
         path: PathBuf,
+        /// What it holds.
+        scope: LockScope,
     },
     /// The lock file could not be opened, locked or written.
-    #[error("run lock {}: cannot {what}: {source}", path.display())]
+    #[error("run lock {}: cannot {what}", path.display())]
     Io {
         /// The lock file.
         path: PathBuf,
@@ -144,7 +148,31 @@ pub enum RunLockError {
     },
 }
 
-/// The run lock of one project, held until dropped (then its record is emptied and the flock
+/// What a lock holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockScope {
+    /// The whole project: a run in the project's own work tree, or a change to its backlog.
+    Project,
+    /// One feature: the lane that drives it (see [`crate::lanes`]).
+    Feature(String),
+    /// The project's merges: one lane merges and promotes at a time.
+    Merges,
+    /// The project's lane worktrees: one process makes or removes one at a time.
+    Worktrees,
+}
+
+impl std::fmt::Display for LockScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockScope::Project => f.write_str("this project"),
+            LockScope::Feature(id) => write!(f, "feature {id}"),
+            LockScope::Merges => f.write_str("this project's merges"),
+            LockScope::Worktrees => f.write_str("this project's lane worktrees"),
+        }
+    }
+}
+
+/// The run lock of one project or one feature, held until dropped (then its record is emptied and the flock
 /// released).
 #[derive(Debug)]
 pub struct RunLock {
@@ -160,7 +188,15 @@ impl RunLock {
     /// process holds it; nothing is written then. A record left by a process that no longer
     /// holds the lock — killed, say — is overwritten.
     pub fn acquire(project_dir: &Path, command: &str) -> Result<RunLock, RunLockError> {
-        let path = project_dir.join(RUN_LOCK_FILE);
+        Self::acquire_at(project_dir.join(RUN_LOCK_FILE), LockScope::Project, command)
+    }
+
+    /// Takes the lock file at `path`, which holds `scope`, as [`RunLock::acquire`] does.
+    pub fn acquire_at(
+        path: PathBuf,
+        scope: LockScope,
+        command: &str,
+    ) -> Result<RunLock, RunLockError> {
         let io = |what: &'static str| {
             let path = path.clone();
             move |source: std::io::Error| RunLockError::Io { path, what, source }
@@ -177,7 +213,7 @@ impl RunLock {
             .map_err(io("open it"))?;
         let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(locked) => locked,
-            Err((file, Errno::EWOULDBLOCK)) => return Err(held_by(file, path)),
+            Err((file, Errno::EWOULDBLOCK)) => return Err(held_by(file, path, scope)),
             Err((_, errno)) => return Err(io("lock it")(errno.into())),
         };
         if let Some(stale) = read_record(&mut file) {
@@ -190,6 +226,27 @@ impl RunLock {
             path,
             holder,
         })
+    }
+
+    /// Takes the lock file at `path` as [`RunLock::acquire_at`] does, waiting (a short sleep
+    /// between tries, at most `patience`) while another process holds it.
+    pub fn wait_at(
+        path: PathBuf,
+        scope: LockScope,
+        command: &str,
+        patience: std::time::Duration,
+    ) -> Result<RunLock, RunLockError> {
+        let started = std::time::Instant::now();
+        loop {
+            match Self::acquire_at(path.clone(), scope.clone(), command) {
+                Err(RunLockError::Held { .. } | RunLockError::HeldByUnnamed { .. })
+                    if started.elapsed() < patience =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Who holds the lock: this process.
@@ -220,16 +277,16 @@ impl Drop for RunLock {
 }
 
 /// The refusal for a lock someone else holds, naming the holder when its record says who.
-fn held_by(mut file: File, path: PathBuf) -> RunLockError {
+fn held_by(mut file: File, path: PathBuf, scope: LockScope) -> RunLockError {
     for attempt in 0..RECORD_READS {
         if let Some(holder) = read_record(&mut file) {
-            return RunLockError::Held { holder };
+            return RunLockError::Held { holder, scope };
         }
         if attempt + 1 < RECORD_READS {
             std::thread::sleep(RECORD_READ_PAUSE);
         }
     }
-    RunLockError::HeldByUnnamed { path }
+    RunLockError::HeldByUnnamed { path, scope }
 }
 
 /// The holder record in `file`, if it holds a readable one.
@@ -273,7 +330,7 @@ mod tests {
 
         let before = record(tmp.path());
         let err = RunLock::acquire(tmp.path(), "consort approve").expect_err("held");
-        let RunLockError::Held { holder } = &err else {
+        let RunLockError::Held { holder, .. } = &err else {
             panic!("expected Held, got {err:?}")
         };
         assert_eq!(holder, lock.holder());
@@ -300,7 +357,11 @@ mod tests {
         )
         .expect("parses");
         assert_eq!(
-            RunLockError::Held { holder }.to_string(),
+            RunLockError::Held {
+                holder,
+                scope: LockScope::Project
+            }
+            .to_string(),
             "another consort run (PID 1234, since 2026-12-01T09:30:00Z, `consort run`) holds \
              this project; wait for it or stop it"
         );

@@ -9,6 +9,8 @@
 //! * The core is pure: no file in `consort-actors/src/core/` (the state machine, its rules, the
 //!   artifacts, budgets and context packs) uses tokio, the file system, the environment or a
 //!   clock.
+//! * An error returns its cause from `source()` or says it in its own text, never both, so
+//!   `consort_actors::error_chain` says each cause once.
 //!
 //! Each check is a function over plain data, tested once against the real workspace and once
 //! against a copy broken on purpose, so a check that could never fail would be caught.
@@ -475,4 +477,179 @@ fn an_import_circle_is_caught() {
         file("lib.rs", "use crate::config::z;\n"),
     ];
     assert_eq!(module_circles(&sources), ["git -> project -> git"]);
+}
+
+/// The end of the bracket opened just before `code[open..]`: skips string literals (and their
+/// escapes) and counts `(`, `[` and `{` against their closers.
+fn closing(code: &str, open: usize) -> usize {
+    let (mut depth, mut in_string, mut escaped) = (1usize, false, false);
+    for (i, c) in code[open..].char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + i;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// The fields between a bracket at `code[open - 1]` and its closer, split at the commas of
+/// that level (not those of a type's `<…>`).
+fn fields(code: &str, open: usize) -> Vec<&str> {
+    let close = closing(code, open);
+    let mut out = Vec::new();
+    let mut start = open;
+    while start < close {
+        let mut end = start;
+        let mut depth = 0usize;
+        let mut in_string = false;
+        let mut previous = ' ';
+        for (i, c) in code[start..close].char_indices() {
+            end = start + i + c.len_utf8();
+            let arrow = matches!(previous, '-' | '=');
+            previous = c;
+            match c {
+                '"' => in_string = !in_string,
+                '(' | '[' | '{' | '<' if !in_string => depth += 1,
+                '>' if arrow => {}
+                ')' | ']' | '}' | '>' if !in_string => depth = depth.saturating_sub(1),
+                ',' if !in_string && depth == 0 => {
+                    end -= 1;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        out.push(&code[start..end]);
+        start = end + 1;
+    }
+    out
+}
+
+/// The name of the field an error returns from `source()` in `item`, the text of one variant
+/// (or struct) after its `#[error(…)]`: a field marked `#[source]` or `#[from]`, or named
+/// `source`; a tuple field by its index.
+fn source_field(item: &str) -> Option<String> {
+    let open = item.find(['(', '{', ','])?;
+    let tuple = match &item[open..=open] {
+        "(" => true,
+        "{" => false,
+        _ => return None,
+    };
+    fields(item, open + 1)
+        .into_iter()
+        .enumerate()
+        .find_map(|(i, field)| {
+            let marked = field.contains("#[source]") || field.contains("#[from]");
+            if tuple {
+                return marked.then(|| i.to_string());
+            }
+            let name = field.rsplit(']').next()?.split(':').next()?.trim();
+            let name = name.strip_prefix("pub ").unwrap_or(name).trim();
+            (marked || name == "source").then(|| name.to_string())
+        })
+}
+
+/// Every `#[error(…)]` in `source` (its unit tests aside) whose text prints the field the error
+/// returns from `source()`, as `line N: field`: that error's cause would be said twice in a
+/// chain. An error returns its cause or says it, never both; `#[error(transparent)]` forwards
+/// both.
+fn causes_said_twice(source: &str) -> Vec<String> {
+    let code: String = without_tests(source)
+        .lines()
+        .map(|line| match line.trim_start().starts_with("//") {
+            true => "",
+            false => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut found = Vec::new();
+    for (start, _) in code.match_indices("#[error(") {
+        let open = start + "#[error(".len();
+        let close = closing(&code, open);
+        let attr = &code[open..close];
+        if attr.trim() == "transparent" {
+            continue;
+        }
+        let rest = &code[close..];
+        let end = [rest[1..].find("#[error("), rest.find("\n}")]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(rest.len());
+        let Some(field) = source_field(&rest[..end]) else {
+            continue;
+        };
+        let args = attr.rfind('"').map_or("", |at| &attr[at + 1..]);
+        let said = attr.contains(&format!("{{{field}}}"))
+            || attr.contains(&format!("{{{field}:"))
+            || contains_word(args, &field)
+            || args.contains(&format!(".{field}"));
+        if said {
+            let line = code[..start].matches('\n').count() + 1;
+            found.push(format!("line {line}: {field}"));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_error_says_its_cause_once() {
+    let mut found = Vec::new();
+    for (package, _) in PACKAGES {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(package)
+            .join("src");
+        for (rel, source) in rust_sources(&src) {
+            for hit in causes_said_twice(&source) {
+                found.push(format!("{}: {hit}", src.join(&rel).display()));
+            }
+        }
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn an_error_that_says_its_cause_twice_is_caught() {
+    let source = r#"
+pub enum E {
+    /// Says its source: caught.
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, #[source] source: io::Error },
+    /// Says it through a function: caught.
+    #[error("failed: {}", text(cause))]
+    Driver { #[source] cause: pg::Error },
+    /// A tuple's source, by its index: caught.
+    #[error("database: {0}")]
+    Database(#[from] lakebase::Error),
+    /// Leaves it to the chain: fine.
+    #[error("cannot write {path}")]
+    Write { path: PathBuf, source: io::Error },
+    /// Forwards both: fine.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Says a field that is no source: fine.
+    #[error("git {args} failed: {0}", args = "x")]
+    Git(String, Vec<String>),
+}
+"#;
+    assert_eq!(
+        causes_said_twice(source),
+        ["line 4: source", "line 7: cause", "line 10: 0"]
+    );
 }

@@ -110,7 +110,7 @@ pub struct Entry<E> {
 #[non_exhaustive]
 pub enum LedgerError {
     /// The file or its directory could not be read, written, locked or synced.
-    #[error("ledger {path}: cannot {op}: {source}")]
+    #[error("ledger {path}: cannot {op}")]
     Io {
         /// The ledger file.
         path: PathBuf,
@@ -667,12 +667,15 @@ fn check_line<E: DeserializeOwned>(
         return Err(bad("not a JSON object".into()));
     };
     if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(bad(format!("unexpected field {:?}", cap(unknown))));
+        return Err(bad(format!(
+            "unexpected field \"{}\"",
+            cap(unknown).escape_debug()
+        )));
     }
     let mut take = |name: &str| {
         object
             .remove(name)
-            .ok_or_else(|| bad(format!("missing field {name:?}")))
+            .ok_or_else(|| bad(format!("missing field \"{name}\"")))
     };
     let seq_value = take("seq")?;
     let time_value = take("time")?;
@@ -694,7 +697,7 @@ fn check_line<E: DeserializeOwned>(
     let parse_hash = |v: &Value, name: &str| -> Result<ContentHash, LedgerError> {
         v.as_str()
             .and_then(|s| s.parse::<ContentHash>().ok())
-            .ok_or_else(|| bad(format!("{name:?} is not 64 hex digits")))
+            .ok_or_else(|| bad(format!("\"{name}\" is not 64 hex digits")))
     };
     let entry_prev = parse_hash(&prev_value, "prev")?;
     let hash = parse_hash(&hash_value, "hash")?;

@@ -133,7 +133,7 @@ pub use regression::{EarlierMigration, EarlierTest, Inherited, Retirement};
 pub use role::{ActorId, Role, UnknownRole};
 pub use step::{ParseStepError, Step};
 pub use test_identity::TestIdentity;
-pub use text::{counted, duration_text, error_chain};
+pub use text::{counted, duration_text, error_chain, first_and_more};
 
 // The ledger: the hash-chained record every event is appended to before it takes effect.
 pub use ledger::{

@@ -52,7 +52,7 @@ pub enum WorkTreeError {
         problem: WriteProblem,
     },
     /// An I/O error on a path.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}")]
     Io {
         /// What was being done.
         op: &'static str,

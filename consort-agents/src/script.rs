@@ -19,7 +19,7 @@ use crate::agent::{ActFuture, Agent, AgentOutput};
 #[non_exhaustive]
 pub enum ScriptError {
     /// The file could not be read.
-    #[error("cannot read script {path}: {source}")]
+    #[error("cannot read script {path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -79,7 +79,7 @@ impl StepPattern {
         };
         if first == "*" {
             return Err(format!(
-                "step {text:?}: the first segment (the step kind) cannot be a wildcard"
+                "step `{text}`: the first segment (the step kind) cannot be a wildcard"
             ));
         }
         // Validate by substituting a well-formed value for every wildcard and parsing the
@@ -323,11 +323,7 @@ impl Script {
             let found = if steps.is_empty() {
                 format!("no entries for {role}")
             } else {
-                let more = steps.len().saturating_sub(12);
-                let mut list = steps.into_iter().take(12).collect::<Vec<_>>().join(", ");
-                if more > 0 {
-                    list.push_str(&format!(" and {more} more"));
-                }
+                let list = consort_actors::first_and_more(&steps, 12);
                 format!("entries for {role} answer only: {list}")
             };
             return Err(AgentFailure::ScriptMismatch { wanted, found });
@@ -417,7 +413,7 @@ impl Script {
                 if let Some(k) = map.keys().next() {
                     return Err(syntax(
                         None,
-                        format!("unknown top-level key {k:?} (expected role, entry)"),
+                        format!("unknown top-level key `{k}` (expected role, entry)"),
                     ));
                 }
                 (role, items)

@@ -295,15 +295,5 @@ fn collect_object(map: &Map<String, Value>, path: &str, found: &mut Vec<String>)
 
 /// Field paths for people: the first five, then how many more (`body.a, body.b and 3 more`).
 pub fn field_list(fields: &[String]) -> String {
-    const SHOWN: usize = 5;
-    let mut text = fields
-        .iter()
-        .take(SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if fields.len() > SHOWN {
-        text.push_str(&format!(" and {} more", fields.len() - SHOWN));
-    }
-    text
+    consort_actors::first_and_more(fields, 5)
 }

@@ -148,7 +148,7 @@ impl Problems {
         let mut seen = BTreeSet::new();
         for id in ids {
             if !seen.insert(id) {
-                self.push(format!("{what} {id:?} appears twice"));
+                self.push(format!("{what} `{id}` appears twice"));
             }
         }
     }
@@ -227,7 +227,7 @@ fn check_ux(a: &Assignment, u: &UxDesign, p: &mut Problems) {
     for s in &u.screens {
         p.non_empty("a screen name", &s.name);
         if s.elements.is_empty() {
-            p.push(format!("screen {:?} lists no elements", s.name));
+            p.push(format!("screen `{}` lists no elements", s.name));
         }
     }
     if let Some(stories) = &a.inputs.stories {
@@ -249,7 +249,7 @@ fn check_change_set(a: &Assignment, c: &ChangeSet, p: &mut Problems) {
         match normalise_relative(change.path()) {
             Ok(norm) => {
                 if !seen.insert(norm.clone()) {
-                    p.push(format!("path {norm:?} is changed twice"));
+                    p.push(format!("path `{norm}` is changed twice"));
                 }
             }
             Err(e) => p.push(e.to_string()),
@@ -257,7 +257,7 @@ fn check_change_set(a: &Assignment, c: &ChangeSet, p: &mut Problems) {
         if let FileChange::Write { content, path } = change
             && content.len() > 1 << 20
         {
-            p.push(format!("file {path:?} is larger than 1 MiB"));
+            p.push(format!("file `{path}` is larger than 1 MiB"));
         }
     }
     // Who may write what: the machine's check, with the path rules the assignment carries.

@@ -146,7 +146,7 @@ fn psql_collects(dir: &Path, config: &ProjectConfig, globs: &[String]) -> Findin
         }
         (Err(e), _) => Finding {
             ok: false,
-            what: format!("listing the project: {e}"),
+            what: format!("listing the project: {}", consort_actors::error_chain(&e)),
             hint: "check the directory's permissions".into(),
         },
         (_, Err(e)) => Finding {

@@ -137,7 +137,7 @@ pub enum InitError {
     #[error("{0} exists; pass --force to overwrite it")]
     Exists(PathBuf),
     /// A file could not be written.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -378,7 +378,7 @@ pub fn doctor(dir: &Path) -> i32 {
         config.is_ok(),
         &match &config {
             Ok(_) => format!("{} parses", dir.join(CONFIG_FILE).display()),
-            Err(e) => format!("configuration: {e}"),
+            Err(e) => format!("configuration: {}", consort_actors::error_chain(e)),
         },
         "run `consort init` or fix the key named above",
     );
@@ -438,7 +438,10 @@ fn check_postgres_binaries(checks: &mut Checks) {
         bins.is_ok(),
         &match &bins {
             Ok(b) => format!("PostgreSQL server binaries ({})", b.bin_dir.display()),
-            Err(e) => format!("PostgreSQL server binaries: {e}"),
+            Err(e) => format!(
+                "PostgreSQL server binaries: {}",
+                consort_actors::error_chain(e)
+            ),
         },
         "apt-get install postgresql (Debian/Ubuntu), or put initdb/postgres on PATH",
     );

@@ -2,7 +2,8 @@
 //!
 //! What the `consort` program adds to the [`consort`] library: the terminal ([`ui`]: progress,
 //! summaries, the approver that asks on a terminal, signal handling), what `consort init` and
-//! `consort doctor` do ([`init`], [`adopt`], [`collect`], [`script_check`]), the read-only
+//! `consort doctor` do ([`init`], [`adopt`], [`collect`], [`script_check`]), `consort run
+//! --parallel` ([`lanes`]), the read-only
 //! [`views`] (`status`, `usage`, `log`, `verify`), the [`report`], the approval page
 //! ([`serve`]) and the MCP server ([`mcp`]). The binary's argument parsing is `main.rs`.
 //!
@@ -13,6 +14,7 @@ pub mod adopt;
 pub mod collect;
 pub mod design_text;
 pub mod init;
+pub mod lanes;
 pub mod mcp;
 pub mod report;
 pub mod script_check;

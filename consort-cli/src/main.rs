@@ -60,6 +60,11 @@ enum Cmd {
         /// (Consort's commits hold only its own changes).
         #[arg(long)]
         allow_dirty: bool,
+        /// Drive up to N unfinished features at once, each in its own git worktree
+        /// (`.consort/lanes/<id>`) with its own database branches; with --feature, that one
+        /// alone in its lane.
+        #[arg(long, value_name = "N")]
+        parallel: Option<usize>,
     },
     /// Run as `consort run` does, deciding gates on a local web page, with the live report.
     Serve {
@@ -333,7 +338,15 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             approve_as,
             agents,
             allow_dirty,
+            parallel: None,
         } => run(&at, approve_as, agents, allow_dirty).await,
+        Cmd::Run {
+            at,
+            approve_as,
+            agents,
+            parallel: Some(parallel),
+            ..
+        } => run_lanes(&at, parallel, approve_as, agents).await,
         Cmd::Serve {
             at,
             addr,
@@ -467,18 +480,7 @@ async fn run(
     }
     // One run per project: refused here, before anything is printed, started or written.
     let lock = project.lock("consort run")?;
-    let mut opts = RunOptions {
-        allow_dirty,
-        ..RunOptions::default()
-    };
-    if let Some(name) = &approve_as {
-        println!("approving every gate as {name} (recorded in the ledger)");
-        opts.approver = Some(Arc::new(ApproveAs { name: name.clone() }));
-    }
-    if let Some(AgentsChoice::Openai) = agents {
-        opts.agents_override = Some(consort_cli::init::openai_from_env()?);
-        opts.default_budgets = Some(consort::config::openai_default_budgets());
-    }
+    let opts = run_options(approve_as, agents, allow_dirty)?;
     ui::print_budgets(&project, &opts)?;
     ui::print_mcp_roles(&project, &opts);
     let report = match ui::run_printed(&project, lock, opts).await {
@@ -512,6 +514,56 @@ async fn run(
         RunOutcome::Done | RunOutcome::Stopped => {}
     }
     Ok(ui::exit_code(&report.outcome))
+}
+
+/// What `consort run` and `consort run --parallel` give every run.
+fn run_options(
+    approve_as: Option<String>,
+    agents: Option<AgentsChoice>,
+    allow_dirty: bool,
+) -> Result<RunOptions> {
+    let mut opts = RunOptions {
+        allow_dirty,
+        ..RunOptions::default()
+    };
+    if let Some(name) = approve_as {
+        println!("approving every gate as {name} (recorded in the ledger)");
+        opts.approver = Some(Arc::new(ApproveAs { name }));
+    }
+    if let Some(AgentsChoice::Openai) = agents {
+        opts.agents_override = Some(consort_cli::init::openai_from_env()?);
+        opts.default_budgets = Some(consort::config::openai_default_budgets());
+    }
+    Ok(opts)
+}
+
+/// `consort run --parallel N`.
+async fn run_lanes(
+    at: &Target,
+    parallel: usize,
+    approve_as: Option<String>,
+    agents: Option<AgentsChoice>,
+) -> Result<i32> {
+    let project = at.open()?;
+    let mut run = run_options(approve_as, agents, false)?;
+    run.command = Some("consort run --parallel".into());
+    ui::print_budgets(&project, &run)?;
+    let opts = consort::lanes::LaneOptions {
+        parallel,
+        features: at.feature.clone().map(|f| vec![f]),
+        run,
+        ..Default::default()
+    };
+    match consort_cli::lanes::run_parallel(&at.dir, opts).await {
+        Err(consort::ProjectError::Interrupted(signal)) => {
+            eprintln!(
+                "interrupted by {signal}: the lanes are stopped and their database server shut down; `consort run --parallel {parallel} --dir {}` resumes them",
+                at.dir.display()
+            );
+            Ok(signal.exit_code())
+        }
+        other => Ok(other?),
+    }
 }
 
 async fn serve(at: &Target, addr: std::net::SocketAddr, allow_dirty: bool) -> Result<i32> {
@@ -580,7 +632,7 @@ fn decide(
 
 fn human(at: &Target, decision: HumanDecision, by: &str) -> Result<i32> {
     let (dir, project) = (at.dir.as_path(), at.open()?);
-    let _lock = project.lock(match decision {
+    let _locks = project.lock_ledger(match decision {
         HumanDecision::Retry => "consort retry",
         HumanDecision::Stop => "consort stop",
     })?;
@@ -591,8 +643,13 @@ fn human(at: &Target, decision: HumanDecision, by: &str) -> Result<i32> {
         }
         Ok(()) => {
             println!(
-                "recorded: retry by {by}; run `consort run --dir {}` to continue",
-                dir.display()
+                "recorded: retry by {by}; run `consort run --dir {}` to continue{}",
+                dir.display(),
+                if project.in_lane() {
+                    " (with --parallel N, as its lane ran)"
+                } else {
+                    ""
+                }
             );
             Ok(0)
         }
@@ -718,7 +775,7 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
         );
         return Ok(EXIT_FAILURE);
     }
-    let _lock = project.lock("consort test retire")?;
+    let _locks = project.lock_ledger("consort test retire")?;
     let retirement = consort::actors::Retirement {
         feature: feature.to_string(),
         test: id.to_string(),
@@ -797,7 +854,11 @@ async fn sweep_placed_clusters() {
                 freed += bytes;
             }
             Err(e) => {
-                println!("kept {}{of}: {e}", c.dir.display());
+                println!(
+                    "kept {}{of}: {}",
+                    c.dir.display(),
+                    consort_actors::error_chain(&e)
+                );
                 kept += 1;
             }
         }

@@ -53,7 +53,7 @@ pub enum ReportError {
     #[error(transparent)]
     Ledger(#[from] consort_actors::LedgerError),
     /// The report file could not be written.
-    #[error("cannot write the report {}: {source}", path.display())]
+    #[error("cannot write the report {}", path.display())]
     Write {
         /// The file.
         path: PathBuf,

@@ -101,7 +101,11 @@ pub fn script_report(dir: &Path, config: &ProjectConfig) -> Vec<Finding> {
         match Script::combine(scripts) {
             Ok(script) => missing_steps(&script, roles, tests.as_deref(), &mut out),
             Err(e) => out.push(Finding::Fail {
-                what: format!("the scripts of {}: {e}", role_list(roles)),
+                what: format!(
+                    "the scripts of {}: {}",
+                    role_list(roles),
+                    consort_actors::error_chain(&e)
+                ),
                 fix: "keep one answer per role, step and attempt".into(),
             }),
         }
@@ -125,7 +129,7 @@ fn explain_file(file: &Path, out: &mut Vec<Finding>) -> Option<Script> {
         Ok(s) => s,
         Err(e) => {
             out.push(Finding::Fail {
-                what: e.to_string(),
+                what: consort_actors::error_chain(&e),
                 fix: "fix the entry named above".into(),
             });
             return None;

@@ -36,7 +36,7 @@ pub use guard::Refusal;
 #[non_exhaustive]
 pub enum ServeError {
     /// The address could not be listened on.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address asked for.
         addr: SocketAddr,
@@ -180,7 +180,7 @@ pub async fn serve(
     };
     let _ = stop.send(());
     if let Ok(Err(e)) = server.await {
-        tracing::warn!(error = %e, "the report server ended with an error");
+        tracing::warn!(error = %consort_actors::error_chain(&e), "the report server ended with an error");
     }
     ran?;
     Ok(code)
@@ -245,7 +245,11 @@ fn report_with(shared: &Shared, live: Option<u32>, banner: String) -> Response {
         ))
         .into_response(),
         Err(e) => {
-            let page = pages::plain_page("The report cannot be rendered", &e.to_string(), true);
+            let page = pages::plain_page(
+                "The report cannot be rendered",
+                &consort_actors::error_chain(&e),
+                true,
+            );
             (StatusCode::INTERNAL_SERVER_ERROR, Html(page)).into_response()
         }
     }

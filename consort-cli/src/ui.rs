@@ -95,7 +95,7 @@ pub fn progress_printer() -> (mpsc::UnboundedSender<Progress>, tokio::task::Join
     (tx, task)
 }
 
-fn describe(p: &Progress) -> String {
+pub(crate) fn describe(p: &Progress) -> String {
     match p {
         Progress::Phase { phase } => format!("phase: {phase}"),
         Progress::Step {
@@ -216,7 +216,7 @@ pub async fn run_printed(
 /// then releases the project's run lock, so no other run attaches to a server about to stop.
 async fn stop_interrupted(mut ensemble: consort::Ensemble, signal: Interruption) -> ProjectError {
     tracing::info!(%signal, "stopping the run");
-    let lock = ensemble.take_run_lock();
+    let locks = ensemble.take_run_locks();
     if tokio::time::timeout(INTERRUPTED_SHUTDOWN, ensemble.shutdown())
         .await
         .is_err()
@@ -224,13 +224,13 @@ async fn stop_interrupted(mut ensemble: consort::Ensemble, signal: Interruption)
         tracing::warn!("the run's actors did not stop in time; stopping its servers regardless");
     }
     let error = interrupted(signal);
-    drop(lock);
+    drop(locks);
     error
 }
 
 /// Stops every embedded server this process started (whatever still holds its handle) and
 /// says the run was interrupted by `signal`.
-fn interrupted(signal: Interruption) -> ProjectError {
+pub(crate) fn interrupted(signal: Interruption) -> ProjectError {
     let stopped = consort_lakebase::EmbeddedPostgres::stop_all_owned();
     tracing::info!(%signal, servers = stopped, "interrupted; embedded servers stopped");
     ProjectError::Interrupted(signal)
@@ -267,7 +267,10 @@ fn print_git(project: &Project, report: &RunReport) {
             }
         }
         Ok(None) => {}
-        Err(e) => eprintln!("warning: the run's commits could not be made: {e}"),
+        Err(e) => eprintln!(
+            "warning: the run's commits could not be made: {}",
+            consort_actors::error_chain(&e)
+        ),
     }
 }
 
@@ -359,7 +362,9 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, project: 
                 println!("usage:     {line}");
             }
         }
-        Err(e) => tracing::warn!(error = %e, "cannot read the ledger for the usage summary"),
+        Err(e) => {
+            tracing::warn!(error = %consort_actors::error_chain(&e), "cannot read the ledger for the usage summary")
+        }
     }
     println!(
         "ledger:    {} ({} events this run)",
@@ -416,16 +421,7 @@ pub fn built_lines(s: &consort_actors::State, files: &[String]) -> Vec<String> {
         ));
     }
     if !files.is_empty() {
-        const SHOWN: usize = 12;
-        let mut text = files
-            .iter()
-            .take(SHOWN)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ");
-        if files.len() > SHOWN {
-            text.push_str(&format!(", and {} more", files.len() - SHOWN));
-        }
+        let text = consort_actors::first_and_more(files, 12);
         out.push(format!("files:     {} written: {text}", files.len()));
     }
     out
@@ -498,6 +494,7 @@ pub fn outcome_line(outcome: &RunOutcome) -> String {
                 consort_actors::EscalationReason::BudgetSpent(_) => "budget".to_string(),
                 consort_actors::EscalationReason::ChangedOutsideConsort =>
                     "changed outside Consort".to_string(),
+                consort_actors::EscalationReason::Integration => "lane not merged".to_string(),
             },
             escalation.detail
         ),

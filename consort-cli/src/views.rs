@@ -33,10 +33,10 @@ pub enum ViewError {
     #[error(transparent)]
     Tree(#[from] WorkTreeError),
     /// The database provider failed.
-    #[error("database: {0}")]
+    #[error("database")]
     Database(#[from] consort_lakebase::Error),
     /// A file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Read {
         /// The file.
         path: std::path::PathBuf,
@@ -89,6 +89,7 @@ pub fn status_report(project: &Project) -> Result<StatusReport, ViewError> {
             id: f.id,
         });
     }
+    report.lanes = project.lanes()?;
     Ok(report)
 }
 
@@ -148,7 +149,50 @@ pub fn status_text(project: &Project, report: &StatusReport) -> Result<String, V
     for line in ui::usage_lines(&usage) {
         let _ = writeln!(out, "usage:   {line}");
     }
+    lanes_text(&mut out, dir, &report.lanes);
     Ok(out)
+}
+
+/// The lanes, a few lines each: where each stands and what it waits on.
+fn lanes_text(out: &mut String, dir: &Path, lanes: &[consort::project::LaneStatus]) {
+    if lanes.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "lanes:");
+    for lane in lanes {
+        let step = lane
+            .step
+            .as_deref()
+            .map(|s| format!(", {s}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {}: {}{step} in {} ({} tokens so far)",
+            lane.feature,
+            lane.phase,
+            lane.work_tree,
+            lane.usage.tokens()
+        );
+        if let Some(g) = &lane.pending_gate {
+            let _ = writeln!(
+                out,
+                "    waits for a person at the {} gate: {} --feature {}",
+                g.gate,
+                consort::project::approve_command(dir, g.gate, &g.hash),
+                lane.feature
+            );
+        }
+        if let Some(h) = &lane.halted {
+            let _ = writeln!(out, "    halted ({}) at {}: {}", h.reason, h.step, h.detail);
+        }
+        if let Some(r) = &lane.last_receipt {
+            let _ = writeln!(
+                out,
+                "    last receipt: req-{} on {}: {} passed, {} not passed",
+                r.request, r.branch, r.passed, r.failed
+            );
+        }
+    }
 }
 
 /// `consort log`: one line per event (the last `last` when given), then the usage totals.
@@ -339,17 +383,16 @@ fn verify_feature(
         chain
             .as_ref()
             .map(|r| format!("{} entries, head {}", r.entries, r.head.short()))
-            .map_err(|e| e.to_string()),
+            .map_err(|e| consort_actors::error_chain(e)),
     );
     if chain.is_err() {
         return Ok(false);
     }
     let state = project.state()?;
-    let work = WorkTree::open(&project.dir)?;
+    let work = WorkTree::open(project.work_tree())?;
     match &state.frozen {
         Some(frozen) => {
-            let design_file = project.feature_entry().design_file();
-            let on_disk = design_hash_on_disk(&work, &design_file);
+            let on_disk = design_hash_on_disk(&project.design_path());
             check(
                 "frozen design",
                 if on_disk == Some(frozen.hash) {
@@ -572,7 +615,7 @@ pub fn decide_gate(
         GateDecision::Approve => "consort approve",
         GateDecision::Reject { .. } => "consort reject",
     };
-    let _lock = project.lock(command)?;
+    let _locks = project.lock_ledger(command)?;
     match record_gate_decision(&project.ledger_path(), &project.machine()?, approval) {
         Ok(()) => Ok(format!("recorded: {gate} gate decision by {by} for {hash}")),
         Err(ConductorError::Gate(msg)) => Err(DecideError::Refused(msg)),

@@ -284,7 +284,7 @@ mod crash {
         let work = ctx(WorkTree::open(dir), "open the work tree")?;
         let files = ctx(work.file_hashes(), "hash the work tree")?;
         let project = ctx(Project::open(dir), "open the project")?;
-        let design_file = project.feature_entry().design_file();
+        let design_file = project.design_path();
         Ok(json!({
             "phase": state.phase(),
             "status": state.status,
@@ -312,7 +312,7 @@ mod crash {
             "next_request": state.next_request,
             "next_assignment": state.next_assignment,
             "work_tree": files,
-            "design_on_disk": design_hash_on_disk(&work, &design_file),
+            "design_on_disk": design_hash_on_disk(&design_file),
         }))
     }
 
@@ -634,14 +634,19 @@ mod faults {
             Ok((self.project(name)?, self.provider(parent).await?))
         }
 
-        /// The same, with a provider whose first `fail_creates` creates fail.
-        pub(crate) async fn flaky_scenario(
+        /// Scenario `name` on its own parent database `parent`, run to its end with every gate
+        /// approved, over a provider whose first `fail_creates` creates fail.
+        pub(crate) async fn flaky_run(
             &self,
             name: &str,
             parent: &str,
             fail_creates: u32,
-        ) -> Result<(PathBuf, Arc<RecordingProvider>), String> {
-            Ok((self.project(name)?, self.flaky(parent, fail_creates).await?))
+        ) -> Result<(Arc<RecordingProvider>, Ran), String> {
+            let dir = self.project(name)?;
+            let flaky = self.flaky(parent, fail_creates).await?;
+            let provider: Arc<dyn BranchProvider> = flaky.clone();
+            let ran = drive(approved_by_ada(&dir, &provider, psql_runner()?)?, &provider).await?;
+            Ok((flaky, ran))
         }
 
         pub(crate) fn project(&self, name: &str) -> Result<PathBuf, String> {
@@ -1004,12 +1009,7 @@ COMMIT;
     /// The branch provider fails the first create: the verification is retried on a new
     /// branch and the run finishes.
     pub(crate) async fn create_fails_once(rig: &Rig) -> Result<usize, String> {
-        let (dir, flaky) = rig
-            .flaky_scenario("create-once", "rel_create_once", 1)
-            .await?;
-        let provider: Arc<dyn BranchProvider> = flaky.clone();
-        let b = approved_by_ada(&dir, &provider, psql_runner()?)?;
-        let ran = drive(b, &provider).await?;
+        let (flaky, ran) = rig.flaky_run("create-once", "rel_create_once", 1).await?;
         ensure(ran.report.outcome == RunOutcome::Done, || {
             format!("expected done, got {:?}", ran.report.outcome)
         })?;
@@ -1029,12 +1029,9 @@ COMMIT;
 
     /// The branch provider fails every create: a typed escalation (database down).
     pub(crate) async fn create_always_fails(rig: &Rig) -> Result<usize, String> {
-        let (dir, flaky) = rig
-            .flaky_scenario("create-always", "rel_create_always", u32::MAX)
+        let (_flaky, ran) = rig
+            .flaky_run("create-always", "rel_create_always", u32::MAX)
             .await?;
-        let provider: Arc<dyn BranchProvider> = flaky.clone();
-        let b = approved_by_ada(&dir, &provider, psql_runner()?)?;
-        let ran = drive(b, &provider).await?;
         ensure_halted(&ran, None, InfraFault::DatabaseDown)?;
         ran.ensure_count(
             "verify-failed",

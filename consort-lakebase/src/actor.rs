@@ -119,7 +119,7 @@ impl Actor for LakebaseActor {
     ) -> Result<(), ActorProcessingErr> {
         match state.verifier.pool().start().await {
             Ok(n) => debug!(swept = n, "start-up sweep done"),
-            Err(e) => warn!(error = %e, "start-up sweep failed"),
+            Err(e) => warn!(error = %consort_actors::error_chain(&e), "start-up sweep failed"),
         }
         Ok(())
     }
@@ -155,7 +155,7 @@ impl Actor for LakebaseActor {
         state: &mut LakebaseState,
     ) -> Result<(), ActorProcessingErr> {
         if let Err(e) = state.verifier.pool().shutdown().await {
-            warn!(error = %e, "pool shutdown");
+            warn!(error = %consort_actors::error_chain(&e), "pool shutdown");
         }
         Ok(())
     }

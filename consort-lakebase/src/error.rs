@@ -64,14 +64,15 @@ pub enum Error {
     #[error("cannot connect to the database: {0}")]
     Connect(String),
     /// The driver lost or could not open its connection (refused, closed, authentication,
-    /// TLS); the server's message, detail and hint are in the text when it sent them.
-    #[error("database connection failed while {context}: {}", pg_text(source))]
+    /// TLS); the server's message, detail and hint are in the text when it sent them. The
+    /// text says the driver's error and its causes, so the driver's error is kept but is not
+    /// the source.
+    #[error("database connection failed while {context}: {}", pg_text(driver))]
     Connection {
         /// What was being done (and on which server, never with a password).
         context: String,
         /// The driver's error.
-        #[source]
-        source: tokio_postgres::Error,
+        driver: tokio_postgres::Error,
     },
     /// A statement failed on the server.
     #[error("database error while {context}: {server} (SQLSTATE {})", code.code())]
@@ -82,9 +83,9 @@ pub enum Error {
         code: SqlState,
         /// The server's message, detail and hint.
         server: Box<ServerText>,
-        /// The driver's error (absent when the error came through an HTTP API).
-        #[source]
-        source: Option<tokio_postgres::Error>,
+        /// The driver's error (absent when the error came through an HTTP API); the text says
+        /// what the server sent, so it is kept but is not the source.
+        driver: Option<tokio_postgres::Error>,
     },
     /// A migration's SQL failed; the migration's transaction was rolled back.
     #[error("migration {version} failed: {detail}")]
@@ -127,7 +128,7 @@ pub enum Error {
         output: String,
     },
     /// A file-system or process operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Io {
         /// What was being done, and on which path.
         context: String,
@@ -162,7 +163,7 @@ pub enum Error {
         detail: String,
     },
     /// A file-system operation on the embedded cluster's own files or processes failed.
-    #[error("embedded PostgreSQL: {context}: {source}")]
+    #[error("embedded PostgreSQL: {context}")]
     ClusterIo {
         /// What was being done, and on which path.
         context: String,
@@ -171,7 +172,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A value could not be encoded (a marker comment, a request body).
-    #[error("cannot encode {what}: {source}")]
+    #[error("cannot encode {what}")]
     Encode {
         /// What was being encoded.
         what: &'static str,
@@ -204,7 +205,7 @@ impl Error {
         }
     }
 
-    /// Maps a `tokio_postgres` error, keeping it as the source: server errors keep their
+    /// Maps a `tokio_postgres` error, keeping it: server errors keep their
     /// SQLSTATE, message, detail and hint ([`Error::Database`]); anything else (closed
     /// connection, refused, TLS) is [`Error::Connection`].
     pub fn from_pg(context: impl Into<String>, e: tokio_postgres::Error) -> Self {
@@ -214,9 +215,9 @@ impl Error {
                 context,
                 code: db.code().clone(),
                 server: Box::new(ServerText::of(db)),
-                source: Some(e),
+                driver: Some(e),
             },
-            None => Error::Connection { context, source: e },
+            None => Error::Connection { context, driver: e },
         }
     }
 
@@ -572,28 +573,14 @@ impl std::fmt::Display for ServerText {
 
 pub(crate) use consort_actors::duration_text;
 
-/// The driver error's text, with the server's message, detail and hint when it sent them.
+/// The driver error's text, with the server's message, detail and hint when it sent them, or
+/// with its causes (a driver error such as "error performing TLS handshake" says why only in
+/// its sources).
 fn pg_text(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => db_text(db),
-        None => e.to_string(),
+        None => consort_actors::error_chain(e),
     }
-}
-
-/// An error's text followed by each cause the text does not already hold: a driver error
-/// such as "error performing TLS handshake" says why only in its sources.
-pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// A server error as one line: message, detail, hint and SQLSTATE.
@@ -673,7 +660,7 @@ mod tests {
                 detail: Some("There is 1 other session using the database.".into()),
                 hint: None,
             }),
-            source: None,
+            driver: None,
         };
         assert!(busy.is_retryable());
         assert_eq!(busy.sqlstate(), Some(&SqlState::OBJECT_IN_USE));
@@ -755,8 +742,9 @@ mod tests {
             consort_actors::error_chain(&e),
             "embedded PostgreSQL: the server did not accept connections within 2 s; log: starting: read x: disk gone"
         );
-        // Every other variant says its cause itself: its text is its Display.
+        // An I/O error's cause is its source, not part of its own text: the chain says it once.
         let io = Error::io("read x", std::io::Error::other("disk gone"));
-        assert_eq!(consort_actors::error_chain(&io), io.to_string());
+        assert_eq!(io.to_string(), "read x");
+        assert_eq!(consort_actors::error_chain(&io), "read x: disk gone");
     }
 }

@@ -121,7 +121,7 @@ async fn apply_into(
                 detail: e
                     .as_db_error()
                     .map(|d| format!("{} (SQLSTATE {})", d.message(), d.code().code()))
-                    .unwrap_or_else(|| e.to_string()),
+                    .unwrap_or_else(|| consort_actors::error_chain(&e)),
             });
         }
         tx.execute(
@@ -132,7 +132,7 @@ async fn apply_into(
         .map_err(|e| Error::from_pg(format!("recording migration {}", m.version), e))?;
         tx.commit().await.map_err(|e| Error::Migration {
             version: m.version.clone(),
-            detail: format!("commit failed: {e}"),
+            detail: format!("commit failed: {}", consort_actors::error_chain(&e)),
         })?;
         debug!(version = %m.version, "migration applied");
         report.applied.push(m.version.clone());

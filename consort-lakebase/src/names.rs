@@ -34,12 +34,12 @@ pub fn validate_branch_name(name: &str) -> Result<()> {
     let shown: String = name.chars().take(80).collect();
     if !is_valid_name(name) {
         return Err(Error::InvalidName(format!(
-            "{shown:?} does not match ^[a-z][a-z0-9-]{{0,62}}$"
+            "`{shown}` does not match ^[a-z][a-z0-9-]{{0,62}}$"
         )));
     }
     if !name.starts_with(BRANCH_PREFIX) || name.len() == BRANCH_PREFIX.len() {
         return Err(Error::InvalidName(format!(
-            "{shown:?} lacks the owner prefix {BRANCH_PREFIX:?}"
+            "`{shown}` lacks the owner prefix `{BRANCH_PREFIX}`"
         )));
     }
     Ok(())

@@ -38,9 +38,9 @@ pub(crate) async fn connect_config(
 ) -> Result<Client> {
     // A failure keeps the driver's error (and with it the server's message, detail and hint);
     // the target is described without the password.
-    let failed = |source| Error::Connection {
+    let failed = |driver| Error::Connection {
         context: format!("connecting to {}", describe(cfg)),
-        source,
+        driver,
     };
     match sslmode {
         SslMode::Disable => {
@@ -66,7 +66,7 @@ where
 {
     tokio::spawn(async move {
         if let Err(e) = conn.await {
-            debug!(error = %e, "postgres connection ended");
+            debug!(error = %consort_actors::error_chain(&e), "postgres connection ended");
         }
     });
 }

@@ -181,7 +181,7 @@ impl Lease {
                     return Ok(Released::Kept(until));
                 }
                 Err(e) => {
-                    warn!(branch = %branch.name, error = %e, "could not keep the branch; deleting it")
+                    warn!(branch = %branch.name, error = %consort_actors::error_chain(&e), "could not keep the branch; deleting it")
                 }
             }
         }
@@ -217,7 +217,7 @@ impl Lease {
         let name = self.branch.name.clone();
         let release = async move {
             if let Err(e) = self.release(failed).await {
-                warn!(branch = %name, error = %e, "releasing a branch in the background");
+                warn!(branch = %name, error = %consort_actors::error_chain(&e), "releasing a branch in the background");
             }
         };
         let mut set = relock(&pool.releasing);
@@ -248,7 +248,7 @@ impl PoolInner {
                 let me = self.clone();
                 h.spawn(async move {
                     if let Err(e) = me.delete(&name).await {
-                        warn!(branch = %name, error = %e, "deleting a released branch");
+                        warn!(branch = %name, error = %consort_actors::error_chain(&e), "deleting a released branch");
                     }
                 });
             }
@@ -324,7 +324,7 @@ impl PoolInner {
                     Ok(b) => Some(b),
                     Err(e) => {
                         failures += 1;
-                        warn!(error = %e, failures, "refilling the branch pool");
+                        warn!(error = %consort_actors::error_chain(&e), failures, "refilling the branch pool");
                         None
                     }
                 }
@@ -544,7 +544,9 @@ impl BranchPool {
         for name in names {
             match self.inner.delete(&name).await {
                 Ok(()) => n += 1,
-                Err(e) => warn!(branch = %name, error = %e, "deleting a pool branch at shutdown"),
+                Err(e) => {
+                    warn!(branch = %name, error = %consort_actors::error_chain(&e), "deleting a pool branch at shutdown")
+                }
             }
         }
         match self.inner.provider.sweep_orphans().await {
@@ -555,7 +557,7 @@ impl BranchPool {
                     .fetch_add(s as u64, Ordering::Relaxed);
                 n += s;
             }
-            Err(e) => warn!(error = %e, "sweeping at shutdown"),
+            Err(e) => warn!(error = %consort_actors::error_chain(&e), "sweeping at shutdown"),
         }
         Ok(n)
     }

@@ -70,6 +70,18 @@ pub fn same_process_alive(pid: u32, ticks: u64) -> bool {
     start_ticks(pid) == Some(ticks)
 }
 
+/// The numbers of a record file, such as an owner record (`<pid> <start ticks> …` separated
+/// by white space); a field that is not a number is left out. `None` when the file cannot be
+/// read.
+pub fn read_numbers(path: &Path) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect(),
+    )
+}
+
 /// This process's id and start time; `None` when `/proc/self/stat` cannot be read (then a
 /// marker could not tell this process from a dead one).
 pub fn me() -> Option<(u32, u64)> {
@@ -171,5 +183,14 @@ mod tests {
         child.wait().expect("wait");
         assert!(!alive(cpid));
         assert!(boot_id().is_some_and(|b| !b.is_empty()));
+    }
+
+    #[test]
+    fn a_record_reads_as_its_numbers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("owner");
+        assert_eq!(read_numbers(&path), None);
+        std::fs::write(&path, "12 345 x 6\n").expect("write");
+        assert_eq!(read_numbers(&path), Some(vec![12, 345, 6]));
     }
 }

@@ -123,8 +123,10 @@ async fn in_tree<T: Send + 'static>(
         )
     };
     tokio::task::spawn_blocking(move || {
-        let tree = trees.open(&root, filter).map_err(|e| e.to_string())?;
-        read(&tree).map_err(|e| e.to_string())
+        let tree = trees
+            .open(&root, filter)
+            .map_err(|e| consort_actors::error_chain(&e))?;
+        read(&tree).map_err(|e| consort_actors::error_chain(&e))
     })
     .await
     .map_err(|e| io(e.to_string()))?
@@ -359,8 +361,8 @@ impl Verifier {
             return Ok(conn);
         }
         match crate::pgconn::connect(&conn).await {
-            Err(Error::Connection { source, .. })
-                if source.code() == Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD) =>
+            Err(Error::Connection { driver, .. })
+                if driver.code() == Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD) =>
             {
                 info!(branch = %branch.name, "the branch refused its credential; asking for a new one");
                 self.provider().invalidate_credential(branch);

@@ -91,7 +91,7 @@ pub(super) fn check_env_set(
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
-            return Err(format!("{name:?} is not a variable name"));
+            return Err(format!("`{name}` is not a variable name"));
         }
         let name_str = name.as_str();
         if consort_lakebase::BRANCH_ENV.contains(&name_str)

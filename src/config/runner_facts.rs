@@ -47,7 +47,10 @@ pub fn runner_facts(config: &ProjectConfig) -> RunnerFacts {
             ..
         } => RunnerFacts {
             runner: "command".into(),
-            command: format!("sh -c {command:?} in the work tree"),
+            command: format!(
+                "sh -c {} in the work tree",
+                consort_lakebase::shell_quote(command)
+            ),
             collects: collected_by_command(config).unwrap_or_default(),
             loads: Vec::new(),
             pass_rule: command_pass_rule(junit.is_some(), tap.then_some(*stdout)),

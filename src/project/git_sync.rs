@@ -29,7 +29,7 @@ pub(crate) fn sync_project(
     let machine = project.machine()?;
     let commits = consort_actors::step_commits(&machine, &events);
     let state = machine.replay(&events);
-    let work = WorkTree::open(&project.dir)
+    let work = WorkTree::open(project.work_tree())
         .map_err(consort_actors::ConductorError::from)?
         .with_filter(machine.config().paths.tree_filter().clone());
     let history = RunHistory {
@@ -59,7 +59,7 @@ impl LiveSync {
             while rx.recv().is_ok() {
                 while rx.try_recv().is_ok() {}
                 if let Err(e) = sync_project(&project, &repo, false) {
-                    tracing::warn!(error = %e, "could not commit the run's steps yet; the next sync tries again");
+                    tracing::warn!(error = %consort_actors::error_chain(&e), "could not commit the run's steps yet; the next sync tries again");
                 }
             }
         });

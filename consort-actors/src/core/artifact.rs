@@ -593,7 +593,7 @@ impl std::str::FromStr for GateKind {
             "deploy" => Ok(GateKind::Deploy),
             "promote" => Ok(GateKind::Promote),
             other => Err(format!(
-                "unknown gate {:?} (expected design, deploy or promote)",
+                "unknown gate `{}` (expected design, deploy or promote)",
                 other.chars().take(32).collect::<String>()
             )),
         }
@@ -645,6 +645,10 @@ pub enum EscalationReason {
     /// A frozen file changed outside Consort (a hand edit): neither an agent's doing nor the
     /// infrastructure's. Put the file back, then retry.
     ChangedOutsideConsort,
+    /// A lane's work does not merge with what other lanes merged since it started (a git
+    /// conflict, a migration on the same object, or a merged feature's test broken): the
+    /// detail names both sides. Resolve it, then retry.
+    Integration,
 }
 
 impl EscalationReason {
@@ -709,6 +713,11 @@ pub enum InfraFault {
     TestCommandBroken,
     /// A step's prompt does not fit the model's context window.
     ContextWindowTooSmall,
+    /// A lane's merge check refused its promotion: its branch conflicts with work merged since
+    /// it started, or breaks the tests of a merged feature. Not a fault of the infrastructure
+    /// (it travels as one from the Lakebase side): the machine halts it as
+    /// [`EscalationReason::Integration`], for a person to resolve.
+    MergeRefused,
 }
 
 impl fmt::Display for InfraFault {
@@ -729,6 +738,7 @@ impl fmt::Display for InfraFault {
             InfraFault::ContextWindowTooSmall => {
                 "a step's prompt does not fit the model's context window"
             }
+            InfraFault::MergeRefused => "the lane's merge check refused the promotion",
         })
     }
 }

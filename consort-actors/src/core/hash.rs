@@ -110,7 +110,7 @@ impl fmt::Debug for ContentHash {
 
 /// Why a string is not a [`ContentHash`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not a SHA-256 hash (want 64 hex digits): {0:?}")]
+#[error("not a SHA-256 hash (want 64 hex digits): `{0}`")]
 pub struct ParseHashError(pub String);
 
 impl FromStr for ContentHash {

@@ -63,19 +63,19 @@ pub enum PathError {
     #[error("empty path")]
     Empty,
     /// Starts at the root (`/x`) or a drive.
-    #[error("absolute path {path:?} is outside the work tree")]
+    #[error("absolute path `{path}` is outside the work tree")]
     Absolute {
         /// The path.
         path: String,
     },
     /// Contains a `..` component.
-    #[error("path {path:?} climbs out of the work tree")]
+    #[error("path `{path}` climbs out of the work tree")]
     ParentComponent {
         /// The path.
         path: String,
     },
     /// Contains a NUL byte, a backslash or a control character.
-    #[error("path {path:?} contains a forbidden character")]
+    #[error("path `{path}` contains a forbidden character")]
     BadCharacter {
         /// The path (control characters escaped).
         path: String,
@@ -87,7 +87,7 @@ pub enum PathError {
         len: usize,
     },
     /// Resolves (through a symlink) to somewhere outside the work tree.
-    #[error("path {path:?} resolves outside the work tree")]
+    #[error("path `{path}` resolves outside the work tree")]
     EscapesThroughLink {
         /// The path.
         path: String,
@@ -193,7 +193,7 @@ pub struct GlobError {
 
 /// A cache directory name that cannot name a directory.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad cache directory name {name:?}: {detail}")]
+#[error("bad cache directory name `{name}`: {detail}")]
 pub struct CacheNameError {
     /// The name.
     pub name: String,

@@ -61,7 +61,7 @@ display_as_str!(Role);
 /// A role name that is not one of the eight.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown role {0:?} (expected one of: product-owner, spec-author, architect-reviewer, dba, test-strategist, ux-designer, navigator, driver)"
+    "unknown role `{0}` (expected one of: product-owner, spec-author, architect-reviewer, dba, test-strategist, ux-designer, navigator, driver)"
 )]
 pub struct UnknownRole(pub String);
 

@@ -70,31 +70,29 @@ pub enum Step {
 impl Step {
     /// The role that performs this step.
     pub fn role(&self) -> Role {
-        match self {
-            Step::Stories => Role::ProductOwner,
-            Step::Spec { .. } => Role::SpecAuthor,
-            Step::Architecture { .. } => Role::ArchitectReviewer,
-            Step::Schema => Role::Dba,
-            Step::TestList => Role::TestStrategist,
-            Step::Ux => Role::UxDesigner,
-            Step::Red { .. } | Step::Review { .. } => Role::Navigator,
-            Step::Green { .. } | Step::Repair { .. } | Step::Refactor { .. } => Role::Driver,
-        }
+        self.row().0
     }
 
     /// The one artifact kind this step must produce.
     pub fn output_kind(&self) -> ArtifactKind {
+        self.row().1
+    }
+
+    /// The step's row of the lifecycle table: who performs it and what it must produce.
+    fn row(&self) -> (Role, ArtifactKind) {
+        use ArtifactKind as Kind;
         match self {
-            Step::Stories => ArtifactKind::Stories,
-            Step::Spec { .. } => ArtifactKind::Spec,
-            Step::Architecture { .. } => ArtifactKind::ArchitectureVerdict,
-            Step::Schema => ArtifactKind::SchemaPlan,
-            Step::TestList => ArtifactKind::TestList,
-            Step::Ux => ArtifactKind::UxDesign,
-            Step::Red { .. } | Step::Green { .. } | Step::Repair { .. } | Step::Refactor { .. } => {
-                ArtifactKind::ChangeSet
+            Step::Stories => (Role::ProductOwner, Kind::Stories),
+            Step::Spec { .. } => (Role::SpecAuthor, Kind::Spec),
+            Step::Architecture { .. } => (Role::ArchitectReviewer, Kind::ArchitectureVerdict),
+            Step::Schema => (Role::Dba, Kind::SchemaPlan),
+            Step::TestList => (Role::TestStrategist, Kind::TestList),
+            Step::Ux => (Role::UxDesigner, Kind::UxDesign),
+            Step::Red { .. } => (Role::Navigator, Kind::ChangeSet),
+            Step::Green { .. } | Step::Repair { .. } | Step::Refactor { .. } => {
+                (Role::Driver, Kind::ChangeSet)
             }
-            Step::Review { .. } => ArtifactKind::ReviewVerdict,
+            Step::Review { .. } => (Role::Navigator, Kind::ReviewVerdict),
         }
     }
 
@@ -179,7 +177,7 @@ impl fmt::Display for Step {
 
 /// A step key that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not a step key: {0:?} (examples: stories, spec/r0, red/T1, repair/T1/1, review/T2/0)")]
+#[error("not a step key: `{0}` (examples: stories, spec/r0, red/T1, repair/T1/1, review/T2/0)")]
 pub struct ParseStepError(pub String);
 
 impl FromStr for Step {

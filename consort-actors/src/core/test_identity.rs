@@ -103,7 +103,7 @@ impl TestIdentity {
             return Ok(());
         }
         Err(format!(
-            "test {} is named {name:?}, a name the test runner never reports: it names a test {}; give `test_name` as {:?}",
+            "test {} is named `{name}`, a name the test runner never reports: it names a test {}; give `test_name` as \"{}\"",
             entry.id,
             self.form(),
             self.expected_for(entry)

@@ -20,6 +20,21 @@ pub fn counted(n: impl Into<u64>, singular: &str, plural: &str) -> String {
     format!("{n} {}", if n == 1 { singular } else { plural })
 }
 
+/// The first `shown` of `items` joined by `, `, then how many more there are:
+/// `a, b and 3 more`.
+pub fn first_and_more<S: AsRef<str>>(items: &[S], shown: usize) -> String {
+    let mut text = items
+        .iter()
+        .take(shown)
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > shown {
+        text.push_str(&format!(" and {} more", items.len() - shown));
+    }
+    text
+}
+
 /// `value`'s text, or `none` when there is none.
 pub(crate) fn or_none<T: std::fmt::Display>(value: &Option<T>) -> String {
     value.as_ref().map_or_else(|| "none".into(), T::to_string)
@@ -41,20 +56,16 @@ pub(crate) fn head_and_tail(text: &str, max: usize) -> String {
     )
 }
 
-/// An error and its causes on one line, each cause said once: what a person reads where only
-/// one line is kept (a terminal's error line, an infrastructure failure's detail, a log line).
-/// Most errors leave their cause to `source()` and the line says it; some messages include
-/// their cause's text as well (an I/O error's, a driver's), so a cause already in the line is
-/// not repeated.
+/// An error and its causes on one line, joined by `: `: what a person reads where only one
+/// line is kept (a terminal's error line, an infrastructure failure's detail, a log line).
+/// Every error of the workspace either returns its cause from `source()` or says it in its
+/// own text, never both, so each cause appears once.
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
-        let text = c.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
+        out.push_str(": ");
+        out.push_str(&c.to_string());
         cause = c.source();
     }
     out
@@ -65,24 +76,41 @@ mod tests {
     use super::*;
 
     #[derive(Debug, thiserror::Error)]
-    #[error("cannot connect: {0}")]
-    struct Outer(#[source] Inner);
+    #[error("cannot connect")]
+    struct Outer(#[source] Middle);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("handshake failed")]
+    struct Middle(#[source] Inner);
 
     #[derive(Debug, thiserror::Error)]
     #[error("connection refused")]
     struct Inner;
 
     #[derive(Debug, thiserror::Error)]
-    #[error("run failed")]
-    struct Plain(#[source] Inner);
+    #[error(transparent)]
+    struct Forwarding(#[from] Outer);
 
     #[test]
-    fn each_cause_is_said_once() {
+    fn each_cause_appears_once_in_order() {
         assert_eq!(
-            error_chain(&Outer(Inner)),
-            "cannot connect: connection refused"
+            error_chain(&Outer(Middle(Inner))),
+            "cannot connect: handshake failed: connection refused"
         );
-        assert_eq!(error_chain(&Plain(Inner)), "run failed: connection refused");
+        assert_eq!(error_chain(&Inner), "connection refused");
+        // A transparent wrapper forwards its text and its source: nothing is said twice.
+        assert_eq!(
+            error_chain(&Forwarding(Outer(Middle(Inner)))),
+            "cannot connect: handshake failed: connection refused"
+        );
+        // A cause's words are never dropped, even when the message already holds them.
+        #[derive(Debug, thiserror::Error)]
+        #[error("connection refused")]
+        struct Echo(#[source] Inner);
+        assert_eq!(
+            error_chain(&Echo(Inner)),
+            "connection refused: connection refused"
+        );
     }
 
     #[test]
@@ -94,5 +122,12 @@ mod tests {
         assert_eq!(counted(0u32, "call", "calls"), "0 calls");
         assert_eq!(or_none(&None::<u32>), "none");
         assert_eq!(or_none(&Some(7)), "7");
+    }
+
+    #[test]
+    fn a_long_list_says_how_many_more() {
+        assert_eq!(first_and_more(&["a", "b"], 2), "a, b");
+        assert_eq!(first_and_more(&["a", "b", "c", "d"], 2), "a, b and 2 more");
+        assert_eq!(first_and_more::<&str>(&[], 2), "");
     }
 }

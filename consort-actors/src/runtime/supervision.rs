@@ -647,7 +647,7 @@ impl<M: Message> Supervised<M> {
 /// The text of a spawn error, unwrapping ractor's `StartupFailed`.
 fn spawn_error_text(e: &SpawnErr) -> String {
     match e {
-        SpawnErr::StartupFailed(inner) => inner.to_string(),
+        SpawnErr::StartupFailed(inner) => crate::core::text::error_chain(inner.as_ref()),
         other => other.to_string(),
     }
 }
@@ -788,7 +788,11 @@ impl<M: Message> Actor for SupervisorActor<M> {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorFailed(who, error) if Self::is_child(state, &who) => {
-                self.on_failure(&myself, state, error.to_string());
+                self.on_failure(
+                    &myself,
+                    state,
+                    crate::core::text::error_chain(error.as_ref()),
+                );
             }
             SupervisionEvent::ActorTerminated(who, _state, reason)
                 if Self::is_child(state, &who) =>

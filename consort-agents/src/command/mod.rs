@@ -60,7 +60,7 @@ use presets::{FinalMessage, OutputFormat, ReadError, final_message};
 #[non_exhaustive]
 pub enum CommandError {
     /// A path in the assignment's files is not a plain relative path.
-    #[error("input file {path:?} refused: {reason}")]
+    #[error("input file `{path}` refused: {reason}")]
     InputPath {
         /// The path.
         path: String,
@@ -68,7 +68,7 @@ pub enum CommandError {
         reason: String,
     },
     /// Preparing or reading the scratch copy failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}")]
     Io {
         /// What was being done.
         op: &'static str,
@@ -79,7 +79,7 @@ pub enum CommandError {
         source: io::Error,
     },
     /// The program could not be started.
-    #[error("cannot start {program:?}: {source}")]
+    #[error("cannot start `{program}`")]
     Spawn {
         /// The program.
         program: String,
@@ -88,7 +88,7 @@ pub enum CommandError {
         source: io::Error,
     },
     /// The program ran past its time limit and was killed with its process group.
-    #[error("{program:?} ran past its time limit of {limit_ms} ms and was killed")]
+    #[error("`{program}` ran past its time limit of {limit_ms} ms and was killed")]
     Timeout {
         /// The program.
         program: String,
@@ -96,7 +96,7 @@ pub enum CommandError {
         limit_ms: u64,
     },
     /// The program wrote more than the cap on stdout.
-    #[error("{program:?} wrote more than {cap} bytes on stdout")]
+    #[error("`{program}` wrote more than {cap} bytes on stdout")]
     OutputTooLarge {
         /// The program.
         program: String,
@@ -104,7 +104,7 @@ pub enum CommandError {
         cap: usize,
     },
     /// The program exited unsuccessfully.
-    #[error("{program:?} failed ({status}); stderr: {stderr}")]
+    #[error("`{program}` failed ({status}); stderr: {stderr}")]
     Exit {
         /// The program.
         program: String,
@@ -115,7 +115,7 @@ pub enum CommandError {
     },
     /// The program's output names a path outside its scratch copy (a symlink pointing out, an
     /// absolute path, a `..`).
-    #[error("path {path:?} escapes the scratch copy: {reason}")]
+    #[error("path `{path}` escapes the scratch copy: {reason}")]
     PathEscape {
         /// The path.
         path: String,
@@ -124,7 +124,7 @@ pub enum CommandError {
     },
     /// Something in the scratch copy cannot be expressed as a change (a symlink, a fifo, a
     /// file that is not UTF-8 text).
-    #[error("{path:?} cannot be part of a change set: {reason}")]
+    #[error("`{path}` cannot be part of a change set: {reason}")]
     Unrepresentable {
         /// The path.
         path: String,
@@ -132,7 +132,7 @@ pub enum CommandError {
         reason: String,
     },
     /// The program's stdout holds no valid artifact for this step.
-    #[error("{program:?} printed no valid artifact: {detail}")]
+    #[error("`{program}` printed no valid artifact: {detail}")]
     BadOutput {
         /// The program.
         program: String,
@@ -140,7 +140,7 @@ pub enum CommandError {
         detail: String,
     },
     /// The program exited cleanly but its output says the run failed (a CLI's error result).
-    #[error("{program:?} reported a failure: {detail}")]
+    #[error("`{program}` reported a failure: {detail}")]
     Reported {
         /// The program.
         program: String,
@@ -148,7 +148,7 @@ pub enum CommandError {
         detail: String,
     },
     /// The assignment could not be encoded for the program.
-    #[error("cannot encode the assignment: {0}")]
+    #[error("cannot encode the assignment")]
     Encode(#[source] serde_json::Error),
 }
 
@@ -160,7 +160,7 @@ impl CommandError {
                 secs: limit_ms.div_ceil(1000),
             },
             other => AgentFailure::CommandFailed {
-                detail: other.to_string(),
+                detail: consort_actors::error_chain(other),
             },
         }
     }
@@ -690,7 +690,7 @@ fn status_text(status: std::process::ExitStatus) -> String {
 fn outcome_line(ended: &Result<std::process::ExitStatus, CommandError>) -> String {
     match ended {
         Ok(status) => status_text(*status),
-        Err(e) => e.to_string(),
+        Err(e) => consort_actors::error_chain(e),
     }
 }
 
@@ -901,7 +901,7 @@ impl Agent for ExternalCommandAgent {
                     .config
                     .transcript_path(assignment)
                     .map(|p| p.display().to_string());
-                tracing::warn!(role = %self.role, error = %e, transcript, "external agent failed");
+                tracing::warn!(role = %self.role, error = %consort_actors::error_chain(&e), transcript, "external agent failed");
                 e.to_failure()
             })
         })

@@ -29,7 +29,7 @@ use serde_json::Value;
 #[non_exhaustive]
 pub enum MailboxError {
     /// A file could not be read or written.
-    #[error("mailbox file {path}: {source}")]
+    #[error("mailbox file {path}")]
     Io {
         /// The file.
         path: PathBuf,

@@ -69,7 +69,7 @@ impl McpAgent {
     async fn wait_for_answer(&self, assignment: &Assignment) -> Result<AgentOutput, AgentFailure> {
         let id = assignment.id.0;
         let io = |e: MailboxError| AgentFailure::Crashed {
-            detail: e.to_string(),
+            detail: consort_actors::error_chain(&e),
         };
         let parked = self
             .mailbox

@@ -117,7 +117,7 @@ pub enum OpenAiConfigError {
     #[error("the API key contains characters that cannot be sent in a header")]
     BadApiKey,
     /// The base URL is not an http(s) URL.
-    #[error("base_url {0:?} must start with http:// or https:// (and include /v1)")]
+    #[error("base_url `{0}` must start with http:// or https:// (and include /v1)")]
     BadBaseUrl(String),
     /// No model name.
     #[error("no model configured")]

@@ -341,7 +341,7 @@ async fn run(bench: &dyn Workbench, call: &ToolCall) -> String {
         }),
         SEARCH => {
             args::<SearchArgs>(call).map(|a| match bench.search(&a.text, a.glob.as_deref()) {
-                Ok(h) if h.hits.is_empty() => format!("no line contains {:?}", a.text),
+                Ok(h) if h.hits.is_empty() => format!("no line contains `{}`", a.text),
                 Ok(h) => {
                     let mut text: Vec<String> = h
                         .hits
@@ -363,7 +363,7 @@ async fn run(bench: &dyn Workbench, call: &ToolCall) -> String {
             }),
             Err(e) => Err(e),
         },
-        other => Err(format!("error: there is no tool named {other:?}")),
+        other => Err(format!("error: there is no tool named `{other}`")),
     };
     answer.unwrap_or_else(|e| e)
 }

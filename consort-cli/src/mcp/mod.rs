@@ -34,7 +34,7 @@ pub enum ToolError {
     #[error("there is no tool {0} here")]
     UnknownTool(String),
     /// An answer could not be written as JSON.
-    #[error("cannot write the answer as JSON: {0}")]
+    #[error("cannot write the answer as JSON")]
     Encode(#[from] serde_json::Error),
     /// The arguments do not fit the tool.
     #[error("bad arguments for {tool}: {detail}")]
@@ -225,7 +225,7 @@ impl ServerHandler for ConsortMcp {
         let result = match self.dispatch(&request.name, args, &context).await {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
             Err(e) => {
-                tracing::info!(tool = %request.name, error = %e, "tool call refused");
+                tracing::info!(tool = %request.name, error = %consort_actors::error_chain(&e), "tool call refused");
                 CallToolResult::error(vec![ContentBlock::text(consort_actors::error_chain(&e))])
             }
         };

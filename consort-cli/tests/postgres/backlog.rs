@@ -15,7 +15,7 @@ use consort::actors::{Event, RuleViolation};
 use consort::project::Project;
 use consort_testkit::process::text;
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let o = run(std::process::Command::new("git")
         .args(args)
         .current_dir(dir));
@@ -24,19 +24,21 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// One feature's design and build, as its script answers them.
-struct Plan<'a> {
-    feature: &'a str,
-    story: &'a str,
-    migration: (&'a str, &'a str),
-    test: (&'a str, &'a str),
+pub(crate) struct Plan<'a> {
+    pub feature: &'a str,
+    pub story: &'a str,
+    pub migration: (&'a str, &'a str),
+    pub test: (&'a str, &'a str),
     /// What RED writes besides the test (an earlier test rewritten or deleted).
-    red_extra: &'a str,
-    /// GREEN's `src/level.sql`, then the repairs' (when GREEN breaks something).
-    green: String,
-    repair: Option<String>,
+    pub red_extra: &'a str,
+    /// The file GREEN writes, with what it holds, then the repairs' (when GREEN breaks
+    /// something).
+    pub green_file: &'a str,
+    pub green: String,
+    pub repair: Option<String>,
 }
 
-fn script(p: &Plan<'_>) -> String {
+pub(crate) fn script(p: &Plan<'_>) -> String {
     let (test_path, test_sql) = p.test;
     let mut s = Design {
         feature: p.feature,
@@ -55,13 +57,13 @@ fn script(p: &Plan<'_>) -> String {
     s.push_str(&change_entry(
         "green/T1",
         "the rule",
-        &write_change("src/level.sql", &p.green),
+        &write_change(p.green_file, &p.green),
     ));
     if let Some(repair) = &p.repair {
         s.push_str(&change_entry(
             "repair/T1/*",
             "the rule, and the earlier one kept",
-            &write_change("src/level.sql", repair),
+            &write_change(p.green_file, repair),
         ));
     }
     s
@@ -72,7 +74,7 @@ const AVAILABLE: &str = "CREATE FUNCTION stock_available(s text) RETURNS int LAN
 const LEVEL_IN_PACKS: &str = "CREATE FUNCTION stock_level(s text) RETURNS int LANGUAGE sql AS $$ SELECT qty / pack FROM stock WHERE sku = s $$;\n";
 const F1_TEST: &str = "tests/t1_level.sql";
 
-fn f1() -> Plan<'static> {
+pub(crate) fn f1() -> Plan<'static> {
     Plan {
         feature: "f1-stock",
         story: "Stock levels",
@@ -85,6 +87,7 @@ fn f1() -> Plan<'static> {
             "INSERT INTO stock (sku, qty) VALUES ('A', 5);\nDO $$ BEGIN IF stock_level('A') <> 5 THEN RAISE EXCEPTION 'level is %', stock_level('A'); END IF; END $$;\n",
         ),
         red_extra: "",
+        green_file: "src/level.sql",
         green: LEVEL.into(),
         repair: None,
     }
@@ -105,6 +108,7 @@ fn f2() -> Plan<'static> {
             "INSERT INTO stock (sku, qty, reserved) VALUES ('B', 5, 2);\nDO $$ BEGIN IF stock_available('B') <> 3 THEN RAISE EXCEPTION 'available is %', stock_available('B'); END IF; END $$;\n",
         ),
         red_extra: "",
+        green_file: "src/level.sql",
         green: AVAILABLE.into(),
         repair: Some(format!("{LEVEL}{AVAILABLE}")),
     }
@@ -124,6 +128,7 @@ fn f3() -> Plan<'static> {
             "INSERT INTO stock (sku, qty) VALUES ('C', 10);\nDO $$ BEGIN IF stock_level('C') <> 2 THEN RAISE EXCEPTION 'level is %', stock_level('C'); END IF; END $$;\n",
         ),
         red_extra: "[[entry.artifact.body.changes]]\nop = \"delete\"\npath = \"tests/t1_level.sql\"\n",
+        green_file: "src/level.sql",
         green: format!("{LEVEL_IN_PACKS}{AVAILABLE}"),
         repair: None,
     }
@@ -170,7 +175,7 @@ fn run_to_done(dir: &Path, what: &str) -> String {
     text(&o)
 }
 
-fn events(dir: &Path, feature: &str) -> Vec<Event> {
+pub(crate) fn events(dir: &Path, feature: &str) -> Vec<Event> {
     let project = Project::open_feature(dir, Some(feature)).expect("project");
     consort_testkit::ledger::events(&project.ledger_path())
 }
@@ -237,14 +242,14 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
     let o = add("f2-reserve.md");
     assert_exit(&o, 2, "a duplicate id is a usage error");
     assert!(
-        text(&o).contains("already has a feature \"f2-reserve\""),
+        text(&o).contains("already has a feature `f2-reserve`"),
         "{}",
         text(&o)
     );
     assert_exit(&add("f3-packs.md"), 0, "add f3");
     let o = in_dir(&["status", "--feature", "nope"], &dir);
     assert_exit(&o, 2, "an unknown feature is a usage error");
-    assert!(text(&o).contains("has no feature \"nope\""), "{}", text(&o));
+    assert!(text(&o).contains("has no feature `nope`"), "{}", text(&o));
     let o = in_dir(&["feature", "list"], &dir);
     let list = text(&o);
     assert!(list.contains("f1-stock") && list.contains("done"), "{list}");

@@ -10,5 +10,6 @@ mod budgets;
 mod cli;
 mod embedded_resume;
 mod git;
+mod lanes;
 mod openai_ensemble;
 mod scripts;

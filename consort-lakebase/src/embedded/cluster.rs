@@ -340,7 +340,7 @@ impl EmbeddedCluster {
 impl Drop for EmbeddedCluster {
     fn drop(&mut self) {
         if let Err(e) = self.stop() {
-            warn!(error = %e, "stopping the embedded cluster");
+            warn!(error = %consort_actors::error_chain(&e), "stopping the embedded cluster");
         }
     }
 }

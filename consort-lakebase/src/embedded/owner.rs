@@ -109,15 +109,8 @@ pub(super) fn record_owner(dir: &Path, postmaster: u32) -> Result<()> {
 /// Whether the process recorded as the owner of `postmaster` in `dir` is alive. No record, a
 /// record of another server or an unreadable one: no live owner.
 pub(super) fn owner_alive(dir: &Path, postmaster: u32) -> bool {
-    let Ok(text) = std::fs::read_to_string(dir.join(OWNER)) else {
-        return false;
-    };
-    let fields: Vec<u64> = text
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    match fields.as_slice() {
-        [pid, ticks, pm] if *pm == u64::from(postmaster) => {
+    match procinfo::read_numbers(&dir.join(OWNER)).as_deref() {
+        Some([pid, ticks, pm]) if *pm == u64::from(postmaster) => {
             u32::try_from(*pid).is_ok_and(|pid| procinfo::same_process_alive(pid, *ticks))
         }
         _ => false,

@@ -41,7 +41,7 @@ impl BaseBuilder for SqlBaseBuilder {
                     detail: e
                         .as_db_error()
                         .map(|d| format!("{} (SQLSTATE {})", d.message(), d.code().code()))
-                        .unwrap_or_else(|| e.to_string()),
+                        .unwrap_or_else(|| consort_actors::error_chain(&e)),
                 };
                 let tx = client.transaction().await.map_err(fail)?;
                 tx.batch_execute(fx).await.map_err(fail)?;

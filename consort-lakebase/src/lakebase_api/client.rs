@@ -272,7 +272,7 @@ impl LakebaseClient {
             return Err(ApiError::Decode {
                 what: "operation".into(),
                 message: format!(
-                    "operation name {:?} is not a resource path",
+                    "operation name `{}` is not a resource path",
                     name.chars().take(120).collect::<String>()
                 ),
             });

@@ -10,7 +10,7 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum ApiError {
     /// A branch name was refused locally, before any request was sent.
-    #[error("invalid branch name {name:?}: {reason}")]
+    #[error("invalid branch name `{name}`: {reason}")]
     InvalidName {
         /// The refused name (shortened when very long).
         name: String,
@@ -65,7 +65,10 @@ pub enum ApiError {
     },
     /// A branch of this name exists but was forked from another source, so it is not ours to
     /// reuse.
-    #[error("branch {name} exists with source {actual:?}, expected {expected:?}")]
+    #[error(
+        "branch {name} exists with source {}, expected `{expected}`",
+        actual.as_deref().map_or_else(|| "none".to_string(), |a| format!("`{a}`"))
+    )]
     Conflict {
         /// The branch id.
         name: String,
@@ -381,7 +384,7 @@ impl ApiError {
             None => ApiError::Postgres {
                 context,
                 code: None,
-                message: crate::error::with_causes(e),
+                message: consort_actors::error_chain(e),
                 detail: None,
                 hint: None,
             },
@@ -457,7 +460,7 @@ impl From<ApiError> for crate::error::Error {
                     detail,
                     hint,
                 }),
-                source: None,
+                driver: None,
             },
             ApiError::Postgres { code: None, .. } => E::Connect(text),
             // The name is taken by a branch of another lineage.

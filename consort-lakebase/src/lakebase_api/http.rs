@@ -503,8 +503,13 @@ pub(super) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T,
     serde_json::from_slice(bytes).map_err(|e| ApiError::Decode {
         what: what.to_string(),
         message: format!(
-            "{:?} error at line {} column {}",
-            e.classify(),
+            "{} error at line {} column {}",
+            match e.classify() {
+                serde_json::error::Category::Io => "I/O",
+                serde_json::error::Category::Syntax => "syntax",
+                serde_json::error::Category::Data => "data",
+                serde_json::error::Category::Eof => "end-of-input",
+            },
             e.line(),
             e.column()
         ),

@@ -29,7 +29,10 @@ pub(super) fn validate_branch_id(name: &str) -> Result<(), ApiError> {
         .chars()
         .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
     {
-        return refuse(&format!("{bad:?} is not allowed (only a-z, 0-9 and '-')"));
+        return refuse(&format!(
+            "'{}' is not allowed (only a-z, 0-9 and '-')",
+            bad.escape_debug()
+        ));
     }
     if name.ends_with('-') {
         return refuse("must not end with '-'");

@@ -317,7 +317,7 @@ fn check_host(branch: &str, host: &str) -> std::result::Result<(), ApiError> {
         Err(ApiError::Endpoint {
             branch: branch.to_string(),
             message: format!(
-                "host {:?} is not a host name",
+                "host `{}` is not a host name",
                 host.chars().take(80).collect::<String>()
             ),
         })
@@ -585,7 +585,7 @@ impl LakebaseProvider {
                 return Err(match is_tls_error(&failure) {
                     true => ApiError::Tls {
                         host: info.host.clone(),
-                        message: crate::error::with_causes(&failure),
+                        message: consort_actors::error_chain(&failure),
                     },
                     false => said,
                 });
@@ -1052,7 +1052,11 @@ impl LakebaseProvider {
                 deleted.insert(id.to_string());
             }
             Err(e) => {
-                tracing::warn!(branch = id, "sweep could not delete {what}: {e}");
+                tracing::warn!(
+                    branch = id,
+                    "sweep could not delete {what}: {}",
+                    consort_actors::error_chain(&e)
+                );
                 first_error.get_or_insert(e);
             }
         }

@@ -80,7 +80,7 @@ impl ServerProvider {
             .map_err(|e| Error::from_pg("sealing the base template", e))?;
         info!(base = %name, migrations = spec.migrations.len(), "base template built");
         if let Err(e) = self.prune_templates(admin, &name).await {
-            warn!(error = %e, "pruning old base templates");
+            warn!(error = %consort_actors::error_chain(&e), "pruning old base templates");
         }
         Ok(base)
     }
@@ -131,7 +131,7 @@ impl ServerProvider {
                 format!("GRANT USAGE, CREATE ON SCHEMA public TO {owner}")
             };
             if let Err(e) = c.batch_execute(&sql).await {
-                warn!(error = %e, "could not give the base's public schema to the owner role");
+                warn!(error = %consort_actors::error_chain(&e), "could not give the base's public schema to the owner role");
             }
         }
         c.batch_execute(&format!("SET ROLE {owner}"))
@@ -143,7 +143,7 @@ impl ServerProvider {
                 version: format!("fixture #{}", i + 1),
                 detail: match e.as_db_error() {
                     Some(db) => crate::error::db_text(db),
-                    None => e.to_string(),
+                    None => consort_actors::error_chain(&e),
                 },
             })?;
         }

@@ -90,7 +90,9 @@ impl ServerProvider {
             if branch.name.starts_with(BRANCH_PREFIX) && doomed(&branch, &meta) {
                 match self.delete_ident(admin, &branch.id).await {
                     Ok(()) => n += 1,
-                    Err(e) => warn!(branch = %branch.name, error = %e, "sweeping a branch"),
+                    Err(e) => {
+                        warn!(branch = %branch.name, error = %consort_actors::error_chain(&e), "sweeping a branch")
+                    }
                 }
             }
         }

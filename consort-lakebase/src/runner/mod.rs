@@ -119,8 +119,9 @@ impl RunContext {
     pub(crate) fn process_view(&self) -> Result<PathBuf> {
         self.view().map_err(|e| {
             crate::Error::Runner(format!(
-                "cannot start in a view of {}: {e}",
-                self.work_tree.display()
+                "cannot start in a view of {}: {}",
+                self.work_tree.display(),
+                consort_actors::error_chain(&e)
             ))
         })
     }

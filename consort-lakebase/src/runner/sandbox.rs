@@ -262,15 +262,8 @@ pub fn sweep_abandoned_scratch() -> Vec<(PathBuf, u64)> {
 /// Whether the scratch directory's owner lives — or cannot be told (no readable record):
 /// only a record of an ended process lets a sweep remove it.
 fn owner_lives(dir: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(dir.join(SCRATCH_OWNER)) else {
-        return true;
-    };
-    let fields: Vec<u64> = text
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    match fields.as_slice() {
-        [pid, ticks] => {
+    match crate::procinfo::read_numbers(&dir.join(SCRATCH_OWNER)).as_deref() {
+        Some([pid, ticks]) => {
             u32::try_from(*pid).map_or(true, |pid| crate::procinfo::same_process_alive(pid, *ticks))
         }
         _ => true,

@@ -372,7 +372,7 @@ fn unique<'a>(what: &str, ids: impl Iterator<Item = &'a str>) -> Result<(), Rule
     let mut seen = std::collections::BTreeSet::new();
     for id in ids {
         require(!id.trim().is_empty(), || format!("{what} id is empty"))?;
-        require(seen.insert(id), || format!("duplicate {what} id {id:?}"))?;
+        require(seen.insert(id), || format!("duplicate {what} id `{id}`"))?;
     }
     Ok(())
 }
@@ -381,7 +381,7 @@ fn unique<'a>(what: &str, ids: impl Iterator<Item = &'a str>) -> Result<(), Rule
 pub fn check_stories(stories: &Stories, feature_id: &str) -> Result<(), RuleViolation> {
     require(stories.feature_id == feature_id, || {
         format!(
-            "stories are for {:?}, the feature is {feature_id:?}",
+            "stories are for `{}`, the feature is `{feature_id}`",
             stories.feature_id
         )
     })?;
@@ -422,7 +422,7 @@ pub fn check_spec(spec: &Spec, stories: &Stories) -> Result<(), RuleViolation> {
     for r in &spec.requirements {
         require(stories.story_of_ac(&r.ac_id).is_some(), || {
             format!(
-                "requirement {} traces to unknown acceptance criterion {:?}",
+                "requirement {} traces to unknown acceptance criterion `{}`",
                 r.id, r.ac_id
             )
         })?;
@@ -460,7 +460,7 @@ pub fn check_schema(plan: &SchemaPlan, stories: &Stories) -> Result<(), RuleViol
         })?;
         require(stories.stories.iter().any(|s| s.id == m.story_id), || {
             format!(
-                "migration {} is for unknown story {:?}",
+                "migration {} is for unknown story `{}`",
                 m.version, m.story_id
             )
         })?;
@@ -519,14 +519,14 @@ pub fn check_test_list(
                     .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
             || {
                 format!(
-                    "test id {:?} may hold only letters, digits, '-' and '_'",
+                    "test id `{}` may hold only letters, digits, '-' and '_'",
                     e.id
                 )
             },
         )?;
         require(stories.story_of_ac(&e.ac_id).is_some(), || {
             format!(
-                "test {} traces to unknown acceptance criterion {:?}",
+                "test {} traces to unknown acceptance criterion `{}`",
                 e.id, e.ac_id
             )
         })?;
@@ -534,15 +534,15 @@ pub fn check_test_list(
             .map_err(|reason| RuleViolation::PathOutsideWorkTree { reason })?;
         require(path == e.path, || {
             format!(
-                "test {} path {:?} is not normalised ({path:?})",
+                "test {} path `{}` is not normalised (`{path}`)",
                 e.id, e.path
             )
         })?;
         require(policy.is_test(&path) && !policy.is_harness(&path), || {
             format!(
-                "test {} lives in {path:?}, which is not a test path ({:?})",
+                "test {} lives in `{path}`, which is not a test path ({})",
                 e.id,
-                policy.test_globs()
+                policy.test_globs().join(", ")
             )
         })?;
         policy
@@ -551,7 +551,7 @@ pub fn check_test_list(
             .map_err(|detail| RuleViolation::InvalidArtifact { detail })?;
         require(policy.is_collected(&path), || {
             format!(
-                "test {} lives in {path:?}, which the test runner never collects as a test (it runs {}): the test would never run; put it in a file the runner collects",
+                "test {} lives in `{path}`, which the test runner never collects as a test (it runs {}): the test would never run; put it in a file the runner collects",
                 e.id,
                 policy.collected_globs().unwrap_or_default().join(", ")
             )
@@ -570,7 +570,7 @@ pub fn check_ux(ux: &UxDesign, stories: &Stories) -> Result<(), RuleViolation> {
     for sc in &ux.screens {
         require(stories.stories.iter().any(|s| s.id == sc.story_id), || {
             format!(
-                "screen {:?} is for unknown story {:?}",
+                "screen `{}` is for unknown story `{}`",
                 sc.name, sc.story_id
             )
         })?;

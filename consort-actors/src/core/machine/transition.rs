@@ -590,11 +590,11 @@ fn infra_failed(state: &State, request: RequestId, error: &InfraError, p: Pendin
         });
     }
     let mut s = state.clone();
-    let esc = escalation(
-        &step,
-        EscalationReason::Infrastructure(error.fault.clone()),
-        error.detail.clone(),
-    );
+    let reason = match error.fault {
+        InfraFault::MergeRefused => EscalationReason::Integration,
+        ref fault => EscalationReason::Infrastructure(fault.clone()),
+    };
+    let esc = escalation(&step, reason, error.detail.clone());
     Ok(halt(&mut s, esc, p))
 }
 

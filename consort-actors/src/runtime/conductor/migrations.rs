@@ -35,7 +35,7 @@ pub(super) fn write_frozen(
                     "already exists and holds other SQL; Consort never overwrites a file (move it, or give the migration another version)",
                 ));
             }
-            Ok(None) => write_file(work.root(), &path, &m.sql)?,
+            Ok(None) => write_file(&work.root().join(&path), &m.sql)?,
             Err(e) => return Err(problem(&path, &e)),
         }
     }
@@ -175,7 +175,7 @@ fn checksum_on_disk(work: &WorkTree, path: &str) -> Result<Option<ContentHash>, 
     match work.read(path) {
         Ok(Some(sql)) => Ok(Some(Migration::checksum_of(&sql))),
         Ok(None) => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(crate::core::text::error_chain(&e)),
     }
 }
 

@@ -60,9 +60,12 @@ pub struct ConductorConfig {
     /// The ledger file (default `<work tree>/.consort/ledger.jsonl`).
     pub ledger_path: PathBuf,
     /// Where the frozen design (`design.json`) and the apply journal (`apply-journal.json`)
-    /// are kept, relative to the work tree and inside Consort's state directory (default
-    /// `.consort`; a project's feature keeps its own, `.consort/features/<id>`).
-    pub record_dir: String,
+    /// are kept (default `<work tree>/.consort`; a project's feature keeps its own,
+    /// `<project>/.consort/features/<id>`, which lies outside the work tree of a lane).
+    pub record_dir: PathBuf,
+    /// More paths a verification run may not read, on top of its work tree's `.consort/`:
+    /// a lane's project records, which lie outside its work tree (none by default).
+    pub hidden: Vec<PathBuf>,
     /// The machine's bounds and path rules.
     pub machine: MachineConfig,
     /// Deadline of one agent step (per attempt).
@@ -100,14 +103,14 @@ pub trait AppendObserver: Send + Sync + std::fmt::Debug {
 }
 
 impl ConductorConfig {
-    /// The frozen design file, relative to the work tree.
-    pub fn design_file(&self) -> String {
-        format!("{}/design.json", self.record_dir)
+    /// The frozen design file.
+    pub fn design_file(&self) -> PathBuf {
+        self.record_dir.join("design.json")
     }
 
-    /// The apply journal, relative to the work tree.
-    pub fn apply_journal(&self) -> String {
-        format!("{}/apply-journal.json", self.record_dir)
+    /// The apply journal.
+    pub fn apply_journal(&self) -> PathBuf {
+        self.record_dir.join("apply-journal.json")
     }
 
     /// Defaults for a work tree: ledger in `.consort/`, 10-minute steps and verifications.
@@ -115,7 +118,8 @@ impl ConductorConfig {
         let work_tree = work_tree.into();
         ConductorConfig {
             ledger_path: work_tree.join(crate::ledger::DEFAULT_LEDGER_PATH),
-            record_dir: crate::core::paths::STATE_DIR.to_string(),
+            record_dir: work_tree.join(crate::core::paths::STATE_DIR),
+            hidden: Vec::new(),
             work_tree,
             machine: MachineConfig::default(),
             step_timeout: Duration::from_secs(600),
@@ -262,10 +266,10 @@ pub struct RunReport {
 #[non_exhaustive]
 pub enum ConductorError {
     /// The ledger could not be opened, verified or appended to; the run refuses to resume.
-    #[error("ledger: {0}")]
+    #[error("ledger")]
     Ledger(#[from] LedgerError),
     /// The work tree could not be read or written.
-    #[error("work tree: {0}")]
+    #[error("work tree")]
     WorkTree(#[from] WorkTreeError),
     /// A new run needs a feature request.
     #[error("the ledger is empty and no feature request was given")]
@@ -289,7 +293,7 @@ pub enum ConductorError {
     #[error("internal invariant broken: the run is running without a pending command")]
     NoPendingCommand,
     /// Something the conductor must write could not be serialised; nothing of it was written.
-    #[error("could not serialise {what}: {source}")]
+    #[error("could not serialise {what}")]
     Serialise {
         /// What was being written.
         what: &'static str,
@@ -400,10 +404,10 @@ fn record_offline(path: &Path, machine: &Machine, event: Event) -> Result<(), Co
     }
 }
 
-/// The hash of the design file on disk (`design_file`, relative to the work tree), as the
-/// machine compares it (None: missing or not a design bundle).
-pub fn design_hash_on_disk(work: &WorkTree, design_file: &str) -> Option<ContentHash> {
-    let text = work.read(design_file).ok()??;
+/// The hash of the design file on disk, as the machine compares it (None: missing, unreadable
+/// or not a design bundle).
+pub fn design_hash_on_disk(design_file: &Path) -> Option<ContentHash> {
+    let text = std::fs::read_to_string(design_file).ok()?;
     let bundle: DesignBundle = serde_json::from_str(&text).ok()?;
     Some(bundle.hash())
 }
@@ -633,8 +637,7 @@ impl ConductorState {
                 if let Event::Applied { .. } = &event {
                     // The undo is in the ledger and accepted; the journal has done its job. (A
                     // refused `Applied` keeps it: a retry re-applies with the recorded undo.)
-                    let journal = self.wiring.config.apply_journal();
-                    let _ = std::fs::remove_file(self.work.root().join(journal));
+                    let _ = std::fs::remove_file(self.wiring.config.apply_journal());
                 }
             }
             Err(violation) => {
@@ -713,7 +716,7 @@ impl ConductorState {
     }
 
     fn finish_err(&mut self, e: ConductorError) {
-        tracing::error!(error = %e, "the conductor stops");
+        tracing::error!(error = %crate::core::text::error_chain(&e), "the conductor stops");
         self.failed = true;
         if let Some(port) = self.waiter.take() {
             let _ = port.send(Err(e));
@@ -778,7 +781,7 @@ impl ConductorState {
                         tests,
                         focus,
                         caches: self.work.filter().extra().to_vec(),
-                        hidden: Vec::new(),
+                        hidden: self.wiring.config.hidden.clone(),
                     };
                     self.spawn_verify(myself, req);
                     return;
@@ -825,7 +828,7 @@ impl ConductorState {
             _ => BTreeMap::new(),
         };
         Ok(Event::Observed {
-            design_hash: design_hash_on_disk(&self.work, &self.wiring.config.design_file()),
+            design_hash: design_hash_on_disk(&self.wiring.config.design_file()),
             tests: self.test_hashes()?,
             migrations,
         })
@@ -886,13 +889,11 @@ impl ConductorState {
     /// refusal; only an I/O failure of the machine itself (a full disk, …) ends the run.
     fn apply(&self, set: &ChangeSet) -> Result<Event, ConductorError> {
         let set_hash = ContentHash::of(set);
-        let journaled: Option<ChangeSet> = self
-            .work
-            .read(&self.wiring.config.apply_journal())
-            .ok()
-            .flatten()
-            .and_then(|t| serde_json::from_str::<(ContentHash, ChangeSet)>(&t).ok())
-            .and_then(|(h, inverse)| (h == set_hash).then_some(inverse));
+        let journaled: Option<ChangeSet> =
+            std::fs::read_to_string(self.wiring.config.apply_journal())
+                .ok()
+                .and_then(|t| serde_json::from_str::<(ContentHash, ChangeSet)>(&t).ok())
+                .and_then(|(h, inverse)| (h == set_hash).then_some(inverse));
         let (resolved, moved) = match self.work.resolve_set(set) {
             Ok(r) => r,
             Err(e) => return self.refuse_apply(e, BTreeMap::new(), journaled.as_ref()),
@@ -921,8 +922,7 @@ impl ConductorState {
                         source,
                     }
                 })?;
-                let path = self.wiring.config.apply_journal();
-                write_journal(self.work.root(), &path, &journal)?;
+                write_file(&self.wiring.config.apply_journal(), &journal)?;
                 inverse
             }
         };
@@ -964,13 +964,13 @@ impl ConductorState {
         if let Some(undo) = undo {
             self.work.apply(undo)?;
             let journal = self.wiring.config.apply_journal();
-            match std::fs::remove_file(self.work.root().join(&journal)) {
+            match std::fs::remove_file(&journal) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
                     return Err(WorkTreeError::Io {
                         op: "remove",
-                        path: journal,
+                        path: journal.display().to_string(),
                         source,
                     }
                     .into());
@@ -1090,6 +1090,9 @@ impl ConductorState {
                 limits,
                 runs: std::sync::atomic::AtomicU32::new(0),
                 ids: Arc::clone(&self.scratch_ids),
+                hidden: std::iter::once(self.work.root().join(crate::core::paths::STATE_DIR))
+                    .chain(self.wiring.config.hidden.iter().cloned())
+                    .collect(),
             },
         ))
     }
@@ -1221,7 +1224,7 @@ impl ConductorState {
                 }
             })?;
             let design_file = self.wiring.config.design_file();
-            blocking(|| write_file(self.work.root(), &design_file, &text))?;
+            blocking(|| write_file(&design_file, &text))?;
             if let Some((files, plan)) = self.migration_files() {
                 blocking(|| migrations::write_frozen(&self.work, files, plan))?;
             }
@@ -1289,8 +1292,7 @@ pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
     }
 }
 
-fn write_file(root: &Path, rel: &str, text: &str) -> Result<(), ConductorError> {
-    let path = root.join(rel);
+fn write_file(path: &Path, text: &str) -> Result<(), ConductorError> {
     let io = |source| WorkTreeError::Io {
         op: "write",
         path: path.display().to_string(),
@@ -1299,7 +1301,7 @@ fn write_file(root: &Path, rel: &str, text: &str) -> Result<(), ConductorError> 
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    std::fs::write(&path, text).map_err(|source| WorkTreeError::Io {
+    std::fs::write(path, text).map_err(|source| WorkTreeError::Io {
         op: "write",
         path: path.display().to_string(),
         source,
@@ -1321,8 +1323,4 @@ pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
         }
         _ => f(),
     }
-}
-
-fn write_journal(root: &Path, journal: &str, text: &str) -> Result<(), ConductorError> {
-    write_file(root, journal, text)
 }

@@ -19,7 +19,7 @@ use super::LakebaseEndpoint;
 use super::blocking;
 use crate::core::artifact::{ChangeSet, RequestId};
 use crate::core::machine::ScratchPlan;
-use crate::core::paths::{PathPolicy, STATE_DIR};
+use crate::core::paths::PathPolicy;
 use crate::core::protocol::VerifyRequest;
 use crate::runtime::gate::BoxFuture;
 use crate::runtime::workbench::{
@@ -45,6 +45,8 @@ pub(super) struct StepBench {
     pub limits: WorkbenchLimits,
     pub runs: AtomicU32,
     pub ids: Arc<AtomicU64>,
+    /// What a scratch run may not read: the real tree's `.consort/` and the run's records.
+    pub hidden: Vec<std::path::PathBuf>,
 }
 
 impl StepBench {
@@ -57,7 +59,7 @@ impl StepBench {
         let rel = self
             .work
             .resolve(path)
-            .map_err(|e| refused(e.to_string()))?;
+            .map_err(|e| refused(crate::core::text::error_chain(&e)))?;
         // The path's own last component counts too: `.consort` itself is as refused as what
         // lies inside it.
         if let Some(dir) = self.work.filter().skipped_dir(&format!("{rel}/x")) {
@@ -124,7 +126,7 @@ impl StepBench {
             tests: plan.tests.clone(),
             focus: plan.focus.clone(),
             caches: self.work.filter().extra().to_vec(),
-            hidden: vec![self.work.root().join(STATE_DIR)],
+            hidden: self.hidden.clone(),
         };
         let receipt = self
             .lakebase
@@ -255,13 +257,13 @@ impl Workbench for StepBench {
 
 fn failed(e: WorkTreeError) -> ToolError {
     ToolError::Failed {
-        detail: e.to_string(),
+        detail: crate::core::text::error_chain(&e),
     }
 }
 
 fn rejected(e: WorkTreeError) -> ToolError {
     ToolError::Rejected {
-        violation: e.to_string(),
+        violation: crate::core::text::error_chain(&e),
     }
 }
 
@@ -303,6 +305,7 @@ mod tests {
             limits,
             runs: AtomicU32::new(0),
             ids: Arc::default(),
+            hidden: vec![root.join(crate::core::paths::STATE_DIR)],
         }
     }
 

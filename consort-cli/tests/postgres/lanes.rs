@@ -1,0 +1,364 @@
+//! Lanes: features of one backlog at once, each in its own git worktree on its own database
+//! branches, through the embedding API and the `consort` binary, on the embedded PostgreSQL
+//! with the psql runner and real git.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use consort::actors::{ApproveAs, Approver, RunOutcome};
+use consort::lanes::{LaneOptions, run_lanes};
+use consort_testkit::process::text;
+
+use crate::backlog::{Plan, f1, git, script};
+use crate::common::{approving_run, assert_exit, consort, consort_in, dir_arg, run, write};
+
+/// Orders: a table and a function of its own, nothing of f1's.
+fn orders() -> Plan<'static> {
+    Plan {
+        feature: "f2-orders",
+        story: "Orders",
+        migration: (
+            "0001_orders",
+            "CREATE TABLE orders (id int PRIMARY KEY, sku text NOT NULL);",
+        ),
+        test: (
+            "tests/f2_t1_orders.sql",
+            "INSERT INTO orders VALUES (1, 'A');\nDO $$ BEGIN IF order_count() <> 1 THEN RAISE EXCEPTION 'orders: %', order_count(); END IF; END $$;\n",
+        ),
+        red_extra: "",
+        green_file: "src/orders.sql",
+        green: "CREATE FUNCTION order_count() RETURNS int LANGUAGE sql AS $$ SELECT count(*)::int FROM orders $$;\n".into(),
+        repair: None,
+    }
+}
+
+/// Labels: its own table and function, and on the side a `stock_level` of its own that
+/// answers 0, which breaks f1's test once both are merged (and nothing in its own lane).
+fn labels() -> Plan<'static> {
+    Plan {
+        feature: "f2-labels",
+        story: "Labels",
+        migration: (
+            "0001_labels",
+            "CREATE TABLE labels (sku text PRIMARY KEY, label text NOT NULL);",
+        ),
+        test: (
+            "tests/f2_t1_label.sql",
+            "INSERT INTO labels VALUES ('A', 'apple');\nDO $$ BEGIN IF label_of('A') <> 'apple' THEN RAISE EXCEPTION 'label: %', label_of('A'); END IF; END $$;\n",
+        ),
+        red_extra: "",
+        green_file: "src/zz_label.sql",
+        green: "CREATE FUNCTION label_of(s text) RETURNS text LANGUAGE sql AS $$ SELECT label FROM labels WHERE sku = s $$;\nCREATE OR REPLACE FUNCTION stock_level(s text) RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN 0; END $$;\n".into(),
+        repair: None,
+    }
+}
+
+/// A git project whose backlog is f1 (stock levels) and `second`, each played by its script.
+fn project(dir: &Path, second: &Plan<'_>) {
+    write(
+        dir,
+        &[
+            (
+                "consort.toml",
+                "[feature]\nid = \"f1-stock\"\nrequest = \"feature.md\"\n\n[pool]\nsize = 1\nmax_concurrent = 1\nkeep_failed = false\n\n[agents.default]\nbackend = \"script\"\npath = \".consort/agents/{feature}.toml\"\n",
+            ),
+            (
+                "feature.md",
+                "# Stock levels\n\nShow the stock level of a SKU.\n",
+            ),
+            ("src/.keep", ""),
+            (".consort/agents/f1-stock.toml", &script(&f1())),
+            (
+                &format!(".consort/agents/{}.toml", second.feature),
+                &script(second),
+            ),
+            (
+                "second.md",
+                &format!("# {}\n\nThe second feature.\n", second.story),
+            ),
+        ],
+    );
+    consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
+    let o = run(consort()
+        .args(["feature", "add"])
+        .arg(dir.join("second.md"))
+        .args(["--id", second.feature])
+        .args(dir_arg(dir)));
+    assert_exit(&o, 0, "the second feature is added");
+}
+
+/// Both features in lanes through the embedding API, `approved` approved as it goes and the
+/// other left at its gates.
+fn lanes_approving_only(dir: &Path, approved: &str) -> BTreeMap<String, RunOutcome> {
+    let approver: Arc<dyn Approver> = Arc::new(ApproveAs { name: "ada".into() });
+    let opts = LaneOptions {
+        parallel: 2,
+        approvers: BTreeMap::from([(approved.to_string(), approver)]),
+        ..LaneOptions::default()
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let reports = runtime
+        .block_on(run_lanes(dir, opts))
+        .expect("the lanes run");
+    reports
+        .into_iter()
+        .map(|r| (r.feature, r.outcome.expect("the lane ran").outcome))
+        .collect()
+}
+
+fn status_json(dir: &Path) -> serde_json::Value {
+    let o = run(consort_in("status", dir).arg("--json"));
+    assert_exit(&o, 0, "status");
+    serde_json::from_slice(&o.stdout).expect("status JSON")
+}
+
+/// The design gate of `feature`'s lane, as the status lists it: approved on the command line.
+fn approve_waiting_lane(dir: &Path, feature: &str) {
+    let status = status_json(dir);
+    let lanes = status["lanes"].as_array().expect("lanes");
+    assert_eq!(lanes.len(), 1, "one lane waits: {status:#}");
+    assert_eq!(lanes[0]["feature"], feature);
+    assert_eq!(lanes[0]["phase"], "design-gate");
+    assert_eq!(lanes[0]["pending_gate"]["gate"], "design");
+    let hash = lanes[0]["pending_gate"]["hash"].as_str().expect("hash");
+    let o = run(consort_in("approve", dir).args([
+        "design",
+        "--hash",
+        hash,
+        "--by",
+        "ada",
+        "--feature",
+        feature,
+    ]));
+    assert_exit(&o, 0, "the waiting design is approved");
+}
+
+fn worktrees(dir: &Path) -> usize {
+    git(dir, &["worktree", "list", "--porcelain"])
+        .lines()
+        .filter(|l| l.starts_with("worktree "))
+        .count()
+}
+
+#[test]
+fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("shop");
+    project(&dir, &orders());
+
+    let ended = lanes_approving_only(&dir, "f2-orders");
+    assert!(
+        matches!(ended["f1-stock"], RunOutcome::AtGate { .. }),
+        "f1 waits at its gate: {ended:?}"
+    );
+    assert_eq!(ended["f2-orders"], RunOutcome::Done, "f2 went on to done");
+    // f2 merged into the base; its lane is gone, f1's stays with f1's work only.
+    assert!(
+        dir.join("tests/f2_t1_orders.sql").is_file(),
+        "f2 merged into main"
+    );
+    assert!(!dir.join(".consort/lanes/f2-orders").exists());
+    assert!(dir.join(".consort/lanes/f1-stock/feature.md").is_file());
+    assert_eq!(worktrees(&dir), 2, "the project's tree and f1's lane");
+
+    approve_waiting_lane(&dir, "f1-stock");
+    let o = run(approving_run(&dir).args(["--parallel", "2"]));
+    assert_exit(&o, 0, "f1 resumes in its lane to done");
+    let out = text(&o);
+    assert!(out.contains("f1-stock: done"), "{out}");
+    assert!(
+        out.contains("[f1-stock] "),
+        "progress names its lane: {out}"
+    );
+    // f1 merged after f2's tests passed on the merge: the base holds both, no lane is left.
+    for file in [
+        "tests/t1_level.sql",
+        "tests/f2_t1_orders.sql",
+        "src/level.sql",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} in the base");
+    }
+    assert_eq!(worktrees(&dir), 1, "no worktree is left");
+    assert_eq!(status_json(&dir)["lanes"], serde_json::json!([]));
+    let log = git(&dir, &["log", "--format=%s", "main"]);
+    assert!(log.contains("Merge feature f1-stock into main"), "{log}");
+    assert_exit(
+        &run(&mut consort_in("verify", &dir)),
+        0,
+        "every receipt verifies",
+    );
+}
+
+#[test]
+fn the_merge_check_refuses_a_lane_that_breaks_a_merged_features_tests() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("shop");
+    project(&dir, &labels());
+    // Labels waits at its design gate while f1 merges; then it builds on what it started from.
+    let ended = lanes_approving_only(&dir, "f1-stock");
+    assert_eq!(ended["f1-stock"], RunOutcome::Done);
+    assert!(matches!(ended["f2-labels"], RunOutcome::AtGate { .. }));
+
+    approve_waiting_lane(&dir, "f2-labels");
+    let o = run(approving_run(&dir).args(["--parallel", "2"]));
+    assert_exit(&o, 4, "labels halts at its merge check");
+    let out = text(&o);
+    assert!(
+        out.contains("merge check") && out.contains("do not pass: tests/t1_level.sql (f1-stock)"),
+        "the refusal names the merged feature's test that broke, and what it said: {out}"
+    );
+    // Nothing of labels reached the base; its lane stays for a person, halted as integration.
+    assert!(!dir.join("tests/f2_t1_label.sql").exists());
+    let status = status_json(&dir);
+    let lane = &status["lanes"][0];
+    assert_eq!(lane["feature"], "f2-labels");
+    assert_eq!(lane["halted"]["kind"], "integration");
+    assert_eq!(lane["halted"]["reason"], "merge-refused");
+    assert!(
+        lane["halted"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("f1-stock")),
+        "{lane:#}"
+    );
+}
+
+/// The features whose ledgers hold at least `receipts` verified runs.
+fn verified_at_least(dir: &Path, features: &[&str], receipts: usize) -> bool {
+    features.iter().all(|f| {
+        let ledger = dir.join(format!(".consort/features/{f}/ledger.jsonl"));
+        std::fs::read_to_string(ledger)
+            .unwrap_or_default()
+            .matches("\"verify-completed\"")
+            .count()
+            >= receipts
+    })
+}
+
+/// Both lanes done and merged, and nothing of them left: no worktree, no merge tree.
+fn assert_both_merged_and_nothing_left(dir: &Path) {
+    for file in [
+        "tests/t1_level.sql",
+        "tests/f2_t1_orders.sql",
+        "src/orders.sql",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} in the base");
+    }
+    assert_eq!(worktrees(dir), 1, "no worktree is left");
+    let left: Vec<_> = std::fs::read_dir(dir.join(".consort/lanes"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "nothing left in .consort/lanes: {left:?}");
+    let status = status_json(dir);
+    assert_eq!(status["lanes"], serde_json::json!([]));
+    let states: Vec<_> = status["features"]
+        .as_array()
+        .expect("features")
+        .iter()
+        .map(|f| f["state"].clone())
+        .collect();
+    assert_eq!(states, ["done", "done"], "{status:#}");
+}
+
+#[test]
+fn lanes_killed_mid_step_resume_where_they_stopped() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("shop");
+    project(&dir, &orders());
+    let mut child = approving_run(&dir)
+        .args(["--parallel", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let start = std::time::Instant::now();
+    while !verified_at_least(&dir, &["f1-stock", "f2-orders"], 1) {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the lanes ended before they could be killed: {status}");
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(300),
+            "no progress"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    assert_eq!(worktrees(&dir), 3, "both lanes were under way");
+
+    let o = run(approving_run(&dir).args(["--parallel", "2"]));
+    assert_exit(&o, 0, "both lanes resume to done");
+    let out = text(&o);
+    assert!(
+        out.contains("f1-stock: done") && out.contains("f2-orders: done"),
+        "{out}"
+    );
+    assert_both_merged_and_nothing_left(&dir);
+    assert_exit(
+        &run(&mut consort_in("verify", &dir)),
+        0,
+        "every receipt verifies",
+    );
+}
+
+/// `psql` as the cluster's superuser over TCP.
+fn admin_sql(cluster: &consort::lakebase::EmbeddedCluster, password: &str, sql: &str) {
+    let o = run(std::process::Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U"])
+        .arg(cluster.superuser())
+        .arg("-p")
+        .arg(cluster.port().to_string())
+        .args(["-d", "postgres", "-c", sql])
+        .env("PGPASSWORD", password));
+    assert!(o.status.success(), "{sql}: {}", text(&o));
+}
+
+#[test]
+fn two_processes_drive_two_lanes_of_one_project_sharing_only_git_and_the_ledgers() {
+    // The database is a server of its own (as Lakebase would be), reached by URL.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let cluster = runtime.block_on(consort_testkit::cluster::cluster());
+    let password = std::fs::read_to_string(cluster.dir().join("admin.pw")).expect("admin.pw");
+    let password = password.trim();
+    let parent = consort_testkit::cluster::unique_database("lanes_two");
+    admin_sql(&cluster, password, &format!("CREATE DATABASE {parent}"));
+    let url = format!(
+        "postgres://{}:{password}@127.0.0.1:{}/{parent}",
+        cluster.superuser(),
+        cluster.port()
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("shop");
+    project(&dir, &orders());
+    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    std::fs::write(
+        dir.join("consort.toml"),
+        format!("{config}\n[database]\nprovider = \"url\"\nurl_env = \"LANES_DATABASE_URL\"\n"),
+    )
+    .expect("config");
+    let start = |feature: &str| {
+        approving_run(&dir)
+            .args(["--parallel", "1", "--feature", feature])
+            .env("LANES_DATABASE_URL", &url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let (first, second) = (start("f1-stock"), start("f2-orders"));
+    for (child, feature) in [(first, "f1-stock"), (second, "f2-orders")] {
+        let o = child.wait_with_output().expect("wait");
+        assert_exit(&o, 0, &format!("the process driving {feature}"));
+        assert!(
+            text(&o).contains(&format!("{feature}: done")),
+            "{}",
+            text(&o)
+        );
+    }
+    assert_both_merged_and_nothing_left(&dir);
+    let merges = git(&dir, &["log", "--merges", "--format=%s", "main"]);
+    assert!(
+        merges.contains("Merge feature f1-stock") || merges.contains("Merge feature f2-orders"),
+        "the later lane merged with the earlier one's work: {merges}"
+    );
+}

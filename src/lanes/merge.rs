@@ -1,0 +1,500 @@
+//! A lane's merge check: before its migrations reach the parent database, its branch is merged
+//! with what reached the base since the lane started, in a scratch worktree, and the tests of
+//! every merged feature run there on a fresh branch; only then does the base advance and the
+//! promotion go on.
+//!
+//! **Invariant:** the check and the promotion hold `.consort/merge.lock`, so lanes (of this
+//! process or another) merge and promote one at a time, in one order for git and the parent
+//! database. A refusal names both sides: the lane's feature and the merged one it meets.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use consort_actors::{
+    BoxFuture, EarlierTest, InfraError, InfraFault, Inherited, LakebaseEndpoint, PromoteReport,
+    PromoteRequest, RequestId, TestStatus, VerifyPurpose, VerifyRequest, WorkTree,
+};
+
+use super::worktree::LaneRecord;
+use crate::backlog::{Feature, FeatureState};
+use crate::ensemble::Promotion;
+use crate::git::{GitRepo, branch_name};
+use crate::project::Project;
+use crate::runlock::{LockScope, RunLock, RunLockError};
+
+/// The merge lock, relative to the project.
+const MERGE_LOCK: &str = ".consort/merge.lock";
+/// How often a lane looks whether another lane's merge is over.
+const LOCK_POLL: Duration = Duration::from_millis(200);
+/// The request ids of merge checks (far from a run's own and from scratch runs').
+const MERGE_IDS: u64 = 1 << 61;
+
+/// The promotion of a lane's feature, behind its merge check.
+#[derive(Debug)]
+pub struct MergeCheck {
+    project: Project,
+}
+
+impl MergeCheck {
+    /// The merge check of the lane `project` is about.
+    pub fn new(project: Project) -> Arc<Self> {
+        Arc::new(MergeCheck { project })
+    }
+}
+
+impl Promotion for MergeCheck {
+    fn promote<'a>(
+        &'a self,
+        request: PromoteRequest,
+        lakebase: &'a dyn LakebaseEndpoint,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<PromoteReport, InfraError>> {
+        Box::pin(async move {
+            let _lock = merge_lock(&self.project.dir, timeout).await?;
+            let project = self.project.clone();
+            let migrations = request.migrations.clone();
+            let plan = blocking(move || integrate(&project, &migrations)).await?;
+            if let Some(tree) = &plan.tree {
+                regression(&self.project, tree, &plan, &request, lakebase, timeout).await?;
+            }
+            let project = self.project.clone();
+            let commit = plan.commit.clone();
+            let base = plan.base.clone();
+            blocking(move || advance(&project, &base, &commit)).await?;
+            drop(plan);
+            lakebase.promote(request, timeout).await
+        })
+    }
+}
+
+/// Takes the merge lock, waiting for another lane's merge to end (at most `timeout`).
+async fn merge_lock(dir: &Path, timeout: Duration) -> Result<RunLock, InfraError> {
+    let started = Instant::now();
+    let path = dir.join(MERGE_LOCK);
+    loop {
+        match RunLock::acquire_at(path.clone(), LockScope::Merges, "a lane's merge check") {
+            Ok(lock) => return Ok(lock),
+            Err(RunLockError::Held { .. } | RunLockError::HeldByUnnamed { .. })
+                if started.elapsed() < timeout =>
+            {
+                tokio::time::sleep(LOCK_POLL).await;
+            }
+            Err(e) => return Err(infra(InfraFault::WorkTreeIo, e.to_string())),
+        }
+    }
+}
+
+/// What the check found to merge: the commit the base advances to, and the scratch worktree
+/// that holds the merge when there is one to test (removed when dropped).
+struct Integration {
+    base: String,
+    commit: String,
+    tree: Option<ScratchTree>,
+    /// Every accepted test of the merged features and the lane's, by feature.
+    tests: Vec<EarlierTest>,
+    /// The merged features' promoted migrations: the parent holds them, and a run's base
+    /// names them so that it is made from the parent as it is now, not as it was when a pool
+    /// or a template of the lane's own migrations was made.
+    merged_migrations: Vec<consort_actors::Migration>,
+}
+
+/// Merges the lane's branch with its base in a scratch worktree.
+fn integrate(
+    project: &Project,
+    migrations: &[consort_actors::Migration],
+) -> Result<Integration, InfraError> {
+    let io = |e: &dyn std::fmt::Display| infra(InfraFault::WorkTreeIo, e.to_string());
+    let record = LaneRecord::read(&project.dir, project.feature_entry())
+        .map_err(|e| io(&consort_actors::error_chain(&e)))?
+        .ok_or_else(|| io(&"the lane has no record (lane.json)"))?;
+    let repo =
+        GitRepo::detect(&project.dir).ok_or_else(|| io(&"the project left its git repository"))?;
+    project
+        .git_sync()
+        .map_err(|e| io(&consort_actors::error_chain(&e)))?;
+    let rev = |r: &str| repo.rev(r).ok().flatten();
+    let id = project.feature_id();
+    let base_tip = rev(&format!("refs/heads/{}", record.base))
+        .ok_or_else(|| refused(format!("its base branch {} is gone", record.base)))?;
+    let lane_tip = rev(&format!("refs/heads/{}", branch_name(id)))
+        .ok_or_else(|| io(&format!("branch {} is gone", branch_name(id))))?;
+    let ancestor = |a: &str, b: &str| {
+        repo.git(&["merge-base", "--is-ancestor", a, b], None)
+            .is_ok()
+    };
+    let mut plan = Integration {
+        base: record.base.clone(),
+        commit: lane_tip.clone(),
+        tree: None,
+        tests: Vec::new(),
+        merged_migrations: Vec::new(),
+    };
+    if ancestor(&lane_tip, &base_tip) {
+        // Merged already (a crash came between the merge and the promotion).
+        plan.commit = base_tip;
+        return Ok(plan);
+    }
+    if ancestor(&base_tip, &lane_tip) {
+        return Ok(plan);
+    }
+    let merged = merged_features(project, &repo, &base_tip, &lane_tip)?;
+    plan.merged_migrations = same_objects(project, &merged, migrations)?;
+    let tree = ScratchTree::make(project, &repo, &base_tip)?;
+    merge_in(&tree, project, &repo, &merged, (&base_tip, &lane_tip))?;
+    plan.commit = tree.head()?;
+    plan.tests = tests_of(project, &merged)?;
+    plan.tree = Some(tree);
+    Ok(plan)
+}
+
+/// The features whose branches reached the base and not the lane, in backlog order, with where
+/// each stands.
+fn merged_features(
+    project: &Project,
+    repo: &GitRepo,
+    base_tip: &str,
+    lane_tip: &str,
+) -> Result<Vec<Project>, InfraError> {
+    let io = |e: crate::project::ProjectError| {
+        infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e))
+    };
+    let mut out = Vec::new();
+    for feature in project.backlog().map_err(io)? {
+        if feature.id == project.feature_id() {
+            continue;
+        }
+        let Some(tip) = repo.tip(&feature.id) else {
+            continue;
+        };
+        let reached = |to: &str| {
+            repo.git(&["merge-base", "--is-ancestor", &tip, to], None)
+                .is_ok()
+        };
+        if reached(base_tip) && !reached(lane_tip) {
+            let other = Project::open_feature(&project.dir, Some(&feature.id)).map_err(io)?;
+            if other.state_of(&feature).map_err(io)? == FeatureState::Done {
+                out.push(other);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses a lane whose migrations create, alter or drop an object a merged feature's
+/// migrations touch; returns the merged features' migrations.
+fn same_objects(
+    project: &Project,
+    merged: &[Project],
+    migrations: &[consort_actors::Migration],
+) -> Result<Vec<consort_actors::Migration>, InfraError> {
+    let mut all = Vec::new();
+    let ours: BTreeSet<String> = migrations
+        .iter()
+        .flat_map(|m| super::objects::touched(&m.sql))
+        .collect();
+    for other in merged {
+        let inherited = inheritance(other, other.feature_entry())?;
+        for theirs in &inherited.migrations {
+            let meet: Vec<String> = super::objects::touched(&theirs.migration.sql)
+                .intersection(&ours)
+                .cloned()
+                .collect();
+            if !meet.is_empty() {
+                return Err(refused(format!(
+                    "its migrations and feature {}'s migration {} (merged since this lane started) both change {}; give the change to one feature, or retire one, then retry (`consort retry --feature {}`)",
+                    other.feature_id(),
+                    theirs.migration.version,
+                    meet.join(", "),
+                    project.feature_id()
+                )));
+            }
+            all.push(theirs.migration.clone());
+        }
+    }
+    Ok(all)
+}
+
+/// What `feature`'s ledger says it accepted and promoted.
+fn inheritance(project: &Project, feature: &Feature) -> Result<Inherited, InfraError> {
+    let io = |e: crate::project::ProjectError| {
+        infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e))
+    };
+    let state = project.state().map_err(io)?;
+    let machine = project.machine().map_err(io)?;
+    let mut inherited = Inherited::default();
+    crate::backlog::inherit(
+        &mut inherited,
+        &feature.id,
+        &state,
+        machine.config().migration_files.as_ref(),
+    );
+    Ok(inherited)
+}
+
+/// The accepted tests of the merged features and of the lane.
+fn tests_of(project: &Project, merged: &[Project]) -> Result<Vec<EarlierTest>, InfraError> {
+    let mut tests = Vec::new();
+    for p in merged.iter().chain(std::iter::once(project)) {
+        tests.extend(inheritance(p, p.feature_entry())?.tests);
+    }
+    Ok(tests)
+}
+
+/// Merges the lane's branch into the scratch tree (at the base's tip); a conflict is refused
+/// with the files and the merged features that changed them.
+fn merge_in(
+    tree: &ScratchTree,
+    project: &Project,
+    repo: &GitRepo,
+    merged: &[Project],
+    (base_tip, lane_tip): (&str, &str),
+) -> Result<(), InfraError> {
+    let id = project.feature_id();
+    let in_tree = GitRepo::detect(&tree.root).ok_or_else(|| {
+        infra(
+            InfraFault::WorkTreeIo,
+            "the merge worktree is not a repository".into(),
+        )
+    })?;
+    let message = format!(
+        "Merge feature {id} into {}\n\nConsort-Feature: {id}",
+        tree.base_name(project)
+    );
+    let ident = crate::git::conductor_identity();
+    if in_tree
+        .git_env(
+            &["merge", "--no-ff", "-q", "-m", &message, lane_tip],
+            &ident,
+            None,
+        )
+        .is_ok()
+    {
+        return Ok(());
+    }
+    let files = in_tree
+        .git(&["diff", "--name-only", "--diff-filter=U"], None)
+        .unwrap_or_default();
+    let files: Vec<&str> = files.lines().filter(|l| !l.is_empty()).collect();
+    let _ = in_tree.git(&["merge", "--abort"], None);
+    let mut args = vec![
+        "log",
+        "--format=%(trailers:key=Consort-Feature,valueonly=true)",
+    ];
+    let range = format!("{lane_tip}..{base_tip}");
+    args.push(&range);
+    args.push("--");
+    args.extend(files.iter().copied());
+    let others: BTreeSet<String> = repo
+        .git(&args, None)
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && *l != id)
+        .map(str::to_string)
+        .collect();
+    let others = if others.is_empty() {
+        merged
+            .iter()
+            .map(|p| p.feature_id().to_string())
+            .collect::<Vec<_>>()
+    } else {
+        others.into_iter().collect()
+    };
+    Err(refused(format!(
+        "its branch {} conflicts with {} (merged since this lane started) in {}; merge the base into the lane's worktree ({}) and resolve them, then retry (`consort retry --feature {id}`)",
+        branch_name(id),
+        if others.is_empty() {
+            "the base".to_string()
+        } else {
+            format!("feature {}", others.join(", feature "))
+        },
+        files.join(", "),
+        project.work_tree().display(),
+    )))
+}
+
+/// Runs every merged feature's tests and the lane's on the merge, on a fresh branch with the
+/// lane's migrations; any that does not pass refuses the lane, naming the test and its feature.
+async fn regression(
+    project: &Project,
+    tree: &ScratchTree,
+    plan: &Integration,
+    request: &PromoteRequest,
+    lakebase: &dyn LakebaseEndpoint,
+    timeout: Duration,
+) -> Result<(), InfraError> {
+    let io = |e: &dyn std::fmt::Display| infra(InfraFault::WorkTreeIo, e.to_string());
+    let machine = project
+        .machine()
+        .map_err(|e| io(&consort_actors::error_chain(&e)))?;
+    let filter = machine.config().paths.tree_filter().clone();
+    let work_tree = tree.root.join(
+        project
+            .git()
+            .map(|r| r.prefix().to_string())
+            .unwrap_or_default(),
+    );
+    let hash = {
+        let work_tree = work_tree.clone();
+        let filter = filter.clone();
+        blocking(move || {
+            WorkTree::open(&work_tree)
+                .map(|w| w.with_filter(filter))
+                .and_then(|w| w.hash())
+                .map_err(|e| io(&consort_actors::error_chain(&e)))
+        })
+        .await?
+    };
+    let verify = VerifyRequest {
+        id: RequestId(MERGE_IDS + request.id.0),
+        purpose: VerifyPurpose::Deploy,
+        work_tree,
+        workspace_hash: hash,
+        migrations: plan
+            .merged_migrations
+            .iter()
+            .chain(&request.migrations)
+            .cloned()
+            .collect(),
+        tests: plan.tests.iter().map(|t| t.runner_name.clone()).collect(),
+        focus: None,
+        caches: filter.extra().to_vec(),
+        hidden: super::hidden_from_lane(project)
+            .into_iter()
+            .filter(|h| *h != tree.root)
+            .collect(),
+    };
+    let receipt = lakebase.verify(verify, timeout).await?;
+    let failing: Vec<String> = plan
+        .tests
+        .iter()
+        .filter(|t| {
+            !receipt
+                .outcomes
+                .iter()
+                .any(|o| o.name == t.runner_name && o.status == TestStatus::Passed)
+        })
+        .map(|t| {
+            let said = receipt
+                .outcomes
+                .iter()
+                .find(|o| o.name == t.runner_name)
+                .and_then(|o| o.message.as_deref())
+                .map(|m| format!(": {}", m.chars().take(200).collect::<String>()))
+                .unwrap_or_default();
+            format!("{} ({}){said}", t.runner_name, t.feature)
+        })
+        .collect();
+    if failing.is_empty() {
+        return Ok(());
+    }
+    Err(refused(format!(
+        "merged with what reached the base since this lane started, {} of the accepted tests do not pass: {}; fix the lane (its worktree is {}) or retire the test, then retry (`consort retry --feature {}`)",
+        failing.len(),
+        failing.join("; "),
+        project.work_tree().display(),
+        project.feature_id()
+    )))
+}
+
+/// Moves the base to `commit`: the project's tree follows when it is on the base (a
+/// fast-forward), else the branch alone moves, from the tip the check saw.
+fn advance(project: &Project, base: &str, commit: &str) -> Result<(), InfraError> {
+    let repo = GitRepo::detect(&project.dir).ok_or_else(|| {
+        infra(
+            InfraFault::WorkTreeIo,
+            "the project left its git repository".into(),
+        )
+    })?;
+    let on_base = repo.current_branch().is_ok_and(|b| b == base);
+    let done = if on_base {
+        repo.git(&["merge", "--ff-only", "-q", commit], None)
+    } else {
+        repo.git(&["branch", "-f", base, commit], None)
+    };
+    done.map(|_| ()).map_err(|e| {
+        refused(format!(
+            "the base {base} could not take the merge: {}",
+            consort_actors::error_chain(&e)
+        ))
+    })
+}
+
+/// A detached worktree for one merge, removed when dropped.
+struct ScratchTree {
+    root: PathBuf,
+    repo: GitRepo,
+    project_dir: PathBuf,
+}
+
+impl ScratchTree {
+    fn make(project: &Project, repo: &GitRepo, at: &str) -> Result<ScratchTree, InfraError> {
+        let _lock = super::worktree::worktrees_lock(&project.dir)
+            .map_err(|e| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e)))?;
+        let root = project.dir.join(format!(
+            "{}.merge",
+            crate::backlog::lane_dir(project.feature_id())
+        ));
+        let path = root.to_string_lossy().into_owned();
+        let _ = repo.git(&["worktree", "remove", "--force", &path], None);
+        let _ = std::fs::remove_dir_all(&root);
+        let _ = repo.git(&["worktree", "prune"], None);
+        repo.git(&["worktree", "add", "-q", "--detach", &path, at], None)
+            .map_err(|e| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e)))?;
+        Ok(ScratchTree {
+            root,
+            repo: repo.clone(),
+            project_dir: project.dir.clone(),
+        })
+    }
+
+    fn head(&self) -> Result<String, InfraError> {
+        GitRepo::detect(&self.root)
+            .and_then(|r| r.rev("HEAD").ok().flatten())
+            .ok_or_else(|| infra(InfraFault::WorkTreeIo, "the merge has no commit".into()))
+    }
+
+    fn base_name(&self, project: &Project) -> String {
+        LaneRecord::read(&project.dir, project.feature_entry())
+            .ok()
+            .flatten()
+            .map_or_else(|| "the base".into(), |r| r.base)
+    }
+}
+
+impl Drop for ScratchTree {
+    fn drop(&mut self) {
+        let _lock = super::worktree::worktrees_lock(&self.project_dir);
+        let path = self.root.to_string_lossy().into_owned();
+        if self
+            .repo
+            .git(&["worktree", "remove", "--force", &path], None)
+            .is_err()
+        {
+            let _ = std::fs::remove_dir_all(&self.root);
+            let _ = self.repo.git(&["worktree", "prune"], None);
+        }
+    }
+}
+
+fn infra(fault: InfraFault, detail: String) -> InfraError {
+    InfraError { fault, detail }
+}
+
+fn refused(detail: String) -> InfraError {
+    infra(InfraFault::MergeRefused, format!("merge check: {detail}"))
+}
+
+/// Runs blocking git and file work off the runtime's workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, InfraError> + Send + 'static,
+) -> Result<T, InfraError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        infra(
+            InfraFault::InvariantBroken,
+            format!("a merge task failed: {e}"),
+        )
+    })?
+}

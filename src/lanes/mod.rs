@@ -1,0 +1,28 @@
+//! Lanes: several features of a backlog at once, each in its own git worktree on its own branch
+//! `consort/<id>`, with its own conductor, ledger and database branches.
+//!
+//! A lane's worktree is `.consort/lanes/<id>` (made from the branch the project's tree is on,
+//! its *base*, recorded in `lane.json` beside the feature's ledger); its records stay where
+//! every feature's are, in `.consort/features/<id>/`, outside the worktree, so no agent and no
+//! test run of the lane reaches them. One process holds a feature at a time (its lock,
+//! `feature.lock`); the lanes of one process share the branch provider and split the warm pool.
+//!
+//! **Invariants:**
+//! - A lane is done only when its promotion passed the merge check ([`merge`]): its branch,
+//!   merged with what reached the base since it started, passes the tests of every merged
+//!   feature; a git conflict or a migration on an object a merged feature's migration touches
+//!   halts it with both sides named. Merges are one at a time (`.consort/merge.lock`).
+//! - Nothing but git and the features' records is shared between processes: two processes
+//!   drive two features of one project side by side.
+//! - A lane's worktree is removed when its feature is done or stopped; a killed run's lane is
+//!   found again by its directory and resumed where its ledger stopped.
+
+mod drive;
+mod merge;
+mod objects;
+mod worktree;
+
+pub use crate::project::lane::{LaneError, hidden_from_lane, work_tree_of};
+pub use drive::{LaneOptions, LaneReport, run_lanes};
+pub use merge::MergeCheck;
+pub use worktree::LaneRecord;
