@@ -544,6 +544,7 @@ impl ProjectConfig {
                 dir: self.migrations.dir.clone(),
                 apply_existing: self.migrations.apply_existing,
                 promote_existing: self.migrations.promote_existing,
+                lane: None,
             }),
         })
     }

@@ -282,7 +282,7 @@ impl Project {
         if !path.exists() {
             return Ok(None);
         }
-        Ok(Some(replay_ledger(&path, &self.machine()?)?))
+        Ok(Some(replay_ledger(&path, &self.machine_of(feature)?)?))
     }
 
     /// The ledger file.
@@ -307,9 +307,16 @@ impl Project {
         consort_agents::mcp::Mailbox::new(self.dir.join(self.feature.mailbox_dir()))
     }
 
-    /// The state machine with this project's bounds and path rules.
+    /// The state machine with this project's bounds and path rules. A feature that runs (or
+    /// ran) in a lane names its migration files with its id (see
+    /// [`MigrationFiles::lane`](consort_actors::MigrationFiles::lane)).
     pub fn machine(&self) -> Result<Machine, ProjectError> {
-        let cfg = self
+        self.machine_of(&self.feature)
+    }
+
+    /// The state machine a feature of the backlog runs with: [`Project::machine`] for it.
+    fn machine_of(&self, feature: &Feature) -> Result<Machine, ProjectError> {
+        let mut cfg = self
             .config
             .machine_config()
             .map_err(|e| ConfigError::Invalid {
@@ -317,6 +324,11 @@ impl Project {
                 key: "paths".into(),
                 message: e.to_string(),
             })?;
+        if let Some(files) = &mut cfg.migration_files
+            && lane::ran_in_a_lane(&self.dir, feature)
+        {
+            files.lane = Some(feature.id.clone());
+        }
         Ok(Machine::new(cfg))
     }
 
@@ -350,7 +362,6 @@ impl Project {
     /// later one retired) and the migrations they promoted. Refused while an earlier feature
     /// is unfinished, and when an earlier feature's tests are not in the work tree.
     pub fn inherited(&self) -> Result<consort_actors::Inherited, ProjectError> {
-        let files = self.machine()?.config().migration_files.clone();
         let mut inherited = consort_actors::Inherited::default();
         for earlier in self.backlog()? {
             if earlier.id == self.feature.id {
@@ -370,7 +381,9 @@ impl Project {
                 _ if self.in_lane() => continue,
                 other => return Err(self.unfinished(&earlier, other)),
             }
-            crate::backlog::inherit(&mut inherited, &earlier.id, &state, files.as_ref());
+            let machine = self.machine_of(&earlier)?;
+            let files = machine.config().migration_files.as_ref();
+            crate::backlog::inherit(&mut inherited, &earlier.id, &state, files);
         }
         self.check_inherited_in_tree(&inherited)?;
         Ok(inherited)

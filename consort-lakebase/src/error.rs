@@ -75,16 +75,17 @@ pub enum Error {
         driver: tokio_postgres::Error,
     },
     /// A statement failed on the server.
-    #[error("database error while {context}: {server} (SQLSTATE {})", code.code())]
+    #[error("database error while {context} (SQLSTATE {})", code.code())]
     Database {
         /// What was being done.
         context: String,
         /// The SQLSTATE the server sent.
         code: SqlState,
-        /// The server's message, detail and hint.
+        /// The server's message, detail and hint: the source.
+        #[source]
         server: Box<ServerText>,
-        /// The driver's error (absent when the error came through an HTTP API); the text says
-        /// what the server sent, so it is kept but is not the source.
+        /// The driver's error (absent when the error came through an HTTP API); its text
+        /// repeats the server's, so it is kept but is not in the chain.
         driver: Option<tokio_postgres::Error>,
     },
     /// A migration's SQL failed; the migration's transaction was rolled back.
@@ -557,6 +558,8 @@ impl ServerText {
         }
     }
 }
+
+impl std::error::Error for ServerText {}
 
 impl std::fmt::Display for ServerText {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -74,6 +74,12 @@ pub fn work_tree_of(dir: &Path, id: &str) -> Option<PathBuf> {
     Some(root.join(prefix))
 }
 
+/// Whether `feature` runs or ran in a lane: its record holds `lane.json`, written when its
+/// lane was made and kept after.
+pub(crate) fn ran_in_a_lane(dir: &Path, feature: &crate::backlog::Feature) -> bool {
+    dir.join(&feature.record_dir).join("lane.json").is_file()
+}
+
 /// What a lane's test runs may not read besides their own tree: every entry of the project's
 /// `.consort/` (the records of every feature, the cluster, the backlog) but the lanes, and the
 /// other lanes. Empty for a feature that runs in the project's own tree (its `.consort/` is

@@ -27,6 +27,11 @@ pub struct MigrationFiles {
     /// design's; a version the parent's record already holds is skipped). Off for a parent
     /// that got them from the project's own migration tool.
     pub promote_existing: bool,
+    /// The feature whose design it is, when that feature runs in a lane: its id goes into
+    /// every file name after the number (`0001_<feature>_S1_items.sql`), so that lanes that
+    /// run at once never write the same file, and their files still sort by number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
 }
 
 impl MigrationFiles {
@@ -36,8 +41,20 @@ impl MigrationFiles {
         plan.migrations
             .iter()
             .enumerate()
-            .map(|(i, m)| (format!("{}/{}", self.dir, file_name(i, m)), m))
+            .map(|(i, m)| (format!("{}/{}", self.dir, self.file_name(i, m)), m))
             .collect()
+    }
+
+    /// [`file_name`], with the lane's feature after the number when there is one.
+    fn file_name(&self, index: usize, m: &Migration) -> String {
+        let name = file_name(index, m);
+        let Some(lane) = self.lane.as_deref().map(slug).filter(|l| !l.is_empty()) else {
+            return name;
+        };
+        match name.split_once('_') {
+            Some((number, rest)) => format!("{number}_{lane}_{rest}"),
+            None => format!("{}_{lane}.sql", name.trim_end_matches(".sql")),
+        }
     }
 }
 
@@ -118,6 +135,29 @@ mod tests {
     }
 
     #[test]
+    fn a_lanes_files_carry_its_feature_after_the_number() {
+        let mut files = MigrationFiles {
+            dir: "migrations".into(),
+            apply_existing: false,
+            promote_existing: false,
+            lane: Some("f2 orders".into()),
+        };
+        let plan = SchemaPlan {
+            migrations: vec![m("0001_items", "S1", ""), m("0002", "", "")],
+        };
+        let names: Vec<String> = files.planned(&plan).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(
+            names,
+            [
+                "migrations/0001_f2_orders_S1_items.sql",
+                "migrations/0002_f2_orders.sql"
+            ]
+        );
+        files.lane = None;
+        assert_eq!(files.planned(&plan)[0].0, "migrations/0001_S1_items.sql");
+    }
+
+    #[test]
     fn names_come_from_the_version_and_the_story() {
         assert_eq!(
             [
@@ -163,6 +203,7 @@ mod tests {
             dir: "db/migrations".into(),
             apply_existing: true,
             promote_existing: true,
+            lane: None,
         };
         let got: Vec<String> = files.planned(&plan).into_iter().map(|(p, _)| p).collect();
         assert_eq!(

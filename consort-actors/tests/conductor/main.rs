@@ -289,6 +289,7 @@ impl Fixture {
             dir: dir.into(),
             apply_existing: apply,
             promote_existing: promote,
+            lane: None,
         });
         config
     }

@@ -89,6 +89,7 @@ pub(super) fn page(model: &Model, opts: &RenderOptions) -> String {
     }
     for section in [
         super::sections::header(model, &title),
+        super::sections::lanes(model),
         super::sections::request(model),
         super::sections::stories(model),
         super::sections::design(model),

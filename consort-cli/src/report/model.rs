@@ -80,6 +80,8 @@ pub(super) struct Model {
     pub git: Option<GitTip>,
     /// Usage per role.
     pub usage: UsageTotals,
+    /// Every lane of the project: what each waits on, and on whom.
+    pub lanes: Vec<consort::project::LaneStatus>,
 }
 
 impl Model {
@@ -120,6 +122,7 @@ impl Model {
             commit_ids: repo.map_or_else(BTreeMap::new, |r| r.commit_ids(project.feature_id())),
             git: project.git_tip(),
             usage: usage_totals(entries.iter().map(|e| &e.event)),
+            lanes: project.lanes()?,
             migrations,
             state,
             steps: replay.steps,

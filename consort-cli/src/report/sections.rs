@@ -35,6 +35,44 @@ pub(super) fn header(model: &Model, title: &str) -> String {
     out
 }
 
+/// The project's lanes, when it has any: each one's phase and step, the gate it waits at
+/// with the hash a person approves, what it spent and its last receipt.
+pub(super) fn lanes(model: &Model) -> String {
+    if model.lanes.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<section id=\"lanes\"><h2>Lanes</h2><table><tr><th>feature</th><th>phase</th><th>step</th><th>waits for</th><th>tokens</th><th>last receipt</th></tr>",
+    );
+    for lane in &model.lanes {
+        let waits = match (&lane.pending_gate, &lane.halted) {
+            (Some(g), _) => format!("a person at the {} gate ({})", g.gate, g.hash),
+            (None, Some(h)) => format!("a person: halted ({}): {}", h.reason, h.detail),
+            (None, None) => "its agents and runs".into(),
+        };
+        let receipt = lane.last_receipt.as_ref().map_or_else(String::new, |r| {
+            format!(
+                "req-{}: {} passed, {} not passed",
+                r.request, r.passed, r.failed
+            )
+        });
+        out.push_str(&fill(
+            "<tr data-lane=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            &[
+                &lane.feature,
+                &lane.feature,
+                lane.phase.as_str(),
+                lane.step.as_deref().unwrap_or("—"),
+                &waits,
+                &lane.usage.tokens().to_string(),
+                &receipt,
+            ],
+        ));
+    }
+    out.push_str("</table></section>");
+    out
+}
+
 /// The feature request as it was given.
 pub(super) fn request(model: &Model) -> String {
     let Some(feature) = &model.state.feature else {

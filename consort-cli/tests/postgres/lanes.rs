@@ -183,6 +183,18 @@ fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
     assert_eq!(status_json(&dir)["lanes"], serde_json::json!([]));
     let log = git(&dir, &["log", "--format=%s", "main"]);
     assert!(log.contains("Merge feature f1-stock into main"), "{log}");
+    // Both designs chose version 0001; each lane's file carries its feature, so both stand.
+    let mut files: Vec<String> = std::fs::read_dir(dir.join("migrations"))
+        .expect("migrations")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["0001_f1-stock_S1_stock.sql", "0001_f2-orders_S1_orders.sql"],
+        "distinct, ordered migration files"
+    );
     assert_exit(
         &run(&mut consort_in("verify", &dir)),
         0,
@@ -220,6 +232,15 @@ fn the_merge_check_refuses_a_lane_that_breaks_a_merged_features_tests() {
             .as_str()
             .is_some_and(|d| d.contains("f1-stock")),
         "{lane:#}"
+    );
+    // The report page shows the same lane, waiting for a person.
+    let page = tmp.path().join("report.html");
+    let o = run(consort_in("report", &dir).arg("--out").arg(&page));
+    assert_exit(&o, 0, "report");
+    let html = std::fs::read_to_string(&page).expect("report page");
+    assert!(
+        html.contains("<tr data-lane=\"f2-labels\">") && html.contains("halted (merge-refused)"),
+        "the page lists the halted lane: {html}"
     );
 }
 
