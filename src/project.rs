@@ -290,6 +290,21 @@ impl Project {
         self.dir.join(self.feature.ledger())
     }
 
+    /// The feature's ledger events, in order; none before its first run.
+    pub fn events(&self) -> Result<Vec<consort_actors::Event>, ProjectError> {
+        let ledger = self.ledger_path();
+        if !ledger.exists() {
+            return Ok(Vec::new());
+        }
+        Ok(
+            consort_actors::Ledger::<consort_actors::Event>::read(&ledger)
+                .map_err(consort_actors::ConductorError::from)?
+                .into_iter()
+                .map(|e| e.event)
+                .collect(),
+        )
+    }
+
     /// The frozen design file.
     pub fn design_path(&self) -> PathBuf {
         self.dir.join(self.feature.design_file())
@@ -696,15 +711,7 @@ impl Project {
                 continue;
             };
             let lane = Project::open_feature(&self.dir, Some(&feature.id))?;
-            let events: Vec<consort_actors::Event> = if lane.ledger_path().exists() {
-                consort_actors::Ledger::<consort_actors::Event>::read(lane.ledger_path())
-                    .map_err(consort_actors::ConductorError::from)?
-                    .into_iter()
-                    .map(|e| e.event)
-                    .collect()
-            } else {
-                Vec::new()
-            };
+            let events = lane.events()?;
             let usage = consort_actors::usage_totals(events.iter());
             let s = status_of(&lane.machine()?.replay(&events), events.len(), &usage);
             lanes.push(LaneStatus {

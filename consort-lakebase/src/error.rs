@@ -75,17 +75,17 @@ pub enum Error {
         driver: tokio_postgres::Error,
     },
     /// A statement failed on the server.
-    #[error("database error while {context} (SQLSTATE {})", code.code())]
+    #[error("database error while {context}: {server} (SQLSTATE {})", code.code())]
     Database {
         /// What was being done.
         context: String,
         /// The SQLSTATE the server sent.
         code: SqlState,
-        /// The server's message, detail and hint: the source.
-        #[source]
+        /// The server's message, detail and hint.
         server: Box<ServerText>,
-        /// The driver's error (absent when the error came through an HTTP API); its text
-        /// repeats the server's, so it is kept but is not in the chain.
+        /// The driver's error (absent when the error came through an HTTP API), kept as the
+        /// source for callers that inspect it.
+        #[source]
         driver: Option<tokio_postgres::Error>,
     },
     /// A migration's SQL failed; the migration's transaction was rolled back.
@@ -558,8 +558,6 @@ impl ServerText {
         }
     }
 }
-
-impl std::error::Error for ServerText {}
 
 impl std::fmt::Display for ServerText {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -16,16 +16,7 @@ pub(crate) fn sync_project(
     repo: &GitRepo,
     refresh: bool,
 ) -> Result<SyncReport, ProjectError> {
-    let ledger = project.ledger_path();
-    let events: Vec<consort_actors::Event> = if ledger.exists() {
-        consort_actors::Ledger::<consort_actors::Event>::read(&ledger)
-            .map_err(consort_actors::ConductorError::from)?
-            .into_iter()
-            .map(|e| e.event)
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let events = project.events()?;
     let machine = project.machine()?;
     let commits = consort_actors::step_commits(&machine, &events);
     let state = machine.replay(&events);

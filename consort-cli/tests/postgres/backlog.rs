@@ -134,20 +134,21 @@ fn f3() -> Plan<'static> {
     }
 }
 
+/// `consort.toml` of the backlog projects: f1 first, one warm branch, each feature played by
+/// its script in `.consort/agents/`.
+pub(crate) const SCRIPTED_CONFIG: &str = "[feature]\nid = \"f1-stock\"\nrequest = \"feature.md\"\n\n[pool]\nsize = 1\nmax_concurrent = 1\nkeep_failed = false\n\n[agents.default]\nbackend = \"script\"\npath = \".consort/agents/{feature}.toml\"\n";
+
+/// f1's request.
+pub(crate) const F1_REQUEST: &str = "# Stock levels\n\nShow the stock level of a SKU.\n";
+
 /// A project whose first feature is f1, every feature's script in `.consort/agents/`, and
 /// the requests of f2 and f3 in `requests` (outside the project).
 fn project(dir: &Path, requests: &Path) {
     write(
         dir,
         &[
-            (
-                "consort.toml",
-                "[feature]\nid = \"f1-stock\"\nrequest = \"feature.md\"\n\n[pool]\nsize = 1\nmax_concurrent = 1\nkeep_failed = false\n\n[agents.default]\nbackend = \"script\"\npath = \".consort/agents/{feature}.toml\"\n",
-            ),
-            (
-                "feature.md",
-                "# Stock levels\n\nShow the stock level of a SKU.\n",
-            ),
+            ("consort.toml", SCRIPTED_CONFIG),
+            ("feature.md", F1_REQUEST),
             ("src/.keep", ""),
             (".consort/agents/f1-stock.toml", &script(&f1())),
             (".consort/agents/f2-reserve.toml", &script(&f2())),

@@ -10,7 +10,7 @@ use consort::actors::{ApproveAs, Approver, RunOutcome};
 use consort::lanes::{LaneOptions, run_lanes};
 use consort_testkit::process::text;
 
-use crate::backlog::{Plan, f1, git, script};
+use crate::backlog::{F1_REQUEST, Plan, SCRIPTED_CONFIG, f1, git, script};
 use crate::common::{approving_run, assert_exit, consort, consort_in, dir_arg, run, write};
 
 /// Orders: a table and a function of its own, nothing of f1's.
@@ -59,14 +59,8 @@ fn project(dir: &Path, second: &Plan<'_>) {
     write(
         dir,
         &[
-            (
-                "consort.toml",
-                "[feature]\nid = \"f1-stock\"\nrequest = \"feature.md\"\n\n[pool]\nsize = 1\nmax_concurrent = 1\nkeep_failed = false\n\n[agents.default]\nbackend = \"script\"\npath = \".consort/agents/{feature}.toml\"\n",
-            ),
-            (
-                "feature.md",
-                "# Stock levels\n\nShow the stock level of a SKU.\n",
-            ),
+            ("consort.toml", SCRIPTED_CONFIG),
+            ("feature.md", F1_REQUEST),
             ("src/.keep", ""),
             (".consort/agents/f1-stock.toml", &script(&f1())),
             (
