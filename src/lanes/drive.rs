@@ -98,20 +98,31 @@ pub async fn run_lanes(dir: &Path, opts: LaneOptions) -> Result<Vec<LaneReport>,
                 run.approver = Some(Arc::clone(approver));
             }
             run.progress = opts.progress.clone().map(|tx| tagged(&feature.id, tx));
-            running.spawn(async move {
+            // The lane runs in a task of its own, so that a panic in it ends that lane only.
+            let lane_task = tokio::spawn(async move {
                 let outcome = drive(&lane, lock, run).await;
                 (lane, outcome)
             });
+            running.spawn(async move { (feature.id, lane_task.await) });
         }
         let Some(ended) = running.join_next().await else {
             break;
         };
-        let (lane, outcome) = ended.map_err(|e| {
+        let (feature, lane) = ended.map_err(|e| {
             ProjectError::Lanes(LaneError::Task {
                 detail: e.to_string(),
             })
         })?;
-        reports.push(finish(&lane, outcome)?);
+        reports.push(match lane {
+            Ok((lane, outcome)) => finish(&lane, outcome),
+            Err(failed) => LaneReport {
+                feature,
+                outcome: Err(ProjectError::Lanes(LaneError::Task {
+                    detail: failed.to_string(),
+                })),
+                removed: false,
+            },
+        });
     }
     Ok(reports)
 }
@@ -151,11 +162,9 @@ async fn drive(lane: &Project, lock: RunLock, run: RunOptions) -> Result<RunRepo
     Ok(report?)
 }
 
-/// A lane's report; its worktree removed when its feature is finished.
-fn finish(
-    lane: &Project,
-    outcome: Result<RunReport, ProjectError>,
-) -> Result<LaneReport, ProjectError> {
+/// A lane's report; its worktree removed when its feature is finished. A worktree that cannot
+/// be removed stays (the next `run_lanes` removes it) and is logged: the lane's outcome stands.
+fn finish(lane: &Project, outcome: Result<RunReport, ProjectError>) -> LaneReport {
     let finished = matches!(
         &outcome,
         Ok(RunReport {
@@ -163,12 +172,20 @@ fn finish(
             ..
         })
     );
-    let removed = finished && worktree::remove(&lane.dir, lane.feature_entry())?;
-    Ok(LaneReport {
+    let removed = finished
+        && worktree::remove(&lane.dir, lane.feature_entry()).unwrap_or_else(|e| {
+            tracing::warn!(
+                feature = %lane.feature_id(),
+                error = %consort_actors::error_chain(&e),
+                "the finished lane's worktree stays; the next run removes it"
+            );
+            false
+        });
+    LaneReport {
         feature: lane.feature_id().to_string(),
         outcome,
         removed,
-    })
+    }
 }
 
 /// A lane's own progress channel, forwarded to `tx` with its feature's id.

@@ -865,6 +865,42 @@ async fn a_refused_live_approval_closes_the_gate_instead_of_asking_again() {
     assert!(report.state.frozen.is_none() && report.state.approvals.is_empty());
 }
 
+/// Crashes at the first gate it is asked about.
+struct CrashingApprover;
+
+impl Approver for CrashingApprover {
+    fn decide<'a>(
+        &'a self,
+        _: &'a GateRequest,
+    ) -> consort_actors::BoxFuture<'a, Option<GateApproval>> {
+        Box::pin(async { panic!("the approver crashed") })
+    }
+}
+
+#[tokio::test]
+async fn an_approver_that_crashes_leaves_the_gate_closed_and_the_run_stops_there() {
+    let fx = Fixture::new();
+    let report = tokio::time::timeout(
+        Duration::from_secs(30),
+        fx.run(answer(honest), Arc::new(CrashingApprover)),
+    )
+    .await
+    .expect("the run stops instead of waiting for the crashed approver")
+    .expect("run");
+    assert!(
+        matches!(
+            report.outcome,
+            RunOutcome::AtGate {
+                gate: GateKind::Design,
+                ..
+            }
+        ),
+        "{:?}",
+        report.outcome
+    );
+    assert!(report.state.frozen.is_none() && report.state.approvals.is_empty());
+}
+
 static TAMPER_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// A Driver that, asked for GREEN on T1, edits the frozen test on disk behind the conductor's

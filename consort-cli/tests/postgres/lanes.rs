@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use consort::actors::{ApproveAs, Approver, RunOutcome};
+use consort::actors::{ApproveAs, Approver, BoxFuture, GateApproval, GateRequest, RunOutcome};
 use consort::lanes::{LaneOptions, run_lanes};
 use consort_testkit::process::text;
 
@@ -236,6 +236,62 @@ fn the_merge_check_refuses_a_lane_that_breaks_a_merged_features_tests() {
         html.contains("<tr data-lane=\"f2-labels\">") && html.contains("halted (merge-refused)"),
         "the page lists the halted lane: {html}"
     );
+}
+
+/// An approver that crashes at the first gate it is asked about.
+struct Crashes;
+
+impl Approver for Crashes {
+    fn decide<'a>(&'a self, _: &'a GateRequest) -> BoxFuture<'a, Option<GateApproval>> {
+        Box::pin(async { panic!("the approver crashed") })
+    }
+}
+
+#[test]
+fn a_lane_whose_approver_crashes_stops_at_its_gate_while_the_other_goes_on_to_done() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("shop");
+    project(&dir, &orders());
+    let approve: Arc<dyn Approver> = Arc::new(ApproveAs { name: "ada".into() });
+    let opts = LaneOptions {
+        parallel: 2,
+        approvers: BTreeMap::from([
+            (
+                "f1-stock".to_string(),
+                Arc::new(Crashes) as Arc<dyn Approver>,
+            ),
+            ("f2-orders".to_string(), approve),
+        ]),
+        ..LaneOptions::default()
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let reports = runtime
+        .block_on(run_lanes(&dir, opts))
+        .expect("a crash in one lane does not end the others");
+    let ended: BTreeMap<_, _> = reports
+        .into_iter()
+        .map(|r| (r.feature.clone(), r))
+        .collect();
+    let f2 = ended["f2-orders"].outcome.as_ref().expect("f2 ran");
+    assert_eq!(f2.outcome, RunOutcome::Done, "f2 went on to done");
+    // Fail closed: the crashed approver answered nothing, so f1 stops at its design gate.
+    assert!(
+        matches!(
+            &ended["f1-stock"].outcome,
+            Ok(r) if matches!(r.outcome, RunOutcome::AtGate { .. })
+        ),
+        "f1 stopped at its gate: {:?}",
+        ended["f1-stock"].outcome
+    );
+    drop(runtime);
+    // Nothing of f1 is lost: its lane resumes where it stopped and reaches done.
+    assert!(
+        dir.join(".consort/lanes/f1-stock").is_dir(),
+        "f1's lane stays"
+    );
+    let o = run(approving_run(&dir).args(["--parallel", "2"]));
+    assert_exit(&o, 0, "f1 resumes in its lane to done");
+    assert_both_merged_and_nothing_left(&dir);
 }
 
 /// The features whose ledgers hold at least `receipts` verified runs.

@@ -1239,12 +1239,20 @@ impl ConductorState {
             summary,
         };
         tokio::spawn(async move {
-            // Fail closed: a timeout or no answer leaves the gate closed.
-            match tokio::time::timeout(timeout, approver.decide(&request)).await {
-                Ok(Some(approval)) => {
+            // The approver runs in a task of its own: when it panics, the gate is unanswered.
+            let decision = tokio::spawn(async move {
+                tokio::time::timeout(timeout, approver.decide(&request)).await
+            });
+            // Fail closed: a timeout, no answer or a crashed approver leaves the gate closed.
+            match decision.await {
+                Ok(Ok(Some(approval))) => {
                     let _ = me.cast(ConductorMsg::Result(Box::new(Event::Gate { approval })));
                 }
-                Ok(None) | Err(_) => {
+                Ok(Ok(None) | Err(_)) => {
+                    let _ = me.cast(ConductorMsg::GateUnanswered);
+                }
+                Err(crashed) => {
+                    tracing::warn!(gate = gate.as_str(), %crashed, "the approver crashed; the gate stays closed");
                     let _ = me.cast(ConductorMsg::GateUnanswered);
                 }
             }
