@@ -174,11 +174,17 @@ async fn chat(State(stub): State<Arc<Stub>>, headers: HeaderMap, body: Json<Valu
         all.push(seen.clone());
         all.len()
     };
-    let response = match stub.next_reply(&seen) {
+    let mut response = match stub.next_reply(&seen) {
         Some(reply) => render(reply, &seen).await,
         None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     };
     if stub.stop_after == Some(n) {
+        // Gone after this answer: the client may not send another request on this connection
+        // (kept alive, it could reach the server after its listener closed).
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
         stub.stop.notify_one();
     }
     response
