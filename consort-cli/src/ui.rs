@@ -430,13 +430,10 @@ pub fn built_lines(s: &consort_actors::State, files: &[String]) -> Vec<String> {
 /// The files the accepted change sets of `project`'s current feature wrote or deleted, in the
 /// order first written, from its ledger (empty when it cannot be read).
 fn files_written(project: &Project) -> Vec<String> {
-    let (Ok(machine), Ok(entries)) = (
-        project.machine(),
-        consort_actors::Ledger::<consort_actors::Event>::read(project.ledger_path()),
-    ) else {
+    let (Ok(machine), Ok(events)) = (project.machine(), project.events()) else {
         return Vec::new();
     };
-    consort_actors::FilesWritten::of(&machine, entries.iter().map(|e| &e.event))
+    consort_actors::FilesWritten::of(&machine, events.iter())
 }
 
 /// What a run spent, for people: the total first, then one line per role that spent anything

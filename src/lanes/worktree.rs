@@ -26,7 +26,7 @@ pub struct LaneRecord {
 impl LaneRecord {
     /// The record's file (its presence says the feature ran in a lane).
     pub fn path(project_dir: &Path, feature: &Feature) -> PathBuf {
-        project_dir.join(&feature.record_dir).join("lane.json")
+        crate::project::lane::record_path(project_dir, feature)
     }
 
     /// Reads a feature's record (None: it has never run in a lane).

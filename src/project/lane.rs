@@ -74,10 +74,15 @@ pub fn work_tree_of(dir: &Path, id: &str) -> Option<PathBuf> {
     Some(root.join(prefix))
 }
 
-/// Whether `feature` runs or ran in a lane: its record holds `lane.json`, written when its
-/// lane was made and kept after.
+/// A feature's lane record, `lane.json` in its record: written when its lane is made, kept
+/// after (see [`crate::lanes::LaneRecord`]).
+pub(crate) fn record_path(dir: &Path, feature: &crate::backlog::Feature) -> PathBuf {
+    dir.join(&feature.record_dir).join("lane.json")
+}
+
+/// Whether `feature` runs or ran in a lane: its record holds `lane.json`.
 pub(crate) fn ran_in_a_lane(dir: &Path, feature: &crate::backlog::Feature) -> bool {
-    dir.join(&feature.record_dir).join("lane.json").is_file()
+    record_path(dir, feature).is_file()
 }
 
 /// What a lane's test runs may not read besides their own tree: every entry of the project's
