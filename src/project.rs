@@ -207,7 +207,13 @@ impl Project {
     /// Opens the project at `dir` about the feature `id` (None: the current one, see
     /// [`Project::open`]).
     pub fn open_feature(dir: impl Into<PathBuf>, id: Option<&str>) -> Result<Self, ProjectError> {
+        // Absolute: a lane's conductor, its git commands and its test runs work from the lane's
+        // worktree, where a path relative to here would name another place.
         let dir = dir.into();
+        let dir = std::path::absolute(&dir).map_err(|source| ConfigError::Read {
+            path: dir.clone(),
+            source,
+        })?;
         let config = ProjectConfig::load(&dir)?;
         let features = crate::backlog::features(&dir, &config)?;
         let mut project = Project {
