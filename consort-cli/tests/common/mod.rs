@@ -122,3 +122,15 @@ pub(crate) fn run_and_kill_after(dir: &Path, verified: usize) {
     child.kill().expect("SIGKILL");
     let _ = child.wait();
 }
+
+/// Asserts that `halted`, the `halted` object of `consort status --json`, is of `kind` for
+/// `reason`, and that its detail says `detail`.
+pub(crate) fn assert_halted(halted: &serde_json::Value, kind: &str, reason: &str, detail: &str) {
+    assert_eq!(halted["kind"], kind, "{halted:#}");
+    assert_eq!(halted["reason"], reason, "{halted:#}");
+    let said = halted["detail"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(detail),
+        "the detail says `{detail}`: {halted:#}"
+    );
+}

@@ -38,7 +38,7 @@ pub(crate) struct Plan<'a> {
     pub repair: Option<String>,
 }
 
-pub(crate) fn script(p: &Plan<'_>) -> String {
+fn script(p: &Plan<'_>) -> String {
     let (test_path, test_sql) = p.test;
     let mut s = Design {
         feature: p.feature,
@@ -136,25 +136,31 @@ fn f3() -> Plan<'static> {
 
 /// `consort.toml` of the backlog projects: f1 first, one warm branch, each feature played by
 /// its script in `.consort/agents/`.
-pub(crate) const SCRIPTED_CONFIG: &str = "[feature]\nid = \"f1-stock\"\nrequest = \"feature.md\"\n\n[pool]\nsize = 1\nmax_concurrent = 1\nkeep_failed = false\n\n[agents.default]\nbackend = \"script\"\npath = \".consort/agents/{feature}.toml\"\n";
+const SCRIPTED_CONFIG: &str = "[feature]\nid = \"f1-stock\"\nrequest = \"feature.md\"\n\n[pool]\nsize = 1\nmax_concurrent = 1\nkeep_failed = false\n\n[agents.default]\nbackend = \"script\"\npath = \".consort/agents/{feature}.toml\"\n";
 
-/// f1's request.
-pub(crate) const F1_REQUEST: &str = "# Stock levels\n\nShow the stock level of a SKU.\n";
+/// A project whose first feature is f1 (stock levels), with the script of each of `plans`
+/// in `.consort/agents/` (f1's among them).
+pub(crate) fn scripted_project(dir: &Path, plans: &[&Plan<'_>]) {
+    let scripts: Vec<(String, String)> = plans
+        .iter()
+        .map(|p| (format!(".consort/agents/{}.toml", p.feature), script(p)))
+        .collect();
+    let mut files = vec![
+        ("consort.toml", SCRIPTED_CONFIG),
+        (
+            "feature.md",
+            "# Stock levels\n\nShow the stock level of a SKU.\n",
+        ),
+        ("src/.keep", ""),
+    ];
+    files.extend(scripts.iter().map(|(p, s)| (p.as_str(), s.as_str())));
+    write(dir, &files);
+}
 
-/// A project whose first feature is f1, every feature's script in `.consort/agents/`, and
-/// the requests of f2 and f3 in `requests` (outside the project).
+/// A backlog project of f1, f2 and f3, with the requests of f2 and f3 in `requests`
+/// (outside the project).
 fn project(dir: &Path, requests: &Path) {
-    write(
-        dir,
-        &[
-            ("consort.toml", SCRIPTED_CONFIG),
-            ("feature.md", F1_REQUEST),
-            ("src/.keep", ""),
-            (".consort/agents/f1-stock.toml", &script(&f1())),
-            (".consort/agents/f2-reserve.toml", &script(&f2())),
-            (".consort/agents/f3-packs.toml", &script(&f3())),
-        ],
-    );
+    scripted_project(dir, &[&f1(), &f2(), &f3()]);
     write(
         requests,
         &[

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
 
-use crate::common::{consort, ledger_text, run};
+use crate::common::{assert_halted, consort, ledger_text, run};
 use consort::actors::Artifact;
 use consort::agents::Script;
 use consort_testkit::model::{Reply, Seen, Stub, start_answering};
@@ -163,16 +163,13 @@ fn a_spent_budget_halts_before_the_call_and_a_resumed_run_keeps_what_was_spent()
     assert_eq!(model.requests(), 3, "no call past the budget: {out}");
     assert!(out.contains("budget spent: run tokens"), "{out}");
     let s = status_json(dir);
-    let halted = &s["halted"];
-    assert_eq!(halted["kind"], "budget", "{s}");
-    assert_eq!(halted["reason"], "budget-spent");
-    assert_eq!(halted["budget"], "run tokens");
-    assert!(
-        halted["detail"]
-            .as_str()
-            .is_some_and(|d| d.contains("run tokens: 360000 of 361000 spent, the next call needs")),
-        "{s}"
+    assert_halted(
+        &s["halted"],
+        "budget",
+        "budget-spent",
+        "run tokens: 360000 of 361000 spent, the next call needs",
     );
+    assert_eq!(s["halted"]["budget"], "run tokens");
     assert_eq!(s["usage"]["total"]["calls"], json!(3));
     assert_eq!(s["usage"]["total"]["prompt_tokens"], json!(300_000));
     // Resumed with a budget that is now spent exactly: the conductor refuses before it
@@ -184,12 +181,11 @@ fn a_spent_budget_halts_before_the_call_and_a_resumed_run_keeps_what_was_spent()
     assert_eq!(o.status.code(), Some(4), "halted again: {}", text(&o));
     assert_eq!(model.requests(), 3, "the resumed run made no call");
     let s = status_json(dir);
-    assert_eq!(s["halted"]["reason"], "budget-spent");
-    assert!(
-        s["halted"]["detail"]
-            .as_str()
-            .is_some_and(|d| d.contains("run tokens: 360000 of 360000 spent")),
-        "{s}"
+    assert_halted(
+        &s["halted"],
+        "budget",
+        "budget-spent",
+        "run tokens: 360000 of 360000 spent",
     );
     // A per-role budget names the role.
     set_budget(dir, "tokens = 10000000\n[budget.roles.dba]\ntokens = 100");

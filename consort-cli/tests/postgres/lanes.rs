@@ -3,15 +3,17 @@
 //! with the psql runner and real git.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use consort::actors::{ApproveAs, Approver, BoxFuture, GateApproval, GateRequest, RunOutcome};
 use consort::lanes::{LaneOptions, run_lanes};
 use consort_testkit::process::text;
 
-use crate::backlog::{F1_REQUEST, Plan, SCRIPTED_CONFIG, f1, git, script};
-use crate::common::{approving_run, assert_exit, consort, consort_in, dir_arg, run, write};
+use crate::backlog::{Plan, f1, git, scripted_project};
+use crate::common::{
+    approving_run, assert_exit, assert_halted, consort, consort_in, dir_arg, run, write,
+};
 
 /// Orders: a table and a function of its own, nothing of f1's.
 fn orders() -> Plan<'static> {
@@ -54,32 +56,27 @@ fn labels() -> Plan<'static> {
     }
 }
 
-/// A git project whose backlog is f1 (stock levels) and `second`, each played by its script.
-fn project(dir: &Path, second: &Plan<'_>) {
+/// A git project `shop` in a fresh temporary directory, whose backlog is f1 (stock levels)
+/// and `second`, each played by its script.
+fn shop(second: &Plan<'_>) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("shop");
+    scripted_project(&dir, &[&f1(), second]);
     write(
-        dir,
-        &[
-            ("consort.toml", SCRIPTED_CONFIG),
-            ("feature.md", F1_REQUEST),
-            ("src/.keep", ""),
-            (".consort/agents/f1-stock.toml", &script(&f1())),
-            (
-                &format!(".consort/agents/{}.toml", second.feature),
-                &script(second),
-            ),
-            (
-                "second.md",
-                &format!("# {}\n\nThe second feature.\n", second.story),
-            ),
-        ],
+        &dir,
+        &[(
+            "second.md",
+            &format!("# {}\n\nThe second feature.\n", second.story),
+        )],
     );
-    consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
+    consort::git::GitRepo::init_with_commit(&dir, "Test Author", "before Consort").expect("git");
     let o = run(consort()
         .args(["feature", "add"])
         .arg(dir.join("second.md"))
         .args(["--id", second.feature])
-        .args(dir_arg(dir)));
+        .args(dir_arg(&dir)));
     assert_exit(&o, 0, "the second feature is added");
+    (tmp, dir)
 }
 
 /// Both features in lanes through the embedding API, `approved` approved as it goes and the
@@ -137,9 +134,7 @@ fn worktrees(dir: &Path) -> usize {
 
 #[test]
 fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("shop");
-    project(&dir, &orders());
+    let (_tmp, dir) = shop(&orders());
 
     let ended = lanes_approving_only(&dir, "f2-orders");
     assert!(
@@ -198,9 +193,7 @@ fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
 
 #[test]
 fn the_merge_check_refuses_a_lane_that_breaks_a_merged_features_tests() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("shop");
-    project(&dir, &labels());
+    let (tmp, dir) = shop(&labels());
     // Labels waits at its design gate while f1 merges; then it builds on what it started from.
     let ended = lanes_approving_only(&dir, "f1-stock");
     assert_eq!(ended["f1-stock"], RunOutcome::Done);
@@ -219,14 +212,7 @@ fn the_merge_check_refuses_a_lane_that_breaks_a_merged_features_tests() {
     let status = status_json(&dir);
     let lane = &status["lanes"][0];
     assert_eq!(lane["feature"], "f2-labels");
-    assert_eq!(lane["halted"]["kind"], "integration");
-    assert_eq!(lane["halted"]["reason"], "merge-refused");
-    assert!(
-        lane["halted"]["detail"]
-            .as_str()
-            .is_some_and(|d| d.contains("f1-stock")),
-        "{lane:#}"
-    );
+    assert_halted(&lane["halted"], "integration", "merge-refused", "f1-stock");
     // The report page shows the same lane, waiting for a person.
     let page = tmp.path().join("report.html");
     let o = run(consort_in("report", &dir).arg("--out").arg(&page));
@@ -249,9 +235,7 @@ impl Approver for Crashes {
 
 #[test]
 fn a_lane_whose_approver_crashes_stops_at_its_gate_while_the_other_goes_on_to_done() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("shop");
-    project(&dir, &orders());
+    let (_tmp, dir) = shop(&orders());
     let approve: Arc<dyn Approver> = Arc::new(ApproveAs { name: "ada".into() });
     let opts = LaneOptions {
         parallel: 2,
@@ -332,10 +316,8 @@ fn assert_both_merged_and_nothing_left(dir: &Path) {
 }
 
 #[test]
-fn lanes_killed_mid_step_resume_where_they_stopped() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("shop");
-    project(&dir, &orders());
+fn lanes_killed_mid_step_resume_where_they_stopped_from_a_relative_project_dir() {
+    let (_tmp, dir) = shop(&orders());
     let mut child = approving_run(&dir)
         .args(["--parallel", "2"])
         .stdout(std::process::Stdio::null())
@@ -357,7 +339,11 @@ fn lanes_killed_mid_step_resume_where_they_stopped() {
     let _ = child.wait();
     assert_eq!(worktrees(&dir), 3, "both lanes were under way");
 
-    let o = run(approving_run(&dir).args(["--parallel", "2"]));
+    // Resumed from inside the project with the default `--dir .`: every lane's ledger, git
+    // index and test run still resolve to the project, not to a lane's worktree.
+    let o = run(consort()
+        .args(["run", "--approve-as", "ada", "--parallel", "2"])
+        .current_dir(&dir));
     assert_exit(&o, 0, "both lanes resume to done");
     let out = text(&o);
     assert!(
@@ -398,9 +384,7 @@ fn two_processes_drive_two_lanes_of_one_project_sharing_only_git_and_the_ledgers
         cluster.superuser(),
         cluster.port()
     );
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("shop");
-    project(&dir, &orders());
+    let (_tmp, dir) = shop(&orders());
     let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
     std::fs::write(
         dir.join("consort.toml"),
