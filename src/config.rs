@@ -267,7 +267,6 @@ pub struct LakebaseSettings {
     #[serde(default = "default_source_branch")]
     pub source_branch: String,
     /// The Postgres user (default: the token's Databricks identity).
-    #[serde(default)]
     pub user: Option<String>,
     /// Time to live of each branch, in seconds.
     #[serde(default = "default_ttl")]
@@ -275,7 +274,6 @@ pub struct LakebaseSettings {
     /// A PEM file of CA certificates trusted for the branches' TLS beside the web roots,
     /// relative to the project (for a private CA); certificate and host name are always
     /// verified.
-    #[serde(default)]
     pub ca_file: Option<PathBuf>,
     /// How many branches the project may hold at once (default 10, the service's limit): the
     /// pool keeps its warm branches and concurrent runs within it.

@@ -35,22 +35,17 @@ pub const OPENAI_DEFAULT_ROLE_TOKENS: u64 = 800_000;
 
 /// `[budget]`: the run's limits, per-role limits and prices.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct BudgetConfig {
     /// Prompt plus completion tokens the whole run may spend.
-    #[serde(default)]
     pub tokens: Option<u64>,
     /// Seconds the whole run may spend in agent steps.
-    #[serde(default)]
     pub wall_secs: Option<u64>,
     /// Money the whole run may spend, priced by `prices`.
-    #[serde(default)]
     pub money: Option<f64>,
     /// Limits per role, keyed by role name.
-    #[serde(default)]
     pub roles: BTreeMap<String, LimitsConfig>,
     /// Prices per model name, per million tokens.
-    #[serde(default)]
     pub prices: BTreeMap<String, PriceConfig>,
 }
 
@@ -59,13 +54,10 @@ pub struct BudgetConfig {
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Prompt plus completion tokens.
-    #[serde(default)]
     pub tokens: Option<u64>,
     /// Seconds in agent steps.
-    #[serde(default)]
     pub wall_secs: Option<u64>,
     /// Money, priced by `[budget.prices]`.
-    #[serde(default)]
     pub money: Option<f64>,
 }
 
@@ -78,7 +70,6 @@ pub struct PriceConfig {
     /// Per million completion tokens.
     pub completion: f64,
     /// Per million prompt tokens served from the cache (default: the prompt price).
-    #[serde(default)]
     pub cached: Option<f64>,
 }
 

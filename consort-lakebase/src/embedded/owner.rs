@@ -55,8 +55,8 @@ impl StartLock {
         let path = dir.join(START_LOCK);
         let deadline = Instant::now() + patience;
         loop {
+            // Nothing is read or written through it: the lock is all it is for.
             let file = OpenOptions::new()
-                .read(true)
                 .write(true)
                 .create(true)
                 .truncate(false)

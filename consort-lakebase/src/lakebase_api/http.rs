@@ -548,13 +548,16 @@ mod tests {
 
     #[test]
     fn loopback_detection() {
-        assert!(is_loopback_host("127.0.0.1"));
-        assert!(is_loopback_host("127.8.0.1"));
-        assert!(is_loopback_host("::1"));
-        assert!(is_loopback_host("LOCALHOST"));
-        assert!(!is_loopback_host("10.0.0.1"));
-        assert!(!is_loopback_host("ep-x.database.cloud.databricks.com"));
-        assert!(!is_loopback_host("localhost.evil.com"));
+        for host in ["127.0.0.1", "127.8.0.1", "::1", "LOCALHOST"] {
+            assert!(is_loopback_host(host), "{host} is this machine");
+        }
+        for host in [
+            "10.0.0.1",
+            "ep-x.database.cloud.databricks.com",
+            "localhost.evil.com",
+        ] {
+            assert!(!is_loopback_host(host), "{host} is not this machine");
+        }
     }
 
     #[test]

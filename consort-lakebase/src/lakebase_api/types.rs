@@ -10,19 +10,19 @@ use serde_json::Value;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BranchSpec {
     /// Full resource name of the branch to fork from (`projects/p/branches/b`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source_branch: Option<String>,
     /// Time to live, `"3600s"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl: Option<String>,
     /// Absolute expiry (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub expire_time: Option<String>,
     /// Never expires.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub no_expiry: Option<bool>,
     /// Protected from deletion and reset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub is_protected: Option<bool>,
 }
 
@@ -30,19 +30,14 @@ pub struct BranchSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BranchStatus {
     /// `INIT`, `READY`, `ARCHIVED`, `IMPORTING`, `RESETTING`, `DELETED`.
-    #[serde(default)]
     pub current_state: Option<String>,
     /// Whether this is the project's default branch.
-    #[serde(default)]
     pub default: Option<bool>,
     /// The branch it was forked from.
-    #[serde(default)]
     pub source_branch: Option<String>,
     /// When it expires.
-    #[serde(default)]
     pub expire_time: Option<String>,
     /// When it was (soft-)deleted.
-    #[serde(default)]
     pub delete_time: Option<String>,
 }
 
@@ -50,19 +45,14 @@ pub struct BranchStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BranchResource {
     /// `projects/{p}/branches/{b}` (output only).
-    #[serde(default)]
     pub name: Option<String>,
     /// The system id, `br-…`.
-    #[serde(default)]
     pub uid: Option<String>,
     /// When it was created (RFC 3339).
-    #[serde(default)]
     pub create_time: Option<String>,
     /// Input.
-    #[serde(default)]
     pub spec: Option<BranchSpec>,
     /// Output.
-    #[serde(default)]
     pub status: Option<BranchStatus>,
 }
 
@@ -104,7 +94,6 @@ pub struct ListBranchesResponse {
     #[serde(default)]
     pub branches: Vec<BranchResource>,
     /// Token of the next page; absent or empty on the last one.
-    #[serde(default)]
     pub next_page_token: Option<String>,
 }
 
@@ -115,13 +104,13 @@ pub const ENDPOINT_TYPE_READ_WRITE: &str = "ENDPOINT_TYPE_READ_WRITE";
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EndpointSpec {
     /// `ENDPOINT_TYPE_READ_WRITE` or `ENDPOINT_TYPE_READ_ONLY`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoint_type: Option<String>,
     /// Minimum compute units.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub autoscaling_limit_min_cu: Option<f64>,
     /// Maximum compute units.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub autoscaling_limit_max_cu: Option<f64>,
 }
 
@@ -129,7 +118,6 @@ pub struct EndpointSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EndpointHosts {
     /// The host name.
-    #[serde(default)]
     pub host: Option<String>,
 }
 
@@ -137,13 +125,10 @@ pub struct EndpointHosts {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EndpointStatus {
     /// Its type, as reported.
-    #[serde(default)]
     pub endpoint_type: Option<String>,
     /// State (`ACTIVE`, `IDLE`, `INIT`, …).
-    #[serde(default)]
     pub current_state: Option<String>,
     /// Hosts.
-    #[serde(default)]
     pub hosts: Option<EndpointHosts>,
 }
 
@@ -151,13 +136,10 @@ pub struct EndpointStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EndpointResource {
     /// `projects/{p}/branches/{b}/endpoints/{e}`.
-    #[serde(default)]
     pub name: Option<String>,
     /// Input.
-    #[serde(default)]
     pub spec: Option<EndpointSpec>,
     /// Output.
-    #[serde(default)]
     pub status: Option<EndpointStatus>,
 }
 
@@ -189,7 +171,6 @@ pub struct ListEndpointsResponse {
     #[serde(default)]
     pub endpoints: Vec<EndpointResource>,
     /// Token of the next page.
-    #[serde(default)]
     pub next_page_token: Option<String>,
 }
 
@@ -198,13 +179,10 @@ pub struct ListEndpointsResponse {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OperationError {
     /// Numeric or symbolic code.
-    #[serde(default)]
     pub code: Option<Value>,
     /// Databricks-style symbolic code.
-    #[serde(default)]
     pub error_code: Option<String>,
     /// Message.
-    #[serde(default)]
     pub message: Option<String>,
 }
 
@@ -226,19 +204,14 @@ impl OperationError {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Operation {
     /// Its name, polled at `GET /api/2.0/postgres/{name}`.
-    #[serde(default)]
     pub name: Option<String>,
     /// Whether it has finished.
-    #[serde(default)]
     pub done: Option<bool>,
     /// Set when it failed.
-    #[serde(default)]
     pub error: Option<OperationError>,
     /// The resulting resource when it succeeded.
-    #[serde(default)]
     pub response: Option<Value>,
     /// Progress metadata.
-    #[serde(default)]
     pub metadata: Option<Value>,
 }
 
@@ -251,30 +224,37 @@ pub struct CredentialRequest {
     pub ttl: String,
 }
 
-/// `POST /api/2.0/postgres/credentials` answer. Deliberately not `Debug`-printable as is:
-/// the token is wrapped in [`crate::provider::Secret`] as soon as it is read.
-#[derive(Clone, PartialEq, Deserialize)]
+/// `POST /api/2.0/postgres/credentials` answer. The token is a [`crate::provider::Secret`]
+/// from the moment it is read, so `Debug` shows it as `Secret(***)`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct CredentialResponse {
     /// The password for the Postgres login.
     pub token: crate::provider::Secret,
     /// When it expires (RFC 3339).
-    #[serde(default)]
     pub expire_time: Option<String>,
-}
-
-impl std::fmt::Debug for CredentialResponse {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CredentialResponse")
-            .field("token", &self.token)
-            .field("expire_time", &self.expire_time)
-            .finish()
-    }
 }
 
 /// SCIM `GET /api/2.0/preview/scim/v2/Me` answer (the caller's identity).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Me {
     /// User e-mail, or a service principal's application id.
-    #[serde(default, rename = "userName")]
+    #[serde(rename = "userName")]
     pub user_name: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_credential_answer_never_shows_its_token() {
+        let answer: CredentialResponse = serde_json::from_str(
+            r#"{"token": "pw-s3cret-42", "expire_time": "2026-12-04T14:00:00Z"}"#,
+        )
+        .expect("a credential answer");
+        assert_eq!(answer.token.expose(), "pw-s3cret-42");
+        let shown = format!("{answer:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("2026-12-04T14:00:00Z"), "{shown}");
+    }
 }

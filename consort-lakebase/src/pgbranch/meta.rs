@@ -12,9 +12,7 @@ use crate::provider::BaseRef;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Meta {
     consort: u8,
-    #[serde(default)]
     pub(super) base: Option<String>,
-    #[serde(default)]
     pub(super) key: Option<String>,
     /// Seconds since the Unix epoch (negative only on a clock set before 1970).
     pub(super) created: i64,
@@ -22,7 +20,6 @@ pub(super) struct Meta {
     ticks: u64,
     boot: String,
     host: String,
-    #[serde(default)]
     pub(super) kept_until: Option<i64>,
 }
 

@@ -285,18 +285,10 @@ pub struct JailSpec {
 }
 
 /// The confinement of one run, ready to apply to each process it starts.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Jail {
     inner: Option<Arc<RulesetCreated>>,
     confinement: Confinement,
-}
-
-impl std::fmt::Debug for Jail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Jail")
-            .field("confinement", &self.confinement)
-            .finish()
-    }
 }
 
 impl Jail {
