@@ -142,7 +142,7 @@ pub use ledger::{
 };
 
 // The work tree: hashing, reading and applying change sets, confined to the tree.
-pub use worktree::{WorkTree, WorkTreeError, hash_dir};
+pub use worktree::{PathIoError, WorkTree, WorkTreeError, hash_dir};
 
 // The runtime: the conductor, its messages, the gates' approvers, supervision.
 pub use conductor::{

@@ -51,17 +51,9 @@ pub enum WorkTreeError {
         /// What the file system objects to.
         problem: WriteProblem,
     },
-    /// An I/O error on a path.
-    #[error("{op} {path}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path (relative when possible).
-        path: String,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
+    /// An I/O error on a path (relative when possible).
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// A file is not UTF-8 text.
     #[error("{path} is not UTF-8 text")]
     NotText {
@@ -70,12 +62,38 @@ pub enum WorkTreeError {
     },
 }
 
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> WorkTreeError + 'a {
-    move |source| WorkTreeError::Io {
-        op,
-        path: path.display().to_string(),
-        source,
+/// An operation on a path failed in the operating system: the machine's fault, never an
+/// agent's. The work tree, the conductor and the command backend's scratch copy all say so
+/// with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {path}")]
+pub struct PathIoError {
+    /// What was being done.
+    pub op: &'static str,
+    /// The path.
+    pub path: String,
+    /// The operating system's error.
+    #[source]
+    pub source: io::Error,
+}
+
+impl PathIoError {
+    /// The failure of `op` on `path`.
+    pub fn new(op: &'static str, path: impl std::fmt::Display, source: io::Error) -> PathIoError {
+        let path = path.to_string();
+        PathIoError { op, path, source }
     }
+
+    /// For `map_err`: what turns the failure of `op` on `path` into a [`PathIoError`].
+    pub fn at(op: &'static str, path: impl std::fmt::Display) -> impl FnOnce(io::Error) -> Self {
+        let path = path.to_string();
+        move |source| PathIoError { op, path, source }
+    }
+}
+
+fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> WorkTreeError {
+    let at = PathIoError::at(op, path.display());
+    move |source| at(source).into()
 }
 
 fn not_writable(path: &str, problem: WriteProblem) -> WorkTreeError {
@@ -105,13 +123,7 @@ fn classify(op: &'static str, rel: &str, source: io::Error) -> WorkTreeError {
             op: op.to_string(),
             detail: source.to_string(),
         },
-        _ => {
-            return WorkTreeError::Io {
-                op,
-                path: rel.to_string(),
-                source,
-            };
-        }
+        _ => return PathIoError::new(op, rel, source).into(),
     };
     not_writable(rel, problem)
 }
@@ -1492,7 +1504,7 @@ mod tests {
         fs::remove_dir_all(&root).expect("remove the tree");
         assert!(matches!(
             wt.file_hashes(),
-            Err(WorkTreeError::Io { op: "list", .. })
+            Err(WorkTreeError::Io(PathIoError { op: "list", .. }))
         ));
         fs::create_dir_all(&root).expect("recreate");
         fs::write(root.join("a.sql"), "a").expect("seed");

@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 use consort_actors::TreeFilter;
 use consort_actors::normalise_relative;
 use consort_actors::{
-    AgentFailure, Artifact, ArtifactKind, Assignment, ChangeSet, FileChange, Role, Usage,
+    AgentFailure, Artifact, ArtifactKind, Assignment, ChangeSet, FileChange, PathIoError, Role,
+    Usage,
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -68,16 +69,8 @@ pub enum CommandError {
         reason: String,
     },
     /// Preparing or reading the scratch copy failed.
-    #[error("{op} {path}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path.
-        path: String,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// The program could not be started.
     #[error("cannot start `{program}`")]
     Spawn {
@@ -353,19 +346,14 @@ impl ExternalCommandAgent {
         let scratch = tempfile::Builder::new()
             .prefix("consort-scratch-")
             .tempdir()
-            .map_err(|source| CommandError::Io {
-                op: "create scratch directory",
-                path: std::env::temp_dir().display().to_string(),
-                source,
-            })?;
+            .map_err(PathIoError::at(
+                "create scratch directory",
+                std::env::temp_dir().display(),
+            ))?;
         let root = scratch
             .path()
             .canonicalize()
-            .map_err(|source| CommandError::Io {
-                op: "resolve",
-                path: scratch.path().display().to_string(),
-                source,
-            })?;
+            .map_err(PathIoError::at("resolve", scratch.path().display()))?;
         let given = materialise(&root, &assignment.inputs.files)?;
         let invocation = self.invocation(assignment, &given)?;
         let ran = self.execute(&root, assignment, &invocation).await;
@@ -436,10 +424,9 @@ impl ExternalCommandAgent {
                 let filter = TreeFilter::new(&self.config.caches);
                 let changes = tokio::task::spawn_blocking(move || diff(&root2, &given, &filter))
                     .await
-                    .map_err(|e| CommandError::Io {
-                        op: "compare scratch copy",
-                        path: root.display().to_string(),
-                        source: io::Error::other(e.to_string()),
+                    .map_err(|e| {
+                        let at = PathIoError::at("compare scratch copy", root.display());
+                        at(io::Error::other(e.to_string()))
                     })??;
                 Ok(Artifact::ChangeSet(ChangeSet {
                     summary: format!("{} by {}", assignment.step, program_name(&program)),
@@ -594,18 +581,15 @@ impl ExternalCommandAgent {
         let Ok((out, err, status)) = finished else {
             return ran;
         };
-        let io_err = |op: &'static str| {
-            let path = program.clone();
-            move |source| CommandError::Io { op, path, source }
-        };
+        let io_err = |op| PathIoError::at(op, &program);
         ran.ended = match (out, err, status) {
             (Ok(overflow), Ok(_), Ok(status)) => {
                 ran.stdout_overflow = overflow;
                 Ok(status)
             }
-            (Err(e), _, _) => Err(io_err("read stdout of")(e)),
-            (_, Err(e), _) => Err(io_err("read stderr of")(e)),
-            (_, _, Err(e)) => Err(io_err("wait for")(e)),
+            (Err(e), _, _) => Err(io_err("read stdout of")(e).into()),
+            (_, Err(e), _) => Err(io_err("read stderr of")(e).into()),
+            (_, _, Err(e)) => Err(io_err("wait for")(e).into()),
         };
         ran
     }
@@ -767,17 +751,9 @@ fn materialise(
         })?;
         let full = root.join(&norm);
         if let Some(parent) = full.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| CommandError::Io {
-                op: "create directory",
-                path: norm.clone(),
-                source,
-            })?;
+            std::fs::create_dir_all(parent).map_err(PathIoError::at("create directory", &norm))?;
         }
-        std::fs::write(&full, content).map_err(|source| CommandError::Io {
-            op: "write",
-            path: norm.clone(),
-            source,
-        })?;
+        std::fs::write(&full, content).map_err(PathIoError::at("write", &norm))?;
         given.insert(norm, content.clone());
     }
     Ok(given)
@@ -815,10 +791,7 @@ fn walk(
     filter: &TreeFilter,
     out: &mut BTreeMap<String, String>,
 ) -> Result<(), CommandError> {
-    let io_err = |op: &'static str, p: &Path| {
-        let path = p.display().to_string();
-        move |source| CommandError::Io { op, path, source }
-    };
+    let io_err = |op, p: &Path| PathIoError::at(op, p.display().to_string());
     let entries = std::fs::read_dir(dir).map_err(io_err("list", dir))?;
     let mut paths: Vec<PathBuf> = Vec::new();
     for e in entries {

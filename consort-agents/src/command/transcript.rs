@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use consort_actors::PathIoError;
+
 use super::CommandError;
 
 /// The most bytes of each stream a transcript keeps (the rest is counted, not kept).
@@ -85,10 +87,7 @@ fn section(t: &mut String, name: &str, bytes: &[u8]) {
 
 /// Writes the transcript into `dir` (created when missing); returns its path.
 pub(crate) fn write(dir: &Path, record: &Record<'_>) -> Result<PathBuf, CommandError> {
-    let io_err = |op: &'static str, p: &Path| {
-        let path = p.display().to_string();
-        move |source| CommandError::Io { op, path, source }
-    };
+    let io_err = |op, p: &Path| PathIoError::at(op, p.display().to_string());
     std::fs::create_dir_all(dir).map_err(io_err("create transcript directory", dir))?;
     let path = dir.join(transcript_file_name(&record.step, record.attempt));
     std::fs::write(&path, record.render()).map_err(io_err("write transcript", &path))?;

@@ -39,7 +39,7 @@ use crate::core::step::Step;
 use crate::ledger::{Ledger, LedgerError};
 use crate::runtime::gate::{Approver, GateRequest};
 use crate::runtime::messages::Assignment;
-use crate::worktree::{WorkTree, WorkTreeError};
+use crate::worktree::{PathIoError, WorkTree, WorkTreeError};
 
 pub use endpoints::{
     DirectLakebase, DirectRole, LakebaseEndpoint, RoleEndpoint, SupervisedLakebase, SupervisedRole,
@@ -968,12 +968,8 @@ impl ConductorState {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
-                    return Err(WorkTreeError::Io {
-                        op: "remove",
-                        path: journal.display().to_string(),
-                        source,
-                    }
-                    .into());
+                    let failed = PathIoError::new("remove", journal.display(), source);
+                    return Err(WorkTreeError::from(failed).into());
                 }
             }
         }
@@ -1301,19 +1297,11 @@ pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), ConductorError> {
-    let io = |source| WorkTreeError::Io {
-        op: "write",
-        path: path.display().to_string(),
-        source,
-    };
+    let io = |source| WorkTreeError::from(PathIoError::new("write", path.display(), source));
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    std::fs::write(path, text).map_err(|source| WorkTreeError::Io {
-        op: "write",
-        path: path.display().to_string(),
-        source,
-    })?;
+    std::fs::write(path, text).map_err(io)?;
     Ok(())
 }
 
