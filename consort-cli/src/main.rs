@@ -108,12 +108,8 @@ enum Cmd {
         /// The hash the gate waits for.
         #[arg(long)]
         hash: String,
-        /// Who rejects.
-        #[arg(long)]
-        by: String,
-        /// Why.
-        #[arg(long)]
-        reason: String,
+        #[command(flatten)]
+        decision: Reasoned,
         #[command(flatten)]
         at: Target,
     },
@@ -199,6 +195,17 @@ enum Cmd {
     },
 }
 
+/// Who decides, and why: both are recorded in the ledger.
+#[derive(clap::Args, Debug)]
+struct Reasoned {
+    /// Who decides.
+    #[arg(long)]
+    by: String,
+    /// Why.
+    #[arg(long)]
+    reason: String,
+}
+
 /// Which project, and which feature of its backlog.
 #[derive(clap::Args, Debug)]
 struct Target {
@@ -239,17 +246,13 @@ enum FeatureCmd {
 
 #[derive(Subcommand, Debug)]
 enum TestCmd {
-    /// Retire an earlier feature's test (recorded in the ledger of the feature that
-    /// contradicts it); its RED may then replace the test.
+    /// Retire an earlier feature's test that no longer holds (recorded in the ledger of the
+    /// feature that contradicts it); its RED may then replace the test.
     Retire {
         /// The test, as FEATURE/TEST (for example `F1-stock/T2`).
         test: String,
-        /// Who decides.
-        #[arg(long)]
-        by: String,
-        /// Why the test no longer holds.
-        #[arg(long)]
-        reason: String,
+        #[command(flatten)]
+        decision: Reasoned,
         #[command(flatten)]
         at: Target,
     },
@@ -363,8 +366,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Reject {
             gate,
             hash,
-            by,
-            reason,
+            decision: Reasoned { by, reason },
             at,
         } => decide(
             &at,
@@ -391,8 +393,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             command:
                 TestCmd::Retire {
                     test,
-                    by,
-                    reason,
+                    decision: Reasoned { by, reason },
                     at,
                 },
         } => retire(&at, &test, &by, &reason),
