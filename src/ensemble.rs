@@ -92,6 +92,9 @@ pub enum EnsembleError {
     Conductor(#[from] ConductorError),
 }
 
+/// Work an ensemble runs at its shutdown, before its run locks go.
+type BeforeUnlock = Box<dyn FnOnce() + Send + Sync>;
+
 /// Builds an [`Ensemble`]. Every setting has a default except the agents.
 pub struct EnsembleBuilder {
     work_tree: PathBuf,
@@ -114,6 +117,7 @@ pub struct EnsembleBuilder {
     restart: RestartPolicy,
     progress: Option<mpsc::UnboundedSender<Progress>>,
     append_observer: Option<Arc<dyn AppendObserver>>,
+    before_unlock: Vec<BeforeUnlock>,
     run_locks: Vec<RunLock>,
     budgets: consort_actors::Budgets,
     workbench: Option<consort_actors::workbench::WorkbenchLimits>,
@@ -251,6 +255,14 @@ impl EnsembleBuilder {
         self
     }
 
+    /// Runs `work` (blocking is allowed) when the ensemble shuts down, after the conductor has
+    /// stopped and before the run locks go: what the run started beside the ensemble ends in
+    /// it, while no other run may start (the project's live git sync makes its last commit).
+    pub(crate) fn before_unlock(mut self, work: impl FnOnce() + Send + Sync + 'static) -> Self {
+        self.before_unlock.push(Box::new(work));
+        self
+    }
+
     /// Holds a run lock (the project's, the feature's) until the ensemble shuts down; called
     /// again, it holds each. [`Project::ensemble`](crate::Project::ensemble) takes them
     /// before anything else.
@@ -307,6 +319,7 @@ impl EnsembleBuilder {
             stats,
             provider,
             cluster,
+            before_unlock: self.before_unlock,
             run_locks: self.run_locks,
         })
     }
@@ -460,6 +473,7 @@ pub struct Ensemble {
     stats: Arc<PoolStats>,
     provider: Arc<dyn BranchProvider>,
     cluster: Option<Arc<consort_lakebase::EmbeddedCluster>>,
+    before_unlock: Vec<BeforeUnlock>,
     run_locks: Vec<RunLock>,
 }
 
@@ -495,6 +509,7 @@ impl Ensemble {
             restart: RestartPolicy::default(),
             progress: None,
             append_observer: None,
+            before_unlock: Vec::new(),
             run_locks: Vec::new(),
             budgets: consort_actors::Budgets::default(),
             workbench: Some(consort_actors::workbench::WorkbenchLimits::default()),
@@ -540,6 +555,11 @@ impl Ensemble {
         // the run lock, so a run that takes the lock next never finds this server going down.
         drop(self.provider);
         drop(self.cluster);
+        for work in self.before_unlock {
+            if let Err(e) = tokio::task::spawn_blocking(work).await {
+                tracing::warn!(error = %e, "what the run ends at its shutdown failed");
+            }
+        }
         let stats = self.stats.snapshot();
         drop(self.run_locks);
         stats

@@ -614,16 +614,19 @@ impl Project {
             .budgets(self.budgets(&opts)?)
             .workbench(Some(self.config.workbench()))
             .sandbox(self.config.runner.sandbox());
-        let live = self.git_prepare(fresh, opts.allow_dirty)?;
-        let observer = match (live, &opts.append_observer) {
+        let live = self.git_prepare(fresh, opts.allow_dirty)?.map(Arc::new);
+        let observer = match (&live, &opts.append_observer) {
             (Some(live), Some(theirs)) => Some(Arc::new(crate::git::BothObservers(
                 Arc::clone(theirs),
-                Arc::new(live),
+                Arc::clone(live) as Arc<dyn consort_actors::AppendObserver>,
             ))
                 as Arc<dyn consort_actors::AppendObserver>),
-            (Some(live), None) => Some(Arc::new(live) as Arc<dyn consort_actors::AppendObserver>),
+            (Some(live), None) => Some(Arc::clone(live) as Arc<dyn consort_actors::AppendObserver>),
             (None, theirs) => theirs.clone(),
         };
+        if let Some(live) = live {
+            builder = builder.before_unlock(move || live.finish());
+        }
         if let Some(observer) = observer {
             builder = builder.append_observer(observer);
         }

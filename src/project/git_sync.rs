@@ -2,7 +2,9 @@
 //! of a run and live while it runs. Here rather than in `git.rs`, which knows repositories and
 //! commits but no project.
 
-use std::sync::Mutex;
+use std::sync::mpsc::Sender;
+use std::sync::{Mutex, PoisonError};
+use std::thread::JoinHandle;
 
 use consort_actors::WorkTree;
 
@@ -35,36 +37,99 @@ pub(crate) fn sync_project(
 
 /// Commits while the run goes: told of every ledger append, it wakes a thread that syncs
 /// (appends coalesce; the commits come from the ledger, so a sync that runs late or twice
-/// makes each commit once).
+/// makes each commit once). [`LiveSync::finish`] ends the thread and waits for it: the
+/// ensemble does so when it shuts down, so no sync of the run outlives it (to race the final
+/// sync for the private index, or a lane's worktree being removed).
 #[derive(Debug)]
 pub struct LiveSync {
-    wake: Mutex<std::sync::mpsc::Sender<()>>,
+    wake: Mutex<Option<Sender<()>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl LiveSync {
-    /// Starts the syncing thread for `project` in `repo`; it ends when the observer is
-    /// dropped.
+    /// Starts the syncing thread for `project` in `repo`; it ends at [`LiveSync::finish`].
     pub fn start(project: Project, repo: GitRepo) -> LiveSync {
+        Self::spawn(move || {
+            if let Err(e) = sync_project(&project, &repo, false) {
+                tracing::warn!(error = %consort_actors::error_chain(&e), "could not commit the run's steps yet; the next sync tries again");
+            }
+        })
+    }
+
+    /// The thread that calls `sync` once per wake (wakes that come while it syncs coalesce).
+    fn spawn(mut sync: impl FnMut() + Send + 'static) -> LiveSync {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        std::thread::spawn(move || {
+        let thread = std::thread::spawn(move || {
             while rx.recv().is_ok() {
                 while rx.try_recv().is_ok() {}
-                if let Err(e) = sync_project(&project, &repo, false) {
-                    tracing::warn!(error = %consort_actors::error_chain(&e), "could not commit the run's steps yet; the next sync tries again");
-                }
+                sync();
             }
         });
         LiveSync {
-            wake: Mutex::new(tx),
+            wake: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        }
+    }
+
+    /// Ends the syncing thread once it has made the sync already asked for, and waits for it.
+    /// Appends told of after this are not synced here (the next sync makes their commits).
+    pub fn finish(&self) {
+        drop(
+            self.wake
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::warn!("the thread that commits the run's steps panicked");
         }
     }
 }
 
 impl consort_actors::AppendObserver for LiveSync {
     fn appended(&self, _index: u64) -> std::ops::ControlFlow<()> {
-        if let Ok(tx) = self.wake.lock() {
+        if let Ok(wake) = self.wake.lock()
+            && let Some(tx) = wake.as_ref()
+        {
             let _ = tx.send(());
         }
         std::ops::ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::ControlFlow;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use consort_actors::AppendObserver;
+
+    use super::LiveSync;
+
+    #[test]
+    fn finish_waits_for_the_sync_asked_for_and_nothing_syncs_after_it() {
+        let synced = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&synced);
+        let live = LiveSync::spawn(move || {
+            // A slow sync: finish must wait for it, not return while it is under way.
+            std::thread::sleep(Duration::from_millis(200));
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(live.appended(1), ControlFlow::Continue(()));
+        live.finish();
+        assert_eq!(synced.load(Ordering::SeqCst), 1, "the asked sync was made");
+        // Told of an append after it ended, it makes no sync, and finishing again is harmless.
+        assert_eq!(live.appended(2), ControlFlow::Continue(()));
+        live.finish();
+        assert_eq!(synced.load(Ordering::SeqCst), 1, "no sync after finish");
     }
 }
