@@ -47,7 +47,8 @@ pub struct LiveSync {
 }
 
 impl LiveSync {
-    /// Starts the syncing thread for `project` in `repo`; it ends at [`LiveSync::finish`].
+    /// Starts the syncing thread for `project` in `repo`; it ends at [`LiveSync::finish`], or
+    /// unwaited for when the `LiveSync` is dropped.
     pub fn start(project: Project, repo: GitRepo) -> LiveSync {
         Self::spawn(move || {
             if let Err(e) = sync_project(&project, &repo, false) {
