@@ -140,7 +140,7 @@ fn integrate(
         return Ok(plan);
     }
     let merged = merged_features(project, &repo, &base_tip, &lane_tip)?;
-    plan.merged_migrations = same_objects(project, &merged, migrations)?;
+    plan.merged_migrations = clashes_with_merged(project, &merged, migrations)?;
     let tree = ScratchTree::make(project, &repo, &base_tip)?;
     merge_in(&tree, project, &repo, &merged, (&base_tip, &lane_tip))?;
     plan.commit = tree.head()?;
@@ -182,9 +182,10 @@ fn merged_features(
     Ok(out)
 }
 
-/// Refuses a lane whose migrations create, alter or drop an object a merged feature's
-/// migrations touch; returns the merged features' migrations.
-fn same_objects(
+/// Refuses a lane whose migrations take a version of a merged feature's migrations (a
+/// database records each version once), or create, alter or drop an object those migrations
+/// touch; returns the merged features' migrations.
+fn clashes_with_merged(
     project: &Project,
     merged: &[Project],
     migrations: &[consort_actors::Migration],
@@ -197,6 +198,14 @@ fn same_objects(
     for other in merged {
         let inherited = inheritance(other, other.feature_entry())?;
         for theirs in &inherited.migrations {
+            let version = &theirs.migration.version;
+            if migrations.iter().any(|m| &m.version == version) {
+                return Err(refused(format!(
+                    "its migration {version} has the version of feature {}'s migration {version} (merged since this lane started), and a database records each version once; stop this feature (`consort stop --feature {}`) and add its request again, for a design whose migrations take other versions",
+                    other.feature_id(),
+                    project.feature_id()
+                )));
+            }
             let meet: Vec<String> = super::objects::touched(&theirs.migration.sql)
                 .intersection(&ours)
                 .cloned()

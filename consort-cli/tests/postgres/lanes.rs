@@ -5,9 +5,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use consort::actors::{ApproveAs, Approver, BoxFuture, GateApproval, GateRequest, RunOutcome};
-use consort::lanes::{LaneOptions, run_lanes};
+use consort::actors::{
+    ApproveAs, Approver, BoxFuture, GateApproval, GateKind, GateRequest, RunOutcome,
+};
+use consort::lanes::{LaneOptions, LaneReport, run_lanes};
 use consort_testkit::process::text;
 
 use crate::backlog::{Plan, f1, git, scripted_project};
@@ -79,20 +82,28 @@ fn shop(second: &Plan<'_>) -> (tempfile::TempDir, PathBuf) {
     (tmp, dir)
 }
 
-/// Both features in lanes through the embedding API, `approved` approved as it goes and the
-/// other left at its gates.
-fn lanes_approving_only(dir: &Path, approved: &str) -> BTreeMap<String, RunOutcome> {
-    let approver: Arc<dyn Approver> = Arc::new(ApproveAs { name: "ada".into() });
+/// Both features in lanes through the embedding API, each feature's gates decided by its
+/// approver in `approvers` (a feature without one stops at its gates).
+fn lanes_with(dir: &Path, approvers: Vec<(&str, Arc<dyn Approver>)>) -> Vec<LaneReport> {
     let opts = LaneOptions {
         parallel: 2,
-        approvers: BTreeMap::from([(approved.to_string(), approver)]),
+        approvers: approvers
+            .into_iter()
+            .map(|(feature, approver)| (feature.to_string(), approver))
+            .collect(),
         ..LaneOptions::default()
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let reports = runtime
+    runtime
         .block_on(run_lanes(dir, opts))
-        .expect("the lanes run");
-    reports
+        .expect("the lanes run; one lane's end does not end the others")
+}
+
+/// Both features in lanes, `approved` approved as it goes and the other left at its gates;
+/// how each ended.
+fn lanes_approving_only(dir: &Path, approved: &str) -> BTreeMap<String, RunOutcome> {
+    let ada: Arc<dyn Approver> = Arc::new(ApproveAs { name: "ada".into() });
+    lanes_with(dir, vec![(approved, ada)])
         .into_iter()
         .map(|r| (r.feature, r.outcome.expect("the lane ran").outcome))
         .collect()
@@ -237,21 +248,10 @@ impl Approver for Crashes {
 fn a_lane_whose_approver_crashes_stops_at_its_gate_while_the_other_goes_on_to_done() {
     let (_tmp, dir) = shop(&orders());
     let approve: Arc<dyn Approver> = Arc::new(ApproveAs { name: "ada".into() });
-    let opts = LaneOptions {
-        parallel: 2,
-        approvers: BTreeMap::from([
-            (
-                "f1-stock".to_string(),
-                Arc::new(Crashes) as Arc<dyn Approver>,
-            ),
-            ("f2-orders".to_string(), approve),
-        ]),
-        ..LaneOptions::default()
-    };
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let reports = runtime
-        .block_on(run_lanes(&dir, opts))
-        .expect("a crash in one lane does not end the others");
+    let reports = lanes_with(
+        &dir,
+        vec![("f1-stock", Arc::new(Crashes)), ("f2-orders", approve)],
+    );
     let ended: BTreeMap<_, _> = reports
         .into_iter()
         .map(|r| (r.feature.clone(), r))
@@ -267,7 +267,6 @@ fn a_lane_whose_approver_crashes_stops_at_its_gate_while_the_other_goes_on_to_do
         "f1 stopped at its gate: {:?}",
         ended["f1-stock"].outcome
     );
-    drop(runtime);
     // Nothing of f1 is lost: its lane resumes where it stopped and reaches done.
     assert!(
         dir.join(".consort/lanes/f1-stock").is_dir(),
@@ -416,4 +415,70 @@ fn two_processes_drive_two_lanes_of_one_project_sharing_only_git_and_the_ledgers
         merges.contains("Merge feature f1-stock") || merges.contains("Merge feature f2-orders"),
         "the later lane merged with the earlier one's work: {merges}"
     );
+}
+
+/// Approves every gate as ada; at the promote gate it first raises `at_promote`, then waits
+/// (five minutes at most) until `ready` holds.
+struct PromoteWhen {
+    at_promote: Arc<AtomicBool>,
+    ready: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl Approver for PromoteWhen {
+    fn decide<'a>(&'a self, request: &'a GateRequest) -> BoxFuture<'a, Option<GateApproval>> {
+        Box::pin(async move {
+            if request.gate == GateKind::Promote {
+                self.at_promote.store(true, Ordering::SeqCst);
+                let start = std::time::Instant::now();
+                while !(self.ready)() && start.elapsed() < std::time::Duration::from_secs(300) {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+            let ada = ApproveAs { name: "ada".into() };
+            ada.decide(request).await
+        })
+    }
+}
+
+#[test]
+fn the_merge_check_refuses_a_lane_whose_migration_takes_a_merged_features_version() {
+    // Orders, designed while f1 was, picks f1's version for its own table.
+    let mut plan = orders();
+    plan.migration.0 = "0001_stock";
+    let (_tmp, dir) = shop(&plan);
+    // Both lanes build to their promote gates; f1 promotes first, then orders, which meets
+    // f1's version at its merge check (not in a test run: no verification ran after f1's).
+    let orders_waits = Arc::new(AtomicBool::new(false));
+    let f1_ledger = dir.join(".consort/features/f1-stock/ledger.jsonl");
+    let waits = Arc::clone(&orders_waits);
+    let f1: Arc<dyn Approver> = Arc::new(PromoteWhen {
+        at_promote: Arc::new(AtomicBool::new(false)),
+        ready: Box::new(move || waits.load(Ordering::SeqCst)),
+    });
+    let orders: Arc<dyn Approver> = Arc::new(PromoteWhen {
+        at_promote: orders_waits,
+        ready: Box::new(move || {
+            std::fs::read_to_string(&f1_ledger).is_ok_and(|l| l.contains("\"promoted\""))
+        }),
+    });
+    let ended = lanes_with(&dir, vec![("f1-stock", f1), ("f2-orders", orders)]);
+    let f1_lane = ended
+        .iter()
+        .find(|r| r.feature == "f1-stock")
+        .expect("f1's lane");
+    assert!(
+        matches!(&f1_lane.outcome, Ok(r) if r.outcome == RunOutcome::Done),
+        "f1 is done"
+    );
+    let status = status_json(&dir);
+    let lane = &status["lanes"][0];
+    assert_eq!(lane["feature"], "f2-orders", "{status:#}");
+    assert_halted(
+        &lane["halted"],
+        "integration",
+        "merge-refused",
+        "its migration 0001_stock has the version of feature f1-stock's migration 0001_stock",
+    );
+    // Nothing of the lane reached the base.
+    assert!(!dir.join("tests/f2_t1_orders.sql").exists());
 }
