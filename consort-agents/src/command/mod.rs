@@ -425,8 +425,8 @@ impl ExternalCommandAgent {
                 let changes = tokio::task::spawn_blocking(move || diff(&root2, &given, &filter))
                     .await
                     .map_err(|e| {
-                        let at = PathIoError::at("compare scratch copy", root.display());
-                        at(io::Error::other(e.to_string()))
+                        let failed = io::Error::other(e.to_string());
+                        PathIoError::new("compare scratch copy", root.display(), failed)
                     })??;
                 Ok(Artifact::ChangeSet(ChangeSet {
                     summary: format!("{} by {}", assignment.step, program_name(&program)),
