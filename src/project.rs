@@ -615,14 +615,13 @@ impl Project {
             .workbench(Some(self.config.workbench()))
             .sandbox(self.config.runner.sandbox());
         let live = self.git_prepare(fresh, opts.allow_dirty)?.map(Arc::new);
-        let observer = match (&live, &opts.append_observer) {
-            (Some(live), Some(theirs)) => Some(Arc::new(crate::git::BothObservers(
-                Arc::clone(theirs),
-                Arc::clone(live) as Arc<dyn consort_actors::AppendObserver>,
-            ))
+        let ours = live
+            .clone()
+            .map(|l| l as Arc<dyn consort_actors::AppendObserver>);
+        let observer = match (ours, opts.append_observer.clone()) {
+            (Some(ours), Some(theirs)) => Some(Arc::new(crate::git::BothObservers(theirs, ours))
                 as Arc<dyn consort_actors::AppendObserver>),
-            (Some(live), None) => Some(Arc::clone(live) as Arc<dyn consort_actors::AppendObserver>),
-            (None, theirs) => theirs.clone(),
+            (ours, theirs) => ours.or(theirs),
         };
         if let Some(live) = live {
             builder = builder.before_unlock(move || live.finish());

@@ -81,6 +81,8 @@ pub async fn run_lanes(dir: &Path, opts: LaneOptions) -> Result<Vec<LaneReport>,
     let provider = project.provider().await?;
     let sharing = parallel.min(queue.len());
     let mut running = JoinSet::new();
+    // Which feature each lane's task drives, for the report of a task that panicked.
+    let mut tasks = BTreeMap::new();
     let mut reports = Vec::new();
     loop {
         while running.len() < parallel {
@@ -98,25 +100,24 @@ pub async fn run_lanes(dir: &Path, opts: LaneOptions) -> Result<Vec<LaneReport>,
                 run.approver = Some(Arc::clone(approver));
             }
             run.progress = opts.progress.clone().map(|tx| tagged(&feature.id, tx));
-            // The lane runs in a task of its own, so that a panic in it ends that lane only.
-            let lane_task = tokio::spawn(async move {
+            // Each lane is a task of its own, so that a panic in it ends that lane only.
+            let task = running.spawn(async move {
                 let outcome = drive(&lane, lock, run).await;
                 (lane, outcome)
             });
-            running.spawn(async move { (feature.id, lane_task.await) });
+            tasks.insert(task.id(), feature.id);
         }
-        let Some(ended) = running.join_next().await else {
+        let Some(ended) = running.join_next_with_id().await else {
             break;
         };
-        let (feature, lane) = ended.map_err(|e| {
-            ProjectError::Lanes(LaneError::Task {
-                detail: e.to_string(),
-            })
-        })?;
-        reports.push(match lane {
-            Ok((lane, outcome)) => finish(&lane, outcome),
+        let id = ended
+            .as_ref()
+            .map_or_else(|failed| failed.id(), |(id, _)| *id);
+        let feature = tasks.remove(&id);
+        reports.push(match ended {
+            Ok((_, (lane, outcome))) => finish(&lane, outcome),
             Err(failed) => LaneReport {
-                feature,
+                feature: feature.unwrap_or_else(|| format!("the lane of task {id}")),
                 outcome: Err(ProjectError::Lanes(LaneError::Task {
                     detail: failed.to_string(),
                 })),
