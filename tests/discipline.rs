@@ -1,4 +1,4 @@
-//! The discipline suite: eighteen cheating agents, each run through the real conductor with real
+//! The discipline suite: cheating agents (and a run that cannot happen), each run through the real conductor with real
 //! database branches (an embedded PostgreSQL cluster, the psql runner or a real test command),
 //! each refused with its typed reason, recorded in the ledger, never turned into a green, and
 //! never applied to the work tree.
@@ -26,10 +26,10 @@ use consort::actors::hash_dir;
 use consort::actors::{
     ActorId, AgentFailure, Artifact, ArtifactKind, Assignment, Conductor, ConductorConfig,
     ConductorError, Confinement, ContentHash, DesignBundle, Escalation, EscalationReason, Event,
-    ExitRecord, FeatureRequest, GateApproval, GateDecision, GateKind, Machine, MachineConfig,
-    PathError, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings, Step, TestList,
-    TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose, Wiring,
-    WriteProblem,
+    ExitRecord, FeatureRequest, GateApproval, GateDecision, GateKind, InfraFault, Machine,
+    MachineConfig, PathError, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings,
+    Step, TestList, TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose,
+    Wiring, WriteProblem,
 };
 use consort::actors::{
     DirectLakebase, DirectRole, LakebaseEndpoint, RoleEndpoint, record_gate_decision,
@@ -1947,7 +1947,7 @@ async fn run_that_changes_the_tree(world: &World) -> String {
 // The harness: every case in order, one summary line.
 
 /// The cases, in order.
-const CASES: [&str; 22] = [
+const CASES: [&str; 23] = [
     "1 frozen test edited in GREEN",
     "2 test deleted or renamed",
     "3 new test file from the Driver",
@@ -1970,7 +1970,57 @@ const CASES: [&str; 22] = [
     "20 version-control metadata written",
     "21 write into a cache",
     "22 a path the file system refuses",
+    "23 a RED whose base did not build",
 ];
+
+/// 23. No receipt without a run: the approved design's migration fails while the base of the
+///     first RED is built, so no test can run. Nothing is accepted as a RED (no receipt is
+///     made, none counted, nothing frozen), the Navigator is not charged, and the run halts as
+///     an infrastructure fault that names the migration and the server's error.
+async fn red_whose_base_did_not_build(world: &World) -> String {
+    const BROKEN_SCHEMA: &str = r#"
+[[entry]]
+step = "schema"
+[entry.artifact]
+kind = "schema-plan"
+[[entry.artifact.body.migrations]]
+version = "0001_items"
+story_id = "S1"
+description = "a column on a table that does not exist"
+sql = "ALTER TABLE nowhere ADD COLUMN qty integer;"
+"#;
+    let case = Case::new(machine(1, 3));
+    let (report, events, seen) = case.run(case.ensemble(world, BROKEN_SCHEMA)).await;
+    let esc = halted(&report);
+    assert_eq!(esc.step, "verify red/T1", "{esc:?}");
+    assert_eq!(
+        esc.reason,
+        EscalationReason::Infrastructure(InfraFault::MigrationFailed),
+        "{esc:?}"
+    );
+    assert!(!esc.reason.is_verdict(), "nobody's verdict");
+    for said in [
+        "no test ran",
+        "0001_items",
+        "\"nowhere\" does not exist",
+        "42P01",
+    ] {
+        assert!(esc.detail.contains(said), "{said}: {}", esc.detail);
+    }
+    assert!(verifications(&seen).is_empty(), "no receipt was made");
+    assert!(refusals(&events).is_empty(), "no agent was charged");
+    assert!(report.state.receipts.is_empty());
+    assert!(report.state.build.frozen_tests.is_empty(), "nothing frozen");
+    let reds = answered(&seen)
+        .iter()
+        .filter(|(step, _)| step.starts_with("red/"))
+        .count();
+    assert_eq!(
+        reds, 1,
+        "the Navigator answered once and was not asked again"
+    );
+    "no receipt; halted at verify red/T1 as MigrationFailed, naming 0001_items and 42P01".into()
+}
 
 async fn run_case(number: usize, world: &World) -> String {
     match number {
@@ -1996,6 +2046,7 @@ async fn run_case(number: usize, world: &World) -> String {
         20 => writes_version_control_metadata(world).await,
         21 => writes_into_a_cache(world).await,
         22 => paths_the_file_system_refuses(world).await,
+        23 => red_whose_base_did_not_build(world).await,
         other => panic!("no case {other}"),
     }
 }

@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 
 use consort::config::{ProjectConfig, RunnerConfig};
 
+mod chain;
+
+use chain::Chain;
+
 /// How long a collection run may take.
 const COLLECT_LIMIT: Duration = Duration::from_secs(120);
 
@@ -23,22 +27,6 @@ pub struct Finding {
     pub what: String,
     /// How to fix it, when it failed.
     pub hint: String,
-}
-
-/// The program a shell command starts: its first word that is not a `NAME=value`
-/// assignment.
-pub fn program_of(command: &str) -> Option<String> {
-    let words = shell_words(command);
-    words
-        .into_iter()
-        .find(|w| !is_assignment(w))
-        .filter(|w| !w.is_empty())
-}
-
-fn is_assignment(word: &str) -> bool {
-    word.split_once('=').is_some_and(|(name, _)| {
-        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    })
 }
 
 /// The command's words, quotes removed (enough for finding the program; `;`, `&&` and `|`
@@ -83,33 +71,35 @@ fn quoted(word: &str) -> String {
 
 /// Whether `program` can be started: a path that exists, or a name found on `PATH`.
 pub fn installed(program: &str, dir: &Path) -> bool {
-    if program.contains('/') {
-        return dir.join(program).is_file();
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|p| p.join(program).is_file()))
+    chain::installed_on(program, dir, &std::env::var_os("PATH").unwrap_or_default())
 }
 
-/// The runner's checks: its program is installed, and a collection run finds tests.
+/// The runner's checks: every program its command starts is installed (read as the shell
+/// reads it: builtins, assignments and `&&` chains, on the `PATH` the chain sets), and a
+/// collection run of its test tool finds tests.
 pub fn check(dir: &Path, config: &ProjectConfig) -> Vec<Finding> {
     match &config.runner {
         RunnerConfig::Psql { tests, .. } => vec![psql_collects(dir, config, tests)],
         RunnerConfig::Command { command, .. } => {
-            let Some(program) = program_of(command) else {
+            let chain = Chain::read(command);
+            let programs = chain.programs(dir);
+            if programs.is_empty() {
                 return vec![Finding {
                     ok: false,
-                    what: "the test command names no program".into(),
+                    what: "the test command starts no program".into(),
                     hint: "set [runner] command".into(),
                 }];
-            };
-            let found = installed(&program, dir);
-            let mut out = vec![Finding {
-                ok: found,
-                what: format!("the test command's program {program} is installed"),
-                hint: format!("install {program}, or put it on PATH"),
-            }];
-            if found {
-                out.extend(collection(dir, command, &program));
+            }
+            let mut out: Vec<Finding> = programs
+                .iter()
+                .map(|(program, found)| Finding {
+                    ok: *found,
+                    what: format!("the test command's program {program} is installed"),
+                    hint: format!("install {program}, or put it on PATH"),
+                })
+                .collect();
+            if programs.iter().all(|(_, found)| *found) {
+                out.extend(collection(dir, &chain));
             }
             out
         }
@@ -286,10 +276,7 @@ fn list_command(command: &str) -> Option<ListRun> {
 
 /// `npx X` runs X from the project's `node_modules/.bin`, or tries the registry, which a run
 /// cannot reach: a package that is not installed fails every run.
-fn npx_target_missing(dir: &Path, command: &str, program: &str) -> Option<Finding> {
-    if program != "npx" {
-        return None;
-    }
+fn npx_target_missing(dir: &Path, command: &str) -> Option<Finding> {
     let words = shell_words(command);
     let target = words
         .iter()
@@ -306,19 +293,50 @@ fn npx_target_missing(dir: &Path, command: &str, program: &str) -> Option<Findin
     })
 }
 
-fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
-    if let Some(missing) = npx_target_missing(dir, command, program) {
-        return Some(missing);
-    }
-    let Some(run) = list_command(command) else {
+/// The collection check of the chain's test tool: its first simple command for which a list
+/// run is known, run after the setup commands before it (`export`, `cd`); the programs before
+/// it that are not setup (a schema script for a database doctor does not have) are left out,
+/// and the finding says so.
+fn collection(dir: &Path, chain: &Chain) -> Option<Finding> {
+    let tool = chain.commands().iter().enumerate().find_map(|(i, simple)| {
+        let text = simple.text();
+        list_command(&text).map(|run| (i, text, run))
+    });
+    let Some((i, text, mut run)) = tool else {
+        if let Some(missing) = chain
+            .commands()
+            .iter()
+            .find_map(|s| npx_target_missing(dir, &s.text()))
+        {
+            return Some(missing);
+        }
+        let programs: Vec<String> = chain.programs(dir).into_iter().map(|(p, _)| p).collect();
         return Some(Finding {
             ok: true,
             what: format!(
-                "no collection run is known for {program}; the first run will show what it collects"
+                "no collection run is known for {}; the first run will show what it collects",
+                programs.join(", ")
             ),
             hint: String::new(),
         });
     };
+    if let Some(missing) = npx_target_missing(dir, &text) {
+        return Some(missing);
+    }
+    run.command = format!("{}{}", chain.setup_before(i), run.command);
+    let left_out = chain.left_out_before(i);
+    let mut finding = list_run(dir, &run);
+    if !left_out.is_empty() && finding.ok {
+        finding.what.push_str(&format!(
+            " (not run before it: {}, which may need the database; every test run runs the whole command)",
+            left_out.join(", ")
+        ));
+    }
+    Some(finding)
+}
+
+/// Runs a list run in `dir` and says what it found.
+fn list_run(dir: &Path, run: &ListRun) -> Finding {
     let list = &run.command;
     let started = Instant::now();
     let out = run_limited(dir, list, COLLECT_LIMIT);
@@ -328,7 +346,7 @@ fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
         what,
         hint: String::new(),
     };
-    Some(match out {
+    match out {
         Ok(Ran::TimedOut) => Finding {
             ok: false,
             what: format!(
@@ -365,7 +383,7 @@ fn collection(dir: &Path, command: &str, program: &str) -> Option<Finding> {
             what: format!("`{list}` could not run: {e}"),
             hint: "check the runner's program".into(),
         },
-    })
+    }
 }
 
 /// What stands for output whose reader thread failed.
@@ -451,23 +469,6 @@ fn tail(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_program_is_the_first_word_that_is_not_an_assignment() {
-        assert_eq!(
-            program_of("python3 -m pytest -q").as_deref(),
-            Some("python3")
-        );
-        assert_eq!(
-            program_of("JEST_JUNIT_OUTPUT_FILE=\"$CONSORT_JUNIT\" npx jest --ci").as_deref(),
-            Some("npx")
-        );
-        assert_eq!(
-            program_of("'./run tests.sh' a && b").as_deref(),
-            Some("./run tests.sh")
-        );
-        assert_eq!(program_of("   "), None);
-    }
 
     #[test]
     fn a_program_is_installed_when_path_or_the_project_has_it() {
@@ -571,8 +572,8 @@ mod tests {
     #[test]
     fn a_command_whose_program_does_not_run_fails_the_doctor() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let typo =
-            collection(tmp.path(), "npx vitset run --reporter=junit", "npx").expect("a finding");
+        let collect = |command: &str| collection(tmp.path(), &Chain::read(command));
+        let typo = collect("npx vitset run --reporter=junit").expect("a finding");
         assert!(!typo.ok);
         assert!(
             typo.what.contains("no vitset in node_modules/.bin"),
@@ -581,12 +582,8 @@ mod tests {
         );
         std::fs::create_dir_all(tmp.path().join("node_modules/.bin")).expect("mkdir");
         std::fs::write(tmp.path().join("node_modules/.bin/vitset"), "").expect("write");
-        assert!(npx_target_missing(tmp.path(), "npx vitset", "npx").is_none());
-        let missing = collection(
-            tmp.path(),
-            "no-such-tool-consort test",
-            "no-such-tool-consort",
-        );
+        assert!(npx_target_missing(tmp.path(), "npx vitset").is_none());
+        let missing = collect("no-such-tool-consort test");
         assert!(
             missing.is_some_and(|f| f.ok),
             "an unknown tool is left to the first run"
@@ -594,5 +591,32 @@ mod tests {
         let ran = run_limited(tmp.path(), "no-such-tool-consort", Duration::from_secs(10))
             .expect("sh runs");
         assert!(matches!(ran, Ran::Exited(Some(127), _, _)));
+    }
+
+    /// A chain is read as the shell reads it: the test tool is found after a schema script,
+    /// its collection runs after the chain's `export` and leaves the script out, saying so.
+    #[test]
+    fn the_test_tool_of_a_chain_is_collected_after_its_setup() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        // A stand-in "go" that lists two tests only when the chain's export reached it.
+        let go = bin.join("go");
+        std::fs::write(
+            &go,
+            "#!/bin/sh\n[ \"$CONSORT_DOCTOR_PROBE\" = set ] || exit 3\necho TestA\necho TestB\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&go, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let command = "export CONSORT_DOCTOR_PROBE=set PATH=\"$PWD/bin:$PATH\" && psql -f schema.sql && go test ./...";
+        let found = collection(tmp.path(), &Chain::read(command)).expect("a finding");
+        assert!(found.ok, "{}", found.what);
+        assert!(found.what.contains("collects 2 tests"), "{}", found.what);
+        assert!(
+            found.what.contains("not run before it: psql"),
+            "{}",
+            found.what
+        );
     }
 }

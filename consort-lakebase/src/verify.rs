@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use consort_actors::TreeFilter;
 use consort_actors::{
-    ContentHash, ExitRecord, FileHashes, InfraError, InfraFault, PromoteReport, PromoteRequest,
-    RunTimings, TestOutcome, TestRunReceipt, TestStatus, VerifyRequest, WorkTree, WorkTreeError,
+    ContentHash, FileHashes, InfraError, InfraFault, PromoteReport, PromoteRequest, RunTimings,
+    TestRunReceipt, TestStatus, VerifyRequest, WorkTree, WorkTreeError,
 };
 use tracing::info;
 
@@ -167,11 +167,27 @@ fn infra(fault: InfraFault, detail: impl Into<String>) -> InfraError {
     }
 }
 
-/// Whether an error is the work's fault (a bad migration) rather than the infrastructure's.
+/// Whether an error is a fault of the migrations a base is built from (a failing statement, a
+/// version recorded with other SQL, an unusable plan) rather than of the database.
 fn is_work_fault(e: &Error) -> bool {
     matches!(
         e,
         Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::InvalidPlan(_)
+    )
+}
+
+/// The base of a run could not be built from its migrations, so no test ran: never a receipt
+/// (a RED would count a test that never ran as failing, a GREEN would charge the Driver for
+/// SQL it cannot change), but a halt that names the migration and the server's error. The
+/// design's migrations are frozen, so no agent can repair them: a person can (prepare the
+/// database, or stop the feature and request it again with another design).
+fn base_not_built(e: &Error) -> InfraError {
+    infra(
+        InfraFault::MigrationFailed,
+        format!(
+            "no test ran: the database branch could not be built: {}. No agent can change the approved design's migrations: if the database lacks a privilege, an extension or a schema the migration needs, prepare it and `consort retry`; if the migration itself is wrong, `consort stop` the feature and request it again",
+            consort_actors::error_chain(e)
+        ),
     )
 }
 
@@ -204,9 +220,9 @@ impl Verifier {
     }
 
     /// Runs the suite of `req.work_tree` on a fresh branch of the parent plus `req.migrations`,
-    /// confined (see [`crate::runner::Jail`]). Red tests, a failing migration and a run that
-    /// changed the tree are receipts; a database or runner that cannot work is an
-    /// [`InfraError`].
+    /// confined (see [`crate::runner::Jail`]). Red tests and a run that changed the tree are
+    /// receipts; a base whose migrations fail, and a database or runner that cannot work, are
+    /// an [`InfraError`]: no receipt is ever made for a run that did not happen.
     ///
     /// **Whose fault a broken session is.** When a test's database session breaks off, the
     /// branch is probed: a database that does not answer is an infrastructure fault. One that
@@ -240,14 +256,9 @@ impl Verifier {
             migrations: req.migrations.clone(),
             fixtures: self.fixtures.clone(),
         };
-        let started = Instant::now();
         let acquired = match self.pool.acquire(&spec).await {
             Ok(a) => a,
-            Err(e) if is_work_fault(&e) => {
-                let ms = started.elapsed().as_millis() as u64;
-                let receipt = self.base_failed_receipt(req, workspace_hash, ms, &e);
-                return Ok(Attempt::Receipt(Box::new(receipt)));
-            }
+            Err(e) if is_work_fault(&e) => return Err(base_not_built(&e)),
             Err(e) => {
                 return Err(infra(
                     e.infra_fault(),
@@ -401,55 +412,6 @@ impl Verifier {
             exit: report.exit,
             output_digest: report.output_digest,
             output_excerpt: report.output_excerpt,
-            confinement: Default::default(),
-            tree_changes: Vec::new(),
-        }
-    }
-
-    /// The receipt of a run that could not start because the base's migrations failed.
-    fn base_failed_receipt(
-        &self,
-        req: &VerifyRequest,
-        workspace_hash: ContentHash,
-        migrate_ms: u64,
-        e: &Error,
-    ) -> TestRunReceipt {
-        let text = format!(
-            "no test ran: the base could not be built: {}\n",
-            consort_actors::error_chain(e)
-        );
-        let mut names: Vec<String> = req.tests.clone();
-        if let Some(f) = &req.focus
-            && !names.contains(f)
-        {
-            names.push(f.clone());
-        }
-        if names.is_empty() {
-            names.push("(migrations)".into());
-        }
-        TestRunReceipt {
-            request_id: req.id,
-            workspace_hash,
-            provider: self.provider().kind().to_string(),
-            branch_id: String::new(),
-            runner: self.runner.name().to_string(),
-            command: "(not run: migrations failed)".into(),
-            timings: RunTimings {
-                acquire_ms: 0,
-                migrate_ms,
-                run_ms: 0,
-            },
-            outcomes: names
-                .into_iter()
-                .map(|name| TestOutcome::new(name, TestStatus::Errored))
-                .collect(),
-            exit: ExitRecord {
-                code: None,
-                signal: None,
-                timed_out: false,
-            },
-            output_digest: ContentHash::of_bytes(text.as_bytes()),
-            output_excerpt: text,
             confinement: Default::default(),
             tree_changes: Vec::new(),
         }

@@ -48,8 +48,9 @@ pub fn runner_facts(config: &ProjectConfig) -> RunnerFacts {
         } => RunnerFacts {
             runner: "command".into(),
             command: format!(
-                "sh -c {} in the work tree",
-                consort_lakebase::shell_quote(command)
+                "sh -c {} {}",
+                consort_lakebase::shell_quote(command),
+                where_it_runs(config)
             ),
             collects: collected_by_command(config).unwrap_or_default(),
             loads: Vec::new(),
@@ -64,6 +65,15 @@ pub fn runner_facts(config: &ProjectConfig) -> RunnerFacts {
                 .collect(),
             test_names: test_identity(config).form().into(),
         },
+    }
+}
+
+/// Where the test command's processes start, as an agent is told it.
+fn where_it_runs(config: &ProjectConfig) -> &'static str {
+    if runs_in_a_view(config) {
+        "in a fresh view of the work tree (its files as links, read-only; the tool may create files of its own there, thrown away with the run), as the current directory"
+    } else {
+        "in the work tree, as the current directory (read-only to the run)"
     }
 }
 

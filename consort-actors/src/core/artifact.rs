@@ -706,7 +706,8 @@ pub enum InfraFault {
     PermissionDenied,
     /// The branch backend's quota or branch limit is used up.
     QuotaExhausted,
-    /// A migration could not be applied (promote).
+    /// A migration could not be applied: to the parent (promote), or to the base of a test
+    /// run, so that no test ran.
     MigrationFailed,
     /// The test command ran but did not test anything: its program was not found, it wrote
     /// no report, or it collected no test (the configuration's or the machine's fault).

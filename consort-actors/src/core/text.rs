@@ -13,6 +13,11 @@ pub fn duration_text(d: Duration) -> String {
     }
 }
 
+/// A run's length in whole seconds, as a time limit is said: `600 s` (milliseconds rounded).
+pub(crate) fn whole_seconds(ms: u64) -> String {
+    format!("{} s", ms.saturating_add(500) / 1000)
+}
+
 /// `n` and the noun that counts it: `1 call`, `2 calls`, `0 calls` (`plural` for nouns that
 /// do not take an `s`).
 pub fn counted(n: impl Into<u64>, singular: &str, plural: &str) -> String {
@@ -54,6 +59,17 @@ pub(crate) fn head_and_tail(text: &str, max: usize) -> String {
         "{head}\n[… {} characters left out …]\n{tail}",
         total - 2 * half
     )
+}
+
+/// `text` when it has at most `max` characters; else its last `max`, with the number left out
+/// before them: where a run that was stopped printed its last words.
+pub(crate) fn tail(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_string();
+    }
+    let tail: String = text.chars().skip(total - max).collect();
+    format!("[… {} characters left out …]\n{tail}", total - max)
 }
 
 /// An error and its causes on one line, joined by `: `: what a person reads where only one

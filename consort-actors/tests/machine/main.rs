@@ -1146,6 +1146,51 @@ fn a_red_whose_test_did_not_run_is_refused() {
     );
 }
 
+/// A RED stopped at its time limit is named as a time-out, never as a file that failed to
+/// load, and the Navigator is told the end of the output (where a fixture that waited said
+/// why), not its beginning.
+#[test]
+fn a_red_that_timed_out_is_named_so_with_the_end_of_its_output() {
+    let mut r = Run::with_red_applied("x");
+    let mut receipt = r.receipt(&[("(exit)", TestStatus::Errored)], 1);
+    receipt.exit = ExitRecord {
+        code: None,
+        signal: Some(9),
+        timed_out: true,
+    };
+    receipt.timings.run_ms = 600_204;
+    let filler = "collecting ... waiting for the worker\n".repeat(400);
+    receipt.output_excerpt = format!(
+        "START OF OUTPUT\n{filler}OSError: [Errno 38] Function not implemented: /dev/shm\n[consort: time limit of 600 s reached; the process group was killed]\n"
+    );
+    let v = r.refused(Event::VerifyCompleted { receipt });
+    assert_eq!(
+        v,
+        RuleViolation::RedRunTimedOut {
+            test: "tests/t1.sql".into(),
+            ran_ms: 600_204
+        }
+    );
+    let told = v.to_string();
+    assert!(
+        told.contains("ran 600 s and was stopped at its time limit"),
+        "{told}"
+    );
+    assert!(!told.contains("failed to load"), "{told}");
+    r.apply();
+    r.observe();
+    let Command::Assign { feedback, .. } = last_command(&r) else {
+        panic!("the Navigator is asked again");
+    };
+    let text = feedback.join("\n");
+    assert!(text.contains("Errno 38"), "the end of the output: {text}");
+    assert!(text.contains("time limit of 600 s reached"), "{text}");
+    assert!(
+        !text.contains("START OF OUTPUT"),
+        "not its beginning: {text}"
+    );
+}
+
 #[test]
 fn an_accepted_red_freezes_its_test_files() {
     let r = Run::at_green();
@@ -1354,6 +1399,42 @@ fn a_receipt_for_another_work_tree_halts() {
     let v = r.refused(Event::VerifyCompleted { receipt });
     assert!(matches!(v, RuleViolation::ReceiptWorkspaceMismatch { .. }));
     assert!(matches!(r.s.status, RunStatus::Halted { .. }));
+}
+
+/// No receipt without a run: a receipt that names no branch or no command (as a base whose
+/// migrations failed once produced: "(not run: migrations failed)", its new test "errored")
+/// is never a RED nor a GREEN; the run halts as the runner's fault, nothing is frozen or
+/// counted, and no agent is charged.
+#[test]
+fn a_receipt_without_a_run_is_no_red_and_no_green() {
+    for missing in ["branch", "command"] {
+        let mut r = Run::with_red_applied("x");
+        let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Errored)], 1);
+        match missing {
+            "branch" => receipt.branch_id = String::new(),
+            _ => receipt.command = " ".into(),
+        }
+        let request = receipt.request_id;
+        let v = r.refused(Event::VerifyCompleted { receipt });
+        assert_eq!(
+            v,
+            RuleViolation::ReceiptWithoutRun {
+                request,
+                missing: missing.into(),
+            }
+        );
+        let RunStatus::Halted { escalation, .. } = &r.s.status else {
+            panic!("a receipt without a run halts, got {:?}", r.s.status);
+        };
+        assert_eq!(
+            escalation.reason,
+            EscalationReason::Infrastructure(InfraFault::RunnerFailed),
+            "the runner's fault, not the Navigator's"
+        );
+        assert!(!escalation.reason.is_verdict());
+        assert!(r.s.receipts.is_empty(), "no receipt counted");
+        assert!(r.s.build.frozen_tests.is_empty(), "nothing frozen");
+    }
 }
 
 #[test]

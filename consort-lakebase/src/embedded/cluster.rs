@@ -892,7 +892,10 @@ fn spawn_server(
         .args(["-c", "full_page_writes=off"])
         .args(["-c", "max_connections=200"])
         .args(["-c", "unix_socket_permissions=0700"])
-        .args(["-c", "shared_buffers=32MB"]);
+        .args(["-c", "shared_buffers=32MB"])
+        // Not POSIX shared memory: test runs may write /dev/shm (when they share the
+        // machine's, a run could otherwise remove the server's segments).
+        .args(["-c", "dynamic_shared_memory_type=sysv"]);
     for (k, v) in &site.cfg.settings {
         cmd.arg("-c").arg(format!("{k}={v}"));
     }

@@ -92,6 +92,7 @@ impl RunContext {
             writable,
             create_only: Some(scratch.views()),
             connect_port: (!conn.host.starts_with('/')).then_some(conn.port),
+            shm: Some(scratch.shm()),
         };
         let jail = Jail::prepare(mode, &spec)?;
         Ok(RunContext {

@@ -6,7 +6,7 @@
 //! | what | allowed |
 //! |---|---|
 //! | read and execute | every file, except Consort's private state (the project's `.consort/`, the embedded cluster's directory) |
-//! | write, create, delete, rename | only its private scratch directory (its `HOME`, `TMPDIR` and report directory), the cache directories that exist in the tree when the run starts, and a few devices (`/dev/null`, …) |
+//! | write, create, delete, rename | only its private scratch directory (its `HOME`, `TMPDIR` and report directory), the cache directories that exist in the tree when the run starts, `/dev/shm` (a directory of the run's own scratch when Consort runs as root, else the machine's) and a few devices (`/dev/null`, …) |
 //! | TCP connect | only the branch's port (Landlock ABI 4 and later; ports, not addresses) |
 //! | signals, abstract Unix sockets | only inside the run (ABI 6 and later) |
 //!
@@ -16,7 +16,9 @@
 //! The domain is applied on a short-lived thread made for one spawn: the thread restricts
 //! itself, drops every capability (a run as root keeps uid 0 but none of root's powers), starts
 //! the child (which inherits both), and ends. No thread of the runtime is ever restricted, and
-//! no `unsafe` code is needed. This process is made non-dumpable, so its `/proc` files (its
+//! no `unsafe` code is needed. Where it may (as root), that thread first enters a mount
+//! namespace of its own in which `/dev/shm` is a directory of the run's scratch, so POSIX shared
+//! memory works confined and stays private to the run. This process is made non-dumpable, so its `/proc` files (its
 //! environment, with any API key in it) are out of the runs' reach.
 
 use std::path::{Path, PathBuf};
@@ -32,6 +34,10 @@ use crate::error::{Error, Result};
 
 /// The Landlock ABI whose rights the rules ask for (older kernels enforce what they know).
 const ABI_WANTED: ABI = ABI::V7;
+
+/// Where POSIX shared memory and named semaphores live; every run may write there (its own
+/// directory when [`private_dev_shm`] can mount one there).
+const SHM: &str = "/dev/shm";
 
 /// Devices every run may write to.
 const DEVICES: [&str; 6] = [
@@ -158,7 +164,7 @@ impl Scratch {
                 .map_err(|e| Error::io(format!("write {}", owner.display()), e))?;
         }
         b.recursive(true);
-        for sub in ["home", "tmp", "reports", "pycache"] {
+        for sub in ["home", "tmp", "reports", "pycache", "shm"] {
             let p = scratch.writable().join(sub);
             b.create(&p)
                 .map_err(|e| Error::io(format!("create {}", p.display()), e))?;
@@ -182,6 +188,12 @@ impl Scratch {
     /// Where the run's views of the work tree are made.
     pub fn views(&self) -> PathBuf {
         self.root.join(SCRATCH_VIEWS)
+    }
+
+    /// The run's own POSIX shared memory: what its processes see as `/dev/shm` where a
+    /// private one can be mounted (see [`JailSpec::shm`]).
+    pub fn shm(&self) -> PathBuf {
+        self.writable().join("shm")
     }
 
     /// Where runner reports (JUnit XML, TAP files) go.
@@ -282,6 +294,9 @@ pub struct JailSpec {
     pub create_only: Option<PathBuf>,
     /// The TCP port it may connect to (the branch's), if any.
     pub connect_port: Option<u16>,
+    /// The run's own directory for POSIX shared memory, seen by its processes as `/dev/shm`
+    /// (see [`Scratch::shm`]), if any.
+    pub shm: Option<PathBuf>,
 }
 
 /// The confinement of one run, ready to apply to each process it starts.
@@ -289,6 +304,8 @@ pub struct JailSpec {
 pub struct Jail {
     inner: Option<Arc<RulesetCreated>>,
     confinement: Confinement,
+    /// The directory its processes see as `/dev/shm`.
+    shm: Option<PathBuf>,
 }
 
 impl Jail {
@@ -297,6 +314,7 @@ impl Jail {
         Jail {
             inner: None,
             confinement: Confinement::Off,
+            shm: None,
         }
     }
 
@@ -319,6 +337,7 @@ impl Jail {
             .map_err(|e| Error::Runner(format!("cannot build the sandbox of the test run: {e}")))?;
         Ok(Jail {
             inner: Some(Arc::new(created)),
+            shm: spec.shm.clone(),
             confinement: Confinement::Landlock {
                 abi,
                 network: abi >= 4,
@@ -340,12 +359,14 @@ impl Jail {
             return cmd.spawn();
         };
         let rules = rules.try_clone()?;
+        let shm = self.shm.clone();
         let handle = tokio::runtime::Handle::current();
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("consort-confined-spawn".into())
             .spawn(move || {
                 let _guard = handle.enter();
+                let shm = shm.as_deref().map_or(Ok(()), private_dev_shm);
                 let result = match rules.restrict_self() {
                     Ok(s) if s.ruleset != RulesetStatus::NotEnforced => {
                         drop_capabilities().and_then(|()| cmd.spawn())
@@ -355,11 +376,50 @@ impl Jail {
                     )),
                     Err(e) => Err(std::io::Error::other(format!("Landlock: {e}"))),
                 };
-                let _ = tx.send(result);
+                let _ = tx.send(result.map(|child| (child, shm)));
             })?;
-        rx.await
-            .map_err(|_| std::io::Error::other("the confined spawn thread ended without a word"))?
+        let (child, shm) = rx.await.map_err(|_| {
+            std::io::Error::other("the confined spawn thread ended without a word")
+        })??;
+        if let Err(e) = shm {
+            shared_dev_shm_noted(&e);
+        }
+        Ok(child)
     }
+}
+
+/// Gives the calling thread, and so the child it starts, a mount namespace of its own in which
+/// `/dev/shm` is `dir` (the run's own, in its scratch directory): POSIX shared memory and
+/// named semaphores (`shm_open`, `sem_open`: Python's `multiprocessing`, task-queue workers,
+/// pytest-xdist) work confined, what a run leaves there goes with its scratch directory, and
+/// no other run sees it. A bind mount, not a fresh tmpfs: Landlock ignores a rule on a
+/// directory something is mounted over, so the rule must be on the mount's own root, `dir`.
+/// Needs `CAP_SYS_ADMIN` (a run as root); without it the run shares the machine's `/dev/shm`.
+fn private_dev_shm(dir: &Path) -> nix::Result<()> {
+    use nix::mount::{MsFlags, mount};
+    use nix::sched::{CloneFlags, unshare};
+    if !Path::new(SHM).is_dir() {
+        return Err(nix::errno::Errno::ENOENT);
+    }
+    unshare(CloneFlags::CLONE_NEWNS)?;
+    // Nothing mounted here may reach the machine's mounts.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )?;
+    mount(Some(dir), SHM, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+}
+
+/// Says once per process that runs share the machine's `/dev/shm` (no private one could be
+/// mounted).
+fn shared_dev_shm_noted(e: &nix::errno::Errno) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        tracing::info!(error = %e, "test runs share this machine's /dev/shm: a private one needs CAP_SYS_ADMIN (run as root)");
+    });
 }
 
 /// Empties every capability set of the calling thread (bounding set first, so a program run
@@ -418,6 +478,18 @@ fn build_rules(spec: &JailSpec, abi: u32) -> std::result::Result<RulesetCreated,
         let create = write
             & (AccessFs::MakeReg | AccessFs::MakeDir | AccessFs::WriteFile | AccessFs::Truncate);
         created = add_path(created, views, read | create)?;
+    }
+    // The run's own /dev/shm, by the directory mounted there (a rule on the mount point
+    // would not reach it); the machine's, where no private one can be mounted.
+    for shm in spec
+        .shm
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([Path::new(SHM)])
+    {
+        if shm.is_dir() {
+            created = add_path(created, shm, read | write)?;
+        }
     }
     for dev in DEVICES.iter().map(Path::new).filter(|d| d.exists()) {
         created = add_path(

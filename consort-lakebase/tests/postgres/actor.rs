@@ -105,7 +105,9 @@ async fn a_verify_request_is_answered_with_a_receipt_of_the_real_run() {
         "every run gets a fresh branch"
     );
 
-    // A failing migration is a receipt that says so, not an infrastructure error.
+    // A failing migration means no test ran: never a receipt (a RED would count the tests
+    // that never ran as failing), but an infrastructure error that names the migration and
+    // the server's error.
     let mut bad = stock_migrations();
     bad.push(migration(
         "0002_bad",
@@ -113,13 +115,21 @@ async fn a_verify_request_is_answered_with_a_receipt_of_the_real_run() {
     ));
     let mut req = request(43, tree.path(), bad);
     req.tests = vec!["tests/t1_empty.sql".into()];
-    let failed = verify(&actor, req).await.expect("receipt");
-    assert_eq!(
-        failed.status_of("tests/t1_empty.sql"),
-        Some(TestStatus::Errored)
+    let failed = verify(&actor, req)
+        .await
+        .expect_err("no receipt without a run");
+    assert_eq!(failed.fault, consort_actors::InfraFault::MigrationFailed);
+    assert!(
+        failed.detail.starts_with("no test ran"),
+        "{}",
+        failed.detail
     );
-    assert!(failed.output_excerpt.contains("0002_bad"));
-    assert!(failed.branch_id.is_empty());
+    assert!(failed.detail.contains("0002_bad"), "{}", failed.detail);
+    assert!(
+        failed.detail.contains("\"nowhere\" does not exist") && failed.detail.contains("42P01"),
+        "the server's error: {}",
+        failed.detail
+    );
 
     actor.stop(None);
     join.await.expect("actor stopped");

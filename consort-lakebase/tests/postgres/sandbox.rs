@@ -1,7 +1,7 @@
 //! Confined runs, tried as an adversary would: the code under test runs inside the
 //! verification, so everything that judges the run must be out of its reach — the tests, the
-//! harness, VCS metadata, Consort's private state, other ports — while its scratch directory
-//! and the caches stay usable. Also: settings stored on the role or database by code do not
+//! harness, VCS metadata, Consort's private state, other ports — while its scratch directory,
+//! the caches and POSIX shared memory (worker processes) stay usable. Also: settings stored on the role or database by code do not
 //! reach the tests, a setup file is SQL and never a psql script, a session the code ends is a
 //! verdict, and a run that changes the tree is void.
 
@@ -65,6 +65,20 @@ try remove-a-link 'rm consort.toml'
 try rename-a-link 'mv tests tests2'
 try replace-a-link 'ln -sf /tmp consort.toml'
 try make-a-link 'ln -s /tmp elsewhere'
+try posix-shm-workers 'python3 -c "
+import multiprocessing as mp
+def work(q, lock, n):
+    with lock:
+        q.put(n * n)
+if __name__ == \"__main__\":
+    ctx = mp.get_context(\"fork\")
+    q, lock = ctx.Queue(), ctx.Lock()
+    ps = [ctx.Process(target=work, args=(q, lock, n)) for n in range(3)]
+    [p.start() for p in ps]
+    [p.join(20) for p in ps]
+    assert sorted(q.get(timeout=5) for _ in ps) == [0, 1, 4]
+"'
+try shm-of-its-own 'echo probe > /dev/shm/consort-sandbox-probe && test -z "$(ls /dev/shm | grep -v consort-sandbox-probe | grep -v "^sem\.mp-" | grep -v "^mp-" || true)"'
 echo "1..$n"
 "#;
 
@@ -96,6 +110,8 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
     let other_port = other.local_addr().expect("addr").port();
     let cluster = common::cluster().await;
     let ctx = confined(tree.path(), vec![tree.path().join("target")]).await;
+    // As root, each run gets a /dev/shm of its own (empty, and gone with its scratch).
+    let running_as_root = nix::unistd::geteuid().is_root();
 
     let mut cfg = CommandRunnerConfig::new("sh attempts.sh");
     cfg.env
@@ -120,7 +136,11 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
             "write-scratch",
             "write-cache",
             "connect-branch",
+            "posix-shm-workers",
         ];
+        if running_as_root {
+            allowed.push("shm-of-its-own");
+        }
         let mut denied = vec![
             "write-test",
             "move-tests-aside",
@@ -157,7 +177,16 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
                 );
             }
         }
-        assert_eq!(r.outcomes.len(), allowed.len() + denied.len());
+        assert_eq!(
+            r.outcomes.len(),
+            allowed.len() + denied.len() + usize::from(!running_as_root)
+        );
+        if running_as_root {
+            assert!(
+                !Path::new("/dev/shm/consort-sandbox-probe").exists(),
+                "what a run puts in its /dev/shm stays in its own"
+            );
+        }
         std::fs::remove_file(tree.path().join("target/out")).expect("the cache write landed");
         assert_eq!(
             hash_dir(tree.path()).expect("hash"),

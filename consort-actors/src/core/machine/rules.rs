@@ -201,6 +201,18 @@ pub enum RuleViolation {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         failed_elsewhere: Vec<String>,
     },
+    /// The test command was stopped at its time limit before it reported the new test: a
+    /// time-out, never a file that failed to load.
+    #[error(
+        "the test command ran {} and was stopped at its time limit before it reported the new test {test}: something in the run waits for what never comes (a worker process that died, a lock, a server that is not there); the end of what it printed is below",
+        crate::core::text::whole_seconds(*ran_ms)
+    )]
+    RedRunTimedOut {
+        /// The test's runner name.
+        test: String,
+        /// How long the command ran before it was stopped, in milliseconds.
+        ran_ms: u64,
+    },
     /// A receipt answers another request.
     #[error(
         "receipt answers {got}, but the pending request is {}",
@@ -226,6 +238,17 @@ pub enum RuleViolation {
     RunChangedTree {
         /// The changed paths, relative to the work tree.
         paths: Vec<String>,
+    },
+    /// A receipt names no database branch or no command: it records no test run, so it
+    /// proves nothing either way (a RED would count tests that never ran as failing).
+    #[error(
+        "the receipt of request {request} records no test run ({missing} is empty): no test ran, so it is evidence of nothing"
+    )]
+    ReceiptWithoutRun {
+        /// The request the receipt answers.
+        request: RequestId,
+        /// What it lacks: `branch` or `command`.
+        missing: String,
     },
     /// The reviewer authored code under review.
     #[error("{reviewer} authored the code under review and may not review it")]
@@ -332,11 +355,13 @@ impl RuleViolation {
             | RedMissingTest { .. }
             | RedPassedWithoutCode { .. }
             | RedBrokeGreenTest { .. }
-            | RedTestNotRun { .. } => Remedy::RetryAgent,
+            | RedTestNotRun { .. }
+            | RedRunTimedOut { .. } => Remedy::RetryAgent,
             UnexpectedTestFile { .. }
             | ChangedOutsideConsort { .. }
             | ReceiptWorkspaceMismatch { .. }
             | RunChangedTree { .. }
+            | ReceiptWithoutRun { .. }
             | ReviewerIsAuthor { .. }
             | DesignHashMismatch { .. }
             | MigrationFileChanged { .. }

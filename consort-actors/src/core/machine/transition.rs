@@ -277,8 +277,9 @@ fn same_assignment(pending: AssignmentId, got: AssignmentId) -> Result<(), RuleV
     })
 }
 
-/// A receipt must answer the pending request, leave the tree as it was, and be for the work
-/// tree the request was issued for.
+/// A receipt must answer the pending request, record a real run (a branch and a command: **no
+/// receipt without a run**), leave the tree as it was, and be for the work tree the request
+/// was issued for.
 fn receipt_answers(pending: &Pending, receipt: &TestRunReceipt) -> Result<(), RuleViolation> {
     let Pending::Verify {
         request,
@@ -295,6 +296,18 @@ fn receipt_answers(pending: &Pending, receipt: &TestRunReceipt) -> Result<(), Ru
         return Err(RuleViolation::ReceiptNotForRequest {
             expected: Some(*request),
             got: receipt.request_id,
+        });
+    }
+    let missing = [
+        ("branch", &receipt.branch_id),
+        ("command", &receipt.command),
+    ]
+    .into_iter()
+    .find(|(_, v)| v.trim().is_empty());
+    if let Some((missing, _)) = missing {
+        return Err(RuleViolation::ReceiptWithoutRun {
+            request: receipt.request_id,
+            missing: missing.into(),
         });
     }
     if !receipt.tree_changes.is_empty() {
@@ -542,6 +555,12 @@ pub(super) fn red_fails_for(
         Some(TestStatus::Failed | TestStatus::Errored) => {}
         Some(TestStatus::Passed) => {
             return Err(RuleViolation::RedPassedWithoutCode { test: focus });
+        }
+        Some(TestStatus::Skipped) | None if receipt.exit.timed_out => {
+            return Err(RuleViolation::RedRunTimedOut {
+                test: focus,
+                ran_ms: receipt.timings.run_ms,
+            });
         }
         Some(TestStatus::Skipped) | None => {
             let failed_elsewhere = receipt
@@ -983,8 +1002,8 @@ pub(super) fn check_resolved(
     }
 }
 
-/// Whose fault a halt on `violation` is: a broken invariant is Consort's own, any other rule
-/// the work's.
+/// Whose fault a halt on `violation` is: a broken invariant is Consort's own, a receipt without
+/// a run the runner's, any other rule the work's.
 fn halt_reason(violation: &RuleViolation) -> EscalationReason {
     match violation {
         RuleViolation::Invariant { .. } => {
@@ -994,6 +1013,9 @@ fn halt_reason(violation: &RuleViolation) -> EscalationReason {
             EscalationReason::Verdict(VerdictReason::EarlierTestContradicted)
         }
         RuleViolation::ChangedOutsideConsort { .. } => EscalationReason::ChangedOutsideConsort,
+        RuleViolation::ReceiptWithoutRun { .. } => {
+            EscalationReason::Infrastructure(InfraFault::RunnerFailed)
+        }
         _ => EscalationReason::Verdict(VerdictReason::RuleViolated),
     }
 }
@@ -1104,18 +1126,26 @@ pub(super) fn failure_feedback(receipt: &TestRunReceipt, names: &[String]) -> St
         [] => "none".to_string(),
         names => names.join(", "),
     };
+    let ended = if receipt.exit.timed_out {
+        format!(
+            "the test command ran {} and was stopped at its time limit (something in the run waits for what never comes); the end of what it printed is below",
+            crate::core::text::whole_seconds(receipt.timings.run_ms)
+        )
+    } else {
+        format!("the run ended with {}", receipt.exit)
+    };
     format!(
-        "Tests not passing: {}; not reported: {}; the run ended with {}.\n{}",
+        "Tests not passing: {}; not reported: {}; {ended}.\n{}",
         list(&receipt.not_passed()),
         list(&missing),
-        receipt.exit,
         excerpt(receipt)
     )
 }
 
 /// The part of a run's output an agent needs: the lines that name a passing test are left out
 /// (and counted), and what remains is capped at [`FEEDBACK_EXCERPT`] characters, keeping its
-/// beginning and its end (where runners print their summary).
+/// beginning and its end (where runners print their summary), or only its end when the run
+/// was stopped at its time limit.
 pub(super) fn excerpt(receipt: &TestRunReceipt) -> String {
     let passed: Vec<&str> = receipt
         .outcomes
@@ -1138,7 +1168,12 @@ pub(super) fn excerpt(receipt: &TestRunReceipt) -> String {
             "[{left_out} line(s) about passing tests left out]\n"
         ));
     }
-    let output = crate::core::text::head_and_tail(&kept, FEEDBACK_EXCERPT);
+    // A run stopped at its time limit said what it waited for last.
+    let output = if receipt.exit.timed_out {
+        crate::core::text::tail(&kept, FEEDBACK_EXCERPT)
+    } else {
+        crate::core::text::head_and_tail(&kept, FEEDBACK_EXCERPT)
+    };
     match failures_said(receipt) {
         Some(said) => format!("{said}\nThe run's output:\n{output}"),
         None => output,
