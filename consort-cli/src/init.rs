@@ -637,11 +637,62 @@ fn check_database(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
         }
     }
     if let ProviderConfig::Url { url_env } = &config.database {
+        let url = std::env::var(url_env).ok();
         checks.report(
-            std::env::var(url_env).is_ok(),
+            url.is_some(),
             &format!("database URL in {url_env}"),
             &format!("export {url_env}=postgres://…"),
         );
+        if let Some(url) = url {
+            check_parent_privileges(checks, url);
+        }
+    }
+}
+
+/// Connects to the server a URL names and checks what migrations need of its parent database
+/// (see [`consort_lakebase::ServerProvider::parent_privileges`]); a missing privilege fails
+/// with the statement that grants it.
+fn check_parent_privileges(checks: &mut Checks, url: String) {
+    let asked = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let url = consort_lakebase::Secret::new(url);
+            let server = consort_lakebase::PostgresUrlProvider::connect(
+                &url,
+                consort_lakebase::ServerOptions::default(),
+            )
+            .await
+            .map_err(|e| consort_actors::error_chain(&e))?;
+            server
+                .parent_privileges()
+                .await
+                .map_err(|e| consort_actors::error_chain(&e))
+        })
+    })
+    .join();
+    match asked {
+        Ok(Ok(found)) => {
+            for p in found {
+                checks.report(
+                    p.ok,
+                    &p.what,
+                    &format!("as the parent's owner: {}", p.grant),
+                );
+            }
+        }
+        Ok(Err(e)) => checks.report(
+            false,
+            &format!("the database server: {e}"),
+            "check the URL, and that the server is up",
+        ),
+        Err(_) => checks.report(
+            false,
+            "the database server check failed",
+            "run doctor again",
+        ),
     }
 }
 

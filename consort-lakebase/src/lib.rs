@@ -107,7 +107,7 @@ pub use error::{
     CaFileError, ClusterError, ConfigError, Error, Result, ServerText, TestCommandFault,
 };
 pub use pgbin::{PgBinaries, find_psql};
-pub use pgbranch::{ServerOptions, ServerProvider, TEMPLATE_PREFIX};
+pub use pgbranch::{ParentPrivilege, ServerOptions, ServerProvider, TEMPLATE_PREFIX};
 pub use pgconn::connect;
 pub use pool::{Acquired, BranchPool, Lease, PoolConfig, PoolStats, PoolStatsSnapshot, Released};
 pub use provider::{

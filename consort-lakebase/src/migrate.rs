@@ -14,6 +14,10 @@ use tracing::debug;
 
 use crate::error::{Error, Result};
 
+mod psql_script;
+
+pub use psql_script::PsqlTarget;
+
 /// The table that records applied migrations.
 pub const MIGRATIONS_TABLE: &str = "consort_migrations";
 
@@ -61,25 +65,38 @@ pub async fn ensure_table(client: &Client) -> Result<()> {
         .map_err(|e| Error::from_pg("creating consort_migrations", e))
 }
 
-/// Applies `migrations` in order, each in its own transaction with its record.
+/// Applies `migrations` in order, each in its own transaction with its record. A psql script
+/// among them ([`Migration::is_psql_script`]) is refused: see [`apply_with_psql`].
 pub async fn apply(client: &mut Client, migrations: &[Migration]) -> Result<MigrationReport> {
-    let (report, outcome) = apply_partial(client, migrations).await;
+    apply_with_psql(client, migrations, None).await
+}
+
+/// [`apply`], with a project's existing psql scripts applied by psql at `psql` (the same
+/// database as `client`), each recorded like any migration once psql committed it.
+pub async fn apply_with_psql(
+    client: &mut Client,
+    migrations: &[Migration],
+    psql: Option<&PsqlTarget>,
+) -> Result<MigrationReport> {
+    let (report, outcome) = apply_partial(client, migrations, psql).await;
     outcome.map(|()| report)
 }
 
-/// Like [`apply`], but also returns what was applied before a failure.
+/// Like [`apply_with_psql`], but also returns what was applied before a failure.
 pub async fn apply_partial(
     client: &mut Client,
     migrations: &[Migration],
+    psql: Option<&PsqlTarget>,
 ) -> (MigrationReport, Result<()>) {
     let mut report = MigrationReport::default();
-    let outcome = apply_into(client, migrations, &mut report).await;
+    let outcome = apply_into(client, migrations, psql, &mut report).await;
     (report, outcome)
 }
 
 async fn apply_into(
     client: &mut Client,
     migrations: &[Migration],
+    psql: Option<&PsqlTarget>,
     report: &mut MigrationReport,
 ) -> Result<()> {
     check_plan(migrations)?;
@@ -115,7 +132,15 @@ async fn apply_into(
             report.already_applied.push(m.version.clone());
             continue;
         }
-        if let Err(e) = tx.batch_execute(&m.sql).await {
+        if m.is_psql_script() {
+            let Some(target) = psql else {
+                return Err(Error::Migration {
+                    version: m.version.clone(),
+                    detail: "it is a psql script (a line starts with a backslash meta-command), and this backend applies migrations through the protocol only; write it as plain SQL".into(),
+                });
+            };
+            psql_script::apply(target, m).await?;
+        } else if let Err(e) = tx.batch_execute(&m.sql).await {
             return Err(Error::Migration {
                 version: m.version.clone(),
                 detail: e

@@ -24,6 +24,34 @@ pub(crate) fn config_of(info: &ConnectInfo) -> Config {
     cfg
 }
 
+/// The [`ConnectInfo`] of a ready configuration (its first host and port), for a client
+/// program such as psql; None when it names no host, user or database.
+pub(crate) fn connect_info_of(cfg: &Config, sslmode: SslMode) -> Option<ConnectInfo> {
+    use tokio_postgres::config::Host;
+    let host = match cfg.get_hosts().first()? {
+        Host::Tcp(name) => name.clone(),
+        Host::Unix(dir) => dir.display().to_string(),
+    };
+    let password = match cfg.get_password() {
+        Some(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        // No password: the server trusts the connection (a socket, peer authentication).
+        None => String::new(),
+    };
+    Some(ConnectInfo {
+        host,
+        port: cfg.get_ports().first().copied().unwrap_or(DEFAULT_PORT),
+        database: cfg.get_dbname()?.to_string(),
+        user: cfg.get_user()?.to_string(),
+        secret: crate::provider::Secret::new(password),
+        expires_at: None,
+        sslmode,
+        ca_file: None,
+    })
+}
+
+/// libpq's port when a configuration names none.
+const DEFAULT_PORT: u16 = 5432;
+
 /// Connects with `info`; the connection's driver task runs on the current runtime.
 pub async fn connect(info: &ConnectInfo) -> Result<Client> {
     connect_config(&config_of(info), info.sslmode, info.ca_file.as_deref()).await

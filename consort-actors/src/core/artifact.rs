@@ -164,6 +164,17 @@ impl Migration {
         Self::checksum_of(&self.sql)
     }
 
+    /// Whether its text is a psql script rather than SQL: a line that starts with a backslash
+    /// (a meta-command such as `\set` or `\i`, or the end of COPY data, `\.`), which no SQL
+    /// statement begins with. Only a project's own existing schema files may be psql scripts
+    /// (applied by psql); the design's migrations are SQL (`check_schema` refuses one that
+    /// is not), since psql runs what its meta-commands say unconfined.
+    pub fn is_psql_script(&self) -> bool {
+        self.sql
+            .lines()
+            .any(|line| line.trim_start().starts_with('\\'))
+    }
+
     /// The checksum [`Migration::checksum`] gives a migration holding `sql`.
     pub fn checksum_of(sql: &str) -> ContentHash {
         ContentHash::of_bytes(crate::core::hash::normalise_newlines(sql).as_bytes())

@@ -613,6 +613,27 @@ fn revisions_are_bounded_then_escalate_as_a_verdict() {
     assert!(matches!(last_command(&r), Command::Escalate { .. }));
 }
 
+/// A design's migration is SQL: one with a psql meta-command line (which psql would run
+/// unconfined, `\\!` a shell command among them) is refused; the same text inside a string
+/// or a dollar-quoted body on a line of its own is still refused (no SQL line begins so).
+#[test]
+fn a_design_migration_that_is_a_psql_script_is_refused() {
+    let stories = stories(false);
+    let mut plan = schema();
+    assert!(check_schema(&plan, &stories).is_ok());
+    for script in [
+        "\\set schema app\nCREATE SCHEMA :\"schema\";",
+        "CREATE TABLE t (x int);\n  \\! touch /tmp/owned",
+    ] {
+        plan.migrations[0].sql = script.into();
+        let v = check_schema(&plan, &stories).expect_err("refused");
+        assert!(
+            v.to_string().contains("never a psql script"),
+            "{script}: {v}"
+        );
+    }
+}
+
 #[test]
 fn malformed_design_artifacts_are_refused_and_the_agent_retries() {
     let mut r = Run::new();

@@ -846,7 +846,7 @@ impl LakebaseProvider {
         migrate::check_plan(migrations)?;
         let source = self.source_branch().await?;
         let mut client = self.wait_for_login(&source).await?;
-        let (report, outcome) = migrate::apply_partial(&mut client, migrations).await;
+        let (report, outcome) = migrate::apply_partial(&mut client, migrations, None).await;
         let failure = match outcome {
             Ok(()) => None,
             Err(e @ (Error::Migration { .. } | Error::ChecksumMismatch { .. })) => {

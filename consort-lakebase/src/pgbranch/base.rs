@@ -120,7 +120,8 @@ impl ServerProvider {
         Ok(false)
     }
 
-    /// Applies the migrations and fixtures to the base being built (as the owner role).
+    /// Applies the migrations and fixtures to the base being built (as the owner role, which
+    /// may create schemas there; a project's psql scripts by psql, as that role too).
     async fn fill_base(&self, db: &str, spec: &BaseSpec) -> Result<()> {
         let mut c = self.admin.connect(db).await?;
         let owner = quote_ident(&self.opts.owner_role);
@@ -134,10 +135,17 @@ impl ServerProvider {
                 warn!(error = %consort_actors::error_chain(&e), "could not give the base's public schema to the owner role");
             }
         }
+        // The base is Consort's own copy: its migrations may create schemas.
+        c.batch_execute(&format!(
+            "GRANT CREATE ON DATABASE {} TO {owner}",
+            quote_ident(db)
+        ))
+        .await
+        .map_err(|e| Error::from_pg("letting the owner role create schemas in the base", e))?;
         c.batch_execute(&format!("SET ROLE {owner}"))
             .await
             .map_err(|e| Error::from_pg("switching to the owner role", e))?;
-        migrate::apply(&mut c, &spec.migrations).await?;
+        migrate::apply_with_psql(&mut c, &spec.migrations, self.psql_target(db).as_ref()).await?;
         for (i, fx) in spec.fixtures.iter().enumerate() {
             c.batch_execute(fx).await.map_err(|e| Error::Migration {
                 version: format!("fixture #{}", i + 1),

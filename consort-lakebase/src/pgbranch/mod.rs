@@ -29,6 +29,8 @@ mod branch;
 mod catalog;
 mod meta;
 mod privileges;
+
+pub use privileges::ParentPrivilege;
 mod promote;
 mod secrets;
 mod sweep;
@@ -182,6 +184,24 @@ impl ServerProvider {
     /// The embedded cluster this provider branches in (`None` for a server reached by URL).
     pub fn cluster(&self) -> Option<&Arc<EmbeddedCluster>> {
         self.target.cluster.as_ref()
+    }
+
+    /// Where psql applies a project's existing psql script to database `db`: as the
+    /// administrator, then the owner role (as every migration is applied).
+    fn psql_target(&self, db: &str) -> Option<crate::migrate::PsqlTarget> {
+        Some(crate::migrate::PsqlTarget {
+            conn: crate::pgconn::connect_info_of(&self.admin.cfg_for(db), self.target.admin_ssl)?,
+            role: Some(self.opts.owner_role.clone()),
+        })
+    }
+
+    /// What migrations need of the parent, and whether it holds: the owner role may create
+    /// schemas there and objects in its `public` schema. A parent this provider manages is
+    /// prepared so at set-up; one it did not create is prepared by a person (`consort
+    /// doctor` shows the statements), since Consort changes no database it did not create.
+    pub async fn parent_privileges(&self) -> Result<Vec<privileges::ParentPrivilege>> {
+        let c = self.admin.connect(&self.target.parent).await?;
+        privileges::parent_privileges(&c, &self.target.parent, &self.opts.owner_role).await
     }
 
     /// How often a busy source database (SQLSTATE 55006) was retried so far.

@@ -86,7 +86,8 @@ async fn ensure_owner_role(client: &Client, role: &str) -> Result<()> {
 }
 
 /// Creates the parent when missing, closes `CONNECT` for `PUBLIC` on it and the maintenance
-/// databases, and gives its `public` schema to the owner role.
+/// databases, gives its `public` schema to the owner role and lets that role create schemas
+/// in it.
 async fn manage_parent(
     client: &Client,
     target: &ServerTarget,
@@ -126,11 +127,28 @@ async fn manage_parent(
         .await
         .map_err(|e| Error::from_pg("reading the parent's schema owner", e))?
         .get(0);
+    let owner = quote_ident(&opts.owner_role);
     if !owned {
-        let owner = quote_ident(&opts.owner_role);
         pc.batch_execute(&format!("ALTER SCHEMA public OWNER TO {owner}"))
             .await
             .map_err(|e| Error::from_pg("giving the parent's schema to the owner role", e))?;
+    }
+    // Migrations may create schemas of their own: promoted, they create them in the parent.
+    let may_create: bool = pc
+        .query_one(
+            "SELECT has_database_privilege($1, current_database(), 'CREATE')",
+            &[&opts.owner_role],
+        )
+        .await
+        .map_err(|e| Error::from_pg("reading the owner role's privileges on the parent", e))?
+        .get(0);
+    if !may_create {
+        pc.batch_execute(&format!(
+            "GRANT CREATE ON DATABASE {} TO {owner}",
+            quote_ident(parent)
+        ))
+        .await
+        .map_err(|e| Error::from_pg("letting the owner role create schemas in the parent", e))?;
     }
     Ok(())
 }
@@ -156,4 +174,48 @@ async fn warn_if_public_connect(client: &Client, parent: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// One thing migrations need of the parent, and whether it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentPrivilege {
+    /// Whether it holds.
+    pub ok: bool,
+    /// What was checked.
+    pub what: String,
+    /// The statement that grants it, for a person with the rights to run it.
+    pub grant: String,
+}
+
+/// What migrations need of a parent: the owner role (which applies them, in every base and at
+/// promotion) may create schemas in the parent database and objects in its `public` schema.
+pub(super) async fn parent_privileges(
+    client: &Client,
+    parent: &str,
+    owner: &str,
+) -> Result<Vec<ParentPrivilege>> {
+    let row = client
+        .query_one(
+            "SELECT has_database_privilege($1, current_database(), 'CREATE'), \
+                    has_schema_privilege($1, 'public', 'CREATE')",
+            &[&owner],
+        )
+        .await
+        .map_err(|e| Error::from_pg("reading the owner role's privileges on the parent", e))?;
+    let (db, public): (bool, bool) = (row.get(0), row.get(1));
+    let (p, o) = (quote_ident(parent), quote_ident(owner));
+    Ok(vec![
+        ParentPrivilege {
+            ok: db,
+            what: format!(
+                "{owner} may create schemas in {parent} (migrations that CREATE SCHEMA, at promotion)"
+            ),
+            grant: format!("GRANT CREATE ON DATABASE {p} TO {o};"),
+        },
+        ParentPrivilege {
+            ok: public,
+            what: format!("{owner} may create objects in {parent}'s public schema"),
+            grant: format!("GRANT USAGE, CREATE ON SCHEMA public TO {o};"),
+        },
+    ])
 }

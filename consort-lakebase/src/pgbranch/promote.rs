@@ -26,7 +26,8 @@ impl ServerProvider {
         c.batch_execute(&format!("SET ROLE {owner}"))
             .await
             .map_err(|e| Error::from_pg("switching to the owner role", e))?;
-        let (report, outcome) = migrate::apply_partial(&mut c, migrations).await;
+        let psql = self.psql_target(&parent);
+        let (report, outcome) = migrate::apply_partial(&mut c, migrations, psql.as_ref()).await;
         let failure = match outcome {
             Ok(()) => None,
             Err(e @ (Error::Migration { .. } | Error::ChecksumMismatch { .. })) => {

@@ -295,3 +295,68 @@ async fn a_base_is_copied_from_its_own_parent_even_when_another_parent_has_the_s
     );
     b.delete(&branch.name).await.expect("delete");
 }
+
+/// A project's schema lives in a schema of its own, created by a psql script (`\set`,
+/// `:"var"`, COPY data) that psql applies; the design's migration then adds an index and a
+/// schema of its own. Both reach a base, its branches and, promoted, the parent: the owner
+/// role may create schemas where Consort owns the database.
+#[tokio::test]
+async fn migrations_create_schemas_and_a_projects_psql_script_is_applied_by_psql() {
+    let parent = unique_database("schemas");
+    let p = provider_on(&parent).await;
+    let script = migration(
+        "0000_broker",
+        "\\set schema broker\n\
+         CREATE SCHEMA :\"schema\";\n\
+         CREATE TABLE :\"schema\".jobs (id int PRIMARY KEY, queue text NOT NULL);\n\
+         COPY :\"schema\".jobs (id, queue) FROM stdin;\n\
+         1\tdefault\n\
+         2\tmail\n\
+         \\.\n",
+    );
+    assert!(script.is_psql_script());
+    let index = migration(
+        "0001_queue_index",
+        "CREATE INDEX jobs_by_queue ON broker.jobs (queue);\n\
+         CREATE SCHEMA reporting;\n\
+         CREATE VIEW reporting.queues AS SELECT queue, count(*) AS n FROM broker.jobs GROUP BY queue;",
+    );
+    let plan = vec![script.clone(), index.clone()];
+    let base = p.prepare_base(&spec(plan.clone())).await.expect("base");
+    let (b, info) = branch_of(&*p, &base).await;
+    assert_eq!(
+        must_query(
+            &info,
+            "SELECT string_agg(queue, ',' ORDER BY queue) FROM reporting.queues"
+        )
+        .await,
+        vec!["default,mail".to_string()]
+    );
+    assert_eq!(
+        must_query(&info, "SELECT indexname FROM pg_indexes WHERE schemaname = 'broker' AND indexname = 'jobs_by_queue'").await,
+        vec!["jobs_by_queue".to_string()]
+    );
+    // The branch's tests may use and change what the migrations made.
+    must_query(&info, "INSERT INTO broker.jobs VALUES (3, 'mail')").await;
+    p.delete(&b.name).await.expect("delete");
+
+    let promoted = p.promote(&plan).await.expect("promote");
+    assert!(promoted.verified, "{:?}", promoted.failure);
+    assert_eq!(promoted.applied, ["0000_broker", "0001_queue_index"]);
+
+    // A failing script fails as a migration, naming it and what psql said; nothing of it stays.
+    let broken = migration(
+        "0000_broken",
+        "\\set schema halfway\nCREATE SCHEMA :\"schema\";\nSELECT * FROM nowhere;\n",
+    );
+    let err = p
+        .prepare_base(&spec(vec![broken]))
+        .await
+        .expect_err("a failing script fails the base");
+    let text = err.to_string();
+    assert!(matches!(err, Error::Migration { .. }), "{text}");
+    assert!(
+        text.contains("0000_broken") && text.contains("\"nowhere\" does not exist"),
+        "{text}"
+    );
+}

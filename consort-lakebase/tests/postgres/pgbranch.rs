@@ -256,6 +256,33 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
     assert!(p.private_paths().is_empty());
     assert!(!format!("{p:?}").contains("app-Secret-42"));
 
+    // A parent Consort did not create is not changed: what migrations need of it is shown,
+    // with the statements that grant it.
+    let needs = p.parent_privileges().await.expect("privileges");
+    assert_eq!(needs.len(), 2);
+    assert!(!needs[0].ok, "{needs:?}");
+    assert_eq!(
+        needs[0].grant,
+        "GRANT CREATE ON DATABASE \"app\" TO \"consortowner\";"
+    );
+    // Its bases are Consort's own copies: migrations create schemas there all the same.
+    let schema = p
+        .prepare_base(&BaseSpec {
+            migrations: vec![migration(
+                "0001_own_schema",
+                "CREATE SCHEMA notes_app; CREATE TABLE notes_app.n (id int)",
+            )],
+            fixtures: Vec::new(),
+        })
+        .await;
+    assert!(schema.is_ok(), "{schema:?}");
+    admin
+        .batch_execute(&needs[0].grant)
+        .await
+        .expect("a person with the rights grants it");
+    let needs = p.parent_privileges().await.expect("privileges");
+    assert!(needs[0].ok, "{needs:?}");
+
     let migrations = vec![migration(
         "0001_notes",
         "CREATE TABLE notes (id int PRIMARY KEY, body text)",

@@ -483,6 +483,12 @@ pub fn check_schema(plan: &SchemaPlan, stories: &Stories) -> Result<(), RuleViol
         require(!m.sql.trim().is_empty(), || {
             format!("migration {} has no SQL", m.version)
         })?;
+        require(!m.is_psql_script(), || {
+            format!(
+                "migration {} holds a psql meta-command (a line that starts with a backslash): a migration is SQL, applied through the protocol, never a psql script",
+                m.version
+            )
+        })?;
         require(stories.stories.iter().any(|s| s.id == m.story_id), || {
             format!(
                 "migration {} is for unknown story `{}`",
