@@ -802,6 +802,25 @@ pub struct StatusReport {
     pub features: Vec<FeatureSummary>,
     /// Every lane (a feature with a worktree of its own), in backlog order.
     pub lanes: Vec<LaneStatus>,
+    /// Tests this feature's runs found flaky (green before a step, failed in it, passed when
+    /// run once more on a fresh branch), each once, in the order first seen.
+    pub flaky: Vec<String>,
+}
+
+/// The tests the ledger's receipts record as flaky (see [`consort_actors::TestRunReceipt::flaky`]), each once,
+/// in the order first seen: refused runs count too.
+pub fn flaky_seen<'a>(events: impl IntoIterator<Item = &'a consort_actors::Event>) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for e in events {
+        if let consort_actors::Event::VerifyCompleted { receipt } = e {
+            for t in &receipt.flaky {
+                if !seen.contains(t) {
+                    seen.push(t.clone());
+                }
+            }
+        }
+    }
+    seen
 }
 
 /// A lane, as `consort status --json` lists it: what it waits on, and on whom.
@@ -1014,6 +1033,7 @@ pub fn status_of(
         feature: None,
         features: Vec::new(),
         lanes: Vec::new(),
+        flaky: Vec::new(),
     }
 }
 

@@ -179,6 +179,7 @@ fn forged_receipt(work: &Path, request: u64) -> TestRunReceipt {
         output_excerpt: "all passed".into(),
         confinement: Default::default(),
         tree_changes: Vec::new(),
+        flaky: Vec::new(),
     }
 }
 

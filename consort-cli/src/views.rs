@@ -90,6 +90,7 @@ pub fn status_report(project: &Project) -> Result<StatusReport, ViewError> {
         });
     }
     report.lanes = project.lanes()?;
+    report.flaky = consort::project::flaky_seen(events.iter().map(|e| &e.event));
     Ok(report)
 }
 
@@ -138,6 +139,13 @@ pub fn status_text(project: &Project, report: &StatusReport) -> Result<String, V
             out,
             "receipt: req-{} on {}: {} passed, {} not passed (confined: {})",
             r.request, r.branch, r.passed, r.failed, r.confinement
+        );
+    }
+    if !report.flaky.is_empty() {
+        let _ = writeln!(
+            out,
+            "flaky:   {} (failed once, passed on a fresh branch; no agent was charged)",
+            report.flaky.join(", ")
         );
     }
     if let Some(g) = &report.git {

@@ -145,6 +145,19 @@ fn changed_paths(before: &FileHashes, after: &FileHashes) -> Vec<String> {
     out
 }
 
+/// The tests of `receipt` that failed though they were green before the request's step: every
+/// failing test but the focus (the current entry's), leaving out the runner's stand-ins for
+/// the whole run, such as `(exit)`.
+fn earlier_green_failures(req: &VerifyRequest, receipt: &TestRunReceipt) -> Vec<String> {
+    receipt
+        .outcomes
+        .iter()
+        .filter(|o| o.is_failure() && Some(&o.name) != req.focus.as_ref())
+        .filter(|o| !o.name.starts_with('('))
+        .map(|o| o.name.clone())
+        .collect()
+}
+
 /// A runner that could not run: the database's fault when it lost its connection, the work
 /// tree's when it could not read it, the runner's otherwise.
 fn runner_fault(e: &Error) -> InfraError {
@@ -229,7 +242,48 @@ impl Verifier {
     /// answers means the session was ended from inside (the code under test can end its own
     /// session); the run is repeated once on a fresh branch, and a second break with the
     /// database up is the verdict (the tests errored).
+    ///
+    /// **A flaky test is told apart from a broken one.** When a test that was green before the
+    /// step (any but the request's focus) fails, the whole run is made once more on a fresh
+    /// branch, and that second run is the receipt: each such test that passes there is
+    /// recorded in its `flaky`, and no agent is charged for it; one that fails again is the
+    /// verdict, as before.
     pub async fn verify(&self, req: &VerifyRequest) -> Result<TestRunReceipt, InfraError> {
+        let first = self.verify_judged(req).await?;
+        let suspects = earlier_green_failures(req, &first);
+        if suspects.is_empty() || !first.tree_changes.is_empty() {
+            return Ok(first);
+        }
+        info!(request = %req.id, tests = %suspects.join(", "), "tests that were green failed; running once more on a fresh branch");
+        let mut second = self.verify_judged(req).await?;
+        second.flaky = suspects
+            .iter()
+            .filter(|t| second.status_of(t) == Some(TestStatus::Passed))
+            .cloned()
+            .collect();
+        let said = if second.flaky.is_empty() {
+            format!(
+                "they failed again: {} on branch {} and on this fresh branch",
+                suspects.join(", "),
+                first.branch_id
+            )
+        } else {
+            format!(
+                "flaky, not broken: {} failed on branch {} and passed on this fresh branch",
+                second.flaky.join(", "),
+                first.branch_id
+            )
+        };
+        second.output_excerpt = format!(
+            "[consort: tests that were green failed on a first run, so the whole run was made once more; {said}]\n{}",
+            second.output_excerpt
+        );
+        Ok(second)
+    }
+
+    /// One verification, a run on a fresh branch repeated once when a test's session broke off
+    /// with the database up (see [`Verifier::verify`]).
+    async fn verify_judged(&self, req: &VerifyRequest) -> Result<TestRunReceipt, InfraError> {
         let first = match self.verify_once(req).await? {
             Attempt::Receipt(r) => return Ok(*r),
             Attempt::SessionsLost(done) => done,
@@ -414,6 +468,7 @@ impl Verifier {
             output_excerpt: report.output_excerpt,
             confinement: Default::default(),
             tree_changes: Vec::new(),
+            flaky: Vec::new(),
         }
     }
 

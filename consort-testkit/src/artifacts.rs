@@ -270,5 +270,6 @@ pub fn receipt_with(
         output_excerpt: excerpt.into(),
         confinement: Default::default(),
         tree_changes: Vec::new(),
+        flaky: Vec::new(),
     }
 }

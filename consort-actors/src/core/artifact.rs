@@ -489,6 +489,11 @@ pub struct TestRunReceipt {
     /// is void: the run changed what it was judged on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tree_changes: Vec<String>,
+    /// Tests that were green before this step, failed on a first run, and passed on this
+    /// one, on a fresh branch: flaky, not broken. This receipt is the second run's, judged
+    /// like any other; no agent is charged for what the first run saw.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flaky: Vec<String>,
 }
 
 /// How a test run was confined; every receipt records it.

@@ -487,7 +487,9 @@ pub struct VerifyRequest {
     pub migrations: Vec<Migration>,
     /// The runner names of the tests expected so far (for runners that run named tests).
     pub tests: Vec<String>,
-    /// The test whose outcome matters most (the new test in RED).
+    /// The current entry's test: the new test in RED, the test made to pass in GREEN. Every
+    /// other test was green before the step (so a failure of one is run once more, to tell a
+    /// flaky test from a broken one); none in REFACTOR and the deploy run.
     pub focus: Option<String>,
     /// The project's extra cache directory names (`[paths] caches`), skipped at any depth when
     /// the tree is hashed, on top of the defaults of [`crate::core::paths::TreeFilter`]: the verifier

@@ -124,6 +124,7 @@ impl FakeLakebase {
                     output_excerpt: String::new(),
                     confinement: Default::default(),
                     tree_changes: Vec::new(),
+                    flaky: Vec::new(),
                 };
                 let _ = port.send(Ok(receipt));
             }

@@ -130,6 +130,14 @@ pub(super) fn receipt_html(at: &DateTime<Utc>, r: &TestRunReceipt) -> String {
         .filter(|o| o.status != TestStatus::Passed)
         .map(|o| escape(&o.name))
         .collect();
+    if !r.flaky.is_empty() {
+        let flaky: Vec<String> = r.flaky.iter().map(|t| escape(t)).collect();
+        let _ = write!(
+            out,
+            "<div>flaky: <code>{}</code> (failed on a first run, passed on this fresh branch)</div>",
+            flaky.join("</code>, <code>")
+        );
+    }
     if !not_passed.is_empty() {
         let _ = write!(
             out,

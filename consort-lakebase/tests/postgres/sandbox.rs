@@ -354,3 +354,67 @@ async fn a_run_that_rewrites_a_file_and_puts_its_mtime_back_is_still_caught() {
     let receipt = verify(a, tree.path()).await;
     assert_eq!(receipt.tree_changes, vec!["src/a.sql"]);
 }
+
+/// A TAP suite whose earlier test passes every other run (a marker in a cache directory, which
+/// runs may write and which outlives them, flips each time), beside a test that always fails
+/// and the new test of the step.
+const EVERY_OTHER_RUN: &str = r#"
+if [ -e target/flip ]; then rm target/flip; echo "not ok 1 - earlier-racy"
+else touch target/flip; echo "ok 1 - earlier-racy"; fi
+if [ -e broken-too ]; then echo "not ok 2 - earlier-broken"; else echo "ok 2 - earlier-broken"; fi
+echo "not ok 3 - the-new-one"
+echo "1..3"
+"#;
+
+/// An earlier-green test that fails in a step is run once more on a fresh branch: one that
+/// passes then is flaky (recorded in the receipt, which is the second run's, where it passed),
+/// one that fails again is broken. The step's own test never causes a second run.
+#[tokio::test]
+async fn a_test_that_passes_every_other_run_is_flaky_and_one_that_always_fails_is_not() {
+    let tree = tree_of(&[("suite.sh", EVERY_OTHER_RUN)]);
+    std::fs::create_dir_all(tree.path().join("target")).expect("cache dir");
+    let runner: Arc<dyn TestRunner> =
+        Arc::new(CommandRunner::new(CommandRunnerConfig::new("sh suite.sh")));
+    let run = |focus: &str| {
+        let mut req = consort_testkit::verify::request(9, tree.path(), Vec::new());
+        req.purpose = consort_actors::VerifyPurpose::Red;
+        req.tests = vec!["earlier-racy".into(), "earlier-broken".into(), focus.into()];
+        req.focus = Some(focus.into());
+        req
+    };
+    let provider = common::dyn_provider().await;
+    let (actor, join) = LakebaseActor::spawn(args(runner, provider))
+        .await
+        .expect("spawn");
+    let ask = |req| consort_testkit::verify::verify(&actor, req, Duration::from_secs(180));
+
+    // The step's own test fails and every earlier one passes: one run, nothing flaky.
+    let r = ask(run("the-new-one")).await.expect("receipt");
+    assert!(r.flaky.is_empty());
+    assert!(tree.path().join("target/flip").exists(), "one run only");
+
+    // Now the racy test fails first and passes on the second run.
+    let r = ask(run("the-new-one")).await.expect("receipt");
+    assert_eq!(r.flaky, ["earlier-racy"]);
+    assert_eq!(r.status_of("earlier-racy"), Some(TestStatus::Passed));
+    assert_eq!(r.status_of("the-new-one"), Some(TestStatus::Failed));
+    assert!(
+        r.output_excerpt.contains("flaky, not broken: earlier-racy"),
+        "{}",
+        r.output_excerpt
+    );
+
+    // A test that fails on every run is broken, never flaky (the racy one, failing on the
+    // first run again, is flaky again).
+    std::fs::write(tree.path().join("broken-too"), "").expect("write");
+    let r = ask(run("the-new-one")).await.expect("receipt");
+    assert_eq!(r.flaky, ["earlier-racy"]);
+    assert_eq!(r.status_of("earlier-broken"), Some(TestStatus::Failed));
+    assert!(
+        r.output_excerpt.contains("earlier-broken"),
+        "{}",
+        r.output_excerpt
+    );
+    actor.stop(None);
+    let _ = join.await;
+}

@@ -372,7 +372,7 @@ pub enum Command {
         migrations: Vec<Migration>,
         /// Runner names of the tests expected so far.
         tests: Vec<String>,
-        /// The test that matters most (the new test in RED).
+        /// The current entry's test, in RED and GREEN (see [`crate::VerifyRequest::focus`]).
         focus: Option<String>,
     },
     /// Wait for a human decision on a gate; answer with [`Event::Gate`]. For the design gate,

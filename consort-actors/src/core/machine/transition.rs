@@ -1265,7 +1265,7 @@ pub(super) fn command_for(s: &State, p: &Pending) -> Option<Command> {
             workspace_hash: *workspace_hash,
             migrations: migrations_for(s, *purpose),
             tests: expected_names(s, *purpose),
-            focus: (*purpose == VerifyPurpose::Red)
+            focus: matches!(purpose, VerifyPurpose::Red | VerifyPurpose::Green)
                 .then(|| s.current_test().map(|e| e.runner_name().to_string()))
                 .flatten(),
         },
