@@ -25,6 +25,9 @@ use crate::ensemble::{Ensemble, EnsembleError};
 use crate::runlock::{LockScope, RunLock, RunLockError};
 
 mod git_sync;
+mod unverified;
+
+pub use unverified::{Difference, UnverifiedWork};
 pub(crate) mod lane;
 pub use git_sync::LiveSync;
 

@@ -112,12 +112,12 @@ pub use budget::{
     SpentBudget, Tally, UsageTotals, usage_totals,
 };
 pub use hash::{ContentHash, ParseHashError, canonical_json};
-pub use history::{CommitKind, FilesWritten, StepCommit, step_commits};
+pub use history::{CommitKind, FilesWritten, StepCommit, Unverified, step_commits, unverified};
 pub use machine::{
     BuildProgress, Command, Event, Frozen, HumanDecision, LifecycleEdge, Machine, MachineConfig,
-    Pending, Phase, ReleaseEvidence, Remedy, RuleViolation, RunStatus, ScratchPlan, ScratchVerdict,
-    State, Writer, check_architecture, check_change_set, check_review, check_schema, check_spec,
-    check_stories, check_test_list, check_ux, lifecycle_edges,
+    Pending, Phase, Redo, ReleaseEvidence, Remedy, RuleViolation, RunStatus, ScratchPlan,
+    ScratchVerdict, State, Writer, check_architecture, check_change_set, check_review,
+    check_schema, check_spec, check_stories, check_test_list, check_ux, lifecycle_edges,
 };
 pub use migration_files::{MigrationFiles, file_name as migration_file_name};
 pub use paths::{
@@ -149,8 +149,8 @@ pub use conductor::{
     APPLY_JOURNAL, AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle,
     ConductorMsg, ConductorState, DESIGN_FILE, DirectLakebase, DirectRole, LakebaseEndpoint,
     Progress, RoleEndpoint, RunOutcome, RunReport, SupervisedLakebase, SupervisedRole, Wiring,
-    design_hash_on_disk, record_gate_decision, record_human_decision, record_retirement,
-    replay_ledger,
+    design_hash_on_disk, record_gate_decision, record_human_decision, record_redo,
+    record_retirement, replay_ledger,
 };
 pub use gate::{ApproveAs, Approver, BoxFuture, GateRequest, StopAtGates};
 pub use messages::{Assignment, LakebaseMsg, RoleMsg, RoleReply};

@@ -121,11 +121,16 @@ enum Cmd {
         #[command(flatten)]
         at: Target,
     },
-    /// End a run: a halted one, one waiting at a gate, or one that was interrupted.
+    /// End a run: a halted one, one waiting at a gate, or one that was interrupted. The work
+    /// tree is put back as the last verified step left it (the unverified work stays in the
+    /// ledger), unless --keep says to leave it.
     Stop {
         /// Who decides.
         #[arg(long)]
         by: String,
+        /// Leave the work no run verified in the work tree (it is listed).
+        #[arg(long)]
+        keep: bool,
         #[command(flatten)]
         at: Target,
     },
@@ -164,7 +169,8 @@ enum Cmd {
         #[command(subcommand)]
         command: FeatureCmd,
     },
-    /// An earlier feature's tests: retire one that a later feature contradicts.
+    /// Tests a person decides about: retire an earlier feature's test that a later feature
+    /// contradicts, or have the running entry's wrong test written again.
     Test {
         #[command(subcommand)]
         command: TestCmd,
@@ -250,6 +256,16 @@ enum TestCmd {
     /// feature that contradicts it); its RED may then replace the test.
     Retire {
         /// The test, as FEATURE/TEST (for example `F1-stock/T2`).
+        test: String,
+        #[command(flatten)]
+        decision: Reasoned,
+        #[command(flatten)]
+        at: Target,
+    },
+    /// Set aside the running entry's accepted test as wrong: its RED writes it again (the
+    /// Navigator is told why), the rest of the feature stands. Only for a halted run.
+    Redo {
+        /// The test-list entry the build lane is on (for example `T2`).
         test: String,
         #[command(flatten)]
         decision: Reasoned,
@@ -378,8 +394,8 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             },
             reason,
         ),
-        Cmd::Retry { by, at } => human(&at, HumanDecision::Retry, &by),
-        Cmd::Stop { by, at } => human(&at, HumanDecision::Stop, &by),
+        Cmd::Retry { by, at } => human(&at, HumanDecision::Retry, &by, false),
+        Cmd::Stop { by, keep, at } => human(&at, HumanDecision::Stop, &by, keep),
         Cmd::Log { at, json } => log(&at, json),
         Cmd::Report { at, out, open } => report(&at, out.as_deref(), open),
         Cmd::Verify { dir, feature } => verify(&dir, feature.as_deref()),
@@ -397,6 +413,14 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
                     at,
                 },
         } => retire(&at, &test, &by, &reason),
+        Cmd::Test {
+            command:
+                TestCmd::Redo {
+                    test,
+                    decision: Reasoned { by, reason },
+                    at,
+                },
+        } => redo(&at, &test, &by, &reason),
         Cmd::Branches { dir, sweep } => branches(&dir, sweep).await,
         Cmd::Mcp { at, identity } => {
             consort_cli::mcp::serve(at.dir, at.feature, identity).await?;
@@ -631,7 +655,7 @@ fn decide(
     }
 }
 
-fn human(at: &Target, decision: HumanDecision, by: &str) -> Result<i32> {
+fn human(at: &Target, decision: HumanDecision, by: &str, keep: bool) -> Result<i32> {
     let (dir, project) = (at.dir.as_path(), at.open()?);
     let _locks = project.lock_ledger(match decision {
         HumanDecision::Retry => "consort retry",
@@ -640,6 +664,12 @@ fn human(at: &Target, decision: HumanDecision, by: &str) -> Result<i32> {
     match record_human_decision(&project.ledger_path(), &project.machine()?, decision, by) {
         Ok(()) if decision == HumanDecision::Stop => {
             println!("recorded: stop by {by}; the run is stopped");
+            let work = project.unverified_work()?;
+            let put_back = !keep && project.put_back_verified(&work)?;
+            print!(
+                "{}",
+                consort_cli::ui::unverified_text(&work, put_back, keep)
+            );
             Ok(0)
         }
         Ok(()) => {
@@ -795,6 +825,40 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
                     at.dir.display()
                 );
             }
+            Ok(0)
+        }
+        Err(consort::actors::ConductorError::Gate(msg)) => {
+            eprintln!("{msg}");
+            Ok(EXIT_FAILURE)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `consort test redo TEST`: records that the running entry's accepted test is to be written
+/// again, in the current feature's ledger.
+fn redo(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
+    if by.trim().is_empty() || reason.trim().is_empty() {
+        eprintln!("refused: a redo needs a name (--by) and a reason (--reason)");
+        return Ok(EXIT_USAGE);
+    }
+    let project = at.open()?;
+    if !project.ledger_path().exists() {
+        eprintln!("refused: feature {} has not started", project.feature_id());
+        return Ok(EXIT_FAILURE);
+    }
+    let _locks = project.lock_ledger("consort test redo")?;
+    let decision = consort::actors::Redo {
+        test: test.to_string(),
+        by: by.to_string(),
+        reason: reason.to_string(),
+    };
+    match consort::actors::record_redo(&project.ledger_path(), &project.machine()?, decision) {
+        Ok(()) => {
+            println!(
+                "recorded: {test}'s test set aside by {by}; `consort run --dir {}` goes on from its RED",
+                at.dir.display()
+            );
             Ok(0)
         }
         Err(consort::actors::ConductorError::Gate(msg)) => {

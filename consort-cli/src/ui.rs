@@ -522,6 +522,39 @@ fn is_executable(path: &std::path::Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// What `consort stop` says of the work no run verified: nothing, what it put back, or exactly
+/// what it leaves and why.
+pub fn unverified_text(
+    work: &consort::project::UnverifiedWork,
+    put_back: bool,
+    keep: bool,
+) -> String {
+    let step = work.last_verified.as_deref().map_or_else(
+        || "the run's start".to_string(),
+        |s| format!("the last verified step ({s})"),
+    );
+    if work.differs.is_empty() {
+        return format!("the work tree is as {step} left it\n");
+    }
+    let paths: Vec<String> = work
+        .differs
+        .iter()
+        .map(|(p, how)| format!("  {p} ({how})"))
+        .collect();
+    let paths = paths.join("\n");
+    if put_back {
+        return format!(
+            "put back what {step} left, undoing work no run verified (it stays in the ledger: consort log):\n{paths}\n"
+        );
+    }
+    let why = if keep {
+        "as --keep asked"
+    } else {
+        "the tree changed since the run's last change, so nothing was overwritten"
+    };
+    format!("left in the work tree ({why}), work no run verified since {step}:\n{paths}\n")
+}
+
 #[cfg(test)]
 mod tests {
 

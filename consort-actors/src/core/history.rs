@@ -117,13 +117,53 @@ pub fn step_commits<'a>(
     machine: &Machine,
     events: impl IntoIterator<Item = &'a Event>,
 ) -> Vec<StepCommit> {
+    walk(machine, events).0
+}
+
+/// The work no run verified: what the conductor applied after the last commit the ledger calls
+/// for (a GREEN that failed, the repairs a run halted after, a refused RED not yet reverted).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unverified {
+    /// The step of the last commit (`red/T2`, `design`), None before the first.
+    pub last_verified: Option<String>,
+    /// For each path written since, once, in the order first written: the change that puts
+    /// back what the last verified step left there (a write or restore of its bytes, or a
+    /// delete for a file that was not there). Empty when nothing was applied since.
+    pub undo: Vec<FileChange>,
+}
+
+/// [`Unverified`] of a ledger's events.
+pub fn unverified<'a>(
+    machine: &Machine,
+    events: impl IntoIterator<Item = &'a Event>,
+) -> Unverified {
+    let (commits, unverified) = walk(machine, events);
+    Unverified {
+        last_verified: commits.last().map(|c| c.step.clone()),
+        ..unverified
+    }
+}
+
+/// The commits of a ledger's events, and the undo of what was applied after the last one.
+fn walk<'a>(
+    machine: &Machine,
+    events: impl IntoIterator<Item = &'a Event>,
+) -> (Vec<StepCommit>, Unverified) {
     let mut state = State::default();
     let mut applied = Applied::default();
+    let mut since = Unverified::default();
     let mut out = Vec::new();
     for event in events {
         let Ok((next, _)) = machine.step(&state, event) else {
             continue;
         };
+        if let Event::Applied { inverse, .. } = event {
+            for undo in &inverse.changes {
+                if !since.undo.iter().any(|u| u.path() == undo.path()) {
+                    since.undo.push(undo.clone());
+                }
+            }
+        }
         if let Event::Applied { .. } = event {
             match &state.pending {
                 Some(Pending::Apply { change_set, .. }) => {
@@ -142,10 +182,11 @@ pub fn step_commits<'a>(
         }
         if let Some(commit) = accepted(&state, event, &next, &mut applied) {
             out.push(commit);
+            since.undo.clear();
         }
         state = next;
     }
-    out
+    (out, since)
 }
 
 /// What was applied since the last commit.

@@ -1552,6 +1552,68 @@ fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
     assert_eq!(r.halted_verdict(), VerdictReason::RepairBoundSpent);
 }
 
+fn redo(test: &str) -> Event {
+    Event::Redone {
+        redo: Redo {
+            test: test.into(),
+            by: "ada".into(),
+            reason: "it asks for a total the spec never promised".into(),
+        },
+    }
+}
+
+/// A wrong test the Navigator wrote, accepted because it failed, is written again without
+/// redoing the feature: a person sets it aside while the run is halted (here after the
+/// repairs were spent on it), the Navigator is asked for T1's RED again with the reason, and
+/// may rewrite that frozen file; the redone RED is judged as any RED.
+#[test]
+fn a_person_has_the_running_entrys_wrong_test_written_again() {
+    let mut r = Run::at_green();
+    assert_eq!(
+        r.refused(redo("T1")),
+        RuleViolation::NotHalted,
+        "only a halted run takes a redo"
+    );
+    for round in 0..=3 {
+        r.produce(cs(vec![write("src/a.sql", &format!("bad {round}"))]))
+            .expect("code");
+        r.apply();
+        r.verify(&[("tests/t1.sql", TestStatus::Failed)])
+            .expect("verified");
+        if round < 3 {
+            r.observe();
+        }
+    }
+    assert_eq!(r.halted_verdict(), VerdictReason::RepairBoundSpent);
+    let v = r.refused(redo("T2"));
+    assert!(
+        v.to_string().contains("not the entry the build lane is on"),
+        "{v}"
+    );
+    r.ok(redo("T1"));
+    assert_eq!(r.s.redone.len(), 1);
+    r.observe();
+    let Command::Assign { step, feedback, .. } = last_command(&r) else {
+        panic!("the Navigator is asked again");
+    };
+    assert_eq!(step, Step::Red { test: "T1".into() });
+    assert!(feedback[0].contains("set aside your accepted test of T1"));
+    assert!(feedback[0].contains("a total the spec never promised"));
+    r.produce(cs(vec![write("tests/t1.sql", "assert the right thing;")]))
+        .expect("the redone RED rewrites the entry's file");
+    r.apply();
+    r.verify(&[("tests/t1.sql", TestStatus::Failed)])
+        .expect("the redone RED is a RED");
+    assert_eq!(r.s.build.redo, None, "set aside no more");
+    assert_eq!(
+        r.s.build.frozen_tests.get("tests/t1.sql"),
+        Some(&ContentHash::of_bytes(b"assert the right thing;")),
+        "frozen again, as written again"
+    );
+    r.observe();
+    assert_eq!(r.assignment().1, Step::Green { test: "T1".into() });
+}
+
 /// At T1's GREEN, a run with these outcomes and this exit code is no pass: a repair is asked for.
 fn assert_green_run_is_not_a_pass(outcomes: &[(&str, TestStatus)], exit: i32) {
     let mut r = Run::at_green();

@@ -440,3 +440,102 @@ fn a_project_made_before_backlogs_keeps_its_feature_and_takes_the_next() {
     assert_eq!(text(&o).matches("done").count(), 2, "{}", text(&o));
     assert_exit(&in_dir(&["verify"], &dir), 0, "both verify");
 }
+
+/// f1 whose GREEN and every repair return a wrong level: the run halts with the repairs spent,
+/// the Driver's unverified `src/level.sql` in the tree.
+fn f1_wrong_code() -> Plan<'static> {
+    const WRONG: &str =
+        "CREATE FUNCTION stock_level(s text) RETURNS int LANGUAGE sql AS $$ SELECT 0 $$;\n";
+    Plan {
+        green: WRONG.into(),
+        repair: Some(WRONG.into()),
+        ..f1()
+    }
+}
+
+/// A project of f1 with wrong code in `dir`, run until it halts with the repairs spent.
+fn halted_on_wrong_code(dir: &Path) {
+    scripted_project(dir, &[&f1_wrong_code()]);
+    halted(dir, "GREEN and its repairs fail");
+    assert!(dir.join("src/level.sql").exists(), "the Driver's attempt");
+}
+
+fn halted(dir: &Path, what: &str) {
+    assert_exit_saying(
+        &run(&mut approving_run(dir)),
+        4,
+        what,
+        "GREEN still fails after 3 repair rounds",
+    );
+}
+
+/// `consort test redo` sets aside the running entry's accepted test, recorded with who and
+/// why, and the run goes on from its RED; only that entry's.
+#[test]
+fn a_person_has_a_wrong_accepted_test_written_again() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("shop");
+    halted_on_wrong_code(&dir);
+    let o = in_dir(
+        &["test", "redo", "T2", "--by", "ana", "--reason", "x"],
+        &dir,
+    );
+    assert_exit_saying(
+        &o,
+        1,
+        "not the running entry",
+        "not the entry the build lane is on",
+    );
+    let o = in_dir(
+        &[
+            "test",
+            "redo",
+            "T1",
+            "--by",
+            "ana",
+            "--reason",
+            "it checks the level of the wrong SKU",
+        ],
+        &dir,
+    );
+    assert_exit_saying(&o, 0, "redo", "goes on from its RED");
+    // The script writes the same test again: the redone RED is a RED, the code fails again.
+    halted(&dir, "the redone RED is accepted, GREEN fails again");
+    let log = text(&in_dir(&["log"], &dir));
+    assert!(
+        log.contains(
+            "T1's test set aside by ana, to be written again: it checks the level of the wrong SKU"
+        ),
+        "{log}"
+    );
+    let o = in_dir(&["verify"], &dir);
+    assert_exit_saying(&o, 0, "verify", "test written again: T1 by ana");
+}
+
+/// `consort stop` puts the tree back as the last verified step left it (the Driver's
+/// unverified file goes); after the stopped feature's test file changes, whole-project
+/// `consort verify` still passes and says the feature was stopped.
+#[test]
+fn a_stopped_feature_leaves_the_last_verified_tree_and_still_verifies() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("shop");
+    halted_on_wrong_code(&dir);
+    let o = in_dir(&["stop", "--by", "ana"], &dir);
+    assert_exit_saying(
+        &o,
+        0,
+        "stop",
+        "put back what the last verified step (red/T1) left",
+    );
+    assert!(text(&o).contains("src/level.sql (new)"), "{}", text(&o));
+    assert!(
+        !dir.join("src/level.sql").exists(),
+        "the unverified code is gone from the tree"
+    );
+    assert!(dir.join(F1_TEST).exists(), "what RED left stays");
+
+    // The stopped feature's test file changes later: the record still verifies.
+    std::fs::remove_file(dir.join(F1_TEST)).expect("remove the stopped feature's test");
+    let o = in_dir(&["verify"], &dir);
+    assert_exit_saying(&o, 0, "verify", "ok    stopped: the run was stopped");
+}

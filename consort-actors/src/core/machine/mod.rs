@@ -209,6 +209,12 @@ pub enum Event {
         /// The decision.
         retirement: Retirement,
     },
+    /// A person set aside the accepted test of the running entry, which its RED writes again
+    /// (see [`Redo`]).
+    Redone {
+        /// The decision.
+        redo: Redo,
+    },
     /// A human decided what to do about a halt (retry or stop), or stopped a run that is not
     /// halted (interrupted, or waiting at a gate).
     Human {
@@ -250,9 +256,24 @@ impl Event {
             Event::Promoted { .. } => "promoted",
             Event::PromoteFailed { .. } => "promote-failed",
             Event::Retired { .. } => "retired",
+            Event::Redone { .. } => "redone",
             Event::Human { .. } => "human",
         }
     }
+}
+
+/// A person's recorded decision that the running entry's accepted test is wrong: the test is
+/// written again from RED (the Navigator told why), the rest of the feature stands. Only while
+/// the run is halted, only for the entry the build lane is on, and only after its RED was
+/// accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redo {
+    /// The test-list entry (`T2`).
+    pub test: String,
+    /// Who decided.
+    pub by: String,
+    /// Why the test is wrong.
+    pub reason: String,
 }
 
 /// What a human can decide about a run.
@@ -575,6 +596,10 @@ pub struct BuildProgress {
     /// What the Driver must hear in its next assignment (a refactor that was reverted).
     #[serde(default)]
     pub driver_notes: Vec<String>,
+    /// The current entry's test file while a person's [`Redo`] has set it aside: frozen still
+    /// (no one else may touch it), but its RED may rewrite it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redo: Option<String>,
 }
 
 /// The machine's whole state. Plain data: serialisable, comparable, replayable.
@@ -616,6 +641,9 @@ pub struct State {
     /// The earlier tests a human retired, in order.
     #[serde(default)]
     pub retired: Vec<Retirement>,
+    /// The accepted tests of this feature a person set aside to be written again, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redone: Vec<Redo>,
     /// Authors of every accepted artifact, by step key (shared, so that a step's copy of the
     /// state does not copy the names).
     pub authors: Vec<Arc<(String, ActorId)>>,

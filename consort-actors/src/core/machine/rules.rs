@@ -136,6 +136,16 @@ pub enum RuleViolation {
         /// The test named.
         test: String,
     },
+    /// A redo names a test that is not the running entry's accepted test.
+    #[error(
+        "{test} cannot be written again: {why} (a redo is for the test of the entry the build lane is on, once its RED was accepted, while the run is halted)"
+    )]
+    NotARedoableTest {
+        /// The entry named.
+        test: String,
+        /// Why not.
+        why: String,
+    },
     /// A retirement names a test that is already retired.
     #[error("{feature}/{test} is already retired")]
     AlreadyRetired {
@@ -339,6 +349,7 @@ impl RuleViolation {
             | GateNotApproved { .. }
             | NotHalted
             | NotAnEarlierTest { .. }
+            | NotARedoableTest { .. }
             | AlreadyRetired { .. }
             | Finished => Remedy::Ignore,
             WrongRole { .. }

@@ -43,6 +43,10 @@ pub(super) fn step(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome
         },
         RunStatus::Idle => idle(cfg, state, event),
         RunStatus::Halted { .. } => halted(state, event),
+        // A redo needs a run no process drives and that waits for a person: a halted one.
+        RunStatus::Running if matches!(event, Event::Redone { .. }) => {
+            Err(RuleViolation::NotHalted)
+        }
         RunStatus::Running => running(cfg, state, event),
     }
 }
@@ -100,6 +104,7 @@ fn halted(state: &State, event: &Event) -> Outcome {
             Ok(go(s, next))
         }
         Event::Retired { retirement } => retire(state, retirement),
+        Event::Redone { redo: r } => redo(state, r),
         Event::Refused { .. } => Ok((state.clone(), Vec::new())),
         _ => Err(out_of_order("a human decision on the halt", event)),
     }
@@ -136,6 +141,49 @@ fn retire(state: &State, retirement: &crate::core::regression::Retirement) -> Ou
         s.build.frozen_tests.remove(&earlier.path);
     }
     Ok((s, Vec::new()))
+}
+
+/// A person set aside the running entry's accepted test: its file stays frozen for everyone
+/// but the entry's next RED, which must write it again; the run goes on from that RED, with the
+/// repair and review bounds fresh and the person's reason as the Navigator's feedback.
+fn redo(state: &State, redo: &super::Redo) -> Outcome {
+    let refuse = |why: &str| {
+        Err(RuleViolation::NotARedoableTest {
+            test: redo.test.clone(),
+            why: why.into(),
+        })
+    };
+    let Some(entry) = state
+        .current_test()
+        .filter(|e| state.frozen.is_some() && e.id == redo.test)
+    else {
+        return refuse("it is not the entry the build lane is on");
+    };
+    if !state.build.frozen_tests.contains_key(&entry.path) {
+        return refuse("its RED was not accepted yet (retry the run instead)");
+    }
+    let shared = state
+        .test_list
+        .iter()
+        .flat_map(|l| l.entries.iter())
+        .any(|e| e.id != entry.id && e.path == entry.path)
+        || state.inherited.owner(&entry.path, &state.retired).is_some();
+    if shared {
+        return refuse("its file holds other accepted tests too");
+    }
+    let (id, path) = (entry.id.clone(), entry.path.clone());
+    let mut s = state.clone();
+    s.status = RunStatus::Running;
+    s.build.repairs = 0;
+    s.build.review_rounds = 0;
+    s.build.redo = Some(path.clone());
+    s.redone.push(redo.clone());
+    let feedback = format!(
+        "A person ({}) set aside your accepted test of {id} ({path}) as wrong: {}. Write {id}'s test again in {path} (you may rewrite that file now, and only that test file): it must fail for the behaviour {id} asks for, and every other test must still pass. Code from the attempts to make the old test pass may be in the tree.",
+        redo.by, redo.reason
+    );
+    let next = observe(agent(&mut s, Step::Red { test: id }, 0, vec![feedback]));
+    Ok(go(s, next))
 }
 
 /// Gives a resumed pending item fresh ids (an agent retry is a new assignment, attempt 0).
@@ -501,6 +549,7 @@ fn verify_completed(
         VerifyPurpose::Red => {
             let focus = red_fails(&s, receipt, &names)?;
             s.build.frozen_tests = tests_after;
+            s.build.redo = None;
             Done::RedFails {
                 focus,
                 excerpt: excerpt(receipt),
@@ -975,8 +1024,15 @@ fn checked_writes(
     step: &Step,
     set: &ChangeSet,
 ) -> Result<ChangeSet, RuleViolation> {
-    check_change_set(set, writer(s, step)?, &cfg.paths, &s.build.frozen_tests).map_err(|v| match &v
-    {
+    let redone;
+    let frozen = match (&s.build.redo, step) {
+        (Some(path), Step::Red { .. }) => {
+            redone = without(&s.build.frozen_tests, path);
+            &redone
+        }
+        _ => &s.build.frozen_tests,
+    };
+    check_change_set(set, writer(s, step)?, &cfg.paths, frozen).map_err(|v| match &v {
         RuleViolation::FrozenTestModified { path } => match s.inherited.owner(path, &s.retired) {
             Some(t) => RuleViolation::EarlierTestFrozen {
                 path: path.clone(),
@@ -1000,6 +1056,13 @@ pub(super) fn check_resolved(
         }
         _ => Ok(resolved.clone()),
     }
+}
+
+/// `frozen` without `path`.
+fn without(frozen: &FileHashes, path: &str) -> FileHashes {
+    let mut out = frozen.clone();
+    out.remove(path);
+    out
 }
 
 /// Whose fault a halt on `violation` is: a broken invariant is Consort's own, a receipt without

@@ -384,6 +384,17 @@ pub fn record_retirement(
     record_offline(path, machine, Event::Retired { retirement })
 }
 
+/// Records a person's decision that the running entry's accepted test is wrong (see
+/// [`crate::Redo`]) in the ledger of a halted run that no process is driving; one the machine
+/// refuses (not halted, not the running entry, its RED not accepted) is not recorded.
+pub fn record_redo(
+    path: &Path,
+    machine: &Machine,
+    redo: crate::Redo,
+) -> Result<(), ConductorError> {
+    record_offline(path, machine, Event::Redone { redo })
+}
+
 /// Appends a human's `event` to the ledger at `path` when the machine accepts it there.
 fn record_offline(path: &Path, machine: &Machine, event: Event) -> Result<(), ConductorError> {
     let mut ledger = Ledger::<Event>::open(path)?;
