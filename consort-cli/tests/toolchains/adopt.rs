@@ -617,3 +617,241 @@ func TestTotal(t *testing.T) {
     assert!(doctor.contains("collects 1 test ("), "{doctor}");
     migrations_landed(dir, "migrations", "0001_counts");
 }
+
+/// A task-queue broker shaped like a real one, for the matrix: its tables live in a schema of
+/// their own made by a psql script (`\set`, `:"var"`), its existing tests start worker
+/// processes with `multiprocessing` (POSIX semaphores in `/dev/shm`), and one of them passes
+/// every other run (a marker in a cache directory flips).
+fn broker_project(dir: &Path) {
+    write(
+        dir,
+        &[
+            PYPROJECT,
+            ("broker/__init__.py", ""),
+            (
+                "broker/jobs.py",
+                r#"def enqueue(conn, queue, payload):
+    return conn.execute(
+        "INSERT INTO broker.jobs (queue, payload) VALUES (%s, %s) RETURNING id", (queue, payload)
+    ).fetchone()[0]
+"#,
+            ),
+            (
+                "db/migrations/0000_broker_schema.sql",
+                "\\set schema broker\n\
+                 CREATE SCHEMA :\"schema\";\n\
+                 CREATE TABLE :\"schema\".jobs (\n\
+                 \x20   id bigserial PRIMARY KEY,\n\
+                 \x20   queue text NOT NULL,\n\
+                 \x20   payload text NOT NULL,\n\
+                 \x20   state text NOT NULL DEFAULT 'pending'\n\
+                 );\n",
+            ),
+            ("tests/__init__.py", ""),
+            (
+                "tests/test_workers.py",
+                r#"import multiprocessing as mp
+import os
+
+import psycopg
+
+
+def work(ids, done):
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        for i in ids:
+            conn.execute("UPDATE broker.jobs SET state = 'done' WHERE id = %s", (i,))
+    done.put(len(ids))
+
+
+def test_worker_processes_take_every_job():
+    from broker.jobs import enqueue
+
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        ids = [enqueue(conn, "default", str(n)) for n in range(6)]
+    ctx = mp.get_context("fork")
+    done, lock = ctx.Queue(), ctx.Lock()
+    workers = [ctx.Process(target=work, args=(ids[k::3], done)) for k in range(3)]
+    for w in workers:
+        w.start()
+    with lock:
+        taken = sum(done.get(timeout=30) for _ in workers)
+    for w in workers:
+        w.join(30)
+    assert taken == 6
+    with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM broker.jobs WHERE id = ANY(%s) AND state <> 'done'", (ids,)
+        ).fetchone()[0]
+    assert left == 0
+"#,
+            ),
+            (
+                "tests/test_racy.py",
+                r#"import pathlib
+
+
+def test_a_race_it_loses_every_other_run():
+    marker = pathlib.Path(".hypothesis/flip")
+    if marker.exists():
+        marker.unlink()
+        raise AssertionError("lost the race this time")
+    marker.write_text("next time")
+"#,
+            ),
+            (
+                ".hypothesis/README",
+                "a cache directory the racy test writes\n",
+            ),
+            (".gitignore", ".hypothesis/\n"),
+        ],
+    );
+}
+
+/// One broker feature's script: its migration on the broker's schema, its test and code.
+fn broker_script(
+    feature: &str,
+    migration: (&str, &str),
+    test: (&str, &str, &str),
+    code: (&str, &str),
+) -> String {
+    let (test_path, test_name, test_body) = test;
+    let mut s = Design {
+        feature,
+        story: "Queue reports",
+        migration,
+        test_path,
+        test_name: Some(test_name),
+    }
+    .toml();
+    s.push_str(&change_entry(
+        "red/T1",
+        "T1",
+        &write_change(test_path, test_body),
+    ));
+    s.push_str(&change_entry(
+        "green/T1",
+        "the rule",
+        &write_change(code.0, code.1),
+    ));
+    s.push_str(REFACTOR_AND_REVIEW);
+    s
+}
+
+/// The matrix's real-library case: the broker runs two features to done on the embedded
+/// default with the sandbox on and no hand step: its psql schema script is its base, its
+/// workers run confined, the racy test is recorded as flaky and charges no agent, and each
+/// feature's migration works on the broker's own schema (one adds an index and a column
+/// there, the other a view in a schema of its own).
+#[test]
+fn a_task_queue_broker_with_a_psql_schema_workers_and_a_flaky_test_runs_two_features_to_done() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = &tmp.path().join("broker");
+    broker_project(dir);
+    let counts = broker_script(
+        "F1",
+        (
+            "0001_jobs_by_queue",
+            "ALTER TABLE broker.jobs ADD COLUMN attempts int NOT NULL DEFAULT 0; CREATE INDEX jobs_pending ON broker.jobs (queue) WHERE state = 'pending';",
+        ),
+        (
+            "tests/test_t1_pending.py",
+            "tests.test_t1_pending::test_pending_counts_per_queue",
+            r#"import os
+
+import psycopg
+
+
+def test_pending_counts_per_queue():
+    from broker import jobs, report
+
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        for q in ("default", "mail", "mail"):
+            jobs.enqueue(conn, q, "x")
+        assert report.pending(conn) == {"default": 1, "mail": 2}
+"#,
+        ),
+        (
+            "broker/report.py",
+            "def pending(conn):\n    rows = conn.execute(\"SELECT queue, count(*) FROM broker.jobs WHERE state = 'pending' AND attempts = 0 GROUP BY queue\").fetchall()\n    return {q: n for q, n in rows}\n",
+        ),
+    );
+    let (init, doctor) = adopt_and_run(dir, &counts);
+    assert!(init.contains("detected Python (pytest)"), "{init}");
+    assert!(doctor.contains("collects 2 tests ("), "{doctor}");
+    let first = consort::project::Project::open(dir).expect("project");
+    let flaky = consort::project::flaky_seen(&first.events().expect("events"));
+    assert_eq!(
+        flaky,
+        ["tests.test_racy::test_a_race_it_loses_every_other_run"],
+        "the racy test was seen flaky, and charged to no agent"
+    );
+
+    write(
+        dir,
+        &[(
+            ".consort/agents/script.toml",
+            &broker_script(
+                "F2",
+                (
+                    "0002_queue_view",
+                    "CREATE SCHEMA reporting; CREATE VIEW reporting.done_jobs AS SELECT queue, count(*) AS n FROM broker.jobs WHERE state = 'done' GROUP BY queue;",
+                ),
+                (
+                    "tests/test_t2_done.py",
+                    "tests.test_t2_done::test_done_jobs_per_queue",
+                    r#"import os
+
+import psycopg
+
+
+def test_done_jobs_per_queue():
+    from broker import jobs, report
+
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        done = jobs.enqueue(conn, "mail", "x")
+        conn.execute("UPDATE broker.jobs SET state = 'done' WHERE id = %s", (done,))
+        assert report.done(conn) == {"mail": 1}
+"#,
+                ),
+                (
+                    "broker/report.py",
+                    "def pending(conn):\n    rows = conn.execute(\"SELECT queue, count(*) FROM broker.jobs WHERE state = 'pending' AND attempts = 0 GROUP BY queue\").fetchall()\n    return {q: n for q, n in rows}\n\n\ndef done(conn):\n    return {q: n for q, n in conn.execute(\"SELECT queue, n FROM reporting.done_jobs\").fetchall()}\n",
+                ),
+            ),
+        )],
+    );
+    let request = tmp.path().join("f2.md");
+    std::fs::write(
+        &request,
+        "# Done jobs\n\nShow how many jobs each queue has done.\n",
+    )
+    .expect("the second request");
+    let o = run(consort()
+        .args(["feature", "add"])
+        .arg(&request)
+        .args(["--id", "F2"])
+        .args(dir_arg(dir)));
+    assert_exit(&o, 0, "the second feature joins the backlog");
+    // The second feature starts from where the first was merged, as a maintainer does.
+    for args in [
+        &["checkout", "-q", "main"][..],
+        &["merge", "-q", "--ff-only", "consort/F1"],
+    ] {
+        let o = run(std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir));
+        assert_exit(&o, 0, "git");
+    }
+    run_to_done_and_verify(dir, "the second feature runs to done");
+    let second = consort::project::Project::open_feature(dir, Some("F2")).expect("F2");
+    let promoted = second
+        .events()
+        .expect("events")
+        .into_iter()
+        .find_map(|e| match e {
+            consort::actors::Event::Promoted { report } => Some(report),
+            _ => None,
+        })
+        .expect("F2 promoted");
+    assert_eq!(promoted.applied, ["0002_queue_view"]);
+}
