@@ -1948,7 +1948,7 @@ async fn run_that_changes_the_tree(world: &World) -> String {
 // The harness: every case in order, one summary line.
 
 /// The cases, in order.
-const CASES: [&str; 23] = [
+const CASES: [&str; 24] = [
     "1 frozen test edited in GREEN",
     "2 test deleted or renamed",
     "3 new test file from the Driver",
@@ -1972,7 +1972,29 @@ const CASES: [&str; 23] = [
     "21 write into a cache",
     "22 a path the file system refuses",
     "23 a RED whose base did not build",
+    "24 a RED whose test command did not run",
 ];
+
+/// Checks that a run halted at T1's first verification as the infrastructure's `fault`,
+/// nobody's verdict, with no receipt made or counted, no refusal and nothing frozen.
+fn halted_before_any_run(
+    (report, events, seen): &(RunReport, Vec<Event>, Vec<Seen>),
+    fault: InfraFault,
+) -> Escalation {
+    let esc = halted(report);
+    assert_eq!(esc.step, "verify red/T1", "{esc:?}");
+    assert_eq!(
+        esc.reason,
+        EscalationReason::Infrastructure(fault),
+        "{esc:?}"
+    );
+    assert!(!esc.reason.is_verdict(), "nobody's verdict");
+    assert!(verifications(seen).is_empty(), "no receipt was made");
+    assert!(refusals(events).is_empty(), "no agent was charged");
+    assert!(report.state.receipts.is_empty());
+    assert!(report.state.build.frozen_tests.is_empty(), "nothing frozen");
+    esc
+}
 
 /// 23. No receipt without a run: the approved design's migration fails while the base of the
 ///     first RED is built, so no test can run. Nothing is accepted as a RED (no receipt is
@@ -1991,15 +2013,8 @@ description = "a column on a table that does not exist"
 sql = "ALTER TABLE nowhere ADD COLUMN qty integer;"
 "#;
     let case = Case::new(machine(1, 3));
-    let (report, events, seen) = case.run(case.ensemble(world, BROKEN_SCHEMA)).await;
-    let esc = halted(&report);
-    assert_eq!(esc.step, "verify red/T1", "{esc:?}");
-    assert_eq!(
-        esc.reason,
-        EscalationReason::Infrastructure(InfraFault::MigrationFailed),
-        "{esc:?}"
-    );
-    assert!(!esc.reason.is_verdict(), "nobody's verdict");
+    let ran = case.run(case.ensemble(world, BROKEN_SCHEMA)).await;
+    let esc = halted_before_any_run(&ran, InfraFault::MigrationFailed);
     for said in [
         "no test ran",
         "0001_items",
@@ -2008,10 +2023,7 @@ sql = "ALTER TABLE nowhere ADD COLUMN qty integer;"
     ] {
         assert!(esc.detail.contains(said), "{said}: {}", esc.detail);
     }
-    assert!(verifications(&seen).is_empty(), "no receipt was made");
-    assert!(refusals(&events).is_empty(), "no agent was charged");
-    assert!(report.state.receipts.is_empty());
-    assert!(report.state.build.frozen_tests.is_empty(), "nothing frozen");
+    let seen = ran.2;
     let reds = answered(&seen)
         .iter()
         .filter(|(step, _)| step.starts_with("red/"))
@@ -2021,6 +2033,24 @@ sql = "ALTER TABLE nowhere ADD COLUMN qty integer;"
         "the Navigator answered once and was not asked again"
     );
     "no receipt; halted at verify red/T1 as MigrationFailed, naming 0001_items and 42P01".into()
+}
+
+/// 24. No receipt without a run, the other way a run fails to happen: the test command's
+///     program is not installed, so nothing ran. No receipt is made or counted, the Navigator
+///     is not charged, and the run halts as the test command's fault.
+async fn red_whose_command_did_not_run(world: &World) -> String {
+    let case = Case::new(machine(1, 3));
+    let runner: Arc<dyn TestRunner> = Arc::new(CommandRunner::new(CommandRunnerConfig::new(
+        "no-such-test-tool-consort --run tests",
+    )));
+    let ran = case.run(case.ensemble(world, "").runner(runner)).await;
+    let esc = halted_before_any_run(&ran, InfraFault::TestCommandBroken);
+    assert!(
+        esc.detail.contains("no-such-test-tool-consort"),
+        "{}",
+        esc.detail
+    );
+    "no receipt; halted at verify red/T1 as TestCommandBroken, naming the command".into()
 }
 
 async fn run_case(number: usize, world: &World) -> String {
@@ -2048,6 +2078,7 @@ async fn run_case(number: usize, world: &World) -> String {
         21 => writes_into_a_cache(world).await,
         22 => paths_the_file_system_refuses(world).await,
         23 => red_whose_base_did_not_build(world).await,
+        24 => red_whose_command_did_not_run(world).await,
         other => panic!("no case {other}"),
     }
 }

@@ -58,15 +58,19 @@ fn shell_words(command: &str) -> Vec<String> {
 /// `word` as the shell reads it back: as it is when it holds nothing the shell treats
 /// specially, else in single quotes.
 fn quoted(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_./=:,+-@%".contains(c));
-    if plain {
+    if is_plain(word) {
         word.to_string()
     } else {
         consort_lakebase::shell_quote(word)
     }
+}
+
+/// Whether `word` holds nothing the shell treats specially, so it needs no quotes.
+fn is_plain(word: &str) -> bool {
+    !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./=:,+-@%".contains(c))
 }
 
 /// Whether `program` can be started: a path that exists, or a name found on `PATH`.

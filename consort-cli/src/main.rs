@@ -794,27 +794,22 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
         eprintln!("refused: name the test as FEATURE/TEST, for example F1-stock/T2");
         return Ok(EXIT_USAGE);
     };
-    if by.trim().is_empty() || reason.trim().is_empty() {
-        eprintln!("refused: a retirement needs a name (--by) and a reason (--reason)");
-        return Ok(EXIT_USAGE);
-    }
-    let project = at.open()?;
-    if !project.ledger_path().exists() {
-        eprintln!(
-            "refused: feature {} has not started; a test is retired for the feature that contradicts it, once it runs",
-            project.feature_id()
-        );
-        return Ok(EXIT_FAILURE);
-    }
-    let _locks = project.lock_ledger("consort test retire")?;
     let retirement = consort::actors::Retirement {
         feature: feature.to_string(),
         test: id.to_string(),
         by: by.to_string(),
         reason: reason.to_string(),
     };
-    match record_retirement(&project.ledger_path(), &project.machine()?, retirement) {
-        Ok(()) => {
+    let decision = TestDecision {
+        command: "consort test retire",
+        what: "a retirement",
+        not_started: "; a test is retired for the feature that contradicts it, once it runs",
+    };
+    decision.record(
+        at,
+        (by, reason),
+        |ledger, machine| record_retirement(ledger, machine, retirement),
+        |project| {
             println!(
                 "recorded: {test} retired by {by} for feature {}; its RED may now replace it",
                 project.feature_id()
@@ -825,47 +820,85 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
                     at.dir.display()
                 );
             }
-            Ok(0)
-        }
-        Err(consort::actors::ConductorError::Gate(msg)) => {
-            eprintln!("{msg}");
-            Ok(EXIT_FAILURE)
-        }
-        Err(e) => Err(e.into()),
-    }
+            Ok(())
+        },
+    )
 }
 
 /// `consort test redo TEST`: records that the running entry's accepted test is to be written
 /// again, in the current feature's ledger.
 fn redo(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
-    if by.trim().is_empty() || reason.trim().is_empty() {
-        eprintln!("refused: a redo needs a name (--by) and a reason (--reason)");
-        return Ok(EXIT_USAGE);
-    }
-    let project = at.open()?;
-    if !project.ledger_path().exists() {
-        eprintln!("refused: feature {} has not started", project.feature_id());
-        return Ok(EXIT_FAILURE);
-    }
-    let _locks = project.lock_ledger("consort test redo")?;
-    let decision = consort::actors::Redo {
+    let redo = consort::actors::Redo {
         test: test.to_string(),
         by: by.to_string(),
         reason: reason.to_string(),
     };
-    match consort::actors::record_redo(&project.ledger_path(), &project.machine()?, decision) {
-        Ok(()) => {
+    let decision = TestDecision {
+        command: "consort test redo",
+        what: "a redo",
+        not_started: "",
+    };
+    decision.record(
+        at,
+        (by, reason),
+        |ledger, machine| consort::actors::record_redo(ledger, machine, redo),
+        |_| {
             println!(
                 "recorded: {test}'s test set aside by {by}; `consort run --dir {}` goes on from its RED",
                 at.dir.display()
             );
-            Ok(0)
+            Ok(())
+        },
+    )
+}
+
+/// A person's decision about a test (`consort test …`): how it is named in messages.
+struct TestDecision {
+    command: &'static str,
+    what: &'static str,
+    /// What the refusal of a feature that has not started adds.
+    not_started: &'static str,
+}
+
+impl TestDecision {
+    /// Records the decision with `record` in the current feature's ledger, under its lock, then
+    /// says so with `recorded`. A decision without a name and a reason is a usage error; one
+    /// for a feature that has not started, or that the machine refuses, is refused.
+    fn record(
+        &self,
+        at: &Target,
+        (by, reason): (&str, &str),
+        record: impl FnOnce(&Path, &consort::actors::Machine) -> Result<(), consort::actors::ConductorError>,
+        recorded: impl FnOnce(&Project) -> Result<()>,
+    ) -> Result<i32> {
+        if by.trim().is_empty() || reason.trim().is_empty() {
+            eprintln!(
+                "refused: {} needs a name (--by) and a reason (--reason)",
+                self.what
+            );
+            return Ok(EXIT_USAGE);
         }
-        Err(consort::actors::ConductorError::Gate(msg)) => {
-            eprintln!("{msg}");
-            Ok(EXIT_FAILURE)
+        let project = at.open()?;
+        if !project.ledger_path().exists() {
+            eprintln!(
+                "refused: feature {} has not started{}",
+                project.feature_id(),
+                self.not_started
+            );
+            return Ok(EXIT_FAILURE);
         }
-        Err(e) => Err(e.into()),
+        let _locks = project.lock_ledger(self.command)?;
+        match record(&project.ledger_path(), &project.machine()?) {
+            Ok(()) => {
+                recorded(&project)?;
+                Ok(0)
+            }
+            Err(consort::actors::ConductorError::Gate(msg)) => {
+                eprintln!("{msg}");
+                Ok(EXIT_FAILURE)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

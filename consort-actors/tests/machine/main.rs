@@ -1536,9 +1536,9 @@ fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
     );
 }
 
-#[test]
-fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
-    let mut r = Run::at_green();
+/// At T1's GREEN, code that keeps failing until the repair bound is spent: the run halts with
+/// that verdict.
+fn spend_the_repairs(r: &mut Run) {
     for round in 0..=3 {
         r.produce(cs(vec![write("src/a.sql", &format!("bad {round}"))]))
             .expect("code");
@@ -1550,6 +1550,11 @@ fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
         }
     }
     assert_eq!(r.halted_verdict(), VerdictReason::RepairBoundSpent);
+}
+
+#[test]
+fn the_repair_loop_is_bounded_and_escalates_with_a_verdict() {
+    spend_the_repairs(&mut Run::at_green());
 }
 
 fn redo(test: &str) -> Event {
@@ -1574,17 +1579,7 @@ fn a_person_has_the_running_entrys_wrong_test_written_again() {
         RuleViolation::NotHalted,
         "only a halted run takes a redo"
     );
-    for round in 0..=3 {
-        r.produce(cs(vec![write("src/a.sql", &format!("bad {round}"))]))
-            .expect("code");
-        r.apply();
-        r.verify(&[("tests/t1.sql", TestStatus::Failed)])
-            .expect("verified");
-        if round < 3 {
-            r.observe();
-        }
-    }
-    assert_eq!(r.halted_verdict(), VerdictReason::RepairBoundSpent);
+    spend_the_repairs(&mut r);
     let v = r.refused(redo("T2"));
     assert!(
         v.to_string().contains("not the entry the build lane is on"),

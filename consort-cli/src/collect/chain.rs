@@ -185,11 +185,7 @@ fn is_assignment(word: &str) -> bool {
 
 /// `text` in double quotes, with what double quotes do not keep escaped (`"` and `\`).
 fn double_quoted(text: &str) -> String {
-    let plain = !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_./=:,+-@%".contains(c));
-    if plain {
+    if super::is_plain(text) {
         return text.to_string();
     }
     let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");

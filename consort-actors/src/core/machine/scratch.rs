@@ -13,7 +13,8 @@ use crate::core::step::Step;
 use super::State;
 use super::rules::{RuleViolation, Writer, check_change_set};
 use super::transition::{
-    all_pass, excerpt, expected_names, failure_feedback, migrations_for, red_fails_for, writer,
+    all_pass, excerpt, expected_names, failure_feedback, focus_of, frozen_for, migrations_for,
+    red_fails_for, writer,
 };
 
 /// What a scratch run of one step is: the request the step's real run would make, and the
@@ -63,11 +64,9 @@ pub(super) fn plan(s: &State, step: &Step) -> Option<ScratchPlan> {
         purpose,
         migrations: migrations_for(s, purpose),
         tests: expected_names(s, purpose),
-        focus: (purpose == VerifyPurpose::Red)
-            .then(|| s.current_test().map(|e| e.runner_name().to_string()))
-            .flatten(),
+        focus: focus_of(s, purpose),
         must_write,
-        frozen: s.build.frozen_tests.clone(),
+        frozen: frozen_for(s, step),
     })
 }
 

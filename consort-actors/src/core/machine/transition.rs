@@ -1024,15 +1024,7 @@ fn checked_writes(
     step: &Step,
     set: &ChangeSet,
 ) -> Result<ChangeSet, RuleViolation> {
-    let redone;
-    let frozen = match (&s.build.redo, step) {
-        (Some(path), Step::Red { .. }) => {
-            redone = without(&s.build.frozen_tests, path);
-            &redone
-        }
-        _ => &s.build.frozen_tests,
-    };
-    check_change_set(set, writer(s, step)?, &cfg.paths, frozen).map_err(|v| match &v {
+    check_change_set(set, writer(s, step)?, &cfg.paths, &frozen_for(s, step)).map_err(|v| match &v {
         RuleViolation::FrozenTestModified { path } => match s.inherited.owner(path, &s.retired) {
             Some(t) => RuleViolation::EarlierTestFrozen {
                 path: path.clone(),
@@ -1058,11 +1050,23 @@ pub(super) fn check_resolved(
     }
 }
 
-/// `frozen` without `path`.
-fn without(frozen: &FileHashes, path: &str) -> FileHashes {
-    let mut out = frozen.clone();
-    out.remove(path);
-    out
+/// The frozen files `step`'s change sets may not touch: all of them, but for the RED of a
+/// redone entry, which writes its own file again (see [`super::Redo`]).
+pub(super) fn frozen_for(s: &State, step: &Step) -> FileHashes {
+    let mut frozen = s.build.frozen_tests.clone();
+    if let (Some(path), Step::Red { .. }) = (&s.build.redo, step) {
+        frozen.remove(path);
+    }
+    frozen
+}
+
+/// The test a verify run for `purpose` is about: the current entry's, in RED (the new test)
+/// and GREEN (the test made to pass); none in REFACTOR and the deploy run, where every test
+/// was green before.
+pub(super) fn focus_of(s: &State, purpose: VerifyPurpose) -> Option<String> {
+    matches!(purpose, VerifyPurpose::Red | VerifyPurpose::Green)
+        .then(|| s.current_test().map(|e| e.runner_name().to_string()))
+        .flatten()
 }
 
 /// Whose fault a halt on `violation` is: a broken invariant is Consort's own, a receipt without
@@ -1328,9 +1332,7 @@ pub(super) fn command_for(s: &State, p: &Pending) -> Option<Command> {
             workspace_hash: *workspace_hash,
             migrations: migrations_for(s, *purpose),
             tests: expected_names(s, *purpose),
-            focus: matches!(purpose, VerifyPurpose::Red | VerifyPurpose::Green)
-                .then(|| s.current_test().map(|e| e.runner_name().to_string()))
-                .flatten(),
+            focus: focus_of(s, *purpose),
         },
         Pending::Gate { gate, hash } => Command::AwaitGate {
             gate: *gate,
