@@ -868,7 +868,10 @@ impl TestDecision {
         &self,
         at: &Target,
         (by, reason): (&str, &str),
-        record: impl FnOnce(&Path, &consort::actors::Machine) -> Result<(), consort::actors::ConductorError>,
+        record: impl FnOnce(
+            &Path,
+            &consort::actors::Machine,
+        ) -> Result<(), consort::actors::ConductorError>,
         recorded: impl FnOnce(&Project) -> Result<()>,
     ) -> Result<i32> {
         if by.trim().is_empty() || reason.trim().is_empty() {

@@ -1024,17 +1024,20 @@ fn checked_writes(
     step: &Step,
     set: &ChangeSet,
 ) -> Result<ChangeSet, RuleViolation> {
-    check_change_set(set, writer(s, step)?, &cfg.paths, &frozen_for(s, step)).map_err(|v| match &v {
-        RuleViolation::FrozenTestModified { path } => match s.inherited.owner(path, &s.retired) {
-            Some(t) => RuleViolation::EarlierTestFrozen {
-                path: path.clone(),
-                feature: t.feature.clone(),
-                test: t.test.clone(),
+    check_change_set(set, writer(s, step)?, &cfg.paths, &frozen_for(s, step)).map_err(
+        |v| match &v {
+            RuleViolation::FrozenTestModified { path } => match s.inherited.owner(path, &s.retired)
+            {
+                Some(t) => RuleViolation::EarlierTestFrozen {
+                    path: path.clone(),
+                    feature: t.feature.clone(),
+                    test: t.test.clone(),
+                },
+                None => v,
             },
-            None => v,
+            _ => v,
         },
-        _ => v,
-    })
+    )
 }
 
 pub(super) fn check_resolved(
