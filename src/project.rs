@@ -642,39 +642,7 @@ impl Project {
             builder = builder.feature(feature).inherited(inherited);
         }
         for role in Role::ALL {
-            let cfg = opts
-                .agents_override
-                .as_ref()
-                .unwrap_or_else(|| self.config.agents.for_role(role));
-            // An external program's scratch copy skips the project's caches too, and its
-            // transcripts are kept with the run's files.
-            let mut cfg = cfg.clone();
-            match &mut cfg {
-                AgentConfig::Command(c) => {
-                    c.caches.extend(self.config.paths.caches.iter().cloned());
-                    c.transcript_dir = Some(self.transcript_dir());
-                }
-                AgentConfig::Openai(c) => c.transcript_dir = Some(self.transcript_dir()),
-                AgentConfig::Mcp(c) => {
-                    c.mailbox = Some(self.mailbox().dir().to_path_buf());
-                    c.transcript_dir = Some(self.transcript_dir());
-                    c.max_refusals = self.config.bounds.max_agent_retries;
-                }
-                // Each feature of a backlog may have its own script: `{feature}` in a path is
-                // the feature's id.
-                AgentConfig::Script { path, paths } => {
-                    for p in path.iter_mut().chain(paths.iter_mut()) {
-                        let spelled = p.to_string_lossy();
-                        if spelled.contains("{feature}") {
-                            *p = PathBuf::from(spelled.replace("{feature}", &self.feature.id));
-                        }
-                    }
-                }
-            }
-            let agent = cfg
-                .build(role, &self.dir)
-                .map_err(|source| ProjectError::Agent { role, source })?;
-            builder = builder.agent_arc(role, agent);
+            builder = builder.agent_arc(role, self.agent(role, &opts)?);
         }
         if let Some(a) = opts.approver {
             builder = builder.approver(a);
@@ -687,6 +655,45 @@ impl Project {
 }
 
 impl Project {
+    /// The agent of `role` for this feature's run: its configuration (or the run's override)
+    /// with what the project adds: an external program's scratch copy skips the project's
+    /// caches too, transcripts are kept with the run's files, an MCP role's mailbox is the
+    /// project's, and `{feature}` in a script path is the feature's id (a script per feature
+    /// of a backlog).
+    fn agent(
+        &self,
+        role: Role,
+        opts: &RunOptions,
+    ) -> Result<Arc<dyn consort_agents::Agent>, ProjectError> {
+        let mut cfg = opts
+            .agents_override
+            .as_ref()
+            .unwrap_or_else(|| self.config.agents.for_role(role))
+            .clone();
+        match &mut cfg {
+            AgentConfig::Command(c) => {
+                c.caches.extend(self.config.paths.caches.iter().cloned());
+                c.transcript_dir = Some(self.transcript_dir());
+            }
+            AgentConfig::Openai(c) => c.transcript_dir = Some(self.transcript_dir()),
+            AgentConfig::Mcp(c) => {
+                c.mailbox = Some(self.mailbox().dir().to_path_buf());
+                c.transcript_dir = Some(self.transcript_dir());
+                c.max_refusals = self.config.bounds.max_agent_retries;
+            }
+            AgentConfig::Script { path, paths } => {
+                for p in path.iter_mut().chain(paths.iter_mut()) {
+                    let spelled = p.to_string_lossy();
+                    if spelled.contains("{feature}") {
+                        *p = PathBuf::from(spelled.replace("{feature}", &self.feature.id));
+                    }
+                }
+            }
+        }
+        cfg.build(role, &self.dir)
+            .map_err(|source| ProjectError::Agent { role, source })
+    }
+
     /// The git repository the feature's work tree lies in, if any.
     pub fn git(&self) -> Option<crate::git::GitRepo> {
         crate::git::GitRepo::detect(&self.work_tree)

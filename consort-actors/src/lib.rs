@@ -46,6 +46,9 @@
 //! assert_eq!(state.pending_command().as_ref(), commands.first());
 //! ```
 
+// The library holds no function over 100 lines (clippy.toml sets the threshold).
+#![warn(clippy::too_many_lines)]
+
 /// Declares a small `Copy` key, an id or a closed set of names, with the derives every such key
 /// of the protocol has: comparable and hashable (a map or set key), serialisable, and described
 /// in the JSON schema.

@@ -48,16 +48,53 @@ impl fmt::Display for Finding {
     }
 }
 
-/// The roles played by scripts, grouped by the files they read (usually one group).
+/// The roles played by scripts, grouped by the files they read (usually one group). A path
+/// with `{feature}` (a script per feature of a backlog) stands for one file per feature still
+/// to run: its roles are a group for each.
 fn script_groups(config: &ProjectConfig, dir: &Path) -> BTreeMap<Vec<PathBuf>, Vec<Role>> {
+    let features = features_to_run(config, dir);
     let mut groups: BTreeMap<Vec<PathBuf>, Vec<Role>> = BTreeMap::new();
     for role in Role::ALL {
         if let AgentConfig::Script { path, paths } = config.agents.for_role(role) {
-            let files = path.iter().chain(paths).map(|p| dir.join(p)).collect();
-            groups.entry(files).or_default().push(role);
+            let spelled: Vec<String> = path
+                .iter()
+                .chain(paths)
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            let per_feature = spelled.iter().any(|p| p.contains(FEATURE));
+            let ids: &[String] = if per_feature { &features } else { &[] };
+            for id in ids.iter().map(Some).chain((!per_feature).then_some(None)) {
+                let files = spelled
+                    .iter()
+                    .map(|p| dir.join(id.map_or_else(|| p.clone(), |id| p.replace(FEATURE, id))))
+                    .collect();
+                groups.entry(files).or_default().push(role);
+            }
         }
     }
     groups
+}
+
+/// What `{feature}` in a script path stands for.
+const FEATURE: &str = "{feature}";
+
+/// The ids of the backlog's features that are neither done nor stopped, in order (the
+/// configuration's feature when the backlog cannot be read).
+fn features_to_run(config: &ProjectConfig, dir: &Path) -> Vec<String> {
+    use consort::backlog::FeatureState;
+    let listed = consort::project::Project::open(dir).and_then(|project| {
+        let mut ids = Vec::new();
+        for f in project.backlog()? {
+            if !matches!(
+                project.state_of(&f)?,
+                FeatureState::Done | FeatureState::Stopped
+            ) {
+                ids.push(f.id);
+            }
+        }
+        Ok(ids)
+    });
+    listed.unwrap_or_else(|_| vec![config.feature.id.clone()])
 }
 
 fn role_list(roles: &[Role]) -> String {
@@ -259,6 +296,33 @@ mod tests {
     use super::*;
     use crate::init::config_template;
     use consort::config::CONFIG_FILE;
+
+    /// `{feature}` in a script path (a script per feature of a backlog, as the README gives
+    /// it) is each feature still to run, not a file of that name.
+    #[test]
+    fn a_script_path_with_feature_is_read_for_each_feature_to_run() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
+        let text = config_template("F1", ".consort/agents/{feature}.toml");
+        std::fs::write(dir.join(CONFIG_FILE), &text).expect("write the configuration");
+        std::fs::create_dir_all(dir.join(".consort/agents")).expect("mkdir");
+        let design = "[[entry]]\nstep = \"stories\"\nartifact = { kind = \"stories\", body = { feature_id = \"F1\", stories = [] } }\n";
+        std::fs::write(dir.join(".consort/agents/F1.toml"), design).expect("write");
+        let config = ProjectConfig::parse(&text, &dir.join(CONFIG_FILE)).expect("loads");
+        let report: Vec<String> = script_report(dir, &config)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let file = dir.join(".consort/agents/F1.toml").display().to_string();
+        assert!(
+            report.contains(&format!("ok    script {file} parses: 1 entry")),
+            "{report:#?}"
+        );
+        assert!(
+            !report.iter().any(|l| l.contains("{feature}")),
+            "{report:#?}"
+        );
+    }
 
     #[test]
     fn per_role_files_are_explained_each_and_missing_steps_are_per_role_group() {
