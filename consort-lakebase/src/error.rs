@@ -611,6 +611,12 @@ pub enum TestCommandFault {
         /// How many tests the run expected.
         expected: usize,
     },
+    /// A package the command runs is not installed where the run starts: npm looked for it
+    /// in the registry, which a run never reaches (it works offline there).
+    NotInstalled {
+        /// The package (`vitest`, `@scope/tool`).
+        package: String,
+    },
 }
 
 impl std::fmt::Display for TestCommandFault {
@@ -626,6 +632,10 @@ impl std::fmt::Display for TestCommandFault {
             TestCommandFault::NoReport { path } => write!(
                 f,
                 "wrote no JUnit report to $CONSORT_JUNIT ({path}): the command must pass that path to its reporter, and it did not get as far as writing it"
+            ),
+            TestCommandFault::NotInstalled { package } => write!(
+                f,
+                "could not run {package}: it is not installed in this workspace (npm found no {package} in node_modules, and a test run reaches no registry): install the project's dependencies where the run starts (`npm ci`), or fix the command"
             ),
             TestCommandFault::CollectedNothing { expected } => write!(
                 f,

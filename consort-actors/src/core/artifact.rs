@@ -737,6 +737,25 @@ pub enum InfraFault {
     MergeRefused,
 }
 
+impl InfraFault {
+    /// Whether trying again may cure it: a database, model server or actor that failed, a
+    /// deadline, a runner or work tree that could not be used. A test command that did not
+    /// run, a migration that failed, a backend misconfigured, refused or over quota, a broken
+    /// invariant, a prompt too large or a refused merge fail the same way every time: a
+    /// person acts first.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            InfraFault::DatabaseDown
+                | InfraFault::ModelServerFailing
+                | InfraFault::ActorCrashing
+                | InfraFault::Timeout
+                | InfraFault::RunnerFailed
+                | InfraFault::WorkTreeIo
+        )
+    }
+}
+
 impl fmt::Display for InfraFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -38,6 +38,8 @@ fn fn_role(id: ActorId, answer: Answer) -> FnActor<RoleMsg> {
 struct FakeLakebase {
     served: Arc<Mutex<Vec<RequestId>>>,
     fail_next: Arc<AtomicUsize>,
+    /// What those failures are (DatabaseDown unless set).
+    fail_with: Arc<Mutex<Option<InfraFault>>>,
     /// The SQL of every migration each verification and promotion was given, in order.
     migrations: Arc<Mutex<Vec<Vec<String>>>>,
 }
@@ -94,8 +96,14 @@ impl FakeLakebase {
             LakebaseMsg::Verify(req, port) => {
                 if self.fail_next.load(Ordering::SeqCst) > 0 {
                     self.fail_next.fetch_sub(1, Ordering::SeqCst);
+                    let fault = self
+                        .fail_with
+                        .lock()
+                        .ok()
+                        .and_then(|f| f.clone())
+                        .unwrap_or(InfraFault::DatabaseDown);
                     let _ = port.send(Err(InfraError {
-                        fault: InfraFault::DatabaseDown,
+                        fault,
                         detail: "down".into(),
                     }));
                     return Ok(());
@@ -551,6 +559,23 @@ async fn a_failing_database_is_retried_then_escalated_and_a_human_retry_finishes
     .expect("retry");
     let report = fx.run(answer(honest), approve_all()).await.expect("run");
     assert_eq!(report.outcome, RunOutcome::Done);
+}
+
+/// Only a fault a retry can cure is retried: a test command that did not run (or a base whose
+/// migrations failed) halts at once, though a second try would have worked.
+#[tokio::test]
+async fn a_fault_no_retry_cures_is_not_retried() {
+    for fault in [InfraFault::TestCommandBroken, InfraFault::MigrationFailed] {
+        let fx = Fixture::new();
+        fx.lakebase.fail_next.store(1, Ordering::SeqCst);
+        *fx.lakebase.fail_with.lock().expect("lock") = Some(fault.clone());
+        let report = fx.run(answer(honest), approve_all()).await.expect("run");
+        let RunOutcome::Halted { escalation } = report.outcome else {
+            panic!("{fault}: expected a halt, got {:?}", report.outcome)
+        };
+        assert_eq!(escalation.reason, EscalationReason::Infrastructure(fault));
+        assert!(fx.lakebase.served().is_empty(), "tried once, not again");
+    }
 }
 
 fn symlink_cheat(a: &Assignment) -> Artifact {

@@ -1055,6 +1055,10 @@ fn a_red_that_already_passes_is_refused_reverted_and_retried() {
     r.observe();
     assert_eq!(r.assignment().2, 1);
     assert!(r.s.build.frozen_tests.is_empty(), "nothing frozen");
+    assert!(
+        r.s.build.since_review.is_empty(),
+        "the refused RED is not among the changes the review sees"
+    );
 }
 
 /// The feedback the Navigator gets after a RED of `tests/t2.sql` that broke the green

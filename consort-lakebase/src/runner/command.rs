@@ -146,6 +146,15 @@ impl CommandRunner {
         let spec = self.spec(ctx, &self.cfg.command, junit.as_ref())?;
         let main = run(&spec, &mut capture, &limits).await?;
         let mut command = self.cfg.command.clone();
+        if !main.exit.success()
+            && let Some(package) = npm_package_not_installed(&capture.clone().finish().excerpt)
+        {
+            return Err(Error::TestCommand {
+                command: redact(&self.cfg.command, &ctx.conn),
+                fault: TestCommandFault::NotInstalled { package },
+                output: redact(&capture.finish().excerpt, &ctx.conn),
+            });
+        }
 
         let mut outcomes = match self.report_outcomes(ctx, &main, junit.as_ref(), &mut capture) {
             Ok(o) => o,
@@ -225,6 +234,22 @@ impl CommandRunner {
     }
 }
 
+/// The package npm reports it could not find offline (`code ENOTCACHED`, "request to
+/// https://registry…/<package> failed"): what `npx <tool>` says when the tool is not installed
+/// where a run starts.
+fn npm_package_not_installed(output: &str) -> Option<String> {
+    if !output.contains("ENOTCACHED") {
+        return None;
+    }
+    let line = output
+        .lines()
+        .find(|l| l.contains("request to ") && l.contains(" failed"))?;
+    let url = line.split("request to ").nth(1)?.split(" failed").next()?;
+    let package = url.trim_end_matches('/').rsplit('/').next()?;
+    let package = package.replace("%2f", "/").replace("%2F", "/");
+    (!package.is_empty()).then_some(package)
+}
+
 impl TestRunner for CommandRunner {
     fn name(&self) -> &'static str {
         "command"
@@ -232,5 +257,26 @@ impl TestRunner for CommandRunner {
 
     fn run<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<RunReport>> {
         Box::pin(self.run_inner(ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npx_of_a_package_that_is_not_installed_is_named() {
+        let npm10 = "npm error code ENOTCACHED\nnpm error request to https://registry.npmjs.org/vitest failed: cache mode is 'only-if-cached' but no cached response is available.\n";
+        assert_eq!(npm_package_not_installed(npm10).as_deref(), Some("vitest"));
+        let scoped = "npm ERR! code ENOTCACHED\nnpm ERR! request to https://registry.npmjs.org/@vitest%2fui failed: cache mode is 'only-if-cached'\n";
+        assert_eq!(
+            npm_package_not_installed(scoped).as_deref(),
+            Some("@vitest/ui")
+        );
+        assert_eq!(
+            npm_package_not_installed("FAIL tests/a.test.js\nrequest to the server failed\n"),
+            None,
+            "a failing test that mentions a request is no install problem"
+        );
     }
 }

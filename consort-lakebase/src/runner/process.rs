@@ -91,10 +91,20 @@ impl EnvPolicy {
 }
 
 /// What every run's environment says unless the configuration says otherwise: no test tool
-/// waits for input or watches files (`CI=true`: vitest and jest run once), and `npx` never
-/// tries to install a program it does not find (`npm_config_yes=false`: a run cannot reach a
-/// registry, so a mistyped program fails at once instead of after the network's time-outs).
-pub const NON_INTERACTIVE: [(&str, &str); 2] = [("CI", "true"), ("npm_config_yes", "false")];
+/// waits for input or watches files (`CI=true`: vitest and jest run once), and no package
+/// manager reaches for a registry (a confined run cannot reach one, so a program that is not
+/// installed fails at once instead of after the network's time-outs and retries): `npx` never
+/// installs (`npm_config_yes=false`) and npm works offline (`npm_config_offline=true`, or npx
+/// still asks the registry for the package first), Go uses no module proxy (`GOPROXY=off`),
+/// pip no index (`PIP_NO_INDEX=1`), uv stays offline (`UV_OFFLINE=1`).
+pub const NON_INTERACTIVE: [(&str, &str); 6] = [
+    ("CI", "true"),
+    ("npm_config_yes", "false"),
+    ("npm_config_offline", "true"),
+    ("GOPROXY", "off"),
+    ("PIP_NO_INDEX", "1"),
+    ("UV_OFFLINE", "1"),
+];
 
 /// One process to run.
 #[derive(Debug, Clone)]

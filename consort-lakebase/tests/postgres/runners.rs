@@ -171,6 +171,22 @@ async fn the_harness_s_faults_are_typed_errors_not_outcomes() {
     );
     assert_eq!(fault, TestCommandFault::ProgramNotFound { code: 126 });
 
+    // `npx` of a tool the workspace lacks asks no registry (a run works offline: npm says
+    // ENOTCACHED instead of waiting on the network) and is named as not installed, whatever
+    // the command's reporter.
+    let (_, fault, output) = fault_of(
+        CommandRunner::new(cmd("npx vitest run --reporter=tap"))
+            .run(&ctx)
+            .await,
+    );
+    assert_eq!(
+        fault,
+        TestCommandFault::NotInstalled {
+            package: "vitest".into()
+        },
+        "{output}"
+    );
+
     let mut junit = cmd("echo no report here; exit 1");
     junit.junit_path = Some("junit.xml".into());
     let (_, fault, output) = fault_of(CommandRunner::new(junit.clone()).run(&ctx).await);

@@ -905,7 +905,11 @@ fn refused(
                 attempt,
                 ..
             },
-        ) => Ok(retry(&mut s, step, attempt, inverse)),
+        ) => {
+            // The refused RED is undone, and so left out of what the review sees.
+            s.build.since_review.pop();
+            Ok(retry(&mut s, step, attempt, inverse))
+        }
         (_, pending) => {
             let esc = escalation(
                 &describe(&pending),

@@ -74,7 +74,8 @@ pub struct ConductorConfig {
     pub verify_timeout: Duration,
     /// How long a live approver may take to decide.
     pub gate_timeout: Duration,
-    /// Retries of a verification that failed for infrastructure reasons, before escalating.
+    /// Retries of a verification that failed for infrastructure reasons a retry may cure
+    /// ([`crate::InfraFault::is_transient`]), before escalating.
     pub verify_retries: u32,
     /// Most bytes of work-tree files handed to an agent with a build step.
     pub max_input_bytes: usize,
@@ -1184,7 +1185,7 @@ impl ConductorState {
             let event = loop {
                 match lakebase.verify(req.clone(), timeout).await {
                     Ok(receipt) => break Event::VerifyCompleted { receipt },
-                    Err(error) if tries < retries => {
+                    Err(error) if tries < retries && error.fault.is_transient() => {
                         tries += 1;
                         tracing::warn!(%error, tries, "verification failed for infrastructure reasons; retrying");
                     }
