@@ -175,6 +175,17 @@ enum Cmd {
         #[command(subcommand)]
         command: TestCmd,
     },
+    /// Run a command of yours (`npm test`, `pytest`) on a fresh branch of the project's
+    /// database holding everything promoted, with the branch in its environment
+    /// (`DATABASE_URL`, `PGHOST`, …); the branch is removed when it ends. Unconfined: it is your
+    /// command, not a verification.
+    Exec {
+        #[command(flatten)]
+        at: Target,
+        /// The command and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// List Consort's branches (and delete them with --sweep).
     Branches {
         /// The project directory.
@@ -422,6 +433,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
                 },
         } => redo(&at, &test, &by, &reason),
         Cmd::Branches { dir, sweep } => branches(&dir, sweep).await,
+        Cmd::Exec { at, command } => exec(&at, &command).await,
         Cmd::Mcp { at, identity } => {
             consort_cli::mcp::serve(at.dir, at.feature, identity).await?;
             Ok(0)
@@ -903,6 +915,51 @@ impl TestDecision {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// `consort exec -- COMMAND`: the command on a fresh branch of the parent (everything promoted),
+/// in the project's directory; the branch goes when the command ends, whatever its end. Exits
+/// with the command's exit code.
+async fn exec(at: &Target, command: &[String]) -> Result<i32> {
+    let Some((program, args)) = command.split_first() else {
+        eprintln!(
+            "refused: name the command to run after --, for example `consort exec -- npm test`"
+        );
+        return Ok(EXIT_USAGE);
+    };
+    let project = at.open()?;
+    let provider = project.provider().await?;
+    let base = provider
+        .prepare_base(&consort_lakebase::BaseSpec::default())
+        .await?;
+    let name = consort_lakebase::names::BranchNamer::new().next_name();
+    let branch = provider.create(&name, &base).await?;
+    let ran = async {
+        let conn = provider.connect_info(&branch).await?;
+        eprintln!(
+            "consort: `{}` runs on branch {} (everything promoted); it is removed when the command ends",
+            command.join(" "),
+            branch.name
+        );
+        let status = tokio::process::Command::new(program)
+            .args(args)
+            .envs(conn.env())
+            .current_dir(project.work_tree())
+            .status()
+            .await
+            .with_context(|| format!("starting {program}"))?;
+        anyhow::Ok(status)
+    }
+    .await;
+    if let Err(e) = provider.delete(&branch.name).await {
+        eprintln!(
+            "consort: branch {} could not be removed ({}); `consort branches --sweep` removes it",
+            branch.name,
+            consort::actors::error_chain(&e)
+        );
+    }
+    let status = ran?;
+    Ok(status.code().unwrap_or(EXIT_FAILURE))
 }
 
 async fn branches(dir: &Path, sweep: bool) -> Result<i32> {

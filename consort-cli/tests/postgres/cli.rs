@@ -84,6 +84,34 @@ fn migrations_are_files_and_promoted(dir: &Path) {
     assert!(report.verified, "and verified in the parent");
 }
 
+/// `consort exec -- COMMAND` gives a person's own command a fresh branch with what was
+/// promoted, exits as the command does, and leaves no branch behind.
+fn exec_runs_on_a_branch_with_everything_promoted(dir: &Path) {
+    let o = run(consort().arg("exec").args(dir_arg(dir)).args([
+        "--",
+        "sh",
+        "-c",
+        "psql -XAtc 'SELECT count(*) FROM consort_migrations'; exit 7",
+    ]));
+    assert_exit(&o, 7, "exec exits as its command did");
+    let promoted: u32 = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("a count ({e}): {}", text(&o)));
+    assert!(
+        promoted > 0,
+        "the promoted migrations are there: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("(everything promoted)"), "{}", text(&o));
+    let o = run(consort().arg("branches").args(dir_arg(dir)));
+    assert!(
+        text(&o).contains("0 branch(es)"),
+        "the branch is gone: {}",
+        text(&o)
+    );
+}
+
 #[test]
 fn init_run_gate_approve_resume_done_verify() {
     let tmp = stockflow_tempdir();
@@ -140,6 +168,7 @@ fn init_run_gate_approve_resume_done_verify() {
     assert_eq!(outcome, Some(0), "the run finishes");
     assert_eq!(status_json(dir)["phase"], "done");
     migrations_are_files_and_promoted(dir);
+    exec_runs_on_a_branch_with_everything_promoted(dir);
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
     let o = run(consort().arg("log").args(dir_arg(dir)));
