@@ -410,7 +410,28 @@ impl Project {
             crate::backlog::inherit(&mut inherited, &earlier.id, &state, files);
         }
         self.check_inherited_in_tree(&inherited)?;
+        // Mixed widths (which doctor names) leave the design's versions free, as before.
+        inherited.numbering = self.migration_numbering().ok().flatten();
         Ok(inherited)
+    }
+
+    /// How the files in `[migrations] dir` are numbered (see
+    /// [`consort_actors::MigrationNumbering::of`]): None when the directory is missing or
+    /// holds no numbered file; an error saying why when a text sort cannot order them.
+    pub fn migration_numbering(
+        &self,
+    ) -> Result<Option<consort_actors::MigrationNumbering>, String> {
+        let dir = self.work_tree.join(&self.config.migrations.dir);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(None);
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".sql") && !n.ends_with(".down.sql"))
+            .collect();
+        names.sort();
+        consort_actors::MigrationNumbering::of(&names)
     }
 
     fn unfinished(&self, earlier: &Feature, state: FeatureState) -> ProjectError {

@@ -122,7 +122,7 @@ pub use machine::{
     ScratchVerdict, State, Writer, check_architecture, check_change_set, check_review,
     check_schema, check_spec, check_stories, check_test_list, check_ux, lifecycle_edges,
 };
-pub use migration_files::{MigrationFiles, file_name as migration_file_name};
+pub use migration_files::{MigrationFiles, MigrationNumbering, file_name as migration_file_name};
 pub use paths::{
     CacheNameError, DEFAULT_CACHES, GlobError, PathError, PathPolicy, PathRules, STATE_DIR,
     TreeFilter, WriteProblem, check_glob, glob_covers, literal_glob, normalise_relative,

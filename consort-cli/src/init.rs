@@ -384,10 +384,34 @@ pub fn doctor(dir: &Path) -> i32 {
     );
     let Ok(config) = config else { return 1 };
     check_runner(&mut checks, dir, &config);
+    check_migration_names(&mut checks, dir);
     check_request(&mut checks, &dir.join(&config.feature.request));
     check_agents(&mut checks, dir, &config);
     check_database(&mut checks, dir, &config);
     i32::from(checks.failed)
+}
+
+/// The migration files' numbers: one width, so that a text sort (what most migration scripts
+/// do) orders them, and the design's versions can follow them.
+fn check_migration_names(checks: &mut Checks, dir: &Path) {
+    let Ok(project) = consort::project::Project::open(dir) else {
+        return;
+    };
+    let shown = &project.config.migrations.dir;
+    match project.migration_numbering() {
+        Ok(Some(n)) => checks.report(
+            true,
+            &format!(
+                "the migration files in {shown}/ are numbered with {} digits (the last: {}); the design's versions follow them",
+                n.width, n.example
+            ),
+            "",
+        ),
+        Ok(None) => {}
+        Err(why) => println!(
+            "note  {shown}/: {why}; rename them to one width (`001_`, `010_`), or the design's versions follow no form"
+        ),
+    }
 }
 
 /// The feature request: there, with a title and a body, and not the placeholder.

@@ -127,6 +127,10 @@ pub fn artifacts(state: &State, step: &Step) -> AssignmentInputs {
             Step::Schema => state.inherited.migrations.clone(),
             _ => Vec::new(),
         },
+        migration_numbering: match step {
+            Step::Schema => state.inherited.numbering.clone(),
+            _ => None,
+        },
         ..AssignmentInputs::default()
     }
 }

@@ -101,6 +101,82 @@ fn slug(s: &str) -> String {
     out
 }
 
+/// How a project numbers the migration files in its migrations directory (`001_products.sql`:
+/// three digits), read when a feature starts and recorded in its start: the design's versions
+/// take that form, after the last number, so that the project's own migration tool, which
+/// orders the files by name, applies them in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MigrationNumbering {
+    /// The digits of every number.
+    pub width: usize,
+    /// The highest number there.
+    pub last: u64,
+    /// A file that shows the form.
+    pub example: String,
+}
+
+impl MigrationNumbering {
+    /// The numbering of a migrations directory's file names: None when no name starts with
+    /// a number; an error, saying why, when the numbers have different widths (a text sort
+    /// puts `10_b.sql` before `9_a.sql`).
+    pub fn of(names: &[String]) -> Result<Option<MigrationNumbering>, String> {
+        let mut found: Option<MigrationNumbering> = None;
+        for name in names {
+            let Some((digits, number)) = leading_number(name) else {
+                continue;
+            };
+            match &mut found {
+                None => {
+                    found = Some(MigrationNumbering {
+                        width: digits,
+                        last: number,
+                        example: name.clone(),
+                    });
+                }
+                Some(n) if n.width != digits => {
+                    return Err(format!(
+                        "the migration files are numbered with different widths ({} and {}): a text sort, as most migration scripts make, puts them out of order",
+                        n.example, name
+                    ));
+                }
+                Some(n) if number > n.last => {
+                    n.last = number;
+                    n.example = name.clone();
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(found)
+    }
+
+    /// Checks that `version` takes this form and comes after the last number.
+    pub fn check(&self, version: &str) -> Result<(), String> {
+        let fits = leading_number(version)
+            .is_some_and(|(digits, number)| digits == self.width && number > self.last);
+        if fits {
+            return Ok(());
+        }
+        let next = self.last.saturating_add(1);
+        Err(format!(
+            "migration {version} does not follow the project's numbering: its migration files take {} digits (like {}), so the version must start with a {}-digit number after {:0w$}, such as {:0w$}_{}",
+            self.width,
+            self.example,
+            self.width,
+            self.last,
+            next,
+            version.trim_start_matches(|c: char| c.is_ascii_digit() || c == '_'),
+            w = self.width
+        ))
+    }
+}
+
+/// The leading digits of `name`: how many, and their number (None: no leading digit, or more
+/// than a `u64` holds).
+fn leading_number(name: &str) -> Option<(usize, u64)> {
+    let digits: String = name.chars().take_while(char::is_ascii_digit).collect();
+    Some((digits.len(), digits.parse().ok()?))
+}
+
 /// Orders existing migration file names by version, as migration tools do: the leading
 /// number of the name (after a Flyway-style `V`) numerically, then the name.
 pub(crate) fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
@@ -124,6 +200,32 @@ pub(crate) fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_projects_numbering_is_read_and_held_to() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let three =
+            MigrationNumbering::of(&names(&["001_products.sql", "002_orders.sql", "README"]))
+                .expect("one width")
+                .expect("numbered");
+        assert_eq!((three.width, three.last), (3, 2));
+        assert!(three.check("003_order_lines").is_ok());
+        let told = three.check("0003_order_lines").expect_err("four digits");
+        assert!(told.contains("3 digits (like 002_orders.sql)"), "{told}");
+        assert!(told.contains("such as 003_order_lines"), "{told}");
+        assert!(three.check("002_again").is_err(), "not after the last");
+        assert!(three.check("orders").is_err(), "no number");
+        assert_eq!(
+            MigrationNumbering::of(&names(&["V1__counts.sql"])),
+            Ok(None)
+        );
+        let mixed = MigrationNumbering::of(&names(&["9_a.sql", "10_b.sql"])).expect_err("mixed");
+        assert!(mixed.contains("different widths"), "{mixed}");
+        let stamps = MigrationNumbering::of(&names(&["20240101120000_init.sql"]))
+            .expect("one width")
+            .expect("numbered");
+        assert!(stamps.check("20240101120001_orders").is_ok());
+    }
 
     fn m(version: &str, story: &str, description: &str) -> Migration {
         Migration {

@@ -69,6 +69,10 @@ pub struct AssignmentInputs {
     /// the plan builds on (its versions come after theirs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_migrations: Vec<crate::core::regression::EarlierMigration>,
+    /// For the schema plan: how the project numbers its migration files, which the plan's
+    /// versions must follow (the width, and after the last number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_numbering: Option<crate::core::migration_files::MigrationNumbering>,
 }
 
 /// A work-tree file an assignment lists but does not carry.

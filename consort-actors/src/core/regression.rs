@@ -55,6 +55,10 @@ pub struct Inherited {
     /// The earlier features' promoted migrations, in the order they were promoted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub migrations: Vec<EarlierMigration>,
+    /// How the project numbers the files in its migrations directory, as they were when the
+    /// feature started (None: no numbered file there, or no migrations directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numbering: Option<crate::core::migration_files::MigrationNumbering>,
 }
 
 /// A human's recorded decision that an earlier feature's test no longer holds.
@@ -155,6 +159,7 @@ mod tests {
                 test("f2", "T1", "tests/shared.sql"),
             ],
             migrations: vec![],
+            numbering: None,
         };
         let retired = vec![retire("f1", "T1"), retire("f1", "T2")];
         assert!(inherited.released("tests/a.sql", &retired));

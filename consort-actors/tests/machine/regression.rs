@@ -19,6 +19,7 @@ fn later_feature() -> Run {
             hash: Some(ContentHash::of_bytes(OLD_SQL.as_bytes())),
         }],
         migrations: vec![],
+        numbering: None,
     };
     r.disk.applied(&ChangeSet {
         summary: "the earlier feature's work".into(),
@@ -169,6 +170,7 @@ fn a_later_schema_plan_builds_on_the_earlier_migrations() {
             },
             path: None,
         }],
+        numbering: None,
     };
     r.start_with_stories(false);
     r.produce(Artifact::Spec(spec())).expect("spec");
@@ -179,6 +181,43 @@ fn a_later_schema_plan_builds_on_the_earlier_migrations() {
         v.to_string().contains("must come after") && v.to_string().contains("0001_items of f0"),
         "{v}"
     );
+}
+
+/// The design's versions follow the project's own numbering, recorded when the feature
+/// started: the width of its files' numbers, after the last one; the DBA is told it and a plan
+/// that does not follow it is refused (the DBA tries again).
+#[test]
+fn a_schema_plan_follows_the_projects_migration_numbering() {
+    let mut r = Run::new();
+    r.inherited = Inherited {
+        numbering: Some(MigrationNumbering {
+            width: 3,
+            last: 1,
+            example: "001_products.sql".into(),
+        }),
+        ..Inherited::default()
+    };
+    r.start_with_stories(false);
+    r.produce(Artifact::Spec(spec())).expect("spec");
+    r.produce(Artifact::ArchitectureVerdict(approve_arch()))
+        .expect("arch");
+    let Command::Assign { .. } = last_command(&r) else {
+        panic!("the DBA is asked");
+    };
+    let told = context::artifacts(&r.s, &Step::Schema).migration_numbering;
+    assert_eq!(told.map(|n| n.width), Some(3), "the DBA is told the form");
+    let v = r.produce_refused(Artifact::SchemaPlan(schema()));
+    assert!(
+        v.to_string()
+            .contains("its migration files take 3 digits (like 001_products.sql)"),
+        "{v}"
+    );
+    let mut plan = schema();
+    for (i, m) in plan.migrations.iter_mut().enumerate() {
+        m.version = format!("{:03}_step{i}", i + 2);
+    }
+    r.produce(Artifact::SchemaPlan(plan))
+        .expect("a plan in the project's form");
 }
 
 #[test]

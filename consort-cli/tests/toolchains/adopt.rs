@@ -855,3 +855,46 @@ def test_done_jobs_per_queue():
         .expect("F2 promoted");
     assert_eq!(promoted.applied, ["0002_queue_view"]);
 }
+
+/// A project that numbers its migrations with three digits (`001_counts.sql`, as a text-sorting
+/// migration script wants them): doctor names the form, the design's version follows it, and
+/// the design's file sorts after the project's by name too.
+#[test]
+fn the_designs_migration_files_follow_the_projects_numbering() {
+    let tmp = repo_of(&[
+        (
+            "sql/version.sql",
+            "CREATE FUNCTION shelf_version() RETURNS int LANGUAGE sql AS 'SELECT 1';\n",
+        ),
+        (
+            "tests/t0_counts.sql",
+            "DO $$ BEGIN PERFORM count(*) FROM counts; END $$;\n",
+        ),
+        (
+            "migrations/001_counts.sql",
+            "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+        ),
+    ]);
+    let dir = tmp.path();
+    let test = "INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL);\nDO $$ BEGIN IF count_total() <> 7 THEN RAISE EXCEPTION 'total is %', count_total(); END IF; END $$;\n";
+    let code = "CREATE FUNCTION count_total() RETURNS bigint LANGUAGE sql AS $$ SELECT coalesce(sum(qty), 0) FROM counts $$;\n";
+    let script = script(
+        "tests/t1_total.sql",
+        "tests/t1_total.sql",
+        test,
+        "sql/total.sql",
+        code,
+    )
+    .replace("0002_count_notes", "002_count_notes");
+    let (_, doctor) = adopt_and_run(dir, &script);
+    assert!(
+        doctor.contains("numbered with 3 digits (the last: 001_counts.sql)"),
+        "{doctor}"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("migrations"))
+        .expect("the migrations")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["001_counts.sql", "002_S1_count_notes.sql"]);
+}

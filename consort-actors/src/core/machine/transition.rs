@@ -794,6 +794,13 @@ fn accept_design(
                 &s.inherited.migrations,
                 cfg.migration_files.as_ref(),
             )?;
+            if let Some(numbering) = &s.inherited.numbering {
+                for m in &plan.migrations {
+                    numbering
+                        .check(&m.version)
+                        .map_err(|detail| RuleViolation::InvalidArtifact { detail })?;
+                }
+            }
             s.schema = Some(Arc::new(plan.clone()));
             Done::Schema
         }
