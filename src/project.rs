@@ -838,8 +838,9 @@ pub struct StatusReport {
     pub flaky: Vec<String>,
 }
 
-/// The tests the ledger's receipts record as flaky (see [`consort_actors::TestRunReceipt::flaky`]), each once,
-/// in the order first seen: refused runs count too.
+/// The tests the ledger's receipts record as flaky (see
+/// [`consort_actors::TestRunReceipt::flaky`]), each once, in the order first seen: refused runs
+/// count too.
 pub fn flaky_seen<'a>(events: impl IntoIterator<Item = &'a consort_actors::Event>) -> Vec<String> {
     let mut seen: Vec<String> = Vec::new();
     for e in events {

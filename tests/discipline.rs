@@ -1,7 +1,7 @@
-//! The discipline suite: cheating agents (and a run that cannot happen), each run through the real conductor with real
-//! database branches (an embedded PostgreSQL cluster, the psql runner or a real test command),
-//! each refused with its typed reason, recorded in the ledger, never turned into a green, and
-//! never applied to the work tree.
+//! The discipline suite: cheating agents (and runs that cannot happen), each run through the
+//! real conductor with real database branches (an embedded PostgreSQL cluster, the psql runner
+//! or a real test command), each refused with its typed reason, recorded in the ledger, never
+//! turned into a green, and never applied to the work tree.
 //!
 //! The fixture is a small feature (one story, two SQL tests, one migration) answered honestly by
 //! `tests/fixtures/discipline/script.toml`; each case replaces one or a few answers with a cheat

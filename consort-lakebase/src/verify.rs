@@ -261,21 +261,25 @@ impl Verifier {
             .filter(|t| second.status_of(t) == Some(TestStatus::Passed))
             .cloned()
             .collect();
-        let said = if second.flaky.is_empty() {
-            format!(
-                "they failed again: {} on branch {} and on this fresh branch",
-                suspects.join(", "),
-                first.branch_id
-            )
-        } else {
-            format!(
-                "flaky, not broken: {} failed on branch {} and passed on this fresh branch",
-                second.flaky.join(", "),
-                first.branch_id
-            )
-        };
+        let again: Vec<&str> = suspects
+            .iter()
+            .filter(|t| !second.flaky.contains(t))
+            .map(String::as_str)
+            .collect();
+        let mut said = Vec::new();
+        if !second.flaky.is_empty() {
+            said.push(format!(
+                "flaky, not broken: {} passed on this fresh branch",
+                second.flaky.join(", ")
+            ));
+        }
+        if !again.is_empty() {
+            said.push(format!("failed again here: {}", again.join(", ")));
+        }
         second.output_excerpt = format!(
-            "[consort: tests that were green failed on a first run, so the whole run was made once more; {said}]\n{}",
+            "[consort: tests that were green failed on branch {}, so the whole run was made once more; {}]\n{}",
+            first.branch_id,
+            said.join("; "),
             second.output_excerpt
         );
         Ok(second)

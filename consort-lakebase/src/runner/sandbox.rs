@@ -17,9 +17,10 @@
 //! itself, drops every capability (a run as root keeps uid 0 but none of root's powers), starts
 //! the child (which inherits both), and ends. No thread of the runtime is ever restricted, and
 //! no `unsafe` code is needed. Where it may (as root), that thread first enters a mount
-//! namespace of its own in which `/dev/shm` is a directory of the run's scratch, so POSIX shared
-//! memory works confined and stays private to the run. This process is made non-dumpable, so its `/proc` files (its
-//! environment, with any API key in it) are out of the runs' reach.
+//! namespace of its own in which `/dev/shm` is a directory of the run's scratch, so POSIX
+//! shared memory works confined and stays private to the run. This process is made
+//! non-dumpable, so its `/proc` files (its environment, with any API key in it) are out of the
+//! runs' reach.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,9 +1,10 @@
 //! Confined runs, tried as an adversary would: the code under test runs inside the
 //! verification, so everything that judges the run must be out of its reach — the tests, the
 //! harness, VCS metadata, Consort's private state, other ports — while its scratch directory,
-//! the caches and POSIX shared memory (worker processes) stay usable. Also: settings stored on the role or database by code do not
-//! reach the tests, a setup file is SQL and never a psql script, a session the code ends is a
-//! verdict, and a run that changes the tree is void.
+//! the caches and POSIX shared memory (worker processes) stay usable. Also: settings stored on
+//! the role or database by code do not reach the tests, a setup file is SQL and never a psql
+//! script, a session the code ends is a verdict, a run that changes the tree is void, and a
+//! test that passes every other run is flaky, not broken.
 
 use crate::common;
 use std::path::Path;
@@ -399,7 +400,8 @@ async fn a_test_that_passes_every_other_run_is_flaky_and_one_that_always_fails_i
     assert_eq!(r.status_of("earlier-racy"), Some(TestStatus::Passed));
     assert_eq!(r.status_of("the-new-one"), Some(TestStatus::Failed));
     assert!(
-        r.output_excerpt.contains("flaky, not broken: earlier-racy"),
+        r.output_excerpt
+            .contains("flaky, not broken: earlier-racy passed on this fresh branch"),
         "{}",
         r.output_excerpt
     );
@@ -411,7 +413,8 @@ async fn a_test_that_passes_every_other_run_is_flaky_and_one_that_always_fails_i
     assert_eq!(r.flaky, ["earlier-racy"]);
     assert_eq!(r.status_of("earlier-broken"), Some(TestStatus::Failed));
     assert!(
-        r.output_excerpt.contains("earlier-broken"),
+        r.output_excerpt
+            .contains("failed again here: earlier-broken"),
         "{}",
         r.output_excerpt
     );
