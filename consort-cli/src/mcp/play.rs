@@ -250,10 +250,23 @@ fn machine_outcome(project: &Project, id: u64) -> Result<Option<String>, ToolErr
     } else {
         format!(" ({})", notes.join("; "))
     };
-    Ok(Some(match refused {
-        Some(v) => format!(
+    let after = match &state.status {
+        consort_actors::RunStatus::Halted { escalation, .. } => Some(format!(
+            "The run {}; a person decides: `consort retry --by NAME` or `consort stop --by NAME`.",
+            crate::ui::outcome_line(&consort_actors::RunOutcome::Halted {
+                escalation: escalation.clone()
+            })
+        )),
+        consort_actors::RunStatus::Stopped => Some("The run was stopped.".into()),
+        consort_actors::RunStatus::Done => Some("The run is done.".into()),
+        _ => None,
+    };
+    Ok(Some(match (refused, after) {
+        (Some(v), Some(after)) => format!("but the machine refused it{runs}: {v}. {after}"),
+        (Some(v), None) => format!(
             "but the machine refused it{runs}: {v}. The next assignment carries this as feedback."
         ),
-        None => format!("The machine took it{runs}; the run goes on."),
+        (None, Some(after)) => format!("The machine took it{runs}. {after}"),
+        (None, None) => format!("The machine took it{runs}; the run goes on."),
     }))
 }
