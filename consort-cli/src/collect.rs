@@ -314,7 +314,11 @@ fn collection(dir: &Path, chain: &Chain) -> Option<Finding> {
         {
             return Some(missing);
         }
-        let programs: Vec<String> = chain.programs(dir).into_iter().map(|(p, _)| p).collect();
+        let programs: Vec<&str> = chain
+            .commands()
+            .iter()
+            .filter_map(|s| s.program())
+            .collect();
         return Some(Finding {
             ok: true,
             what: format!(

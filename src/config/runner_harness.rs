@@ -849,7 +849,8 @@ fn program_index(words: &[Word]) -> usize {
     }
 }
 
-fn is_assignment(word: &str) -> bool {
+/// Whether `word` is a `NAME=value` assignment as `sh` reads one.
+pub fn is_assignment(word: &str) -> bool {
     word.split_once('=').is_some_and(|(name, _)| is_name(name))
 }
 

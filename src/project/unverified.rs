@@ -54,7 +54,7 @@ impl Project {
         let mut differs = Vec::new();
         let mut undo = Vec::new();
         for change in found.undo {
-            if let Some(how) = difference(&work, &change)? {
+            if let Some(how) = difference(&work, &change) {
                 differs.push((change.path().to_string(), how));
                 undo.push(change);
             }
@@ -89,10 +89,9 @@ impl Project {
 }
 
 /// How the file `undo` would put back differs from the disk, if it does.
-fn difference(work: &WorkTree, undo: &FileChange) -> Result<Option<Difference>, ProjectError> {
-    let path = undo.path();
-    let on_disk = std::fs::read(work.root().join(path)).ok();
-    Ok(match (undo, on_disk) {
+fn difference(work: &WorkTree, undo: &FileChange) -> Option<Difference> {
+    let on_disk = std::fs::read(work.root().join(undo.path())).ok();
+    match (undo, on_disk) {
         (FileChange::Delete { .. }, None) => None,
         (FileChange::Delete { .. }, Some(_)) => Some(Difference::New),
         (_, None) => Some(Difference::Changed),
@@ -100,5 +99,5 @@ fn difference(work: &WorkTree, undo: &FileChange) -> Result<Option<Difference>, 
             Some(left) if left.as_ref() == bytes.as_slice() => None,
             _ => Some(Difference::Changed),
         },
-    })
+    }
 }

@@ -9,7 +9,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use consort::config::runner_harness::{Word, simple_commands};
+use consort::config::runner_harness::{Word, is_assignment, simple_commands};
 
 /// Shell builtins and keywords: they start no program, so nothing needs installing.
 const BUILTINS: [&str; 38] = [
@@ -172,15 +172,6 @@ pub(super) fn installed_on(program: &str, dir: &Path, path: &OsString) -> bool {
         return dir.join(program).is_file();
     }
     std::env::split_paths(path).any(|p: PathBuf| dir.join(p).join(program).is_file())
-}
-
-fn is_assignment(word: &str) -> bool {
-    word.split_once('=').is_some_and(|(name, _)| {
-        name.chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    })
 }
 
 /// `text` in double quotes, with what double quotes do not keep escaped (`"` and `\`).

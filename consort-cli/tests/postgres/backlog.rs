@@ -539,3 +539,33 @@ fn a_stopped_feature_leaves_the_last_verified_tree_and_still_verifies() {
     let o = in_dir(&["verify"], &dir);
     assert_exit_saying(&o, 0, "verify", "ok    stopped: the run was stopped");
 }
+
+/// `consort stop` never overwrites a file someone changed by hand since the run's last change,
+/// and `--keep` leaves the unverified work; both say exactly what they leave.
+#[test]
+fn stop_leaves_a_hand_edit_and_what_keep_asks_for() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    for keep in [false, true] {
+        let dir = tmp.path().join(format!("shop-{keep}"));
+        halted_on_wrong_code(&dir);
+        let code = dir.join("src/level.sql");
+        if !keep {
+            std::fs::write(&code, "-- mine\n").expect("a hand edit");
+        }
+        let args: &[&str] = if keep {
+            &["stop", "--by", "ana", "--keep"]
+        } else {
+            &["stop", "--by", "ana"]
+        };
+        let o = in_dir(args, &dir);
+        let why = if keep {
+            "as --keep asked"
+        } else {
+            "the tree changed since the run's last change, so nothing was overwritten"
+        };
+        assert_exit_saying(&o, 0, "stop", why);
+        assert!(text(&o).contains("src/level.sql (new)"), "{}", text(&o));
+        let left = std::fs::read_to_string(&code).expect("the file is left");
+        assert_eq!(left == "-- mine\n", !keep, "{left}");
+    }
+}

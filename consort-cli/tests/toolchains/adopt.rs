@@ -275,8 +275,9 @@ fn a_pytest_repository_is_adopted_and_runs_to_done() {
     migrations_landed(dir, "db/migrations", "V1__counts");
 }
 
-#[test]
-fn a_plain_sql_repository_is_adopted_and_runs_to_done() {
+/// A plain-SQL repository tested by psql, whose existing migration is `migrations/<migration>`,
+/// and the script of its feature.
+fn plain_sql_repo(migration: &str) -> (tempfile::TempDir, String) {
     let tmp = repo_of(&[
         (
             "sql/version.sql",
@@ -287,11 +288,10 @@ fn a_plain_sql_repository_is_adopted_and_runs_to_done() {
             "DO $$ BEGIN IF shelf_version() <> 1 THEN RAISE EXCEPTION 'wrong version'; END IF; END $$;\n",
         ),
         (
-            "migrations/V1__counts.sql",
+            &format!("migrations/{migration}"),
             "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
         ),
     ]);
-    let dir = tmp.path();
     let test = "INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL);\nDO $$ BEGIN IF count_total() <> 7 THEN RAISE EXCEPTION 'total is %', count_total(); END IF; END $$;\n";
     let code = "CREATE FUNCTION count_total() RETURNS bigint LANGUAGE sql AS $$ SELECT coalesce(sum(qty), 0) FROM counts $$;\n";
     let script = script(
@@ -301,6 +301,13 @@ fn a_plain_sql_repository_is_adopted_and_runs_to_done() {
         "sql/total.sql",
         code,
     );
+    (tmp, script)
+}
+
+#[test]
+fn a_plain_sql_repository_is_adopted_and_runs_to_done() {
+    let (tmp, script) = plain_sql_repo("V1__counts.sql");
+    let dir = tmp.path();
     let (init, doctor) = adopt_and_run(dir, &script);
     assert!(init.contains("detected plain SQL (psql)"), "{init}");
     assert!(doctor.contains("collects 1 test file ("), "{doctor}");
@@ -861,31 +868,9 @@ def test_done_jobs_per_queue():
 /// the design's file sorts after the project's by name too.
 #[test]
 fn the_designs_migration_files_follow_the_projects_numbering() {
-    let tmp = repo_of(&[
-        (
-            "sql/version.sql",
-            "CREATE FUNCTION shelf_version() RETURNS int LANGUAGE sql AS 'SELECT 1';\n",
-        ),
-        (
-            "tests/t0_counts.sql",
-            "DO $$ BEGIN PERFORM count(*) FROM counts; END $$;\n",
-        ),
-        (
-            "migrations/001_counts.sql",
-            "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
-        ),
-    ]);
+    let (tmp, script) = plain_sql_repo("001_counts.sql");
     let dir = tmp.path();
-    let test = "INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL);\nDO $$ BEGIN IF count_total() <> 7 THEN RAISE EXCEPTION 'total is %', count_total(); END IF; END $$;\n";
-    let code = "CREATE FUNCTION count_total() RETURNS bigint LANGUAGE sql AS $$ SELECT coalesce(sum(qty), 0) FROM counts $$;\n";
-    let script = script(
-        "tests/t1_total.sql",
-        "tests/t1_total.sql",
-        test,
-        "sql/total.sql",
-        code,
-    )
-    .replace("0002_count_notes", "002_count_notes");
+    let script = script.replace("0002_count_notes", "002_count_notes");
     let (_, doctor) = adopt_and_run(dir, &script);
     assert!(
         doctor.contains("numbered with 3 digits (the last: 001_counts.sql)"),

@@ -338,6 +338,14 @@ async fn migrations_create_schemas_and_a_projects_psql_script_is_applied_by_psql
     );
     // The branch's tests may use and change what the migrations made.
     must_query(&info, "INSERT INTO broker.jobs VALUES (3, 'mail')").await;
+    // Where no psql applies it (the Lakebase backend's builder), a script is refused as such.
+    let mut client = consort_lakebase::connect(&info).await.expect("connect");
+    let unapplied = migration("0009_more", "\\set x 1\nSELECT :x;\n");
+    let err = migrate::apply(&mut client, &[unapplied])
+        .await
+        .expect_err("a psql script through the protocol");
+    assert!(err.to_string().contains("it is a psql script"), "{err}");
+    drop(client);
     p.delete(&b.name).await.expect("delete");
 
     let promoted = p.promote(&plan).await.expect("promote");
