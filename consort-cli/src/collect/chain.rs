@@ -19,9 +19,10 @@ const BUILTINS: [&str; 38] = [
     "while", "until", "case", "esac",
 ];
 
-/// Builtins that only set up the commands after them (their environment, their directory):
-/// safe to repeat before a collection run.
-const SETUP_BUILTINS: [&str; 5] = ["export", "cd", "set", "unset", "umask"];
+/// Builtins that set up the commands after them (their environment, their directory, an
+/// activated virtual environment): repeated before a collection run, which runs the user's
+/// own command as they would.
+const SETUP_BUILTINS: [&str; 7] = ["export", "cd", "set", "unset", "umask", ".", "source"];
 
 /// One simple command of a chain.
 #[derive(Debug, Clone)]
@@ -63,6 +64,17 @@ impl Simple {
             }))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// The `bin` directory of the virtual environment it activates (`. .venv/bin/activate`),
+    /// which then leads the `PATH` of the commands after it.
+    fn activated(&self) -> Option<&str> {
+        match self.words.as_slice() {
+            [source, script, ..] if matches!(source.text.as_str(), "." | "source") => {
+                script.text.strip_suffix("/activate")
+            }
+            _ => None,
+        }
     }
 
     /// The `NAME=value` pairs it sets for the commands after it: its own assignments when it
@@ -122,6 +134,11 @@ impl Chain {
             }
             for a in simple.exported() {
                 path = with_path_set(path, a, dir);
+            }
+            if let Some(bin) = simple.activated() {
+                let mut dirs = vec![dir.join(bin)];
+                dirs.extend(std::env::split_paths(&path));
+                path = std::env::join_paths(dirs).unwrap_or(path);
             }
         }
         out
@@ -205,6 +222,12 @@ mod tests {
         );
         assert_eq!(chain.left_out_before(3), ["psql"]);
         assert_eq!(chain.commands()[3].text(), "python3 -m pytest -q");
+        let activated = Chain::read(". .venv/bin/activate && python -m pytest");
+        assert_eq!(
+            activated.setup_before(1),
+            ". .venv/bin/activate && ",
+            "an activated virtual environment is set up first"
+        );
     }
 
     #[test]
@@ -226,6 +249,11 @@ mod tests {
         assert_eq!(
             found("pytest-consort-probe -q"),
             [("pytest-consort-probe".to_string(), false)]
+        );
+        assert_eq!(
+            found(". .venv/bin/activate && pytest-consort-probe"),
+            [("pytest-consort-probe".to_string(), true)],
+            "an activated virtual environment leads the PATH"
         );
         assert_eq!(
             found("FOO=1 sh -c true"),
