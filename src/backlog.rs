@@ -20,8 +20,6 @@ use crate::config::ProjectConfig;
 pub const BACKLOG_FILE: &str = ".consort/backlog.json";
 /// Where each feature's record lives, relative to the project.
 pub const FEATURES_DIR: &str = ".consort/features";
-/// Where the lanes' git worktrees live, relative to the project.
-pub const LANES_DIR: &str = ".consort/lanes";
 /// The longest feature id, in bytes.
 const MAX_ID: usize = 64;
 
@@ -304,10 +302,10 @@ pub fn record_dir(id: &str) -> String {
     format!("{FEATURES_DIR}/{}", slug(id))
 }
 
-/// The git worktree of a feature's lane, relative to the project: `.consort/lanes/<slug>`
-/// (the slug of [`record_dir`]). It exists only while the lane does (see [`crate::lanes`]).
-pub fn lane_dir(id: &str) -> String {
-    format!("{LANES_DIR}/{}", slug(id))
+/// The name of a feature's lane in the lanes' directory (see [`crate::lanes::lanes_dir`]): the
+/// slug of [`record_dir`].
+pub fn lane_name(id: &str) -> String {
+    slug(id)
 }
 
 fn slug(id: &str) -> String {

@@ -132,6 +132,16 @@ pub fn branch_name(feature_id: &str) -> String {
     format!("consort/{}", if slug.is_empty() { "feature" } else { slug })
 }
 
+/// The top of the work tree whose directory `dir` lies at `prefix` (as [`GitRepo::prefix`]
+/// gives it) in it.
+pub(crate) fn without_prefix(dir: &Path, prefix: &str) -> PathBuf {
+    let mut top = dir.to_path_buf();
+    for _ in prefix.split('/').filter(|c| !c.is_empty()) {
+        top.pop();
+    }
+    top
+}
+
 impl GitRepo {
     /// The repository `dir` lies in; None when it lies in none, or git is not installed.
     pub fn detect(dir: &Path) -> Option<GitRepo> {
@@ -225,6 +235,11 @@ impl GitRepo {
     /// The project's path inside the repository, with a trailing `/` (empty at the top).
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The top of the repository's work tree: the project directory without its prefix.
+    pub fn top(&self) -> PathBuf {
+        without_prefix(&self.dir, &self.prefix)
     }
 
     /// Whether a run of `feature_id` has begun here: its branch exists.
@@ -388,7 +403,8 @@ impl GitRepo {
         Ok(keys)
     }
 
-    pub(crate) fn rev(&self, reference: &str) -> Result<Option<String>, GitError> {
+    /// The commit `reference` names, None when it names none (a branch without a commit).
+    pub fn rev(&self, reference: &str) -> Result<Option<String>, GitError> {
         match self.git(&["rev-parse", "-q", "--verify", reference], None) {
             Ok(sha) => Ok(Some(sha.trim().to_string())),
             Err(_) => Ok(None),

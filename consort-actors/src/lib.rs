@@ -124,8 +124,9 @@ pub use machine::{
 };
 pub use migration_files::{MigrationFiles, MigrationNumbering, file_name as migration_file_name};
 pub use paths::{
-    CacheNameError, DEFAULT_CACHES, GlobError, PathError, PathPolicy, PathRules, STATE_DIR,
-    TreeFilter, WriteProblem, check_glob, glob_covers, literal_glob, normalise_relative,
+    CacheNameError, DEFAULT_CACHES, DEPENDENCY_DIRS, GlobError, PathError, PathPolicy, PathRules,
+    STATE_DIR, TreeFilter, WriteProblem, check_glob, dependency_caches, glob_covers, literal_glob,
+    normalise_relative,
 };
 pub use protocol::{
     AgentFailure, AssignmentId, AssignmentInputs, ContextMeasure, InfraError, NotIncluded,

@@ -557,7 +557,9 @@ impl WorkTree {
 impl WorkTree {
     /// The cache directories that exist in the tree, at any depth (not inside another skipped
     /// directory): a confined test run may write there. Version control and Consort's state
-    /// are skipped too, but never listed here.
+    /// are skipped too, but never listed here; of a dependency directory
+    /// ([`crate::DEPENDENCY_DIRS`]) only the tools' caches inside it are listed, made here
+    /// when missing (one that cannot be made is left out: the run may not write it).
     pub fn cache_dirs(&self) -> Result<Vec<PathBuf>, WorkTreeError> {
         fn find(
             dir: &Path,
@@ -578,7 +580,13 @@ impl WorkTree {
                 }
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
-                if filter.is_cache(&name) {
+                if let Some(caches) = crate::dependency_caches(&name) {
+                    // A real directory only: a link there would open where it leads.
+                    out.extend(caches.iter().map(|c| path.join(c)).filter(|c| {
+                        fs::symlink_metadata(c).is_ok_and(|m| m.is_dir())
+                            || fs::create_dir(c).is_ok()
+                    }));
+                } else if filter.is_cache(&name) {
                     out.push(path);
                 } else if !filter.skips(&name) {
                     find(&path, filter, out)?;

@@ -193,6 +193,16 @@ fn test_paths(dir: &Path, stack: Stack) -> Vec<String> {
     }
 }
 
+/// The Python a pytest project's tests run with: its own virtual environment's, by a path in
+/// its tree (every lane links the same one in), when it has one; else `python3` from `PATH`.
+fn python_of(dir: &Path) -> &'static str {
+    if dir.join(".venv/bin/python").exists() {
+        ".venv/bin/python"
+    } else {
+        "python3"
+    }
+}
+
 fn runner_section(dir: &Path, stack: Stack, tests: &[String]) -> String {
     let head = format!(
         "[runner]                        # {}: detected by `consort init`\nkind = \"command\"\n",
@@ -200,7 +210,10 @@ fn runner_section(dir: &Path, stack: Stack, tests: &[String]) -> String {
     );
     let body = match stack {
         Stack::Cargo => cargo_runner(),
-        Stack::Pytest => "command = \"python3 -m pytest -q -p no:cacheprovider --junitxml=\\\"$CONSORT_JUNIT\\\"\"\njunit = \"junit.xml\"             # pytest's JUnit report, in the run's report directory\ntap = false\n".to_string(),
+        Stack::Pytest => format!(
+            "command = \"{} -m pytest -q -p no:cacheprovider --junitxml=\\\"$CONSORT_JUNIT\\\"\"\njunit = \"junit.xml\"             # pytest's JUnit report, in the run's report directory\ntap = false\n",
+            python_of(dir)
+        ),
         Stack::Vitest => "command = \"npx vitest run --reporter=junit --outputFile=\\\"$CONSORT_JUNIT\\\"\"\njunit = \"junit.xml\"             # vitest's JUnit reporter, in the run's report directory\ntap = false\n".to_string(),
         Stack::Jest => "command = \"JEST_JUNIT_OUTPUT_FILE=\\\"$CONSORT_JUNIT\\\" JEST_JUNIT_CLASSNAME=\\\"{filepath}\\\" npx jest --ci --reporters=default --reporters=jest-junit\"\njunit = \"junit.xml\"             # jest-junit's report (npm install --save-dev jest-junit)\ntap = false\n".to_string(),
         Stack::Go => "command = \"go test -json ./...\"\nstdout = \"go-test-json\"        # each test's result from go test's JSON events\n".to_string(),

@@ -280,6 +280,28 @@ fn list_command(command: &str) -> Option<ListRun> {
 
 /// `npx X` runs X from the project's `node_modules/.bin`, or tries the registry, which a run
 /// cannot reach: a package that is not installed fails every run.
+/// [`check`] in a scratch lane of the project at its `HEAD`, its installed dependencies linked
+/// as every lane's are: what a lane's runs will find. None when the project can have no lane
+/// (it lies in no git repository, or one without a commit); Err when the scratch lane could
+/// not be made.
+pub fn check_in_a_lane(dir: &Path, config: &ProjectConfig) -> Option<Result<Vec<Finding>, String>> {
+    let repo = consort::git::GitRepo::detect(dir)?;
+    repo.rev("HEAD").ok().flatten()?;
+    // `+` is in no feature's lane name.
+    let lane = match consort::lanes::ScratchLane::make(dir, "+doctor", "HEAD") {
+        Ok(lane) => lane,
+        Err(e) => return Some(Err(consort_actors::error_chain(&e))),
+    };
+    let findings = check(&lane.work_tree(), config)
+        .into_iter()
+        .map(|f| Finding {
+            what: format!("in a lane: {}", f.what),
+            ..f
+        })
+        .collect();
+    Some(Ok(findings))
+}
+
 fn npx_target_missing(dir: &Path, command: &str) -> Option<Finding> {
     let words = shell_words(command);
     let target = words

@@ -502,8 +502,12 @@ fn check_runner(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
     for line in runner_harness_report(config) {
         println!("{line}");
     }
-    for f in crate::collect::check(dir, config) {
+    let findings = crate::collect::check(dir, config);
+    for f in &findings {
         checks.report(f.ok, &f.what, &f.hint);
+    }
+    if findings.iter().all(|f| f.ok) && matches!(config.runner, RunnerConfig::Command { .. }) {
+        check_runner_in_a_lane(checks, dir, config);
     }
     if let RunnerConfig::Command { junit: Some(j), .. } = &config.runner {
         checks.report(
@@ -514,6 +518,32 @@ fn check_runner(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
             ),
             "the command writes it into the work tree, which a confined run cannot write: write it to \"$CONSORT_JUNIT\" (for example --junitxml=\"$CONSORT_JUNIT\")",
         );
+    }
+}
+
+/// The test command in a scratch lane (a lane is a git worktree, with the dependency
+/// directories installed in the project's tree linked into it): it finds its program and
+/// collects there too, or `consort run --parallel` would halt at the first run.
+fn check_runner_in_a_lane(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
+    match crate::collect::check_in_a_lane(dir, config) {
+        None => {}
+        Some(Ok(findings)) => {
+            for f in findings {
+                checks.report(
+                    f.ok,
+                    &f.what,
+                    &format!(
+                        "{}; a lane has the project's committed files and links to the dependency directories installed in its tree (node_modules, .venv): commit what the tests need, install the dependencies in the project's tree",
+                        f.hint
+                    ),
+                );
+            }
+        }
+        Some(Err(e)) => checks.report(
+            false,
+            &format!("a lane's workspace could not be made: {e}"),
+            "lanes are git worktrees beside the repository (<repository>.consort-lanes/): its parent directory must be writable",
+        ),
     }
 }
 

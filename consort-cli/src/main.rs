@@ -61,8 +61,8 @@ enum Cmd {
         #[arg(long)]
         allow_dirty: bool,
         /// Drive up to N unfinished features at once, each in its own git worktree
-        /// (`.consort/lanes/<id>`) with its own database branches; with --feature, that one
-        /// alone in its lane.
+        /// (`<repository>.consort-lanes/<id>`, beside the repository) with its own database
+        /// branches; with --feature, that one alone in its lane.
         #[arg(long, value_name = "N")]
         parallel: Option<usize>,
     },

@@ -8,7 +8,7 @@
 //! database. A refusal names both sides: the lane's feature and the merged one it meets.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use consort_actors::{
     PromoteRequest, RequestId, TestStatus, VerifyPurpose, VerifyRequest, WorkTree,
 };
 
-use super::worktree::LaneRecord;
+use super::worktree::{LaneRecord, ScratchLane};
 use crate::backlog::{Feature, FeatureState};
 use crate::ensemble::Promotion;
 use crate::git::{GitRepo, branch_name};
@@ -91,7 +91,7 @@ async fn merge_lock(dir: &Path, timeout: Duration) -> Result<RunLock, InfraError
 struct Integration {
     base: String,
     commit: String,
-    tree: Option<ScratchTree>,
+    tree: Option<ScratchLane>,
     /// Every accepted test of the merged features and the lane's, by feature.
     tests: Vec<EarlierTest>,
     /// The merged features' promoted migrations: the parent holds them, and a run's base
@@ -141,9 +141,9 @@ fn integrate(
     }
     let merged = merged_features(project, &repo, &base_tip, &lane_tip)?;
     plan.merged_migrations = clashes_with_merged(project, &merged, migrations)?;
-    let tree = ScratchTree::make(project, &repo, &base_tip)?;
+    let tree = scratch_tree(project, &base_tip)?;
     merge_in(&tree, project, &repo, &merged, (&base_tip, &lane_tip))?;
-    plan.commit = tree.head()?;
+    plan.commit = head_of(&tree)?;
     plan.tests = tests_of(project, &merged)?;
     plan.tree = Some(tree);
     Ok(plan)
@@ -190,6 +190,21 @@ fn clashes_with_merged(
     merged: &[Project],
     migrations: &[consort_actors::Migration],
 ) -> Result<Vec<consort_actors::Migration>, InfraError> {
+    // The lane's own are its design's: the project's existing migrations, which the promotion
+    // carries too, are every lane's and were no feature's change.
+    let design = ledger_state(project)?
+        .schema
+        .map(|plan| {
+            plan.migrations
+                .iter()
+                .map(|m| m.version.clone())
+                .collect::<BTreeSet<String>>()
+        })
+        .unwrap_or_default();
+    let migrations: Vec<&consort_actors::Migration> = migrations
+        .iter()
+        .filter(|m| design.contains(&m.version))
+        .collect();
     let mut all = Vec::new();
     let ours: BTreeSet<String> = migrations
         .iter()
@@ -225,13 +240,19 @@ fn clashes_with_merged(
     Ok(all)
 }
 
+/// The state of `project`'s feature, as its ledger has it.
+fn ledger_state(project: &Project) -> Result<consort_actors::State, InfraError> {
+    project
+        .state()
+        .map_err(|e| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e)))
+}
+
 /// What `feature`'s ledger says it accepted and promoted.
 fn inheritance(project: &Project, feature: &Feature) -> Result<Inherited, InfraError> {
-    let io = |e: crate::project::ProjectError| {
-        infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e))
-    };
-    let state = project.state().map_err(io)?;
-    let machine = project.machine().map_err(io)?;
+    let state = ledger_state(project)?;
+    let machine = project
+        .machine()
+        .map_err(|e| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e)))?;
     let mut inherited = Inherited::default();
     crate::backlog::inherit(
         &mut inherited,
@@ -254,14 +275,14 @@ fn tests_of(project: &Project, merged: &[Project]) -> Result<Vec<EarlierTest>, I
 /// Merges the lane's branch into the scratch tree (at the base's tip); a conflict is refused
 /// with the files and the merged features that changed them.
 fn merge_in(
-    tree: &ScratchTree,
+    tree: &ScratchLane,
     project: &Project,
     repo: &GitRepo,
     merged: &[Project],
     (base_tip, lane_tip): (&str, &str),
 ) -> Result<(), InfraError> {
     let id = project.feature_id();
-    let in_tree = GitRepo::detect(&tree.root).ok_or_else(|| {
+    let in_tree = GitRepo::detect(tree.root()).ok_or_else(|| {
         infra(
             InfraFault::WorkTreeIo,
             "the merge worktree is not a repository".into(),
@@ -269,7 +290,7 @@ fn merge_in(
     })?;
     let message = format!(
         "Merge feature {id} into {}\n\nConsort-Feature: {id}",
-        tree.base_name(project)
+        base_name(project)
     );
     let ident = crate::git::conductor_identity();
     if in_tree
@@ -328,7 +349,7 @@ fn merge_in(
 /// lane's migrations; any that does not pass refuses the lane, naming the test and its feature.
 async fn regression(
     project: &Project,
-    tree: &ScratchTree,
+    tree: &ScratchLane,
     plan: &Integration,
     request: &PromoteRequest,
     lakebase: &dyn LakebaseEndpoint,
@@ -339,12 +360,7 @@ async fn regression(
         .machine()
         .map_err(|e| io(&consort_actors::error_chain(&e)))?;
     let filter = machine.config().paths.tree_filter().clone();
-    let work_tree = tree.root.join(
-        project
-            .git()
-            .map(|r| r.prefix().to_string())
-            .unwrap_or_default(),
-    );
+    let work_tree = tree.work_tree();
     let hash = {
         let work_tree = work_tree.clone();
         let filter = filter.clone();
@@ -370,10 +386,7 @@ async fn regression(
         tests: plan.tests.iter().map(|t| t.runner_name.clone()).collect(),
         focus: None,
         caches: filter.extra().to_vec(),
-        hidden: super::hidden_from_lane(project)
-            .into_iter()
-            .filter(|h| *h != tree.root)
-            .collect(),
+        hidden: super::hidden_from_lane(project),
     };
     let receipt = lakebase.verify(verify, timeout).await?;
     let failing: Vec<String> = plan
@@ -431,61 +444,27 @@ fn advance(project: &Project, base: &str, commit: &str) -> Result<(), InfraError
     })
 }
 
-/// A detached worktree for one merge, removed when dropped.
-struct ScratchTree {
-    root: PathBuf,
-    repo: GitRepo,
-    project_dir: PathBuf,
+/// The merge's scratch tree: a throwaway lane at the base's tip, named after the feature.
+fn scratch_tree(project: &Project, at: &str) -> Result<ScratchLane, InfraError> {
+    // `+` is in no lane's name (see `backlog::lane_name`).
+    let name = format!("{}+merge", crate::backlog::lane_name(project.feature_id()));
+    ScratchLane::make(&project.dir, &name, at)
+        .map_err(|e| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e)))
 }
 
-impl ScratchTree {
-    fn make(project: &Project, repo: &GitRepo, at: &str) -> Result<ScratchTree, InfraError> {
-        let _lock = super::worktree::worktrees_lock(&project.dir)
-            .map_err(|e| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e)))?;
-        let root = project.dir.join(format!(
-            "{}.merge",
-            crate::backlog::lane_dir(project.feature_id())
-        ));
-        let path = root.to_string_lossy().into_owned();
-        let _ = repo.git(&["worktree", "remove", "--force", &path], None);
-        let _ = std::fs::remove_dir_all(&root);
-        let _ = repo.git(&["worktree", "prune"], None);
-        repo.git(&["worktree", "add", "-q", "--detach", &path, at], None)
-            .map_err(|e| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e)))?;
-        Ok(ScratchTree {
-            root,
-            repo: repo.clone(),
-            project_dir: project.dir.clone(),
-        })
-    }
-
-    fn head(&self) -> Result<String, InfraError> {
-        GitRepo::detect(&self.root)
-            .and_then(|r| r.rev("HEAD").ok().flatten())
-            .ok_or_else(|| infra(InfraFault::WorkTreeIo, "the merge has no commit".into()))
-    }
-
-    fn base_name(&self, project: &Project) -> String {
-        LaneRecord::read(&project.dir, project.feature_entry())
-            .ok()
-            .flatten()
-            .map_or_else(|| "the base".into(), |r| r.base)
-    }
+/// The commit the merge made in its scratch tree.
+fn head_of(tree: &ScratchLane) -> Result<String, InfraError> {
+    GitRepo::detect(tree.root())
+        .and_then(|r| r.rev("HEAD").ok().flatten())
+        .ok_or_else(|| infra(InfraFault::WorkTreeIo, "the merge has no commit".into()))
 }
 
-impl Drop for ScratchTree {
-    fn drop(&mut self) {
-        let _lock = super::worktree::worktrees_lock(&self.project_dir);
-        let path = self.root.to_string_lossy().into_owned();
-        if self
-            .repo
-            .git(&["worktree", "remove", "--force", &path], None)
-            .is_err()
-        {
-            let _ = std::fs::remove_dir_all(&self.root);
-            let _ = self.repo.git(&["worktree", "prune"], None);
-        }
-    }
+/// The name of the branch the lane merges into, for people.
+fn base_name(project: &Project) -> String {
+    LaneRecord::read(&project.dir, project.feature_entry())
+        .ok()
+        .flatten()
+        .map_or_else(|| "the base".into(), |r| r.base)
 }
 
 fn infra(fault: InfraFault, detail: String) -> InfraError {

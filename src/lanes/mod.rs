@@ -1,10 +1,13 @@
 //! Lanes: several features of a backlog at once, each in its own git worktree on its own branch
 //! `consort/<id>`, with its own conductor, ledger and database branches.
 //!
-//! A lane's worktree is `.consort/lanes/<id>` (made from the branch the project's tree is on,
-//! its *base*, recorded in `lane.json` beside the feature's ledger); its records stay where
-//! every feature's are, in `.consort/features/<id>/`, outside the worktree, so no agent and no
-//! test run of the lane reaches them. One process holds a feature at a time (its lock,
+//! A lane's worktree is `<repository>.consort-lanes/<id>` beside the repository, outside the
+//! project's tree where none of its tools looks ([`lanes_dir`]; made from the branch the
+//! project's tree is on, its *base*, recorded in `lane.json` beside the feature's ledger). It
+//! is a whole workspace: the dependency folders installed in the project's tree
+//! (`node_modules`, `.venv`) are linked into it, read-only to its runs ([`deps`]). Its records
+//! stay where every feature's are, in `.consort/features/<id>/`, outside the worktree, so no
+//! agent and no test run of the lane reaches them. One process holds a feature at a time (its lock,
 //! `feature.lock`); the lanes of one process share the branch provider and split the warm pool.
 //!
 //! **Invariants:**
@@ -14,15 +17,21 @@
 //!   halts it with both sides named. Merges are one at a time (`.consort/merge.lock`).
 //! - Nothing but git and the features' records is shared between processes: two processes
 //!   drive two features of one project side by side.
+//! - A lane's test runs read no other lane's workspace, one made after they started included:
+//!   the lanes' directory is hidden from every run but for the run's own tree
+//!   ([`hidden_from_lane`]).
 //! - A lane's worktree is removed when its feature is done or stopped; a killed run's lane is
 //!   found again by its directory and resumed where its ledger stopped.
 
+mod deps;
 mod drive;
 mod merge;
 mod objects;
 mod worktree;
 
-pub use crate::project::lane::{LaneError, hidden_from_lane, work_tree_of};
+pub(crate) use crate::project::lane::legacy_lane_root;
+pub use crate::project::lane::{LaneError, hidden_from_lane, lanes_dir, work_tree_of};
+pub use deps::link_dependencies;
 pub use drive::{LaneOptions, LaneReport, run_lanes};
 pub use merge::MergeCheck;
-pub use worktree::LaneRecord;
+pub use worktree::{LaneRecord, ScratchLane};

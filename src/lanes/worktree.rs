@@ -114,7 +114,7 @@ pub(crate) fn ensure(dir: &Path, feature: &Feature) -> Result<LaneRecord, LaneEr
         }
     };
     let (repo, base) = base_of(dir)?;
-    let root = dir.join(crate::backlog::lane_dir(&feature.id));
+    let root = lanes_dir_made(&repo)?.join(crate::backlog::lane_name(&feature.id));
     let record = match LaneRecord::read(dir, feature)? {
         Some(record) => record,
         None => {
@@ -127,16 +127,52 @@ pub(crate) fn ensure(dir: &Path, feature: &Feature) -> Result<LaneRecord, LaneEr
             record
         }
     };
-    if root.join(".git").is_file() {
-        return Ok(record);
+    if !root.join(".git").is_file() {
+        add_worktree(&repo, &root, feature, &record).map_err(git("made"))?;
+    }
+    super::deps::link_dependencies(&repo.top(), &root).map_err(|e| LaneError::Dependencies {
+        feature: feature.id.clone(),
+        detail: e.to_string(),
+    })?;
+    Ok(record)
+}
+
+/// The lanes' directory of `repo` (see [`super::lanes_dir`]), made when missing.
+fn lanes_dir_made(repo: &GitRepo) -> Result<PathBuf, LaneError> {
+    let lanes = super::lanes_dir(repo).ok_or_else(|| LaneError::Place {
+        dir: repo.top(),
+        detail: "a repository at the file system's root has no place beside it".into(),
+    })?;
+    std::fs::create_dir_all(&lanes).map_err(|e| LaneError::Place {
+        dir: lanes.clone(),
+        detail: e.to_string(),
+    })?;
+    Ok(lanes)
+}
+
+/// Makes the worktree of feature's lane at `root`: moved there when an earlier Consort made
+/// it inside the project, else checked out on the feature's branch (made from where the lane
+/// started when it has none yet).
+fn add_worktree(
+    repo: &GitRepo,
+    root: &Path,
+    feature: &Feature,
+    record: &LaneRecord,
+) -> Result<(), crate::git::GitError> {
+    let path = root.to_string_lossy();
+    let legacy = super::legacy_lane_root(repo.dir(), &feature.id);
+    if legacy.join(".git").is_file() {
+        repo.git(
+            &["worktree", "move", &legacy.to_string_lossy(), &path],
+            None,
+        )?;
+        return Ok(());
     }
     // A worktree a crash left half made is forgotten first.
-    repo.git(&["worktree", "prune"], None)
-        .map_err(git("made"))?;
+    repo.git(&["worktree", "prune"], None)?;
     let branch = branch_name(&feature.id);
-    let path = root.to_string_lossy();
-    if repo.has_branch(&feature.id).map_err(git("made"))? {
-        repo.git(&["worktree", "add", "-q", &path, &branch], None)
+    if repo.has_branch(&feature.id)? {
+        repo.git(&["worktree", "add", "-q", &path, &branch], None)?;
     } else {
         repo.git(
             &[
@@ -149,20 +185,19 @@ pub(crate) fn ensure(dir: &Path, feature: &Feature) -> Result<LaneRecord, LaneEr
                 &record.started_from,
             ],
             None,
-        )
+        )?;
     }
-    .map_err(git("made"))?;
-    Ok(record)
+    Ok(())
 }
 
 /// Removes feature's lane worktree, when it has one (its branch and record stay).
 pub(crate) fn remove(dir: &Path, feature: &Feature) -> Result<bool, LaneError> {
-    let root = dir.join(crate::backlog::lane_dir(&feature.id));
-    if !root.exists() {
+    let Some(work_tree) = super::work_tree_of(dir, &feature.id) else {
         return Ok(false);
-    }
+    };
     let _lock = worktrees_lock(dir)?;
     let (repo, _) = base_of(dir)?;
+    let root = crate::git::without_prefix(&work_tree, repo.prefix());
     let path = root.to_string_lossy();
     repo.git(&["worktree", "remove", "--force", &path], None)
         .map_err(|source| LaneError::Git {
@@ -170,5 +205,88 @@ pub(crate) fn remove(dir: &Path, feature: &Feature) -> Result<bool, LaneError> {
             what: "removed",
             source,
         })?;
+    remove_if_empty(&repo);
     Ok(true)
+}
+
+/// A throwaway lane: a detached worktree of the project's repository at one commit, in the
+/// lanes' directory, with the project's installed dependencies linked as a lane's are;
+/// removed when dropped. The merge check merges and runs the tests in one; `consort doctor`
+/// tries the test command in one.
+#[derive(Debug)]
+pub struct ScratchLane {
+    root: PathBuf,
+    prefix: String,
+    repo: GitRepo,
+    project_dir: PathBuf,
+}
+
+impl ScratchLane {
+    /// Makes the scratch lane `name` of the project at `dir` at `commit` (any that a lane's
+    /// name may be; one a killed process left is made again).
+    pub fn make(dir: &Path, name: &str, commit: &str) -> Result<ScratchLane, LaneError> {
+        let _lock = worktrees_lock(dir)?;
+        let (repo, _) = base_of(dir)?;
+        let git = |what: &'static str| {
+            let feature = name.to_string();
+            move |source| LaneError::Git {
+                feature,
+                what,
+                source,
+            }
+        };
+        let root = lanes_dir_made(&repo)?.join(name);
+        let path = root.to_string_lossy().into_owned();
+        let _ = repo.git(&["worktree", "remove", "--force", &path], None);
+        let _ = std::fs::remove_dir_all(&root);
+        let _ = repo.git(&["worktree", "prune"], None);
+        repo.git(&["worktree", "add", "-q", "--detach", &path, commit], None)
+            .map_err(git("made"))?;
+        let lane = ScratchLane {
+            prefix: repo.prefix().to_string(),
+            root,
+            repo,
+            project_dir: dir.to_path_buf(),
+        };
+        super::deps::link_dependencies(&lane.repo.top(), &lane.root).map_err(|e| {
+            LaneError::Dependencies {
+                feature: name.to_string(),
+                detail: e.to_string(),
+            }
+        })?;
+        Ok(lane)
+    }
+
+    /// The top of its worktree.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The project's directory in it.
+    pub fn work_tree(&self) -> PathBuf {
+        self.root.join(&self.prefix)
+    }
+}
+
+impl Drop for ScratchLane {
+    fn drop(&mut self) {
+        let _lock = worktrees_lock(&self.project_dir);
+        let path = self.root.to_string_lossy().into_owned();
+        if self
+            .repo
+            .git(&["worktree", "remove", "--force", &path], None)
+            .is_err()
+        {
+            let _ = std::fs::remove_dir_all(&self.root);
+            let _ = self.repo.git(&["worktree", "prune"], None);
+        }
+        remove_if_empty(&self.repo);
+    }
+}
+
+/// Removes the lanes' directory when no lane is left in it.
+fn remove_if_empty(repo: &GitRepo) {
+    if let Some(lanes) = super::lanes_dir(repo) {
+        let _ = std::fs::remove_dir(lanes);
+    }
 }

@@ -44,6 +44,28 @@ pub const DEFAULT_CACHES: [&str; 13] = [
     ".turbo",
 ];
 
+/// Directories of installed dependencies ([`DEFAULT_CACHES`] too, so never hashed), each with
+/// the caches test tools keep inside it. A dependency directory is read-only to a confined
+/// run, since the test tools that judge the run live there (a run that could rewrite
+/// `node_modules/vitest` or `.venv/…/pytest` could make every later run report a pass); only
+/// the caches named here are writable, made before the run when missing. Lanes link the
+/// project's own into their workspace.
+pub const DEPENDENCY_DIRS: [(&str, &[&str]); 2] = [
+    (
+        "node_modules",
+        &[".vite", ".vite-temp", ".vitest", ".cache"],
+    ),
+    (".venv", &[]),
+];
+
+/// The caches test tools keep inside dependency directory `name`, when it is one.
+pub fn dependency_caches(name: &str) -> Option<&'static [&'static str]> {
+    DEPENDENCY_DIRS
+        .iter()
+        .find(|(dir, _)| *dir == name)
+        .map(|(_, caches)| *caches)
+}
+
 /// Version-control metadata directories: never hashed, and part of the harness at any depth.
 pub(crate) const VCS_DIRS: [&str; 3] = [".git", ".hg", ".svn"];
 

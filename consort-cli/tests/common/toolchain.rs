@@ -70,7 +70,11 @@ pub(crate) fn install_node_modules(modules: &Path, dir: &Path) {
 /// A Python virtual environment with `packages` installed with pip; returns its `bin`.
 /// Installs only when the environment cannot import `module` yet.
 pub(crate) fn venv(name: &str, packages: &[&str], module: &str) -> PathBuf {
-    let dir = root().join(name);
+    venv_at(&root().join(name), packages, module)
+}
+
+/// [`venv`] at `dir` (a project's own `.venv`, say).
+pub(crate) fn venv_at(dir: &Path, packages: &[&str], module: &str) -> PathBuf {
     let bin = dir.join("bin");
     let python = bin.join("python3");
     let ready = Command::new(&python)
@@ -82,7 +86,7 @@ pub(crate) fn venv(name: &str, packages: &[&str], module: &str) -> PathBuf {
     }
     let o = Command::new("python3")
         .args(["-m", "venv"])
-        .arg(&dir)
+        .arg(dir)
         .output()
         .expect("python3");
     assert!(o.status.success(), "python3 -m venv: {}", text(&o));

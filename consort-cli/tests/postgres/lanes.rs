@@ -109,6 +109,13 @@ fn lanes_approving_only(dir: &Path, approved: &str) -> BTreeMap<String, RunOutco
         .collect()
 }
 
+/// Where feature `id`'s lane of the project in `dir` lives: `shop.consort-lanes/<id>` beside
+/// the project (a repository of its own).
+fn lane_of(dir: &Path, id: &str) -> PathBuf {
+    let name = dir.file_name().expect("a name").to_string_lossy();
+    dir.with_file_name(format!("{name}.consort-lanes")).join(id)
+}
+
 fn status_json(dir: &Path) -> serde_json::Value {
     let o = run(consort_in("status", dir).arg("--json"));
     assert_exit(&o, 0, "status");
@@ -158,8 +165,10 @@ fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
         dir.join("tests/f2_t1_orders.sql").is_file(),
         "f2 merged into main"
     );
-    assert!(!dir.join(".consort/lanes/f2-orders").exists());
-    assert!(dir.join(".consort/lanes/f1-stock/feature.md").is_file());
+    // The lanes live beside the repository, none inside the project's tree.
+    assert!(!lane_of(&dir, "f2-orders").exists());
+    assert!(lane_of(&dir, "f1-stock").join("feature.md").is_file());
+    assert!(!dir.join(".consort/lanes").exists());
     assert_eq!(worktrees(&dir), 2, "the project's tree and f1's lane");
 
     approve_waiting_lane(&dir, "f1-stock");
@@ -268,9 +277,17 @@ fn a_lane_whose_approver_crashes_stops_at_its_gate_while_the_other_goes_on_to_do
         ended["f1-stock"].outcome
     );
     // Nothing of f1 is lost: its lane resumes where it stopped and reaches done.
-    assert!(
-        dir.join(".consort/lanes/f1-stock").is_dir(),
-        "f1's lane stays"
+    assert!(lane_of(&dir, "f1-stock").is_dir(), "f1's lane stays");
+    // As an earlier Consort left it, inside the project: found and moved out on resume.
+    std::fs::create_dir_all(dir.join(".consort/lanes")).expect("the old lanes' directory");
+    git(
+        &dir,
+        &[
+            "worktree",
+            "move",
+            &lane_of(&dir, "f1-stock").to_string_lossy(),
+            &dir.join(".consort/lanes/f1-stock").to_string_lossy(),
+        ],
     );
     let o = run(approving_run(&dir).args(["--parallel", "2"]));
     assert_exit(&o, 0, "f1 resumes in its lane to done");
@@ -299,10 +316,13 @@ fn assert_both_merged_and_nothing_left(dir: &Path) {
         assert!(dir.join(file).is_file(), "{file} in the base");
     }
     assert_eq!(worktrees(dir), 1, "no worktree is left");
-    let left: Vec<_> = std::fs::read_dir(dir.join(".consort/lanes"))
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "nothing left in .consort/lanes: {left:?}");
+    let lanes = lane_of(dir, "f1-stock");
+    let lanes = lanes.parent().expect("the lanes' directory");
+    assert!(
+        !lanes.exists(),
+        "no lane and no merge tree left, nor their directory: {}",
+        lanes.display()
+    );
     let status = status_json(dir);
     assert_eq!(status["lanes"], serde_json::json!([]));
     let states: Vec<_> = status["features"]

@@ -29,17 +29,28 @@ const PYPROJECT: (&str, &str) = (
 /// the project's existing one (`ALTER TABLE counts`), one test (`test_name` in the stack's
 /// runner), RED writing `test` and GREEN writing `code`.
 fn script(test_path: &str, test_name: &str, test: &str, code_path: &str, code: &str) -> String {
-    let mut s = Design {
-        feature: "F1",
-        story: "Total stock",
-        migration: (
-            "0002_count_notes",
-            "ALTER TABLE counts ADD COLUMN note text;",
-        ),
-        test_path,
-        test_name: Some(test_name),
-    }
-    .toml();
+    script_of(
+        &Design {
+            feature: "F1",
+            story: "Total stock",
+            migration: (
+                "0002_count_notes",
+                "ALTER TABLE counts ADD COLUMN note text;",
+            ),
+            test_path,
+            test_name: Some(test_name),
+        },
+        test,
+        (code_path, code),
+    )
+}
+
+/// The script of `design`, RED writing `test` at its test path and GREEN writing `code`
+/// (path, content).
+pub(crate) fn script_of(design: &Design<'_>, test: &str, code: (&str, &str)) -> String {
+    let (code_path, code) = code;
+    let test_path = design.test_path;
+    let mut s = design.toml();
     s.push_str(&change_entry(
         "red/T1",
         "T1: the total",
@@ -56,7 +67,7 @@ fn script(test_path: &str, test_name: &str, test: &str, code_path: &str, code: &
 
 /// `consort init` in `dir` (which already holds a project), then the script, a git
 /// repository, `consort doctor` and a run to done; returns init's and doctor's output.
-fn adopt_and_run(dir: &Path, script: &str) -> (String, String) {
+pub(crate) fn adopt_and_run(dir: &Path, script: &str) -> (String, String) {
     adopt_and_run_with(dir, script, None)
 }
 
@@ -108,7 +119,7 @@ fn repo_of(files: &[(&str, &str)]) -> tempfile::TempDir {
 
 /// The design's migration is a file next to the existing ones, and the promotion applied
 /// exactly the existing migrations then the design's.
-fn migrations_landed(dir: &Path, mdir: &str, existing: &str) {
+pub(crate) fn migrations_landed(dir: &Path, mdir: &str, existing: &str) {
     let file = dir.join(mdir).join("0002_S1_count_notes.sql");
     assert_eq!(
         std::fs::read_to_string(&file).expect("the design's migration file"),
@@ -216,7 +227,7 @@ fn the_total_sums_the_quantities() {
 
 /// A Python service tested by pytest through psycopg, with its own test and migration in
 /// `dir`; returns the script of its feature.
-fn pytest_project(dir: &Path) -> String {
+pub(crate) fn pytest_project(dir: &Path) -> String {
     write(
         dir,
         &[
@@ -440,6 +451,12 @@ const NODE_TEST_NAME: &str = "the total sums the quantities";
 /// for jest; its `node_modules` is the toolchain's, as a real directory (a cache the runs may
 /// write) of hard links.
 fn node_project(dir: &Path, tool: &str, modules: &Path, config: bool) -> (String, String) {
+    let script = node_files(dir, tool, modules, config);
+    adopt_and_run(dir, &script)
+}
+
+/// The files of [`node_project`] in `dir`; returns the script of its feature.
+pub(crate) fn node_files(dir: &Path, tool: &str, modules: &Path, config: bool) -> String {
     let esm = tool == "vitest";
     let package = format!(
         r#"{{"name":"shelf","version":"1.0.0","private":true{}"devDependencies":{{"{tool}":"*","pg":"^8"}}}}"#,
@@ -493,14 +510,13 @@ fn node_project(dir: &Path, tool: &str, modules: &Path, config: bool) -> (String
         "{export}\n  const r = await client.query('SELECT coalesce(sum(qty), 0)::int AS t FROM counts');\n  return r.rows[0].t;\n}}\n"
     );
     let test_path = "test/t1_total.test.js";
-    let script = script(
+    script(
         test_path,
         &format!("{test_path}::{NODE_TEST_NAME}"),
         &test,
         "src/counts.js",
         &code,
-    );
-    adopt_and_run(dir, &script)
+    )
 }
 
 /// One Node case of the matrix: the tool at `version`, run to done, its own tests collected

@@ -7,5 +7,6 @@ mod common;
 
 mod adopt;
 mod examples;
+mod lanes;
 mod mcp;
 mod pytest_project;

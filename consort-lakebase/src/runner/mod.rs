@@ -89,6 +89,7 @@ impl RunContext {
             .collect();
         let spec = JailSpec {
             hidden: hidden.clone(),
+            tree: Some(work_tree.clone()),
             writable,
             create_only: Some(scratch.views()),
             connect_port: (!conn.host.starts_with('/')).then_some(conn.port),
@@ -112,7 +113,17 @@ impl RunContext {
     /// links to the tree's entries, Consort's private state left out, new files allowed and
     /// discarded with the run.
     pub fn view(&self) -> Result<PathBuf> {
-        view::make_view(&self.scratch.views(), &self.work_tree, &self.hidden)
+        let tree = self
+            .work_tree
+            .canonicalize()
+            .unwrap_or_else(|_| self.work_tree.clone());
+        let hidden: Vec<PathBuf> = self
+            .hidden
+            .iter()
+            .filter(|h| !tree.starts_with(h))
+            .cloned()
+            .collect();
+        view::make_view(&self.scratch.views(), &self.work_tree, &hidden)
     }
 
     /// [`RunContext::view`] for a process about to start: a view that cannot be made means the

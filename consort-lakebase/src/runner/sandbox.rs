@@ -5,7 +5,7 @@
 //!
 //! | what | allowed |
 //! |---|---|
-//! | read and execute | every file, except Consort's private state (the project's `.consort/`, the embedded cluster's directory) |
+//! | read and execute | every file, except Consort's private state (the project's `.consort/`, the embedded cluster's directory) and the project's lanes (its own work tree excepted) |
 //! | write, create, delete, rename | only its private scratch directory (its `HOME`, `TMPDIR` and report directory), the cache directories that exist in the tree when the run starts, `/dev/shm` (a directory of the run's own scratch when Consort runs as root, else the machine's) and a few devices (`/dev/null`, …) |
 //! | TCP connect | only the branch's port (Landlock ABI 4 and later; ports, not addresses) |
 //! | signals, abstract Unix sockets | only inside the run (ABI 6 and later) |
@@ -286,8 +286,11 @@ fn owner_lives(dir: &Path) -> bool {
 /// What one run may reach; see the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct JailSpec {
-    /// Paths the run may not read (Consort's private state).
+    /// Paths the run may not read (Consort's private state, the lanes of a project).
     pub hidden: Vec<PathBuf>,
+    /// The run's work tree: readable even when it lies inside a hidden path (a lane's, inside
+    /// the hidden directory of every lane), what is hidden inside it excepted.
+    pub tree: Option<PathBuf>,
     /// Directories the run may write in (its scratch directory, the existing caches).
     pub writable: Vec<PathBuf>,
     /// A directory in which the run may read and create files and directories, and write
@@ -468,6 +471,18 @@ fn build_rules(spec: &JailSpec, abi: u32) -> std::result::Result<RulesetCreated,
         .collect();
     let mut readable = Vec::new();
     readable_except(Path::new("/"), &hidden, &mut readable);
+    // The run's own tree, inside a hidden path (a lane's): readable again, what is hidden
+    // inside it excepted.
+    if let Some(tree) = spec.tree.as_ref().and_then(|t| t.canonicalize().ok())
+        && hidden.iter().any(|h| tree.starts_with(h))
+    {
+        let inside: Vec<PathBuf> = hidden
+            .iter()
+            .filter(|h| h.starts_with(&tree) && **h != tree)
+            .cloned()
+            .collect();
+        readable_except(&tree, &inside, &mut readable);
+    }
     created = add_path(created, Path::new("/"), AccessFs::ReadDir.into())?;
     for p in &readable {
         created = add_path(created, p, read)?;

@@ -114,6 +114,16 @@ pub(crate) async fn confined_branch(
     spec: &BaseSpec,
     caches: Vec<std::path::PathBuf>,
 ) -> (Arc<EmbeddedProvider>, Branch, RunContext) {
+    confined_branch_hiding(tree, spec, caches, Vec::new()).await
+}
+
+/// [`confined_branch`] with `also_hidden` hidden too (a project's lanes).
+pub(crate) async fn confined_branch_hiding(
+    tree: &Path,
+    spec: &BaseSpec,
+    caches: Vec<std::path::PathBuf>,
+    also_hidden: Vec<std::path::PathBuf>,
+) -> (Arc<EmbeddedProvider>, Branch, RunContext) {
     let p = provider().await;
     let base = p.prepare_base(spec).await.expect("base");
     let branch = p
@@ -123,6 +133,7 @@ pub(crate) async fn confined_branch(
     let conn = p.connect_info(&branch).await.expect("info");
     let mut hidden = vec![tree.join(".consort")];
     hidden.extend(p.private_paths());
+    hidden.extend(also_hidden);
     let ctx = RunContext::prepare(
         tree.to_path_buf(),
         conn,

@@ -58,6 +58,11 @@ try environ-of-consort 'cat /proc/$CONSORT_TEST_PID/environ'
 try memory-of-consort 'head -c 1 /proc/$CONSORT_TEST_PID/mem'
 try write-scratch 'echo s > "$TMPDIR/s" && echo h > "$HOME/h" && echo r > "$CONSORT_REPORT_DIR/r"'
 try write-cache 'echo t > target/out'
+try rewrite-test-tool 'echo "process.exit(0)" > node_modules/vitest/index.js'
+try replace-test-tool 'mv node_modules/vitest node_modules/vitest.away'
+try plant-a-package 'mkdir node_modules/evil'
+try rewrite-venv-tool 'echo "exit 0" > .venv/bin/pytest'
+try write-tool-cache 'mkdir -p node_modules/.vite/vitest && echo r > node_modules/.vite/vitest/results.json'
 try connect-other-port 'python3 -c "import socket,os; socket.create_connection((\"127.0.0.1\", int(os.environ[\"OTHER_PORT\"])), 3)"'
 try connect-branch 'python3 -c "import socket,os; socket.create_connection((\"127.0.0.1\", int(os.environ[\"PGPORT\"])), 3)"'
 try write-beside-config 'echo v > consort.toml.timestamp-1.mjs && grep -q v consort.toml.timestamp-1.mjs && mkdir -p .tool-cache && echo w > .tool-cache/x'
@@ -95,6 +100,8 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
         (".git/hooks/README", "hooks\n"),
         (".consort/ledger.jsonl", "{}\n"),
         ("attempts.sh", ATTEMPTS),
+        ("node_modules/vitest/index.js", "// the test tool\n"),
+        (".venv/bin/pytest", "# the test tool\n"),
     ]);
     std::fs::create_dir_all(tree.path().join("target")).expect("cache dir");
     // Consort's private state may hold a directory no run may list (the embedded cluster's,
@@ -110,7 +117,21 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
     let other = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
     let other_port = other.local_addr().expect("addr").port();
     let cluster = common::cluster().await;
-    let ctx = confined(tree.path(), vec![tree.path().join("target")]).await;
+    // The writable caches as the verifier finds them: `target`, and in `node_modules` (the
+    // test tools' own directory, read-only) only the caches tools keep there.
+    let caches = consort_actors::WorkTree::open(tree.path())
+        .and_then(|t| t.cache_dirs())
+        .expect("the caches");
+    assert!(
+        caches.contains(&tree.path().join("node_modules/.vite")),
+        "{caches:?}"
+    );
+    assert!(
+        !caches
+            .iter()
+            .any(|c| c.ends_with("node_modules") || c.ends_with(".venv"))
+    );
+    let ctx = confined(tree.path(), caches).await;
     // As root, each run gets a /dev/shm of its own (empty, and gone with its scratch).
     let running_as_root = nix::unistd::geteuid().is_root();
 
@@ -136,6 +157,7 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
             "read-tests",
             "write-scratch",
             "write-cache",
+            "write-tool-cache",
             "connect-branch",
             "posix-shm-workers",
         ];
@@ -150,6 +172,10 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
             "edit-harness",
             "git-hook",
             "write-code",
+            "rewrite-test-tool",
+            "replace-test-tool",
+            "plant-a-package",
+            "rewrite-venv-tool",
             "read-consort-state",
             "read-cluster-password",
             "environ-of-consort",
@@ -189,6 +215,14 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
             );
         }
         std::fs::remove_file(tree.path().join("target/out")).expect("the cache write landed");
+        std::fs::remove_dir_all(tree.path().join("node_modules/.vite/vitest"))
+            .expect("the tool's cache write landed");
+        assert_eq!(
+            std::fs::read_to_string(tree.path().join("node_modules/vitest/index.js"))
+                .expect("the tool"),
+            "// the test tool\n",
+            "the test tool is untouched"
+        );
         assert_eq!(
             hash_dir(tree.path()).expect("hash"),
             before,
@@ -420,4 +454,63 @@ async fn a_test_that_passes_every_other_run_is_flaky_and_one_that_always_fails_i
     );
     actor.stop(None);
     let _ = join.await;
+}
+
+/// A lane's run reads its own tree (in the hidden lanes' directory) and no other lane's, one
+/// made after its confinement was built included; a view of its tree still works.
+#[tokio::test]
+async fn a_lane_s_run_reads_its_own_tree_and_no_other_lane_even_one_made_later() {
+    let lanes = tempfile::tempdir().expect("lanes");
+    let write = |path: &str, text: &str| {
+        let path = lanes.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    };
+    write("f1/tests/t1.sql", "SELECT 1;\n");
+    write("f2/src/secret.sql", "SELECT 'f2';\n");
+    write(
+        "f1/attempts.sh",
+        r#"
+n=0
+try() { n=$((n+1)); if sh -c "$2" >/dev/null 2>&1; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+try read-own 'cat tests/t1.sql'
+try read-other-lane 'cat "$LANES/f2/src/secret.sql"'
+try read-later-lane 'cat "$LANES/f3/src/new.sql"'
+echo "1..$n"
+"#,
+    );
+    let own = lanes.path().join("f1");
+    let (_p, _b, ctx) = common::confined_branch_hiding(
+        &own,
+        &BaseSpec::default(),
+        Vec::new(),
+        vec![lanes.path().to_path_buf()],
+    )
+    .await;
+    write("f3/src/new.sql", "SELECT 'f3';\n");
+    let mut cfg = CommandRunnerConfig::new("sh attempts.sh");
+    cfg.env
+        .set
+        .push(("LANES".into(), lanes.path().display().to_string()));
+    for view in [false, true] {
+        cfg.view = view;
+        let r = CommandRunner::new(cfg.clone())
+            .run(&ctx)
+            .await
+            .expect("the runner runs");
+        assert_eq!(
+            status(&r, "read-own"),
+            Some(TestStatus::Passed),
+            "{}",
+            r.output_excerpt
+        );
+        for other in ["read-other-lane", "read-later-lane"] {
+            assert_eq!(
+                status(&r, other),
+                Some(TestStatus::Failed),
+                "{other} (view: {view}): {}",
+                r.output_excerpt
+            );
+        }
+    }
 }
