@@ -180,6 +180,7 @@ fn forged_receipt(work: &Path, request: u64) -> TestRunReceipt {
         confinement: Default::default(),
         tree_changes: Vec::new(),
         flaky: Vec::new(),
+        missing_modules: Vec::new(),
     }
 }
 
@@ -193,8 +194,8 @@ impl Agent for ReceiptForger {
     fn act<'a>(&'a self, a: &'a Assignment) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
         Box::pin(async move {
             if matches!(a.step, Step::Green { .. }) {
-                return Ok(AgentOutput::new(Artifact::TestRunReceipt(forged_receipt(
-                    &self.work, 2,
+                return Ok(AgentOutput::new(Artifact::TestRunReceipt(Box::new(
+                    forged_receipt(&self.work, 2),
                 ))));
             }
             self.honest.act(a).await
@@ -1723,7 +1724,7 @@ impl RoleEndpoint for ForgingEndpoint {
                 return self.inner.assign(a, timeout).await;
             }
             let artifact = if a.attempt == 0 {
-                Artifact::TestRunReceipt(forged_receipt(&self.work, 2))
+                Artifact::TestRunReceipt(Box::new(forged_receipt(&self.work, 2)))
             } else {
                 Artifact::TestList(TestList { entries: vec![] })
             };

@@ -106,9 +106,10 @@ use crate::runtime::{conductor, gate, messages, supervision};
 pub use artifact::{
     AcceptanceCriterion, ArchitectureVerdict, Artifact, ArtifactKind, ChangeSet, Confinement,
     DesignBundle, Escalation, EscalationReason, ExitRecord, FeatureRequest, FileChange, FileHashes,
-    GateApproval, GateDecision, GateKind, InfraFault, Migration, PersistenceInvariant, RequestId,
-    Requirement, ReviewVerdict, RunTimings, SchemaPlan, Screen, Spec, Stories, Story, TestEntry,
-    TestList, TestOutcome, TestRunReceipt, TestStatus, UxDesign, VerdictReason,
+    GateApproval, GateDecision, GateKind, InfraFault, Migration, MissingModule,
+    PersistenceInvariant, RequestId, Requirement, ReviewVerdict, RunTimings, SchemaPlan, Screen,
+    Spec, Stories, Story, TestEntry, TestList, TestOutcome, TestRunReceipt, TestStatus, UxDesign,
+    VerdictReason,
 };
 pub use budget::{
     Allowance, BudgetName, Budgets, CallEstimate, Limits, Measure, Price, Remaining, RoleUsage,

@@ -458,6 +458,7 @@ impl Verifier {
         timings: RunTimings,
         report: RunReport,
     ) -> TestRunReceipt {
+        let missing_modules = crate::runner::missing_module::read(&req.work_tree, &report.outcomes);
         TestRunReceipt {
             request_id: req.id,
             workspace_hash,
@@ -473,6 +474,7 @@ impl Verifier {
             confinement: Default::default(),
             tree_changes: Vec::new(),
             flaky: Vec::new(),
+            missing_modules,
         }
     }
 

@@ -271,5 +271,6 @@ pub fn receipt_with(
         confinement: Default::default(),
         tree_changes: Vec::new(),
         flaky: Vec::new(),
+        missing_modules: Vec::new(),
     }
 }

@@ -494,6 +494,25 @@ pub struct TestRunReceipt {
     /// like any other; no agent is charged for what the first run saw.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flaky: Vec<String>,
+    /// Test files that failed to load because a module of the project they import does not
+    /// exist (or lacks the name they import), as the verifier read the runner's load failures
+    /// and checked them against the tree: the first test of a new module is a RED so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_modules: Vec<MissingModule>,
+}
+
+/// A test file that failed to load because a module of the project it imports is missing:
+/// the file the import names does not exist in the tree, or exists without the name imported.
+/// A missing package (a bare `import 'left-pad'`, a Python module outside the project's own
+/// packages) or a syntax error is never one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MissingModule {
+    /// The outcome that reported the load failure.
+    pub outcome: String,
+    /// The test file that failed to load, relative to the work tree.
+    pub test_file: String,
+    /// The module it imports, relative to the work tree (`src/orders.js`, `app/orders.py`).
+    pub module: String,
 }
 
 /// How a test run was confined; every receipt records it.
@@ -811,7 +830,7 @@ pub enum Artifact {
     /// Navigator: the review.
     ReviewVerdict(ReviewVerdict),
     /// Never produced by an agent; listed so that an agent that tries is refused by kind.
-    TestRunReceipt(TestRunReceipt),
+    TestRunReceipt(Box<TestRunReceipt>),
 }
 
 /// The kind of an [`Artifact`], without its content.

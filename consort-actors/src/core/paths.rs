@@ -443,6 +443,12 @@ impl PathPolicy {
         self.harness.is_match(path) || (self.outside_tests.is_match(path) && !self.is_test(path))
     }
 
+    /// Whether `path` (normalised, relative) is the project's code: no test path, no harness,
+    /// in no directory the [`TreeFilter`] skips (the code agents write).
+    pub fn is_code(&self, path: &str) -> bool {
+        !self.is_test(path) && !self.is_harness(path) && self.filter.skipped_dir(path).is_none()
+    }
+
     /// The test globs.
     pub fn test_globs(&self) -> &[String] {
         &self.test_globs

@@ -133,6 +133,7 @@ impl FakeLakebase {
                     confinement: Default::default(),
                     tree_changes: Vec::new(),
                     flaky: Vec::new(),
+                    missing_modules: Vec::new(),
                 };
                 let _ = port.send(Ok(receipt));
             }

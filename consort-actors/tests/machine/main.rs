@@ -783,7 +783,7 @@ fn an_agent_made_receipt_is_refused() {
     r.verify(&[("tests/t1.sql", TestStatus::Failed)])
         .expect("red");
     r.observe();
-    let v = r.produce_refused(Artifact::TestRunReceipt(receipt));
+    let v = r.produce_refused(Artifact::TestRunReceipt(Box::new(receipt)));
     assert!(matches!(v, RuleViolation::ForgedReceipt { .. }));
     assert_eq!(r.s.receipts.len(), 1, "the forged receipt was not recorded");
 }
@@ -1213,6 +1213,66 @@ fn a_red_that_timed_out_is_named_so_with_the_end_of_its_output() {
     assert!(
         !text.contains("START OF OUTPUT"),
         "not its beginning: {text}"
+    );
+}
+
+/// The first test of a new module, written as people write it: its file failed to load because
+/// the module it imports, a code path, does not exist yet. That is a RED, and the load failure
+/// is no earlier test it broke. A missing module that is no code (a test path, the harness),
+/// or another file's load failure, is not; nor is any earlier test failing beside it.
+#[test]
+fn a_test_file_that_fails_to_load_for_a_missing_module_of_the_code_is_a_red() {
+    let load = "tests/t1.sql::(load)";
+    let missing = |test_file: &str, module: &str| MissingModule {
+        outcome: load.into(),
+        test_file: test_file.into(),
+        module: module.into(),
+    };
+    let red = |module: MissingModule, outcomes: &[(&str, TestStatus)]| {
+        let mut r = Run::with_red_applied("x");
+        let mut receipt = r.receipt(outcomes, 1);
+        receipt.missing_modules = vec![module];
+        (r.feed(Event::VerifyCompleted { receipt }), r)
+    };
+    let (accepted, mut r) = red(
+        missing("tests/t1.sql", "src/orders.js"),
+        &[(load, TestStatus::Failed)],
+    );
+    accepted.expect("a RED");
+    r.observe();
+    assert!(matches!(r.assignment().1, Step::Green { .. }));
+
+    for (module, why) in [
+        (missing("tests/t1.sql", "tests/helpers.js"), "a test path"),
+        (missing("tests/t1.sql", "consort.toml"), "the harness"),
+        (
+            missing("tests/t1.sql", "node_modules/x/index.js"),
+            "a dependency",
+        ),
+        (missing("tests/t0.sql", "src/orders.js"), "another file's"),
+    ] {
+        let (v, _) = red(module, &[(load, TestStatus::Failed)]);
+        assert_eq!(
+            v.expect_err(why),
+            RuleViolation::RedTestNotRun {
+                test: "tests/t1.sql".into(),
+                failed_elsewhere: vec![load.into()],
+            },
+            "{why}"
+        );
+    }
+    let (v, _) = red(
+        missing("tests/t1.sql", "src/orders.js"),
+        &[
+            (load, TestStatus::Failed),
+            ("tests/t0.sql", TestStatus::Failed),
+        ],
+    );
+    assert_eq!(
+        v.expect_err("an earlier test broke"),
+        RuleViolation::RedBrokeGreenTest {
+            tests: vec!["tests/t0.sql".into()]
+        }
     );
 }
 

@@ -20,13 +20,13 @@ fn change_set(path: &str) -> Artifact {
 }
 
 fn receipt() -> Artifact {
-    Artifact::TestRunReceipt(receipt_with(
+    Artifact::TestRunReceipt(Box::new(receipt_with(
         RequestId(1),
         consort_actors::ContentHash::of_bytes(b"tree"),
         &[],
         0,
         "",
-    ))
+    )))
 }
 
 async fn actor(role: Role, name: &str, agent: impl Agent) -> ActorRef<RoleMsg> {

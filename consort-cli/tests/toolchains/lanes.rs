@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::adopt::{node_files, pytest_project, script_of};
-use crate::common::script::Design;
+use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use crate::common::{
     approving_run, assert_exit, consort, consort_in, dir_arg, run, toolchain, write,
 };
@@ -124,8 +124,9 @@ fn install_money_package(dir: &Path) {
     );
 }
 
-/// F2 of the Node project: a price in euros through the `shelf-money` package, its module
-/// there before the feature (as a stub), its table of its own.
+/// F2 of the Node project: a price in euros through the `shelf-money` package, in a module
+/// the feature creates (its first test imports it statically, as people write it: a RED),
+/// its table of its own.
 fn money_script() -> String {
     let test_path = "test/t2_price.test.js";
     let name = "a price reads in euros";
@@ -170,13 +171,6 @@ fn vitest_1_lanes_run_two_features_at_once_with_node_modules_only_in_the_project
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = &tmp.path().join("shelf");
     let f1 = node_files(dir, "vitest", &modules, true);
-    write(
-        dir,
-        &[(
-            "src/money.js",
-            "export function price(cents) {\n  throw new Error('not built yet');\n}\n",
-        )],
-    );
     // A person adds a dependency the second feature needs; the lanes are made after.
     install_money_package(dir);
     let package = std::fs::read_to_string(dir.join("package.json")).expect("package.json");
@@ -212,29 +206,7 @@ fn pytest_lanes_run_two_features_at_once_with_a_venv_in_the_project() {
         &["pytest==8.*", "psycopg[binary]"],
         "pytest, psycopg",
     );
-    write(
-        dir,
-        &[(
-            "app/labels.py",
-            "def label(sku):\n    raise NotImplementedError\n",
-        )],
-    );
-    let test_path = "tests/test_t2_label.py";
-    let f2 = script_of(
-        &Design {
-            feature: "F2",
-            story: "Labels",
-            migration: (
-                "V3__labels",
-                "CREATE TABLE labels (sku text PRIMARY KEY, label text NOT NULL);",
-            ),
-            test_path,
-            test_name: Some("tests.test_t2_label::test_a_label_is_upper_case"),
-        },
-        "def test_a_label_is_upper_case():\n    from app.labels import label\n\n    assert label('a1') == 'A1'\n",
-        ("app/labels.py", "def label(sku):\n    return sku.upper()\n"),
-    );
-    let doctor = adopt_two(dir, [&f1, &f2], ".venv/\n__pycache__/\n");
+    let doctor = adopt_two(dir, [&f1, &labels_script()], ".venv/\n__pycache__/\n");
     // Init made the test command run the project's own environment, by a path in its tree.
     let config = std::fs::read_to_string(dir.join("consort.toml")).expect("consort.toml");
     assert!(
@@ -247,4 +219,65 @@ fn pytest_lanes_run_two_features_at_once_with_a_venv_in_the_project() {
     );
     two_lanes_to_done(dir, || {});
     assert!(dir.join("tests/test_t2_label.py").is_file());
+    // The first two REDs were refused as not run (a syntax error, a missing package), the
+    // third, whose module the feature creates, accepted.
+    let f2 = consort::project::Project::open_feature(dir, Some("F2")).expect("F2");
+    let refused: Vec<String> = f2
+        .events()
+        .expect("events")
+        .iter()
+        .filter_map(|e| match e {
+            consort::actors::Event::Refused { violation, .. } => Some(violation.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:#?}");
+    for told in &refused {
+        assert!(
+            told.contains(
+                "the run did not report the new test tests.test_t2_label::test_a_label_is_upper_case"
+            ),
+            "{told}"
+        );
+    }
+}
+
+/// F2 of the Python project: labels, in a module the feature creates. Its Navigator writes
+/// the first test three times: with a syntax error, importing a package that is not
+/// installed (both refused: the test never ran for what it is about), then importing the
+/// new module at the top of the file, as people write it (a RED).
+fn labels_script() -> String {
+    let test_path = "tests/test_t2_label.py";
+    let test = |head: &str| {
+        format!("{head}\n\n\ndef test_a_label_is_upper_case():\n    assert label('a1') == 'A1'\n")
+    };
+    let mut s = Design {
+        feature: "F2",
+        story: "Labels",
+        migration: (
+            "V3__labels",
+            "CREATE TABLE labels (sku text PRIMARY KEY, label text NOT NULL);",
+        ),
+        test_path,
+        test_name: Some("tests.test_t2_label::test_a_label_is_upper_case"),
+    }
+    .toml();
+    for head in [
+        "from app.labels import label\nif True\n    pass",
+        "from labelkit import label",
+        "from app.labels import label",
+    ] {
+        s.push_str(&change_entry(
+            "red/T1",
+            "T1: labels",
+            &write_change(test_path, &test(head)),
+        ));
+    }
+    s.push_str(&change_entry(
+        "green/T1",
+        "labels",
+        &write_change("app/labels.py", "def label(sku):\n    return sku.upper()\n"),
+    ));
+    s.push_str(REFACTOR_AND_REVIEW);
+    s
 }

@@ -15,6 +15,7 @@
 mod capture;
 mod command;
 mod junit;
+pub(crate) mod missing_module;
 mod process;
 mod psql;
 mod sandbox;

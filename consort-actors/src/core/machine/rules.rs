@@ -389,7 +389,7 @@ fn load_failure_note(failed_elsewhere: &[String]) -> String {
         return String::new();
     }
     format!(
-        "; the runner reported a failure under another name ({}): the test file probably failed to load (an import or collection error, e.g. a module that does not exist yet), so its tests never ran — what the runner said is below",
+        "; the runner reported a failure under another name ({}): the test file probably failed to load (an import or collection error), so its tests never ran. A file that fails to load is a RED only when what it lacks is a module of the project's code the feature will write (a relative import of a file that does not exist yet, a module of the project's own package); a syntax error, or a package that is not installed, is not — what the runner said is below",
         failed_elsewhere.join(", ")
     )
 }

@@ -13,8 +13,8 @@ use crate::core::step::Step;
 use super::State;
 use super::rules::{RuleViolation, Writer, check_change_set};
 use super::transition::{
-    all_pass, excerpt, expected_names, failure_feedback, focus_of, frozen_for, migrations_for,
-    red_fails_for, writer,
+    RedFocus, all_pass, excerpt, expected_names, failure_feedback, focus_of, frozen_for,
+    migrations_for, red_fails_for, writer,
 };
 
 /// What a scratch run of one step is: the request the step's real run would make, and the
@@ -85,13 +85,16 @@ impl ScratchPlan {
         check_change_set(resolved, writer, policy, &self.frozen)
     }
 
-    /// How the step's real run would judge this receipt.
-    pub fn judge(&self, receipt: &TestRunReceipt) -> ScratchVerdict {
+    /// How the step's real run would judge this receipt, by the project's `policy`.
+    pub fn judge(&self, policy: &PathPolicy, receipt: &TestRunReceipt) -> ScratchVerdict {
         let names = &self.tests;
         match self.purpose {
             VerifyPurpose::Red => {
-                let focus = self.focus.clone().unwrap_or_default();
-                match red_fails_for(focus, receipt, names) {
+                let focus = RedFocus {
+                    name: self.focus.clone().unwrap_or_default(),
+                    file: self.must_write.as_deref(),
+                };
+                match red_fails_for(focus, policy, receipt, names) {
                     Ok(focus) => ScratchVerdict {
                         would_pass: true,
                         verdict: format!(

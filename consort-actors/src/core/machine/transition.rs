@@ -14,6 +14,7 @@ use crate::core::artifact::{
     TestRunReceipt, TestStatus, VerdictReason,
 };
 use crate::core::hash::ContentHash;
+use crate::core::paths::PathPolicy;
 use crate::core::protocol::{AgentFailure, AssignmentId, InfraError, PromoteReport, VerifyPurpose};
 use crate::core::role::ActorId;
 use crate::core::step::Step;
@@ -547,7 +548,7 @@ fn verify_completed(
     let names = expected_names(&s, purpose);
     let done = match purpose {
         VerifyPurpose::Red => {
-            let focus = red_fails(&s, receipt, &names)?;
+            let focus = red_fails(cfg, &s, receipt, &names)?;
             s.build.frozen_tests = tests_after;
             s.build.redo = None;
             Done::RedFails {
@@ -583,23 +584,45 @@ fn verify_completed(
 /// A RED is real when the new test fails (or errors) and every earlier test still passes.
 /// Returns the new test's runner name.
 fn red_fails(
+    cfg: &MachineConfig,
     s: &State,
     receipt: &TestRunReceipt,
     names: &[String],
 ) -> Result<String, RuleViolation> {
-    let focus = s
+    let entry = s
         .current_test()
-        .map(|e| e.runner_name().to_string())
         .ok_or_else(|| invariant("a RED run has a current test entry"))?;
-    red_fails_for(focus, receipt, names)
+    let focus = RedFocus {
+        name: entry.runner_name().to_string(),
+        file: Some(&entry.path),
+    };
+    red_fails_for(focus, &cfg.paths, receipt, names)
+}
+
+/// The new test of a RED run: its runner name, and its file when known.
+pub(super) struct RedFocus<'a> {
+    /// The runner name.
+    pub name: String,
+    /// The test file.
+    pub file: Option<&'a str>,
 }
 
 /// [`red_fails`] for the new test `focus`.
+///
+/// **The first test of a new module is a RED**: a test file that failed to load because a
+/// module of the project's code it imports is missing (the verifier's
+/// [`TestRunReceipt::missing_modules`]; a code path by `paths`, never a test, the harness or
+/// a dependency) fails because of what the test is about, so its new test counts as failed,
+/// and the load failure's outcome is not an earlier test it broke. A syntax error, or a
+/// missing package, leaves the test unreported: not a RED.
 pub(super) fn red_fails_for(
-    focus: String,
+    focus: RedFocus<'_>,
+    paths: &PathPolicy,
     receipt: &TestRunReceipt,
     names: &[String],
 ) -> Result<String, RuleViolation> {
+    let RedFocus { name: focus, file } = focus;
+    let mut load_failure = None;
     match receipt.status_of(&focus) {
         Some(TestStatus::Failed | TestStatus::Errored) => {}
         Some(TestStatus::Passed) => {
@@ -612,28 +635,35 @@ pub(super) fn red_fails_for(
             });
         }
         Some(TestStatus::Skipped) | None => {
-            let failed_elsewhere = receipt
-                .outcomes
+            load_failure = receipt
+                .missing_modules
                 .iter()
-                .filter(|o| o.is_failure() && !names.contains(&o.name) && o.name != focus)
-                .map(|o| o.name.clone())
-                .collect();
-            return Err(RuleViolation::RedTestNotRun {
-                test: focus,
-                failed_elsewhere,
-            });
+                .find(|m| Some(m.test_file.as_str()) == file && paths.is_code(&m.module));
+            if load_failure.is_none() {
+                let failed_elsewhere = receipt
+                    .outcomes
+                    .iter()
+                    .filter(|o| o.is_failure() && !names.contains(&o.name) && o.name != focus)
+                    .map(|o| o.name.clone())
+                    .collect();
+                return Err(RuleViolation::RedTestNotRun {
+                    test: focus,
+                    failed_elsewhere,
+                });
+            }
         }
     }
     // Every other test must pass: each expected one, and any other the run reported (the
     // project's own tests, the earlier features' regression suite).
+    let ours = |name: &str| name == focus || load_failure.is_some_and(|m| m.outcome == name);
     let mut broken: Vec<String> = names
         .iter()
-        .filter(|n| **n != focus && receipt.status_of(n) != Some(TestStatus::Passed))
+        .filter(|n| !ours(n) && receipt.status_of(n) != Some(TestStatus::Passed))
         .cloned()
         .collect();
     for o in &receipt.outcomes {
         let failed = matches!(o.status, TestStatus::Failed | TestStatus::Errored);
-        if failed && o.name != focus && !broken.contains(&o.name) {
+        if failed && !ours(&o.name) && !broken.contains(&o.name) {
             broken.push(o.name.clone());
         }
     }

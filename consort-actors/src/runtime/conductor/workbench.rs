@@ -135,7 +135,7 @@ impl StepBench {
             .map_err(|e| ToolError::Failed {
                 detail: e.to_string(),
             })?;
-        let mut verdict = plan.judge(&receipt);
+        let mut verdict = plan.judge(&self.policy, &receipt);
         if !receipt.tree_changes.is_empty() {
             verdict.would_pass = false;
             verdict.verdict = format!(

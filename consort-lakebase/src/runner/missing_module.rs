@@ -1,0 +1,264 @@
+//! Load failures that name a missing module of the project: what lets the first test of a new
+//! module be a RED.
+//!
+//! A test written as people write it in their stack imports the module it is about
+//! (`import { placeOrder } from '../src/orders.js'`, `from app.orders import place_order`);
+//! before the feature's code exists, the test file fails to load and its tests are never
+//! reported. [`read`] finds such failures in a run's outcomes, by the words the runners use
+//! (vitest 1: `Failed to load url …`; vitest 2 and 3, Node: `Cannot find module '…' imported
+//! from …`; jest: `Cannot find module '…' from '…'`; pytest: `No module named '…'`, `cannot
+//! import name '…' from '…'`), and keeps only those the tree confirms: the test file is a file
+//! of the tree, and the module it imports is a path inside the tree that does not exist, or a
+//! Python module of the project's own package that lacks the name imported. A bare package
+//! (`import 'left-pad'`, `Cannot find package`), a Python module outside the project's
+//! packages, and a syntax error are none. Whether the module is the project's *code* (not a
+//! test, not the harness) is the state machine's to judge, by the path policy.
+//!
+//! The outcomes are the run's: untrusted text. What a test prints can at most name a module
+//! that really is missing; the RED still needs GREEN to make the test pass.
+
+use std::path::{Component, Path, PathBuf};
+
+use consort_actors::{MissingModule, TestOutcome};
+
+/// The extensions a JavaScript import may leave out (jest, CommonJS).
+const JS_EXTENSIONS: [&str; 8] = ["js", "mjs", "cjs", "ts", "mts", "cts", "jsx", "tsx"];
+
+/// Where a Python project's own packages may start.
+const PYTHON_ROOTS: [&str; 2] = ["", "src"];
+
+/// The failed outcomes of a run of `tree` that failed to load for a missing module of the
+/// project (see the module documentation).
+pub(crate) fn read(tree: &Path, outcomes: &[TestOutcome]) -> Vec<MissingModule> {
+    outcomes
+        .iter()
+        .filter(|o| o.is_failure())
+        .filter_map(|o| {
+            let message = o.message.as_deref()?;
+            let (test_file, module) =
+                js_missing(tree, message).or_else(|| python_missing(tree, message))?;
+            Some(MissingModule {
+                outcome: o.name.clone(),
+                test_file,
+                module,
+            })
+        })
+        .collect()
+}
+
+/// A JavaScript load failure: (test file, missing module), both relative to the tree.
+fn js_missing(tree: &Path, message: &str) -> Option<(String, String)> {
+    let (spec, importer) = between(message, "Failed to load url ", " ")
+        .zip(between(message, ") in ", ". Does the file exist?"))
+        .or_else(|| {
+            let spec = between(message, "Cannot find module '", "'")?;
+            let rest = &message[message.find(spec)? + spec.len() + 1..];
+            let importer = rest
+                .strip_prefix(" imported from ")
+                .or_else(|| rest.strip_prefix(" from "))?;
+            let importer = importer.trim_start_matches('\'');
+            Some((spec, importer.split(['\'', '\n']).next()?.trim()))
+        })?;
+    let (test_file, prefix) = in_tree(tree, importer)?;
+    let module = if spec.starts_with("./") || spec.starts_with("../") {
+        let dir = Path::new(&test_file).parent()?;
+        normalise(&dir.join(spec))?
+    } else if let Some(rest) = Path::new(spec)
+        .is_absolute()
+        .then(|| Path::new(spec).strip_prefix(&prefix).ok())
+        .flatten()
+    {
+        normalise(rest)?
+    } else {
+        // A package, not a module of the project.
+        return None;
+    };
+    let full = tree.join(&module);
+    let exists = full.exists()
+        || JS_EXTENSIONS
+            .iter()
+            .any(|e| full.with_extension(e).exists() || full.join(format!("index.{e}")).exists());
+    (!exists).then(|| (test_file, module.to_string_lossy().into_owned()))
+}
+
+/// A Python load failure: (test file, the module missing or lacking the name imported).
+fn python_missing(tree: &Path, message: &str) -> Option<(String, String)> {
+    let importer = between(message, "while importing test module '", "'")?;
+    let (test_file, _) = in_tree(tree, importer)?;
+    let (name, must_exist) = match between(message, "No module named '", "'") {
+        Some(name) => (name, false),
+        None => {
+            let at = message.find("cannot import name '")?;
+            (between(&message[at..], "' from '", "'")?, true)
+        }
+    };
+    let parts: Vec<&str> = name.split('.').collect();
+    if parts
+        .iter()
+        .any(|p| p.is_empty() || !p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+    {
+        return None;
+    }
+    PYTHON_ROOTS.iter().find_map(|root| {
+        let root = Path::new(root);
+        // The project's own package: its first directory is in the tree.
+        if !tree.join(root).join(parts[0]).is_dir() {
+            return None;
+        }
+        let base = root.join(parts.join("/"));
+        let file = base.with_extension("py");
+        let package = base.join("__init__.py");
+        let found = [&file, &package]
+            .into_iter()
+            .find(|p| tree.join(p).is_file());
+        let module = match (found, must_exist) {
+            (None, false) => file,
+            (Some(p), true) => p.clone(),
+            _ => return None,
+        };
+        Some((test_file.clone(), module.to_string_lossy().into_owned()))
+    })
+}
+
+/// The text between `start` and the next `end` after it.
+fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let from = text.find(start)? + start.len();
+    let len = text[from..].find(end)?;
+    Some(&text[from..from + len])
+}
+
+/// The tree-relative path of a test file a runner named (relative to the tree, or absolute:
+/// in the tree, or in a view of it, whose directory differs), with the directory that stood
+/// for the tree in its name.
+fn in_tree(tree: &Path, named: &str) -> Option<(String, PathBuf)> {
+    let named = Path::new(named.trim());
+    let parts: Vec<Component<'_>> = named.components().collect();
+    // The longest tail of the name that is a file of the tree.
+    (0..parts.len()).find_map(|skip| {
+        let tail: PathBuf = parts[skip..].iter().collect();
+        let rel = normalise(&tail)?;
+        tree.join(&rel).is_file().then(|| {
+            let prefix: PathBuf = parts[..skip].iter().collect();
+            (rel.to_string_lossy().into_owned(), prefix)
+        })
+    })
+}
+
+/// `path` without `.` and `..`, relative and inside the tree; None when it is absolute or
+/// climbs out.
+fn normalise(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use consort_actors::TestStatus;
+
+    fn tree() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        for f in [
+            "test/t1.test.js",
+            "src/counts.js",
+            "tests/test_t1.py",
+            "app/__init__.py",
+            "app/counts.py",
+        ] {
+            let p = tmp.path().join(f);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, "").expect("write");
+        }
+        tmp
+    }
+
+    fn failed(message: &str) -> TestOutcome {
+        TestOutcome {
+            name: "load".into(),
+            status: TestStatus::Failed,
+            message: Some(message.into()),
+        }
+    }
+
+    fn modules(tree: &Path, message: &str) -> Vec<(String, String)> {
+        read(tree, &[failed(message)])
+            .into_iter()
+            .map(|m| (m.test_file, m.module))
+            .collect()
+    }
+
+    #[test]
+    fn each_runner_s_words_for_a_missing_module_of_the_project_are_read() {
+        let t = tree();
+        let view = "/tmp/consort-scratch-x/views/ab12/test/t1.test.js";
+        let want = vec![("test/t1.test.js".to_string(), "src/orders.js".to_string())];
+        for message in [
+            format!("Failed to load url ../src/orders.js (resolved id: ../src/orders.js) in {view}. Does the file exist?"),
+            format!("Cannot find module '../src/orders.js' imported from '{view}'"),
+            "Cannot find module '/tmp/consort-scratch-x/views/ab12/src/orders.js' imported from /tmp/consort-scratch-x/views/ab12/test/t1.test.js".to_string(),
+            format!("Error: Cannot find module '../src/orders.js' from 'test/t1.test.js'\n\nRequire stack:\n  {view}"),
+        ] {
+            assert_eq!(modules(t.path(), &message), want, "{message}");
+        }
+        // jest leaves the extension out.
+        assert_eq!(
+            modules(
+                t.path(),
+                "Cannot find module '../src/orders' from 'test/t1.test.js'"
+            ),
+            [("test/t1.test.js".to_string(), "src/orders".to_string())]
+        );
+        let py = "ImportError while importing test module '/tmp/v/tests/test_t1.py'.\nHint: …\nE   ModuleNotFoundError: No module named 'app.orders'";
+        assert_eq!(
+            modules(t.path(), py),
+            [("tests/test_t1.py".to_string(), "app/orders.py".to_string())]
+        );
+        let lacks = "ImportError while importing test module '/tmp/v/tests/test_t1.py'.\nE   ImportError: cannot import name 'total_of' from 'app.counts' (/tmp/v/app/counts.py)";
+        assert_eq!(
+            modules(t.path(), lacks),
+            [("tests/test_t1.py".to_string(), "app/counts.py".to_string())]
+        );
+    }
+
+    #[test]
+    fn packages_syntax_errors_and_modules_that_exist_are_no_missing_module() {
+        let t = tree();
+        let view = "/tmp/v/test/t1.test.js";
+        for message in [
+            format!("Cannot find package 'left-pad' imported from '{view}'"),
+            format!("Cannot find module 'left-pad' imported from '{view}'"),
+            "Failed to parse source for import analysis because the content contains invalid JS syntax.".to_string(),
+            format!("Cannot find module '../src/counts.js' imported from '{view}'"),
+            format!("Cannot find module '../../../etc/passwd' imported from '{view}'"),
+            "Cannot find module '../src/orders.js' imported from '/tmp/v/test/not_in_tree.test.js'".to_string(),
+            "ImportError while importing test module '/tmp/v/tests/test_t1.py'.\nE   ModuleNotFoundError: No module named 'hypothesis'".to_string(),
+            "ImportError while importing test module '/tmp/v/tests/test_t1.py'.\nE   ImportError: cannot import name 'x' from 'app.orders'".to_string(),
+            "ImportError while importing test module '/tmp/v/tests/test_t1.py'.\nE   ModuleNotFoundError: No module named 'app.counts'".to_string(),
+            "E   SyntaxError: invalid syntax".to_string(),
+        ] {
+            assert!(modules(t.path(), &message).is_empty(), "{message}");
+        }
+        let passed = TestOutcome {
+            status: TestStatus::Passed,
+            ..failed(&format!(
+                "Cannot find module '../src/orders.js' imported from '{view}'"
+            ))
+        };
+        assert!(
+            read(t.path(), &[passed]).is_empty(),
+            "a passed outcome is no load failure"
+        );
+    }
+}
