@@ -91,7 +91,7 @@ pub enum ToolError {
     },
 }
 
-/// The server: one project (and feature), one identity.
+/// The server: one project (every feature it drives, or one), one identity.
 #[derive(Debug, Clone)]
 pub struct ConsortMcp {
     dir: PathBuf,
@@ -112,6 +112,26 @@ impl ConsortMcp {
 
     fn project(&self) -> Result<Project, ToolError> {
         Ok(Project::open_feature(&self.dir, self.feature.as_deref())?)
+    }
+
+    /// The features a role-play call may play in: the one `asked` for, else the server's own
+    /// (`--feature`), else every unfinished feature of the backlog (each lane of `consort run
+    /// --parallel N`), in backlog order.
+    fn features_to_play(&self, asked: Option<&str>) -> Result<Vec<Project>, ToolError> {
+        if let Some(id) = asked.or(self.feature.as_deref()) {
+            return Ok(vec![Project::open_feature(&self.dir, Some(id))?]);
+        }
+        let project = self.project()?;
+        let mut out = Vec::new();
+        for feature in project.backlog()? {
+            if project.state_of(&feature)?.is_unfinished() {
+                out.push(Project::open_feature(&self.dir, Some(&feature.id))?);
+            }
+        }
+        if out.is_empty() {
+            out.push(project);
+        }
+        Ok(out)
     }
 
     /// Whether the configuration offers the `approve` tool (read at each call).
@@ -173,11 +193,13 @@ impl ConsortMcp {
             "branches" => Ok(crate::views::branches_text(&self.project()?).await?),
             "next_assignment" => {
                 let req = tools::parse::<tools::NextArgs>(name, args)?;
-                play::next_assignment(&self.project()?, &self.identity(context)?, req).await
+                let features = self.features_to_play(req.feature.as_deref())?;
+                play::next_assignment(&features, &self.identity(context)?, req).await
             }
             "submit" => {
                 let req = tools::parse::<tools::SubmitArgs>(name, args)?;
-                play::submit(&self.project()?, &self.identity(context)?, req).await
+                let features = self.features_to_play(req.feature.as_deref())?;
+                play::submit(&features, &self.identity(context)?, req).await
             }
             "approve" if self.approve_offered() => {
                 let req = tools::parse::<tools::ApproveArgs>(name, args)?;

@@ -97,12 +97,19 @@ fn check_not_author(project: &Project, parked: &Parked, identity: &str) -> Resul
     })
 }
 
-/// `next_assignment`: takes the assignment waiting for `role`, as `identity`.
+/// `next_assignment`: takes the assignment waiting for `role` in the first of `features`
+/// that has one, as `identity`.
 pub(super) async fn next_assignment(
-    project: &Project,
+    features: &[Project],
     identity: &str,
     req: NextArgs,
 ) -> Result<String, ToolError> {
+    let Some(first) = features.first() else {
+        return Err(ToolError::BadArguments {
+            tool: "next_assignment".into(),
+            detail: "no feature to play in".into(),
+        });
+    };
     let role: Role =
         req.role
             .parse()
@@ -110,12 +117,21 @@ pub(super) async fn next_assignment(
                 tool: "next_assignment".into(),
                 detail: e.to_string(),
             })?;
-    if !matches!(project.config.agents.for_role(role), AgentConfig::Mcp(_)) {
+    if !matches!(first.config.agents.for_role(role), AgentConfig::Mcp(_)) {
         return Err(ToolError::NotAnMcpRole { role });
     }
     let limit = Duration::from_secs(req.wait_secs.min(300));
-    let Some(parked) = poll(limit, || open_for(project, role)).await? else {
-        let next = crate::views::next_text(project, Some(identity))?;
+    let open = poll(limit, || {
+        for project in features {
+            if let Some(parked) = open_for(project, role)? {
+                return Ok(Some((project, parked)));
+            }
+        }
+        Ok(None)
+    })
+    .await?;
+    let Some((project, parked)) = open else {
+        let next = crate::views::next_text(first, Some(identity))?;
         return Ok(format!(
             "nothing waits for the {role} now (is `consort run` going on?). {next}"
         ));
@@ -127,6 +143,7 @@ pub(super) async fn next_assignment(
         .verdict(parked.id)?
         .map_or(parked.max_refusals, |v| v.refusals_left);
     let answer = json!({
+        "feature": project.feature_id(),
         "assignment_id": parked.id,
         "role": parked.role,
         "step": parked.step,
@@ -135,27 +152,52 @@ pub(super) async fn next_assignment(
         "answer_with": parked.answer_with,
         "refused_submissions_left": refusals_left,
         "how_to_answer": format!(
-            "call submit with assignment = {} and artifact = {{\"kind\": \"{}\", \"body\": {{…}}}} following assignment.answer_schema; act on every item of assignment.feedback",
-            parked.id, parked.answer_with
+            "call submit with assignment = {}, feature = \"{}\" and artifact = {{\"kind\": \"{}\", \"body\": {{…}}}} following assignment.answer_schema; act on every item of assignment.feedback",
+            parked.id, project.feature_id(), parked.answer_with
         ),
         "assignment": parked.assignment,
     });
     Ok(serde_json::to_string_pretty(&answer)?)
 }
 
-/// `submit`: hands over the answer to assignment `req.assignment` and waits for the verdict.
+/// The one of `features` whose run waits for assignment `id`, and its parked assignment.
+fn waiting_on(features: &[Project], id: u64) -> Result<(&Project, Parked), ToolError> {
+    let mut found = Vec::new();
+    for project in features {
+        let Some(parked) = project.mailbox().parked(id)? else {
+            continue;
+        };
+        if waiting_for(project, parked.role)?.is_some_and(|p| p.id == id) {
+            found.push((project, parked));
+        }
+    }
+    match found.len() {
+        0 => Err(MailboxError::NotWaiting { id }.into()),
+        1 => Ok(found.remove(0)),
+        _ => Err(ToolError::BadArguments {
+            tool: "submit".into(),
+            detail: format!(
+                "assignment {id} waits in features {}: give the feature next_assignment named",
+                found
+                    .iter()
+                    .map(|(p, _)| p.feature_id())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
+        }),
+    }
+}
+
+/// `submit`: hands over the answer to assignment `req.assignment` (of the one of `features`
+/// that waits on it) and waits for the verdict.
 pub(super) async fn submit(
-    project: &Project,
+    features: &[Project],
     identity: &str,
     req: SubmitArgs,
 ) -> Result<String, ToolError> {
     let id = req.assignment;
+    let (project, parked) = waiting_on(features, id)?;
     let mailbox = project.mailbox();
-    let parked = mailbox.parked(id)?.ok_or(MailboxError::NotWaiting { id })?;
-    let live = waiting_for(project, parked.role)?.is_some_and(|p| p.id == id);
-    if !live {
-        return Err(MailboxError::NotWaiting { id }.into());
-    }
     check_not_author(project, &parked, identity)?;
     // Some clients send an object argument as JSON text.
     let artifact = match req.artifact {
@@ -207,11 +249,19 @@ pub(super) async fn submit(
 /// (with its reason: a new assignment carries it as feedback) or taken, with the runs made.
 fn machine_outcome(project: &Project, id: u64) -> Result<Option<String>, ToolError> {
     let state = project.state()?;
-    let settled = match &state.pending {
-        Some(Pending::Agent { id: next, .. }) => next.0 != id,
-        Some(Pending::Gate { .. }) | None => true,
-        Some(_) => false,
-    };
+    // A run that halted, stopped or ended has settled whatever it waits on.
+    let ended = matches!(
+        state.status,
+        consort_actors::RunStatus::Halted { .. }
+            | consort_actors::RunStatus::Stopped
+            | consort_actors::RunStatus::Done
+    );
+    let settled = ended
+        || match &state.pending {
+            Some(Pending::Agent { id: next, .. }) => next.0 != id,
+            Some(Pending::Gate { .. }) | None => true,
+            Some(_) => false,
+        };
     if !settled {
         return Ok(None);
     }

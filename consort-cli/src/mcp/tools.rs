@@ -32,6 +32,11 @@ pub(super) struct LogArgs {
 pub(super) struct NextArgs {
     /// The role to play: `navigator`, `driver`, … (one configured `backend = "mcp"`).
     pub role: String,
+    /// The feature to play it for (its id); by default any feature whose run waits for the
+    /// role, every lane of `consort run --parallel N` included (the server's own with
+    /// `--feature`).
+    #[serde(default)]
+    pub feature: Option<String>,
     /// Wait up to this many seconds for an assignment of that role (default 0, at most 300).
     #[serde(default)]
     pub wait_secs: u64,
@@ -43,6 +48,10 @@ pub(super) struct NextArgs {
 pub(super) struct SubmitArgs {
     /// The assignment id `next_assignment` gave.
     pub assignment: u64,
+    /// The feature `next_assignment` gave with it (needed only when two features wait on
+    /// assignments of the same id).
+    #[serde(default)]
+    pub feature: Option<String>,
     /// The answer: `{"kind": "<answer_with>", "body": {…}}` following `answer_schema`.
     pub artifact: Value,
     /// Wait up to this many seconds for the run's verdict (default 120, at most 600).
@@ -72,8 +81,8 @@ const TOOLS: [&str; 9] = [
     "log: The ledger, one event per line, as `consort log` prints it.",
     "verify: Checks the ledger chain, the frozen design, the frozen tests and the receipts, as `consort verify` does.",
     "branches: Consort's database branches, as `consort branches` lists them.",
-    "next_assignment: Takes the assignment waiting for a role played through MCP: the step, its inputs and feedback, and the answer's kind and JSON schema. The author of a test's code is refused its review.",
-    "submit: Hands over the answer to an assignment taken with next_assignment and waits for the run's verdict: refused with the reason (submit again), or accepted and what the machine made of it.",
+    "next_assignment: Takes the assignment waiting for a role played through MCP, in any feature whose run waits for it (each lane of `consort run --parallel N`), or in the feature named: the feature, the step, its inputs and feedback, and the answer's kind and JSON schema. The author of a test's code is refused its review.",
+    "submit: Hands over the answer to an assignment taken with next_assignment (give its feature too) and waits for the run's verdict: refused with the reason (submit again), or accepted and what the machine made of it, a halt included.",
     "approve: Approves the gate waiting for the given hash, as this session's identity, recorded exactly as `consort approve` records it.",
 ];
 

@@ -256,3 +256,145 @@ fn with_mcp_approve_configured_a_client_approves_the_gate_as_consort_approve_doe
     assert_eq!(approval.note, "via MCP");
     assert_eq!(approval.decision, consort::actors::GateDecision::Approve);
 }
+
+/// Three features of one project in lanes (`consort run --parallel 2`), their Navigator and
+/// Driver played through one `consort mcp` server per identity, without `--feature`: each
+/// session takes whatever waits for its role in any lane and submits it with its feature.
+/// Two lanes reach done; the third's base does not build, and the submission of its RED is
+/// answered with the halt, not "the run goes on".
+#[test]
+fn one_mcp_server_per_identity_plays_every_lane_and_a_halt_is_answered_at_once() {
+    toolchain::python3_imports("mcp", "python3 with the MCP SDK (pip install mcp)");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("shop");
+    let design = |feature: &str, story: &str, migration: (&str, &str), test_path: &str| {
+        Design {
+            feature,
+            story,
+            migration,
+            test_path,
+            test_name: None,
+        }
+        .toml()
+    };
+    let config = CONFIG.replace(
+        ".consort/agents/design.toml",
+        ".consort/agents/{feature}.toml",
+    );
+    write(
+        &dir,
+        &[
+            ("consort.toml", &config),
+            (
+                "feature.md",
+                "# Stock levels\n\nShow the stock level of a SKU.\n",
+            ),
+            ("src/.keep", ""),
+            (
+                ".consort/agents/f1-stock.toml",
+                &design(
+                    "f1-stock",
+                    "Stock levels",
+                    (
+                        "0001_stock",
+                        "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);",
+                    ),
+                    "tests/t1_level.sql",
+                ),
+            ),
+            (
+                ".consort/agents/f2-orders.toml",
+                &design(
+                    "f2-orders",
+                    "Orders",
+                    (
+                        "0002_orders",
+                        "CREATE TABLE orders (id int PRIMARY KEY, sku text NOT NULL);",
+                    ),
+                    "tests/t1_orders.sql",
+                ),
+            ),
+            (
+                ".consort/agents/f3-broken.toml",
+                &design(
+                    "f3-broken",
+                    "Broken",
+                    ("0003_broken", "ALTER TABLE nowhere ADD COLUMN x int;"),
+                    "tests/t1_broken.sql",
+                ),
+            ),
+        ],
+    );
+    consort::git::GitRepo::init_with_commit(&dir, "Test Author", "before Consort").expect("git");
+    for (id, title) in [("f2-orders", "Orders"), ("f3-broken", "Broken")] {
+        let request = tmp.path().join(format!("{id}.md"));
+        std::fs::write(&request, format!("# {title}\n\nThe {id} feature.\n")).expect("request");
+        let o = common::run(
+            consort()
+                .args(["feature", "add"])
+                .arg(&request)
+                .args(["--id", id])
+                .args(dir_arg(&dir)),
+        );
+        common::assert_exit(&o, 0, "the feature joins the backlog");
+    }
+
+    let log_path = tmp.path().join("run.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let mut run = consort()
+        .arg("run")
+        .args(dir_arg(&dir))
+        .args(["--approve-as", "tester", "--parallel", "2"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("consort run starts");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/lanes.py");
+    let client = common::run(
+        Command::new("python3")
+            .arg(&script)
+            .arg(env!("CARGO_BIN_EXE_consort"))
+            .arg(&dir),
+    );
+    let run_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    if !client.status.success() {
+        let _ = run.kill();
+    }
+    let status = run.wait().expect("the run ends");
+    assert!(
+        client.status.success(),
+        "the client: {}\nthe run: {}",
+        text(&client),
+        run_log()
+    );
+    println!("{}\nthe run:\n{}", text(&client), run_log());
+    assert_eq!(
+        status.code(),
+        Some(4),
+        "the worst lane halted: {}",
+        run_log()
+    );
+    let o = common::in_dir(&["status", "--json"], &dir);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+    let phases: Vec<(String, String)> = report["features"]
+        .as_array()
+        .expect("features")
+        .iter()
+        .map(|f| {
+            (
+                f["id"].as_str().expect("id").to_string(),
+                f["state"].as_str().expect("state").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            ("f1-stock".to_string(), "done".to_string()),
+            ("f2-orders".to_string(), "done".to_string()),
+            ("f3-broken".to_string(), "halted".to_string()),
+        ],
+        "{report:#}"
+    );
+}
