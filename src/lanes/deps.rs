@@ -82,17 +82,23 @@ fn mirror(theirs: &Path, ours: &Path, caches: &[&str]) -> io::Result<usize> {
         std::os::unix::fs::symlink(theirs, ours)?;
         return Ok(1);
     }
-    match fs::symlink_metadata(ours) {
-        Ok(meta) if meta.is_dir() => {}
+    // A directory made now holds nothing to keep or to clear.
+    let fresh = match fs::symlink_metadata(ours) {
+        Ok(meta) if meta.is_dir() => false,
         Ok(_) => return Ok(0),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir(ours)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir(ours)?;
+            true
+        }
         Err(e) => return Err(e),
-    }
-    for entry in fs::read_dir(ours)? {
-        let at = entry?.path();
-        let stale = fs::read_link(&at).is_ok_and(|to| to.starts_with(theirs) && !at.exists());
-        if stale {
-            fs::remove_file(&at)?;
+    };
+    if !fresh {
+        for entry in fs::read_dir(ours)? {
+            let at = entry?.path();
+            let stale = fs::read_link(&at).is_ok_and(|to| to.starts_with(theirs) && !at.exists());
+            if stale {
+                fs::remove_file(&at)?;
+            }
         }
     }
     let mut linked = 0;
@@ -100,7 +106,7 @@ fn mirror(theirs: &Path, ours: &Path, caches: &[&str]) -> io::Result<usize> {
         let entry = entry?;
         let name = entry.file_name();
         let at = ours.join(&name);
-        if caches.iter().any(|c| name == **c) || fs::symlink_metadata(&at).is_ok() {
+        if caches.iter().any(|c| name == **c) || (!fresh && fs::symlink_metadata(&at).is_ok()) {
             continue;
         }
         std::os::unix::fs::symlink(entry.path(), &at)?;

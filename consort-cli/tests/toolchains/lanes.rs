@@ -281,3 +281,51 @@ fn labels_script() -> String {
     s.push_str(REFACTOR_AND_REVIEW);
     s
 }
+
+/// A lane whose test tool is not installed (the project installed nothing) halts at its first
+/// run within seconds, the tool named, and the run is not retried: no registry is asked from
+/// inside the confinement.
+#[test]
+fn lanes_whose_test_tool_is_not_installed_halt_at_once_naming_it() {
+    let modules = toolchain::npm("vitest1", &["vitest@1", "pg@8"], "vitest");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = &tmp.path().join("shelf");
+    let f1 = node_files(dir, "vitest", &modules, true);
+    std::fs::remove_dir_all(dir.join("node_modules")).expect("nothing installed");
+    let o = run(consort().arg("init").arg(dir));
+    assert_exit(&o, 0, "init");
+    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("consort.toml");
+    write(
+        dir,
+        &[
+            (
+                "consort.toml",
+                &config.replace(
+                    ".consort/agents/script.toml",
+                    ".consort/agents/{feature}.toml",
+                ),
+            ),
+            (".consort/agents/F1.toml", &f1),
+            ("feature.md", "# Stock\n\nKeep the stock of each SKU.\n"),
+        ],
+    );
+    consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
+    let started = std::time::Instant::now();
+    let o = run(approving_run(dir).args(["--parallel", "2"]));
+    let took = started.elapsed();
+    assert_exit(&o, 4, "the lane halts");
+    let out = text(&o);
+    assert!(
+        out.contains("could not run vitest: it is not installed in this workspace"),
+        "{out}"
+    );
+    println!("halted after {:.1} s", took.as_secs_f64());
+    let f1 = consort::project::Project::open_feature(dir, Some("F1")).expect("F1");
+    let failed = f1
+        .events()
+        .expect("events")
+        .iter()
+        .filter(|e| matches!(e, consort::actors::Event::VerifyFailed { .. }))
+        .count();
+    assert_eq!(failed, 1, "one failed run, not retried");
+}
