@@ -108,7 +108,10 @@ fn bench(c: &mut Criterion) {
         std::fs::remove_dir_all(&bare).expect("rm");
         took
     });
-    report_line("the links alone, into an empty directory", &common::fmt(link_only));
+    report_line(
+        "the links alone, into an empty directory",
+        &common::fmt(link_only),
+    );
     let kept = ScratchLane::make(&dir, "+kept", "HEAD").expect("a scratch lane");
     let relink: Duration = median_of(15, || {
         let t = Instant::now();
