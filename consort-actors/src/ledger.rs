@@ -310,18 +310,6 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
     /// When this returns `Ok`, the entry is on disk. On `Err` nothing was recorded (a partial
     /// line from a failed write is repaired by the next open or append).
     pub fn append(&mut self, event: &E) -> Result<&Entry<E>, LedgerError> {
-        let event_err = |e: serde_json::Error| LedgerError::Event {
-            reason: cap(&e.to_string()),
-        };
-        // The event's compact text with sorted keys, exactly as its `serde_json::Value` writes
-        // (the line's `event` field), and also its canonical form unless a string holds a
-        // carriage return, which the canonical form writes as `\n`.
-        let event_text = sorted_json::to_string(event, Strings::Plain).map_err(event_err)?;
-        let canonical_text = if event_text.contains("\\r") {
-            Some(sorted_json::to_string(event, Strings::NormaliseNewlines).map_err(event_err)?)
-        } else {
-            None
-        };
         // On any error below, `file` is closed (which releases the lock) and reopened next time.
         let file = self.take_file()?;
         lock(&file, &self.path, true, self.options.lock_timeout)?;
@@ -331,33 +319,7 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
         // Microseconds, as written, so the returned entry equals the one read back later.
         let time = Utc::now().trunc_subsecs(6);
         let prev = self.tip.hash;
-        // Digits, hex and RFC 3339 characters: written as JSON without any escaping.
-        let time_text = time.to_rfc3339_opts(SecondsFormat::Micros, true);
-        let prev_hex = prev.to_hex();
-        let seq_text = seq.to_string();
-        // Both objects end with the same fields, `"prev":…,"seq":…,"time":…}` (keys sorted).
-        let rest = [
-            "\"prev\":\"",
-            prev_hex.as_str(),
-            "\",\"seq\":",
-            &seq_text,
-            ",\"time\":\"",
-            &time_text,
-            "\"}",
-        ];
-        // The canonical `{event, prev, seq, time}` object, streamed into SHA-256.
-        let hashed_event = canonical_text.as_deref().unwrap_or(&event_text);
-        let hash =
-            ContentHash::of_pieces(["{\"event\":", hashed_event, ","].into_iter().chain(rest));
-        // The object `{event, hash, prev, seq, time}` as serde_json writes it.
-        let hash_hex = hash.to_hex();
-        let mut line = String::with_capacity(event_text.len() + 256);
-        for piece in ["{\"event\":", &event_text, ",\"hash\":\"", &hash_hex, "\","]
-            .into_iter()
-            .chain(rest)
-        {
-            line.push_str(piece);
-        }
+        let (mut line, hash) = entry_line(event, seq, prev, time)?;
         if line.len() > self.options.max_line_bytes {
             return Err(LedgerError::Event {
                 reason: format!(
@@ -563,6 +525,67 @@ impl<E: Serialize + DeserializeOwned + Clone> Ledger<E> {
 }
 
 /// The hash of an entry from the values written on its line.
+/// The line (without its newline) that records `event` as entry `seq` after `prev`, appended
+/// at `time` (whole microseconds), and the entry's hash: what every store writes, so that one
+/// check ([`verify_line`]) reads them all.
+pub fn entry_line<E: Serialize>(
+    event: &E,
+    seq: u64,
+    prev: ContentHash,
+    time: DateTime<Utc>,
+) -> Result<(String, ContentHash), LedgerError> {
+    let event_err = |e: serde_json::Error| LedgerError::Event {
+        reason: cap(&e.to_string()),
+    };
+    // The event's compact text with sorted keys, exactly as its `serde_json::Value` writes
+    // (the line's `event` field), and also its canonical form unless a string holds a
+    // carriage return, which the canonical form writes as `\n`.
+    let event_text = sorted_json::to_string(event, Strings::Plain).map_err(event_err)?;
+    let canonical_text = if event_text.contains("\\r") {
+        Some(sorted_json::to_string(event, Strings::NormaliseNewlines).map_err(event_err)?)
+    } else {
+        None
+    };
+    // Digits, hex and RFC 3339 characters: written as JSON without any escaping.
+    let time_text = time.to_rfc3339_opts(SecondsFormat::Micros, true);
+    let prev_hex = prev.to_hex();
+    let seq_text = seq.to_string();
+    // Both objects end with the same fields, `"prev":…,"seq":…,"time":…}` (keys sorted).
+    let rest = [
+        "\"prev\":\"",
+        prev_hex.as_str(),
+        "\",\"seq\":",
+        &seq_text,
+        ",\"time\":\"",
+        &time_text,
+        "\"}",
+    ];
+    // The canonical `{event, prev, seq, time}` object, streamed into SHA-256.
+    let hashed_event = canonical_text.as_deref().unwrap_or(&event_text);
+    let hash = ContentHash::of_pieces(["{\"event\":", hashed_event, ","].into_iter().chain(rest));
+    // The object `{event, hash, prev, seq, time}` as serde_json writes it.
+    let hash_hex = hash.to_hex();
+    let mut line = String::with_capacity(event_text.len() + 256);
+    for piece in ["{\"event\":", &event_text, ",\"hash\":\"", &hash_hex, "\","]
+        .into_iter()
+        .chain(rest)
+    {
+        line.push_str(piece);
+    }
+    Ok((line, hash))
+}
+
+/// Parses and verifies `line` (one entry's line, without its newline) as entry `expect_seq`
+/// after `prev`: the check every line of every store passes before it is believed. Errors name
+/// the entry by its sequence number.
+pub fn verify_line<E: DeserializeOwned>(
+    line: &str,
+    expect_seq: u64,
+    prev: &ContentHash,
+) -> Result<Entry<E>, LedgerError> {
+    check_line(line.as_bytes(), expect_seq, expect_seq, prev)
+}
+
 fn entry_hash(seq: &Value, time: &Value, prev: &Value, event: &Value) -> ContentHash {
     /// `{event, prev, seq, time}`: fields in sorted order, so it serialises exactly as the
     /// object with those keys would (the canonical form), without copying the event.

@@ -143,7 +143,7 @@ pub use text::{counted, duration_text, error_chain, first_and_more};
 // The ledger: the hash-chained record every event is appended to before it takes effect.
 pub use ledger::{
     DEFAULT_LEDGER_PATH, Entry, GENESIS_HEX, Ledger, LedgerError, LedgerOptions, VerifyReport,
-    genesis,
+    entry_line, genesis, verify_line,
 };
 
 // The work tree: hashing, reading and applying change sets, confined to the tree.

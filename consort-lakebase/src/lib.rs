@@ -95,12 +95,13 @@ pub mod procinfo;
 mod provider;
 mod runner;
 mod scram;
+pub mod store;
 mod tls;
 mod url;
 mod verify;
 
 // One path per item: the namespaces above (the Lakebase REST backend, migrations, branch names,
-// process inspection), everything else here at the root.
+// process inspection, the shared store), everything else here at the root.
 pub use actor::{LakebaseActor, LakebaseArgs, LakebaseState};
 pub use embedded::{
     EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, PlacedCluster, Placement,

@@ -1,0 +1,419 @@
+//! The records machines share, in PostgreSQL: each feature's ledger (its hash chain, row by
+//! row) and each feature's lease.
+//!
+//! A process on any machine that names the same database sees the same ledgers. What makes
+//! that safe is taken from the systems that coordinate workers through PostgreSQL alone
+//! (river, graphile-worker, Oban): row locks and one transaction per change, no server of our
+//! own.
+//!
+//! - **An event takes effect once its row is committed.** [`PgStore::append`] locks the
+//!   feature's lease row, reads the chain's last entry, writes the next one (the same line the
+//!   file ledger writes, [`consort_actors::entry_line`]) and commits: two appenders of one
+//!   feature, on any machines, are serialised by the row lock, and the primary key refuses a
+//!   sequence number written twice.
+//! - **Leases and fencing.** A process drives a feature only while it holds the feature's
+//!   lease ([`PgStore::acquire`], [`PgStore::renew`]); a lease not renewed in time expires,
+//!   and the next taker gets a token one higher. Every append a driver makes carries its
+//!   token ([`Fence::Lease`]), checked under the same row lock: a process that lost its lease
+//!   (killed, cut off, paused) can write nothing more. A person's decision (an approval, a
+//!   retry) carries none ([`Fence::Person`]): the state machine judges it, whoever drives.
+//! - **Untrusted rows.** Every row read is checked as a file ledger's line is
+//!   ([`consort_actors::verify_line`]: its sequence, its link to the previous entry, its hash,
+//!   its event), and its stored hash must be the line's; a bad or foreign row is refused with
+//!   the feature and sequence number, never half-read.
+//! - **A versioned schema.** [`PgStore::connect`] creates the schema `consort_store` or brings
+//!   it to this version, under an advisory lock; a schema a newer Consort made is refused.
+
+use std::time::Duration;
+
+use chrono::{SubsecRound, Utc};
+use consort_actors::{ContentHash, Entry, Event, LedgerError, genesis};
+use tokio_postgres::{Client, Transaction};
+
+use crate::provider::ConnectInfo;
+
+/// The schema's migrations, in order; the schema's version is how many have been applied.
+const MIGRATIONS: [&str; 1] = [r"
+CREATE TABLE consort_store.leases (
+    project text NOT NULL,
+    feature text NOT NULL,
+    holder text,
+    token bigint NOT NULL DEFAULT 0,
+    expires_at timestamptz,
+    PRIMARY KEY (project, feature)
+);
+CREATE TABLE consort_store.events (
+    project text NOT NULL,
+    feature text NOT NULL,
+    seq bigint NOT NULL CHECK (seq > 0),
+    hash text NOT NULL,
+    line text NOT NULL,
+    PRIMARY KEY (project, feature, seq)
+);
+"];
+
+/// Why the store could not be used, or refused a change.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database could not be reached or refused a statement.
+    #[error("the store's database: {context}")]
+    Database {
+        /// What was being done.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The connection could not be made.
+    #[error(transparent)]
+    Connect(#[from] crate::Error),
+    /// The schema was made by a newer Consort.
+    #[error(
+        "the store's schema is at version {found}, newer than this Consort knows ({known}): upgrade Consort on this machine"
+    )]
+    NewerSchema {
+        /// The version found.
+        found: i32,
+        /// The newest this code knows.
+        known: i32,
+    },
+    /// A row of a feature's ledger is not the next entry of its chain.
+    #[error("the store's ledger of feature {feature}, entry {seq}: {reason}")]
+    BadRow {
+        /// The feature.
+        feature: String,
+        /// The row's sequence number.
+        seq: i64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An append carried a lease that is no longer the feature's.
+    #[error(
+        "feature {feature} is no longer driven by this process: its lease (token {token}) {why}; another process may have taken it over, and nothing was recorded"
+    )]
+    StaleLease {
+        /// The feature.
+        feature: String,
+        /// The token the append carried.
+        token: i64,
+        /// Why it no longer holds.
+        why: String,
+    },
+    /// The event could not be written as a ledger line.
+    #[error("the event cannot be recorded")]
+    Event(#[from] LedgerError),
+}
+
+/// A process's hold on one feature: while it lasts, only this process drives the feature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The feature.
+    pub feature: String,
+    /// Who holds it (a process on a machine, as people read it).
+    pub holder: String,
+    /// The fencing token: one higher for each new holder of the feature.
+    pub token: i64,
+}
+
+/// Who an append is made for.
+#[derive(Debug, Clone, Copy)]
+pub enum Fence<'a> {
+    /// The process that drives the feature, under its lease.
+    Lease(&'a Lease),
+    /// A person's decision, judged by the state machine whoever drives.
+    Person,
+}
+
+/// A connection to the shared store of one project.
+pub struct PgStore {
+    client: Client,
+    project: String,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("project", &self.project)
+            .finish_non_exhaustive()
+    }
+}
+
+fn db(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
+    let context = context.into();
+    move |source| StoreError::Database { context, source }
+}
+
+impl PgStore {
+    /// Connects to the store's database as `info` says, for the records of `project`, and
+    /// brings the schema to this version.
+    pub async fn connect(info: &ConnectInfo, project: &str) -> Result<PgStore, StoreError> {
+        let mut client = crate::pgconn::connect(info).await?;
+        migrate(&mut client).await?;
+        Ok(PgStore {
+            client,
+            project: project.to_string(),
+        })
+    }
+
+    /// Every entry of `feature`'s ledger, oldest first, each row checked.
+    pub async fn entries(&self, feature: &str) -> Result<Vec<Entry<Event>>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT seq, hash, line FROM consort_store.events \
+                 WHERE project = $1 AND feature = $2 ORDER BY seq",
+                &[&self.project, &feature],
+            )
+            .await
+            .map_err(db(format!("reading the ledger of {feature}")))?;
+        let mut entries = Vec::with_capacity(rows.len());
+        let mut prev = genesis();
+        for (i, row) in rows.iter().enumerate() {
+            let seq: i64 = row.get(0);
+            let entry = checked_row(feature, seq, row.get(1), row.get(2), i as u64 + 1, &prev)?;
+            prev = entry.hash;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    /// Appends `event` to `feature`'s ledger, after whatever is there, for `fence`; returns
+    /// the entry once its row is committed. A stale lease records nothing.
+    pub async fn append(
+        &mut self,
+        feature: &str,
+        event: &Event,
+        fence: Fence<'_>,
+    ) -> Result<Entry<Event>, StoreError> {
+        let project = self.project.clone();
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(db("starting an append"))?;
+        let last = lock_lease_row(&tx, &project, feature, fence).await?;
+        let (seq, prev) = match last {
+            None => (1, genesis()),
+            Some((seq, hash)) => {
+                let hash = hash
+                    .parse::<ContentHash>()
+                    .map_err(|_| StoreError::BadRow {
+                        feature: feature.to_string(),
+                        seq,
+                        reason: "its hash is not 64 hex digits".into(),
+                    })?;
+                (seq + 1, hash)
+            }
+        };
+        let time = Utc::now().trunc_subsecs(6);
+        let next = u64::try_from(seq).map_err(|_| StoreError::BadRow {
+            feature: feature.to_string(),
+            seq,
+            reason: "a negative sequence number".into(),
+        })?;
+        let (line, hash) = consort_actors::entry_line(event, next, prev, time)?;
+        tx.execute(
+            "INSERT INTO consort_store.events (project, feature, seq, hash, line) \
+             VALUES ($1, $2, $3, $4, $5)",
+            &[&project, &feature, &seq, &hash.to_hex(), &line],
+        )
+        .await
+        .map_err(db(format!("appending to the ledger of {feature}")))?;
+        tx.commit()
+            .await
+            .map_err(db(format!("committing an append to {feature}")))?;
+        Ok(Entry {
+            seq: next,
+            time,
+            prev,
+            hash,
+            event: event.clone(),
+        })
+    }
+
+    /// Takes `feature`'s lease for `holder` for `ttl`, when no one holds it or its holder's
+    /// time ran out (the token is then one higher); None while another holds it.
+    pub async fn acquire(
+        &self,
+        feature: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        let row = self
+            .client
+            .query_opt(
+                "INSERT INTO consort_store.leases AS l (project, feature, holder, token, expires_at) \
+                 VALUES ($1, $2, $3, 1, clock_timestamp() + make_interval(secs => $4)) \
+                 ON CONFLICT (project, feature) DO UPDATE \
+                 SET holder = EXCLUDED.holder, token = l.token + 1, expires_at = EXCLUDED.expires_at \
+                 WHERE l.holder IS NULL OR l.expires_at <= clock_timestamp() \
+                 RETURNING token",
+                &[&self.project, &feature, &holder, &ttl.as_secs_f64()],
+            )
+            .await
+            .map_err(db(format!("taking the lease of {feature}")))?;
+        Ok(row.map(|r| Lease {
+            feature: feature.to_string(),
+            holder: holder.to_string(),
+            token: r.get(0),
+        }))
+    }
+
+    /// Extends `lease` by `ttl` from now; false when it is no longer held (it ran out, or
+    /// another took it over).
+    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        let n = self
+            .client
+            .execute(
+                "UPDATE consort_store.leases \
+                 SET expires_at = clock_timestamp() + make_interval(secs => $4) \
+                 WHERE project = $1 AND feature = $2 AND token = $3 \
+                 AND expires_at > clock_timestamp()",
+                &[
+                    &self.project,
+                    &lease.feature,
+                    &lease.token,
+                    &ttl.as_secs_f64(),
+                ],
+            )
+            .await
+            .map_err(db(format!("renewing the lease of {}", lease.feature)))?;
+        Ok(n == 1)
+    }
+
+    /// Gives `lease` up (nothing happens when it is no longer held); its token stays counted.
+    pub async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.client
+            .execute(
+                "UPDATE consort_store.leases SET holder = NULL, expires_at = NULL \
+                 WHERE project = $1 AND feature = $2 AND token = $3",
+                &[&self.project, &lease.feature, &lease.token],
+            )
+            .await
+            .map_err(db(format!("releasing the lease of {}", lease.feature)))?;
+        Ok(())
+    }
+}
+
+/// Locks `feature`'s lease row for the transaction (making it when missing), which serialises
+/// its appends, and checks `fence` under that lock; returns the ledger's last entry (sequence
+/// number and hash), read under the lock.
+async fn lock_lease_row(
+    tx: &Transaction<'_>,
+    project: &str,
+    feature: &str,
+    fence: Fence<'_>,
+) -> Result<Option<(i64, String)>, StoreError> {
+    // One round trip in the common case: the lease row locked, and the chain's end with it.
+    const LOCK: &str = "SELECT l.token, l.expires_at > clock_timestamp(), e.seq, e.hash          FROM consort_store.leases l          LEFT JOIN LATERAL (SELECT seq, hash FROM consort_store.events              WHERE project = l.project AND feature = l.feature ORDER BY seq DESC LIMIT 1) e ON true          WHERE l.project = $1 AND l.feature = $2 FOR UPDATE OF l";
+    let locking = db(format!("locking the ledger of {feature}"));
+    let mut row = tx.query_opt(LOCK, &[&project, &feature]).await;
+    if matches!(row, Ok(None)) {
+        tx.execute(
+            "INSERT INTO consort_store.leases (project, feature) VALUES ($1, $2)              ON CONFLICT DO NOTHING",
+            &[&project, &feature],
+        )
+        .await
+        .map_err(db(format!("locking the ledger of {feature}")))?;
+        row = tx.query_opt(LOCK, &[&project, &feature]).await;
+    }
+    let row = row.map_err(locking)?.ok_or_else(|| StoreError::BadRow {
+        feature: feature.to_string(),
+        seq: 0,
+        reason: "its lease row vanished while it was being locked".into(),
+    })?;
+    let last = row
+        .get::<_, Option<i64>>(2)
+        .zip(row.get::<_, Option<String>>(3));
+    let Fence::Lease(lease) = fence else {
+        return Ok(last);
+    };
+    let token: i64 = row.get(0);
+    let live: Option<bool> = row.get(1);
+    let why = if token != lease.token {
+        Some(format!(
+            "was taken over (the feature's token is now {token})"
+        ))
+    } else if live != Some(true) {
+        Some("ran out or was given up".to_string())
+    } else {
+        None
+    };
+    match why {
+        None => Ok(last),
+        Some(why) => Err(StoreError::StaleLease {
+            feature: feature.to_string(),
+            token: lease.token,
+            why,
+        }),
+    }
+}
+
+/// One row of a ledger checked as the `nth` entry after `prev`.
+fn checked_row(
+    feature: &str,
+    seq: i64,
+    hash: String,
+    line: String,
+    nth: u64,
+    prev: &ContentHash,
+) -> Result<Entry<Event>, StoreError> {
+    let bad = |reason: String| StoreError::BadRow {
+        feature: feature.to_string(),
+        seq,
+        reason,
+    };
+    let entry = consort_actors::verify_line::<Event>(&line, nth, prev)
+        .map_err(|e| bad(consort_actors::error_chain(&e)))?;
+    if entry.hash.to_hex() != hash {
+        return Err(bad("its stored hash is not its line's".into()));
+    }
+    if u64::try_from(seq).ok() != Some(entry.seq) {
+        return Err(bad(format!("its line says entry {}", entry.seq)));
+    }
+    Ok(entry)
+}
+
+/// Creates the schema or brings it to this version, under an advisory lock held for the
+/// transaction; refuses a schema from a newer Consort.
+async fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    let known = MIGRATIONS.len() as i32;
+    let tx = client
+        .transaction()
+        .await
+        .map_err(db("starting the schema check"))?;
+    tx.batch_execute(
+        "SELECT pg_advisory_xact_lock(hashtext('consort_store')); \
+         CREATE SCHEMA IF NOT EXISTS consort_store; \
+         CREATE TABLE IF NOT EXISTS consort_store.version (\
+             one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL);",
+    )
+    .await
+    .map_err(db("creating the store's schema"))?;
+    let found: i32 = tx
+        .query_opt("SELECT version FROM consort_store.version", &[])
+        .await
+        .map_err(db("reading the store's version"))?
+        .map_or(0, |r| r.get(0));
+    if found > known {
+        return Err(StoreError::NewerSchema { found, known });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.batch_execute(sql).await.map_err(db(format!(
+            "bringing the store's schema to version {}",
+            i + 1
+        )))?;
+    }
+    tx.execute(
+        "INSERT INTO consort_store.version (version) VALUES ($1) \
+         ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version",
+        &[&known],
+    )
+    .await
+    .map_err(db("recording the store's version"))?;
+    tx.commit()
+        .await
+        .map_err(db("committing the store's schema"))?;
+    Ok(())
+}

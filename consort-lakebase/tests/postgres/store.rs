@@ -1,0 +1,220 @@
+//! The shared store on a real PostgreSQL database (a branch of the test cluster): ledgers as
+//! hash-chained rows that read back as the file ledger's lines do, appends serialised across
+//! connections, leases that run out and are taken over with a higher token, a stale lease's
+//! late append refused, and bad rows and a newer schema refused with clear errors.
+
+use std::time::Duration;
+
+use consort_actors::{Event, HumanDecision, Ledger};
+use consort_lakebase::store::{Fence, PgStore, StoreError};
+use consort_lakebase::{BaseSpec, BranchProvider, ConnectInfo, names::BranchNamer};
+
+use crate::common;
+
+/// A fresh database for a store, on the shared cluster.
+async fn store_database() -> ConnectInfo {
+    let p = common::provider().await;
+    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
+    let branch = p
+        .create(&BranchNamer::new().next_name(), &base)
+        .await
+        .expect("branch");
+    p.connect_info(&branch).await.expect("info")
+}
+
+fn decision(n: usize) -> Event {
+    Event::Human {
+        decision: if n.is_multiple_of(2) {
+            HumanDecision::Retry
+        } else {
+            HumanDecision::Stop
+        },
+        by: format!("person {n}"),
+    }
+}
+
+#[tokio::test]
+async fn a_ledger_in_the_store_is_a_hash_chain_the_file_ledger_would_accept() {
+    let info = store_database().await;
+    let mut a = PgStore::connect(&info, "shop").await.expect("store");
+    let mut b = PgStore::connect(&info, "shop")
+        .await
+        .expect("a second connection");
+    // Two connections append in turn: one chain, no sequence number twice.
+    for n in 0..6 {
+        let store = if n % 2 == 0 { &mut a } else { &mut b };
+        let entry = store
+            .append("f1", &decision(n), Fence::Person)
+            .await
+            .expect("appended");
+        assert_eq!(entry.seq, n as u64 + 1);
+    }
+    let entries = b.entries("f1").await.expect("read back");
+    assert_eq!(entries.len(), 6);
+    assert_eq!(entries[5].event, decision(5));
+    // Another project's, or another feature's, ledger is its own.
+    let other = PgStore::connect(&info, "other").await.expect("store");
+    assert!(other.entries("f1").await.expect("read").is_empty());
+    assert!(a.entries("f2").await.expect("read").is_empty());
+
+    // The rows are the file ledger's lines: written to a file, they verify as one.
+    let client = consort_lakebase::connect(&info).await.expect("connect");
+    let lines: Vec<String> = client
+        .query(
+            "SELECT line FROM consort_store.events WHERE project = 'shop' ORDER BY seq",
+            &[],
+        )
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("ledger.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    let report = Ledger::<Event>::verify(&file).expect("the file ledger accepts them");
+    assert_eq!(report.entries, 6);
+    assert_eq!(report.head, entries[5].hash);
+}
+
+#[tokio::test]
+async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
+    let info = store_database().await;
+    let mut worker_a = PgStore::connect(&info, "shop").await.expect("store");
+    let mut worker_b = PgStore::connect(&info, "shop").await.expect("store");
+    let short = Duration::from_millis(300);
+    let a = worker_a
+        .acquire("f1", "machine-a", short)
+        .await
+        .expect("acquire")
+        .expect("free, so taken");
+    assert!(
+        worker_b
+            .acquire("f1", "machine-b", short)
+            .await
+            .expect("acquire")
+            .is_none(),
+        "held, so not taken"
+    );
+    worker_a
+        .append("f1", &decision(0), Fence::Lease(&a))
+        .await
+        .expect("the holder appends");
+    assert!(
+        worker_a.renew(&a, short).await.expect("renew"),
+        "renewed in time"
+    );
+
+    // Machine A stops renewing (killed, cut off): its lease runs out and B takes the feature
+    // over with a higher token.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let b = worker_b
+        .acquire("f1", "machine-b", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("ran out, so taken over");
+    assert!(b.token > a.token, "{} > {}", b.token, a.token);
+    assert!(
+        !worker_a.renew(&a, short).await.expect("renew"),
+        "A's is gone"
+    );
+
+    // A comes back and tries to go on: nothing it writes is recorded.
+    let late = worker_a
+        .append("f1", &decision(1), Fence::Lease(&a))
+        .await
+        .expect_err("a stale lease records nothing");
+    assert!(
+        matches!(&late, StoreError::StaleLease { token, .. } if *token == a.token),
+        "{late}"
+    );
+    assert!(late.to_string().contains("taken over"), "{late}");
+    worker_b
+        .append("f1", &decision(2), Fence::Lease(&b))
+        .await
+        .expect("the new holder appends");
+    // A person's decision needs no lease.
+    worker_a
+        .append("f1", &decision(3), Fence::Person)
+        .await
+        .expect("a person appends");
+    let events: Vec<Event> = worker_a
+        .entries("f1")
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(events, [decision(0), decision(2), decision(3)]);
+
+    // Given up, the lease is free again, and the next holder's token is higher still.
+    worker_b.release(&b).await.expect("release");
+    let again = worker_a
+        .acquire("f1", "machine-a", short)
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert!(again.token > b.token);
+    let gone = worker_b
+        .append("f1", &decision(4), Fence::Lease(&b))
+        .await
+        .expect_err("a released lease records nothing");
+    assert!(matches!(gone, StoreError::StaleLease { .. }), "{gone}");
+}
+
+#[tokio::test]
+async fn a_bad_or_foreign_row_and_a_newer_schema_are_refused_by_name() {
+    let info = store_database().await;
+    let mut store = PgStore::connect(&info, "shop").await.expect("store");
+    for n in 0..3 {
+        store
+            .append("f1", &decision(n), Fence::Person)
+            .await
+            .expect("appended");
+    }
+    let client = consort_lakebase::connect(&info).await.expect("connect");
+    // An edited event: its hash no longer matches its line.
+    client
+        .execute(
+            "UPDATE consort_store.events SET line = replace(line, 'person 1', 'person 9') \
+             WHERE project = 'shop' AND seq = 2",
+            &[],
+        )
+        .await
+        .expect("tamper");
+    let err = store.entries("f1").await.expect_err("refused");
+    assert!(
+        matches!(&err, StoreError::BadRow { feature, seq: 2, .. } if feature == "f1"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("entry 2"), "{err}");
+    // A row that is no ledger line at all, and a gap.
+    client
+        .batch_execute(
+            "UPDATE consort_store.events SET line = '{\"not\": \"an entry\"}' \
+             WHERE project = 'shop' AND seq = 2",
+        )
+        .await
+        .expect("tamper");
+    assert!(matches!(
+        store.entries("f1").await,
+        Err(StoreError::BadRow { seq: 2, .. })
+    ));
+    client
+        .batch_execute("DELETE FROM consort_store.events WHERE project = 'shop' AND seq = 2")
+        .await
+        .expect("tamper");
+    let gap = store.entries("f1").await.expect_err("a gap is refused");
+    assert!(matches!(gap, StoreError::BadRow { seq: 3, .. }), "{gap}");
+
+    // A schema a newer Consort made.
+    client
+        .batch_execute("UPDATE consort_store.version SET version = version + 1")
+        .await
+        .expect("newer");
+    let newer = PgStore::connect(&info, "shop")
+        .await
+        .expect_err("a newer schema is refused");
+    assert!(matches!(newer, StoreError::NewerSchema { .. }), "{newer}");
+    assert!(newer.to_string().contains("upgrade Consort"), "{newer}");
+}
