@@ -117,6 +117,7 @@ pub struct EnsembleBuilder {
     restart: RestartPolicy,
     progress: Option<mpsc::UnboundedSender<Progress>>,
     append_observer: Option<Arc<dyn AppendObserver>>,
+    event_log: Option<consort_actors::EventLogOpener>,
     before_unlock: Vec<BeforeUnlock>,
     run_locks: Vec<RunLock>,
     budgets: consort_actors::Budgets,
@@ -278,6 +279,14 @@ impl EnsembleBuilder {
         self
     }
 
+    /// Where the run's events are kept instead of the ledger file (a store machines share,
+    /// such as `consort_lakebase::store::PgEventLogOpener`); default: the ledger file in the
+    /// record directory.
+    pub fn event_log(mut self, opener: consort_actors::EventLogOpener) -> Self {
+        self.event_log = Some(opener);
+        self
+    }
+
     /// Budgets of the run and its roles, checked against the ledger before every step
     /// (default: none).
     pub fn budgets(mut self, budgets: consort_actors::Budgets) -> Self {
@@ -434,6 +443,7 @@ impl EnsembleBuilder {
         config.step_timeout = self.step_timeout + Duration::from_secs(5);
         config.verify_timeout = self.verify_timeout;
         config.append_observer = self.append_observer.take();
+        config.event_log = self.event_log.take();
         config.budgets = self.budgets.clone();
         config.workbench = self.workbench;
         let mut endpoint: Arc<dyn LakebaseEndpoint> = Arc::new(SupervisedLakebase {
@@ -509,6 +519,7 @@ impl Ensemble {
             restart: RestartPolicy::default(),
             progress: None,
             append_observer: None,
+            event_log: None,
             before_unlock: Vec::new(),
             run_locks: Vec::new(),
             budgets: consort_actors::Budgets::default(),

@@ -173,6 +173,9 @@ pub struct RunOptions {
     pub sharing: usize,
     /// How the promotion is made instead of directly: a lane's merge check.
     pub promotion: Option<Arc<dyn crate::ensemble::Promotion>>,
+    /// Where the run's events are kept instead of the feature's ledger file (a store machines
+    /// share); `consort status`, `verify` and the other commands read the file only so far.
+    pub event_log: Option<consort_actors::EventLogOpener>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -655,6 +658,9 @@ impl Project {
         }
         if let Some(promotion) = &opts.promotion {
             builder = builder.promotion(Arc::clone(promotion));
+        }
+        if let Some(log) = &opts.event_log {
+            builder = builder.event_log(Arc::clone(log));
         }
         for lock in locks {
             builder = builder.run_lock(lock);

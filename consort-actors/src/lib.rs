@@ -85,6 +85,7 @@ macro_rules! display_as_str {
 // The layers: the pure core, then the ledger, then the work tree, then the runtime; each uses
 // only those before it (`tests/machine/layers.rs`).
 mod core;
+mod event_log;
 mod ledger;
 mod runtime;
 mod worktree;
@@ -141,6 +142,7 @@ pub use test_identity::TestIdentity;
 pub use text::{counted, duration_text, error_chain, first_and_more};
 
 // The ledger: the hash-chained record every event is appended to before it takes effect.
+pub use event_log::{EventLog, EventLogError, EventLogOpener, FileEventLog, OpenEventLog};
 pub use ledger::{
     DEFAULT_LEDGER_PATH, Entry, GENESIS_HEX, Ledger, LedgerError, LedgerOptions, VerifyReport,
     entry_line, genesis, verify_line,

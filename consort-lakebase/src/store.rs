@@ -100,6 +100,9 @@ pub enum StoreError {
         /// Why it no longer holds.
         why: String,
     },
+    /// The store's own thread could not start or ended.
+    #[error("the store's thread: {0}")]
+    Thread(String),
     /// The event could not be written as a ledger line.
     #[error("the event cannot be recorded")]
     Event(#[from] LedgerError),
@@ -416,4 +419,141 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
         .await
         .map_err(db("committing the store's schema"))?;
     Ok(())
+}
+
+/// A feature's ledger in the shared store as a conductor's event log
+/// ([`consort_actors::EventLog`]). The conductor appends inline, as it does to the file ledger
+/// (whose append waits for an fsync); here the store's client runs on a thread of its own with
+/// a runtime of its own, and an append waits for its commit there, from whatever runtime (or
+/// none) the caller is on. An append carries the lease the log was opened with, when one.
+pub struct PgEventLog {
+    feature: String,
+    entries: Vec<Entry<Event>>,
+    requests: std::sync::mpsc::Sender<Request>,
+}
+
+impl std::fmt::Debug for PgEventLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgEventLog")
+            .field("feature", &self.feature)
+            .field("entries", &self.entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An append handed to the store's thread, and where its answer goes.
+struct Request {
+    event: Event,
+    answer: std::sync::mpsc::Sender<Result<Entry<Event>, StoreError>>,
+}
+
+impl PgEventLog {
+    /// Opens `feature`'s ledger in `project`'s store on the database `info` names, reading and
+    /// checking every entry; appends carry `lease` when given (a person's appends carry none).
+    pub fn open(
+        info: &ConnectInfo,
+        project: &str,
+        feature: &str,
+        lease: Option<Lease>,
+    ) -> Result<PgEventLog, StoreError> {
+        let (requests, inbox) = std::sync::mpsc::channel::<Request>();
+        let (opened, first) = std::sync::mpsc::channel();
+        let (info, project, name) = (info.clone(), project.to_string(), feature.to_string());
+        std::thread::Builder::new()
+            .name(format!("consort-store-{feature}"))
+            .spawn(move || serve(&info, &project, &name, lease, &inbox, &opened))
+            .map_err(|e| StoreError::Thread(e.to_string()))?;
+        let entries = first
+            .recv()
+            .map_err(|_| StoreError::Thread("the store's thread ended at once".into()))??;
+        Ok(PgEventLog {
+            feature: feature.to_string(),
+            entries,
+            requests,
+        })
+    }
+}
+
+/// The store's thread: opens the store, reads the ledger, then makes each append asked for
+/// until the log is dropped.
+fn serve(
+    info: &ConnectInfo,
+    project: &str,
+    feature: &str,
+    lease: Option<Lease>,
+    inbox: &std::sync::mpsc::Receiver<Request>,
+    opened: &std::sync::mpsc::Sender<Result<Vec<Entry<Event>>, StoreError>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = opened.send(Err(StoreError::Thread(e.to_string())));
+            return;
+        }
+    };
+    runtime.block_on(async {
+        let mut store = match PgStore::connect(info, project).await {
+            Ok(store) => store,
+            Err(e) => {
+                let _ = opened.send(Err(e));
+                return;
+            }
+        };
+        if opened.send(store.entries(feature).await).is_err() {
+            return;
+        }
+        while let Ok(request) = inbox.recv() {
+            let fence = lease.as_ref().map_or(Fence::Person, Fence::Lease);
+            let done = store.append(feature, &request.event, fence).await;
+            let _ = request.answer.send(done);
+        }
+    });
+}
+
+impl consort_actors::EventLog for PgEventLog {
+    fn entries(&self) -> &[Entry<Event>] {
+        &self.entries
+    }
+
+    fn append(&mut self, event: &Event) -> Result<&Entry<Event>, consort_actors::EventLogError> {
+        let store = |e: StoreError| consort_actors::EventLogError::Store(Box::new(e));
+        let (answer, done) = std::sync::mpsc::channel();
+        self.requests
+            .send(Request {
+                event: event.clone(),
+                answer,
+            })
+            .map_err(|_| store(StoreError::Thread("the store's thread is gone".into())))?;
+        let entry = done
+            .recv()
+            .map_err(|_| store(StoreError::Thread("the store's thread is gone".into())))?
+            .map_err(store)?;
+        self.entries.push(entry);
+        Ok(&self.entries[self.entries.len() - 1])
+    }
+}
+
+/// Opens a feature's ledger in the shared store for a conductor
+/// ([`consort_actors::OpenEventLog`]).
+#[derive(Debug, Clone)]
+pub struct PgEventLogOpener {
+    /// The store's database.
+    pub info: ConnectInfo,
+    /// The project whose records these are.
+    pub project: String,
+    /// The feature.
+    pub feature: String,
+    /// The lease the driving process holds, which every append carries.
+    pub lease: Option<Lease>,
+}
+
+impl consort_actors::OpenEventLog for PgEventLogOpener {
+    fn open(&self) -> Result<Box<dyn consort_actors::EventLog>, consort_actors::EventLogError> {
+        PgEventLog::open(&self.info, &self.project, &self.feature, self.lease.clone())
+            .map(|log| Box::new(log) as Box<dyn consort_actors::EventLog>)
+            .map_err(|e| consort_actors::EventLogError::Store(Box::new(e)))
+    }
 }

@@ -13,3 +13,4 @@ mod git;
 mod lanes;
 mod openai_ensemble;
 mod scripts;
+mod store;

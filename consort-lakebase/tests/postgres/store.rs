@@ -218,3 +218,57 @@ async fn a_bad_or_foreign_row_and_a_newer_schema_are_refused_by_name() {
     assert!(matches!(newer, StoreError::NewerSchema { .. }), "{newer}");
     assert!(newer.to_string().contains("upgrade Consort"), "{newer}");
 }
+
+/// The store as a conductor's event log: appends through the `EventLog` trait from a caller
+/// on a runtime of its own, read back by a second log on open, and a log opened under a lease
+/// that was taken over records nothing.
+#[tokio::test]
+async fn a_store_event_log_appends_inline_and_carries_its_lease() {
+    use consort_actors::{EventLogError, OpenEventLog};
+    use consort_lakebase::store::PgEventLogOpener;
+    let info = store_database().await;
+    let opener = PgEventLogOpener {
+        info: info.clone(),
+        project: "shop".into(),
+        feature: "f1".into(),
+        lease: None,
+    };
+    let mut log = opener.open().expect("opened");
+    assert!(log.is_empty());
+    for n in 0..3 {
+        assert_eq!(
+            log.append(&decision(n)).expect("appended").seq,
+            n as u64 + 1
+        );
+    }
+    let again = opener.open().expect("opened again");
+    assert_eq!(again.entries(), log.entries());
+
+    let store = PgStore::connect(&info, "shop").await.expect("store");
+    let short = Duration::from_millis(200);
+    let lease = store
+        .acquire("f1", "machine-a", short)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let mut fenced = PgEventLogOpener {
+        lease: Some(lease),
+        ..opener.clone()
+    }
+    .open()
+    .expect("opened under the lease");
+    fenced.append(&decision(3)).expect("the holder appends");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    store
+        .acquire("f1", "machine-b", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("taken over");
+    let late = fenced
+        .append(&decision(4))
+        .expect_err("a stale lease records nothing");
+    assert!(matches!(late, EventLogError::Store(_)), "{late}");
+    let said = consort_actors::error_chain(&late);
+    assert!(said.contains("no longer driven by this process"), "{said}");
+    assert_eq!(opener.open().expect("opened").entries().len(), 4);
+}

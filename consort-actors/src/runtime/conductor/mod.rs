@@ -36,6 +36,7 @@ use crate::core::machine::{Command, Event, Machine, MachineConfig, Phase, RunSta
 use crate::core::protocol::{PromoteRequest, RunnerFacts, VerifyRequest, WriteRules};
 use crate::core::role::Role;
 use crate::core::step::Step;
+use crate::event_log::{EventLog, FileEventLog};
 use crate::ledger::{Ledger, LedgerError};
 use crate::runtime::gate::{Approver, GateRequest};
 use crate::runtime::messages::Assignment;
@@ -57,8 +58,12 @@ pub const APPLY_JOURNAL: &str = ".consort/apply-journal.json";
 pub struct ConductorConfig {
     /// The project's work tree.
     pub work_tree: PathBuf,
-    /// The ledger file (default `<work tree>/.consort/ledger.jsonl`).
+    /// The ledger file (default `<work tree>/.consort/ledger.jsonl`), where the events are
+    /// kept unless [`ConductorConfig::event_log`] says otherwise.
     pub ledger_path: PathBuf,
+    /// Where the events are kept instead of the ledger file (a store machines share); none:
+    /// the file ledger at [`ConductorConfig::ledger_path`].
+    pub event_log: Option<crate::event_log::EventLogOpener>,
     /// Where the frozen design (`design.json`) and the apply journal (`apply-journal.json`)
     /// are kept (default `<work tree>/.consort`; a project's feature keeps its own,
     /// `<project>/.consort/features/<id>`, which lies outside the work tree of a lane).
@@ -119,6 +124,7 @@ impl ConductorConfig {
         let work_tree = work_tree.into();
         ConductorConfig {
             ledger_path: work_tree.join(crate::ledger::DEFAULT_LEDGER_PATH),
+            event_log: None,
             record_dir: work_tree.join(crate::core::paths::STATE_DIR),
             hidden: Vec::new(),
             work_tree,
@@ -269,6 +275,10 @@ pub enum ConductorError {
     /// The ledger could not be opened, verified or appended to; the run refuses to resume.
     #[error("ledger")]
     Ledger(#[from] LedgerError),
+    /// The event log (the ledger, or a shared store) could not be opened, verified or
+    /// appended to; the run refuses to resume.
+    #[error("events")]
+    EventLog(#[from] crate::event_log::EventLogError),
     /// The work tree could not be read or written.
     #[error("work tree")]
     WorkTree(#[from] WorkTreeError),
@@ -445,7 +455,7 @@ pub struct Conductor;
 pub struct ConductorState {
     wiring: Wiring,
     machine: Machine,
-    ledger: Ledger<Event>,
+    ledger: Box<dyn EventLog>,
     work: WorkTree,
     state: State,
     waiter: Option<RpcReplyPort<Result<RunReport, ConductorError>>>,
@@ -525,8 +535,12 @@ impl Conductor {
         let work = WorkTree::open(&wiring.config.work_tree)?.with_filter(filter);
         // Opening verifies the whole chain and takes the file lock: blocking work, off the
         // runtime's async workers.
-        let path = wiring.config.ledger_path.clone();
-        let ledger = tokio::task::spawn_blocking(move || Ledger::<Event>::open(&path))
+        let opener = wiring
+            .config
+            .event_log
+            .clone()
+            .unwrap_or_else(|| Arc::new(FileEventLog(wiring.config.ledger_path.clone())));
+        let ledger = tokio::task::spawn_blocking(move || opener.open())
             .await
             .map_err(|e| ConductorError::Actor(format!("opening the ledger: {e}")))??;
         let machine = Machine::new(wiring.config.machine.clone());
@@ -720,7 +734,7 @@ impl ConductorState {
             state: self.state.clone(),
             phase_times: std::mem::take(&mut self.phase_times),
             events_appended: self.appended,
-            ledger_path: self.ledger.path().to_path_buf(),
+            ledger_path: self.wiring.config.ledger_path.clone(),
         };
         if let Some(port) = self.waiter.take() {
             let _ = port.send(Ok(report));
