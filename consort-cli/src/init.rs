@@ -509,6 +509,7 @@ fn check_runner(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
     if findings.iter().all(|f| f.ok) && matches!(config.runner, RunnerConfig::Command { .. }) {
         check_runner_in_a_lane(checks, dir, config);
     }
+    note_editable_installs(dir);
     if let RunnerConfig::Command { junit: Some(j), .. } = &config.runner {
         checks.report(
             junit_written_into_tree(config).is_none(),
@@ -545,6 +546,20 @@ fn check_runner_in_a_lane(checks: &mut Checks, dir: &Path, config: &ProjectConfi
             "lanes are git worktrees beside the repository (<repository>.consort-lanes/): its parent directory must be writable",
         ),
     }
+}
+
+/// Editable installs of the project in its `.venv`, which every lane links in: they point at
+/// the project's tree, so a lane's tests would import the tree's code instead of the lane's.
+fn note_editable_installs(dir: &Path) {
+    let top = consort::git::GitRepo::detect(dir).map_or_else(|| dir.to_path_buf(), |r| r.top());
+    let found = consort::lanes::editable_installs(&top);
+    if found.is_empty() {
+        return;
+    }
+    println!(
+        "note  the .venv holds an editable install that points into the project's tree ({}): in a lane (consort run --parallel N) the tests would import the project tree's code, not the lane's\n      fix: put the tree's code first on the tests' path (pytest: pythonpath = [\"src\"] under [tool.pytest.ini_options]), or install the project without -e",
+        found.join(", ")
+    );
 }
 
 /// Each role's agent: its scripts parse and are explained (see [`crate::script_check`]), its

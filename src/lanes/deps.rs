@@ -115,6 +115,61 @@ fn mirror(theirs: &Path, ours: &Path, caches: &[&str]) -> io::Result<usize> {
     Ok(linked)
 }
 
+/// The installs in the virtual environments of the tree at `project_top` that point back into
+/// that tree (an editable install of the project itself: a `.pth` line, or setuptools' editable
+/// finder, naming a directory of the tree): what a lane linking that environment would import
+/// instead of its own files. Each is named by its file, relative to the tree.
+pub fn editable_installs(project_top: &Path) -> Vec<String> {
+    let Ok(top) = project_top.canonicalize() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    // `lib64` is often a link to `lib`: each site-packages directory once.
+    let mut sites = std::collections::BTreeSet::new();
+    for lib in ["lib", "lib64"] {
+        let Ok(pythons) = fs::read_dir(top.join(".venv").join(lib)) else {
+            continue;
+        };
+        for site in pythons.flatten().map(|p| p.path().join("site-packages")) {
+            if !site.canonicalize().is_ok_and(|real| sites.insert(real)) {
+                continue;
+            }
+            let Ok(files) = fs::read_dir(&site) else {
+                continue;
+            };
+            for file in files.flatten().map(|f| f.path()) {
+                let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+                let Some(name) = name else { continue };
+                let editable_finder = name.starts_with("__editable__") && name.ends_with(".py");
+                if !(name.ends_with(".pth") || editable_finder) {
+                    continue;
+                }
+                let Ok(text) = fs::read_to_string(&file) else {
+                    continue;
+                };
+                if names_a_directory_of(&text, &top) {
+                    let shown = file.strip_prefix(&top).unwrap_or(&file);
+                    found.push(shown.display().to_string());
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Whether `text` (a `.pth` file, an editable finder) names a directory inside `top`, outside
+/// its virtual environment.
+fn names_a_directory_of(text: &str, top: &Path) -> bool {
+    let venv = top.join(".venv");
+    text.split(|c: char| c == '\n' || c == '\'' || c == '"')
+        .map(str::trim)
+        .filter(|word| word.starts_with('/'))
+        .map(Path::new)
+        .any(|p| p.starts_with(top) && !p.starts_with(&venv))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +225,44 @@ mod tests {
         fs::remove_dir_all(project.join("node_modules/vitest")).expect("rm");
         assert_eq!(link_dependencies(&project, &lane).expect("again"), 1);
         assert_eq!(names(&lane.join("node_modules")), [".bin", "left-pad"]);
+    }
+
+    #[test]
+    fn an_editable_install_of_the_project_is_found_and_an_ordinary_one_is_not() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let top = tmp.path().canonicalize().expect("canonical");
+        let site = top.join(".venv/lib/python3.12/site-packages");
+        fs::create_dir_all(top.join("src/shop")).expect("src");
+        fs::create_dir_all(&site).expect("site");
+        let write = |name: &str, text: String| fs::write(site.join(name), text).expect("write");
+        write(
+            "distutils-precedence.pth",
+            "import os; var = 'SETUPTOOLS'\n".into(),
+        );
+        write("other.pth", "/usr/lib/python3/dist-packages\n".into());
+        write("venv-own.pth", format!("{}\n", site.display()));
+        assert!(
+            editable_installs(&top).is_empty(),
+            "nothing points into the tree"
+        );
+        write(
+            "__editable__.shop-1.0.pth",
+            format!("{}\n", top.join("src").display()),
+        );
+        write(
+            "__editable___shop_1_0_finder.py",
+            format!(
+                "MAPPING = {{'shop': '{}'}}\n",
+                top.join("src/shop").display()
+            ),
+        );
+        assert_eq!(
+            editable_installs(&top),
+            [
+                ".venv/lib/python3.12/site-packages/__editable__.shop-1.0.pth",
+                ".venv/lib/python3.12/site-packages/__editable___shop_1_0_finder.py",
+            ]
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ mod worktree;
 
 pub(crate) use crate::project::lane::legacy_lane_root;
 pub use crate::project::lane::{LaneError, hidden_from_lane, lanes_dir, work_tree_of};
-pub use deps::link_dependencies;
+pub use deps::{editable_installs, link_dependencies};
 pub use drive::{LaneOptions, LaneReport, run_lanes};
 pub use merge::MergeCheck;
 pub use worktree::{LaneRecord, ScratchLane};

@@ -275,10 +275,10 @@ pub enum ConductorError {
     /// The ledger could not be opened, verified or appended to; the run refuses to resume.
     #[error("ledger")]
     Ledger(#[from] LedgerError),
-    /// The event log (the ledger, or a shared store) could not be opened, verified or
-    /// appended to; the run refuses to resume.
-    #[error("events")]
-    EventLog(#[from] crate::event_log::EventLogError),
+    /// The shared store the events are kept in could not be opened, read or appended to; the
+    /// run refuses to resume.
+    #[error("the store")]
+    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The work tree could not be read or written.
     #[error("work tree")]
     WorkTree(#[from] WorkTreeError),
@@ -329,6 +329,15 @@ pub enum ConductorError {
         /// What is wrong, in a sentence.
         problem: String,
     },
+}
+
+impl From<crate::event_log::EventLogError> for ConductorError {
+    fn from(e: crate::event_log::EventLogError) -> Self {
+        match e {
+            crate::event_log::EventLogError::Ledger(e) => ConductorError::Ledger(e),
+            crate::event_log::EventLogError::Store(e) => ConductorError::Store(e),
+        }
+    }
 }
 
 /// Replays a ledger and returns the machine state it records (no actor, no side effects).
