@@ -163,7 +163,7 @@ pub fn editable_installs(project_top: &Path) -> Vec<String> {
 /// its virtual environment.
 fn names_a_directory_of(text: &str, top: &Path) -> bool {
     let venv = top.join(".venv");
-    text.split(|c: char| c == '\n' || c == '\'' || c == '"')
+    text.split(['\n', '\'', '"'])
         .map(str::trim)
         .filter(|word| word.starts_with('/'))
         .map(Path::new)
