@@ -278,8 +278,6 @@ fn list_command(command: &str) -> Option<ListRun> {
     None
 }
 
-/// `npx X` runs X from the project's `node_modules/.bin`, or tries the registry, which a run
-/// cannot reach: a package that is not installed fails every run.
 /// [`check`] in a scratch lane of the project at its `HEAD`, its installed dependencies linked
 /// as every lane's are: what a lane's runs will find. None when the project can have no lane
 /// (it lies in no git repository, or one without a commit); Err when the scratch lane could
@@ -302,6 +300,8 @@ pub fn check_in_a_lane(dir: &Path, config: &ProjectConfig) -> Option<Result<Vec<
     Some(Ok(findings))
 }
 
+/// `npx X` runs X from the project's `node_modules/.bin`, or tries the registry, which a run
+/// cannot reach: a package that is not installed fails every run.
 fn npx_target_missing(dir: &Path, command: &str) -> Option<Finding> {
     let words = shell_words(command);
     let target = words

@@ -240,19 +240,20 @@ fn clashes_with_merged(
     Ok(all)
 }
 
+/// A project's records that could not be read, as the merge's infrastructure fault.
+fn records_fault(e: crate::project::ProjectError) -> InfraError {
+    infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e))
+}
+
 /// The state of `project`'s feature, as its ledger has it.
 fn ledger_state(project: &Project) -> Result<consort_actors::State, InfraError> {
-    project
-        .state()
-        .map_err(|e| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e)))
+    project.state().map_err(records_fault)
 }
 
 /// What `feature`'s ledger says it accepted and promoted.
 fn inheritance(project: &Project, feature: &Feature) -> Result<Inherited, InfraError> {
     let state = ledger_state(project)?;
-    let machine = project
-        .machine()
-        .map_err(|e| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e)))?;
+    let machine = project.machine().map_err(records_fault)?;
     let mut inherited = Inherited::default();
     crate::backlog::inherit(
         &mut inherited,
