@@ -263,6 +263,57 @@ impl PgStore {
         }))
     }
 
+    /// Takes the lease of the first of `features` (in their order: the backlog's) that no one
+    /// holds or whose holder's time ran out, for `holder` for `ttl`; None when every one is
+    /// held. Processes on any machines calling at once each get another feature: a row another
+    /// taker has locked is skipped (`FOR UPDATE SKIP LOCKED`), never waited for.
+    pub async fn take_next(
+        &mut self,
+        features: &[String],
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        let project = self.project.clone();
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(db("starting to take a feature"))?;
+        tx.execute(
+            "INSERT INTO consort_store.leases (project, feature)              SELECT $1, f FROM unnest($2::text[]) AS f ON CONFLICT DO NOTHING",
+            &[&project, &features],
+        )
+        .await
+        .map_err(db("listing the features to take"))?;
+        let free = tx
+            .query_opt(
+                "SELECT feature FROM consort_store.leases                  WHERE project = $1 AND feature = ANY($2)                  AND (holder IS NULL OR expires_at <= clock_timestamp())                  ORDER BY array_position($2, feature) LIMIT 1 FOR UPDATE SKIP LOCKED",
+                &[&project, &features],
+            )
+            .await
+            .map_err(db("finding a feature no one holds"))?;
+        let Some(free) = free else {
+            return Ok(None);
+        };
+        let feature: String = free.get(0);
+        let token: i64 = tx
+            .query_one(
+                "UPDATE consort_store.leases                  SET holder = $3, token = token + 1,                      expires_at = clock_timestamp() + make_interval(secs => $4)                  WHERE project = $1 AND feature = $2 RETURNING token",
+                &[&project, &feature, &holder, &ttl.as_secs_f64()],
+            )
+            .await
+            .map_err(db(format!("taking the lease of {feature}")))?
+            .get(0);
+        tx.commit()
+            .await
+            .map_err(db(format!("committing the lease of {feature}")))?;
+        Ok(Some(Lease {
+            feature,
+            holder: holder.to_string(),
+            token,
+        }))
+    }
+
     /// Extends `lease` by `ttl` from now; false when it is no longer held (it ran out, or
     /// another took it over).
     pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {

@@ -272,3 +272,63 @@ async fn a_store_event_log_appends_inline_and_carries_its_lease() {
     assert!(said.contains("no longer driven by this process"), "{said}");
     assert_eq!(opener.open().expect("opened").entries().len(), 4);
 }
+
+/// Workers on several connections take features from one backlog at once: each gets another,
+/// in the backlog's order, none twice; a feature whose holder's time ran out is taken again.
+#[tokio::test]
+async fn workers_take_the_next_feature_no_one_holds_each_another() {
+    let info = store_database().await;
+    let backlog: Vec<String> = ["f1", "f2", "f3"].map(String::from).to_vec();
+    let mut takers = Vec::new();
+    for w in 0..4 {
+        let info = info.clone();
+        let backlog = backlog.clone();
+        takers.push(tokio::spawn(async move {
+            let mut store = PgStore::connect(&info, "shop").await.expect("store");
+            store
+                .take_next(&backlog, &format!("worker-{w}"), Duration::from_secs(30))
+                .await
+                .expect("take")
+        }));
+    }
+    let mut taken = Vec::new();
+    for t in takers {
+        taken.push(t.await.expect("a taker"));
+    }
+    let mut features: Vec<String> = taken.iter().flatten().map(|l| l.feature.clone()).collect();
+    features.sort();
+    assert_eq!(
+        features, backlog,
+        "each feature once, to one worker: {taken:?}"
+    );
+    assert_eq!(
+        taken.iter().filter(|t| t.is_none()).count(),
+        1,
+        "the fourth gets none"
+    );
+
+    // In order: f1's holder gives it up; the next taker gets f1 again, with a higher token.
+    let mut store = PgStore::connect(&info, "shop").await.expect("store");
+    let f1 = taken
+        .iter()
+        .flatten()
+        .find(|l| l.feature == "f1")
+        .expect("f1")
+        .clone();
+    store.release(&f1).await.expect("release");
+    let again = store
+        .take_next(&backlog, "worker-9", Duration::from_millis(100))
+        .await
+        .expect("take")
+        .expect("f1 is free");
+    assert_eq!(again.feature, "f1");
+    assert!(again.token > f1.token);
+    // Its time runs out: taken over by the next worker.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let over = store
+        .take_next(&backlog, "worker-10", Duration::from_secs(30))
+        .await
+        .expect("take")
+        .expect("f1 ran out");
+    assert_eq!((over.feature.as_str(), over.token), ("f1", again.token + 1));
+}
