@@ -134,3 +134,28 @@ pub(crate) fn assert_halted(halted: &serde_json::Value, kind: &str, reason: &str
         "the detail says `{detail}`: {halted:#}"
     );
 }
+
+/// `consort status --json` of the project in `dir`, which must succeed.
+pub(crate) fn status_json(dir: &Path) -> serde_json::Value {
+    let o = run(consort_in("status", dir).arg("--json"));
+    assert_exit(&o, 0, "status");
+    serde_json::from_slice(&o.stdout).expect("status JSON")
+}
+
+/// Approves, on the command line as "ada", the design `lane` (one of `status_json`'s `lanes`)
+/// waits on.
+pub(crate) fn approve_lane_design(dir: &Path, lane: &serde_json::Value) {
+    assert_eq!(lane["pending_gate"]["gate"], "design", "{lane:#}");
+    let hash = lane["pending_gate"]["hash"].as_str().expect("hash");
+    let feature = lane["feature"].as_str().expect("feature");
+    let o = run(consort_in("approve", dir).args([
+        "design",
+        "--hash",
+        hash,
+        "--by",
+        "ada",
+        "--feature",
+        feature,
+    ]));
+    assert_exit(&o, 0, "the waiting design is approved");
+}

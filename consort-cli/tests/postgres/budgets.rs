@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
 
+use crate::common::status_json;
 use crate::common::{assert_halted, consort, ledger_text, run};
 use consort::actors::Artifact;
 use consort::agents::Script;
@@ -78,12 +79,6 @@ fn run_openai(dir: &Path, base: &str) -> Output {
         .env("CONSORT_OPENAI_BASE_URL", base)
         .env("CONSORT_OPENAI_MODEL", "replay")
         .env("CONSORT_OPENAI_API_KEY", KEY))
-}
-
-fn status_json(dir: &Path) -> Value {
-    let o = run(consort().args(["status", "--json", "--dir"]).arg(dir));
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).expect("status is JSON")
 }
 
 fn set_budget(dir: &Path, table: &str) {

@@ -1,6 +1,7 @@
 //! The `consort` command and the StockFlow example, end to end, in temporary directories, on
 //! the embedded PostgreSQL.
 
+use crate::common::status_json;
 use crate::common::{
     assert_exit, assert_exit_saying, consort, dir_arg, init_stockflow, ledger_text, run,
     run_and_kill_after, run_to_done_and_verify, stockflow_tempdir,
@@ -9,12 +10,6 @@ use consort_testkit::process::{built_example, text};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn status_json(dir: &Path) -> serde_json::Value {
-    let o = run(consort().arg("status").args(dir_arg(dir)).arg("--json"));
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).expect("status is JSON")
-}
 
 fn pending_gate(dir: &Path) -> (String, String) {
     let s = status_json(dir);

@@ -15,7 +15,8 @@ use consort_testkit::process::text;
 
 use crate::backlog::{Plan, f1, git, scripted_project};
 use crate::common::{
-    approving_run, assert_exit, assert_halted, consort, consort_in, dir_arg, run, write,
+    approve_lane_design, approving_run, assert_exit, assert_halted, consort, consort_in, dir_arg,
+    run, status_json, write,
 };
 
 /// Orders: a table and a function of its own, nothing of f1's.
@@ -116,12 +117,6 @@ fn lane_of(dir: &Path, id: &str) -> PathBuf {
     dir.with_file_name(format!("{name}.consort-lanes")).join(id)
 }
 
-fn status_json(dir: &Path) -> serde_json::Value {
-    let o = run(consort_in("status", dir).arg("--json"));
-    assert_exit(&o, 0, "status");
-    serde_json::from_slice(&o.stdout).expect("status JSON")
-}
-
 /// The design gate of `feature`'s lane, as the status lists it: approved on the command line.
 fn approve_waiting_lane(dir: &Path, feature: &str) {
     let status = status_json(dir);
@@ -129,18 +124,7 @@ fn approve_waiting_lane(dir: &Path, feature: &str) {
     assert_eq!(lanes.len(), 1, "one lane waits: {status:#}");
     assert_eq!(lanes[0]["feature"], feature);
     assert_eq!(lanes[0]["phase"], "design-gate");
-    assert_eq!(lanes[0]["pending_gate"]["gate"], "design");
-    let hash = lanes[0]["pending_gate"]["hash"].as_str().expect("hash");
-    let o = run(consort_in("approve", dir).args([
-        "design",
-        "--hash",
-        hash,
-        "--by",
-        "ada",
-        "--feature",
-        feature,
-    ]));
-    assert_exit(&o, 0, "the waiting design is approved");
+    approve_lane_design(dir, &lanes[0]);
 }
 
 fn worktrees(dir: &Path) -> usize {

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use super::adopt::{node_files, pytest_project, script_of};
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use crate::common::{
-    approving_run, assert_exit, consort, consort_in, dir_arg, run, toolchain, write,
+    approve_lane_design, approving_run, assert_exit, consort, consort_in, dir_arg, run,
+    status_json, toolchain, write,
 };
 use consort_testkit::process::text;
 
@@ -64,24 +65,10 @@ fn lanes_of(dir: &Path) -> PathBuf {
 /// Approves the design of every lane waiting at its design gate, as a person does from the
 /// command line; returns how many.
 fn approve_waiting_designs(dir: &Path) -> usize {
-    let o = run(consort_in("status", dir).arg("--json"));
-    assert_exit(&o, 0, "status");
-    let status: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
-    let lanes = status["lanes"].as_array().expect("lanes").clone();
-    for lane in &lanes {
-        assert_eq!(lane["pending_gate"]["gate"], "design", "{status:#}");
-        let hash = lane["pending_gate"]["hash"].as_str().expect("hash");
-        let feature = lane["feature"].as_str().expect("feature");
-        let o = run(consort_in("approve", dir).args([
-            "design",
-            "--hash",
-            hash,
-            "--by",
-            "ada",
-            "--feature",
-            feature,
-        ]));
-        assert_exit(&o, 0, "the waiting design is approved");
+    let status = status_json(dir);
+    let lanes = status["lanes"].as_array().expect("lanes");
+    for lane in lanes {
+        approve_lane_design(dir, lane);
     }
     lanes.len()
 }
@@ -328,4 +315,30 @@ fn lanes_whose_test_tool_is_not_installed_halt_at_once_naming_it() {
         .filter(|e| matches!(e, consort::actors::Event::VerifyFailed { .. }))
         .count();
     assert_eq!(failed, 1, "one failed run, not retried");
+}
+
+/// An editable install of the project in its `.venv` points into the project's tree, which
+/// every lane links in: doctor says so, with the fix.
+#[test]
+fn doctor_notes_an_editable_install_of_the_project() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = &tmp.path().join("service");
+    pytest_project(dir);
+    let site = dir.join(".venv/lib/python3.12/site-packages");
+    let src = dir.canonicalize().expect("canonical").join("app");
+    write(
+        &site,
+        &[(
+            "__editable__.service-1.0.pth",
+            &format!("{}\n", src.display()),
+        )],
+    );
+    let o = run(consort().arg("init").arg(dir));
+    assert_exit(&o, 0, "init");
+    let said = text(&run(consort().arg("doctor").args(dir_arg(dir))));
+    assert!(
+        said.contains("the .venv holds an editable install that points into the project's tree (.venv/lib/python3.12/site-packages/__editable__.service-1.0.pth)"),
+        "{said}"
+    );
+    assert!(said.contains("pythonpath = [\"src\"]"), "{said}");
 }
