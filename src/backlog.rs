@@ -15,6 +15,7 @@ use consort_actors::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::ProjectConfig;
+use crate::records::Records;
 
 /// The backlog file, relative to the project: the features added after the first.
 pub const BACKLOG_FILE: &str = ".consort/backlog.json";
@@ -65,6 +66,21 @@ pub enum BacklogError {
         /// Why.
         detail: String,
     },
+    /// The shared store's backlog could not be read or changed.
+    #[error("the backlog in the shared store")]
+    Shared(#[source] Box<crate::records::RecordsError>),
+}
+
+impl From<crate::records::RecordsError> for BacklogError {
+    fn from(e: crate::records::RecordsError) -> Self {
+        BacklogError::Shared(Box::new(e))
+    }
+}
+
+impl From<consort_lakebase::store::StoreError> for BacklogError {
+    fn from(e: consort_lakebase::store::StoreError) -> Self {
+        crate::records::RecordsError::from(e).into()
+    }
 }
 
 impl BacklogError {
@@ -211,8 +227,10 @@ struct Added {
     id: String,
 }
 
-/// The project's features in backlog order: `consort.toml`'s first, then the added ones.
-pub fn features(dir: &Path, config: &ProjectConfig) -> Result<Vec<Feature>, BacklogError> {
+/// The project's features in backlog order: `consort.toml`'s first, then the added ones (as
+/// the shared store orders them, when the records are kept in one).
+pub fn features(records: &Records, config: &ProjectConfig) -> Result<Vec<Feature>, BacklogError> {
+    let dir = records.dir();
     let first = &config.feature.id;
     let mut out = Vec::new();
     let mut first_record = record_dir(first);
@@ -232,15 +250,34 @@ pub fn features(dir: &Path, config: &ProjectConfig) -> Result<Vec<Feature>, Back
         request: config.feature.request.clone(),
         record_dir: first_record,
     });
-    for added in read_file(dir)?.features {
-        let record_dir = record_dir(&added.id);
+    for id in added(records)? {
+        let record_dir = record_dir(&id);
         out.push(Feature {
             request: PathBuf::from(format!("{record_dir}/request.md")),
             record_dir,
-            id: added.id,
+            id,
         });
     }
     Ok(out)
+}
+
+/// The ids `consort feature add` added, in order: from the backlog file, or the shared store
+/// (each id checked: its rows are untrusted).
+fn added(records: &Records) -> Result<Vec<String>, BacklogError> {
+    let Some(store) = records.store() else {
+        return Ok(read_file(records.dir())?
+            .features
+            .into_iter()
+            .map(|a| a.id)
+            .collect());
+    };
+    let ids = store.backlog()?;
+    for id in &ids {
+        check_id(id).map_err(|_| crate::records::RecordsError::Foreign {
+            what: format!("a backlog entry {id:?}"),
+        })?;
+    }
+    Ok(ids)
 }
 
 /// The legacy record's feature: None without one; Some(None) when its ledger does not say
@@ -364,7 +401,7 @@ pub fn title_of(body: &str) -> Option<&str> {
 /// edits of `file` do not change what the feature was asked. A duplicate id is refused, and
 /// nothing is written then.
 pub fn add(
-    dir: &Path,
+    records: &Records,
     config: &ProjectConfig,
     file: &Path,
     id: Option<&str>,
@@ -385,7 +422,8 @@ pub fn add(
             .ok_or_else(|| request("has no file name to take an id from; give --id".into()))?,
     };
     check_id(&id)?;
-    let existing = features(dir, config)?;
+    let dir = records.dir();
+    let existing = features(records, config)?;
     if existing
         .iter()
         .any(|f| f.id == id || f.record_dir == record_dir(&id))
@@ -400,9 +438,18 @@ pub fn add(
     };
     std::fs::create_dir_all(dir.join(&record)).map_err(|e| io(&copy, e))?;
     std::fs::write(&copy, &body).map_err(|e| io(&copy, e))?;
-    let mut backlog = read_file(dir)?;
-    backlog.features.push(Added { id: id.clone() });
-    write_file(dir, &backlog)?;
+    match records.store() {
+        Some(store) => {
+            if !store.add_feature(&id, &body)? {
+                return Err(BacklogError::Duplicate { id });
+            }
+        }
+        None => {
+            let mut backlog = read_file(dir)?;
+            backlog.features.push(Added { id: id.clone() });
+            write_file(dir, &backlog)?;
+        }
+    }
     Ok(Feature {
         id,
         request: PathBuf::from(format!("{record}/request.md")),

@@ -105,6 +105,53 @@ pub struct ProjectConfig {
     /// What `consort mcp` offers its clients.
     #[serde(default)]
     pub mcp: McpSettings,
+    /// Where the project's records are kept: files here, or a store machines share.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// How lanes share code through a git remote.
+    #[serde(default)]
+    pub git: GitSettings,
+}
+
+/// `[store]`: where the project's records (the backlog, each feature's ledger, gate decisions,
+/// the lanes' records and who drives what) are kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// Files under `.consort/`, seen by this checkout only (the default).
+    #[default]
+    Files,
+    /// A PostgreSQL database that every machine driving the project names.
+    Postgres {
+        /// The variable holding the database's URL (default `CONSORT_STORE_URL`).
+        #[serde(default = "default_store_url_env")]
+        url_env: String,
+        /// The name the project's records are kept under (several projects may share one
+        /// database).
+        project: String,
+        /// How long a process's hold on a feature lasts unless renewed, in seconds (default
+        /// 30): a process killed or cut off loses its features after this long.
+        #[serde(default = "default_lease_seconds")]
+        lease_seconds: u64,
+    },
+}
+
+/// `[git]`: how lanes share code between machines.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitSettings {
+    /// The remote every lane pushes its branch to after each of Consort's commits, fetches
+    /// from when it resumes, and whose base its merge check pushes to (None: no remote; the
+    /// commits stay in this checkout).
+    #[serde(default)]
+    pub remote: Option<String>,
+}
+
+fn default_store_url_env() -> String {
+    "CONSORT_STORE_URL".into()
+}
+fn default_lease_seconds() -> u64 {
+    30
 }
 
 /// `[mcp]`: what `consort mcp` offers its clients.
@@ -406,6 +453,43 @@ impl ProjectConfig {
         Ok(cfg)
     }
 
+    /// `[store]` and `[git]`: a shared store's name and lease time, a remote's name.
+    fn check_sharing(
+        &self,
+        invalid: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        if let StoreConfig::Postgres {
+            project,
+            lease_seconds,
+            ..
+        } = &self.store
+        {
+            if project.trim().is_empty() || project.len() > 200 {
+                return Err(invalid(
+                    "store.project",
+                    "name the project in 1 to 200 characters".into(),
+                ));
+            }
+            if !(2..=3600).contains(lease_seconds) {
+                return Err(invalid(
+                    "store.lease_seconds",
+                    "between 2 and 3600 seconds".into(),
+                ));
+            }
+        }
+        if let Some(remote) = &self.git.remote
+            && (remote.is_empty()
+                || remote.starts_with('-')
+                || remote.contains(char::is_whitespace))
+        {
+            return Err(invalid(
+                "git.remote",
+                "name a git remote, such as `origin`".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn check(&self, path: &Path) -> Result<(), ConfigError> {
         let invalid = |key: &str, message: String| ConfigError::Invalid {
             path: path.to_path_buf(),
@@ -445,6 +529,7 @@ impl ProjectConfig {
             name.parse::<Role>()
                 .map_err(|e| invalid(&format!("agents.roles.{name}"), e.to_string()))?;
         }
+        self.check_sharing(&invalid)?;
         if self.pool.size > 64 {
             return Err(invalid("pool.size", "at most 64".into()));
         }
@@ -604,6 +689,43 @@ path = ".consort/script.toml"
         let extra =
             format!("{MINIMAL}\n[agents.roles.driver]\nbackend = \"mcp\"\nprogram = \"x\"\n");
         assert!(ProjectConfig::parse(&extra, Path::new("consort.toml")).is_err());
+    }
+
+    #[test]
+    fn the_store_is_files_unless_configured_and_a_shared_one_is_checked() {
+        assert_eq!(minimal().store, StoreConfig::Files);
+        assert_eq!(minimal().git.remote, None);
+        let shared = format!(
+            "{MINIMAL}\n[store]\nkind = \"postgres\"\nproject = \"shop\"\n[git]\nremote = \"origin\"\n"
+        );
+        let c = ProjectConfig::parse(&shared, Path::new("consort.toml")).expect("parses");
+        assert_eq!(
+            c.store,
+            StoreConfig::Postgres {
+                url_env: "CONSORT_STORE_URL".into(),
+                project: "shop".into(),
+                lease_seconds: 30,
+            }
+        );
+        assert_eq!(c.git.remote.as_deref(), Some("origin"));
+        for (bad, key) in [
+            (
+                "[store]\nkind = \"postgres\"\nproject = \"\"\n",
+                "store.project",
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nproject = \"p\"\nlease_seconds = 1\n",
+                "store.lease_seconds",
+            ),
+            ("[git]\nremote = \"--upload-pack=x\"\n", "git.remote"),
+        ] {
+            let err = ProjectConfig::parse(&format!("{MINIMAL}\n{bad}"), Path::new("consort.toml"))
+                .expect_err("refused");
+            assert!(err.to_string().contains(key), "{err}");
+        }
+        let unnamed = format!("{MINIMAL}\n[store]\nkind = \"postgres\"\n");
+        let err = ProjectConfig::parse(&unnamed, Path::new("consort.toml")).expect_err("refused");
+        assert!(err.to_string().contains("project"), "{err}");
     }
 
     #[test]

@@ -42,6 +42,15 @@ pub enum GitError {
     /// The `git` program could not be started.
     #[error("could not start git: {0}")]
     Start(std::io::Error),
+    /// The directory of Consort's private git index could not be made.
+    #[error("could not make {}", path.display())]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A git command failed.
     #[error("git {args} failed: {stderr}")]
     Failed {
@@ -214,7 +223,8 @@ impl GitRepo {
         Ok(branch)
     }
 
-    /// Checks that a resumed run's repository is on the run's branch.
+    /// Checks that a resumed run's repository is on the run's branch; its state directory is
+    /// kept out of git as a new run's is (a run taken over on another machine has none yet).
     pub fn check_resume(&self, feature_id: &str) -> Result<String, GitError> {
         let branch = branch_name(feature_id);
         let current = self.current_branch()?;
@@ -224,6 +234,10 @@ impl GitRepo {
                 current,
             });
         }
+        keep_state_out_of_git(&self.dir).map_err(|source| GitError::StateDir {
+            path: self.dir.join(consort_actors::STATE_DIR),
+            source,
+        })?;
         Ok(branch)
     }
 
@@ -360,6 +374,9 @@ impl GitRepo {
             let mut args = vec!["reset", "-q", "--"];
             args.extend(paths.iter().map(String::as_str));
             self.git(&args, None)?;
+            if refresh {
+                self.check_out_missing(&paths)?;
+            }
         }
         Ok(SyncReport {
             branch,
@@ -367,6 +384,30 @@ impl GitRepo {
             total: run.commits.len(),
             head: tip,
         })
+    }
+
+    /// Writes each of `paths` that the tip holds and the disk lacks (commits this sync made of
+    /// work done on another machine, which a taken-over run resumes from); a file on disk is
+    /// never overwritten.
+    fn check_out_missing(&self, paths: &BTreeSet<String>) -> Result<(), GitError> {
+        let top = self.top();
+        let missing: Vec<&str> = paths
+            .iter()
+            .filter(|p| !top.join(p).exists())
+            .map(String::as_str)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut args = vec!["ls-tree", "-r", "--name-only", "-z", "HEAD", "--"];
+        args.extend(&missing);
+        let held = self.git(&args, None)?;
+        let mut checkout = vec!["checkout", "-q", "HEAD", "--"];
+        checkout.extend(held.split('\0').filter(|p| !p.is_empty()));
+        if checkout.len() > 4 {
+            self.git(&checkout, None)?;
+        }
+        Ok(())
     }
 
     /// The keys of Consort's commits for `feature` at the tip of the branch (newest first,
@@ -419,7 +460,13 @@ impl GitRepo {
         parent: Option<&str>,
         paths: &mut BTreeSet<String>,
     ) -> Result<String, GitError> {
-        let index = self.dir.join(consort_actors::STATE_DIR).join("git-index");
+        let state = self.dir.join(consort_actors::STATE_DIR);
+        // A lane resumed on another machine has no state directory yet.
+        std::fs::create_dir_all(&state).map_err(|source| GitError::StateDir {
+            path: state.clone(),
+            source,
+        })?;
+        let index = state.join("git-index");
         // Only a sync uses this index, one at a time under the run lock: a lock file left by
         // a killed sync is stale.
         let _ = std::fs::remove_file(index.with_extension("lock"));
@@ -502,8 +549,8 @@ impl GitRepo {
         let out = child.wait_with_output().map_err(GitError::Start)?;
         if !out.status.success() {
             return Err(GitError::Failed {
-                args: args.join(" "),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                args: without_credentials(&args.join(" ")),
+                stderr: without_credentials(String::from_utf8_lossy(&out.stderr).trim()),
             });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -511,6 +558,29 @@ impl GitRepo {
 }
 
 /// A role's name as a commit author's: `Navigator`, `Driver`, `DBA`, …
+/// `text` with the user information of every URL in it (`https://user:token@host`) replaced
+/// by `***`: a remote's credentials stay in git's configuration, never in a message.
+pub(crate) fn without_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (before, after) = rest.split_at(at + 3);
+        out.push_str(before);
+        let authority_end = after
+            .find(|c: char| c == '/' || c.is_whitespace() || c == '\'' || c == '"')
+            .unwrap_or(after.len());
+        match after[..authority_end].rfind('@') {
+            Some(userinfo_end) => {
+                out.push_str("***");
+                rest = &after[userinfo_end..];
+            }
+            None => rest = after,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn role_title(role: consort_actors::Role) -> &'static str {
     use consort_actors::Role;
     match role {
@@ -664,5 +734,30 @@ impl consort_actors::AppendObserver for BothObservers {
     fn appended(&self, index: u64) -> std::ops::ControlFlow<()> {
         self.0.appended(index)?;
         self.1.appended(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_credentials;
+
+    #[test]
+    fn a_remotes_credentials_never_reach_a_message() {
+        assert_eq!(
+            without_credentials(
+                "fatal: unable to access 'https://ada:ghp_s3cret@example.com/shop.git/': 403"
+            ),
+            "fatal: unable to access 'https://***@example.com/shop.git/': 403"
+        );
+        assert_eq!(
+            without_credentials("push https://tok@h/x and ssh://git@h:22/y"),
+            "push https://***@h/x and ssh://***@h:22/y"
+        );
+        let plain = "fatal: 'origin' does not appear to be a git repository";
+        assert_eq!(without_credentials(plain), plain);
+        assert_eq!(
+            without_credentials("file:///tmp/remote.git"),
+            "file:///tmp/remote.git"
+        );
     }
 }

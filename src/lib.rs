@@ -81,6 +81,7 @@ mod ensemble;
 pub mod git;
 pub mod lanes;
 pub mod project;
+pub mod records;
 pub mod runlock;
 
 pub use consort_actors as actors;

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use consort_actors::replay_ledger;
 use consort_actors::{
     Approver, FeatureRequest, GateKind, Machine, Phase, Progress, Role, RunStatus, State,
     TestStatus,
@@ -13,17 +12,18 @@ use consort_actors::{
 use consort_agents::AgentConfig;
 use consort_lakebase::{
     BranchProvider, CommandRunner, CommandRunnerConfig, EmbeddedConfig, EmbeddedPostgres,
-    EmbeddedProvider, PoolConfig, PostgresUrlProvider, PsqlRunner, PsqlRunnerConfig, Secret,
-    ServerOptions, TestRunner,
+    EmbeddedProvider, PostgresUrlProvider, PsqlRunner, PsqlRunnerConfig, Secret, ServerOptions,
+    TestRunner,
 };
 use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::backlog::{BacklogError, Feature, FeatureState};
 use crate::config::{ConfigError, ProjectConfig, ProviderConfig, RunnerConfig};
-use crate::ensemble::{Ensemble, EnsembleError};
+use crate::ensemble::EnsembleError;
 use crate::runlock::{LockScope, RunLock, RunLockError};
 
+mod assembly;
 mod git_sync;
 mod unverified;
 
@@ -92,6 +92,9 @@ pub enum ProjectError {
     /// A lane could not be made, found or removed.
     #[error(transparent)]
     Lanes(#[from] lane::LaneError),
+    /// The project's records (its files or its shared store).
+    #[error(transparent)]
+    Records(#[from] crate::records::RecordsError),
     /// A later feature cannot start while an earlier one is unfinished: it builds on the
     /// earlier one's tests and migrations.
     #[error(
@@ -173,8 +176,8 @@ pub struct RunOptions {
     pub sharing: usize,
     /// How the promotion is made instead of directly: a lane's merge check.
     pub promotion: Option<Arc<dyn crate::ensemble::Promotion>>,
-    /// Where the run's events are kept instead of the feature's ledger file (a store machines
-    /// share); `consort status`, `verify` and the other commands read the file only so far.
+    /// Where the run's events are kept instead of where `[store]` says (a lane's driver opens
+    /// its feature's ledger under the lease it took).
     pub event_log: Option<consort_actors::EventLogOpener>,
 }
 
@@ -195,11 +198,15 @@ pub struct Project {
     pub dir: PathBuf,
     /// Its `consort.toml`.
     pub config: ProjectConfig,
+    /// Where its records are kept (`[store]`).
+    records: crate::records::Records,
     /// The feature this handle reads and drives.
     feature: Feature,
     /// Where the feature's code is: its lane's worktree while it has one (see
     /// [`crate::lanes`]), else `dir`.
     work_tree: PathBuf,
+    /// The feature's lease in the shared store, while this handle drives it.
+    lease: Option<consort_lakebase::store::Lease>,
 }
 
 impl Project {
@@ -221,12 +228,15 @@ impl Project {
             source,
         })?;
         let config = ProjectConfig::load(&dir)?;
-        let features = crate::backlog::features(&dir, &config)?;
+        let records = crate::records::Records::open(&dir, &config)?;
+        let features = crate::backlog::features(&records, &config)?;
         let mut project = Project {
             feature: features[0].clone(),
             work_tree: dir.clone(),
             dir,
             config,
+            records,
+            lease: None,
         };
         project.feature = match id {
             Some(id) => features
@@ -280,7 +290,50 @@ impl Project {
 
     /// The backlog, in order (`consort.toml`'s feature first).
     pub fn backlog(&self) -> Result<Vec<Feature>, ProjectError> {
-        Ok(crate::backlog::features(&self.dir, &self.config)?)
+        Ok(crate::backlog::features(&self.records, &self.config)?)
+    }
+
+    /// Where the project's records are kept.
+    pub fn records(&self) -> &crate::records::Records {
+        &self.records
+    }
+
+    /// This handle's project about another feature of its backlog (its records shared).
+    pub fn about(&self, id: &str) -> Result<Project, ProjectError> {
+        let feature = self
+            .backlog()?
+            .into_iter()
+            .find(|f| f.id == id)
+            .ok_or_else(|| BacklogError::Unknown { id: id.to_string() })?;
+        let work_tree =
+            lane::work_tree_of(&self.dir, &feature.id).unwrap_or_else(|| self.dir.clone());
+        Ok(Project {
+            feature,
+            work_tree,
+            lease: None,
+            ..self.clone()
+        })
+    }
+
+    /// This handle, driving its feature under `lease` (taken from the shared store).
+    pub(crate) fn with_lease(mut self, lease: consort_lakebase::store::Lease) -> Project {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Whether this handle still drives its feature: with the shared store, whether its lease
+    /// is still its own (renewed by the asking); always without one. Asked before anything
+    /// that leaves the process and no store can fence, such as a push.
+    pub fn still_holds(&self) -> bool {
+        let (Some(lease), Some(store), Some(ttl)) =
+            (&self.lease, self.records.store(), self.records.lease_time())
+        else {
+            return true;
+        };
+        store.renew(lease, ttl).unwrap_or_else(|e| {
+            tracing::warn!(error = %consort_actors::error_chain(&e), "could not ask the store whether this process still holds the feature");
+            false
+        })
     }
 
     /// Where a feature of the backlog stands, from its ledger.
@@ -288,33 +341,65 @@ impl Project {
         Ok(FeatureState::of(self.replay(feature)?.as_ref()))
     }
 
-    /// The state a feature's ledger replays to (None: it has no ledger yet).
+    /// The state a feature's ledger replays to (None: it has no entry yet).
     fn replay(&self, feature: &Feature) -> Result<Option<State>, ProjectError> {
-        let path = self.dir.join(feature.ledger());
-        if !path.exists() {
+        let entries = self.records.entries(feature)?;
+        if entries.is_empty() {
             return Ok(None);
         }
-        Ok(Some(replay_ledger(&path, &self.machine_of(feature)?)?))
+        let machine = self.machine_of(feature)?;
+        Ok(Some(machine.replay(entries.iter().map(|e| &e.event))))
     }
 
-    /// The ledger file.
+    /// The ledger file (with the file store; the shared store keeps it as rows).
     pub fn ledger_path(&self) -> PathBuf {
         self.dir.join(self.feature.ledger())
     }
 
+    /// The feature's ledger entries, each checked, in order; none before its first run.
+    pub fn entries(
+        &self,
+    ) -> Result<Vec<consort_actors::Entry<consort_actors::Event>>, ProjectError> {
+        Ok(self.records.entries(&self.feature)?)
+    }
+
     /// The feature's ledger events, in order; none before its first run.
     pub fn events(&self) -> Result<Vec<consort_actors::Event>, ProjectError> {
-        let ledger = self.ledger_path();
-        if !ledger.exists() {
-            return Ok(Vec::new());
+        Ok(self.entries()?.into_iter().map(|e| e.event).collect())
+    }
+
+    /// Whether the feature's run has begun (its ledger has an entry).
+    pub fn has_started(&self) -> Result<bool, ProjectError> {
+        Ok(!self.records.is_fresh(&self.feature)?)
+    }
+
+    /// With the shared store, a clone that lacks the frozen design file (another machine
+    /// froze the design) gets it written from the ledger, whose replay holds the design the
+    /// approval's hash covers; a file that is here is left as it is, for the machine to judge.
+    pub fn restore_design(&self) -> Result<(), ProjectError> {
+        let path = self.design_path();
+        if self.records.store().is_none() || path.exists() {
+            return Ok(());
         }
-        Ok(
-            consort_actors::Ledger::<consort_actors::Event>::read(&ledger)
-                .map_err(consort_actors::ConductorError::from)?
-                .into_iter()
-                .map(|e| e.event)
-                .collect(),
-        )
+        let state = self.state()?;
+        let (Some(_), Some(bundle)) = (&state.frozen, state.design_bundle()) else {
+            return Ok(());
+        };
+        let failed = |source| crate::records::RecordsError::File {
+            path: path.clone(),
+            source,
+        };
+        let text =
+            serde_json::to_string_pretty(&bundle).map_err(|e| failed(std::io::Error::other(e)))?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(failed)?;
+        }
+        Ok(std::fs::write(&path, text).map_err(failed)?)
+    }
+
+    /// The feature's ledger opened for a person's decision.
+    pub fn open_log(&self) -> Result<Box<dyn consort_actors::EventLog>, ProjectError> {
+        Ok(self.records.open_log(&self.feature)?)
     }
 
     /// The frozen design file.
@@ -359,12 +444,9 @@ impl Project {
         Ok(Machine::new(cfg))
     }
 
-    /// The run's state as the ledger records it (idle when there is no ledger yet).
+    /// The run's state as the ledger records it (idle when there is no entry yet).
     pub fn state(&self) -> Result<State, ProjectError> {
-        if !self.ledger_path().exists() {
-            return Ok(State::default());
-        }
-        Ok(replay_ledger(&self.ledger_path(), &self.machine()?)?)
+        Ok(self.replay(&self.feature)?.unwrap_or_default())
     }
 
     /// Reads the feature request: its first `# ` line is the title, the whole file the body.
@@ -573,196 +655,35 @@ impl Project {
             command,
         )?)
     }
-
-    /// Builds the ensemble: provider, runner, one agent per role, approver. The run lock is
-    /// taken first (named by `opts.command`) and held by the ensemble until it shuts down, so a
-    /// second run of the same project is refused before it starts a database or writes a line.
-    pub async fn ensemble(&self, opts: RunOptions) -> Result<Ensemble, ProjectError> {
-        let command = opts.command.clone().unwrap_or_else(program_name);
-        let lock = self.lock(&command)?;
-        self.ensemble_locked(lock, opts).await
-    }
-
-    /// [`Project::ensemble`] with a run lock already taken: the project's ([`Project::lock`])
-    /// or the feature's ([`Project::lock_feature`], what a lane holds). The feature's lock is
-    /// taken too when `lock` is not it; the ensemble holds both until it shuts down.
-    pub async fn ensemble_locked(
-        &self,
-        lock: RunLock,
-        opts: RunOptions,
-    ) -> Result<Ensemble, ProjectError> {
-        // A lane promotes behind its merge check, which only the lanes' driver gives it.
-        if self.in_lane() && opts.promotion.is_none() {
-            return Err(lane::LaneError::DriveAsLane {
-                feature: self.feature.id.clone(),
-            }
-            .into());
-        }
-        let mut locks = Vec::with_capacity(2);
-        if lock.path() != self.dir.join(self.feature.lock_file()) {
-            let command = opts.command.clone().unwrap_or_else(program_name);
-            locks.push(self.lock_feature(&command)?);
-        }
-        locks.push(lock);
-        let fresh = !self.ledger_path().exists()
-            || std::fs::metadata(self.ledger_path())
-                .map(|m| m.len())
-                .unwrap_or(0)
-                == 0;
-        // A new feature is refused before anything starts when an earlier one is unfinished.
-        let start = if fresh {
-            Some((self.feature()?, self.inherited()?))
-        } else {
-            None
-        };
-        // What killed runs left in the temporary directory goes before this one adds its own.
-        for (dir, bytes) in consort_lakebase::sweep_abandoned_scratch() {
-            tracing::info!(dir = %dir.display(), bytes, "removed a killed run's scratch directory");
-        }
-        let mut builder = Ensemble::builder(&self.work_tree)
-            .record_dir(self.dir.join(&self.feature.record_dir))
-            .hidden(lane::hidden_from_lane(self))
-            .machine(self.machine()?.config().clone())
-            .runner_facts(crate::config::runner_facts::runner_facts(&self.config))
-            .provider(match &opts.provider {
-                Some(shared) => Arc::clone(shared),
-                None => self.provider().await?,
-            })
-            .runner(self.runner()?)
-            .pool(
-                PoolConfig {
-                    size: share(self.config.pool.size, opts.sharing),
-                    keep_failed: self.config.pool.keep_failed,
-                    ..PoolConfig::default()
-                },
-                share(self.config.pool.max_concurrent, opts.sharing),
-            )
-            .timeouts(self.config.step_timeout(), self.config.verify_timeout())
-            .budgets(self.budgets(&opts)?)
-            .workbench(Some(self.config.workbench()))
-            .sandbox(self.config.runner.sandbox());
-        let live = self.git_prepare(fresh, opts.allow_dirty)?.map(Arc::new);
-        let ours = live
-            .clone()
-            .map(|l| l as Arc<dyn consort_actors::AppendObserver>);
-        let observer = match (ours, opts.append_observer.clone()) {
-            (Some(ours), Some(theirs)) => Some(Arc::new(crate::git::BothObservers(theirs, ours))
-                as Arc<dyn consort_actors::AppendObserver>),
-            (ours, theirs) => ours.or(theirs),
-        };
-        if let Some(live) = live {
-            builder = builder.before_unlock(move || live.finish());
-        }
-        if let Some(observer) = observer {
-            builder = builder.append_observer(observer);
-        }
-        if let Some(promotion) = &opts.promotion {
-            builder = builder.promotion(Arc::clone(promotion));
-        }
-        if let Some(log) = &opts.event_log {
-            builder = builder.event_log(Arc::clone(log));
-        }
-        for lock in locks {
-            builder = builder.run_lock(lock);
-        }
-        if let Some((feature, inherited)) = start {
-            builder = builder.feature(feature).inherited(inherited);
-        }
-        for role in Role::ALL {
-            builder = builder.agent_arc(role, self.agent(role, &opts)?);
-        }
-        if let Some(a) = opts.approver {
-            builder = builder.approver(a);
-        }
-        if let Some(tx) = opts.progress {
-            builder = builder.progress(tx);
-        }
-        Ok(builder.build().await?)
-    }
 }
 
 impl Project {
-    /// The agent of `role` for this feature's run: its configuration (or the run's override)
-    /// with what the project adds: an external program's scratch copy skips the project's
-    /// caches too, transcripts are kept with the run's files, an MCP role's mailbox is the
-    /// project's, and `{feature}` in a script path is the feature's id (a script per feature
-    /// of a backlog).
-    fn agent(
-        &self,
-        role: Role,
-        opts: &RunOptions,
-    ) -> Result<Arc<dyn consort_agents::Agent>, ProjectError> {
-        let mut cfg = opts
-            .agents_override
-            .as_ref()
-            .unwrap_or_else(|| self.config.agents.for_role(role))
-            .clone();
-        match &mut cfg {
-            AgentConfig::Command(c) => {
-                c.caches.extend(self.config.paths.caches.iter().cloned());
-                c.transcript_dir = Some(self.transcript_dir());
-            }
-            AgentConfig::Openai(c) => c.transcript_dir = Some(self.transcript_dir()),
-            AgentConfig::Mcp(c) => {
-                c.mailbox = Some(self.mailbox().dir().to_path_buf());
-                c.transcript_dir = Some(self.transcript_dir());
-                c.max_refusals = self.config.bounds.max_agent_retries;
-            }
-            AgentConfig::Script { path, paths } => {
-                for p in path.iter_mut().chain(paths.iter_mut()) {
-                    let spelled = p.to_string_lossy();
-                    if spelled.contains("{feature}") {
-                        *p = PathBuf::from(spelled.replace("{feature}", &self.feature.id));
-                    }
-                }
-            }
-        }
-        cfg.build(role, &self.dir)
-            .map_err(|source| ProjectError::Agent { role, source })
-    }
-
     /// The git repository the feature's work tree lies in, if any.
     pub fn git(&self) -> Option<crate::git::GitRepo> {
         crate::git::GitRepo::detect(&self.work_tree)
     }
 
-    /// In a git repository: a new run starts its branch (a dirty tree refused unless
-    /// `allow_dirty`), a resumed one must be on it and first gets the commits a crash left
-    /// unmade; returns the observer that commits while the run goes.
-    fn git_prepare(
-        &self,
-        fresh: bool,
-        allow_dirty: bool,
-    ) -> Result<Option<LiveSync>, ProjectError> {
-        let Some(repo) = self.git() else {
-            return Ok(None);
-        };
-        let feature = &self.feature.id;
-        if fresh {
-            let policy = self.machine()?.config().paths.clone();
-            repo.start(feature, allow_dirty, policy.tree_filter())?;
-        } else {
-            repo.check_resume(feature)?;
-            git_sync::sync_project(self, &repo, true)?;
-        }
-        Ok(Some(LiveSync::start(self.clone(), repo)))
-    }
-
-    /// Every lane of the project (a feature with a worktree of its own), in backlog order.
+    /// Every lane of the project, in backlog order: a feature with a worktree here, or (with
+    /// the shared store) one a process on any machine holds, with who holds it since when.
     pub fn lanes(&self) -> Result<Vec<LaneStatus>, ProjectError> {
+        let holdings = self.records.holdings()?;
         let mut lanes = Vec::new();
         for feature in self.backlog()? {
-            let Some(work_tree) = lane::work_tree_of(&self.dir, &feature.id) else {
+            let work_tree = lane::work_tree_of(&self.dir, &feature.id);
+            let held = holdings.iter().find(|h| h.feature == feature.id && h.live);
+            if work_tree.is_none() && held.is_none() {
                 continue;
-            };
-            let lane = Project::open_feature(&self.dir, Some(&feature.id))?;
+            }
+            let lane = self.about(&feature.id)?;
             let events = lane.events()?;
             let usage = consort_actors::usage_totals(events.iter());
             let s = status_of(&lane.machine()?.replay(&events), events.len(), &usage);
             lanes.push(LaneStatus {
                 branch: crate::git::branch_name(&feature.id),
                 feature: feature.id,
-                work_tree: work_tree.display().to_string(),
+                work_tree: work_tree.map(|w| w.display().to_string()),
+                held_by: held.map(|h| h.holder.clone()),
+                since: held.map(|h| h.since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
                 phase: s.phase,
                 step: s.step,
                 pending_gate: s.pending_gate,
@@ -866,8 +787,12 @@ pub fn flaky_seen<'a>(events: impl IntoIterator<Item = &'a consort_actors::Event
 pub struct LaneStatus {
     /// Its feature.
     pub feature: String,
-    /// Its worktree.
-    pub work_tree: String,
+    /// Its worktree here (None: it runs on another machine).
+    pub work_tree: Option<String>,
+    /// The process that drives it (with the shared store): its machine and PID.
+    pub held_by: Option<String>,
+    /// Since when that process drives it (RFC 3339).
+    pub since: Option<String>,
     /// Its git branch.
     pub branch: String,
     /// Its phase.

@@ -865,7 +865,7 @@ async fn design_changed_after_approval(world: &World) -> String {
     let hash = design_gate(&case.run_to_a_gate(world).await);
     // A human approves that exact design through the ledger ...
     record_gate_decision(
-        &case.ledger(),
+        &mut Ledger::<Event>::open(case.ledger()).expect("ledger"),
         &Machine::new(case.cfg.clone()),
         approval(GateKind::Design, hash),
     )
@@ -1007,14 +1007,22 @@ async fn approval_for_another_hash_or_gate(world: &World) -> String {
     // Through the ledger (`consort approve`): refused before anything is written.
     let before = std::fs::read(case.ledger()).expect("ledger");
     let m = Machine::new(case.cfg.clone());
-    let err = record_gate_decision(&case.ledger(), &m, approval(GateKind::Design, older))
-        .expect_err("an older hash is refused");
+    let err = record_gate_decision(
+        &mut Ledger::<Event>::open(case.ledger()).expect("ledger"),
+        &m,
+        approval(GateKind::Design, older),
+    )
+    .expect_err("an older hash is refused");
     assert!(
         matches!(&err, ConductorError::Gate(msg) if msg.contains(&hash.to_hex())),
         "the refusal names the hash that waits: {err}"
     );
-    let err = record_gate_decision(&case.ledger(), &m, approval(GateKind::Promote, hash))
-        .expect_err("another gate is refused");
+    let err = record_gate_decision(
+        &mut Ledger::<Event>::open(case.ledger()).expect("ledger"),
+        &m,
+        approval(GateKind::Promote, hash),
+    )
+    .expect_err("another gate is refused");
     assert!(matches!(&err, ConductorError::Gate(_)), "{err}");
     assert_eq!(std::fs::read(case.ledger()).expect("ledger"), before);
     assert!(

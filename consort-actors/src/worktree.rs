@@ -710,8 +710,12 @@ fn list_dir(dir: &Path, prefix: &str, filter: &TreeFilter) -> Result<Vec<Listed>
             continue;
         }
         let name = name.to_string_lossy();
-        // Caches, version control and Consort's state, at any depth.
-        if ft.is_dir() && filter.skips(&name) {
+        // Caches, version control and Consort's state, at any depth; and version control's
+        // pointer files (a git worktree's or submodule's `.git`, which names where this
+        // machine keeps the repository: the same tree hashes alike on every machine).
+        if (ft.is_dir() && filter.skips(&name))
+            || (ft.is_file() && crate::core::paths::VCS_DIRS.contains(&name.as_ref()))
+        {
             continue;
         }
         let mut rel = String::with_capacity(prefix.len() + name.len() + 1);
@@ -800,6 +804,23 @@ mod tests {
             path: path.into(),
             content: content.into(),
         }
+    }
+
+    #[test]
+    fn a_git_worktrees_pointer_file_is_not_hashed_so_clones_on_two_machines_hash_alike() {
+        let (_a, here) = tree_with(&[
+            ("src/a.sql", "a"),
+            (".git", "gitdir: /home/ada/shop/.git/worktrees/f1"),
+        ]);
+        let (_b, there) = tree_with(&[
+            ("src/a.sql", "a"),
+            (".git", "gitdir: /work/m3/shop/.git/worktrees/f1"),
+        ]);
+        assert_eq!(here.hash().expect("hash"), there.hash().expect("hash"));
+        assert_eq!(here.files().expect("files"), ["src/a.sql"]);
+        // What the tree holds still counts.
+        std::fs::write(there.root().join("src/a.sql"), "b").expect("write");
+        assert_ne!(here.hash().expect("hash"), there.hash().expect("hash"));
     }
 
     #[test]

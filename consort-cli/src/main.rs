@@ -673,7 +673,7 @@ fn human(at: &Target, decision: HumanDecision, by: &str, keep: bool) -> Result<i
         HumanDecision::Retry => "consort retry",
         HumanDecision::Stop => "consort stop",
     })?;
-    match record_human_decision(&project.ledger_path(), &project.machine()?, decision, by) {
+    match record_human_decision(&mut *project.open_log()?, &project.machine()?, decision, by) {
         Ok(()) if decision == HumanDecision::Stop => {
             println!("recorded: stop by {by}; the run is stopped");
             let work = project.unverified_work()?;
@@ -704,12 +704,29 @@ fn human(at: &Target, decision: HumanDecision, by: &str, keep: bool) -> Result<i
     }
 }
 
+/// The feature's ledger as its lines (JSON, one an entry): the file itself, or with the
+/// shared store each row's line, written again from its checked entry exactly as stored.
+fn ledger_lines(project: &Project) -> Result<String> {
+    if project.records().store().is_none() {
+        let path = project.ledger_path();
+        return std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()));
+    }
+    let mut text = String::new();
+    for entry in project.entries()? {
+        let (line, _) =
+            consort::actors::entry_line(&entry.event, entry.seq, entry.prev, entry.time)?;
+        text.push_str(&line);
+        text.push('\n');
+    }
+    Ok(text)
+}
+
 fn log(at: &Target, json: bool) -> Result<i32> {
     let project = at.open()?;
-    let path = project.ledger_path();
     use std::io::Write;
     let text = if json {
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?
+        ledger_lines(&project)?
     } else {
         consort_cli::views::log_text(&project, None)?
     };
@@ -761,7 +778,7 @@ fn verify(dir: &Path, only: Option<&str>) -> Result<i32> {
 fn feature_add(dir: &Path, file: &Path, id: Option<&str>) -> Result<i32> {
     let project = Project::open(dir)?;
     let _lock = project.lock("consort feature add")?;
-    let added = consort::backlog::add(dir, &project.config, file, id)?;
+    let added = consort::backlog::add(project.records(), &project.config, file, id)?;
     let position = project.backlog()?.len();
     println!(
         "added feature {} (number {position} of the backlog); its request is kept in {}",
@@ -881,7 +898,7 @@ impl TestDecision {
         at: &Target,
         (by, reason): (&str, &str),
         record: impl FnOnce(
-            &Path,
+            &mut dyn consort::actors::EventLog,
             &consort::actors::Machine,
         ) -> Result<(), consort::actors::ConductorError>,
         recorded: impl FnOnce(&Project) -> Result<()>,
@@ -894,7 +911,7 @@ impl TestDecision {
             return Ok(EXIT_USAGE);
         }
         let project = at.open()?;
-        if !project.ledger_path().exists() {
+        if !project.has_started()? {
             eprintln!(
                 "refused: feature {} has not started{}",
                 project.feature_id(),
@@ -903,7 +920,7 @@ impl TestDecision {
             return Ok(EXIT_FAILURE);
         }
         let _locks = project.lock_ledger(self.command)?;
-        match record(&project.ledger_path(), &project.machine()?) {
+        match record(&mut *project.open_log()?, &project.machine()?) {
             Ok(()) => {
                 recorded(&project)?;
                 Ok(0)

@@ -35,16 +35,13 @@ pub struct RenderOptions {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReportError {
-    /// The feature's run has not started: there is no ledger to report on.
+    /// The feature's run has not started: its ledger has no entry to report on.
     #[error(
-        "the run of feature {feature} has not started (no ledger at {}); start it with `consort run`",
-        ledger.display()
+        "the run of feature {feature} has not started (its ledger is empty); start it with `consort run`"
     )]
     NotStarted {
         /// The feature's id.
         feature: String,
-        /// Where its ledger would be.
-        ledger: PathBuf,
     },
     /// The project or its state could not be read.
     #[error(transparent)]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use consort_actors::{
     Command, ConductorError, ContentHash, Event, FileHashes, GateApproval, GateDecision, GateKind,
-    HumanDecision, Ledger, LedgerError, Pending, State, TestRunReceipt, WorkTree, WorkTreeError,
+    HumanDecision, LedgerError, Pending, State, TestRunReceipt, WorkTree, WorkTreeError,
     design_hash_on_disk, record_gate_decision,
 };
 
@@ -66,13 +66,9 @@ pub enum DecideError {
     Conductor(ConductorError),
 }
 
-/// The ledger's entries, none when it does not exist yet.
+/// The ledger's entries, none before the feature's first run.
 fn entries(project: &Project) -> Result<Vec<consort_actors::Entry<Event>>, ViewError> {
-    Ok(if project.ledger_path().exists() {
-        Ledger::<Event>::read(project.ledger_path())?
-    } else {
-        Vec::new()
-    })
+    Ok(project.entries()?)
 }
 
 /// `consort status --json`: the status report of the project's feature.
@@ -173,12 +169,25 @@ fn lanes_text(out: &mut String, dir: &Path, lanes: &[consort::project::LaneStatu
             .as_deref()
             .map(|s| format!(", {s}"))
             .unwrap_or_default();
+        let place = match (&lane.work_tree, &lane.held_by, &lane.since) {
+            (Some(tree), None, _) => format!("in {tree}"),
+            (Some(tree), Some(who), Some(since)) => {
+                format!("in {tree}, driven by {who} since {since}")
+            }
+            (_, Some(who), since) => format!(
+                "driven by {who}{}",
+                since
+                    .as_ref()
+                    .map(|s| format!(" since {s}"))
+                    .unwrap_or_default()
+            ),
+            (None, None, _) => "on another machine".to_string(),
+        };
         let _ = writeln!(
             out,
-            "  {}: {}{step} in {} ({} tokens so far)",
+            "  {}: {}{step} {place} ({} tokens so far)",
             lane.feature,
             lane.phase,
-            lane.work_tree,
             lane.usage.tokens()
         );
         if let Some(g) = &lane.pending_gate {
@@ -205,7 +214,7 @@ fn lanes_text(out: &mut String, dir: &Path, lanes: &[consort::project::LaneStatu
 
 /// `consort log`: one line per event (the last `last` when given), then the usage totals.
 pub fn log_text(project: &Project, last: Option<usize>) -> Result<String, ViewError> {
-    let entries = Ledger::<Event>::read(project.ledger_path())?;
+    let entries = entries(project)?;
     let skip = last.map_or(0, |n| entries.len().saturating_sub(n));
     let mut out = String::new();
     for entry in &entries[skip..] {
@@ -391,7 +400,8 @@ fn verify_feature(
             let _ = writeln!(out, "FAIL  {name}: {detail}");
         }
     };
-    let chain = Ledger::<Event>::verify(project.ledger_path());
+    project.restore_design()?;
+    let chain = project.records().verify(project.feature_entry());
     check(
         "ledger chain",
         chain
@@ -494,7 +504,7 @@ fn frozen_tests_check(
 
 /// Every receipt answers a request the machine issued, and reports something.
 fn receipts_check(project: &Project, state: &State) -> Result<Result<String, String>, ViewError> {
-    let events = Ledger::<Event>::read(project.ledger_path())?;
+    let events = entries(project)?;
     let m = project.machine()?;
     let mut s = State::default();
     let mut issued = BTreeSet::new();
@@ -576,7 +586,7 @@ pub fn design_text(project: &Project) -> Result<String, ViewError> {
 pub fn next_text(project: &Project, by: Option<&str>) -> Result<String, ViewError> {
     let dir = project.dir.display();
     let who = by.unwrap_or("<your-name>");
-    if !project.ledger_path().exists() {
+    if !project.has_started()? {
         return Ok(format!(
             "feature {} has not started: start it with\n  consort run --dir {dir}\n",
             project.feature_id()
@@ -648,7 +658,7 @@ pub fn decide_gate(
         GateDecision::Reject { .. } => "consort reject",
     };
     let _locks = project.lock_ledger(command)?;
-    match record_gate_decision(&project.ledger_path(), &project.machine()?, approval) {
+    match record_gate_decision(&mut *project.open_log()?, &project.machine()?, approval) {
         Ok(()) => Ok(format!("recorded: {gate} gate decision by {by} for {hash}")),
         Err(ConductorError::Gate(msg)) => Err(DecideError::Refused(msg)),
         Err(e) => Err(DecideError::Conductor(e)),

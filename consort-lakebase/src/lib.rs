@@ -125,5 +125,5 @@ pub use runner::{
     parse_go_test_json, parse_junit, parse_libtest, parse_tap, shell_quote,
     sweep_abandoned_scratch,
 };
-pub use url::{DATABASE_URL_ENV, PostgresUrlProvider};
+pub use url::{DATABASE_URL_ENV, PostgresUrlProvider, connect_info_of_url};
 pub use verify::Verifier;

@@ -20,7 +20,7 @@ use tokio_postgres::config::Host;
 
 use crate::error::{ConfigError, Result};
 use crate::pgbranch::{ServerOptions, ServerProvider, ServerTarget};
-use crate::provider::{Secret, SslMode};
+use crate::provider::{ConnectInfo, Secret, SslMode};
 
 /// The environment variable holding the server URL.
 pub const DATABASE_URL_ENV: &str = "CONSORT_DATABASE_URL";
@@ -77,20 +77,7 @@ impl ServerProvider {
         let cfg = Config::from_str(raw).map_err(|e| ConfigError::DatabaseUrl {
             detail: scrub(&e.to_string(), raw),
         })?;
-        let (host, host_is_local) = match cfg.get_hosts().first() {
-            Some(Host::Tcp(h)) => (
-                h.clone(),
-                h == "localhost"
-                    || h.parse::<std::net::IpAddr>()
-                        .is_ok_and(|ip| ip.is_loopback()),
-            ),
-            Some(Host::Unix(p)) => (p.display().to_string(), true),
-            None => {
-                return Err(ConfigError::DatabaseUrlIncomplete { part: "host" }.into());
-            }
-        };
-        // No port in the URL means PostgreSQL's default port, as for libpq.
-        let port = cfg.get_ports().first().copied().unwrap_or(5432);
+        let (host, port, ssl) = endpoint_of(&cfg)?;
         let user = cfg
             .get_user()
             .ok_or(ConfigError::DatabaseUrlIncomplete { part: "user" })?
@@ -100,12 +87,6 @@ impl ServerProvider {
             .clone()
             .or_else(|| cfg.get_dbname().map(str::to_string))
             .unwrap_or_else(|| user.clone());
-        let ssl = match cfg.get_ssl_mode() {
-            tokio_postgres::config::SslMode::Require => SslMode::Require,
-            tokio_postgres::config::SslMode::Disable => SslMode::Disable,
-            _ if host_is_local => SslMode::Disable,
-            _ => SslMode::Require,
-        };
         let target = ServerTarget {
             kind: "postgres-url",
             admin: cfg,
@@ -121,6 +102,48 @@ impl ServerProvider {
         // The driver's errors never carry the password (it is only in `cfg`).
         ServerProvider::init(target, opts).await
     }
+}
+
+/// The host, port and TLS requirement a parsed URL names: no port means PostgreSQL's default
+/// one, as for libpq; TLS is required off the local host unless the URL says otherwise.
+fn endpoint_of(cfg: &Config) -> Result<(String, u16, SslMode)> {
+    let (host, host_is_local) = match cfg.get_hosts().first() {
+        Some(Host::Tcp(h)) => (
+            h.clone(),
+            h == "localhost"
+                || h.parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback()),
+        ),
+        Some(Host::Unix(p)) => (p.display().to_string(), true),
+        None => return Err(ConfigError::DatabaseUrlIncomplete { part: "host" }.into()),
+    };
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let ssl = match cfg.get_ssl_mode() {
+        tokio_postgres::config::SslMode::Require => SslMode::Require,
+        tokio_postgres::config::SslMode::Disable => SslMode::Disable,
+        _ if host_is_local => SslMode::Disable,
+        _ => SslMode::Require,
+    };
+    Ok((host, port, ssl))
+}
+
+/// How to reach the database a URL names (`postgresql://user:password@host:port/database`),
+/// for a connection of Consort's own such as the shared store's. The URL's password is in
+/// the answer's secret only, never in an error.
+pub fn connect_info_of_url(url: &Secret) -> Result<ConnectInfo> {
+    let raw = url.expose();
+    let cfg = Config::from_str(raw).map_err(|e| ConfigError::DatabaseUrl {
+        detail: scrub(&e.to_string(), raw),
+    })?;
+    let (_, _, ssl) = endpoint_of(&cfg)?;
+    if cfg.get_user().is_none() {
+        return Err(ConfigError::DatabaseUrlIncomplete { part: "user" }.into());
+    }
+    if cfg.get_dbname().is_none() {
+        return Err(ConfigError::DatabaseUrlIncomplete { part: "database" }.into());
+    }
+    crate::pgconn::connect_info_of(&cfg, ssl)
+        .ok_or_else(|| ConfigError::DatabaseUrlIncomplete { part: "host" }.into())
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Driving lanes: up to N features of the backlog at once, each through its own ensemble in its
 //! own worktree, sharing one branch provider.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 use super::{LaneError, worktree};
 use crate::backlog::Feature;
 use crate::project::{Project, ProjectError, RunOptions};
+use crate::records::{LeaseKeeper, RecordsError, holder_name};
 use crate::runlock::{RunLock, RunLockError};
 
 /// How to drive lanes.
@@ -53,69 +54,74 @@ pub struct LaneReport {
 
 /// Drives the project's unfinished features in lanes, up to `opts.parallel` at once: a lane
 /// that ends (done, at a gate, halted, failed) frees its place for the next feature. A feature
-/// another process drives is passed over. Returns every lane's report, in the order they
-/// ended; an empty list when there was nothing to drive.
+/// another process drives is passed over; with the shared store it is taken over once its
+/// holder's lease runs out (the holder was killed or cut off), and this process waits for
+/// that while such a feature is left. Returns every lane's report, in the order they ended; an
+/// empty list when there was nothing to drive.
 pub async fn run_lanes(dir: &Path, opts: LaneOptions) -> Result<Vec<LaneReport>, ProjectError> {
     let project = Project::open(dir)?;
     worktree::base_of(&project.dir)?;
-    let mut queue: VecDeque<Feature> = VecDeque::new();
-    for feature in project.backlog()? {
-        if opts
-            .features
-            .as_ref()
-            .is_some_and(|only| !only.contains(&feature.id))
-        {
-            continue;
-        }
-        if project.state_of(&feature)?.is_unfinished() {
-            queue.push_back(feature);
-        } else {
-            // A lane a crash left after its feature finished.
-            worktree::remove(&project.dir, &feature)?;
-        }
-    }
-    let parallel = opts.parallel.max(1);
-    if queue.is_empty() {
+    remove_finished(&project, &opts)?;
+    let first = candidates(&project, &opts, &BTreeSet::new())?;
+    if first.is_empty() {
         return Ok(Vec::new());
     }
+    let parallel = opts.parallel.max(1);
     let provider = project.provider().await?;
-    let sharing = parallel.min(queue.len());
+    let sharing = parallel.min(first.len());
+    // Features this process will not take again: each lane that ended here, each passed over.
+    let mut passed = BTreeSet::new();
     let mut running = JoinSet::new();
     // Which feature each lane's task drives, for the report of a task that panicked.
     let mut tasks = BTreeMap::new();
     let mut reports = Vec::new();
+    let poll = project.records().lease_time().map(|t| t / 3);
     loop {
+        let mut left = Vec::new();
         while running.len() < parallel {
-            let Some(feature) = queue.pop_front() else {
+            let mut not_yet = passed.clone();
+            not_yet.extend(tasks.values().cloned());
+            left = candidates(&project, &opts, &not_yet)?;
+            let Some(taken) = take(&project, &left, &opts, &mut passed)? else {
                 break;
             };
-            let Some((lane, lock)) = take(&project, &feature, &opts)? else {
-                continue;
-            };
+            let feature = taken.lane.feature_id().to_string();
             let mut run = opts.run.clone();
             run.provider = Some(Arc::clone(&provider));
             run.sharing = sharing;
-            run.promotion = Some(super::MergeCheck::new(lane.clone()));
-            if let Some(approver) = opts.approvers.get(&feature.id) {
+            run.promotion = Some(super::MergeCheck::new(taken.lane.clone()));
+            if let Some(approver) = opts.approvers.get(&feature) {
                 run.approver = Some(Arc::clone(approver));
             }
-            run.progress = opts.progress.clone().map(|tx| tagged(&feature.id, tx));
+            run.progress = opts.progress.clone().map(|tx| tagged(&feature, tx));
             // Each lane is a task of its own, so that a panic in it ends that lane only.
             let task = running.spawn(async move {
-                let outcome = drive(&lane, lock, run).await;
+                let lane = taken.lane.clone();
+                let outcome = drive(taken, run).await;
                 (lane, outcome)
             });
-            tasks.insert(task.id(), feature.id);
+            tasks.insert(task.id(), feature);
         }
-        let Some(ended) = running.join_next_with_id().await else {
-            break;
+        let ended = match (running.is_empty(), poll) {
+            (true, Some(poll)) if !left.is_empty() => {
+                // Every feature left is held by another process: wait for one to be free.
+                tokio::time::sleep(poll).await;
+                continue;
+            }
+            (true, _) => break,
+            (false, None) => running.join_next_with_id().await,
+            (false, Some(poll)) => tokio::select! {
+                ended = running.join_next_with_id() => ended,
+                () = tokio::time::sleep(poll) => continue,
+            },
         };
+        let Some(ended) = ended else { break };
         let id = ended
             .as_ref()
             .map_or_else(|failed| failed.id(), |(id, _)| *id);
         let feature = tasks.remove(&id);
-        reports.push(match ended {
-            Ok((_, (lane, outcome))) => finish(&lane, outcome),
+        let report = match ended {
+            Ok((_, (lane, (outcome, lost)))) => finish(&lane, outcome, lost),
             Err(failed) => LaneReport {
                 feature: feature.unwrap_or_else(|| format!("the lane of task {id}")),
                 outcome: Err(ProjectError::Lanes(LaneError::Task {
@@ -123,49 +129,147 @@ pub async fn run_lanes(dir: &Path, opts: LaneOptions) -> Result<Vec<LaneReport>,
                 })),
                 removed: false,
             },
-        });
+        };
+        passed.insert(report.feature.clone());
+        reports.push(report);
     }
+    // A lane that ended here unfinished (its hold lost) and was finished elsewhere.
+    remove_finished(&project, &opts)?;
     Ok(reports)
 }
 
-/// Takes feature's lock and makes its lane; None when another process drives it.
+/// Removes the worktree of each feature `opts` asks for that is finished: one a crash left,
+/// or one another process finished after this one's lane ended.
+fn remove_finished(project: &Project, opts: &LaneOptions) -> Result<(), ProjectError> {
+    for feature in project.backlog()? {
+        if wanted(opts, &feature) && !project.state_of(&feature)?.is_unfinished() {
+            worktree::remove(&project.dir, &feature)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `opts` asks for `feature` (all when it names none).
+fn wanted(opts: &LaneOptions, feature: &Feature) -> bool {
+    opts.features
+        .as_ref()
+        .is_none_or(|only| only.contains(&feature.id))
+}
+
+/// The unfinished features of the backlog `opts` asks for, in order, less those in `not`.
+fn candidates(
+    project: &Project,
+    opts: &LaneOptions,
+    not: &BTreeSet<String>,
+) -> Result<Vec<Feature>, ProjectError> {
+    let mut out = Vec::new();
+    for feature in project.backlog()? {
+        if wanted(opts, &feature)
+            && !not.contains(&feature.id)
+            && project.state_of(&feature)?.is_unfinished()
+        {
+            out.push(feature);
+        }
+    }
+    Ok(out)
+}
+
+/// A feature taken: its lane, its lock here, and its lease in the shared store (if kept
+/// there), held until the lane's run ends.
+struct Taken {
+    lane: Project,
+    lock: RunLock,
+    lease: Option<LeaseKeeper>,
+}
+
+/// Takes the first of `candidates` no other process drives, and makes its lane; None when
+/// every one is driven. With files, a feature whose lock another process holds is passed over
+/// (added to `passed`); with the shared store, the store hands out the first feature no one
+/// holds (or whose holder's time ran out), to one taker only.
 fn take(
     project: &Project,
-    feature: &Feature,
+    candidates: &[Feature],
     opts: &LaneOptions,
-) -> Result<Option<(Project, RunLock)>, ProjectError> {
+    passed: &mut BTreeSet<String>,
+) -> Result<Option<Taken>, ProjectError> {
     let command = opts
         .run
         .command
         .as_deref()
         .unwrap_or("consort run --parallel");
-    let at = Project::open_feature(&project.dir, Some(&feature.id))?;
+    let records = project.records();
+    let (feature, lease) = match (records.store(), records.lease_time()) {
+        (Some(store), Some(ttl)) => {
+            let ids: Vec<String> = candidates.iter().map(|f| f.id.clone()).collect();
+            let Some(lease) = store
+                .take_next(&ids, &holder_name(), ttl)
+                .map_err(RecordsError::from)?
+            else {
+                return Ok(None);
+            };
+            let Some(feature) = candidates.iter().find(|f| f.id == lease.feature) else {
+                return Ok(None);
+            };
+            let lease = records.keep(lease);
+            // What the feature's earlier holders recorded (its lane's record) comes first.
+            records.refresh()?;
+            (feature, lease)
+        }
+        _ => {
+            let Some(feature) = candidates.first() else {
+                return Ok(None);
+            };
+            (feature, None)
+        }
+    };
+    let at = project.about(&feature.id)?;
     let lock = match at.lock_feature(command) {
         Ok(lock) => lock,
         Err(ProjectError::RunLock(
             held @ (RunLockError::Held { .. } | RunLockError::HeldByUnnamed { .. }),
         )) => {
             tracing::info!(feature = %feature.id, %held, "passed over: another process drives it");
-            return Ok(None);
+            passed.insert(feature.id.clone());
+            let rest: Vec<Feature> = candidates[1..].to_vec();
+            return match lease {
+                // Another process of this checkout drives it (not through the store).
+                Some(_) => Ok(None),
+                None => take(project, &rest, opts, passed),
+            };
         }
         Err(e) => return Err(e),
     };
-    worktree::ensure(&project.dir, feature)?;
-    let lane = Project::open_feature(&project.dir, Some(&feature.id))?;
-    Ok(Some((lane, lock)))
+    worktree::ensure(&project.dir, feature, super::Remote::of(project).as_ref())?;
+    records.share_file(feature, "lane.json")?;
+    let mut lane = project.about(&feature.id)?;
+    if let Some(keeper) = &lease {
+        lane = lane.with_lease(keeper.lease().clone());
+    }
+    Ok(Some(Taken { lane, lock, lease }))
 }
 
-/// One lane's run, from its ensemble's start to its shutdown.
-async fn drive(lane: &Project, lock: RunLock, run: RunOptions) -> Result<RunReport, ProjectError> {
-    let ensemble = lane.ensemble_locked(lock, run).await?;
-    let report = ensemble.run().await;
-    ensemble.shutdown().await;
-    Ok(report?)
+/// One lane's run, from its ensemble's start to its shutdown, and whether its hold on the
+/// feature was lost meanwhile (another process took it over); its lease (if any) is given up
+/// after.
+async fn drive(taken: Taken, run: RunOptions) -> (Result<RunReport, ProjectError>, bool) {
+    let Taken { lane, lock, lease } = taken;
+    let outcome = async {
+        let ensemble = lane.ensemble_locked(lock, run).await?;
+        let report = ensemble.run().await;
+        ensemble.shutdown().await;
+        Ok(report?)
+    }
+    .await;
+    let lost = lease.is_some() && !lane.still_holds();
+    drop(lease);
+    (outcome, lost)
 }
 
-/// A lane's report; its worktree removed when its feature is finished. A worktree that cannot
-/// be removed stays (the next `run_lanes` removes it) and is logged: the lane's outcome stands.
-fn finish(lane: &Project, outcome: Result<RunReport, ProjectError>) -> LaneReport {
+/// A lane's report; its worktree removed when its feature is finished, or when another process
+/// took the feature over (`lost`: the lane is that process's now, on its machine). A worktree
+/// that cannot be removed stays (the next `run_lanes` removes it) and is logged: the lane's
+/// outcome stands.
+fn finish(lane: &Project, outcome: Result<RunReport, ProjectError>, lost: bool) -> LaneReport {
     let finished = matches!(
         &outcome,
         Ok(RunReport {
@@ -173,7 +277,7 @@ fn finish(lane: &Project, outcome: Result<RunReport, ProjectError>) -> LaneRepor
             ..
         })
     );
-    let removed = finished
+    let removed = (finished || lost)
         && worktree::remove(&lane.dir, lane.feature_entry()).unwrap_or_else(|e| {
             tracing::warn!(
                 feature = %lane.feature_id(),

@@ -8,7 +8,6 @@
 //! database. A refusal names both sides: the lane's feature and the merged one it meets.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +29,8 @@ const MERGE_LOCK: &str = ".consort/merge.lock";
 const LOCK_POLL: Duration = Duration::from_millis(200);
 /// The request ids of merge checks (far from a run's own and from scratch runs').
 const MERGE_IDS: u64 = 1 << 61;
+/// How many times a merge check is made again when the remote's base moved meanwhile.
+const MERGE_ATTEMPTS: usize = 5;
 
 /// The promotion of a lane's feature, behind its merge check.
 #[derive(Debug)]
@@ -52,30 +53,56 @@ impl Promotion for MergeCheck {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<PromoteReport, InfraError>> {
         Box::pin(async move {
-            let _lock = merge_lock(&self.project.dir, timeout).await?;
-            let project = self.project.clone();
-            let migrations = request.migrations.clone();
-            let plan = blocking(move || integrate(&project, &migrations)).await?;
-            if let Some(tree) = &plan.tree {
-                regression(&self.project, tree, &plan, &request, lakebase, timeout).await?;
+            let _locks = merge_lock(&self.project, timeout).await?;
+            for _ in 0..MERGE_ATTEMPTS {
+                let project = self.project.clone();
+                let migrations = request.migrations.clone();
+                let plan = blocking(move || integrate(&project, &migrations)).await?;
+                if let Some(tree) = &plan.tree {
+                    regression(&self.project, tree, &plan, &request, lakebase, timeout).await?;
+                }
+                let project = self.project.clone();
+                let (commit, base, seen) =
+                    (plan.commit.clone(), plan.base.clone(), plan.seen.clone());
+                if !blocking(move || advance(&project, &base, &commit, seen.as_ref())).await? {
+                    tracing::info!(feature = %self.project.feature_id(), "the remote's base moved during the merge check; checking again");
+                    continue;
+                }
+                drop(plan);
+                return lakebase.promote(request, timeout).await;
             }
-            let project = self.project.clone();
-            let commit = plan.commit.clone();
-            let base = plan.base.clone();
-            blocking(move || advance(&project, &base, &commit)).await?;
-            drop(plan);
-            lakebase.promote(request, timeout).await
+            Err(refused(format!(
+                "the remote's base {} moved during each of {MERGE_ATTEMPTS} merge checks; run again to check once more",
+                base_name(&self.project)
+            )))
         })
     }
 }
 
-/// Takes the merge lock, waiting for another lane's merge to end (at most `timeout`).
-async fn merge_lock(dir: &Path, timeout: Duration) -> Result<RunLock, InfraError> {
+/// The merge locks a lane holds while it merges and promotes: this checkout's, and with the
+/// shared store the project's on every machine (given back when dropped).
+struct MergeLocks {
+    _here: RunLock,
+    shared: Option<Arc<consort_lakebase::store::StoreHandle>>,
+}
+
+impl Drop for MergeLocks {
+    fn drop(&mut self) {
+        if let Some(store) = &self.shared
+            && let Err(e) = store.merge_unlock()
+        {
+            tracing::warn!(error = %consort_actors::error_chain(&e), "the shared merge lock could not be given back; it goes with this process's connection");
+        }
+    }
+}
+
+/// Takes the merge locks, waiting for another lane's merge to end (at most `timeout`).
+async fn merge_lock(project: &Project, timeout: Duration) -> Result<MergeLocks, InfraError> {
     let started = Instant::now();
-    let path = dir.join(MERGE_LOCK);
-    loop {
+    let path = project.dir.join(MERGE_LOCK);
+    let here = loop {
         match RunLock::acquire_at(path.clone(), LockScope::Merges, "a lane's merge check") {
-            Ok(lock) => return Ok(lock),
+            Ok(lock) => break lock,
             Err(RunLockError::Held { .. } | RunLockError::HeldByUnnamed { .. })
                 if started.elapsed() < timeout =>
             {
@@ -83,6 +110,37 @@ async fn merge_lock(dir: &Path, timeout: Duration) -> Result<RunLock, InfraError
             }
             Err(e) => return Err(infra(InfraFault::WorkTreeIo, e.to_string())),
         }
+    };
+    let Some(store) = project.records().store() else {
+        return Ok(MergeLocks {
+            _here: here,
+            shared: None,
+        });
+    };
+    loop {
+        let store = Arc::clone(store);
+        let taken = blocking({
+            let store = Arc::clone(&store);
+            move || {
+                store
+                    .try_merge_lock()
+                    .map_err(|e| infra(InfraFault::DatabaseDown, consort_actors::error_chain(&e)))
+            }
+        })
+        .await?;
+        if taken {
+            return Ok(MergeLocks {
+                _here: here,
+                shared: Some(store),
+            });
+        }
+        if started.elapsed() >= timeout {
+            return Err(infra(
+                InfraFault::Timeout,
+                "another machine's lane held the project's merge lock for longer than the step may take".into(),
+            ));
+        }
+        tokio::time::sleep(LOCK_POLL).await;
     }
 }
 
@@ -98,6 +156,9 @@ struct Integration {
     /// names them so that it is made from the parent as it is now, not as it was when a pool
     /// or a template of the lane's own migrations was made.
     merged_migrations: Vec<consort_actors::Migration>,
+    /// With a remote: the remote's base as fetched (None: it had none), which the push of the
+    /// merge expects to find still there.
+    seen: Option<Option<String>>,
 }
 
 /// Merges the lane's branch with its base in a scratch worktree.
@@ -114,6 +175,11 @@ fn integrate(
     project
         .git_sync()
         .map_err(|e| io(&consort_actors::error_chain(&e)))?;
+    let remote = super::Remote::of(project);
+    let seen = match &remote {
+        Some(remote) => Some(fetched_base(project, remote, &record.base)?),
+        None => None,
+    };
     let rev = |r: &str| repo.rev(r).ok().flatten();
     let id = project.feature_id();
     let base_tip = rev(&format!("refs/heads/{}", record.base))
@@ -130,6 +196,7 @@ fn integrate(
         tree: None,
         tests: Vec::new(),
         merged_migrations: Vec::new(),
+        seen,
     };
     if ancestor(&lane_tip, &base_tip) {
         // Merged already (a crash came between the merge and the promotion).
@@ -139,7 +206,7 @@ fn integrate(
     if ancestor(&base_tip, &lane_tip) {
         return Ok(plan);
     }
-    let merged = merged_features(project, &repo, &base_tip, &lane_tip)?;
+    let merged = merged_features(project, &repo, remote.as_ref(), (&base_tip, &lane_tip))?;
     plan.merged_migrations = clashes_with_merged(project, &merged, migrations)?;
     let tree = scratch_tree(project, &base_tip)?;
     merge_in(&tree, project, &repo, &merged, (&base_tip, &lane_tip))?;
@@ -154,8 +221,8 @@ fn integrate(
 fn merged_features(
     project: &Project,
     repo: &GitRepo,
-    base_tip: &str,
-    lane_tip: &str,
+    remote: Option<&super::Remote>,
+    (base_tip, lane_tip): (&str, &str),
 ) -> Result<Vec<Project>, InfraError> {
     let io = |e: crate::project::ProjectError| {
         infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e))
@@ -165,7 +232,11 @@ fn merged_features(
         if feature.id == project.feature_id() {
             continue;
         }
-        let Some(tip) = repo.tip(&feature.id) else {
+        // A feature another machine drove has its branch here only as the remote's.
+        let Some(tip) = repo
+            .tip(&feature.id)
+            .or_else(|| remote.and_then(|r| r.lane_tip(&feature.id)))
+        else {
             continue;
         };
         let reached = |to: &str| {
@@ -424,13 +495,79 @@ async fn regression(
 
 /// Moves the base to `commit`: the project's tree follows when it is on the base (a
 /// fast-forward), else the branch alone moves, from the tip the check saw.
-fn advance(project: &Project, base: &str, commit: &str) -> Result<(), InfraError> {
+/// Fetches the remote's base and every lane's branch; the base here is brought up to the
+/// remote's when it is behind. Returns the remote's base tip (None: it has no such branch).
+fn fetched_base(
+    project: &Project,
+    remote: &super::Remote,
+    base: &str,
+) -> Result<Option<String>, InfraError> {
+    let io =
+        |e: crate::git::GitError| infra(InfraFault::WorkTreeIo, consort_actors::error_chain(&e));
+    remote.fetch_lanes().map_err(io)?;
+    let Some(tip) = remote.fetch(base).map_err(io)? else {
+        return Ok(None);
+    };
+    let repo = GitRepo::detect(&project.dir)
+        .ok_or_else(|| refused("the project left its git repository".into()))?;
+    let behind = repo
+        .git(
+            &[
+                "merge-base",
+                "--is-ancestor",
+                &format!("refs/heads/{base}"),
+                &tip,
+            ],
+            None,
+        )
+        .is_ok();
+    if behind {
+        move_base(&repo, base, &tip)?;
+    }
+    Ok(Some(tip))
+}
+
+/// Moves the base to the merge's commit: with a remote, first there, and only if the
+/// remote's base is still what the check fetched (`seen`); false when it moved meanwhile, and
+/// nothing moved.
+fn advance(
+    project: &Project,
+    base: &str,
+    commit: &str,
+    seen: Option<&Option<String>>,
+) -> Result<bool, InfraError> {
     let repo = GitRepo::detect(&project.dir).ok_or_else(|| {
         infra(
             InfraFault::WorkTreeIo,
             "the project left its git repository".into(),
         )
     })?;
+    if let (Some(remote), Some(seen)) = (super::Remote::of(project), seen) {
+        if !project.still_holds() {
+            return Err(refused(
+                "this process no longer holds the feature (another took it over); nothing was pushed".into(),
+            ));
+        }
+        // The lane's branch first, so the base never holds a commit the remote lacks a branch of.
+        let pushed = remote
+            .push_lane(project.feature_id())
+            .and_then(|()| remote.push_base(base, commit, seen.as_deref()))
+            .map_err(|e| {
+                refused(format!(
+                    "the merge could not be pushed to the remote's {base}: {}",
+                    consort_actors::error_chain(&e)
+                ))
+            })?;
+        if !pushed {
+            return Ok(false);
+        }
+    }
+    move_base(&repo, base, commit)?;
+    Ok(true)
+}
+
+/// Moves the branch `base` here to `commit` (a fast-forward when the project's tree is on it).
+fn move_base(repo: &GitRepo, base: &str, commit: &str) -> Result<(), InfraError> {
     let on_base = repo.current_branch().is_ok_and(|b| b == base);
     let done = if on_base {
         repo.git(&["merge", "--ff-only", "-q", commit], None)

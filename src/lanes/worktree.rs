@@ -102,8 +102,14 @@ pub(super) fn worktrees_lock(dir: &Path) -> Result<RunLock, LaneError> {
 
 /// Makes feature's lane (its worktree on `consort/<id>`, and its record) unless it has one;
 /// returns its record. A branch the feature already has (a run begun in the project's tree,
-/// or a lane whose worktree a crash lost) is checked out as it stands.
-pub(crate) fn ensure(dir: &Path, feature: &Feature) -> Result<LaneRecord, LaneError> {
+/// or a lane whose worktree a crash lost) is checked out as it stands. With a remote, the
+/// feature's branch there (pushed by a machine that drove it before) is fetched first, and
+/// the lane goes on from it when it is ahead of the branch here.
+pub(crate) fn ensure(
+    dir: &Path,
+    feature: &Feature,
+    remote: Option<&super::Remote>,
+) -> Result<LaneRecord, LaneError> {
     let _lock = worktrees_lock(dir)?;
     let git = |what: &'static str| {
         let feature = feature.id.clone();
@@ -115,6 +121,12 @@ pub(crate) fn ensure(dir: &Path, feature: &Feature) -> Result<LaneRecord, LaneEr
     };
     let (repo, base) = base_of(dir)?;
     let root = lanes_dir_made(&repo)?.join(crate::backlog::lane_name(&feature.id));
+    let pushed = match remote {
+        Some(remote) => remote
+            .fetch(&branch_name(&feature.id))
+            .map_err(git("fetched"))?,
+        None => None,
+    };
     let record = match LaneRecord::read(dir, feature)? {
         Some(record) => record,
         None => {
@@ -127,14 +139,51 @@ pub(crate) fn ensure(dir: &Path, feature: &Feature) -> Result<LaneRecord, LaneEr
             record
         }
     };
+    if !repo.has_branch(&feature.id).map_err(git("made"))? {
+        match (&pushed, remote) {
+            (Some(tip), _) => {
+                repo.git(&["branch", &branch_name(&feature.id), tip], None)
+                    .map_err(git("made"))?;
+            }
+            // Started on another machine from a base commit this clone has not fetched yet.
+            (None, Some(remote))
+                if repo
+                    .rev(&format!("{}^{{commit}}", record.started_from))
+                    .ok()
+                    .flatten()
+                    .is_none() =>
+            {
+                remote.fetch(&record.base).map_err(git("made"))?;
+            }
+            _ => {}
+        }
+    }
     if !root.join(".git").is_file() {
         add_worktree(&repo, &root, feature, &record).map_err(git("made"))?;
+    }
+    if let Some(tip) = &pushed {
+        catch_up(&root, tip).map_err(git("brought up to the remote's branch"))?;
     }
     super::deps::link_dependencies(&repo.top(), &root).map_err(|e| LaneError::Dependencies {
         feature: feature.id.clone(),
         detail: e.to_string(),
     })?;
     Ok(record)
+}
+
+/// Moves the lane's worktree at `root` on to `tip` (the remote's branch) when `tip` is ahead of
+/// it; a worktree ahead of or beside the remote's stays as it is.
+fn catch_up(root: &Path, tip: &str) -> Result<(), crate::git::GitError> {
+    let Some(lane) = GitRepo::detect(root) else {
+        return Ok(());
+    };
+    let ahead = lane
+        .git(&["merge-base", "--is-ancestor", "HEAD", tip], None)
+        .is_ok();
+    if ahead && lane.rev("HEAD")?.as_deref() != Some(tip) {
+        lane.git(&["merge", "--ff-only", "-q", tip], None)?;
+    }
+    Ok(())
 }
 
 /// The lanes' directory of `repo` (see [`super::lanes_dir`]), made when missing.

@@ -48,11 +48,30 @@ pub struct LiveSync {
 
 impl LiveSync {
     /// Starts the syncing thread for `project` in `repo`; it ends at [`LiveSync::finish`], or
-    /// unwaited for when the `LiveSync` is dropped.
+    /// unwaited for when the `LiveSync` is dropped. With a remote (`[git] remote`), each sync
+    /// that made a commit pushes the feature's branch.
     pub fn start(project: Project, repo: GitRepo) -> LiveSync {
+        let remote = crate::lanes::Remote::of(&project);
+        // Whether commits wait to be pushed (made by this sync, or left by a failed push).
+        let mut unpushed = false;
         Self::spawn(move || {
-            if let Err(e) = sync_project(&project, &repo, false) {
-                tracing::warn!(error = %consort_actors::error_chain(&e), "could not commit the run's steps yet; the next sync tries again");
+            match sync_project(&project, &repo, false) {
+                Err(e) => {
+                    tracing::warn!(error = %consort_actors::error_chain(&e), "could not commit the run's steps yet; the next sync tries again");
+                }
+                Ok(report) => unpushed |= report.made > 0,
+            }
+            if let Some(remote) = remote.as_ref().filter(|_| unpushed) {
+                if !project.still_holds() {
+                    tracing::warn!(feature = %project.feature_id(), "not pushed: this process no longer holds the feature");
+                    return;
+                }
+                match remote.push_lane(project.feature_id()) {
+                    Ok(()) => unpushed = false,
+                    Err(e) => {
+                        tracing::warn!(error = %consort_actors::error_chain(&e), "could not push the feature's branch yet; the next sync tries again")
+                    }
+                }
             }
         })
     }

@@ -88,6 +88,43 @@ impl Project {
     }
 }
 
+impl Project {
+    /// With the shared store, a feature taken over from another machine: when the tree holds
+    /// what the last verified step left but not what the run applied after it (that was on the
+    /// other machine's disk only), writes what was applied, from the ledger, so the tree is
+    /// the one the run stood on. A tree that holds anything else is left for the machine to
+    /// judge. Returns whether it wrote.
+    pub(crate) fn restore_applied(&self) -> Result<bool, ProjectError> {
+        if self.records().store().is_none() {
+            return Ok(false);
+        }
+        let events = self.events()?;
+        let machine = self.machine()?;
+        let found = consort_actors::unverified(&machine, &events);
+        if found.applied.is_empty() {
+            return Ok(false);
+        }
+        let work = WorkTree::open(self.work_tree())
+            .map_err(ConductorError::from)?
+            .with_filter(machine.config().paths.tree_filter().clone());
+        let last_applied = events.iter().rev().find_map(|e| match e {
+            consort_actors::Event::Applied { workspace_hash, .. } => Some(*workspace_hash),
+            _ => None,
+        });
+        if last_applied == Some(work.hash().map_err(ConductorError::from)?)
+            || found.undo.iter().any(|u| difference(&work, u).is_some())
+        {
+            return Ok(false);
+        }
+        work.apply(&ChangeSet {
+            summary: "what the run applied after its last verified step".into(),
+            changes: found.applied,
+        })
+        .map_err(ConductorError::from)?;
+        Ok(true)
+    }
+}
+
 /// How the file `undo` would put back differs from the disk, if it does.
 fn difference(work: &WorkTree, undo: &FileChange) -> Option<Difference> {
     let on_disk = std::fs::read(work.root().join(undo.path())).ok();

@@ -130,6 +130,10 @@ pub struct Unverified {
     /// back what the last verified step left there (a write or restore of its bytes, or a
     /// delete for a file that was not there). Empty when nothing was applied since.
     pub undo: Vec<FileChange>,
+    /// What the conductor applied since, in order: replayed on a tree that holds what the last
+    /// verified step left, it gives the tree the run stood on (another machine's, after a
+    /// takeover).
+    pub applied: Vec<FileChange>,
 }
 
 /// [`Unverified`] of a ledger's events.
@@ -186,6 +190,7 @@ fn walk<'a>(
         }
         state = next;
     }
+    since.applied = applied.changes;
     (out, since)
 }
 

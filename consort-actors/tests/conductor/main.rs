@@ -393,14 +393,23 @@ async fn without_an_approver_the_run_stops_at_the_design_gate_and_resumes_after_
     let m = Machine::default();
     let mut wrong = ada_approves_design(hash).await;
     wrong.hash = ContentHash::of_bytes(b"stale");
-    let err =
-        record_gate_decision(&fx.ledger(), &m, wrong.clone()).expect_err("a stale hash is refused");
+    let err = record_gate_decision(
+        &mut Ledger::<Event>::open(fx.ledger()).expect("ledger"),
+        &m,
+        wrong.clone(),
+    )
+    .expect_err("a stale hash is refused");
     assert!(
         err.to_string().contains(&hash.to_hex()),
         "the message names the hash that waits: {err}"
     );
     wrong.hash = hash;
-    record_gate_decision(&fx.ledger(), &m, wrong).expect("the right hash is accepted");
+    record_gate_decision(
+        &mut Ledger::<Event>::open(fx.ledger()).expect("ledger"),
+        &m,
+        wrong,
+    )
+    .expect("the right hash is accepted");
     let report = fx.run_to_gate(answer(honest)).await;
     assert!(stopped_at(&report, GateKind::Deploy));
     assert_eq!(report.state.build.completed, 2);
@@ -552,7 +561,7 @@ async fn a_failing_database_is_retried_then_escalated_and_a_human_retry_finishes
         EscalationReason::Infrastructure(InfraFault::DatabaseDown)
     );
     consort_actors::record_human_decision(
-        &fx.ledger(),
+        &mut Ledger::<Event>::open(fx.ledger()).expect("ledger"),
         &Machine::default(),
         HumanDecision::Retry,
         "ada",
@@ -626,7 +635,12 @@ async fn a_design_edited_after_approval_halts_before_the_next_build_step() {
         panic!("gate")
     };
     let approval = ada_approves_design(hash).await;
-    record_gate_decision(&fx.ledger(), &Machine::default(), approval).expect("approve");
+    record_gate_decision(
+        &mut Ledger::<Event>::open(fx.ledger()).expect("ledger"),
+        &Machine::default(),
+        approval,
+    )
+    .expect("approve");
     let design = fx.root().join(DESIGN_FILE);
     let text = std::fs::read_to_string(&design).expect("design");
     assert!(
@@ -764,7 +778,7 @@ async fn a_frozen_migration_file_edited_on_disk_halts_before_the_next_build_step
     );
     let approval = ada_approves_design(hash).await;
     record_gate_decision(
-        &fx.ledger(),
+        &mut Ledger::<Event>::open(fx.ledger()).expect("ledger"),
         &Machine::new(config.machine.clone()),
         approval,
     )
@@ -973,7 +987,7 @@ async fn a_refused_apply_keeps_its_journal_so_a_retry_records_the_true_undo() {
     }
     std::fs::write(fx.root().join("tests/t1.sql"), "need: token-T1\n").expect("restore");
     record_human_decision(
-        &fx.ledger(),
+        &mut Ledger::<Event>::open(fx.ledger()).expect("ledger"),
         &Machine::default(),
         HumanDecision::Retry,
         "ada",

@@ -173,7 +173,10 @@ impl ConsortMcp {
             "log" => {
                 let last = tools::parse::<tools::LogArgs>(name, args)?.last;
                 let project = self.project()?;
-                if !project.ledger_path().exists() {
+                if !project
+                    .has_started()
+                    .map_err(crate::views::ViewError::from)?
+                {
                     return Ok(format!(
                         "the ledger is empty: feature {} has not started",
                         project.feature_id()

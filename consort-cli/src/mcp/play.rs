@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use consort_actors::{AssignmentId, Event, Ledger, Pending, Role, Step, TestStatus};
+use consort_actors::{AssignmentId, Event, Pending, Role, Step, TestStatus};
 use consort_agents::AgentConfig;
 use consort_agents::mcp::{MailboxError, Parked, Verdict};
 use serde_json::{Value, json};
@@ -265,8 +265,7 @@ fn machine_outcome(project: &Project, id: u64) -> Result<Option<String>, ToolErr
     if !settled {
         return Ok(None);
     }
-    let entries =
-        Ledger::<Event>::read(project.ledger_path()).map_err(crate::views::ViewError::from)?;
+    let entries = project.entries().map_err(crate::views::ViewError::from)?;
     let Some(at) = entries.iter().position(
         |e| matches!(&e.event, Event::Produced { assignment, .. } if *assignment == AssignmentId(id)),
     ) else {

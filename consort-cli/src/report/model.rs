@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use consort_actors::{
-    ActorId, Artifact, Entry, Event, FilesWritten, GateApproval, HumanDecision, Ledger, Machine,
-    Pending, State, Step, StepCommit, TestRunReceipt, Usage, UsageTotals, step_commits,
-    usage_totals,
+    ActorId, Artifact, Entry, Event, FilesWritten, GateApproval, HumanDecision, Machine, Pending,
+    State, Step, StepCommit, TestRunReceipt, Usage, UsageTotals, step_commits, usage_totals,
 };
 
 use super::ReportError;
@@ -87,15 +86,13 @@ pub(super) struct Model {
 impl Model {
     /// Reads `project`'s feature: its ledger, replayed, and what it leads to.
     pub(super) fn read(project: &Project) -> Result<Self, ReportError> {
-        let path = project.ledger_path();
-        if !path.exists() {
+        let entries = project.entries()?;
+        if entries.is_empty() {
             return Err(ReportError::NotStarted {
                 feature: project.feature_id().to_string(),
-                ledger: path,
             });
         }
         let machine = project.machine()?;
-        let entries = Ledger::<Event>::read(&path)?;
         let mut replay = Replay::default();
         for entry in &entries {
             replay.step(&machine, entry);

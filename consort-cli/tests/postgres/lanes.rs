@@ -20,7 +20,7 @@ use crate::common::{
 };
 
 /// Orders: a table and a function of its own, nothing of f1's.
-fn orders() -> Plan<'static> {
+pub(crate) fn orders() -> Plan<'static> {
     Plan {
         feature: "f2-orders",
         story: "Orders",

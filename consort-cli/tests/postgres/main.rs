@@ -11,6 +11,7 @@ mod cli;
 mod embedded_resume;
 mod git;
 mod lanes;
+mod machines;
 mod openai_ensemble;
 mod scripts;
 mod store;

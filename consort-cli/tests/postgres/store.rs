@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use consort::agents::{Role, Script};
-use consort::lakebase::store::{PgEventLogOpener, PgStore};
+use consort::lakebase::store::{PgEventLogOpener, PgStore, StoreHandle};
 use consort::lakebase::{BaseSpec, BranchProvider, names::BranchNamer};
 use consort::{ApproveAs, Ensemble, FeatureRequest, RunOutcome};
 
@@ -35,8 +35,7 @@ async fn a_run_keeps_its_events_in_the_shared_store() {
         .provider(provider.clone())
         .approver(Arc::new(ApproveAs { name: "ada".into() }))
         .event_log(Arc::new(PgEventLogOpener {
-            info: info.clone(),
-            project: "stockflow".into(),
+            store: Arc::new(StoreHandle::connect(&info, "stockflow").expect("store")),
             feature: "F1-warehouse-stock".into(),
             lease: None,
         }));

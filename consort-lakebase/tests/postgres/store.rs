@@ -225,11 +225,10 @@ async fn a_bad_or_foreign_row_and_a_newer_schema_are_refused_by_name() {
 #[tokio::test]
 async fn a_store_event_log_appends_inline_and_carries_its_lease() {
     use consort_actors::{EventLogError, OpenEventLog};
-    use consort_lakebase::store::PgEventLogOpener;
+    use consort_lakebase::store::{PgEventLogOpener, StoreHandle};
     let info = store_database().await;
     let opener = PgEventLogOpener {
-        info: info.clone(),
-        project: "shop".into(),
+        store: std::sync::Arc::new(StoreHandle::connect(&info, "shop").expect("handle")),
         feature: "f1".into(),
         lease: None,
     };

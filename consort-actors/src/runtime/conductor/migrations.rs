@@ -13,7 +13,7 @@ use crate::core::migration_files::{MigrationFiles, version_order};
 use crate::core::regression::EarlierMigration;
 use crate::worktree::WorkTree;
 
-use super::{ConductorError, write_file};
+use super::{ConductorError, write_file_via};
 
 /// The story id given to a project's existing migrations.
 pub(super) const EXISTING_STORY: &str = "existing";
@@ -35,7 +35,13 @@ pub(super) fn write_frozen(
                     "already exists and holds other SQL; Consort never overwrites a file (move it, or give the migration another version)",
                 ));
             }
-            Ok(None) => write_file(&work.root().join(&path), &m.sql)?,
+            // Through Consort's state directory, which no hash reads: a run killed mid-write
+            // leaves no half-written migration behind.
+            Ok(None) => write_file_via(
+                &work.root().join(&path),
+                &m.sql,
+                &work.root().join(crate::core::paths::STATE_DIR),
+            )?,
             Err(e) => return Err(problem(&path, &e)),
         }
     }

@@ -350,15 +350,14 @@ pub fn replay_ledger(path: &Path, machine: &Machine) -> Result<State, ConductorE
 /// waits at that gate for exactly that hash. A wrong or stale hash is refused with a message
 /// naming the hash that waits.
 pub fn record_gate_decision(
-    path: &Path,
+    log: &mut dyn EventLog,
     machine: &Machine,
     approval: GateApproval,
 ) -> Result<(), ConductorError> {
-    let mut ledger = Ledger::<Event>::open(path)?;
-    let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
+    let state = machine.replay(log.entries().iter().map(|e| &e.event));
     match state.pending_gate() {
         Some((gate, hash)) if gate == approval.gate && hash == approval.hash => {
-            ledger.append(&Event::Gate { approval })?;
+            log.append(&Event::Gate { approval })?;
             Ok(())
         }
         Some((gate, hash)) if gate == approval.gate => Err(ConductorError::Gate(format!(
@@ -381,7 +380,7 @@ pub fn record_gate_decision(
 /// interrupted mid-step). The machine decides whether the decision fits the run; a decision it
 /// refuses is not recorded.
 pub fn record_human_decision(
-    path: &Path,
+    log: &mut dyn EventLog,
     machine: &Machine,
     decision: crate::core::machine::HumanDecision,
     by: &str,
@@ -390,38 +389,41 @@ pub fn record_human_decision(
         decision,
         by: by.to_string(),
     };
-    record_offline(path, machine, event)
+    record_offline(log, machine, event)
 }
 
 /// Records a human's retirement of an earlier feature's test in the ledger of a run that no
 /// process is driving (see [`crate::Retirement`]); one the machine refuses (the test is not
 /// inherited, or is retired already; the run is not started or is over) is not recorded.
 pub fn record_retirement(
-    path: &Path,
+    log: &mut dyn EventLog,
     machine: &Machine,
     retirement: crate::core::regression::Retirement,
 ) -> Result<(), ConductorError> {
-    record_offline(path, machine, Event::Retired { retirement })
+    record_offline(log, machine, Event::Retired { retirement })
 }
 
 /// Records a person's decision that the running entry's accepted test is wrong (see
 /// [`crate::Redo`]) in the ledger of a halted run that no process is driving; one the machine
 /// refuses (not halted, not the running entry, its RED not accepted) is not recorded.
 pub fn record_redo(
-    path: &Path,
+    log: &mut dyn EventLog,
     machine: &Machine,
     redo: crate::Redo,
 ) -> Result<(), ConductorError> {
-    record_offline(path, machine, Event::Redone { redo })
+    record_offline(log, machine, Event::Redone { redo })
 }
 
-/// Appends a human's `event` to the ledger at `path` when the machine accepts it there.
-fn record_offline(path: &Path, machine: &Machine, event: Event) -> Result<(), ConductorError> {
-    let mut ledger = Ledger::<Event>::open(path)?;
-    let state = machine.replay(ledger.entries().iter().map(|e| &e.event));
+/// Appends a human's `event` to `log` when the machine accepts it there.
+fn record_offline(
+    log: &mut dyn EventLog,
+    machine: &Machine,
+    event: Event,
+) -> Result<(), ConductorError> {
+    let state = machine.replay(log.entries().iter().map(|e| &e.event));
     match machine.step(&state, &event) {
         Ok(_) => {
-            ledger.append(&event)?;
+            log.append(&event)?;
             Ok(())
         }
         Err(crate::core::machine::RuleViolation::NotHalted) => Err(ConductorError::Gate(format!(
@@ -1332,11 +1334,25 @@ pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), ConductorError> {
+    let scratch = path.parent().unwrap_or(Path::new("."));
+    write_file_via(path, text, scratch)
+}
+
+/// Writes `text` to `path` whole or not at all: into a file in `scratch` (a directory on the
+/// same file system that no hash of the work tree reads), then renamed over `path`, so a run
+/// killed mid-write leaves no half-written file for the next one to find.
+fn write_file_via(path: &Path, text: &str, scratch: &Path) -> Result<(), ConductorError> {
     let io = |source| WorkTreeError::from(PathIoError::new("write", path.display(), source));
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    std::fs::write(path, text).map_err(io)?;
+    std::fs::create_dir_all(scratch).map_err(io)?;
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = scratch.join(format!(".{name}.consort-write"));
+    std::fs::write(&tmp, text).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)?;
     Ok(())
 }
 

@@ -21,6 +21,9 @@
 //!   ([`consort_actors::verify_line`]: its sequence, its link to the previous entry, its hash,
 //!   its event), and its stored hash must be the line's; a bad or foreign row is refused with
 //!   the feature and sequence number, never half-read.
+//! - **Beside the ledgers** ([`records`]): the backlog's order, each feature's small record
+//!   files (its request, its lane's record) and who holds which lease since when, so that a
+//!   clone on any machine sees the project as every other does.
 //! - **A versioned schema.** [`PgStore::connect`] creates the schema `consort_store` or brings
 //!   it to this version, under an advisory lock; a schema a newer Consort made is refused.
 
@@ -32,8 +35,15 @@ use tokio_postgres::{Client, Transaction};
 
 use crate::provider::ConnectInfo;
 
+mod blocking;
+mod records;
+
+pub use blocking::{PgEventLog, PgEventLogOpener, StoreHandle};
+pub use records::{Holding, MAX_DOCUMENT_BYTES};
+
 /// The schema's migrations, in order; the schema's version is how many have been applied.
-const MIGRATIONS: [&str; 1] = [r"
+const MIGRATIONS: [&str; 2] = [
+    r"
 CREATE TABLE consort_store.leases (
     project text NOT NULL,
     feature text NOT NULL,
@@ -50,7 +60,25 @@ CREATE TABLE consort_store.events (
     line text NOT NULL,
     PRIMARY KEY (project, feature, seq)
 );
-"];
+",
+    r"
+ALTER TABLE consort_store.leases ADD COLUMN since timestamptz;
+CREATE TABLE consort_store.backlog (
+    project text NOT NULL,
+    position integer NOT NULL,
+    feature text NOT NULL,
+    PRIMARY KEY (project, feature),
+    UNIQUE (project, position)
+);
+CREATE TABLE consort_store.documents (
+    project text NOT NULL,
+    feature text NOT NULL,
+    name text NOT NULL,
+    body text NOT NULL,
+    PRIMARY KEY (project, feature, name)
+);
+",
+];
 
 /// Why the store could not be used, or refused a change.
 #[derive(Debug, thiserror::Error)]
@@ -246,10 +274,13 @@ impl PgStore {
         let row = self
             .client
             .query_opt(
-                "INSERT INTO consort_store.leases AS l (project, feature, holder, token, expires_at) \
-                 VALUES ($1, $2, $3, 1, clock_timestamp() + make_interval(secs => $4)) \
+                "INSERT INTO consort_store.leases AS l \
+                 (project, feature, holder, token, since, expires_at) \
+                 VALUES ($1, $2, $3, 1, clock_timestamp(), \
+                     clock_timestamp() + make_interval(secs => $4)) \
                  ON CONFLICT (project, feature) DO UPDATE \
-                 SET holder = EXCLUDED.holder, token = l.token + 1, expires_at = EXCLUDED.expires_at \
+                 SET holder = EXCLUDED.holder, token = l.token + 1, since = EXCLUDED.since, \
+                     expires_at = EXCLUDED.expires_at \
                  WHERE l.holder IS NULL OR l.expires_at <= clock_timestamp() \
                  RETURNING token",
                 &[&self.project, &feature, &holder, &ttl.as_secs_f64()],
@@ -280,14 +311,18 @@ impl PgStore {
             .await
             .map_err(db("starting to take a feature"))?;
         tx.execute(
-            "INSERT INTO consort_store.leases (project, feature)              SELECT $1, f FROM unnest($2::text[]) AS f ON CONFLICT DO NOTHING",
+            "INSERT INTO consort_store.leases (project, feature) \
+             SELECT $1, f FROM unnest($2::text[]) AS f ON CONFLICT DO NOTHING",
             &[&project, &features],
         )
         .await
         .map_err(db("listing the features to take"))?;
         let free = tx
             .query_opt(
-                "SELECT feature FROM consort_store.leases                  WHERE project = $1 AND feature = ANY($2)                  AND (holder IS NULL OR expires_at <= clock_timestamp())                  ORDER BY array_position($2, feature) LIMIT 1 FOR UPDATE SKIP LOCKED",
+                "SELECT feature FROM consort_store.leases \
+                 WHERE project = $1 AND feature = ANY($2) \
+                 AND (holder IS NULL OR expires_at <= clock_timestamp()) \
+                 ORDER BY array_position($2, feature) LIMIT 1 FOR UPDATE SKIP LOCKED",
                 &[&project, &features],
             )
             .await
@@ -298,7 +333,10 @@ impl PgStore {
         let feature: String = free.get(0);
         let token: i64 = tx
             .query_one(
-                "UPDATE consort_store.leases                  SET holder = $3, token = token + 1,                      expires_at = clock_timestamp() + make_interval(secs => $4)                  WHERE project = $1 AND feature = $2 RETURNING token",
+                "UPDATE consort_store.leases \
+                 SET holder = $3, token = token + 1, since = clock_timestamp(), \
+                     expires_at = clock_timestamp() + make_interval(secs => $4) \
+                 WHERE project = $1 AND feature = $2 RETURNING token",
                 &[&project, &feature, &holder, &ttl.as_secs_f64()],
             )
             .await
@@ -340,7 +378,7 @@ impl PgStore {
     pub async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
         self.client
             .execute(
-                "UPDATE consort_store.leases SET holder = NULL, expires_at = NULL \
+                "UPDATE consort_store.leases SET holder = NULL, since = NULL, expires_at = NULL \
                  WHERE project = $1 AND feature = $2 AND token = $3",
                 &[&self.project, &lease.feature, &lease.token],
             )
@@ -360,12 +398,17 @@ async fn lock_lease_row(
     fence: Fence<'_>,
 ) -> Result<Option<(i64, String)>, StoreError> {
     // One round trip in the common case: the lease row locked, and the chain's end with it.
-    const LOCK: &str = "SELECT l.token, l.expires_at > clock_timestamp(), e.seq, e.hash          FROM consort_store.leases l          LEFT JOIN LATERAL (SELECT seq, hash FROM consort_store.events              WHERE project = l.project AND feature = l.feature ORDER BY seq DESC LIMIT 1) e ON true          WHERE l.project = $1 AND l.feature = $2 FOR UPDATE OF l";
+    const LOCK: &str = "SELECT l.token, l.expires_at > clock_timestamp(), e.seq, e.hash \
+         FROM consort_store.leases l \
+         LEFT JOIN LATERAL (SELECT seq, hash FROM consort_store.events \
+             WHERE project = l.project AND feature = l.feature ORDER BY seq DESC LIMIT 1) e ON true \
+         WHERE l.project = $1 AND l.feature = $2 FOR UPDATE OF l";
     let locking = db(format!("locking the ledger of {feature}"));
     let mut row = tx.query_opt(LOCK, &[&project, &feature]).await;
     if matches!(row, Ok(None)) {
         tx.execute(
-            "INSERT INTO consort_store.leases (project, feature) VALUES ($1, $2)              ON CONFLICT DO NOTHING",
+            "INSERT INTO consort_store.leases (project, feature) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING",
             &[&project, &feature],
         )
         .await
@@ -470,141 +513,4 @@ async fn migrate(client: &mut Client) -> Result<(), StoreError> {
         .await
         .map_err(db("committing the store's schema"))?;
     Ok(())
-}
-
-/// A feature's ledger in the shared store as a conductor's event log
-/// ([`consort_actors::EventLog`]). The conductor appends inline, as it does to the file ledger
-/// (whose append waits for an fsync); here the store's client runs on a thread of its own with
-/// a runtime of its own, and an append waits for its commit there, from whatever runtime (or
-/// none) the caller is on. An append carries the lease the log was opened with, when one.
-pub struct PgEventLog {
-    feature: String,
-    entries: Vec<Entry<Event>>,
-    requests: std::sync::mpsc::Sender<Request>,
-}
-
-impl std::fmt::Debug for PgEventLog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgEventLog")
-            .field("feature", &self.feature)
-            .field("entries", &self.entries.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// An append handed to the store's thread, and where its answer goes.
-struct Request {
-    event: Event,
-    answer: std::sync::mpsc::Sender<Result<Entry<Event>, StoreError>>,
-}
-
-impl PgEventLog {
-    /// Opens `feature`'s ledger in `project`'s store on the database `info` names, reading and
-    /// checking every entry; appends carry `lease` when given (a person's appends carry none).
-    pub fn open(
-        info: &ConnectInfo,
-        project: &str,
-        feature: &str,
-        lease: Option<Lease>,
-    ) -> Result<PgEventLog, StoreError> {
-        let (requests, inbox) = std::sync::mpsc::channel::<Request>();
-        let (opened, first) = std::sync::mpsc::channel();
-        let (info, project, name) = (info.clone(), project.to_string(), feature.to_string());
-        std::thread::Builder::new()
-            .name(format!("consort-store-{feature}"))
-            .spawn(move || serve(&info, &project, &name, lease, &inbox, &opened))
-            .map_err(|e| StoreError::Thread(e.to_string()))?;
-        let entries = first
-            .recv()
-            .map_err(|_| StoreError::Thread("the store's thread ended at once".into()))??;
-        Ok(PgEventLog {
-            feature: feature.to_string(),
-            entries,
-            requests,
-        })
-    }
-}
-
-/// The store's thread: opens the store, reads the ledger, then makes each append asked for
-/// until the log is dropped.
-fn serve(
-    info: &ConnectInfo,
-    project: &str,
-    feature: &str,
-    lease: Option<Lease>,
-    inbox: &std::sync::mpsc::Receiver<Request>,
-    opened: &std::sync::mpsc::Sender<Result<Vec<Entry<Event>>, StoreError>>,
-) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            let _ = opened.send(Err(StoreError::Thread(e.to_string())));
-            return;
-        }
-    };
-    runtime.block_on(async {
-        let mut store = match PgStore::connect(info, project).await {
-            Ok(store) => store,
-            Err(e) => {
-                let _ = opened.send(Err(e));
-                return;
-            }
-        };
-        if opened.send(store.entries(feature).await).is_err() {
-            return;
-        }
-        while let Ok(request) = inbox.recv() {
-            let fence = lease.as_ref().map_or(Fence::Person, Fence::Lease);
-            let done = store.append(feature, &request.event, fence).await;
-            let _ = request.answer.send(done);
-        }
-    });
-}
-
-impl consort_actors::EventLog for PgEventLog {
-    fn entries(&self) -> &[Entry<Event>] {
-        &self.entries
-    }
-
-    fn append(&mut self, event: &Event) -> Result<&Entry<Event>, consort_actors::EventLogError> {
-        let store = |e: StoreError| consort_actors::EventLogError::Store(Box::new(e));
-        let (answer, done) = std::sync::mpsc::channel();
-        self.requests
-            .send(Request {
-                event: event.clone(),
-                answer,
-            })
-            .map_err(|_| store(StoreError::Thread("the store's thread is gone".into())))?;
-        let entry = done
-            .recv()
-            .map_err(|_| store(StoreError::Thread("the store's thread is gone".into())))?
-            .map_err(store)?;
-        self.entries.push(entry);
-        Ok(&self.entries[self.entries.len() - 1])
-    }
-}
-
-/// Opens a feature's ledger in the shared store for a conductor
-/// ([`consort_actors::OpenEventLog`]).
-#[derive(Debug, Clone)]
-pub struct PgEventLogOpener {
-    /// The store's database.
-    pub info: ConnectInfo,
-    /// The project whose records these are.
-    pub project: String,
-    /// The feature.
-    pub feature: String,
-    /// The lease the driving process holds, which every append carries.
-    pub lease: Option<Lease>,
-}
-
-impl consort_actors::OpenEventLog for PgEventLogOpener {
-    fn open(&self) -> Result<Box<dyn consort_actors::EventLog>, consort_actors::EventLogError> {
-        PgEventLog::open(&self.info, &self.project, &self.feature, self.lease.clone())
-            .map(|log| Box::new(log) as Box<dyn consort_actors::EventLog>)
-            .map_err(|e| consort_actors::EventLogError::Store(Box::new(e)))
-    }
 }
