@@ -15,7 +15,6 @@ use consort_actors::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::ProjectConfig;
-use crate::records::Records;
 
 /// The backlog file, relative to the project: the features added after the first.
 pub const BACKLOG_FILE: &str = ".consort/backlog.json";
@@ -66,21 +65,6 @@ pub enum BacklogError {
         /// Why.
         detail: String,
     },
-    /// The shared store's backlog could not be read or changed.
-    #[error("the backlog in the shared store")]
-    Shared(#[source] Box<crate::records::RecordsError>),
-}
-
-impl From<crate::records::RecordsError> for BacklogError {
-    fn from(e: crate::records::RecordsError) -> Self {
-        BacklogError::Shared(Box::new(e))
-    }
-}
-
-impl From<consort_lakebase::store::StoreError> for BacklogError {
-    fn from(e: consort_lakebase::store::StoreError) -> Self {
-        crate::records::RecordsError::from(e).into()
-    }
 }
 
 impl BacklogError {
@@ -227,10 +211,16 @@ struct Added {
     id: String,
 }
 
-/// The project's features in backlog order: `consort.toml`'s first, then the added ones (as
-/// the shared store orders them, when the records are kept in one).
-pub fn features(records: &Records, config: &ProjectConfig) -> Result<Vec<Feature>, BacklogError> {
-    let dir = records.dir();
+/// The project's features in backlog order: `consort.toml`'s first, then the ones `consort
+/// feature add` appended to `.consort/backlog.json`.
+pub fn features(dir: &Path, config: &ProjectConfig) -> Result<Vec<Feature>, BacklogError> {
+    let added = read_file(dir)?.features.into_iter().map(|a| a.id).collect();
+    Ok(listed(dir, config, added))
+}
+
+/// The backlog of `consort.toml`'s feature then the `added` ids (checked by the caller), in
+/// order: each feature with its record directory and request.
+pub fn listed(dir: &Path, config: &ProjectConfig, added: Vec<String>) -> Vec<Feature> {
     let first = &config.feature.id;
     let mut out = Vec::new();
     let mut first_record = record_dir(first);
@@ -250,7 +240,7 @@ pub fn features(records: &Records, config: &ProjectConfig) -> Result<Vec<Feature
         request: config.feature.request.clone(),
         record_dir: first_record,
     });
-    for id in added(records)? {
+    for id in added {
         let record_dir = record_dir(&id);
         out.push(Feature {
             request: PathBuf::from(format!("{record_dir}/request.md")),
@@ -258,26 +248,7 @@ pub fn features(records: &Records, config: &ProjectConfig) -> Result<Vec<Feature
             id,
         });
     }
-    Ok(out)
-}
-
-/// The ids `consort feature add` added, in order: from the backlog file, or the shared store
-/// (each id checked: its rows are untrusted).
-fn added(records: &Records) -> Result<Vec<String>, BacklogError> {
-    let Some(store) = records.store() else {
-        return Ok(read_file(records.dir())?
-            .features
-            .into_iter()
-            .map(|a| a.id)
-            .collect());
-    };
-    let ids = store.backlog()?;
-    for id in &ids {
-        check_id(id).map_err(|_| crate::records::RecordsError::Foreign {
-            what: format!("a backlog entry {id:?}"),
-        })?;
-    }
-    Ok(ids)
+    out
 }
 
 /// The legacy record's feature: None without one; Some(None) when its ledger does not say
@@ -396,16 +367,34 @@ pub fn title_of(body: &str) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// Appends the request in `file` to the backlog as feature `id` (default: the file's name
-/// without its extension): the request is copied into the feature's record, so that later
+/// Appends the request in `file` to the backlog file as feature `id` (default: the file's
+/// name without its extension): the request is copied into the feature's record, so that later
 /// edits of `file` do not change what the feature was asked. A duplicate id is refused, and
 /// nothing is written then.
 pub fn add(
-    records: &Records,
+    dir: &Path,
     config: &ProjectConfig,
     file: &Path,
     id: Option<&str>,
 ) -> Result<Feature, BacklogError> {
+    let (feature, _) = prepare_add(dir, &features(dir, config)?, file, id)?;
+    let mut backlog = read_file(dir)?;
+    backlog.features.push(Added {
+        id: feature.id.clone(),
+    });
+    write_file(dir, &backlog)?;
+    Ok(feature)
+}
+
+/// What adding the request in `file` as feature `id` to a backlog of `existing` features
+/// makes: the feature (its request copied into its record) and the request's text; refused
+/// for a request without a title, a bad id or one the backlog has.
+pub fn prepare_add(
+    dir: &Path,
+    existing: &[Feature],
+    file: &Path,
+    id: Option<&str>,
+) -> Result<(Feature, String), BacklogError> {
     let request = |detail: String| BacklogError::Request {
         path: file.to_path_buf(),
         detail,
@@ -422,8 +411,6 @@ pub fn add(
             .ok_or_else(|| request("has no file name to take an id from; give --id".into()))?,
     };
     check_id(&id)?;
-    let dir = records.dir();
-    let existing = features(records, config)?;
     if existing
         .iter()
         .any(|f| f.id == id || f.record_dir == record_dir(&id))
@@ -438,23 +425,12 @@ pub fn add(
     };
     std::fs::create_dir_all(dir.join(&record)).map_err(|e| io(&copy, e))?;
     std::fs::write(&copy, &body).map_err(|e| io(&copy, e))?;
-    match records.store() {
-        Some(store) => {
-            if !store.add_feature(&id, &body)? {
-                return Err(BacklogError::Duplicate { id });
-            }
-        }
-        None => {
-            let mut backlog = read_file(dir)?;
-            backlog.features.push(Added { id: id.clone() });
-            write_file(dir, &backlog)?;
-        }
-    }
-    Ok(Feature {
+    let feature = Feature {
         id,
         request: PathBuf::from(format!("{record}/request.md")),
         record_dir: record,
-    })
+    };
+    Ok((feature, body))
 }
 
 fn read_file(dir: &Path) -> Result<BacklogFile, BacklogError> {

@@ -18,6 +18,10 @@ use consort_actors::{
     CommitKind, FileChange, MigrationFiles, SchemaPlan, State, StepCommit, WorkTree,
 };
 
+mod remote;
+
+pub(crate) use remote::Remote;
+
 /// The e-mail domain of Consort's commit identities (reserved: it never delivers).
 const EMAIL_DOMAIN: &str = "consort.invalid";
 /// The committer of every commit Consort makes, and the author of a lane's merge.

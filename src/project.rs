@@ -144,6 +144,7 @@ impl ProjectError {
         match self {
             ProjectError::Config(_) | ProjectError::Feature { .. } => true,
             ProjectError::Backlog(b) => b.is_usage(),
+            ProjectError::Records(r) => r.is_usage(),
             _ => false,
         }
     }
@@ -229,7 +230,7 @@ impl Project {
         })?;
         let config = ProjectConfig::load(&dir)?;
         let records = crate::records::Records::open(&dir, &config)?;
-        let features = crate::backlog::features(&records, &config)?;
+        let features = records.backlog(&config)?;
         let mut project = Project {
             feature: features[0].clone(),
             work_tree: dir.clone(),
@@ -290,7 +291,7 @@ impl Project {
 
     /// The backlog, in order (`consort.toml`'s feature first).
     pub fn backlog(&self) -> Result<Vec<Feature>, ProjectError> {
-        Ok(crate::backlog::features(&self.records, &self.config)?)
+        Ok(self.records.backlog(&self.config)?)
     }
 
     /// Where the project's records are kept.
@@ -658,6 +659,14 @@ impl Project {
 }
 
 impl Project {
+    /// The project's git remote (`[git] remote`) in the repository of its own tree; None
+    /// without one, or outside a repository.
+    pub(crate) fn remote(&self) -> Option<crate::git::Remote> {
+        let name = self.config.git.remote.clone()?;
+        let repo = crate::git::GitRepo::detect(&self.dir)?;
+        Some(crate::git::Remote::new(repo, name))
+    }
+
     /// The git repository the feature's work tree lies in, if any.
     pub fn git(&self) -> Option<crate::git::GitRepo> {
         crate::git::GitRepo::detect(&self.work_tree)

@@ -24,7 +24,7 @@ use consort_lakebase::store::{
     Holding, Lease, PgEventLog, PgEventLogOpener, StoreError, StoreHandle,
 };
 
-use crate::backlog::{Feature, record_dir};
+use crate::backlog::{BacklogError, Feature, record_dir};
 
 mod lease;
 
@@ -61,6 +61,9 @@ pub enum RecordsError {
     /// A ledger file.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    /// The backlog: its file, a request, an id.
+    #[error(transparent)]
+    Backlog(#[from] crate::backlog::BacklogError),
     /// A record file here could not be read or written.
     #[error("the record {path}")]
     File {
@@ -88,6 +91,14 @@ pub enum RecordsError {
         /// What it names.
         what: String,
     },
+}
+
+impl RecordsError {
+    /// Whether the error is the person's at the command line (a request without a title, a
+    /// bad or taken feature id).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, RecordsError::Backlog(b) if b.is_usage())
+    }
 }
 
 /// What a feature's ledger holds, as a check of its whole chain found it.
@@ -163,6 +174,42 @@ impl Records {
     /// The shared store, when the records are kept in one.
     pub fn store(&self) -> Option<&Arc<StoreHandle>> {
         self.shared.as_ref().map(|s| &s.store)
+    }
+
+    /// The project's features in backlog order: `consort.toml`'s first, then the added ones,
+    /// as the backlog file or the shared store orders them (each id the store gives checked:
+    /// its rows are untrusted).
+    pub fn backlog(&self, config: &ProjectConfig) -> Result<Vec<Feature>, RecordsError> {
+        let Some(shared) = &self.shared else {
+            return Ok(crate::backlog::features(&self.dir, config)?);
+        };
+        let ids = shared.store.backlog()?;
+        if let Some(bad) = ids.iter().find(|id| crate::backlog::check_id(id).is_err()) {
+            return Err(RecordsError::Foreign {
+                what: format!("a backlog entry {bad:?}"),
+            });
+        }
+        Ok(crate::backlog::listed(&self.dir, config, ids))
+    }
+
+    /// Appends the request in `file` to the backlog as feature `id` (see
+    /// [`crate::backlog::add`]); with the shared store, the store's backlog gets it with its
+    /// request, and a feature another machine added first under that id is refused.
+    pub fn add_feature(
+        &self,
+        config: &ProjectConfig,
+        file: &Path,
+        id: Option<&str>,
+    ) -> Result<Feature, RecordsError> {
+        let Some(shared) = &self.shared else {
+            return Ok(crate::backlog::add(&self.dir, config, file, id)?);
+        };
+        let (feature, request) =
+            crate::backlog::prepare_add(&self.dir, &self.backlog(config)?, file, id)?;
+        if !shared.store.add_feature(&feature.id, &request)? {
+            return Err(BacklogError::Duplicate { id: feature.id }.into());
+        }
+        Ok(feature)
     }
 
     /// How long a hold on a feature lasts unless renewed (the shared store's; None with files).

@@ -95,7 +95,7 @@ fn project() -> tempfile::TempDir {
     consort::git::GitRepo::init_with_commit(dir.path(), "Bench", "before Consort").expect("git");
     let project = Project::open(dir.path()).expect("project");
     consort::backlog::add(
-        project.records(),
+        dir.path(),
         &project.config,
         &dir.path().join("twin.md"),
         Some(TWIN_ID),

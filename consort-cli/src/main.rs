@@ -330,6 +330,8 @@ fn main() -> ExitCode {
                 c.downcast_ref::<consort::config::ConfigError>().is_some()
                     || c.downcast_ref::<consort::backlog::BacklogError>()
                         .is_some_and(consort::backlog::BacklogError::is_usage)
+                    || c.downcast_ref::<consort::records::RecordsError>()
+                        .is_some_and(consort::records::RecordsError::is_usage)
                     || c.downcast_ref::<consort::ProjectError>()
                         .is_some_and(consort::ProjectError::is_usage)
                     || matches!(
@@ -778,7 +780,7 @@ fn verify(dir: &Path, only: Option<&str>) -> Result<i32> {
 fn feature_add(dir: &Path, file: &Path, id: Option<&str>) -> Result<i32> {
     let project = Project::open(dir)?;
     let _lock = project.lock("consort feature add")?;
-    let added = consort::backlog::add(project.records(), &project.config, file, id)?;
+    let added = project.records().add_feature(&project.config, file, id)?;
     let position = project.backlog()?.len();
     println!(
         "added feature {} (number {position} of the backlog); its request is kept in {}",

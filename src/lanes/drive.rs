@@ -239,7 +239,7 @@ fn take(
         }
         Err(e) => return Err(e),
     };
-    worktree::ensure(&project.dir, feature, super::Remote::of(project).as_ref())?;
+    worktree::ensure(&project.dir, feature, project.remote().as_ref())?;
     records.share_file(feature, "lane.json")?;
     let mut lane = project.about(&feature.id)?;
     if let Some(keeper) = &lease {

@@ -175,7 +175,7 @@ fn integrate(
     project
         .git_sync()
         .map_err(|e| io(&consort_actors::error_chain(&e)))?;
-    let remote = super::Remote::of(project);
+    let remote = project.remote();
     let seen = match &remote {
         Some(remote) => Some(fetched_base(project, remote, &record.base)?),
         None => None,
@@ -221,7 +221,7 @@ fn integrate(
 fn merged_features(
     project: &Project,
     repo: &GitRepo,
-    remote: Option<&super::Remote>,
+    remote: Option<&crate::git::Remote>,
     (base_tip, lane_tip): (&str, &str),
 ) -> Result<Vec<Project>, InfraError> {
     let io = |e: crate::project::ProjectError| {
@@ -499,7 +499,7 @@ async fn regression(
 /// remote's when it is behind. Returns the remote's base tip (None: it has no such branch).
 fn fetched_base(
     project: &Project,
-    remote: &super::Remote,
+    remote: &crate::git::Remote,
     base: &str,
 ) -> Result<Option<String>, InfraError> {
     let io =
@@ -542,7 +542,7 @@ fn advance(
             "the project left its git repository".into(),
         )
     })?;
-    if let (Some(remote), Some(seen)) = (super::Remote::of(project), seen) {
+    if let (Some(remote), Some(seen)) = (project.remote(), seen) {
         if !project.still_holds() {
             return Err(refused(
                 "this process no longer holds the feature (another took it over); nothing was pushed".into(),

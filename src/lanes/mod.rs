@@ -27,7 +27,6 @@ mod deps;
 mod drive;
 mod merge;
 mod objects;
-mod remote;
 mod worktree;
 
 pub(crate) use crate::project::lane::legacy_lane_root;
@@ -35,5 +34,4 @@ pub use crate::project::lane::{LaneError, hidden_from_lane, lanes_dir, work_tree
 pub use deps::{editable_installs, link_dependencies};
 pub use drive::{LaneOptions, LaneReport, run_lanes};
 pub use merge::MergeCheck;
-pub(crate) use remote::Remote;
 pub use worktree::{LaneRecord, ScratchLane};

@@ -108,7 +108,7 @@ pub(super) fn worktrees_lock(dir: &Path) -> Result<RunLock, LaneError> {
 pub(crate) fn ensure(
     dir: &Path,
     feature: &Feature,
-    remote: Option<&super::Remote>,
+    remote: Option<&crate::git::Remote>,
 ) -> Result<LaneRecord, LaneError> {
     let _lock = worktrees_lock(dir)?;
     let git = |what: &'static str| {

@@ -51,7 +51,7 @@ impl LiveSync {
     /// unwaited for when the `LiveSync` is dropped. With a remote (`[git] remote`), each sync
     /// that made a commit pushes the feature's branch.
     pub fn start(project: Project, repo: GitRepo) -> LiveSync {
-        let remote = crate::lanes::Remote::of(&project);
+        let remote = project.remote();
         // Whether commits wait to be pushed (made by this sync, or left by a failed push).
         let mut unpushed = false;
         Self::spawn(move || {

@@ -60,3 +60,91 @@ async fn a_run_keeps_its_events_in_the_shared_store() {
     );
     assert!(!project.path().join(".consort/ledger.jsonl").exists());
 }
+
+/// A clone that names a shared store reads its records from there, and a row that is not
+/// Consort's (a record file named to climb out of the record directory, a backlog entry that is
+/// no feature id) is refused with what it is, before anything is written.
+#[tokio::test]
+async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
+    let provider = consort_testkit::cluster::provider().await;
+    let base = provider
+        .prepare_base(&BaseSpec::default())
+        .await
+        .expect("base");
+    let branch = provider
+        .create(&BranchNamer::new().next_name(), &base)
+        .await
+        .expect("a database for the store");
+    let info = provider.connect_info(&branch).await.expect("info");
+    let url = format!(
+        "postgres://{}:{}@{}:{}/{}",
+        info.user,
+        info.secret.expose(),
+        info.host,
+        info.port,
+        info.database
+    );
+    let tmp = crate::common::stockflow_tempdir();
+    let dir = tmp.path();
+    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    std::fs::write(
+        dir.join("consort.toml"),
+        format!("{config}\n[store]\nkind = \"postgres\"\nproject = \"stockflow\"\nurl_env = \"SHARED_STORE_URL\"\n"),
+    )
+    .expect("config");
+    let status = || {
+        let o = crate::common::run(
+            crate::common::consort_in("status", dir).env("SHARED_STORE_URL", &url),
+        );
+        (
+            o.status.code(),
+            consort_testkit::process::text(&o),
+            what.to_string(),
+        )
+    };
+    // Unset, the store's URL is asked for by its variable's name.
+    let o = crate::common::run(&mut crate::common::consort_in("status", dir));
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        consort_testkit::process::text(&o)
+            .contains("set the environment variable SHARED_STORE_URL"),
+        "{}",
+        consort_testkit::process::text(&o)
+    );
+    let (code, said) = status();
+    assert_eq!(code, Some(0), "{said}");
+
+    let store = PgStore::connect(&info, "stockflow").await.expect("store");
+    drop(store);
+    let client = consort::lakebase::connect(&info).await.expect("client");
+    client
+        .execute(
+            "INSERT INTO consort_store.documents (project, feature, name, body) \
+             VALUES ('stockflow', 'f2', '../../../escape.md', 'x')",
+            &[],
+        )
+        .await
+        .expect("a foreign record file");
+    let (code, said) = status();
+    assert_ne!(code, Some(0), "{said}");
+    assert!(said.contains("not Consort's"), "{said}");
+    assert!(
+        !dir.join("escape.md").exists()
+            && !dir.parent().expect("parent").join("escape.md").exists()
+    );
+    client
+        .batch_execute(
+            "DELETE FROM consort_store.documents; \
+             INSERT INTO consort_store.backlog (project, position, feature) \
+             VALUES ('stockflow', 1, '../f2')",
+        )
+        .await
+        .expect("a foreign backlog entry");
+    let (code, said) = status();
+    assert_ne!(code, Some(0), "{said}");
+    assert!(said.contains("a backlog entry \"../f2\""), "{said}");
+    assert!(
+        !said.contains(info.secret.expose()),
+        "the URL's password is in no message"
+    );
+}

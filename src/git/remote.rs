@@ -5,13 +5,11 @@
 //!
 //! Git runs with its own configuration and credential helpers; it is never asked to prompt,
 //! and a remote's credentials are cut from every message
-//! ([`crate::git::without_credentials`]).
+//! ([`super::without_credentials`]).
 
-use crate::git::{GitError, GitRepo, branch_name};
-use crate::project::Project;
+use super::{GitError, GitRepo, branch_name};
 
-/// The project's remote, in the repository its tree is in; None when `[git] remote` names
-/// none or the project is in no repository.
+/// A remote of a repository, by name (`[git] remote`).
 #[derive(Debug, Clone)]
 pub(crate) struct Remote {
     repo: GitRepo,
@@ -27,11 +25,9 @@ static NETWORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const NO_PROMPT: [(&str, &str); 2] = [("GIT_TERMINAL_PROMPT", "0"), ("GIT_ASKPASS", "")];
 
 impl Remote {
-    /// The remote of `project`'s repository (the project's own tree, not a lane's).
-    pub(crate) fn of(project: &Project) -> Option<Remote> {
-        let name = project.config.git.remote.clone()?;
-        let repo = GitRepo::detect(&project.dir)?;
-        Some(Remote { repo, name })
+    /// The remote `name` of `repo`.
+    pub(crate) fn new(repo: GitRepo, name: String) -> Remote {
+        Remote { repo, name }
     }
 
     /// Where the remote's copy of `branch` is kept here.
