@@ -96,11 +96,7 @@ async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
         let o = crate::common::run(
             crate::common::consort_in("status", dir).env("SHARED_STORE_URL", &url),
         );
-        (
-            o.status.code(),
-            consort_testkit::process::text(&o),
-            what.to_string(),
-        )
+        (o.status.code(), consort_testkit::process::text(&o))
     };
     // Unset, the store's URL is asked for by its variable's name.
     let o = crate::common::run(&mut crate::common::consort_in("status", dir));
