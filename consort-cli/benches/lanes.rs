@@ -16,6 +16,7 @@
 
 #[path = "../../benches/common/mod.rs"]
 mod common;
+mod twins;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -31,31 +32,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
 
 /// The twin's feature id.
-const TWIN_ID: &str = "F2-warehouse-depot";
-
-/// StockFlow's names and what the twin calls them, applied in this order (longer names
-/// first, so that `stock` is replaced last).
-const RENAMES: &[(&str, &str)] = &[
-    (STOCKFLOW_FEATURE_ID, TWIN_ID),
-    ("location_empty_state", "depot_location_empty_state"),
-    ("sku_detail", "depot_sku_detail"),
-    ("require_non_negative", "depot_require_non_negative"),
-    ("src/adjustments.sql", "src/depot_adjustments.sql"),
-    ("tests/s", "tests/d"),
-    ("0001_stock_records", "0004_depot_records"),
-    (
-        "0002_stock_records_par_level",
-        "0005_depot_records_par_level",
-    ),
-    ("0003_stock_adjustments", "0006_depot_adjustments"),
-    ("stock", "depot"),
-    ("Stock", "Depot"),
-];
+const TWIN_ID: &str = twins::DEPOT.id;
 
 fn twin(text: &str) -> String {
-    RENAMES
-        .iter()
-        .fold(text.to_owned(), |t, (from, to)| t.replace(from, to))
+    twins::twin(text, &twins::DEPOT)
 }
 
 /// A git project whose backlog is StockFlow, then its twin; each feature played by its script.

@@ -15,6 +15,9 @@ use crate::project::{Project, ProjectError, RunOptions};
 use crate::records::{LeaseKeeper, RecordsError, holder_name};
 use crate::runlock::{RunLock, RunLockError};
 
+/// The longest a process waiting for features other processes hold sleeps between looks.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How to drive lanes.
 #[derive(Clone, Default)]
 pub struct LaneOptions {
@@ -75,7 +78,13 @@ pub async fn run_lanes(dir: &Path, opts: LaneOptions) -> Result<Vec<LaneReport>,
     // Which feature each lane's task drives, for the report of a task that panicked.
     let mut tasks = BTreeMap::new();
     let mut reports = Vec::new();
-    let poll = project.records().lease_time().map(|t| t / 3);
+    // How often a process that waits for features other processes hold looks again: often
+    // enough that it ends soon after the last of them is done, and takes one over soon after
+    // its holder's lease ran out.
+    let poll = project
+        .records()
+        .lease_time()
+        .map(|t| (t / 3).min(WAIT_POLL));
     loop {
         let mut left = Vec::new();
         while running.len() < parallel {
@@ -162,6 +171,8 @@ fn candidates(
     opts: &LaneOptions,
     not: &BTreeSet<String>,
 ) -> Result<Vec<Feature>, ProjectError> {
+    // Other machines' lanes' records first: a feature's state is replayed with its lane's.
+    project.records().refresh()?;
     let mut out = Vec::new();
     for feature in project.backlog()? {
         if wanted(opts, &feature)
@@ -211,8 +222,15 @@ fn take(
                 return Ok(None);
             };
             let lease = records.keep(lease);
-            // What the feature's earlier holders recorded (its lane's record) comes first.
+            // What the feature's earlier holders recorded (its lane's record, which its state
+            // is replayed with) comes first.
             records.refresh()?;
+            // Finished between the look and the take (its holder ended and let it go): given
+            // back, and not taken again.
+            if !project.state_of(feature)?.is_unfinished() {
+                passed.insert(feature.id.clone());
+                return Ok(None);
+            }
             (feature, lease)
         }
         _ => {
