@@ -355,9 +355,9 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, project: 
         branches.created, branches.dropped, branches.live
     );
     println!("time:      {}", time_line(&report.phase_times));
-    match consort_actors::Ledger::<consort_actors::Event>::read(&report.ledger_path) {
-        Ok(entries) => {
-            let totals = consort_actors::usage_totals(entries.iter().map(|e| &e.event));
+    match project.events() {
+        Ok(events) => {
+            let totals = consort_actors::usage_totals(events.iter());
             for line in usage_lines(&totals) {
                 println!("usage:     {line}");
             }
@@ -366,9 +366,16 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, project: 
             tracing::warn!(error = %consort_actors::error_chain(&e), "cannot read the ledger for the usage summary")
         }
     }
+    let ledger = match project.records().store() {
+        Some(store) => format!(
+            "feature {} of project {} in the shared store",
+            project.feature_id(),
+            store.project()
+        ),
+        None => report.ledger_path.display().to_string(),
+    };
     println!(
-        "ledger:    {} ({} events this run)",
-        report.ledger_path.display(),
+        "ledger:    {ledger} ({} events this run)",
         report.events_appended
     );
     println!("project:   {}", dir.display());
