@@ -38,6 +38,24 @@ pub async fn provider() -> Arc<EmbeddedProvider> {
     )
 }
 
+/// A fresh database of its own on the shared cluster (a branch of an empty base), for a test
+/// that needs one database and no provider: the shared store's, for one.
+pub async fn scratch_database() -> ConnectInfo {
+    let p = provider().await;
+    let base = p
+        .prepare_base(&consort_lakebase::BaseSpec::default())
+        .await
+        .expect("base");
+    let branch = p
+        .create(
+            &consort_lakebase::names::BranchNamer::new().next_name(),
+            &base,
+        )
+        .await
+        .expect("a scratch database");
+    p.connect_info(&branch).await.expect("its connection")
+}
+
 /// The same, as a trait object.
 pub async fn dyn_provider() -> Arc<dyn BranchProvider> {
     provider().await

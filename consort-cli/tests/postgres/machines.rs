@@ -319,6 +319,30 @@ fn three_machines_share_a_store_and_a_remote_and_one_takes_over_a_killed_ones_fe
     let paused = wait_until_mid_feature(&server, (&machines[1], &mut workers[1]), 6);
     let pid = nix::unistd::Pid::from_raw(workers[1].id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    // From the origin's checkout, which drives nothing: the paused worker's lane, held by it
+    // on another machine, while its lease lasts.
+    let origin = root.path().join("origin/shop");
+    let looker = Machine {
+        clone: origin.clone(),
+        home: root.path().join("origin"),
+        tmp: std::env::temp_dir(),
+    };
+    let mut status = consort_in("status", &origin);
+    status.arg("--json");
+    let o = run(&mut looker.command(status, &server));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+    let lane = json["lanes"]
+        .as_array()
+        .and_then(|lanes| lanes.iter().find(|l| l["feature"] == paused.as_str()))
+        .unwrap_or_else(|| panic!("the paused worker's lane is listed: {json:#}"));
+    assert_eq!(lane["work_tree"], serde_json::Value::Null, "{lane:#}");
+    assert!(
+        lane["held_by"]
+            .as_str()
+            .is_some_and(|h| h.ends_with(&format!("(PID {})", workers[1].id()))),
+        "{lane:#}"
+    );
+    assert!(lane["since"].as_str().is_some(), "{lane:#}");
     // Taken over: a live lease on the paused worker's feature held by another process.
     let start = Instant::now();
     let paused_pid = format!("(PID {})", workers[1].id());

@@ -6,21 +6,12 @@ use std::sync::Arc;
 
 use consort::agents::{Role, Script};
 use consort::lakebase::store::{PgEventLogOpener, PgStore, StoreHandle};
-use consort::lakebase::{BaseSpec, BranchProvider, names::BranchNamer};
 use consort::{ApproveAs, Ensemble, FeatureRequest, RunOutcome};
 
 #[tokio::test]
 async fn a_run_keeps_its_events_in_the_shared_store() {
     let provider = consort_testkit::cluster::provider().await;
-    let base = provider
-        .prepare_base(&BaseSpec::default())
-        .await
-        .expect("base");
-    let branch = provider
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("a database for the store");
-    let info = provider.connect_info(&branch).await.expect("info");
+    let info = consort_testkit::cluster::scratch_database().await;
 
     let project = tempfile::tempdir().expect("tempdir");
     let script = Script::from_toml_str(include_str!("../../examples/stockflow/data/script.toml"))
@@ -66,16 +57,7 @@ async fn a_run_keeps_its_events_in_the_shared_store() {
 /// no feature id) is refused with what it is, before anything is written.
 #[tokio::test]
 async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
-    let provider = consort_testkit::cluster::provider().await;
-    let base = provider
-        .prepare_base(&BaseSpec::default())
-        .await
-        .expect("base");
-    let branch = provider
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("a database for the store");
-    let info = provider.connect_info(&branch).await.expect("info");
+    let info = consort_testkit::cluster::scratch_database().await;
     let url = format!(
         "postgres://{}:{}@{}:{}/{}",
         info.user,

@@ -6,20 +6,12 @@
 use std::time::Duration;
 
 use consort_actors::{Event, HumanDecision, Ledger};
+use consort_lakebase::ConnectInfo;
 use consort_lakebase::store::{Fence, PgStore, StoreError};
-use consort_lakebase::{BaseSpec, BranchProvider, ConnectInfo, names::BranchNamer};
-
-use crate::common;
 
 /// A fresh database for a store, on the shared cluster.
 async fn store_database() -> ConnectInfo {
-    let p = common::provider().await;
-    let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
-    let branch = p
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("branch");
-    p.connect_info(&branch).await.expect("info")
+    consort_testkit::cluster::scratch_database().await
 }
 
 fn decision(n: usize) -> Event {
