@@ -103,6 +103,7 @@ impl Fixture {
             focus: None,
             caches: Vec::new(),
             hidden: Vec::new(),
+            select: Vec::new(),
         }
     }
 

@@ -536,6 +536,14 @@ impl ProjectConfig {
         if self.pool.max_concurrent == 0 || self.pool.max_concurrent > 64 {
             return Err(invalid("pool.max_concurrent", "between 1 and 64".into()));
         }
+        let (RunnerConfig::Psql { shards, .. } | RunnerConfig::Command { shards, .. }) =
+            &self.runner;
+        if shards.is_some_and(|n| n == 0 || n > 64) {
+            return Err(invalid(
+                "runner.shards",
+                "between 1 and 64 (1 runs the suite whole)".into(),
+            ));
+        }
         let b = &self.bounds;
         if b.max_repairs > 20
             || b.max_review_rounds > 20
@@ -615,7 +623,7 @@ impl ProjectConfig {
         ))
     }
 
-    /// The machine configuration from `[paths]` and `[bounds]`.
+    /// The machine configuration from `[paths]`, `[bounds]` and `[runner] per_step`.
     pub fn machine_config(&self) -> Result<MachineConfig, consort_actors::GlobError> {
         Ok(MachineConfig {
             paths: self.path_policy()?,
@@ -623,6 +631,7 @@ impl ProjectConfig {
             max_repairs: self.bounds.max_repairs,
             max_review_rounds: self.bounds.max_review_rounds,
             max_agent_retries: self.bounds.max_agent_retries,
+            per_step: self.runner.per_step(),
             migration_files: Some(consort_actors::MigrationFiles {
                 dir: self.migrations.dir.clone(),
                 apply_existing: self.migrations.apply_existing,
@@ -819,6 +828,26 @@ path = ".consort/script.toml"
         let c = ProjectConfig::parse(&text, Path::new("consort.toml")).expect("parses");
         assert!(
             matches!(c.agents.for_role(Role::Driver), AgentConfig::Command(cmd) if cmd.pass_env == ["PATH"])
+        );
+    }
+
+    #[test]
+    fn runner_shards_are_bounded_and_default_to_the_cores_and_verifications() {
+        let text = format!("{MINIMAL}\n[runner]\nkind = \"psql\"\nshards = 0\n");
+        let e = ProjectConfig::parse(&text, Path::new("consort.toml")).expect_err("refused");
+        assert!(e.to_string().contains("runner.shards"), "{e}");
+        let text =
+            format!("{MINIMAL}\n[runner]\nkind = \"psql\"\nshards = 3\nsplit_above_secs = 0\n");
+        let c = ProjectConfig::parse(&text, Path::new("consort.toml")).expect("parsed");
+        let shards = c.runner.shards(4);
+        assert_eq!((shards.max, shards.split_above_ms), (3, 0));
+        let c = ProjectConfig::parse(MINIMAL, Path::new("consort.toml")).expect("parsed");
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let shards = c.runner.shards(4);
+        assert_eq!(shards.max, 4.min(cores));
+        assert_eq!(
+            shards.split_above_ms,
+            consort_lakebase::Shards::SPLIT_ABOVE_MS
         );
     }
 

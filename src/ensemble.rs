@@ -20,7 +20,7 @@ use consort_agents::{Agent, RoleArgs, spawn_role_linked};
 use consort_lakebase::{
     BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
     LakebaseActor, LakebaseArgs, PoolConfig, PoolStats, PoolStatsSnapshot, PsqlRunner,
-    PsqlRunnerConfig, SandboxMode, TestRunner,
+    PsqlRunnerConfig, SandboxMode, Shards, TestRunner,
 };
 use tokio::sync::mpsc;
 
@@ -112,6 +112,7 @@ pub struct EnsembleBuilder {
     pool: PoolConfig,
     max_concurrent: usize,
     sandbox: SandboxMode,
+    shards: Shards,
     step_timeout: Duration,
     verify_timeout: Duration,
     restart: RestartPolicy,
@@ -234,6 +235,13 @@ impl EnsembleBuilder {
     /// the kernel lacks it) or [`SandboxMode::Off`], which every receipt then records.
     pub fn sandbox(mut self, mode: SandboxMode) -> Self {
         self.sandbox = mode;
+        self
+    }
+
+    /// How verifications split the suite over branches ([`Shards::OFF`], whole, unless
+    /// changed; a project's ensemble takes `[runner] shards`).
+    pub fn shards(mut self, shards: Shards) -> Self {
+        self.shards = shards;
         self
     }
 
@@ -378,6 +386,7 @@ impl EnsembleBuilder {
         args.max_concurrent = self.max_concurrent;
         args.stats = stats;
         args.sandbox = self.sandbox;
+        args.shards = self.shards;
         let spec = ChildSpec::new("lakebase", move |sup| {
             let args = args.clone();
             async move {
@@ -514,6 +523,7 @@ impl Ensemble {
             pool: PoolConfig::default(),
             max_concurrent: 4,
             sandbox: SandboxMode::default(),
+            shards: Shards::OFF,
             step_timeout: Duration::from_secs(600),
             verify_timeout: Duration::from_secs(900),
             restart: RestartPolicy::default(),

@@ -606,6 +606,7 @@ impl Project {
                 cfg.timeout = Duration::from_secs(*timeout_secs);
                 cfg.env.allow.extend(pass_env.iter().cloned());
                 cfg.view = crate::config::runner_facts::runs_in_a_view(&self.config);
+                cfg.select = crate::config::runner_facts::selector(&self.config);
                 Arc::new(CommandRunner::new(cfg))
             }
         })

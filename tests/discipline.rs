@@ -37,7 +37,7 @@ use consort::actors::{
 use consort::agents::{Agent, AgentOutput, BoxFuture, RoleArgs, Script, ScriptEntry, spawn_role};
 use consort::lakebase::{
     BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs, PsqlRunner,
-    PsqlRunnerConfig, SandboxMode, TestRunner,
+    PsqlRunnerConfig, SandboxMode, Shards, TestRunner,
 };
 use consort::{
     ApproveAs, Approver, Ensemble, EnsembleBuilder, EnsembleError, RunOutcome, RunReport,
@@ -55,6 +55,13 @@ const HONEST: &str = include_str!("fixtures/discipline/script.toml");
 const T1: &str = "tests/t1_add_item.sql";
 const T2: &str = "tests/t2_item_total.sql";
 const CODE: &str = "src/items.sql";
+
+/// Every case runs with its suites split over branches from the first run (a runner that
+/// cannot select files runs whole): nothing sharding opens may let a cheat through.
+const SPLIT: Shards = Shards {
+    max: 2,
+    split_above_ms: 0,
+};
 
 /// No case may take longer than this; a conductor that loops is a failed case, not a hang.
 const CASE_LIMIT: Duration = Duration::from_secs(180);
@@ -181,6 +188,8 @@ fn forged_receipt(work: &Path, request: u64) -> TestRunReceipt {
         tree_changes: Vec::new(),
         flaky: Vec::new(),
         missing_modules: Vec::new(),
+        shards: Vec::new(),
+        selection: Vec::new(),
     }
 }
 
@@ -366,6 +375,7 @@ impl Case {
             .machine(self.cfg.clone())
             .provider(world.provider.clone())
             .pool(consort_testkit::cluster::pool_config(1), 2)
+            .shards(SPLIT)
             .timeouts(Duration::from_secs(60), Duration::from_secs(120))
             .approver(Arc::new(ApproveAs { name: "ada".into() }));
         for role in Role::ALL {
@@ -1629,6 +1639,7 @@ impl Wired {
         let mut args = LakebaseArgs::new(world.provider.clone(), runner);
         args.pool = consort_testkit::cluster::pool_config(1);
         args.max_concurrent = 2;
+        args.shards = SPLIT;
         let (actor, _join) = LakebaseActor::spawn(args).await.expect("lakebase actor");
         Wired {
             roles,

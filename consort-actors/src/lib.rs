@@ -26,6 +26,7 @@
 //!         body: "Show the stock of every product per warehouse.".into(),
 //!     },
 //!     inherited: Default::default(),
+//!     per_step: Default::default(),
 //! };
 //! let (state, commands) = machine.step(&State::default(), &start).expect("a run starts");
 //! let Some(Command::Assign { id, role, step, .. }) = commands.first() else {
@@ -109,8 +110,8 @@ pub use artifact::{
     DesignBundle, Escalation, EscalationReason, ExitRecord, FeatureRequest, FileChange, FileHashes,
     GateApproval, GateDecision, GateKind, InfraFault, Migration, MissingModule,
     PersistenceInvariant, RequestId, Requirement, ReviewVerdict, RunTimings, SchemaPlan, Screen,
-    Spec, Stories, Story, TestEntry, TestList, TestOutcome, TestRunReceipt, TestStatus, UxDesign,
-    VerdictReason,
+    ShardRun, Spec, Stories, Story, TestEntry, TestList, TestOutcome, TestRunReceipt, TestStatus,
+    UxDesign, VerdictReason,
 };
 pub use budget::{
     Allowance, BudgetName, Budgets, CallEstimate, Limits, Measure, Price, Remaining, RoleUsage,
@@ -132,8 +133,8 @@ pub use paths::{
 };
 pub use protocol::{
     AgentFailure, AssignmentId, AssignmentInputs, ContextMeasure, InfraError, NotIncluded,
-    NotListed, Omission, Produced, PromoteReport, PromoteRequest, RunnerFacts, TranscriptRef,
-    Usage, VerifyPurpose, VerifyRequest, WriteRules,
+    NotListed, Omission, Produced, PromoteReport, PromoteRequest, RunnerFacts, StepScope,
+    TranscriptRef, Usage, VerifyPurpose, VerifyRequest, WriteRules,
 };
 pub use regression::{EarlierMigration, EarlierTest, Inherited, Retirement};
 pub use role::{ActorId, Role, UnknownRole};

@@ -171,6 +171,7 @@ fn burst(rt: &Runtime) -> Burst {
             focus: None,
             caches: Vec::new(),
             hidden: Vec::new(),
+            select: Vec::new(),
         };
         lakebase
             .verify(req(0), Duration::from_secs(120))

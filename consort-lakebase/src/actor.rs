@@ -38,6 +38,8 @@ pub struct LakebaseArgs {
     pub stats: Arc<PoolStats>,
     /// How test runs are confined (Landlock unless the configuration says `sandbox = "off"`).
     pub sandbox: crate::runner::SandboxMode,
+    /// How verifications split the suite over branches (whole unless changed).
+    pub shards: crate::verify::Shards,
 }
 
 impl LakebaseArgs {
@@ -51,6 +53,7 @@ impl LakebaseArgs {
             fixtures: Vec::new(),
             stats: Arc::new(PoolStats::default()),
             sandbox: crate::runner::SandboxMode::default(),
+            shards: crate::verify::Shards::OFF,
         }
     }
 
@@ -105,7 +108,9 @@ impl Actor for LakebaseActor {
         let pool = BranchPool::with_stats(args.provider.clone(), pool_cfg, args.stats);
         Ok(LakebaseState {
             verifier: Arc::new(
-                Verifier::new(pool, args.runner, args.fixtures).with_sandbox(args.sandbox),
+                Verifier::new(pool, args.runner, args.fixtures)
+                    .with_sandbox(args.sandbox)
+                    .with_shards(args.shards),
             ),
             slots: Arc::new(Semaphore::new(concurrent)),
             promotions: Arc::new(tokio::sync::Mutex::new(())),

@@ -272,5 +272,7 @@ pub fn receipt_with(
         tree_changes: Vec::new(),
         flaky: Vec::new(),
         missing_modules: Vec::new(),
+        shards: Vec::new(),
+        selection: Vec::new(),
     }
 }

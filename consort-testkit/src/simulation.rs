@@ -212,6 +212,7 @@ impl Simulation {
         self.feed(Event::Start {
             feature: feature(),
             inherited: Default::default(),
+            per_step: Default::default(),
         });
         while self.state.status == RunStatus::Running {
             let cmd = self.state.pending_command().expect("a pending command");

@@ -22,6 +22,7 @@ pub fn request(id: u64, tree: &Path, migrations: Vec<Migration>) -> VerifyReques
         focus: None,
         caches: Vec::new(),
         hidden: Vec::new(),
+        select: Vec::new(),
     }
 }
 

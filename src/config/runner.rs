@@ -23,6 +23,21 @@ pub enum RunnerConfig {
         /// `"landlock"` (the default) or `"off"`.
         #[serde(default)]
         sandbox: Sandbox,
+        /// Most shards a verification splits the suite into, each test file in one, each shard
+        /// in its own process on its own branch (besides a first shard of the tests likely to
+        /// fail); 1 runs the suite whole. Default: `[pool] max_concurrent`, at most the
+        /// machine's cores.
+        #[serde(default)]
+        shards: Option<usize>,
+        /// Split the suite only once a run of it has taken this many seconds (tests alone);
+        /// shorter suites run whole, as splitting costs a runner start per shard. Default 4.
+        #[serde(default)]
+        split_above_secs: Option<u64>,
+        /// What a build step's run covers: `"whole"` (the default: the whole suite, every
+        /// time) or `"feature"` (the feature's own tests; the whole suite at the end of each
+        /// story, at the deploy gate and in the merge check).
+        #[serde(default)]
+        per_step: consort_actors::StepScope,
     },
     /// The project's own test command.
     Command {
@@ -67,6 +82,21 @@ pub enum RunnerConfig {
         /// `"landlock"` (the default) or `"off"`.
         #[serde(default)]
         sandbox: Sandbox,
+        /// Most shards a verification splits the suite into, each test file in one, each shard
+        /// in its own process on its own branch (besides a first shard of the tests likely to
+        /// fail); 1 runs the suite whole. Default: `[pool] max_concurrent`, at most the
+        /// machine's cores.
+        #[serde(default)]
+        shards: Option<usize>,
+        /// Split the suite only once a run of it has taken this many seconds (tests alone);
+        /// shorter suites run whole, as splitting costs a runner start per shard. Default 4.
+        #[serde(default)]
+        split_above_secs: Option<u64>,
+        /// What a build step's run covers: `"whole"` (the default: the whole suite, every
+        /// time) or `"feature"` (the feature's own tests; the whole suite at the end of each
+        /// story, at the deploy gate and in the merge check).
+        #[serde(default)]
+        per_step: consort_actors::StepScope,
     },
 }
 
@@ -77,7 +107,7 @@ pub const RUN_OWN_ENV: &[&str] = &[
     "PGCONNECT_TIMEOUT",
     "HOME",
     "TMPDIR",
-    "PYTHONPYCACHEPREFIX",
+    "PYTHONDONTWRITEBYTECODE",
 ];
 
 /// Checks `[runner] env_set`: names a shell can export, none a run sets itself, no `CONSORT_*`.
@@ -118,6 +148,36 @@ pub enum Sandbox {
 }
 
 impl RunnerConfig {
+    /// How verifications split the suite: `shards`, or by default as many shards as
+    /// `max_concurrent` verifications and the machine's cores allow; split only above
+    /// `split_above_secs`.
+    pub fn shards(&self, max_concurrent: usize) -> consort_lakebase::Shards {
+        let (RunnerConfig::Psql {
+            shards,
+            split_above_secs,
+            ..
+        }
+        | RunnerConfig::Command {
+            shards,
+            split_above_secs,
+            ..
+        }) = self;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        consort_lakebase::Shards {
+            max: shards.unwrap_or_else(|| max_concurrent.min(cores)).max(1),
+            split_above_ms: split_above_secs
+                .map_or(consort_lakebase::Shards::SPLIT_ABOVE_MS, |s| {
+                    s.saturating_mul(1000)
+                }),
+        }
+    }
+
+    /// What a build step's run covers (`per_step`).
+    pub fn per_step(&self) -> consort_actors::StepScope {
+        let (RunnerConfig::Psql { per_step, .. } | RunnerConfig::Command { per_step, .. }) = self;
+        *per_step
+    }
+
     /// How test runs are confined.
     pub fn sandbox(&self) -> consort_lakebase::SandboxMode {
         let (RunnerConfig::Psql { sandbox, .. } | RunnerConfig::Command { sandbox, .. }) = self;
@@ -148,6 +208,9 @@ impl Default for RunnerConfig {
             tests: default_sql_tests(),
             timeout_secs: default_runner_timeout(),
             sandbox: Sandbox::default(),
+            shards: None,
+            split_above_secs: None,
+            per_step: Default::default(),
         }
     }
 }

@@ -10,8 +10,20 @@ use crate::config::{ProjectConfig, RunnerConfig};
 /// What every run starts from, whatever the runner.
 const BEFORE_TESTS: &str = "Every run gets a fresh branch of the database; the schema plan's migrations (those of the stories up to the current test's) are applied to it first, then the runner loads the setup files and runs the tests. The run may read the work tree but not change it: a run that writes there is refused.";
 
+/// What a step's run covers under `[runner] per_step = "feature"`.
+const FEATURE_STEPS: &str = " A build step's run covers this feature's own tests up to the current entry; the whole suite (every earlier feature's tests and the project's own) runs at the GREEN and REFACTOR of each story's last entry, and a failure there is that step's to repair.";
+
 /// What every run starts from, with the project's existing migrations when they are applied.
 fn before_tests(config: &ProjectConfig) -> String {
+    let scope = match config.runner.per_step() {
+        consort_actors::StepScope::Feature => FEATURE_STEPS,
+        consort_actors::StepScope::Whole => "",
+    };
+    format!("{}{scope}", before_tests_whole(config))
+}
+
+/// [`before_tests`] for a run of the whole suite.
+fn before_tests_whole(config: &ProjectConfig) -> String {
     if config.migrations.apply_existing {
         format!(
             "{BEFORE_TESTS} The project's existing migrations (the other .sql files in {}/) are applied before the schema plan's. The test files the project had when the build lane opened are frozen like accepted ones: no role changes them, and every run must keep them passing.",
@@ -102,6 +114,19 @@ pub fn test_identity(config: &ProjectConfig) -> TestIdentity {
         (true, StdoutFormat::Libtest) => TestIdentity::Libtest,
         (true, StdoutFormat::GoTestJson) => TestIdentity::GoTest,
         _ => TestIdentity::Described,
+    }
+}
+
+/// How the test command runs a selection of its test files and lists its suite, when its
+/// tool can and its JUnit report names the tests as the listing does: pytest with a report.
+pub fn selector(config: &ProjectConfig) -> Option<consort_lakebase::Selector> {
+    match &config.runner {
+        RunnerConfig::Command {
+            command,
+            junit: Some(_),
+            ..
+        } if tool_named(command) == Some(Tool::Pytest) => Some(consort_lakebase::Selector::Pytest),
+        _ => None,
     }
 }
 
@@ -217,6 +242,9 @@ mod tests {
             sandbox: crate::config::Sandbox::Landlock,
             stdout: Default::default(),
             view: None,
+            shards: None,
+            split_above_secs: None,
+            per_step: Default::default(),
         };
         c
     }

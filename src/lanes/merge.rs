@@ -459,6 +459,7 @@ async fn regression(
         focus: None,
         caches: filter.extra().to_vec(),
         hidden: super::hidden_from_lane(project),
+        select: Vec::new(),
     };
     let receipt = lakebase.verify(verify, timeout).await?;
     let failing: Vec<String> = plan

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use consort_actors::Role;
 use consort_agents::AgentConfig;
-use consort_lakebase::PoolConfig;
+use consort_lakebase::{PoolConfig, Shards};
 
 use super::git_sync::{self, LiveSync};
 use super::{Project, ProjectError, RunOptions, lane, program_name, share};
@@ -81,7 +81,11 @@ impl Project {
             .timeouts(self.config.step_timeout(), self.config.verify_timeout())
             .budgets(self.budgets(&opts)?)
             .workbench(Some(self.config.workbench()))
-            .sandbox(self.config.runner.sandbox());
+            .sandbox(self.config.runner.sandbox())
+            .shards(shared_shards(
+                self.config.runner.shards(self.config.pool.max_concurrent),
+                opts.sharing,
+            ));
         let live = driver.git_prepare(fresh, opts.allow_dirty)?.map(Arc::new);
         if !fresh && driver.restore_applied()? {
             tracing::info!(feature = %self.feature.id, "wrote what the run applied on the machine it was taken over from");
@@ -220,4 +224,12 @@ fn with_observers(
         builder = builder.append_observer(observer);
     }
     builder
+}
+
+/// `shards` for one of `sharing` lanes on this machine: its share of the shards.
+fn shared_shards(shards: Shards, sharing: usize) -> Shards {
+    Shards {
+        max: share(shards.max, sharing),
+        ..shards
+    }
 }

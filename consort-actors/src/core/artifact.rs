@@ -499,6 +499,44 @@ pub struct TestRunReceipt {
     /// and checked them against the tree: the first test of a new module is a RED so.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_modules: Vec<MissingModule>,
+    /// The shards the suite was split into, when it was (see [`ShardRun`]): `outcomes` is
+    /// their outcomes, shard after shard, and `branch_id` the first shard's branch. Empty for
+    /// a suite run whole, in one process on one branch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardRun>,
+    /// The test files the run was limited to, when its request selected tests
+    /// ([`crate::VerifyRequest::select`]); empty: the whole suite ran. A receipt limited so
+    /// for a request that asked for the whole suite is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub selection: Vec<String>,
+}
+
+/// One part of a suite split over database branches: its own fresh branch, its own process,
+/// the test files it was given. The verifier checks that the shards' tests together are
+/// exactly what the runner collects for the whole suite (a test no shard ran is a runner
+/// fault, never a pass); a shard stopped because the verdict was already a failure says so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ShardRun {
+    /// The branch it ran on.
+    pub branch_id: String,
+    /// The command line that ran (secrets never appear here).
+    pub command: String,
+    /// The test files it was given, relative to the work tree.
+    pub files: Vec<String>,
+    /// How many of the receipt's outcomes are this shard's (they follow the earlier shards').
+    pub outcomes: usize,
+    /// How the command ended (`None` when it was stopped before it ended).
+    pub exit: Option<ExitRecord>,
+    /// Its own run time, in milliseconds.
+    pub run_ms: u64,
+}
+
+impl ShardRun {
+    /// Whether it was stopped before it ended, because another shard's failure had already
+    /// made the verdict a failure.
+    pub fn stopped(&self) -> bool {
+        self.exit.is_none()
+    }
 }
 
 /// A test file that failed to load because a module of the project it imports is missing:

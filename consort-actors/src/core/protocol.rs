@@ -476,6 +476,30 @@ pub enum VerifyPurpose {
     Deploy,
 }
 
+/// What a build step's run covers (`[runner] per_step`; recorded in the feature's start event,
+/// so a replay judges every run as it was judged).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepScope {
+    /// Every run is the whole suite (the default).
+    #[default]
+    Whole,
+    /// A step runs the feature's own tests up to its entry, on one branch in one process; the
+    /// GREEN and REFACTOR runs of each story's last entry, the deploy run and the merge check
+    /// run the whole suite. A test of an earlier feature or of the project that a step breaks
+    /// is found at the end of the story, and charged to that step.
+    Feature,
+}
+
+impl StepScope {
+    /// Whether this is [`StepScope::Whole`].
+    pub fn is_whole(&self) -> bool {
+        matches!(self, StepScope::Whole)
+    }
+}
+
 /// A request to run the test suite on a fresh branch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VerifyRequest {
@@ -504,6 +528,11 @@ pub struct VerifyRequest {
     /// hides the real tree's state too). Empty in requests written before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hidden: Vec<PathBuf>,
+    /// The tests to run, by runner name, when the step runs only the feature's own
+    /// ([`StepScope::Feature`]); empty: the whole suite. A runner that cannot run a selection,
+    /// or a name it cannot place in a file, runs the whole suite.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub select: Vec<String>,
 }
 
 /// A request to apply the migrations to the parent database and check them there.

@@ -134,6 +134,8 @@ impl FakeLakebase {
                     tree_changes: Vec::new(),
                     flaky: Vec::new(),
                     missing_modules: Vec::new(),
+                    shards: Vec::new(),
+                    selection: Vec::new(),
                 };
                 let _ = port.send(Ok(receipt));
             }

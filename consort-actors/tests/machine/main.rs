@@ -300,6 +300,7 @@ impl Run {
         self.ok(Event::Start {
             feature: feature(),
             inherited: self.inherited.clone(),
+            per_step: self.m.config().per_step,
         });
         self.produce(Artifact::Stories(stories(user_facing)))
             .expect("stories");
@@ -454,6 +455,7 @@ fn start() -> Event {
     Event::Start {
         feature: feature(),
         inherited: Default::default(),
+        per_step: Default::default(),
     }
 }
 
@@ -509,6 +511,7 @@ fn a_feature_request_needs_an_id_and_a_title() {
             body: String::new(),
         },
         inherited: Default::default(),
+        per_step: Default::default(),
     });
     assert!(matches!(v, RuleViolation::InvalidArtifact { .. }));
     assert_eq!(r.s.phase(), Phase::Idle);
@@ -2340,7 +2343,7 @@ proptest! {
         for (k, n) in kinds {
             let h = ContentHash::of_bytes(&n.to_le_bytes());
             let e = match k {
-                0 => Event::Start { feature: feature(), inherited: Default::default() },
+                0 => Event::Start { feature: feature(), inherited: Default::default(), per_step: Default::default() },
                 1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)), usage: Default::default(), transcript: None },
                 2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: AgentFailure::Timeout { secs: n }, role: None, usage: Default::default() },
                 3 => Event::Refused { violation: RuleViolation::NotHalted, run_output: None },

@@ -9,7 +9,16 @@ const OLD_SQL: &str = "select 'old';";
 /// A run whose start inherits test `f0/T9` (in `tests/old.sql`, already on disk) and one
 /// migration, at T1's RED.
 fn later_feature() -> Run {
+    later_feature_scoped(StepScope::Whole)
+}
+
+/// [`later_feature`] with each build step's run covering `per_step`.
+fn later_feature_scoped(per_step: StepScope) -> Run {
     let mut r = Run::new();
+    r.m = Machine::new(MachineConfig {
+        per_step,
+        ..r.m.config().clone()
+    });
     r.inherited = Inherited {
         tests: vec![EarlierTest {
             feature: "f0".into(),
@@ -246,4 +255,73 @@ fn an_earlier_test_changed_by_hand_before_the_build_lane_halts_and_a_retirement_
         !r.s.build.frozen_tests.contains_key(OLD),
         "a retired test is not frozen"
     );
+}
+
+/// The pending run's command, as the conductor would send it.
+fn verify_command(r: &Run) -> (Vec<String>, Vec<String>) {
+    match r.s.pending_command() {
+        Some(Command::Verify { tests, select, .. }) => (tests, select),
+        other => panic!("a verify run is pending, not {other:?}"),
+    }
+}
+
+#[test]
+fn per_step_feature_runs_the_feature_s_tests_and_the_whole_suite_at_a_story_s_end() {
+    let mut r = later_feature_scoped(StepScope::Feature);
+    assert_eq!(
+        r.s.per_step,
+        StepScope::Feature,
+        "taken from the start event"
+    );
+    assert!(
+        r.events.iter().any(|e| matches!(
+            e,
+            Event::Start {
+                per_step: StepScope::Feature,
+                ..
+            }
+        )),
+        "recorded in the ledger's start"
+    );
+    // T1's RED: only the feature's tests are asked for and expected, not the earlier one.
+    r.produce(cs(vec![write("tests/t1.sql", "assert false;")]))
+        .expect("red accepted");
+    r.apply();
+    let (tests, select) = verify_command(&r);
+    assert_eq!(select, vec!["tests/t1.sql"]);
+    assert_eq!(tests, vec!["tests/t1.sql"]);
+    let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
+    receipt.selection = vec!["tests/t1.sql".into()];
+    r.ok(Event::VerifyCompleted { receipt });
+    r.observe();
+    // T1 is its story's last entry: its GREEN runs the whole suite, the earlier test too, and
+    // a receipt of a selection is refused for it.
+    r.produce(cs(vec![write("src/code.sql", "-- 1")]))
+        .expect("green accepted");
+    r.apply();
+    let (tests, select) = verify_command(&r);
+    assert!(select.is_empty(), "whole at the story's end: {select:?}");
+    assert_eq!(tests, vec![OLD, "tests/t1.sql"]);
+    let mut partial = r.receipt(&[("tests/t1.sql", TestStatus::Passed)], 0);
+    partial.selection = vec!["tests/t1.sql".into()];
+    let request = partial.request_id;
+    let v = r.refused(Event::VerifyCompleted { receipt: partial });
+    assert_eq!(
+        v,
+        RuleViolation::ReceiptWithoutRun {
+            request,
+            missing: "the whole suite".into(),
+        }
+    );
+}
+
+#[test]
+fn per_step_whole_asks_every_run_for_the_whole_suite() {
+    let mut r = later_feature();
+    r.produce(cs(vec![write("tests/t1.sql", "assert false;")]))
+        .expect("red accepted");
+    r.apply();
+    let (tests, select) = verify_command(&r);
+    assert!(select.is_empty());
+    assert_eq!(tests, vec![OLD, "tests/t1.sql"]);
 }

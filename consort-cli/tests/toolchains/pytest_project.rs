@@ -82,3 +82,52 @@ fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
     );
     assert_eq!(confined, receipts, "every receipt records its confinement");
 }
+
+/// The same project with a test of its own, its suites split from the first run and each step
+/// limited to the feature's tests: the steps' receipts name the files they covered, the story's
+/// last GREEN runs the whole suite split over branches, and the run still reaches done with
+/// `consort verify` passing.
+#[test]
+fn a_pytest_project_split_over_branches_and_limited_per_step_runs_to_done() {
+    toolchain::python3_imports(
+        "pytest, psycopg",
+        "python3 with pytest and psycopg (pip install pytest 'psycopg[binary]')",
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("items");
+    project(&dir);
+    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    let config = config.replace(
+        "[runner]\n",
+        "[runner]\nsplit_above_secs = 0\nper_step = \"feature\"\n",
+    );
+    std::fs::write(dir.join("consort.toml"), config).expect("config");
+    std::fs::write(
+        dir.join("tests/test_existing.py"),
+        "import os\n\nimport psycopg\n\n\ndef test_the_branch_answers():\n    with psycopg.connect(os.environ[\"DATABASE_URL\"]) as conn:\n        assert conn.execute(\"SELECT 1\").fetchone()[0] == 1\n",
+    )
+    .expect("the project's own test");
+
+    let run = consort(&dir, &["run", "--approve-as", "ada"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let verify = consort(&dir, &["verify"]);
+    assert!(verify.status.success(), "{}", text(&verify));
+
+    let ledger = ledger_text(&dir);
+    assert!(
+        ledger.contains("\"per_step\":\"feature\""),
+        "the start records the scope"
+    );
+    assert!(
+        ledger.contains("\"selection\":[\"tests/test_t1_add_item.py\"]"),
+        "T1's steps ran its file alone"
+    );
+    assert!(
+        ledger.contains("\"shards\":["),
+        "the story's last GREEN ran the whole suite split"
+    );
+    assert!(
+        ledger.contains("tests.test_existing::test_the_branch_answers"),
+        "the project's own test ran in the whole runs"
+    );
+}

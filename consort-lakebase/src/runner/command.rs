@@ -9,7 +9,8 @@ use tracing::warn;
 use super::capture::{Capture, OutputLimits};
 use super::junit::parse_junit;
 use super::process::{EnvPolicy, ProcOutcome, ProcSpec, run, shell_quote, tree_path};
-use super::{RunContext, RunReport, TestRunner, redact};
+use super::select::Selector;
+use super::{RunContext, RunReport, SuiteTest, TestRunner, redact};
 use crate::error::{Error, Result, TestCommandFault};
 use crate::provider::BoxFuture;
 
@@ -44,6 +45,9 @@ pub struct CommandRunnerConfig {
     pub env: EnvPolicy,
     /// Output limits.
     pub limits: OutputLimits,
+    /// How the command's tool runs a selection of test files and lists the whole suite, when
+    /// it can (a suite split over branches needs both); `None` runs it whole.
+    pub select: Option<Selector>,
 }
 
 impl CommandRunnerConfig {
@@ -60,6 +64,7 @@ impl CommandRunnerConfig {
             view: false,
             env: EnvPolicy::default(),
             limits: OutputLimits::default(),
+            select: None,
         }
     }
 }
@@ -136,16 +141,51 @@ impl CommandRunner {
         }
     }
 
+    /// The JUnit report's path in the run's private report directory, when one is configured.
+    fn junit(&self, ctx: &RunContext) -> Result<Option<PathBuf>> {
+        match &self.cfg.junit_path {
+            Some(p) => Ok(Some(tree_path(&ctx.scratch.reports(), p)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The command of this run: the configured one, on the selected files only when the run is
+    /// a shard.
+    fn command(&self, ctx: &RunContext) -> String {
+        match (&ctx.select, self.cfg.select) {
+            (Some(files), Some(selector)) => selector.select(&self.cfg.command, files),
+            _ => self.cfg.command.clone(),
+        }
+    }
+
+    /// The whole suite as the tool lists it (see [`Selector::collect`]).
+    async fn collect_inner(&self, ctx: &RunContext) -> Result<Option<Vec<SuiteTest>>> {
+        let Some(selector) = self.cfg.select else {
+            return Ok(None);
+        };
+        let limits = self.cfg.limits;
+        let mut capture = Capture::new(&limits);
+        let junit = self.junit(ctx)?;
+        let spec = self.spec(ctx, &selector.collect(&self.cfg.command), junit.as_ref())?;
+        let listed = run(&spec, &mut capture, &limits).await?;
+        let suite = selector.parse(
+            listed.exit.code,
+            &String::from_utf8_lossy(&listed.stdout),
+            &self.cfg.junit_name_format,
+        );
+        if suite.is_none() {
+            warn!(exit = ?listed.exit.code, "the test command could not list its suite; it runs whole");
+        }
+        Ok(suite)
+    }
+
     async fn run_inner(&self, ctx: &RunContext) -> Result<RunReport> {
         let limits = self.cfg.limits;
         let mut capture = Capture::new(&limits);
-        let junit = match &self.cfg.junit_path {
-            Some(p) => Some(tree_path(&ctx.scratch.reports(), p)?),
-            None => None,
-        };
-        let spec = self.spec(ctx, &self.cfg.command, junit.as_ref())?;
+        let junit = self.junit(ctx)?;
+        let mut command = self.command(ctx);
+        let spec = self.spec(ctx, &command, junit.as_ref())?;
         let main = run(&spec, &mut capture, &limits).await?;
-        let mut command = self.cfg.command.clone();
         if !main.exit.success()
             && let Some(package) = npm_package_not_installed(&capture.clone().finish().excerpt)
         {
@@ -257,6 +297,20 @@ impl TestRunner for CommandRunner {
 
     fn run<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<RunReport>> {
         Box::pin(self.run_inner(ctx))
+    }
+
+    fn collect<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<Option<Vec<SuiteTest>>>> {
+        Box::pin(self.collect_inner(ctx))
+    }
+
+    fn selects(&self) -> bool {
+        self.cfg.select.is_some()
+    }
+
+    fn file_of(&self, test: &str, files: &[String]) -> Option<String> {
+        self.cfg
+            .select?
+            .file_of(test, files, &self.cfg.junit_name_format)
     }
 }
 

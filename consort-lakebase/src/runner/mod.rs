@@ -19,6 +19,7 @@ pub(crate) mod missing_module;
 mod process;
 mod psql;
 mod sandbox;
+mod select;
 mod session;
 mod stdout_format;
 mod tap;
@@ -40,6 +41,7 @@ pub use junit::parse_junit;
 pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, NON_INTERACTIVE, shell_quote};
 pub use psql::{PsqlRunner, PsqlRunnerConfig};
 pub use sandbox::{Jail, JailSpec, SandboxMode, SandboxSupport, Scratch, sweep_abandoned_scratch};
+pub use select::Selector;
 pub use session::{PINNED, SessionSettings};
 pub use stdout_format::{StdoutFormat, parse_go_test_json, parse_libtest};
 pub use tap::parse_tap;
@@ -55,6 +57,9 @@ pub struct RunContext {
     pub tests: Vec<String>,
     /// The test whose outcome matters most (the new test in RED).
     pub focus: Option<String>,
+    /// The test files to run, relative to the work tree: a shard of the suite (see
+    /// [`TestRunner::collect`]). `None` runs the whole suite.
+    pub select: Option<Vec<String>>,
     /// The confinement of every process the run starts.
     pub jail: Jail,
     /// The run's private scratch directory (`HOME`, `TMPDIR`, reports).
@@ -102,6 +107,7 @@ impl RunContext {
             conn,
             tests: Vec::new(),
             focus: None,
+            select: None,
             jail,
             scratch: Arc::new(scratch),
             pinned: SessionSettings::default(),
@@ -171,13 +177,47 @@ pub struct RunReport {
     pub sessions_lost: Vec<String>,
 }
 
+/// One test of a suite as its runner collects it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuiteTest {
+    /// The test file it is in, relative to the work tree.
+    pub file: String,
+    /// Its name as the runner reports its outcome.
+    pub name: String,
+}
+
 /// Runs tests against a branch. Object-safe: used as `Arc<dyn TestRunner>`.
 pub trait TestRunner: Send + Sync + fmt::Debug {
     /// A short name for receipts: `psql`, `command`.
     fn name(&self) -> &'static str;
 
-    /// Runs the tests. Red tests are outcomes; an error means the runner could not run.
+    /// Runs the tests (only the files of [`RunContext::select`] when it is set). Red tests
+    /// are outcomes; an error means the runner could not run.
     fn run<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<RunReport>>;
+
+    /// The whole suite of `ctx`'s tree as this runner collects it, each test with its file,
+    /// when the runner can run a selection of test files ([`RunContext::select`]): what the
+    /// shards of a split suite must together report, neither less nor more. `None`: this
+    /// runner runs whole (the default).
+    fn collect<'a>(
+        &'a self,
+        _ctx: &'a RunContext,
+    ) -> BoxFuture<'a, Result<Option<Vec<SuiteTest>>>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Whether this runner can run a selection of test files and list its whole suite
+    /// ([`TestRunner::collect`]); `false` (the default) runs every suite whole.
+    fn selects(&self) -> bool {
+        false
+    }
+
+    /// The test file that holds the test named `test`, among the tree's `files`, when this
+    /// runner can tell from the name alone (a test likely to fail runs first, before the suite
+    /// is listed). `None` (the default): it cannot.
+    fn file_of(&self, _test: &str, _files: &[String]) -> Option<String> {
+        None
+    }
 }
 
 /// Replaces the secret in text that will be shown (defence in depth for command strings).

@@ -159,6 +159,15 @@ fn kill_group(pgid: Option<u32>) {
     }
 }
 
+/// Kills a process group when dropped, unless it was reaped first.
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
+}
+
 /// Whatever the leader left behind in its group dies with it, before the run returns.
 async fn reap_group(pgid: Option<u32>) {
     kill_group(pgid);
@@ -218,6 +227,9 @@ pub(crate) async fn run(
         ))
     })?;
     let pgid = child.id();
+    // A run dropped before it ends (a sharded verification stopped early) takes its whole
+    // process group with it, not only the leader.
+    let mut group = GroupGuard(pgid);
     let (tx, mut rx) = mpsc::channel::<Chunk>(64);
     if let Some(out) = child.stdout.take() {
         tokio::spawn(pump(out, tx.clone(), true));
@@ -265,6 +277,8 @@ pub(crate) async fn run(
         }
     }
     reap_group(pgid).await;
+    // Reaped: its number may be reused from now on.
+    group.0 = None;
     let grace = tokio::time::Instant::now() + Duration::from_secs(2);
     while streams_open {
         tokio::select! {

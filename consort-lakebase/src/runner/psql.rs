@@ -9,7 +9,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use super::capture::{Capture, OutputLimits};
 use super::process::{EnvPolicy, ProcSpec, run as run_process};
-use super::{RunContext, RunReport, TestRunner, redact};
+use super::{RunContext, RunReport, SuiteTest, TestRunner, redact};
 
 use crate::error::{ConfigError, Error, Result};
 use crate::pgbin::find_psql;
@@ -104,14 +104,22 @@ impl PsqlRunner {
         }
     }
 
+    /// The tree's test files: those the test globs match, but no setup file.
+    fn test_files<'f>(&self, files: &'f [String]) -> Vec<&'f String> {
+        files
+            .iter()
+            .filter(|f| self.tests.is_match(f) && !self.setup.is_match(f))
+            .collect()
+    }
+
     async fn run_inner(&self, ctx: &RunContext) -> Result<RunReport> {
         let limits = self.cfg.limits;
         let files = list_files(ctx)?;
         let setup: Vec<&String> = files.iter().filter(|f| self.setup.is_match(f)).collect();
-        let tests: Vec<&String> = files
-            .iter()
-            .filter(|f| self.tests.is_match(f) && !self.setup.is_match(f))
-            .collect();
+        let mut tests = self.test_files(&files);
+        if let Some(select) = &ctx.select {
+            tests.retain(|f| select.contains(f));
+        }
         let command = format!(
             "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test> -c ROLLBACK ({} test file(s) after {} setup file(s) loaded through the protocol)",
             tests.len(),
@@ -316,5 +324,30 @@ impl TestRunner for PsqlRunner {
 
     fn run<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<RunReport>> {
         Box::pin(self.run_inner(ctx))
+    }
+
+    fn selects(&self) -> bool {
+        true
+    }
+
+    /// A test is its file.
+    fn file_of(&self, test: &str, files: &[String]) -> Option<String> {
+        files.iter().find(|f| *f == test).cloned()
+    }
+
+    /// Every test file is one test, named by its path: the suite is what the globs match.
+    fn collect<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<Option<Vec<SuiteTest>>>> {
+        Box::pin(async move {
+            let files = list_files(ctx)?;
+            Ok(Some(
+                self.test_files(&files)
+                    .into_iter()
+                    .map(|f| SuiteTest {
+                        file: f.clone(),
+                        name: f.clone(),
+                    })
+                    .collect(),
+            ))
+        })
     }
 }

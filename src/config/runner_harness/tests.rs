@@ -35,6 +35,9 @@ fn command_with(cmd: &str, tap: bool, single_test: Option<String>) -> RunnerConf
         view: None,
         env_set: Default::default(),
         stdout: Default::default(),
+        shards: None,
+        split_above_secs: None,
+        per_step: Default::default(),
     }
 }
 

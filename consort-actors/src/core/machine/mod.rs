@@ -34,7 +34,7 @@ use crate::core::artifact::{
 use crate::core::hash::ContentHash;
 use crate::core::paths::{PathError, PathPolicy};
 use crate::core::protocol::{
-    AgentFailure, AssignmentId, InfraError, PromoteReport, Usage, VerifyPurpose,
+    AgentFailure, AssignmentId, InfraError, PromoteReport, StepScope, Usage, VerifyPurpose,
 };
 use crate::core::regression::{Inherited, Retirement};
 use crate::core::role::{ActorId, Role};
@@ -64,6 +64,9 @@ pub struct MachineConfig {
     /// Where the design's migrations are written as files (None: they live in the design
     /// only). When set, every observation before a build step checks them.
     pub migration_files: Option<crate::core::migration_files::MigrationFiles>,
+    /// What a build step's run covers; a conductor records it in the start event, from
+    /// which the machine takes it (so a replay judges each run as it was judged).
+    pub per_step: StepScope,
 }
 
 impl Default for MachineConfig {
@@ -75,6 +78,7 @@ impl Default for MachineConfig {
             max_review_rounds: 2,
             max_agent_retries: 2,
             migration_files: None,
+            per_step: StepScope::Whole,
         }
     }
 }
@@ -91,6 +95,9 @@ pub enum Event {
         /// a project's first feature and in ledgers written before backlogs existed).
         #[serde(default, skip_serializing_if = "Inherited::is_empty")]
         inherited: Inherited,
+        /// What each build step's run covers (omitted for the whole suite, the default).
+        #[serde(default, skip_serializing_if = "StepScope::is_whole")]
+        per_step: StepScope,
     },
     /// An agent answered an assignment.
     Produced {
@@ -395,6 +402,9 @@ pub enum Command {
         tests: Vec<String>,
         /// The current entry's test, in RED and GREEN (see [`crate::VerifyRequest::focus`]).
         focus: Option<String>,
+        /// The tests to run when the step runs only the feature's own (see
+        /// [`crate::VerifyRequest::select`]); empty: the whole suite.
+        select: Vec<String>,
     },
     /// Wait for a human decision on a gate; answer with [`Event::Gate`]. For the design gate,
     /// write the frozen design to disk first.
@@ -638,6 +648,9 @@ pub struct State {
     /// What the project's earlier features left to this one (see [`Inherited`]).
     #[serde(default)]
     pub inherited: Arc<Inherited>,
+    /// What each build step's run covers, as the start event says.
+    #[serde(default)]
+    pub per_step: StepScope,
     /// The earlier tests a human retired, in order.
     #[serde(default)]
     pub retired: Vec<Retirement>,

@@ -250,14 +250,16 @@ pub enum RuleViolation {
         paths: Vec<String>,
     },
     /// A receipt names no database branch or no command: it records no test run, so it
-    /// proves nothing either way (a RED would count tests that never ran as failing).
+    /// proves nothing either way (a RED would count tests that never ran as failing). Or it
+    /// records a run of some tests where the whole suite was asked for.
     #[error(
-        "the receipt of request {request} records no test run ({missing} is empty): no test ran, so it is evidence of nothing"
+        "the receipt of request {request} records no run of what was asked ({missing} missing): it is evidence of nothing"
     )]
     ReceiptWithoutRun {
         /// The request the receipt answers.
         request: RequestId,
-        /// What it lacks: `branch` or `command`.
+        /// What it lacks: `branch` or `command` (empty), or `the whole suite` (it ran a
+        /// selection of tests where the request asked for all).
         missing: String,
     },
     /// The reviewer authored code under review.

@@ -14,7 +14,7 @@ use super::State;
 use super::rules::{RuleViolation, Writer, check_change_set};
 use super::transition::{
     RedFocus, all_pass, excerpt, expected_names, failure_feedback, focus_of, frozen_for,
-    migrations_for, red_fails_for, writer,
+    migrations_for, red_fails_for, selection, writer,
 };
 
 /// What a scratch run of one step is: the request the step's real run would make, and the
@@ -31,6 +31,8 @@ pub struct ScratchPlan {
     pub tests: Vec<String>,
     /// The new test, in RED.
     pub focus: Option<String>,
+    /// The tests the run is limited to (see [`crate::VerifyRequest::select`]); empty: all.
+    pub select: Vec<String>,
     /// The entry's test file, which a RED change set must write.
     must_write: Option<String>,
     /// The tests frozen so far.
@@ -65,6 +67,7 @@ pub(super) fn plan(s: &State, step: &Step) -> Option<ScratchPlan> {
         migrations: migrations_for(s, purpose),
         tests: expected_names(s, purpose),
         focus: focus_of(s, purpose),
+        select: selection(s, purpose).unwrap_or_default(),
         must_write,
         frozen: frozen_for(s, step),
     })

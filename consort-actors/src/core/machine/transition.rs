@@ -15,7 +15,9 @@ use crate::core::artifact::{
 };
 use crate::core::hash::ContentHash;
 use crate::core::paths::PathPolicy;
-use crate::core::protocol::{AgentFailure, AssignmentId, InfraError, PromoteReport, VerifyPurpose};
+use crate::core::protocol::{
+    AgentFailure, AssignmentId, InfraError, PromoteReport, StepScope, VerifyPurpose,
+};
 use crate::core::role::ActorId;
 use crate::core::step::Step;
 
@@ -61,7 +63,11 @@ fn out_of_order(expected: &str, event: &Event) -> RuleViolation {
 
 fn idle(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
     match event {
-        Event::Start { feature, inherited } => {
+        Event::Start {
+            feature,
+            inherited,
+            per_step,
+        } => {
             if feature.id.trim().is_empty() || feature.title.trim().is_empty() {
                 return Err(RuleViolation::InvalidArtifact {
                     detail: "the feature request needs an id and a title".into(),
@@ -71,6 +77,7 @@ fn idle(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             s.status = RunStatus::Running;
             s.feature = Some(Arc::new(feature.clone()));
             s.inherited = Arc::new(inherited.clone());
+            s.per_step = *per_step;
             advance(cfg, s, Done::Started)
         }
         Event::Refused { .. } => Ok((state.clone(), Vec::new())),
@@ -327,9 +334,13 @@ fn same_assignment(pending: AssignmentId, got: AssignmentId) -> Result<(), RuleV
 }
 
 /// A receipt must answer the pending request, record a real run (a branch and a command: **no
-/// receipt without a run**), leave the tree as it was, and be for the work tree the request
-/// was issued for.
-fn receipt_answers(pending: &Pending, receipt: &TestRunReceipt) -> Result<(), RuleViolation> {
+/// receipt without a run**; the whole suite when the request asked for it, `whole`), leave the
+/// tree as it was, and be for the work tree the request was issued for.
+fn receipt_answers(
+    pending: &Pending,
+    receipt: &TestRunReceipt,
+    whole: bool,
+) -> Result<(), RuleViolation> {
     let Pending::Verify {
         request,
         workspace_hash,
@@ -352,8 +363,10 @@ fn receipt_answers(pending: &Pending, receipt: &TestRunReceipt) -> Result<(), Ru
         ("command", &receipt.command),
     ]
     .into_iter()
-    .find(|(_, v)| v.trim().is_empty());
-    if let Some((missing, _)) = missing {
+    .find(|(_, v)| v.trim().is_empty())
+    .map(|(what, _)| what)
+    .or((whole && !receipt.selection.is_empty()).then_some("the whole suite"));
+    if let Some(missing) = missing {
         return Err(RuleViolation::ReceiptWithoutRun {
             request: receipt.request_id,
             missing: missing.into(),
@@ -533,7 +546,11 @@ fn verify_completed(
     receipt: &TestRunReceipt,
     pending: Pending,
 ) -> Outcome {
-    receipt_answers(&pending, receipt)?;
+    let whole = match &pending {
+        Pending::Verify { purpose, .. } => selection(state, *purpose).is_none(),
+        _ => true,
+    };
+    receipt_answers(&pending, receipt, whole)?;
     let Pending::Verify {
         step,
         purpose,
@@ -1190,6 +1207,9 @@ fn halt(s: &mut State, escalation: Escalation, resume: Pending) -> (State, Vec<C
 /// The tests a run must report as passed (the focus of a RED aside): the regression suite the
 /// earlier features left that is still in force, then this feature's entries so far.
 pub(super) fn expected_names(s: &State, purpose: VerifyPurpose) -> Vec<String> {
+    if let Some(selected) = selection(s, purpose) {
+        return selected;
+    }
     let mut names: Vec<String> = Vec::new();
     for t in s.inherited.live(&s.retired) {
         if !names.contains(&t.runner_name) {
@@ -1210,6 +1230,43 @@ pub(super) fn expected_names(s: &State, purpose: VerifyPurpose) -> Vec<String> {
         }
     }
     names
+}
+
+/// The tests a run of `purpose` is limited to: under [`StepScope::Feature`], the feature's
+/// own tests up to the current entry, except in the GREEN and REFACTOR runs of a story's last
+/// entry (and the deploy run), which are whole. `None`: the whole suite.
+pub(super) fn selection(s: &State, purpose: VerifyPurpose) -> Option<Vec<String>> {
+    if s.per_step == StepScope::Whole || purpose == VerifyPurpose::Deploy {
+        return None;
+    }
+    if purpose != VerifyPurpose::Red && at_story_end(s) {
+        return None;
+    }
+    let list = s.test_list.as_ref()?;
+    let upto = (s.build.current + 1).min(list.entries.len());
+    let mut names: Vec<String> = Vec::new();
+    for e in &list.entries[..upto] {
+        let name = e.runner_name().to_string();
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    Some(names)
+}
+
+/// Whether the current entry is the last of its story (or of the list).
+fn at_story_end(s: &State) -> bool {
+    let (Some(list), Some(stories)) = (&s.test_list, &s.stories) else {
+        return true;
+    };
+    let story = |i: usize| {
+        list.entries
+            .get(i)
+            .and_then(|e| stories.story_of_ac(&e.ac_id))
+            .map(|st| st.id.clone())
+    };
+    let now = story(s.build.current);
+    now.is_none() || story(s.build.current + 1) != now
 }
 
 /// Green means: the run exited cleanly, reported every expected test as passed, and reported
@@ -1377,6 +1434,7 @@ pub(super) fn command_for(s: &State, p: &Pending) -> Option<Command> {
             migrations: migrations_for(s, *purpose),
             tests: expected_names(s, *purpose),
             focus: focus_of(s, *purpose),
+            select: selection(s, *purpose).unwrap_or_default(),
         },
         Pending::Gate { gate, hash } => Command::AwaitGate {
             gate: *gate,

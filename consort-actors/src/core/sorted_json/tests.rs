@@ -233,6 +233,7 @@ fn the_artifacts_and_events_match_the_value_route() {
     same(&Event::Start {
         feature: feature.clone(),
         inherited: Default::default(),
+        per_step: Default::default(),
     });
     same(&ChangeSet {
         summary: "add\r\ntests".into(),

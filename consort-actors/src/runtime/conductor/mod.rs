@@ -620,6 +620,7 @@ impl Actor for Conductor {
                     && let Err(e) = st.feed(Event::Start {
                         feature,
                         inherited: st.wiring.inherited.clone(),
+                        per_step: st.wiring.config.machine.per_step,
                     })
                 {
                     st.finish_err(e);
@@ -804,6 +805,7 @@ impl ConductorState {
                     migrations,
                     tests,
                     focus,
+                    select,
                 } => {
                     let migrations = match self.migrations_from_disk(migrations, false) {
                         Ok(m) => m,
@@ -819,6 +821,7 @@ impl ConductorState {
                         focus,
                         caches: self.work.filter().extra().to_vec(),
                         hidden: self.wiring.config.hidden.clone(),
+                        select,
                     };
                     self.spawn_verify(myself, req);
                     return;

@@ -127,6 +127,7 @@ impl StepBench {
             focus: plan.focus.clone(),
             caches: self.work.filter().extra().to_vec(),
             hidden: self.hidden.clone(),
+            select: plan.select.clone(),
         };
         let receipt = self
             .lakebase

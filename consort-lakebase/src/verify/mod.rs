@@ -17,12 +17,17 @@ use std::path::{Path, PathBuf};
 use consort_actors::TreeFilter;
 use consort_actors::{
     ContentHash, FileHashes, InfraError, InfraFault, PromoteReport, PromoteRequest, RunTimings,
-    TestRunReceipt, TestStatus, VerifyRequest, WorkTree, WorkTreeError,
+    TestRunReceipt, TestStatus, VerifyPurpose, VerifyRequest, WorkTree, WorkTreeError,
 };
 use tracing::info;
 
+mod sharded;
+mod shards;
+
+pub use shards::Shards;
+
 use crate::error::Error;
-use crate::pool::BranchPool;
+use crate::pool::{Acquired, BranchPool};
 use crate::provider::{BaseSpec, BranchProvider, ConnectInfo};
 use crate::runner::{RunContext, RunReport, SandboxMode, SessionSettings, TestRunner};
 
@@ -34,6 +39,8 @@ pub struct Verifier {
     fixtures: Vec<String>,
     sandbox: SandboxMode,
     trees: KeptTrees,
+    shards: Shards,
+    costs: Arc<Mutex<shards::Costs>>,
 }
 
 /// Most work trees whose hash caches a verifier keeps: the project's tree, and the last few
@@ -61,6 +68,43 @@ impl KeptTrees {
         kept.push_front(tree.clone());
         kept.truncate(KEPT_TREES);
         Ok(tree.with_filter(filter))
+    }
+}
+
+/// One verification's run as both ways of running it need it: the request, the tree before,
+/// its hash, and when the run began.
+struct Run<'a> {
+    req: &'a VerifyRequest,
+    before: &'a Snapshot,
+    workspace_hash: ContentHash,
+    started: Instant,
+}
+
+/// Whether a report holds a failure (a test failed or errored, or the command did not succeed).
+fn is_failing(report: &RunReport) -> bool {
+    !report.exit.success() || report.outcomes.iter().any(|o| o.is_failure())
+}
+
+/// The database stopped answering while these tests ran: its fault, not theirs.
+fn lost_database(sessions: &[String]) -> InfraError {
+    infra(
+        InfraFault::DatabaseDown,
+        format!(
+            "the database stopped answering while {} ran",
+            sessions.join(", ")
+        ),
+    )
+}
+
+/// A receipt, or one to repeat when sessions broke off with the database up.
+fn attempt(receipt: TestRunReceipt, lost: Vec<String>) -> Attempt {
+    if lost.is_empty() {
+        Attempt::Receipt(Box::new(receipt))
+    } else {
+        Attempt::SessionsLost(Done {
+            receipt: Box::new(receipt),
+            lost,
+        })
     }
 }
 
@@ -213,7 +257,15 @@ impl Verifier {
             fixtures,
             sandbox: SandboxMode::default(),
             trees: KeptTrees::default(),
+            shards: Shards::OFF,
+            costs: Arc::default(),
         }
+    }
+
+    /// Splits suites over branches as `shards` says (whole, in one process, unless changed).
+    pub fn with_shards(mut self, shards: Shards) -> Self {
+        self.shards = shards;
+        self
     }
 
     /// Confines runs as `mode` says ([`SandboxMode::Landlock`] unless changed).
@@ -306,32 +358,88 @@ impl Verifier {
         Ok(*second.receipt)
     }
 
-    /// One run on one fresh branch.
+    /// One run on fresh branches: the suite split over several when [`Shards`] allow it and
+    /// the runner can (not for the deploy run, the reference run of the whole suite in one
+    /// process), otherwise whole on one.
     async fn verify_once(&self, req: &VerifyRequest) -> Result<Attempt, InfraError> {
+        let started = Instant::now();
         let before = snapshot(&self.trees, &req.work_tree, TreeFilter::new(&req.caches)).await?;
         let workspace_hash = ContentHash::of(&before.files);
+        let first = self.acquire(req).await?;
+        let ctx = match self.context(req, first.lease.branch(), &before).await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = first.lease.release(false).await;
+                return Err(e);
+            }
+        };
+        let run = Run {
+            req,
+            before: &before,
+            workspace_hash,
+            started,
+        };
+        if let Some(files) = self.selected_files(req, &before) {
+            let mut ctx = ctx;
+            ctx.select = Some(files);
+            return self.run_whole(&run, first, ctx).await;
+        }
+        let worth = self
+            .costs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .worth_splitting(self.shards);
+        // RED adds a test file, whose effect on the others (data it commits, a name it
+        // takes) only a run on one branch shows; the deploy run and the merge check are the
+        // reference runs of the whole suite. The other steps split.
+        let whole_run = matches!(req.purpose, VerifyPurpose::Red | VerifyPurpose::Deploy);
+        if worth && !whole_run && self.runner.selects() {
+            return self.run_split(&run, first, ctx).await;
+        }
+        self.run_whole(&run, first, ctx).await
+    }
+
+    /// The test files of the request's selected tests, when it selects some and the runner can
+    /// run a selection and place every name in a file of the tree; otherwise the whole suite
+    /// runs (`None`), which judges at least as much.
+    fn selected_files(&self, req: &VerifyRequest, before: &Snapshot) -> Option<Vec<String>> {
+        if req.select.is_empty() || !self.runner.selects() {
+            return None;
+        }
+        let tree: Vec<String> = before.files.keys().cloned().collect();
+        let mut files = req
+            .select
+            .iter()
+            .map(|t| self.runner.file_of(t, &tree))
+            .collect::<Option<Vec<String>>>()?;
+        files.sort();
+        files.dedup();
+        Some(files)
+    }
+
+    /// A fresh branch of the request's base.
+    async fn acquire(&self, req: &VerifyRequest) -> Result<Acquired, InfraError> {
         let spec = BaseSpec {
             migrations: req.migrations.clone(),
             fixtures: self.fixtures.clone(),
         };
-        let acquired = match self.pool.acquire(&spec).await {
-            Ok(a) => a,
-            Err(e) if is_work_fault(&e) => return Err(base_not_built(&e)),
-            Err(e) => {
-                return Err(infra(
-                    e.infra_fault(),
-                    format!("getting a branch: {}", consort_actors::error_chain(&e)),
-                ));
-            }
-        };
-        let branch = acquired.lease.branch().clone();
-        let ctx = match self.context(req, &branch, &before).await {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = acquired.lease.release(false).await;
-                return Err(e);
-            }
-        };
+        match self.pool.acquire(&spec).await {
+            Ok(a) => Ok(a),
+            Err(e) if is_work_fault(&e) => Err(base_not_built(&e)),
+            Err(e) => Err(infra(
+                e.infra_fault(),
+                format!("getting a branch: {}", consort_actors::error_chain(&e)),
+            )),
+        }
+    }
+
+    /// The whole suite in one process on one branch (or the selection `ctx` names).
+    async fn run_whole(
+        &self,
+        run: &Run<'_>,
+        acquired: Acquired,
+        ctx: RunContext,
+    ) -> Result<Attempt, InfraError> {
         let t = Instant::now();
         let report = self.runner.run(&ctx).await;
         let run_ms = t.elapsed().as_millis() as u64;
@@ -344,20 +452,15 @@ impl Verifier {
         };
         if !report.sessions_lost.is_empty() && !self.answers(&ctx.conn).await {
             let _ = acquired.lease.release(false).await;
-            return Err(infra(
-                InfraFault::DatabaseDown,
-                format!(
-                    "the database stopped answering while {} ran",
-                    report.sessions_lost.join(", ")
-                ),
-            ));
+            return Err(lost_database(&report.sessions_lost));
         }
-        let after = hashes_after(&self.trees, &req.work_tree, ctx.filter.clone()).await?;
-        let failed = !report.exit.success()
-            || report
-                .outcomes
-                .iter()
-                .any(|o| matches!(o.status, TestStatus::Failed | TestStatus::Errored));
+        let after = hashes_after(&self.trees, &run.req.work_tree, ctx.filter.clone()).await?;
+        let failed = is_failing(&report);
+        if self.shards.on() && ctx.select.is_none() {
+            let mut costs = self.costs.lock().unwrap_or_else(PoisonError::into_inner);
+            costs.timed(run_ms);
+        }
+        let branch = acquired.lease.branch().clone();
         // The receipt does not wait for the branch to be dropped (the pool's shutdown does).
         acquired.lease.release_in_background(failed);
         let timings = RunTimings {
@@ -366,7 +469,7 @@ impl Verifier {
             run_ms,
         };
         info!(
-            request = %req.id,
+            request = %run.req.id,
             branch = %branch.name,
             from_pool = acquired.from_pool,
             failed,
@@ -374,17 +477,11 @@ impl Verifier {
             "verification done"
         );
         let lost = report.sessions_lost.clone();
-        let mut receipt = self.receipt(req, workspace_hash, &branch.id, timings, report);
+        let mut receipt = self.receipt(run.req, run.workspace_hash, &branch.id, timings, report);
         receipt.confinement = ctx.jail.confinement();
-        receipt.tree_changes = changed_paths(&before.files, &after);
-        if lost.is_empty() {
-            Ok(Attempt::Receipt(Box::new(receipt)))
-        } else {
-            Ok(Attempt::SessionsLost(Done {
-                receipt: Box::new(receipt),
-                lost,
-            }))
-        }
+        receipt.tree_changes = changed_paths(&run.before.files, &after);
+        receipt.selection = ctx.select.clone().unwrap_or_default();
+        Ok(attempt(receipt, lost))
     }
 
     /// The run's context: the branch's connection, the confinement, the pinned settings.
@@ -475,6 +572,8 @@ impl Verifier {
             tree_changes: Vec::new(),
             flaky: Vec::new(),
             missing_modules,
+            shards: Vec::new(),
+            selection: Vec::new(),
         }
     }
 

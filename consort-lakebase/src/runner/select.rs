@@ -1,0 +1,177 @@
+//! How a test command's tool runs a selection of the suite's test files, and how it lists the
+//! whole suite: what a suite split over branches needs of a tool ([`Selector`]).
+
+use super::SuiteTest;
+use super::process::shell_quote;
+
+/// A tool whose command can run a selection of test files and list the whole suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selector {
+    /// pytest: the files as arguments after `--`; `--collect-only` lists the node ids, named
+    /// in the JUnit report as pytest names them (the file's dotted path and the classes as
+    /// the class name, the function with its parameters as the name).
+    Pytest,
+}
+
+/// The collection's exit codes that still list what was collected: 0 (all collected),
+/// 1 and 2 (some files failed to load: their shards report them failed), 5 (no tests).
+const PYTEST_LISTED: [i32; 4] = [0, 1, 2, 5];
+
+impl Selector {
+    /// `command` run on `files` only.
+    pub(crate) fn select(self, command: &str, files: &[String]) -> String {
+        match self {
+            Selector::Pytest => {
+                let quoted: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
+                format!("{command} -- {}", quoted.join(" "))
+            }
+        }
+    }
+
+    /// `command` asked to list the whole suite without running it.
+    pub(crate) fn collect(self, command: &str) -> String {
+        match self {
+            Selector::Pytest => {
+                format!("{command} --collect-only --verbosity=-1 --continue-on-collection-errors")
+            }
+        }
+    }
+
+    /// The suite the listing of [`Selector::collect`] shows, each test named as the JUnit
+    /// report names it with `name_format`; `None` when the listing ended as no listing does
+    /// (the tool could not list: the suite then runs whole).
+    pub(crate) fn parse(
+        self,
+        exit: Option<i32>,
+        stdout: &str,
+        name_format: &str,
+    ) -> Option<Vec<SuiteTest>> {
+        match self {
+            Selector::Pytest => {
+                if !PYTEST_LISTED.contains(&exit?) {
+                    return None;
+                }
+                Some(
+                    stdout
+                        .lines()
+                        .filter_map(|line| pytest_test(line.trim_end(), name_format))
+                        .collect(),
+                )
+            }
+        }
+    }
+}
+
+impl Selector {
+    /// The test file among `files` of the test named `name` (with `name_format`), when the
+    /// name tells: pytest's class name is the file's dotted path, then any classes.
+    pub(crate) fn file_of(self, name: &str, files: &[String], name_format: &str) -> Option<String> {
+        match self {
+            Selector::Pytest => {
+                let (before, after) = name_format.split_once("{classname}")?;
+                let classname = name.strip_prefix(before)?;
+                let end = after.split("{name}").next().filter(|s| !s.is_empty())?;
+                let classname = &classname[..classname.find(end)?];
+                let parts: Vec<&str> = classname.split('.').collect();
+                (1..=parts.len()).rev().find_map(|k| {
+                    let path = format!("{}.py", parts[..k].join("/"));
+                    files.iter().find(|f| **f == path).cloned()
+                })
+            }
+        }
+    }
+}
+
+/// A test of pytest's `--collect-only --verbosity=-1` listing (`tests/test_a.py::TestC::test_y[1]`),
+/// named as pytest's JUnit report names it; `None` for any other line.
+fn pytest_test(line: &str, name_format: &str) -> Option<SuiteTest> {
+    let (file, rest) = line.split_once("::")?;
+    if !file.ends_with(".py") || file.contains(' ') || file.starts_with('/') || rest.is_empty() {
+        return None;
+    }
+    // As pytest's junitxml mangles a node id: the path dotted without `.py`, the parameters
+    // kept with the last part.
+    let (path, params) = match rest.find('[') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let mut parts: Vec<String> = std::iter::once(file.trim_end_matches(".py").replace('/', "."))
+        .chain(path.split("::").map(String::from))
+        .collect();
+    let last = parts.pop()? + params;
+    let name = name_format
+        .replace("{classname}", &parts.join("."))
+        .replace("{name}", &last);
+    Some(SuiteTest {
+        file: file.to_string(),
+        name,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORMAT: &str = "{classname}::{name}";
+
+    #[test]
+    fn pytest_node_ids_are_named_as_its_junit_report_names_them() {
+        let listing = "tests/test_a.py::test_x\ntests/sub/test_b.py::TestC::test_y[1-a::b]\n\n2 tests collected in 0.01s\nERROR tests/test_c.py - ImportError\n";
+        let suite = Selector::Pytest
+            .parse(Some(0), listing, FORMAT)
+            .expect("listed");
+        assert_eq!(
+            suite,
+            vec![
+                SuiteTest {
+                    file: "tests/test_a.py".into(),
+                    name: "tests.test_a::test_x".into()
+                },
+                SuiteTest {
+                    file: "tests/sub/test_b.py".into(),
+                    name: "tests.sub.test_b.TestC::test_y[1-a::b]".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pytest_name_tells_its_file() {
+        let files = [
+            "tests/test_a.py".to_string(),
+            "tests/sub/test_b.py".to_string(),
+        ];
+        let of = |name: &str| Selector::Pytest.file_of(name, &files, FORMAT);
+        assert_eq!(
+            of("tests.test_a::test_x").as_deref(),
+            Some("tests/test_a.py")
+        );
+        assert_eq!(
+            of("tests.sub.test_b.TestC::test_y[1]").as_deref(),
+            Some("tests/sub/test_b.py")
+        );
+        assert_eq!(of("tests.test_gone::test_x"), None);
+        assert_eq!(Selector::Pytest.file_of("x", &files, "{name}"), None);
+    }
+
+    #[test]
+    fn a_listing_that_failed_is_no_suite() {
+        assert_eq!(
+            Selector::Pytest.parse(Some(4), "usage: pytest", FORMAT),
+            None
+        );
+        assert_eq!(Selector::Pytest.parse(None, "", FORMAT), None);
+        assert_eq!(
+            Selector::Pytest.parse(Some(5), "no tests ran", FORMAT),
+            Some(Vec::new())
+        );
+    }
+
+    #[test]
+    fn a_selection_passes_the_files_after_the_options() {
+        assert_eq!(
+            Selector::Pytest.select("pytest -q", &["tests/a b.py".into(), "tests/c.py".into()]),
+            "pytest -q -- 'tests/a b.py' 'tests/c.py'"
+        );
+    }
+}

@@ -1,0 +1,325 @@
+//! What a step runs, end to end through the Lakebase actor on the shared cluster: a suite split
+//! over branches (one receipt naming every shard, a failing GREEN answered before the rest
+//! runs, and what sharding opens, each caught: a test that passes only when run alone, by the
+//! whole runs; a test that reaches for another shard's branch; a test file that changes which
+//! tests exist; a shard that leaves tests out), and a run limited to the selected tests.
+
+use crate::common;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::{migration, tree_of};
+use consort_actors::{
+    InfraFault, LakebaseMsg, TestRunReceipt, TestStatus, VerifyPurpose, VerifyRequest,
+};
+use consort_lakebase::{
+    CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs, PsqlRunner, PsqlRunnerConfig,
+    Selector, Shards, TestRunner,
+};
+use consort_testkit::verify::request;
+use ractor::ActorRef;
+
+/// Split from the first run, over at most two shards besides the likely failures'.
+const SPLIT: Shards = Shards {
+    max: 2,
+    split_above_ms: 0,
+};
+
+async fn actor(runner: Arc<dyn TestRunner>) -> ActorRef<LakebaseMsg> {
+    let mut args = LakebaseArgs::new(common::dyn_provider().await, runner);
+    args.pool = consort_testkit::cluster::pool_config(2);
+    args.shards = SPLIT;
+    LakebaseActor::spawn(args).await.expect("spawn").0
+}
+
+fn psql() -> Arc<dyn TestRunner> {
+    Arc::new(PsqlRunner::new(PsqlRunnerConfig::default()).expect("psql runner"))
+}
+
+/// pytest with a JUnit report, told it can run a selection of files.
+fn pytest() -> Arc<dyn TestRunner> {
+    let mut cfg = CommandRunnerConfig::new(
+        "python3 -m pytest -q -p no:cacheprovider --junitxml=\"$CONSORT_JUNIT\"",
+    );
+    cfg.junit_path = Some("junit.xml".into());
+    cfg.tap = false;
+    cfg.select = Some(Selector::Pytest);
+    Arc::new(CommandRunner::new(cfg))
+}
+
+async fn verify(
+    actor: &ActorRef<LakebaseMsg>,
+    req: VerifyRequest,
+) -> Result<TestRunReceipt, consort_actors::InfraError> {
+    consort_testkit::verify::verify(actor, req, Duration::from_secs(180)).await
+}
+
+fn table() -> Vec<consort_actors::Migration> {
+    vec![migration(
+        "0001_items",
+        "CREATE TABLE items (sku text PRIMARY KEY)",
+    )]
+}
+
+fn asks(purpose: VerifyPurpose, focus: &str, tree: &std::path::Path) -> VerifyRequest {
+    let mut req = request(1, tree, table());
+    req.purpose = purpose;
+    req.focus = Some(focus.into());
+    req
+}
+
+#[tokio::test]
+async fn a_split_suite_is_one_receipt_that_names_every_shard_and_adds_up_to_the_whole() {
+    let files: Vec<(String, String)> = (1..=5)
+        .map(|i| {
+            (
+                format!("tests/t{i}.sql"),
+                format!("INSERT INTO items VALUES ('s{i}');\nDO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 1; END $$;\n"),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let tree = tree_of(&refs);
+    let actor = actor(psql()).await;
+    let split = verify(
+        &actor,
+        asks(VerifyPurpose::Green, "tests/t3.sql", tree.path()),
+    )
+    .await
+    .expect("a receipt");
+    assert_eq!(
+        split.shards.len(),
+        3,
+        "the likely failure's shard, then two"
+    );
+    assert_eq!(
+        split.shards[0].files,
+        vec!["tests/t3.sql"],
+        "the focus first"
+    );
+    let mut files: Vec<&String> = split.shards.iter().flat_map(|s| &s.files).collect();
+    files.sort();
+    assert_eq!(files.len(), 5, "every file in exactly one shard");
+    let mut branches: Vec<&String> = split.shards.iter().map(|s| &s.branch_id).collect();
+    branches.sort();
+    branches.dedup();
+    assert_eq!(branches.len(), 3, "each shard on its own branch");
+    assert_eq!(split.branch_id, split.shards[0].branch_id);
+    assert!(
+        split
+            .shards
+            .iter()
+            .all(|s| s.exit.as_ref().is_some_and(|e| e.success()))
+    );
+    assert_eq!(
+        split.shards.iter().map(|s| s.outcomes).sum::<usize>(),
+        split.outcomes.len()
+    );
+    let whole = verify(
+        &actor,
+        asks(VerifyPurpose::Deploy, "tests/t3.sql", tree.path()),
+    )
+    .await
+    .expect("a receipt");
+    assert!(whole.shards.is_empty(), "the deploy run is whole");
+    let names = |r: &TestRunReceipt| {
+        let mut v: Vec<(String, String)> = r
+            .outcomes
+            .iter()
+            .map(|o| (o.name.clone(), o.status.to_string()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names(&split),
+        names(&whole),
+        "the same tests, the same outcomes"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_green_answers_from_the_likely_failures_before_the_rest_runs() {
+    let mut files = vec![(
+        "tests/t0_focus.sql".to_string(),
+        "DO $$ BEGIN ASSERT false, 'the focus still fails'; END $$;\n".to_string(),
+    )];
+    files.extend((1..=4).map(|i| (format!("tests/t{i}.sql"), "SELECT 1;\n".to_string())));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let tree = tree_of(&refs);
+    let actor = actor(psql()).await;
+    let receipt = verify(
+        &actor,
+        asks(VerifyPurpose::Green, "tests/t0_focus.sql", tree.path()),
+    )
+    .await
+    .expect("a receipt");
+    assert_eq!(
+        receipt.shards.len(),
+        1,
+        "nothing else ran: {:?}",
+        receipt.shards
+    );
+    assert_eq!(
+        receipt.status_of("tests/t0_focus.sql"),
+        Some(TestStatus::Failed)
+    );
+    assert_eq!(receipt.outcomes.len(), 1);
+    assert!(receipt.output_excerpt.contains("the focus still fails"));
+    // In RED the new test is meant to fail: the rest runs (whole), and is judged.
+    let red = verify(
+        &actor,
+        asks(VerifyPurpose::Red, "tests/t0_focus.sql", tree.path()),
+    )
+    .await
+    .expect("a receipt");
+    assert_eq!(red.outcomes.len(), 5);
+}
+
+#[tokio::test]
+async fn a_test_that_passes_only_when_run_alone_is_caught_by_the_whole_runs() {
+    // a0 commits a row; t9 expects none. On one branch, in path order, t9 fails; split, they
+    // are on two branches and both pass.
+    let tree = tree_of(&[
+        (
+            "tests/a0_seed.sql",
+            "COMMIT;\nINSERT INTO items VALUES ('seed');\n",
+        ),
+        (
+            "tests/t9_empty.sql",
+            "DO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 0, 'items left behind'; END $$;\n",
+        ),
+    ]);
+    let actor = actor(psql()).await;
+    let split = verify(
+        &actor,
+        asks(VerifyPurpose::Green, "tests/t9_empty.sql", tree.path()),
+    )
+    .await
+    .expect("a receipt");
+    assert_eq!(split.shards.len(), 2);
+    assert!(split.not_passed().is_empty(), "split, both pass");
+    for purpose in [VerifyPurpose::Red, VerifyPurpose::Deploy] {
+        let whole = verify(&actor, asks(purpose, "tests/t9_empty.sql", tree.path()))
+            .await
+            .expect("a receipt");
+        assert!(whole.shards.is_empty());
+        assert_eq!(
+            whole.status_of("tests/t9_empty.sql"),
+            Some(TestStatus::Failed),
+            "{purpose:?} runs whole and sees it"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_test_cannot_reach_another_shard_s_branch() {
+    let reach = r#"import os
+
+import psycopg
+
+
+def test_no_other_database_takes_a_write():
+    url = os.environ["DATABASE_URL"]
+    with psycopg.connect(url) as conn:
+        others = [r[0] for r in conn.execute(
+            "SELECT datname FROM pg_database WHERE datname <> current_database() AND datallowconn"
+        )]
+    written = []
+    for name in others:
+        try:
+            with psycopg.connect(url, dbname=name) as other:
+                other.execute("CREATE TABLE planted (x int)")
+                written.append(name)
+        except psycopg.Error:
+            pass
+    assert others, "there are other branches to try"
+    assert written == []
+"#;
+    let tree = tree_of(&[
+        ("tests/test_reach.py", reach),
+        ("tests/test_other.py", "def test_a():\n    pass\n"),
+        ("tests/test_third.py", "def test_b():\n    pass\n"),
+    ]);
+    let actor = actor(pytest()).await;
+    let receipt = verify(
+        &actor,
+        asks(
+            VerifyPurpose::Green,
+            "tests.test_other::test_a",
+            tree.path(),
+        ),
+    )
+    .await
+    .expect("a receipt");
+    assert!(receipt.shards.len() >= 2, "split: {:?}", receipt.shards);
+    assert_eq!(
+        receipt.status_of("tests.test_reach::test_no_other_database_takes_a_write"),
+        Some(TestStatus::Passed),
+        "{}",
+        receipt.output_excerpt
+    );
+}
+
+#[tokio::test]
+async fn shards_whose_tests_do_not_add_up_to_the_listing_are_a_runner_fault() {
+    // A file whose tests depend on how pytest was started: listed, one test; run, another.
+    let shifty = "import sys\n\nif \"--collect-only\" in sys.argv:\n    def test_listed():\n        pass\nelse:\n    def test_run():\n        pass\n";
+    // A file with a test that only the listing has: no shard runs it.
+    let hiding = "import sys\n\n\ndef test_kept():\n    pass\n\n\nif \"--collect-only\" in sys.argv:\n    def test_hidden():\n        pass\n";
+    for (file, content, says) in [
+        ("tests/test_shifty.py", shifty, "does not have"),
+        ("tests/test_hiding.py", hiding, "no shard ran 1"),
+    ] {
+        let tree = tree_of(&[
+            (file, content),
+            ("tests/test_plain.py", "def test_plain():\n    pass\n"),
+            ("tests/test_more.py", "def test_more():\n    pass\n"),
+        ]);
+        let actor = actor(pytest()).await;
+        let e = verify(
+            &actor,
+            asks(
+                VerifyPurpose::Green,
+                "tests.test_plain::test_plain",
+                tree.path(),
+            ),
+        )
+        .await
+        .expect_err("a runner fault, never a pass");
+        assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
+        assert!(e.detail.contains(says), "{file}: {}", e.detail);
+        assert!(e.detail.contains("`[runner] shards = 1`"), "{}", e.detail);
+    }
+}
+
+#[tokio::test]
+async fn a_selected_run_runs_only_the_selected_files_and_says_so() {
+    let tree = tree_of(&[
+        ("tests/t1.sql", "SELECT 1;\n"),
+        ("tests/t2.sql", "SELECT 2;\n"),
+        (
+            "tests/t3.sql",
+            "DO $$ BEGIN ASSERT false, 'not selected'; END $$;\n",
+        ),
+    ]);
+    let actor = actor(psql()).await;
+    let mut req = asks(VerifyPurpose::Green, "tests/t2.sql", tree.path());
+    req.select = vec!["tests/t1.sql".into(), "tests/t2.sql".into()];
+    let selected = verify(&actor, req.clone()).await.expect("a receipt");
+    assert_eq!(selected.selection, vec!["tests/t1.sql", "tests/t2.sql"]);
+    assert!(selected.shards.is_empty(), "a selection runs on one branch");
+    assert_eq!(selected.outcomes.len(), 2);
+    assert!(selected.not_passed().is_empty());
+    // A name the runner cannot place in a file: the whole suite runs, and says so.
+    req.select.push("tests/t9_gone.sql".into());
+    let whole = verify(&actor, req).await.expect("a receipt");
+    assert!(whole.selection.is_empty());
+    assert_eq!(whole.status_of("tests/t3.sql"), Some(TestStatus::Failed));
+}
