@@ -41,8 +41,9 @@ fn project(dir: &Path) {
     std::fs::create_dir_all(dir.join(".pytest_cache/v")).expect("pytest cache");
 }
 
-#[test]
-fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
+/// The project in a temporary directory (kept while the first value lives), once python3 with
+/// pytest and psycopg is known to be there.
+fn items_project() -> (tempfile::TempDir, std::path::PathBuf) {
     toolchain::python3_imports(
         "pytest, psycopg",
         "python3 with pytest and psycopg (pip install pytest 'psycopg[binary]')",
@@ -50,6 +51,12 @@ fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("items");
     project(&dir);
+    (tmp, dir)
+}
+
+#[test]
+fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
+    let (_tmp, dir) = items_project();
 
     let run = consort(&dir, &["run", "--approve-as", "ada"]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
@@ -89,13 +96,7 @@ fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
 /// `consort verify` passing.
 #[test]
 fn a_pytest_project_split_over_branches_and_limited_per_step_runs_to_done() {
-    toolchain::python3_imports(
-        "pytest, psycopg",
-        "python3 with pytest and psycopg (pip install pytest 'psycopg[binary]')",
-    );
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("items");
-    project(&dir);
+    let (_tmp, dir) = items_project();
     let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
     let config = config.replace(
         "[runner]\n",

@@ -54,6 +54,27 @@ async fn verify(
     consort_testkit::verify::verify(actor, req, Duration::from_secs(180)).await
 }
 
+/// A tree of generated files.
+fn tree_of_owned(files: &[(String, String)]) -> tempfile::TempDir {
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    tree_of(&refs)
+}
+
+/// The receipt of a run of `purpose` with `focus` on `tree`.
+async fn receipt(
+    actor: &ActorRef<LakebaseMsg>,
+    purpose: VerifyPurpose,
+    focus: &str,
+    tree: &std::path::Path,
+) -> TestRunReceipt {
+    verify(actor, asks(purpose, focus, tree))
+        .await
+        .expect("a receipt")
+}
+
 fn table() -> Vec<consort_actors::Migration> {
     vec![migration(
         "0001_items",
@@ -78,18 +99,9 @@ async fn a_split_suite_is_one_receipt_that_names_every_shard_and_adds_up_to_the_
             )
         })
         .collect();
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(p, c)| (p.as_str(), c.as_str()))
-        .collect();
-    let tree = tree_of(&refs);
+    let tree = tree_of_owned(&files);
     let actor = actor(psql()).await;
-    let split = verify(
-        &actor,
-        asks(VerifyPurpose::Green, "tests/t3.sql", tree.path()),
-    )
-    .await
-    .expect("a receipt");
+    let split = receipt(&actor, VerifyPurpose::Green, "tests/t3.sql", tree.path()).await;
     assert_eq!(
         split.shards.len(),
         3,
@@ -118,12 +130,7 @@ async fn a_split_suite_is_one_receipt_that_names_every_shard_and_adds_up_to_the_
         split.shards.iter().map(|s| s.outcomes).sum::<usize>(),
         split.outcomes.len()
     );
-    let whole = verify(
-        &actor,
-        asks(VerifyPurpose::Deploy, "tests/t3.sql", tree.path()),
-    )
-    .await
-    .expect("a receipt");
+    let whole = receipt(&actor, VerifyPurpose::Deploy, "tests/t3.sql", tree.path()).await;
     assert!(whole.shards.is_empty(), "the deploy run is whole");
     let names = |r: &TestRunReceipt| {
         let mut v: Vec<(String, String)> = r
@@ -148,37 +155,35 @@ async fn a_failing_green_answers_from_the_likely_failures_before_the_rest_runs()
         "DO $$ BEGIN ASSERT false, 'the focus still fails'; END $$;\n".to_string(),
     )];
     files.extend((1..=4).map(|i| (format!("tests/t{i}.sql"), "SELECT 1;\n".to_string())));
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(p, c)| (p.as_str(), c.as_str()))
-        .collect();
-    let tree = tree_of(&refs);
+    let tree = tree_of_owned(&files);
     let actor = actor(psql()).await;
-    let receipt = verify(
+    let green = receipt(
         &actor,
-        asks(VerifyPurpose::Green, "tests/t0_focus.sql", tree.path()),
+        VerifyPurpose::Green,
+        "tests/t0_focus.sql",
+        tree.path(),
     )
-    .await
-    .expect("a receipt");
+    .await;
     assert_eq!(
-        receipt.shards.len(),
+        green.shards.len(),
         1,
         "nothing else ran: {:?}",
-        receipt.shards
+        green.shards
     );
     assert_eq!(
-        receipt.status_of("tests/t0_focus.sql"),
+        green.status_of("tests/t0_focus.sql"),
         Some(TestStatus::Failed)
     );
-    assert_eq!(receipt.outcomes.len(), 1);
-    assert!(receipt.output_excerpt.contains("the focus still fails"));
+    assert_eq!(green.outcomes.len(), 1);
+    assert!(green.output_excerpt.contains("the focus still fails"));
     // In RED the new test is meant to fail: the rest runs (whole), and is judged.
-    let red = verify(
+    let red = receipt(
         &actor,
-        asks(VerifyPurpose::Red, "tests/t0_focus.sql", tree.path()),
+        VerifyPurpose::Red,
+        "tests/t0_focus.sql",
+        tree.path(),
     )
-    .await
-    .expect("a receipt");
+    .await;
     assert_eq!(red.outcomes.len(), 5);
 }
 
@@ -197,18 +202,17 @@ async fn a_test_that_passes_only_when_run_alone_is_caught_by_the_whole_runs() {
         ),
     ]);
     let actor = actor(psql()).await;
-    let split = verify(
+    let split = receipt(
         &actor,
-        asks(VerifyPurpose::Green, "tests/t9_empty.sql", tree.path()),
+        VerifyPurpose::Green,
+        "tests/t9_empty.sql",
+        tree.path(),
     )
-    .await
-    .expect("a receipt");
+    .await;
     assert_eq!(split.shards.len(), 2);
     assert!(split.not_passed().is_empty(), "split, both pass");
     for purpose in [VerifyPurpose::Red, VerifyPurpose::Deploy] {
-        let whole = verify(&actor, asks(purpose, "tests/t9_empty.sql", tree.path()))
-            .await
-            .expect("a receipt");
+        let whole = receipt(&actor, purpose, "tests/t9_empty.sql", tree.path()).await;
         assert!(whole.shards.is_empty());
         assert_eq!(
             whole.status_of("tests/t9_empty.sql"),
@@ -248,22 +252,19 @@ def test_no_other_database_takes_a_write():
         ("tests/test_third.py", "def test_b():\n    pass\n"),
     ]);
     let actor = actor(pytest()).await;
-    let receipt = verify(
+    let run = receipt(
         &actor,
-        asks(
-            VerifyPurpose::Green,
-            "tests.test_other::test_a",
-            tree.path(),
-        ),
+        VerifyPurpose::Green,
+        "tests.test_other::test_a",
+        tree.path(),
     )
-    .await
-    .expect("a receipt");
-    assert!(receipt.shards.len() >= 2, "split: {:?}", receipt.shards);
+    .await;
+    assert!(run.shards.len() >= 2, "split: {:?}", run.shards);
     assert_eq!(
-        receipt.status_of("tests.test_reach::test_no_other_database_takes_a_write"),
+        run.status_of("tests.test_reach::test_no_other_database_takes_a_write"),
         Some(TestStatus::Passed),
         "{}",
-        receipt.output_excerpt
+        run.output_excerpt
     );
 }
 
