@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use consort_actors::{
     Approver, FeatureRequest, GateKind, Machine, Phase, Progress, Role, RunStatus, State,
-    TestStatus,
+    TestRunReceipt, TestStatus,
 };
 use consort_agents::AgentConfig;
 use consort_lakebase::{
@@ -900,6 +900,27 @@ pub struct ReceiptSummary {
     pub exit_code: Option<i32>,
     /// How the run was confined, for people: `Landlock ABI 7 (files and TCP)`, `off …`.
     pub confinement: String,
+    /// What the run covered, for people: `the whole suite`, `the whole suite, split over 3
+    /// branches`, `2 of the feature's files` (see [`coverage`]).
+    pub covered: String,
+}
+
+/// What a receipt's run covered, for people: the whole suite (split over how many branches,
+/// and how many shards were stopped early), or the files of a run limited to the feature's
+/// tests.
+pub fn coverage(r: &TestRunReceipt) -> String {
+    if !r.selection.is_empty() {
+        return format!("{} of the feature's test files", r.selection.len());
+    }
+    match r.shards.len() {
+        0 => "the whole suite".into(),
+        n => match r.shards.iter().filter(|s| s.stopped()).count() {
+            0 => format!("the whole suite, split over {n} branches"),
+            stopped => format!(
+                "the suite split over {n} branches, {stopped} stopped once a failure settled the verdict"
+            ),
+        },
+    }
 }
 
 /// A run's branch and the commit at its tip.
@@ -988,6 +1009,7 @@ pub fn status_of(
             failed: r.outcomes.len() - passed,
             exit_code: r.exit.code,
             confinement: r.confinement.to_string(),
+            covered: coverage(r),
         }
     });
     StatusReport {
@@ -1043,5 +1065,49 @@ impl std::fmt::Display for Interruption {
             Interruption::Interrupt => "SIGINT",
             Interruption::Terminate => "SIGTERM",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use consort_actors::{ContentHash, ExitRecord, RequestId, ShardRun};
+    use consort_testkit::artifacts::receipt_with;
+
+    use super::*;
+
+    fn shard(stopped: bool) -> ShardRun {
+        ShardRun {
+            branch_id: "b".into(),
+            command: "pytest".into(),
+            files: vec!["tests/test_a.py".into()],
+            outcomes: 1,
+            exit: (!stopped).then_some(ExitRecord {
+                code: Some(0),
+                signal: None,
+                timed_out: false,
+            }),
+            run_ms: 5,
+        }
+    }
+
+    #[test]
+    fn what_a_run_covered_is_said_for_people() {
+        let mut r = receipt_with(
+            RequestId(1),
+            ContentHash::of_bytes(b"t"),
+            &[("t", TestStatus::Passed)],
+            0,
+            "",
+        );
+        assert_eq!(coverage(&r), "the whole suite");
+        r.shards = vec![shard(false), shard(false), shard(false)];
+        assert_eq!(coverage(&r), "the whole suite, split over 3 branches");
+        r.shards[2] = shard(true);
+        assert_eq!(
+            coverage(&r),
+            "the suite split over 3 branches, 1 stopped once a failure settled the verdict"
+        );
+        r.selection = vec!["tests/test_a.py".into(), "tests/test_b.py".into()];
+        assert_eq!(coverage(&r), "2 of the feature's test files");
     }
 }

@@ -133,8 +133,8 @@ pub fn status_text(project: &Project, report: &StatusReport) -> Result<String, V
     if let Some(r) = &report.last_receipt {
         let _ = writeln!(
             out,
-            "receipt: req-{} on {}: {} passed, {} not passed (confined: {})",
-            r.request, r.branch, r.passed, r.failed, r.confinement
+            "receipt: req-{} on {}: {} passed, {} not passed (ran {}; confined: {})",
+            r.request, r.branch, r.passed, r.failed, r.covered, r.confinement
         );
     }
     if !report.flaky.is_empty() {
