@@ -41,21 +41,19 @@ impl Server {
         let cluster = rt
             .block_on(EmbeddedPostgres::start(EmbeddedConfig::temporary()))
             .expect("the bench's server");
-        let password = std::fs::read_to_string(cluster.dir().join("admin.pw")).expect("pw");
+        let password = consort_testkit::cluster::admin_info(&cluster, "postgres")
+            .secret
+            .expose()
+            .to_string();
         Server {
             cluster,
-            password: password.trim().to_string(),
+            password,
             next: std::cell::Cell::new(0),
         }
     }
 
     fn url(&self, database: &str) -> String {
-        format!(
-            "postgres://{}:{}@127.0.0.1:{}/{database}",
-            self.cluster.superuser(),
-            self.password,
-            self.cluster.port()
-        )
+        consort_testkit::cluster::admin_url(&self.cluster, database)
     }
 
     /// A parent database and a store database of their own for the next project.

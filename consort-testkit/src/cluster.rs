@@ -123,6 +123,18 @@ pub fn admin_info(cluster: &EmbeddedCluster, database: &str) -> ConnectInfo {
     }
 }
 
+/// The superuser of `cluster` on `database` as a URL over loopback TCP (what a process with
+/// only a URL, such as a worker given `[store]` or `[database]` by environment, connects with).
+pub fn admin_url(cluster: &EmbeddedCluster, database: &str) -> String {
+    let info = admin_info(cluster, database);
+    format!(
+        "postgres://{}:{}@127.0.0.1:{}/{database}",
+        info.user,
+        info.secret.expose(),
+        info.port
+    )
+}
+
 /// A fresh directory under /tmp named `prefix…`, with `mode`: 0o755 lets the server's user
 /// reach what is below it (a cluster placed there stays there), 0o700 keeps it out.
 pub fn tmp_dir(prefix: &str, mode: u32) -> tempfile::TempDir {

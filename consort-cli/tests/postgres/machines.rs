@@ -51,12 +51,7 @@ struct Server {
 
 impl Server {
     fn url(&self, database: &str) -> String {
-        format!(
-            "postgres://{}:{}@127.0.0.1:{}/{database}",
-            self.cluster.superuser(),
-            self.password,
-            self.cluster.port()
-        )
+        consort_testkit::cluster::admin_url(&self.cluster, database)
     }
 
     /// Runs `sql` in `database` as the superuser; its output.
@@ -287,10 +282,13 @@ fn server() -> Server {
             consort::lakebase::EmbeddedConfig::temporary(),
         ))
         .expect("a server of its own");
-    let password = std::fs::read_to_string(cluster.dir().join("admin.pw")).expect("admin.pw");
+    let password = consort_testkit::cluster::admin_info(&cluster, "postgres")
+        .secret
+        .expose()
+        .to_string();
     let server = Server {
         cluster,
-        password: password.trim().to_string(),
+        password,
         parent: "shop".into(),
         store: "shop_records".into(),
     };

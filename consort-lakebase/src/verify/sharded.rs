@@ -60,12 +60,13 @@ impl Verifier {
         first: Acquired,
         ctx: RunContext,
     ) -> Result<Attempt, InfraError> {
-        let likely = self.likely_files(run);
+        let files: Vec<String> = run.before.files.keys().cloned().collect();
         let focus_file = run
             .req
             .focus
             .as_ref()
-            .and_then(|f| self.runner.file_of(f, &tree_files(run)));
+            .and_then(|f| self.runner.file_of(f, &files));
+        let likely = self.likely_files(focus_file.as_deref(), &files);
         let mut shards = vec![Shard {
             acquired: first,
             ctx,
@@ -131,15 +132,12 @@ impl Verifier {
     }
 
     /// The test files likely to fail: the focus's and those of the last split run's failures
-    /// that the tree still holds.
-    fn likely_files(&self, run: &Run<'_>) -> Vec<String> {
-        let files = tree_files(run);
+    /// that the tree (`files`) still holds.
+    fn likely_files(&self, focus_file: Option<&str>, files: &[String]) -> Vec<String> {
         let costs = self.costs.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut likely: Vec<String> = run
-            .req
-            .focus
-            .iter()
-            .filter_map(|f| self.runner.file_of(f, &files))
+        let mut likely: Vec<String> = focus_file
+            .map(String::from)
+            .into_iter()
             .chain(costs.recent_failures().iter().cloned())
             .filter(|f| files.contains(f))
             .collect();
@@ -442,11 +440,6 @@ impl Verifier {
 /// Whether a split is worth it: the likely failures ran apart, or the suite has two files.
 fn worth_two(suite: &[SuiteTest], first: &Shard) -> bool {
     first.finished.is_some() || suite.iter().any(|t| t.file != suite[0].file)
-}
-
-/// The tree's files as the run saw them before it began.
-fn tree_files(run: &Run<'_>) -> Vec<String> {
-    run.before.files.keys().cloned().collect()
 }
 
 /// Releases every shard's branch (in the background); a failing shard's branch is kept when

@@ -1,8 +1,9 @@
-//! What a step runs, end to end through the Lakebase actor on the shared cluster: a suite split
-//! over branches (one receipt naming every shard, a failing GREEN answered before the rest
-//! runs, and what sharding opens, each caught: a test that passes only when run alone, by the
-//! whole runs; a test that reaches for another shard's branch; a test file that changes which
-//! tests exist; a shard that leaves tests out), and a run limited to the selected tests.
+//! What a step runs, end to end through the Lakebase actor on the shared cluster: a suite
+//! split over branches (one receipt naming every shard, a failing GREEN answered before the
+//! rest runs, a test that failed last time run first, and what sharding opens, each caught: a
+//! test that passes only when run alone, by the whole runs; a test that reaches for another
+//! shard's branch; a test file that changes which tests exist; a shard that leaves tests out),
+//! and a run limited to the selected tests.
 
 use crate::common;
 use std::sync::Arc;
@@ -185,6 +186,49 @@ async fn a_failing_green_answers_from_the_likely_failures_before_the_rest_runs()
     )
     .await;
     assert_eq!(red.outcomes.len(), 5);
+}
+
+#[tokio::test]
+async fn a_test_that_failed_in_the_last_split_run_runs_first_in_the_next() {
+    // The focus passes; of the rest, one file fails at once and one sleeps a while. The first
+    // split run finds the failure (a test that was green, so the run is made once more); in
+    // that second run the failed file runs first, beside the focus's, and settles the verdict:
+    // the sleeping file never runs there.
+    let tree = tree_of(&[
+        ("tests/t0_focus.sql", "SELECT 1;\n"),
+        (
+            "tests/a1_fails.sql",
+            "DO $$ BEGIN ASSERT false, 'broken by the step'; END $$;\n",
+        ),
+        ("tests/b1_slow.sql", "SELECT pg_sleep(2);\n"),
+    ]);
+    let actor = actor(psql()).await;
+    let green = receipt(
+        &actor,
+        VerifyPurpose::Green,
+        "tests/t0_focus.sql",
+        tree.path(),
+    )
+    .await;
+    assert!(
+        green.output_excerpt.contains("once more"),
+        "{}",
+        green.output_excerpt
+    );
+    let files: Vec<&Vec<String>> = green.shards.iter().map(|s| &s.files).collect();
+    assert_eq!(
+        files,
+        vec![&vec![
+            "tests/a1_fails.sql".to_string(),
+            "tests/t0_focus.sql".to_string()
+        ]],
+        "the likely failures alone"
+    );
+    assert_eq!(
+        green.status_of("tests/a1_fails.sql"),
+        Some(TestStatus::Failed)
+    );
+    assert_eq!(green.status_of("tests/b1_slow.sql"), None);
 }
 
 #[tokio::test]
