@@ -8,7 +8,7 @@ use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 use tracing::{debug, info, warn};
 
-use super::catalog::{comment_db, drop_db, is_template};
+use super::catalog::{CLOSED, drop_db, is_template, open_private};
 use super::meta::{Meta, unix_now};
 use super::{BUILDING_PREFIX, ServerProvider, TEMPLATE_PREFIX};
 use crate::error::{Error, Result};
@@ -51,14 +51,14 @@ impl ServerProvider {
             let mut slot = self.admin.slot().await;
             let admin = self.admin.client(&mut slot).await?;
             let sql = format!(
-                "CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY",
+                "CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY{CLOSED}",
                 quote_ident(&tmp),
                 quote_ident(&self.target.parent)
             );
             self.admin
                 .exec_busy(admin, &sql, "copying the parent into a new base")
                 .await?;
-            comment_db(admin, &tmp, &meta).await?;
+            open_private(admin, &tmp, Some(&meta)).await?;
         }
         let built = self.fill_base(&tmp, spec).await;
         let mut slot = self.admin.slot().await;

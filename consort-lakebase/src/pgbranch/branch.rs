@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 
-use super::catalog::{db_lookup, db_meta, drop_db, is_dup, role_meta};
+use super::catalog::{CLOSED, db_lookup, db_meta, drop_db, is_dup, open_private, role_meta};
 use super::meta::Meta;
 use super::{ServerProvider, TEMPLATE_PREFIX};
 use crate::error::{Error, Result};
@@ -110,17 +110,11 @@ impl ServerProvider {
     ) -> Result<()> {
         let q = quote_ident(ident);
         let sql = format!(
-            "CREATE DATABASE {q} OWNER {q} TEMPLATE {} STRATEGY FILE_COPY",
+            "CREATE DATABASE {q} OWNER {q} TEMPLATE {} STRATEGY FILE_COPY{CLOSED}",
             quote_ident(base_id)
         );
         self.admin.exec_busy(admin, &sql, what).await?;
-        admin
-            .batch_execute(&format!(
-                "REVOKE CONNECT, TEMPORARY ON DATABASE {q} FROM PUBLIC; COMMENT ON DATABASE {q} IS {}",
-                quote_literal(marker)
-            ))
-            .await
-            .map_err(|e| Error::from_pg("restricting the branch", e))
+        open_private(admin, ident, Some(marker)).await
     }
 
     /// Returns when the branch role can log in over the branch endpoint.

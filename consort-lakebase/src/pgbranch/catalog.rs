@@ -105,6 +105,27 @@ pub(super) async fn comment_db(admin: &Client, db: &str, text: &str) -> Result<(
         .map_err(|e| Error::from_pg("marking a database", e))
 }
 
+/// The clause that makes a new database refuse every session until [`open_private`] opens it.
+pub(super) const CLOSED: &str = " ALLOW_CONNECTIONS false";
+
+/// Opens `db`, created with [`CLOSED`], to its owner and the superusers only. `PUBLIC` loses
+/// `CONNECT` and `TEMPORARY` before the first session may start: every branch role is a member
+/// of the owner role, whose grants reach into every copy, so a database open to `PUBLIC` for a
+/// moment is one a test on another branch can find in `pg_database` and write to.
+pub(super) async fn open_private(admin: &Client, db: &str, marker: Option<&str>) -> Result<()> {
+    let q = quote_ident(db);
+    let comment = marker
+        .map(|m| format!("COMMENT ON DATABASE {q} IS {}; ", quote_literal(m)))
+        .unwrap_or_default();
+    admin
+        .batch_execute(&format!(
+            "REVOKE CONNECT, TEMPORARY ON DATABASE {q} FROM PUBLIC; {comment}\
+             ALTER DATABASE {q} ALLOW_CONNECTIONS true"
+        ))
+        .await
+        .map_err(|e| Error::from_pg("opening a new database to its owner only", e))
+}
+
 /// Ends every session on `db` and waits (briefly) until their backends are gone.
 ///
 /// `DROP DATABASE … WITH (FORCE)` signals the sessions it finds and then re-checks every

@@ -12,7 +12,9 @@
 //!   role's credentials; the administrator's stay inside the provider.
 //! * **Ownership of schema objects**: migrations run as the `NOLOGIN` role `consortowner`, and
 //!   every branch role is a member of it, so tests may use (and alter) the tables of their own
-//!   branch, while database-level `CONNECT` keeps them out of every other database.
+//!   branch, while database-level `CONNECT` keeps them out of every other database. So no
+//!   database Consort makes is ever open to `PUBLIC`, not even while it is made: each is
+//!   created closed and opened only once `PUBLIC` has lost `CONNECT` (`catalog::open_private`).
 //! * **Markers**: every database and role Consort creates carries a JSON comment (creating
 //!   process, boot, host, time, base). Nothing without that marker and the `consort_` prefix
 //!   is ever altered or dropped.

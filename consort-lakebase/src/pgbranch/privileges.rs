@@ -4,7 +4,7 @@
 use tokio_postgres::{Client, Config};
 use tracing::{info, warn};
 
-use super::catalog::{db_exists, is_dup};
+use super::catalog::{CLOSED, db_exists, is_dup, open_private};
 use super::{ServerOptions, ServerTarget};
 use crate::error::{Error, Result};
 use crate::names::quote_ident;
@@ -97,13 +97,17 @@ async fn manage_parent(
     let parent = target.parent.as_str();
     if !exists {
         match client
-            .batch_execute(&format!("CREATE DATABASE {}", quote_ident(parent)))
+            .batch_execute(&format!("CREATE DATABASE {}{CLOSED}", quote_ident(parent)))
             .await
         {
             Ok(()) => info!(parent = %parent, "created the parent database"),
             Err(e) if is_dup(&e) => {}
             Err(e) => return Err(Error::from_pg("creating the parent database", e)),
         }
+    }
+    // Created closed here, or by a process that died before it opened it.
+    if !allows_connections(client, parent).await? {
+        open_private(client, parent, None).await?;
     }
     for db in [parent, "postgres", "template1"] {
         if public_may_connect(client, db).await? {
@@ -162,6 +166,18 @@ async fn public_may_connect(client: &Client, db: &str) -> Result<bool> {
         )
         .await
         .map_err(|e| Error::from_pg("reading database privileges", e))?
+        .get(0))
+}
+
+/// Whether `db` takes sessions at all (`datallowconn`).
+async fn allows_connections(client: &Client, db: &str) -> Result<bool> {
+    Ok(client
+        .query_one(
+            "SELECT datallowconn FROM pg_database WHERE datname = $1",
+            &[&db],
+        )
+        .await
+        .map_err(|e| Error::from_pg("reading whether a database takes sessions", e))?
         .get(0))
 }
 

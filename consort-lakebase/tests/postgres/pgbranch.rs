@@ -10,7 +10,7 @@ use crate::common::{assert_count, branch_names, migration, query_value};
 use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
 use consort_lakebase::{
     BaseSpec, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
-    Error, PostgresUrlProvider, Secret, ServerOptions, connect,
+    ConnectInfo, Error, PostgresUrlProvider, Secret, ServerOptions, connect,
 };
 use tokio_postgres::Client;
 
@@ -351,4 +351,91 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
     .await
     .expect_err("bad url");
     assert!(!err.to_string().contains("pw-Zz9"), "{err}");
+}
+
+/// What a test on one branch found while it kept trying every other database of the server.
+#[derive(Default)]
+struct Probe {
+    rounds: usize,
+    seen: std::collections::BTreeSet<String>,
+    written: Vec<String>,
+}
+
+/// From branch `home`, tries over and over to connect to every other database and create a
+/// table there, until `stop` is set.
+async fn probe_others(home: ConnectInfo, stop: Arc<std::sync::atomic::AtomicBool>) -> Probe {
+    let own = connect(&home).await.expect("the branch's own session");
+    let mut probe = Probe::default();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let names = own
+            .query(
+                "SELECT datname FROM pg_database WHERE datname <> current_database()",
+                &[],
+            )
+            .await
+            .expect("pg_database");
+        for name in names.iter().map(|r| r.get::<_, String>(0)) {
+            let mut info = home.clone();
+            info.database = name.clone();
+            if let Ok(other) = connect(&info).await
+                && other
+                    .batch_execute("CREATE TABLE planted (x int)")
+                    .await
+                    .is_ok()
+            {
+                probe.written.push(name.clone());
+            }
+            probe.seen.insert(name);
+        }
+        probe.rounds += 1;
+    }
+    probe
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_being_made_is_never_open_to_a_test_on_another_branch() {
+    let (_cluster, b) = provider().await;
+    let b = Arc::new(b);
+    let base = b.prepare_base(&BaseSpec::default()).await.expect("base");
+    let namer = BranchNamer::new();
+    let home = b.create(&namer.next_name(), &base).await.expect("home");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let prober = tokio::spawn(probe_others(
+        b.connect_info(&home).await.expect("info"),
+        stop.clone(),
+    ));
+    // A base whose migration takes a while (a wide window while it is filled), and branches
+    // made and dropped beside it (many narrow ones).
+    let slow = BaseSpec {
+        migrations: vec![migration(
+            "0001_slow",
+            "SELECT pg_sleep(1.5); CREATE TABLE t (id int)",
+        )],
+        fixtures: Vec::new(),
+    };
+    let building = {
+        let b = b.clone();
+        tokio::spawn(async move { b.prepare_base(&slow).await })
+    };
+    for _ in 0..6 {
+        let branch = b.create(&namer.next_name(), &base).await.expect("create");
+        b.delete(&branch.name).await.expect("delete");
+    }
+    let slow_base = building.await.expect("task").expect("the slow base");
+    let branch = b.create(&namer.next_name(), &slow_base).await.expect("create");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let probe = prober.await.expect("prober");
+    b.delete(&branch.name).await.expect("delete");
+
+    assert!(probe.rounds > 0);
+    assert!(
+        probe.seen.iter().any(|n| n.starts_with("consorttmp_")),
+        "the base was seen while it was being filled: {:?}",
+        probe.seen
+    );
+    assert!(
+        probe.written.is_empty(),
+        "a test wrote to {:?}",
+        probe.written
+    );
 }
