@@ -278,6 +278,9 @@ pub enum ProviderConfig {
         /// The unprivileged user the server runs as when Consort runs as root.
         #[serde(default = "default_run_as")]
         run_as: String,
+        /// Which PostgreSQL runs the cluster.
+        #[serde(default)]
+        postgres: PostgresChoice,
     },
     /// An existing PostgreSQL server; the URL comes from an environment variable.
     Url {
@@ -287,6 +290,59 @@ pub enum ProviderConfig {
     },
     /// Lakebase Autoscaling: a branch per run from a source branch, over the REST API.
     Lakebase(LakebaseSettings),
+}
+
+/// `[database] postgres`: which PostgreSQL the embedded backend runs. `"auto"` (the default):
+/// an installed PostgreSQL 15 or newer, else Consort's own pinned PostgreSQL, fetched once per
+/// user; `"fetched"`: Consort's own even when one is installed; a path (with a `/`, relative
+/// to the project or absolute): the directory of `initdb` and `postgres`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum PostgresChoice {
+    /// An installed one, else Consort's own.
+    #[default]
+    Auto,
+    /// Consort's own.
+    Fetched,
+    /// The binaries in this directory.
+    Dir(PathBuf),
+}
+
+impl TryFrom<String> for PostgresChoice {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "auto" => Ok(PostgresChoice::Auto),
+            "fetched" => Ok(PostgresChoice::Fetched),
+            _ if s.contains('/') => Ok(PostgresChoice::Dir(PathBuf::from(s))),
+            _ => Err(format!(
+                "`postgres` is \"auto\", \"fetched\" or the path of a directory (with a /), not \"{s}\""
+            )),
+        }
+    }
+}
+
+impl From<PostgresChoice> for String {
+    fn from(c: PostgresChoice) -> String {
+        match c {
+            PostgresChoice::Auto => "auto".into(),
+            PostgresChoice::Fetched => "fetched".into(),
+            PostgresChoice::Dir(d) => d.display().to_string(),
+        }
+    }
+}
+
+impl PostgresChoice {
+    /// The source of the server binaries, a relative directory taken from `project_dir`.
+    pub fn source(&self, project_dir: &Path) -> consort_lakebase::PostgresSource {
+        use consort_lakebase::PostgresSource;
+        match self {
+            PostgresChoice::Auto => PostgresSource::Auto,
+            PostgresChoice::Fetched => PostgresSource::Fetched,
+            PostgresChoice::Dir(d) => PostgresSource::Dir(project_dir.join(d)),
+        }
+    }
 }
 
 /// `[database] provider = "lakebase"`: the keys of the Lakebase backend.
@@ -365,6 +421,7 @@ impl Default for ProviderConfig {
         ProviderConfig::Embedded {
             data_dir: default_data_dir(),
             run_as: default_run_as(),
+            postgres: PostgresChoice::Auto,
         }
     }
 }
@@ -785,6 +842,37 @@ path = ".consort/script.toml"
             let e = with(vars).expect_err(vars);
             assert!(e.to_string().contains("runner.env_set"), "{vars}: {e}");
         }
+    }
+
+    #[test]
+    fn the_embedded_postgres_is_auto_fetched_or_a_directory_and_nothing_else() {
+        let source = |value: &str| {
+            let text =
+                format!("{MINIMAL}\n[database]\nprovider = \"embedded\"\npostgres = \"{value}\"\n");
+            ProjectConfig::parse(&text, Path::new("consort.toml")).map(|c| match c.database {
+                ProviderConfig::Embedded { postgres, .. } => postgres.source(Path::new("/p")),
+                _ => panic!("embedded"),
+            })
+        };
+        use consort_lakebase::PostgresSource;
+        assert_eq!(source("auto").expect("auto"), PostgresSource::Auto);
+        assert_eq!(source("fetched").expect("fetched"), PostgresSource::Fetched);
+        assert_eq!(
+            source("pg/bin").expect("a directory"),
+            PostgresSource::Dir("/p/pg/bin".into())
+        );
+        assert_eq!(
+            source("/opt/pg/bin").expect("a directory"),
+            PostgresSource::Dir("/opt/pg/bin".into())
+        );
+        let e = source("fetch").expect_err("a typo is no directory");
+        assert!(e.to_string().contains("\"auto\", \"fetched\""), "{e}");
+        assert_eq!(ProviderConfig::default(), {
+            let text = format!("{MINIMAL}\n[database]\nprovider = \"embedded\"\n");
+            ProjectConfig::parse(&text, Path::new("consort.toml"))
+                .expect("parses")
+                .database
+        });
     }
 
     #[test]

@@ -552,9 +552,14 @@ impl Project {
     /// The branch provider the configuration names.
     pub async fn provider(&self) -> Result<Arc<dyn BranchProvider>, ProjectError> {
         Ok(match &self.config.database {
-            ProviderConfig::Embedded { data_dir, run_as } => {
+            ProviderConfig::Embedded {
+                data_dir,
+                run_as,
+                postgres,
+            } => {
                 let mut cfg = EmbeddedConfig::at(self.dir.join(data_dir));
                 cfg.run_as = run_as.clone();
+                cfg.postgres = postgres.source(&self.dir);
                 let cluster = EmbeddedPostgres::start(cfg).await?;
                 Arc::new(EmbeddedProvider::new(cluster).await?)
             }

@@ -172,6 +172,7 @@ fn forged_receipt(work: &Path, request: u64) -> TestRunReceipt {
         request_id: RequestId(request),
         workspace_hash: hash_dir(work).expect("hash the work tree"),
         provider: "embedded".into(),
+        branch_copy: None,
         branch_id: "consort-forged".into(),
         runner: "psql".into(),
         command: "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test> -c ROLLBACK".into(),

@@ -1,19 +1,26 @@
 //! What a step pays as the project's own suite grows. A generated pytest project (the
 //! pyservice example's configuration and request, its script made a five-entry feature whose
-//! first GREEN fails once) whose own suite has about 50, 200 and 800 tests, each opening a
-//! connection to the run's branch and querying it, is driven to done three times in the same run:
+//! first GREEN fails once) and a generated vitest 3 project (the same design, five entries of
+//! their own, the first GREEN failing once) whose own suites have about 50, 200 and 800 tests,
+//! each opening a connection to the run's branch and querying it, are driven to done three
+//! times each in the same run:
 //! the suite run whole (`[runner] shards = 1`, as before suites were split), split from the
 //! first run (`split_above_secs = 0`), and split with `per_step = "feature"`. Each size's figures: the feature's wall
 //! time, its verifications, per verification the branch's acquire, its migrations and the run
 //! (from the receipts), a passing full verification and the failing GREEN; then each against
 //! whole, beside the goals.
 //!
-//! Needs `python3` with `pytest` and `psycopg` (`.ci/run` installs them).
+//! Needs `python3` with `pytest` and `psycopg` (`.ci/run` installs them), and Node.js with
+//! npm (vitest 3 and node-postgres are installed from npm on first use, as the runner matrix
+//! installs them).
 //!
 //! `cargo bench --bench suite`
 
 #[path = "../../benches/common/mod.rs"]
 mod common;
+#[allow(dead_code)] // the bench uses only the npm part
+#[path = "../tests/common/toolchain.rs"]
+mod toolchain;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -77,36 +84,183 @@ impl Mode {
     }
 }
 
-/// The pyservice project with an own suite of `tests` tests (in files of ten), each querying
-/// the run's branch, the five-entry feature's script, and `[runner]` set as `mode` says.
-fn project(tests: usize, mode: Mode) -> tempfile::TempDir {
+/// The test tool of a generated project.
+#[derive(Clone, Copy, PartialEq)]
+enum Stack {
+    /// The pyservice example in Python, run by pytest.
+    Pytest,
+    /// The same design in JavaScript, run by vitest 3.
+    Vitest,
+}
+
+impl Stack {
+    fn name(self) -> &'static str {
+        match self {
+            Stack::Pytest => "pytest",
+            Stack::Vitest => "vitest",
+        }
+    }
+
+    /// A part of the name of the test whose first GREEN fails.
+    fn failing_test(self) -> &'static str {
+        match self {
+            Stack::Pytest => "test_add_item_stores_exactly_that_item",
+            Stack::Vitest => "answer 1",
+        }
+    }
+}
+
+/// A generated project with an own suite of `tests` tests (in files of ten), each querying the
+/// run's branch, the five-entry feature's script, and `[runner]` set as `mode` says.
+fn project(stack: Stack, tests: usize, mode: Mode) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     // Reachable by the server's user, so the cluster lives in the project (and goes with it).
     std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
-    for file in ["consort.toml", "feature.md"] {
-        std::fs::copy(Path::new(FIXTURE).join(file), dir.join(file)).expect("the fixture");
-    }
-    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    std::fs::copy(
+        Path::new(FIXTURE).join("feature.md"),
+        dir.join("feature.md"),
+    )
+    .expect("the fixture");
+    let (config, script) = match stack {
+        Stack::Pytest => (
+            std::fs::read_to_string(Path::new(FIXTURE).join("consort.toml")).expect("config"),
+            script(),
+        ),
+        Stack::Vitest => {
+            node_modules(dir);
+            (VITEST_CONFIG.to_string(), vitest_script())
+        }
+    };
     let config = config.replace("[runner]\n", &format!("[runner]\n{}", mode.runner_lines()));
     std::fs::write(dir.join("consort.toml"), config).expect("config");
     std::fs::create_dir_all(dir.join(".consort/agents")).expect("mkdir");
-    std::fs::write(dir.join(".consort/agents/script.toml"), script()).expect("script");
-    std::fs::create_dir_all(dir.join("tests")).expect("tests");
+    std::fs::write(dir.join(".consort/agents/script.toml"), script).expect("script");
+    let tests_dir = dir.join(match stack {
+        Stack::Pytest => "tests",
+        Stack::Vitest => "test",
+    });
+    std::fs::create_dir_all(&tests_dir).expect("tests");
     for file in 0..tests.div_ceil(TESTS_PER_FILE) {
-        let mut text = String::from(
-            "import os\n\nimport psycopg\n\n\ndef _relations():\n    with psycopg.connect(os.environ[\"DATABASE_URL\"]) as conn:\n        return conn.execute(\"SELECT count(*) FROM pg_catalog.pg_class\").fetchone()[0]\n",
-        );
-        for test in 0..TESTS_PER_FILE.min(tests - file * TESTS_PER_FILE) {
-            text.push_str(&format!(
-                "\n\ndef test_existing_{file}_{test}():\n    assert _relations() > 0\n"
-            ));
-        }
-        std::fs::write(dir.join(format!("tests/test_existing_{file:03}.py")), text)
-            .expect("a test file");
+        let count = TESTS_PER_FILE.min(tests - file * TESTS_PER_FILE);
+        let (name, text) = match stack {
+            Stack::Pytest => (
+                format!("test_existing_{file:03}.py"),
+                pytest_file(file, count),
+            ),
+            Stack::Vitest => (
+                format!("existing_{file:03}.test.js"),
+                vitest_file(file, count),
+            ),
+        };
+        std::fs::write(tests_dir.join(name), text).expect("a test file");
     }
     tmp
+}
+
+/// A pytest file of the project's own suite: `count` tests, each querying the branch.
+fn pytest_file(file: usize, count: usize) -> String {
+    let mut text = String::from(
+        "import os\n\nimport psycopg\n\n\ndef _relations():\n    with psycopg.connect(os.environ[\"DATABASE_URL\"]) as conn:\n        return conn.execute(\"SELECT count(*) FROM pg_catalog.pg_class\").fetchone()[0]\n",
+    );
+    for test in 0..count {
+        text.push_str(&format!(
+            "\n\ndef test_existing_{file}_{test}():\n    assert _relations() > 0\n"
+        ));
+    }
+    text
+}
+
+/// A vitest file of the project's own suite: `count` tests, each querying the branch.
+fn vitest_file(file: usize, count: usize) -> String {
+    let mut text = String::from(
+        "import { test, expect } from 'vitest';\nimport pg from 'pg';\n\nasync function relations() {\n  const client = new pg.Client({ connectionString: process.env.DATABASE_URL });\n  await client.connect();\n  try {\n    const r = await client.query('SELECT count(*)::int AS n FROM pg_catalog.pg_class');\n    return r.rows[0].n;\n  } finally {\n    await client.end();\n  }\n}\n",
+    );
+    for test in 0..count {
+        text.push_str(&format!(
+            "\ntest('existing {file} {test}', async () => {{\n  expect(await relations()).toBeGreaterThan(0);\n}});\n"
+        ));
+    }
+    text
+}
+
+/// The vitest project's configuration: `consort init`'s for vitest, scripted agents.
+const VITEST_CONFIG: &str = r#"[feature]
+id = "F-items"
+request = "feature.md"
+
+[paths]
+tests = ["test/**"]
+
+[runner]
+kind = "command"
+command = "npx vitest run --reporter=junit --outputFile=\"$CONSORT_JUNIT\""
+junit = "junit.xml"
+tap = false
+timeout_secs = 120
+
+[agents.default]
+backend = "script"
+path = ".consort/agents/script.toml"
+"#;
+
+/// vitest 3 and node-postgres in `dir` (installed from npm once per build directory).
+fn node_modules(dir: &Path) {
+    let modules = toolchain::npm("vitest3", &["vitest@3", "pg@8"], "vitest");
+    toolchain::install_node_modules(&modules, dir);
+    std::fs::write(
+        dir.join("package.json"),
+        r#"{"name":"shelf","version":"1.0.0","private":true,"type":"module","devDependencies":{"vitest":"^3","pg":"^8"}}"#,
+    )
+    .expect("package.json");
+}
+
+/// The pyservice design (stories to schema) with a vitest test list of five entries, each a
+/// module of its own answering a query; T1's first GREEN answers wrongly, the repair right.
+fn vitest_script() -> String {
+    let base = std::fs::read_to_string(Path::new(FIXTURE).join("script.toml")).expect("script");
+    let design = &base[..base
+        .find("[[entry]]\nstep = \"test-list\"")
+        .expect("a test list")];
+    let mut list =
+        String::from("[[entry]]\nstep = \"test-list\"\n[entry.artifact]\nkind = \"test-list\"\n");
+    let mut steps = String::new();
+    let change = |step: &str, path: &str, content: &str| {
+        format!(
+            "\n[[entry]]\nstep = \"{step}\"\n[entry.artifact]\nkind = \"change-set\"\n[entry.artifact.body]\nsummary = \"{step}\"\n[[entry.artifact.body.changes]]\nop = \"write\"\npath = \"{path}\"\ncontent = '''\n{content}'''\n"
+        )
+    };
+    let answer = |n: usize| {
+        format!(
+            "export async function answer(client) {{\n  const r = await client.query('SELECT {n}::int AS n');\n  return r.rows[0].n;\n}}\n"
+        )
+    };
+    for n in 1..=5 {
+        let (test, code) = (
+            format!("test/t{n}_answer.test.js"),
+            format!("src/answer_{n}.js"),
+        );
+        let ac = if n == 1 { "S1-AC1" } else { "S1-AC2" };
+        list.push_str(&format!(
+            "[[entry.artifact.body.entries]]\nid = \"T{n}\"\nac_id = \"{ac}\"\ndescription = \"answer {n} is {n}\"\npath = \"{test}\"\ntest_name = \"{test}::answer {n}\"\n"
+        ));
+        steps.push_str(&change(
+            &format!("red/T{n}"),
+            &test,
+            &format!("import {{ test, expect }} from 'vitest';\nimport pg from 'pg';\nimport {{ answer }} from '../src/answer_{n}.js';\n\ntest('answer {n}', async () => {{\n  const client = new pg.Client({{ connectionString: process.env.DATABASE_URL }});\n  await client.connect();\n  try {{\n    expect(await answer(client)).toBe({n});\n  }} finally {{\n    await client.end();\n  }}\n}});\n"),
+        ));
+        if n == 1 {
+            steps.push_str(&change("green/T1", &code, &answer(0)));
+            steps.push_str(&change("repair/T1/1", &code, &answer(1)));
+        } else {
+            steps.push_str(&change(&format!("green/T{n}"), &code, &answer(n)));
+        }
+    }
+    let tail = &base[base
+        .find("[[entry]]\nstep = \"refactor/*/*\"")
+        .expect("refactor")..];
+    format!("{design}{list}{steps}\n{tail}")
 }
 
 /// One feature driven to done on a project with `tests` tests of its own.
@@ -122,8 +276,8 @@ struct Curve {
     failing_green: Duration,
 }
 
-fn drive(rt: &tokio::runtime::Runtime, tests: usize, mode: Mode) -> Curve {
-    let tmp = project(tests, mode);
+fn drive(rt: &tokio::runtime::Runtime, stack: Stack, tests: usize, mode: Mode) -> Curve {
+    let tmp = project(stack, tests, mode);
     let t = Instant::now();
     let report = rt.block_on(async {
         let project = Project::open(tmp.path()).expect("project");
@@ -157,10 +311,10 @@ fn drive(rt: &tokio::runtime::Runtime, tests: usize, mode: Mode) -> Curve {
         .filter(|r| !r.outcomes.iter().any(|o| o.is_failure()))
         .map(ms)
         .collect();
+    // T1 fails in its RED and its first GREEN, then passes: the last failure is the GREEN's.
     let failing_green = receipts
         .iter()
-        .filter(|r| fails(r, "test_add_item_stores_exactly_that_item"))
-        .nth(1)
+        .rfind(|r| fails(r, stack.failing_test()))
         .map(ms)
         .expect("T1's failing GREEN");
     Curve {
@@ -198,12 +352,21 @@ fn bench(c: &mut Criterion) {
     common::bench_timed(
         &mut g,
         "the five-entry feature, 50 own tests, split",
-        || drive(&rt, 50, Mode::Split).wall,
+        || drive(&rt, Stack::Pytest, 50, Mode::Split).wall,
     );
     g.finish();
     if common::profiling() {
         return;
     }
+    for stack in [Stack::Pytest, Stack::Vitest] {
+        for tests in [50, 200, 800] {
+            curve(&rt, stack, tests);
+        }
+    }
+}
+
+/// One size of one stack driven whole, split and with `per_step = "feature"`, and reported.
+fn curve(rt: &tokio::runtime::Runtime, stack: Stack, tests: usize) {
     let goal = |r: f64, g: f64| {
         if r <= g {
             format!("goal ≤ {g}×: met")
@@ -211,39 +374,32 @@ fn bench(c: &mut Criterion) {
             format!("goal ≤ {g}×: MISSED")
         }
     };
-    for tests in [50, 200, 800] {
-        let whole = drive(&rt, tests, Mode::Whole);
-        let split = drive(&rt, tests, Mode::Split);
-        let feature = drive(&rt, tests, Mode::Feature);
-        report_line(
-            &format!("pytest, {tests} own tests, whole"),
-            &describe(&whole),
-        );
-        report_line(
-            &format!("pytest, {tests} own tests, split"),
-            &describe(&split),
-        );
-        report_line(
-            &format!("pytest, {tests} own tests, split, per_step = feature"),
-            &describe(&feature),
-        );
-        let (full, failing, by_split, by_feature) = (
-            ratio(split.full, whole.full),
-            ratio(split.failing_green, whole.failing_green),
-            ratio(split.wall, whole.wall),
-            ratio(feature.wall, whole.wall),
-        );
-        report_line(
-            &format!("pytest, {tests} own tests, against whole"),
-            &format!(
-                "split: full verification {full:.2}× ({}), failing GREEN {failing:.2}× ({}), the feature {by_split:.2}× ({}); per_step = feature: the feature {by_feature:.2}× ({})",
-                goal(full, 0.5),
-                goal(failing, 0.2),
-                goal(by_split, 0.5),
-                goal(by_feature, 0.5)
-            ),
-        );
-    }
+    let name = format!("{}, {tests} own tests", stack.name());
+    let whole = drive(rt, stack, tests, Mode::Whole);
+    let split = drive(rt, stack, tests, Mode::Split);
+    let feature = drive(rt, stack, tests, Mode::Feature);
+    report_line(&format!("{name}, whole"), &describe(&whole));
+    report_line(&format!("{name}, split"), &describe(&split));
+    report_line(
+        &format!("{name}, split, per_step = feature"),
+        &describe(&feature),
+    );
+    let (full, failing, by_split, by_feature) = (
+        ratio(split.full, whole.full),
+        ratio(split.failing_green, whole.failing_green),
+        ratio(split.wall, whole.wall),
+        ratio(feature.wall, whole.wall),
+    );
+    report_line(
+        &format!("{name}, against whole"),
+        &format!(
+            "split: full verification {full:.2}× ({}), failing GREEN {failing:.2}× ({}), the feature {by_split:.2}× ({}); per_step = feature: the feature {by_feature:.2}× ({})",
+            goal(full, 0.5),
+            goal(failing, 0.2),
+            goal(by_split, 0.5),
+            goal(by_feature, 0.5)
+        ),
+    );
 }
 
 criterion_group!(benches, bench);

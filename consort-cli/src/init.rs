@@ -80,9 +80,11 @@ caches = []                     # extra cache directory names, matched at any de
 {migrations}
 
 [database]
-provider = "embedded"           # a private PostgreSQL cluster from the local server binaries
+provider = "embedded"           # a private PostgreSQL cluster, started by consort
 data_dir = ".consort/pg"
 run_as = "postgres"             # the server's user when consort runs as root
+# postgres = "auto"             # an installed PostgreSQL 15+, else consort's own (fetched once);
+                                #   "fetched": consort's own; or the path of initdb's directory
 # provider = "url"              # an existing server: the URL is read from url_env
 # url_env = "CONSORT_DATABASE_URL"
 # provider = "lakebase"         # Lakebase Autoscaling over its REST API
@@ -370,9 +372,9 @@ pub fn request_problem(text: &str) -> Option<&'static str> {
 /// Returns 0 when everything needed is in place, 1 otherwise.
 pub fn doctor(dir: &Path) -> i32 {
     let mut checks = Checks::default();
-    check_postgres_binaries(&mut checks);
-    note_orphaned_clusters();
     let config = ProjectConfig::load(dir);
+    check_postgres_binaries(&mut checks, dir, config.as_ref().ok());
+    note_orphaned_clusters();
     check_sandbox(&mut checks, config.as_ref().ok());
     checks.report(
         config.is_ok(),
@@ -455,24 +457,36 @@ fn note_orphaned_clusters() {
     );
 }
 
-/// The PostgreSQL server binaries and the psql client.
-fn check_postgres_binaries(checks: &mut Checks) {
-    let bins = consort_lakebase::PgBinaries::find(None);
-    checks.report(
-        bins.is_ok(),
-        &match &bins {
-            Ok(b) => format!("PostgreSQL server binaries ({})", b.bin_dir.display()),
-            Err(e) => format!(
-                "PostgreSQL server binaries: {}",
-                consort_actors::error_chain(e)
-            ),
-        },
-        "apt-get install postgresql (Debian/Ubuntu), or put initdb/postgres on PATH",
-    );
+/// Which PostgreSQL the project's embedded cluster gets and why (an installed one, the
+/// configured directory, or Consort's own, fetched once), and the psql client (a project on
+/// another backend needs no server binaries here).
+fn check_postgres_binaries(checks: &mut Checks, dir: &Path, config: Option<&ProjectConfig>) {
+    let source = match config.map(|c| &c.database) {
+        Some(ProviderConfig::Embedded { postgres, .. }) => Some(postgres.source(dir)),
+        Some(_) => None,
+        None => Some(consort_lakebase::PostgresSource::Auto),
+    };
+    let mut fetched = false;
+    if let Some(source) = source {
+        let choice = source.choice();
+        fetched = matches!(choice, Ok(consort_lakebase::ServerChoice::ToFetch { .. }));
+        checks.report(
+            choice.is_ok(),
+            &match &choice {
+                Ok(c) => c.to_string(),
+                Err(e) => format!("PostgreSQL: {}", consort_actors::error_chain(e)),
+            },
+            "install PostgreSQL 15 or newer (`apt-get install postgresql`), or set `[database] postgres` to the directory of its initdb and postgres",
+        );
+    }
     let psql = consort_lakebase::find_psql();
     checks.report(
-        psql.is_ok(),
-        "psql client",
+        psql.is_ok() || fetched,
+        &match &psql {
+            Ok(p) => format!("psql client ({})", p.display()),
+            Err(_) if fetched => "psql client: comes with Consort's own PostgreSQL".into(),
+            Err(_) => "psql client".into(),
+        },
         "apt-get install postgresql-client",
     );
 }

@@ -36,14 +36,16 @@ pub fn exit_code(outcome: &RunOutcome) -> i32 {
 }
 
 /// Installs the command line's log subscriber: the filter from `CONSORT_LOG` (default
-/// `warn`), written to standard error.
+/// `warn`, and the progress of long work such as fetching PostgreSQL), written to standard
+/// error.
 ///
 /// Colour only on a terminal, and never when `NO_COLOR` is set (to anything but empty).
 pub fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CONSORT_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("CONSORT_LOG").unwrap_or_else(|_| {
+                format!("warn,{}=info", consort_lakebase::PROGRESS_TARGET).into()
+            }),
         )
         .with_ansi(colour_allowed(
             std::io::stderr().is_terminal(),

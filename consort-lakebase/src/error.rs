@@ -54,9 +54,13 @@ pub enum Error {
     Misconfigured(#[from] ConfigError),
     /// No PostgreSQL server binaries were found.
     #[error(
-        "no PostgreSQL server binaries found ({0}); install them, e.g. `apt-get install postgresql`, or set the binary directory"
+        "no PostgreSQL server binaries found ({0}); install PostgreSQL 15 or newer (`apt-get install postgresql`), or set `[database] postgres` to the directory of its initdb and postgres"
     )]
     BinariesNotFound(String),
+    /// Consort's own PostgreSQL could not be fetched, checked or unpacked (the message says
+    /// why and the ways out).
+    #[error("{0}")]
+    FetchPostgres(String),
     /// The embedded cluster could not be created, started or stopped.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
@@ -272,6 +276,7 @@ impl Error {
             Error::Misconfigured(_)
             | Error::InvalidName(_)
             | Error::BinariesNotFound(_)
+            | Error::FetchPostgres(_)
             | Error::Unsupported(_) => InfraFault::ProviderMisconfigured,
             Error::PermissionDenied(_) => InfraFault::PermissionDenied,
             Error::QuotaExceeded(_) => InfraFault::QuotaExhausted,

@@ -90,6 +90,7 @@ pub mod names;
 mod pgbin;
 mod pgbranch;
 mod pgconn;
+mod pgfetch;
 mod pool;
 pub mod procinfo;
 mod provider;
@@ -110,9 +111,13 @@ pub use embedded::{
 pub use error::{
     CaFileError, ClusterError, ConfigError, Error, Result, ServerText, TestCommandFault,
 };
-pub use pgbin::{PgBinaries, find_psql};
+pub use pgbin::{OLDEST_MAJOR, PgBinaries, PostgresSource, ServerChoice, find_psql};
 pub use pgbranch::{ParentPrivilege, ServerOptions, ServerProvider, TEMPLATE_PREFIX};
 pub use pgconn::connect;
+pub use pgfetch::{
+    AARCH64_LINUX, PROGRESS_TARGET, PinnedServer, ServerCache, X86_64_LINUX,
+    pinned_for_this_machine,
+};
 pub use pool::{Acquired, BranchPool, Lease, PoolConfig, PoolStats, PoolStatsSnapshot, Released};
 pub use provider::{
     BRANCH_ENV, BaseRef, BaseSpec, BoxFuture, Branch, BranchProvider, Capabilities, ConnectInfo,

@@ -1,10 +1,13 @@
-//! Finding the PostgreSQL server binaries (`initdb`, `postgres`) and `psql`.
+//! Finding the PostgreSQL server binaries (`initdb`, `postgres`) and `psql`: an installed
+//! server of PostgreSQL 15 or newer, a configured directory, or Consort's own pinned server
+//! (`pgfetch.rs`), as [`PostgresSource`] says.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::error::{Error, Result};
+use crate::pgfetch::ServerCache;
 
 /// Where the PostgreSQL programs live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +60,183 @@ fn pg_config_bindir() -> Option<PathBuf> {
     (!dir.is_empty()).then(|| PathBuf::from(dir))
 }
 
+/// The oldest PostgreSQL major version an installed server may have to be used.
+pub const OLDEST_MAJOR: u32 = 15;
+
+/// Which PostgreSQL the embedded backend runs (`[database] postgres`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PostgresSource {
+    /// An installed PostgreSQL 15 or newer when one is found (`PATH`, `pg_config --bindir`,
+    /// `/usr/lib/postgresql/*/bin`), else Consort's pinned PostgreSQL, fetched once.
+    #[default]
+    Auto,
+    /// Consort's pinned PostgreSQL (fetched once into the user's cache), even when one is
+    /// installed.
+    Fetched,
+    /// The server binaries in this directory.
+    Dir(PathBuf),
+}
+
+/// Which server a [`PostgresSource`] comes to on this machine, without fetching anything:
+/// what `consort doctor` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerChoice {
+    /// An installed server.
+    Installed {
+        /// Its binaries.
+        bins: PgBinaries,
+        /// Its major version.
+        major: u32,
+    },
+    /// The configured directory.
+    Configured {
+        /// Its binaries.
+        bins: PgBinaries,
+    },
+    /// Consort's pinned server, already in the cache.
+    Cached {
+        /// Its binaries.
+        bins: PgBinaries,
+        /// PostgreSQL's version.
+        version: &'static str,
+    },
+    /// Consort's pinned server, fetched on first use.
+    ToFetch {
+        /// PostgreSQL's version.
+        version: &'static str,
+        /// Where it will be unpacked.
+        into: PathBuf,
+        /// The size of what is fetched.
+        bytes: u64,
+    },
+}
+
+impl std::fmt::Display for ServerChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerChoice::Installed { bins, major } => write!(
+                f,
+                "PostgreSQL {major}, installed ({}): an installed {OLDEST_MAJOR} or newer is used first",
+                bins.bin_dir.display()
+            ),
+            ServerChoice::Configured { bins } => {
+                write!(
+                    f,
+                    "PostgreSQL from `[database] postgres` ({})",
+                    bins.bin_dir.display()
+                )
+            }
+            ServerChoice::Cached { bins, version } => write!(
+                f,
+                "PostgreSQL {version}, Consort's own, fetched earlier ({})",
+                bins.bin_dir.display()
+            ),
+            ServerChoice::ToFetch {
+                version,
+                into,
+                bytes,
+            } => write!(
+                f,
+                "PostgreSQL {version}, Consort's own: fetched on first use ({:.1} MB, once, into {})",
+                *bytes as f64 / 1e6,
+                into.display()
+            ),
+        }
+    }
+}
+
+impl PostgresSource {
+    /// What this source comes to here, fetching nothing. An error when it comes to nothing:
+    /// a configured directory without a server, or no installed server and no pinned build
+    /// for this machine.
+    pub fn choice(&self) -> Result<ServerChoice> {
+        match self {
+            PostgresSource::Dir(dir) => Ok(ServerChoice::Configured {
+                bins: PgBinaries::find(Some(dir))?,
+            }),
+            PostgresSource::Auto => match PgBinaries::installed() {
+                Some((bins, major)) => Ok(ServerChoice::Installed { bins, major }),
+                None => Self::fetched_choice(),
+            },
+            PostgresSource::Fetched => Self::fetched_choice(),
+        }
+    }
+
+    fn fetched_choice() -> Result<ServerChoice> {
+        let pinned = pinned_or_refused()?;
+        let cache = ServerCache::for_this_user()?;
+        Ok(match cache.cached(&pinned) {
+            Some(bins) => ServerChoice::Cached {
+                bins,
+                version: pinned.version,
+            },
+            None => ServerChoice::ToFetch {
+                version: pinned.version,
+                into: cache.dir_of(&pinned),
+                bytes: pinned.bytes,
+            },
+        })
+    }
+
+    /// The server binaries of this source, fetching Consort's pinned server when it comes to
+    /// that and the cache does not hold it yet.
+    pub async fn binaries(&self) -> Result<PgBinaries> {
+        match self.choice()? {
+            ServerChoice::Installed { bins, .. }
+            | ServerChoice::Configured { bins }
+            | ServerChoice::Cached { bins, .. } => Ok(bins),
+            ServerChoice::ToFetch { .. } => {
+                ServerCache::for_this_user()?
+                    .obtain(&pinned_or_refused()?)
+                    .await
+            }
+        }
+    }
+}
+
+fn pinned_or_refused() -> Result<crate::pgfetch::PinnedServer> {
+    crate::pgfetch::pinned_for_this_machine().ok_or_else(|| {
+        Error::BinariesNotFound(format!(
+            "no installed PostgreSQL {OLDEST_MAJOR} or newer, and Consort has no PostgreSQL build for {} {}",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        ))
+    })
+}
+
+/// The major version `postgres --version` in `dir` reports.
+fn major_of(dir: &Path) -> Option<u32> {
+    let out = Command::new(dir.join("postgres"))
+        .arg("--version")
+        .output()
+        .ok()?;
+    parse_major(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The major version in `postgres --version`'s answer, such as
+/// `postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)`.
+fn parse_major(text: &str) -> Option<u32> {
+    let version = text.split("(PostgreSQL) ").nth(1)?;
+    let major: String = version.chars().take_while(char::is_ascii_digit).collect();
+    major.parse().ok()
+}
+
 impl PgBinaries {
+    /// The first installed server of PostgreSQL 15 or newer: on `PATH`, at
+    /// `pg_config --bindir`, then in `/usr/lib/postgresql/*/bin` (newest first).
+    pub fn installed() -> Option<(PgBinaries, u32)> {
+        let mut candidates = path_dirs();
+        candidates.extend(pg_config_bindir());
+        candidates.extend(debian_dirs());
+        candidates
+            .into_iter()
+            .filter(|d| has_server(d))
+            .find_map(|bin_dir| {
+                let major = major_of(&bin_dir).filter(|m| *m >= OLDEST_MAJOR)?;
+                Some((PgBinaries { bin_dir }, major))
+            })
+    }
+
     /// Finds the server binaries: `explicit` when given, else `PATH`, `pg_config --bindir`,
     /// then `/usr/lib/postgresql/*/bin` (newest first). A clear error names what to install.
     pub fn find(explicit: Option<&Path>) -> Result<Self> {
@@ -87,6 +266,11 @@ impl PgBinaries {
             })
     }
 
+    /// The server's major version, as `postgres --version` says (`None` when it does not).
+    pub fn major(&self) -> Option<u32> {
+        major_of(&self.bin_dir)
+    }
+
     /// The `initdb` program.
     pub fn initdb(&self) -> PathBuf {
         self.bin_dir.join("initdb")
@@ -107,11 +291,18 @@ impl PgBinaries {
     }
 }
 
-/// Finds `psql` on `PATH`, then beside the server binaries.
+/// Finds `psql` on `PATH`, then beside the installed server binaries, then in Consort's own
+/// fetched server.
 pub fn find_psql() -> Result<PathBuf> {
     let mut dirs = path_dirs();
     dirs.extend(pg_config_bindir());
     dirs.extend(debian_dirs());
+    if let (Some(pinned), Ok(cache)) = (
+        crate::pgfetch::pinned_for_this_machine(),
+        ServerCache::for_this_user(),
+    ) {
+        dirs.extend(cache.cached(&pinned).map(|b| b.bin_dir));
+    }
     dirs.into_iter()
         .map(|d| d.join("psql"))
         .find(|p| is_executable(p))
@@ -128,16 +319,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_the_installed_server_and_names_the_package_when_missing() {
-        let bins = PgBinaries::find(None).expect("PostgreSQL is installed on this machine");
-        assert!(is_executable(&bins.initdb()));
-        assert!(is_executable(&bins.postgres()));
-        assert!(is_executable(&bins.psql().expect("psql")));
+    fn an_installed_server_is_used_only_from_15_and_a_missing_one_names_the_ways_out() {
+        assert_eq!(
+            parse_major("postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)\n"),
+            Some(15)
+        );
+        assert_eq!(parse_major("postgres (PostgreSQL) 18.6"), Some(18));
+        assert_eq!(parse_major("postgres (PostgreSQL) 9.6.24"), Some(9));
+        assert_eq!(parse_major("garbage"), None);
+        if let Some((bins, major)) = PgBinaries::installed() {
+            assert!(major >= OLDEST_MAJOR);
+            assert!(is_executable(&bins.initdb()));
+            assert!(is_executable(&bins.postgres()));
+        }
         let empty = std::env::temp_dir();
         let err = PgBinaries::find(Some(&empty)).expect_err("no binaries there");
-        assert!(
-            err.to_string().contains("apt-get install postgresql"),
-            "{err}"
-        );
+        let text = err.to_string();
+        assert!(text.contains("apt-get install postgresql"), "{text}");
+        assert!(text.contains("[database] postgres"), "{text}");
     }
 }

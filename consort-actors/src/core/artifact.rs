@@ -466,6 +466,10 @@ pub struct TestRunReceipt {
     pub workspace_hash: ContentHash,
     /// The branch provider (`embedded`, `postgres-url`, `lakebase`).
     pub provider: String,
+    /// How the branch's files were made from its base's: `clone` (PostgreSQL 18's file clones
+    /// on a file system with reflinks) or `copy`; absent when the provider does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch_copy: Option<String>,
     /// The branch the tests ran against.
     pub branch_id: String,
     /// The runner (`psql`, `command`).

@@ -118,6 +118,7 @@ impl FakeLakebase {
                         .with_filter(consort_actors::TreeFilter::new(&req.caches))
                         .hash()?,
                     provider: "fake".into(),
+                    branch_copy: None,
                     branch_id: format!("consort-fake-{}", req.id.0),
                     runner: "fake".into(),
                     command: "fake".into(),

@@ -14,8 +14,8 @@ use std::path::Path;
 
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use crate::common::{
-    assert_exit, assert_exit_saying, consort, dir_arg, run, run_to_done_and_verify, toolchain,
-    write,
+    assert_exit, assert_exit_saying, consort, dir_arg, ledger_text, run, run_to_done_and_verify,
+    toolchain, write,
 };
 use consort_testkit::process::text;
 
@@ -88,6 +88,7 @@ fn adopt_and_run_with(
     let o = run(consort().arg("init").arg(dir));
     assert_exit(&o, 0, "init adopts the repository");
     let init = text(&o);
+    split_from_the_first_run(dir);
     // The placeholder request init wrote fails doctor until someone describes the feature.
     let o = run(consort().arg("doctor").args(dir_arg(dir)));
     assert!(
@@ -108,6 +109,17 @@ fn adopt_and_run_with(
     assert_exit(&o, 0, "doctor passes");
     run_to_done_and_verify(dir, "the adopted project runs to done");
     (init, doctor)
+}
+
+/// Turns sharding on for every run of the project in `dir`, however short its suite: the
+/// matrix runs with every full-suite verification split over branches where the runner can.
+fn split_from_the_first_run(dir: &Path) {
+    let path = dir.join("consort.toml");
+    let config = std::fs::read_to_string(&path).expect("the configuration init wrote");
+    let at = config.find("\n[runner]").expect("a [runner] table") + 1;
+    let end = at + config[at..].find('\n').expect("a line");
+    let config = format!("{}\nsplit_above_secs = 0{}", &config[..end], &config[end..]);
+    std::fs::write(&path, config).expect("write the configuration");
 }
 
 /// A fresh temporary directory holding `files` (path, content): the repository to adopt.
@@ -537,6 +549,13 @@ fn node_case(tool: &str, version: &str, extra: &[&str], config: bool) {
     };
     assert!(doctor.contains(collected), "{tool} {version}: {doctor}");
     migrations_landed(tmp.path(), "migrations", "0001_counts");
+    // vitest 2 and 3 list their suite: its full runs were split; vitest 1 and jest run whole.
+    let split = ledger_text(tmp.path()).contains("\"shards\":[{");
+    assert_eq!(
+        split,
+        tool == "vitest" && version != "1",
+        "{tool} {version}: split"
+    );
 }
 
 #[test]

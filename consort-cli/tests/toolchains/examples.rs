@@ -158,3 +158,92 @@ fn the_gate_prompt_on_a_terminal_is_never_drawn_over_and_shows_the_design() {
         }
     }
 }
+
+/// The shell words of `s`, quoted.
+fn quoted(s: &std::ffi::OsStr) -> String {
+    format!("'{}'", s.to_string_lossy().replace('\'', "'\\''"))
+}
+
+/// Runs the StockFlow example in `project` as an unprivileged user whose home is `home`, with
+/// the system's PostgreSQL hidden: in a mount namespace of its own, an empty directory lies
+/// over `/usr/lib/postgresql` and nothing (`/dev/null`) over every `initdb`, `postgres`,
+/// `pg_ctl`, `pg_config` and `psql` on `PATH`. As root the run drops to `nobody`; otherwise a
+/// user namespace grants the mounts and maps the user back.
+fn stockflow_without_postgres(home: &std::path::Path, project: &str) -> std::process::Output {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let root = nix::unistd::geteuid().is_root();
+    let run = format!(
+        "env -i HOME={home} PATH={path} LANG=C.UTF-8 {exe} --dir {dir} --approve-as newcomer",
+        home = quoted(home.as_os_str()),
+        path = quoted(&path),
+        exe = quoted(built_example("stockflow").as_os_str()),
+        dir = quoted(home.join(project).as_os_str()),
+    );
+    let drop = if root {
+        "setpriv --reuid=65534 --regid=65534 --clear-groups".to_string()
+    } else {
+        let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+        format!("unshare --user --map-user={uid} --map-group={gid}")
+    };
+    let script = format!(
+        "set -e\n\
+         if [ -d /usr/lib/postgresql ]; then mount -t tmpfs none /usr/lib/postgresql; fi\n\
+         IFS=:; for d in $PATH; do for n in initdb postgres pg_ctl pg_config psql; do\n\
+           if [ -e \"$d/$n\" ]; then mount --bind /dev/null \"$d/$n\"; fi\n\
+         done; done; unset IFS\n\
+         exec {drop} {run}\n"
+    );
+    let mut cmd = Command::new("unshare");
+    if !root {
+        cmd.args(["--user", "--map-root-user"]);
+    }
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("unshare (util-linux) starts")
+}
+
+/// The README's first command as on a machine without PostgreSQL: an unprivileged user, the
+/// system's server hidden. The first run fetches Consort's own PostgreSQL into the user's
+/// cache (saying so) and reaches done; a second project reuses it without fetching.
+#[test]
+fn the_stockflow_example_reaches_done_without_an_installed_postgres_fetching_it_once() {
+    let home = tempfile::tempdir().expect("home");
+    std::fs::set_permissions(
+        home.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    if nix::unistd::geteuid().is_root() {
+        let nobody = Some(nix::unistd::Uid::from_raw(65534));
+        nix::unistd::chown(home.path(), nobody, Some(nix::unistd::Gid::from_raw(65534)))
+            .expect("chown the home to nobody");
+    }
+    let first = stockflow_without_postgres(home.path(), "sf1");
+    let said = text(&first);
+    assert!(first.status.success(), "{said}");
+    assert!(said.contains("fetching PostgreSQL 18.6"), "{said}");
+    assert!(
+        said.contains("every test green, every gate approved"),
+        "{said}"
+    );
+    let cache = home.path().join(".cache/consort/postgresql");
+    let copies: Vec<_> = std::fs::read_dir(&cache)
+        .expect("the user's cache")
+        .map(|e| e.expect("entry").file_name())
+        .filter(|n| n != ".lock")
+        .collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+
+    let second = stockflow_without_postgres(home.path(), "sf2");
+    let said = text(&second);
+    assert!(second.status.success(), "{said}");
+    assert!(
+        !said.contains("fetching PostgreSQL"),
+        "reused, not fetched: {said}"
+    );
+    assert!(
+        said.contains("every test green, every gate approved"),
+        "{said}"
+    );
+}

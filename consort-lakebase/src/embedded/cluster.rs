@@ -47,7 +47,7 @@ use super::owner::{self, Holder, StartLock};
 use super::runas::{RunAs, fallback_dir};
 use crate::error::{ClusterError, Error, Result};
 use crate::names::random_tag;
-use crate::pgbin::PgBinaries;
+use crate::pgbin::{PgBinaries, PostgresSource};
 use crate::procinfo;
 use crate::provider::{ConnectInfo, Secret, SslMode};
 
@@ -61,8 +61,9 @@ pub struct EmbeddedConfig {
     pub dir: Option<PathBuf>,
     /// The unprivileged OS user the server runs as when this process is root.
     pub run_as: String,
-    /// Where `initdb` and `postgres` are; `None` searches for them.
-    pub bin_dir: Option<PathBuf>,
+    /// Which PostgreSQL runs it: an installed one, a directory, or Consort's own (fetched
+    /// once per user).
+    pub postgres: PostgresSource,
     /// The bootstrap superuser's name (its password is random and never leaves the provider).
     pub superuser: String,
     /// How long start-up may take.
@@ -76,7 +77,7 @@ impl Default for EmbeddedConfig {
         EmbeddedConfig {
             dir: None,
             run_as: "postgres".into(),
-            bin_dir: None,
+            postgres: PostgresSource::Auto,
             superuser: "consortadmin".into(),
             start_timeout: Duration::from_secs(60),
             settings: Vec::new(),
@@ -141,7 +142,7 @@ pub struct EmbeddedCluster {
 impl EmbeddedPostgres {
     /// Starts (or reuses) a cluster as configured.
     pub async fn start(cfg: EmbeddedConfig) -> Result<Arc<EmbeddedCluster>> {
-        let bins = PgBinaries::find(cfg.bin_dir.as_deref())?;
+        let bins = cfg.postgres.binaries().await?;
         let run_as = RunAs::for_current_process(&cfg.run_as)?;
         let (dir, requested, temporary) = match &cfg.dir {
             None => (make_temp_dir(run_as.as_ref())?, None, true),
@@ -478,6 +479,8 @@ struct Site<'a> {
     data_dir: PathBuf,
     pw_file: PathBuf,
     log_file: PathBuf,
+    /// PostgreSQL 18 or newer on a file system with reflinks: branches are clones.
+    clones: bool,
 }
 
 impl Site<'_> {
@@ -570,10 +573,15 @@ async fn start_cluster(
         // A fallback directory says whose it is, so a sweep can tell when its project is gone.
         owner::record_requested(&dir, req)?;
     }
+    let clones = bins
+        .major()
+        .is_some_and(|m| m >= super::reflink::FIRST_CLONING_MAJOR)
+        && super::reflink::clones_files(&dir);
     let site = Site {
         cfg,
         bins,
         run_as,
+        clones,
         data_dir: dir.join("data"),
         pw_file: dir.join("admin.pw"),
         log_file: dir.join("postgres.log"),
@@ -896,6 +904,11 @@ fn spawn_server(
         // Not POSIX shared memory: test runs may write /dev/shm (when they share the
         // machine's, a run could otherwise remove the server's segments).
         .args(["-c", "dynamic_shared_memory_type=sysv"]);
+    if site.clones {
+        // `CREATE DATABASE … STRATEGY FILE_COPY` clones the base's files (reflinks).
+        cmd.args(["-c", "file_copy_method=clone"]);
+    }
+    // Given after, so a configured setting (`file_copy_method=copy`) wins.
     for (k, v) in &site.cfg.settings {
         cmd.arg("-c").arg(format!("{k}={v}"));
     }

@@ -13,6 +13,7 @@ mod cluster;
 mod orphans;
 mod owner;
 mod provider;
+mod reflink;
 mod runas;
 
 pub use cluster::{EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres};

@@ -128,6 +128,8 @@ pub struct ServerProvider {
     base_lock: tokio::sync::Mutex<()>,
     secrets: SecretStore,
     is_super: bool,
+    /// `clone` or `copy`: the server's `file_copy_method` (`copy` before PostgreSQL 18).
+    branch_copy: &'static str,
 }
 
 impl fmt::Debug for ServerProvider {
@@ -161,6 +163,16 @@ impl ServerProvider {
             .execute("SELECT pg_advisory_unlock($1)", &[&INIT_LOCK_KEY])
             .await;
         set_up?;
+        let branch_copy = match client
+            .query_one("SELECT current_setting('file_copy_method', true)", &[])
+            .await
+            .map_err(|e| Error::from_pg("reading file_copy_method", e))?
+            .get::<_, Option<String>>(0)
+            .as_deref()
+        {
+            Some("clone") => "clone",
+            _ => "copy",
+        };
         let admin = AdminPool::new(
             target.admin.clone(),
             target.admin_ssl,
@@ -175,6 +187,7 @@ impl ServerProvider {
             base_lock: tokio::sync::Mutex::new(()),
             secrets: SecretStore::default(),
             is_super,
+            branch_copy,
         })
     }
 
@@ -215,6 +228,10 @@ impl ServerProvider {
 impl BranchProvider for ServerProvider {
     fn kind(&self) -> &'static str {
         self.target.kind
+    }
+
+    fn branch_copy(&self) -> Option<&'static str> {
+        Some(self.branch_copy)
     }
 
     /// The cluster's directory and socket directory; a server reached by URL keeps no private

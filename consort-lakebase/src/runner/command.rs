@@ -172,6 +172,7 @@ impl CommandRunner {
             listed.exit.code,
             &String::from_utf8_lossy(&listed.stdout),
             &self.cfg.junit_name_format,
+            &[spec.cwd.as_path(), ctx.work_tree.as_path()],
         );
         if suite.is_none() {
             warn!(exit = ?listed.exit.code, "the test command could not list its suite; it runs whole");
@@ -305,6 +306,13 @@ impl TestRunner for CommandRunner {
 
     fn selects(&self) -> bool {
         self.cfg.select.is_some()
+    }
+
+    fn selection_reaches(&self, selected: &str, other: &str) -> bool {
+        match self.cfg.select {
+            Some(selector) => selector.reaches(selected, other),
+            None => selected == other,
+        }
     }
 
     fn file_of(&self, test: &str, files: &[String]) -> Option<String> {

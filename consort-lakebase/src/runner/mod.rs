@@ -212,6 +212,13 @@ pub trait TestRunner: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether running a selection that names the test file `selected` also runs the test
+    /// file `other` (a tool that matches its arguments as parts of paths, as vitest does).
+    /// Exact by default: a selection runs the files it names and no other.
+    fn selection_reaches(&self, selected: &str, other: &str) -> bool {
+        selected == other
+    }
+
     /// The test file that holds the test named `test`, among the tree's `files`, when this
     /// runner can tell from the name alone (a test likely to fail runs first, before the suite
     /// is listed). `None` (the default): it cannot.

@@ -1,6 +1,8 @@
 //! How a test command's tool runs a selection of the suite's test files, and how it lists the
 //! whole suite: what a suite split over branches needs of a tool ([`Selector`]).
 
+use std::path::Path;
+
 use super::SuiteTest;
 use super::process::shell_quote;
 
@@ -11,6 +13,12 @@ pub enum Selector {
     /// in the JUnit report as pytest names them (the file's dotted path and the classes as
     /// the class name, the function with its parameters as the name).
     Pytest,
+    /// vitest 2 or later, started as `vitest run`: the files as arguments (vitest runs every
+    /// test file whose path holds one, ignoring case: [`Selector::reaches`]); `vitest list
+    /// --json` lists each test's file and its name as the JUnit report names it (the file's
+    /// path as the class name, the suites and the test joined by ` > ` as the name). vitest 1
+    /// has no listing: its suites run whole.
+    Vitest,
 }
 
 /// The collection's exit codes that still list what was collected: 0 (all collected),
@@ -18,13 +26,18 @@ pub enum Selector {
 const PYTEST_LISTED: [i32; 4] = [0, 1, 2, 5];
 
 impl Selector {
+    /// The selector of a command that runs vitest (`vitest run`, so that its listing is
+    /// `vitest list`), or `None`.
+    pub fn vitest(command: &str) -> Option<Selector> {
+        vitest_run(command).map(|_| Selector::Vitest)
+    }
+
     /// `command` run on `files` only.
     pub(crate) fn select(self, command: &str, files: &[String]) -> String {
+        let quoted: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
         match self {
-            Selector::Pytest => {
-                let quoted: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
-                format!("{command} -- {}", quoted.join(" "))
-            }
+            Selector::Pytest => format!("{command} -- {}", quoted.join(" ")),
+            Selector::Vitest => format!("{command} {}", quoted.join(" ")),
         }
     }
 
@@ -34,17 +47,31 @@ impl Selector {
             Selector::Pytest => {
                 format!("{command} --collect-only --verbosity=-1 --continue-on-collection-errors")
             }
+            Selector::Vitest => match vitest_run(command) {
+                Some(at) => format!("{}list{} --json", &command[..at], &command[at + 3..]),
+                None => command.to_string(),
+            },
+        }
+    }
+
+    /// Whether a selection naming the file `selected` runs the file `other` as well.
+    pub(crate) fn reaches(self, selected: &str, other: &str) -> bool {
+        match self {
+            Selector::Pytest => selected == other,
+            Selector::Vitest => other.to_lowercase().contains(&selected.to_lowercase()),
         }
     }
 
     /// The suite the listing of [`Selector::collect`] shows, each test named as the JUnit
-    /// report names it with `name_format`; `None` when the listing ended as no listing does
-    /// (the tool could not list: the suite then runs whole).
+    /// report names it with `name_format`, its file relative to the first of `roots` (the
+    /// listing's directory, then the work tree) that holds it; `None` when the listing ended
+    /// as no listing does (the tool could not list: the suite then runs whole).
     pub(crate) fn parse(
         self,
         exit: Option<i32>,
         stdout: &str,
         name_format: &str,
+        roots: &[&Path],
     ) -> Option<Vec<SuiteTest>> {
         match self {
             Selector::Pytest => {
@@ -58,8 +85,61 @@ impl Selector {
                         .collect(),
                 )
             }
+            Selector::Vitest => {
+                if exit? != 0 {
+                    return None;
+                }
+                vitest_tests(stdout, name_format, roots)
+            }
         }
     }
+}
+
+/// Where the word `run` after a word that names vitest starts in `command`.
+fn vitest_run(command: &str) -> Option<usize> {
+    let mut at = 0;
+    let mut words = command.split(' ').map(|w| {
+        let start = at;
+        at += w.len() + 1;
+        (start, w)
+    });
+    let mut previous = "";
+    for (start, word) in words.by_ref() {
+        if word == "run" && previous.rsplit('/').next() == Some("vitest") {
+            return Some(start);
+        }
+        if !word.is_empty() {
+            previous = word;
+        }
+    }
+    None
+}
+
+/// One test of `vitest list --json`.
+#[derive(serde::Deserialize)]
+struct VitestListed {
+    name: String,
+    file: String,
+}
+
+/// The tests of `vitest list --json`'s output, named with `name_format`; `None` when it is
+/// not such a listing or names a file outside `roots`.
+fn vitest_tests(stdout: &str, name_format: &str, roots: &[&Path]) -> Option<Vec<SuiteTest>> {
+    let json = &stdout[stdout.find('[')?..];
+    let listed: Vec<VitestListed> = serde_json::from_str(json.trim_end()).ok()?;
+    listed
+        .into_iter()
+        .map(|t| {
+            let file = roots.iter().find_map(|root| {
+                let rel = Path::new(&t.file).strip_prefix(root).ok()?;
+                rel.to_str().map(String::from)
+            })?;
+            let name = name_format
+                .replace("{classname}", &file)
+                .replace("{name}", &t.name);
+            Some(SuiteTest { file, name })
+        })
+        .collect()
 }
 
 impl Selector {
@@ -67,6 +147,13 @@ impl Selector {
     /// name tells: pytest's class name is the file's dotted path, then any classes.
     pub(crate) fn file_of(self, name: &str, files: &[String], name_format: &str) -> Option<String> {
         match self {
+            Selector::Vitest => {
+                let (before, after) = name_format.split_once("{classname}")?;
+                let classname = name.strip_prefix(before)?;
+                let end = after.split("{name}").next().filter(|s| !s.is_empty())?;
+                let file = &classname[..classname.find(end)?];
+                files.iter().find(|f| *f == file).cloned()
+            }
             Selector::Pytest => {
                 let (before, after) = name_format.split_once("{classname}")?;
                 let classname = name.strip_prefix(before)?;
@@ -118,7 +205,7 @@ mod tests {
     fn pytest_node_ids_are_named_as_its_junit_report_names_them() {
         let listing = "tests/test_a.py::test_x\ntests/sub/test_b.py::TestC::test_y[1-a::b]\n\n2 tests collected in 0.01s\nERROR tests/test_c.py - ImportError\n";
         let suite = Selector::Pytest
-            .parse(Some(0), listing, FORMAT)
+            .parse(Some(0), listing, FORMAT, &[])
             .expect("listed");
         assert_eq!(
             suite,
@@ -157,12 +244,12 @@ mod tests {
     #[test]
     fn a_listing_that_failed_is_no_suite() {
         assert_eq!(
-            Selector::Pytest.parse(Some(4), "usage: pytest", FORMAT),
+            Selector::Pytest.parse(Some(4), "usage: pytest", FORMAT, &[]),
             None
         );
-        assert_eq!(Selector::Pytest.parse(None, "", FORMAT), None);
+        assert_eq!(Selector::Pytest.parse(None, "", FORMAT, &[]), None);
         assert_eq!(
-            Selector::Pytest.parse(Some(5), "no tests ran", FORMAT),
+            Selector::Pytest.parse(Some(5), "no tests ran", FORMAT, &[]),
             Some(Vec::new())
         );
     }
@@ -172,6 +259,72 @@ mod tests {
         assert_eq!(
             Selector::Pytest.select("pytest -q", &["tests/a b.py".into(), "tests/c.py".into()]),
             "pytest -q -- 'tests/a b.py' 'tests/c.py'"
+        );
+    }
+
+    #[test]
+    fn a_vitest_run_lists_with_vitest_list_and_selects_by_path() {
+        let cmd = "npx vitest run --reporter=junit --outputFile=\"$CONSORT_JUNIT\"";
+        assert_eq!(Selector::vitest(cmd), Some(Selector::Vitest));
+        assert_eq!(
+            Selector::Vitest.collect(cmd),
+            "npx vitest list --reporter=junit --outputFile=\"$CONSORT_JUNIT\" --json"
+        );
+        assert_eq!(
+            Selector::Vitest.select(cmd, &["tests/a.test.js".into()]),
+            format!("{cmd} 'tests/a.test.js'")
+        );
+        assert_eq!(Selector::vitest("npx vitest --run"), None);
+        assert_eq!(Selector::vitest("npm test"), None);
+        assert_eq!(
+            Selector::vitest("node_modules/.bin/vitest run"),
+            Some(Selector::Vitest)
+        );
+        assert!(Selector::Vitest.reaches("tests/a.test.js", "src/Tests/A.test.js"));
+        assert!(!Selector::Vitest.reaches("tests/a.test.js", "tests/ba.test.js"));
+        assert!(!Selector::Pytest.reaches("tests/test_a.py", "x/tests/test_a.py"));
+    }
+
+    #[test]
+    fn a_vitest_listing_is_named_as_its_junit_report_names_it() {
+        let listing = "some noise\n[\n  {\"name\": \"group > two\", \"file\": \"/v/1/tests/a.test.js\"},\n  {\"name\": \"one\", \"file\": \"/tree/src/b.test.ts\"}\n]\n";
+        let roots = [Path::new("/v/1"), Path::new("/tree")];
+        let suite = Selector::Vitest
+            .parse(Some(0), listing, FORMAT, &roots)
+            .expect("listed");
+        assert_eq!(
+            suite,
+            vec![
+                SuiteTest {
+                    file: "tests/a.test.js".into(),
+                    name: "tests/a.test.js::group > two".into()
+                },
+                SuiteTest {
+                    file: "src/b.test.ts".into(),
+                    name: "src/b.test.ts::one".into()
+                },
+            ]
+        );
+        let files = ["tests/a.test.js".to_string()];
+        assert_eq!(
+            Selector::Vitest
+                .file_of("tests/a.test.js::group > two", &files, FORMAT)
+                .as_deref(),
+            Some("tests/a.test.js")
+        );
+        assert_eq!(
+            Selector::Vitest.parse(Some(1), listing, FORMAT, &roots),
+            None,
+            "vitest 1: an unknown command"
+        );
+        let outside = "[{\"name\": \"x\", \"file\": \"/elsewhere/a.test.js\"}]";
+        assert_eq!(
+            Selector::Vitest.parse(Some(0), outside, FORMAT, &roots),
+            None
+        );
+        assert_eq!(
+            Selector::Vitest.parse(Some(0), "[not json", FORMAT, &roots),
+            None
         );
     }
 }

@@ -560,6 +560,7 @@ impl Verifier {
             request_id: req.id,
             workspace_hash,
             provider: self.provider().kind().to_string(),
+            branch_copy: self.provider().branch_copy().map(String::from),
             branch_id: branch_id.to_string(),
             runner: self.runner.name().to_string(),
             command: report.command,

@@ -21,7 +21,7 @@ use consort_actors::{
 use tokio::task::JoinSet;
 use tracing::info;
 
-use super::shards::{certain_failure, plan, union_fault};
+use super::shards::{certain_failure, closed_over, plan, union_fault};
 use super::{
     Attempt, InfraError, InfraFault, Run, Verifier, attempt, changed_paths, hashes_after, infra,
     is_failing, lost_database, runner_fault,
@@ -91,8 +91,15 @@ impl Verifier {
             }
             Ok(FirstPhase::Settled) => return self.judge(run, shards, None).await,
             Ok(FirstPhase::Listed(Some(suite))) if worth_two(&suite, &shards[0]) => suite,
-            // The runner could not list its suite, or it has one file: it runs whole.
-            Ok(FirstPhase::Listed(_)) => return self.whole_instead(run, shards).await,
+            // The runner could not list its suite (nor will it next time), or it has one
+            // file: it runs whole.
+            Ok(FirstPhase::Listed(suite)) => {
+                if suite.is_none() {
+                    let mut costs = self.costs.lock().unwrap_or_else(PoisonError::into_inner);
+                    costs.could_not_list();
+                }
+                return self.whole_instead(run, shards).await;
+            }
         };
         if let Err(e) = self
             .second_phase(run, &suite, focus_file.as_deref(), &mut shards)
@@ -132,18 +139,18 @@ impl Verifier {
     }
 
     /// The test files likely to fail: the focus's and those of the last split run's failures
-    /// that the tree (`files`) still holds.
+    /// that the tree (`files`) still holds, with the files their selection runs too.
     fn likely_files(&self, focus_file: Option<&str>, files: &[String]) -> Vec<String> {
         let costs = self.costs.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut likely: Vec<String> = focus_file
+        let likely: Vec<String> = focus_file
             .map(String::from)
             .into_iter()
             .chain(costs.recent_failures().iter().cloned())
             .filter(|f| files.contains(f))
             .collect();
-        likely.sort();
-        likely.dedup();
-        likely
+        drop(costs);
+        let runner = &self.runner;
+        closed_over(likely, files, &|a, b| runner.selection_reaches(a, b))
     }
 
     /// Runs the likely failures' shard (when it has files) while the runner lists the suite in
@@ -201,7 +208,9 @@ impl Verifier {
     ) -> Result<(), InfraError> {
         let files = {
             let costs = self.costs.lock().unwrap_or_else(PoisonError::into_inner);
-            plan(suite, &shards[0].files, self.shards.max, &costs)
+            let runner = &self.runner;
+            let reaches = |a: &str, b: &str| runner.selection_reaches(a, b);
+            plan(suite, &shards[0].files, self.shards.max, &costs, &reaches)
         };
         let reuse_first = shards[0].files.is_empty();
         for (i, files) in files.into_iter().enumerate() {

@@ -49,27 +49,33 @@ impl Default for Shards {
     }
 }
 
+/// Whether selecting the first file also runs the second (see
+/// [`crate::TestRunner::selection_reaches`]).
+pub(crate) type Reaches<'a> = &'a (dyn Fn(&str, &str) -> bool + Sync);
+
 /// The files of the suite but `likely` (they ran first, in a shard of their own), balanced
-/// over at most `max` shards by their expected cost: the costliest first onto the least
-/// loaded shard. Empty when no file is left.
+/// over at most `max` shards by their expected cost: the costliest group first onto the least
+/// loaded shard. Files one of whose selection runs another (`reaches`) are one group, kept on
+/// one shard, so no test runs on two. Empty when no file is left.
 pub(crate) fn plan(
     suite: &[SuiteTest],
     likely: &[String],
     max: usize,
     costs: &Costs,
+    reaches: Reaches<'_>,
 ) -> Vec<Vec<String>> {
     let files = files_of(suite);
-    let mut by_cost: Vec<(f64, &str)> = files
-        .iter()
-        .filter(|(f, _)| !likely.contains(f))
-        .map(|(f, n)| (costs.of(f, *n), f.as_str()))
+    let rest: Vec<&String> = files.keys().filter(|f| !likely.contains(f)).collect();
+    let mut by_cost: Vec<(f64, Vec<String>)> = groups(&rest, reaches)
+        .into_iter()
+        .map(|g| (g.iter().map(|f| costs.of(f, files[f])).sum(), g))
         .collect();
-    by_cost.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    by_cost.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let mut loads: Vec<(f64, Vec<String>)> = vec![(0.0, Vec::new()); max.min(by_cost.len())];
-    for (cost, file) in by_cost {
+    for (cost, group) in by_cost {
         if let Some(least) = loads.iter_mut().min_by(|a, b| a.0.total_cmp(&b.0)) {
             least.0 += cost;
-            least.1.push(file.to_string());
+            least.1.extend(group);
         }
     }
     loads
@@ -79,6 +85,55 @@ pub(crate) fn plan(
             files
         })
         .collect()
+}
+
+/// `files` in groups that no selection reaches out of: two files are in one group when
+/// selecting either runs the other, or through a chain of such files.
+fn groups(files: &[&String], reaches: Reaches<'_>) -> Vec<Vec<String>> {
+    let mut root: Vec<usize> = (0..files.len()).collect();
+    fn find(root: &mut [usize], mut i: usize) -> usize {
+        while root[i] != i {
+            root[i] = root[root[i]];
+            i = root[i];
+        }
+        i
+    }
+    for i in 0..files.len() {
+        for j in i + 1..files.len() {
+            if reaches(files[i], files[j]) || reaches(files[j], files[i]) {
+                let (a, b) = (find(&mut root, i), find(&mut root, j));
+                root[a] = b;
+            }
+        }
+    }
+    let mut by_root: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for (i, f) in files.iter().enumerate() {
+        let r = find(&mut root, i);
+        by_root.entry(r).or_default().push((*f).clone());
+    }
+    by_root.into_values().collect()
+}
+
+/// `seeds` with every file of `universe` that a selection of them would run, or whose own
+/// selection would run one of them, until none is left: what a shard of `seeds` runs, and
+/// what no other shard may select.
+pub(crate) fn closed_over(
+    seeds: Vec<String>,
+    universe: &[String],
+    reaches: Reaches<'_>,
+) -> Vec<String> {
+    let mut set: BTreeSet<String> = seeds.into_iter().collect();
+    loop {
+        let more: Vec<String> = universe
+            .iter()
+            .filter(|u| !set.contains(*u) && set.iter().any(|s| reaches(s, u) || reaches(u, s)))
+            .cloned()
+            .collect();
+        if more.is_empty() {
+            return set.into_iter().collect();
+        }
+        set.extend(more);
+    }
 }
 
 /// Each test file of the suite with its number of tests, in path order.
@@ -100,6 +155,8 @@ pub(crate) struct Costs {
     failures: Vec<String>,
     /// What the last run's tests took, added over its processes (`None` before any run).
     serial_ms: Option<u64>,
+    /// The runner could not list the suite once: its suites run whole from then on.
+    unlisted: bool,
 }
 
 impl Costs {
@@ -117,8 +174,14 @@ impl Costs {
     /// Whether a suite whose last run took `serial_ms` is worth splitting under `shards`.
     pub(crate) fn worth_splitting(&self, shards: Shards) -> bool {
         shards.on()
+            && !self.unlisted
             && (shards.split_above_ms == 0
                 || self.serial_ms.is_some_and(|ms| ms >= shards.split_above_ms))
+    }
+
+    /// Remembers that the runner could not list its suite (a tool too old to, for one).
+    pub(crate) fn could_not_list(&mut self) {
+        self.unlisted = true;
     }
 
     /// Remembers what a run's tests took, added over its processes.
@@ -242,6 +305,40 @@ mod tests {
             .collect()
     }
 
+    const EXACT: Reaches<'static> = &|a: &str, b: &str| a == b;
+
+    /// As vitest selects: a file's path as a part of another's.
+    const PART: Reaches<'static> = &|a: &str, b: &str| b.contains(a);
+
+    #[test]
+    fn files_whose_selection_runs_another_stay_on_one_shard() {
+        let s = suite(&[
+            ("tests/a.test.js", 3),
+            ("src/tests/a.test.js", 3),
+            ("tests/b.test.js", 3),
+            ("tests/c.test.js", 3),
+        ]);
+        let shards = plan(&s, &[], 3, &Costs::default(), PART);
+        assert_eq!(
+            shards,
+            vec![
+                vec!["src/tests/a.test.js", "tests/a.test.js"],
+                vec!["tests/b.test.js"],
+                vec!["tests/c.test.js"],
+            ]
+        );
+        let files: Vec<String> = s.iter().map(|t| t.file.clone()).collect();
+        assert_eq!(
+            closed_over(vec!["src/tests/a.test.js".into()], &files, PART),
+            vec!["src/tests/a.test.js", "tests/a.test.js"],
+            "a file another's selection runs pulls that one in"
+        );
+        assert_eq!(
+            closed_over(vec!["tests/b.test.js".into()], &files, EXACT),
+            vec!["tests/b.test.js"]
+        );
+    }
+
     fn passed(names: &[&str]) -> Vec<TestOutcome> {
         names
             .iter()
@@ -252,7 +349,7 @@ mod tests {
     #[test]
     fn the_rest_of_the_likely_failures_is_balanced_over_the_shards() {
         let s = suite(&[("a", 4), ("b", 3), ("c", 2), ("d", 2), ("e", 1)]);
-        let shards = plan(&s, &["e".into()], 2, &Costs::default());
+        let shards = plan(&s, &["e".into()], 2, &Costs::default(), EXACT);
         let loads: Vec<usize> = shards
             .iter()
             .map(|fs| {
@@ -270,11 +367,11 @@ mod tests {
             "every file but the likely one, once"
         );
         assert_eq!(
-            plan(&s, &[], 9, &Costs::default()).len(),
+            plan(&s, &[], 9, &Costs::default(), EXACT).len(),
             5,
             "never more shards than files"
         );
-        assert!(plan(&[], &[], 4, &Costs::default()).is_empty());
+        assert!(plan(&[], &[], 4, &Costs::default(), EXACT).is_empty());
     }
 
     #[test]
@@ -283,7 +380,10 @@ mod tests {
         let mut costs = Costs::default();
         costs.learn(&["a".into()], 2, 2000);
         costs.learn(&["b".into(), "c".into()], 4, 40);
-        assert_eq!(plan(&s, &[], 2, &costs), vec![vec!["a"], vec!["b", "c"]]);
+        assert_eq!(
+            plan(&s, &[], 2, &costs, EXACT),
+            vec![vec!["a"], vec!["b", "c"]]
+        );
     }
 
     #[test]
@@ -306,6 +406,12 @@ mod tests {
         assert!(
             Costs::default().worth_splitting(always),
             "0: split from the first run"
+        );
+        let mut unlisted = Costs::default();
+        unlisted.could_not_list();
+        assert!(
+            !unlisted.worth_splitting(always),
+            "a runner that could not list runs whole"
         );
     }
 

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use crate::common::{assert_count, branch_names, migration, query_value};
 use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
 use consort_lakebase::{
-    BaseSpec, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
-    ConnectInfo, Error, PostgresUrlProvider, Secret, ServerOptions, connect,
+    BaseSpec, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
+    EmbeddedProvider, Error, PostgresUrlProvider, Secret, ServerOptions, connect,
 };
 use tokio_postgres::Client;
 
@@ -422,7 +422,10 @@ async fn a_database_being_made_is_never_open_to_a_test_on_another_branch() {
         b.delete(&branch.name).await.expect("delete");
     }
     let slow_base = building.await.expect("task").expect("the slow base");
-    let branch = b.create(&namer.next_name(), &slow_base).await.expect("create");
+    let branch = b
+        .create(&namer.next_name(), &slow_base)
+        .await
+        .expect("create");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let probe = prober.await.expect("prober");
     b.delete(&branch.name).await.expect("delete");

@@ -122,6 +122,11 @@ async fn a_split_suite_is_one_receipt_that_names_every_shard_and_adds_up_to_the_
     assert_eq!(branches.len(), 3, "each shard on its own branch");
     assert_eq!(split.branch_id, split.shards[0].branch_id);
     assert!(
+        matches!(split.branch_copy.as_deref(), Some("clone" | "copy")),
+        "the receipt says how its branches were made: {:?}",
+        split.branch_copy
+    );
+    assert!(
         split
             .shards
             .iter()
