@@ -13,8 +13,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::report_line;
@@ -33,47 +32,6 @@ const BASES: [(&str, u64); 3] = [
     ("1 GB", 1_000_000),
     ("5 GB", 5_000_000),
 ];
-
-/// An XFS image with reflinks, mounted until dropped.
-struct Xfs {
-    at: PathBuf,
-    image: PathBuf,
-}
-
-impl Xfs {
-    fn make(dir: &Path) -> Xfs {
-        let (image, at) = (dir.join("clones.img"), dir.join("xfs"));
-        std::fs::create_dir_all(&at).expect("mount point");
-        for (program, args) in [
-            ("truncate", vec!["-s", "24G", image.to_str().expect("path")]),
-            (
-                "mkfs.xfs",
-                vec!["-q", "-m", "reflink=1", image.to_str().expect("path")],
-            ),
-            (
-                "mount",
-                vec![
-                    "-o",
-                    "loop",
-                    image.to_str().expect("path"),
-                    at.to_str().expect("path"),
-                ],
-            ),
-        ] {
-            consort_testkit::process::succeeded(Command::new(program).args(&args), program);
-        }
-        std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
-        Xfs { at, image }
-    }
-}
-
-impl Drop for Xfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
-        let _ = std::fs::remove_file(&self.image);
-    }
-}
 
 /// A base of `rows` rows of about 1 kB.
 fn spec(rows: u64) -> BaseSpec {
@@ -122,13 +80,8 @@ fn bench(c: &mut Criterion) {
         return;
     }
     let rt = common::runtime();
-    let tmp = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
-    let xfs = Xfs::make(tmp.path());
+    let tmp = consort_testkit::cluster::tmp_dir("consort-clones-", 0o755);
+    let xfs = consort_testkit::xfs::XfsMount::make(tmp.path(), "24G");
     let mut timed: Vec<Vec<(String, Duration)>> = Vec::new();
     for method in ["clone", "copy"] {
         let dir = xfs.at.join(format!("cluster-{method}"));

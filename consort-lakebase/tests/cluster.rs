@@ -642,13 +642,7 @@ async fn a_fallback_directory_records_its_project_and_is_swept_only_when_that_is
 
 /// A cache directory the server's own user can reach (when this process is root).
 fn reachable_cache() -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
-    tmp
+    consort_testkit::cluster::tmp_dir("consort-cache-", 0o755)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -747,51 +741,6 @@ async fn a_fetched_server_whose_digest_differs_is_never_unpacked() {
     assert!(text.contains("apt-get install postgresql"), "{text}");
 }
 
-/// An XFS file system with reflinks on a loop device, mounted at `at` until dropped.
-struct XfsMount {
-    at: PathBuf,
-    image: PathBuf,
-}
-
-impl XfsMount {
-    /// Needs root and mkfs.xfs (xfsprogs, which `cargo xtask test` installs as root).
-    fn make(dir: &Path, size: &str) -> XfsMount {
-        let image = dir.join("xfs.img");
-        let at = dir.join("xfs");
-        std::fs::create_dir_all(&at).expect("mount point");
-        let run = |cmd: &mut Command, what: &str| {
-            consort_testkit::process::succeeded(cmd, what);
-        };
-        run(
-            Command::new("truncate").args(["-s", size]).arg(&image),
-            "truncate",
-        );
-        run(
-            Command::new("mkfs.xfs")
-                .args(["-q", "-m", "reflink=1"])
-                .arg(&image),
-            "mkfs.xfs (install xfsprogs)",
-        );
-        run(
-            Command::new("mount")
-                .args(["-o", "loop"])
-                .arg(&image)
-                .arg(&at),
-            "mount -o loop",
-        );
-        std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
-        XfsMount { at, image }
-    }
-}
-
-impl Drop for XfsMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
-        let _ = std::fs::remove_file(&self.image);
-    }
-}
-
 /// A provider on a cluster of PostgreSQL `bins` in `dir` with a base of a few rows; returns
 /// how its branches are made and how many rows a fresh branch holds.
 async fn branch_copy_in(bins: &consort_lakebase::PgBinaries, dir: &Path) -> (String, i64) {
@@ -865,7 +814,7 @@ async fn postgres_18_branches_are_clones_on_a_file_system_with_reflinks_and_copi
     }
     // On XFS with reflinks: clones, and the branch holds the base's rows.
     let tmp = reachable_cache();
-    let xfs = XfsMount::make(tmp.path(), "1G");
+    let xfs = consort_testkit::xfs::XfsMount::make(tmp.path(), "1G");
     let (copy, rows) = branch_copy_in(&bins, &xfs.at).await;
     assert_eq!(copy, "clone");
     assert_eq!(rows, 1000);

@@ -19,6 +19,7 @@
 //!   data directory or below a process.
 //! * [`providers`]: a branch provider that records the secrets it hands out and can fail.
 //! * [`assert`](mod@assert): assertions for halts and refusals.
+//! * [`xfs`]: an XFS file system with reflinks on a loop device (as root).
 //!
 //! The crate is a dev-dependency only (`publish = false`); its helpers panic on set-up
 //! failures, as tests do.
@@ -45,3 +46,4 @@ pub mod simulation;
 pub mod sources;
 pub mod trials;
 pub mod verify;
+pub mod xfs;

@@ -1,5 +1,5 @@
 //! `cargo xtask test [ARGS]`: sets up what Consort's tests need, then runs every test
-//! (`cargo test --workspace ARGS`).
+//! (`cargo test --workspace`), or what `ARGS` select (`cargo test ARGS`).
 //!
 //! What it sets up, each only when missing:
 //! * the programs the tests drive (git, openssl, Chromium and chromedriver, Node.js with npm,
@@ -133,9 +133,23 @@ fn test(args: &[OsString]) -> Result<ExitCode> {
     if let Some(bin) = python_bin {
         path.insert(0, bin);
     }
-    println!("== cargo test --workspace");
+    // Without arguments every test; with them, what they select (`-p consort-actors`).
+    let scope: &[&str] = if args.is_empty() {
+        &["--workspace"]
+    } else {
+        &[]
+    };
+    println!(
+        "== cargo test {}",
+        if args.is_empty() {
+            "--workspace"
+        } else {
+            "(as asked)"
+        }
+    );
     let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["test", "--workspace"])
+        .arg("test")
+        .args(scope)
         .args(args)
         .env("PATH", std::env::join_paths(path)?)
         .current_dir(&workspace)

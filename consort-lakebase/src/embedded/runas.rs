@@ -24,32 +24,63 @@ pub struct RunAs {
     pub gid: u32,
 }
 
+fn no_such(user: &str) -> Error {
+    ClusterError::NoSuchUser {
+        user: user.to_string(),
+    }
+    .into()
+}
+
+/// The server's user unless one is configured.
+pub(super) const DEFAULT_USER: &str = "postgres";
+
+/// The server's user when [`DEFAULT_USER`] does not exist (a machine without the PostgreSQL
+/// package): present on nearly every Linux system.
+const FALLBACK_USER: &str = "nobody";
+
 impl RunAs {
     /// The identity to use: `Some(user)` when this process is root, `None` otherwise (the
-    /// server then runs as the current user).
+    /// server then runs as the current user). The default user, `postgres`, falls back to
+    /// `nobody` where it does not exist; a configured user that does not exist is an error.
     pub fn for_current_process(user: &str) -> Result<Option<RunAs>> {
         if !nix::unistd::geteuid().is_root() {
             return Ok(None);
         }
-        let found = nix::unistd::User::from_name(user)
-            .map_err(|source| ClusterError::UserLookup {
-                user: user.to_string(),
+        let fallback = (user == DEFAULT_USER).then_some(FALLBACK_USER);
+        Self::named(user, fallback).map(Some)
+    }
+
+    /// `user`, or `fallback` when `user` does not exist.
+    fn named(user: &str, fallback: Option<&str>) -> Result<RunAs> {
+        let lookup = |name: &str| {
+            nix::unistd::User::from_name(name).map_err(|source| ClusterError::UserLookup {
+                user: name.to_string(),
                 source,
-            })?
-            .ok_or_else(|| ClusterError::NoSuchUser {
-                user: user.to_string(),
-            })?;
+            })
+        };
+        let (name, found) = match (lookup(user)?, fallback) {
+            (Some(found), _) => (user, found),
+            (None, Some(other)) => match lookup(other)? {
+                Some(found) => {
+                    tracing::info!(user, other, "no such user; the server runs as the fallback");
+                    (other, found)
+                }
+                None => return Err(no_such(user)),
+            },
+            (None, None) => return Err(no_such(user)),
+        };
+        let user = name;
         if found.uid.is_root() {
             return Err(ClusterError::RootUser {
                 user: user.to_string(),
             }
             .into());
         }
-        Ok(Some(RunAs {
+        Ok(RunAs {
             name: user.to_string(),
             uid: found.uid.as_raw(),
             gid: found.gid.as_raw(),
-        }))
+        })
     }
 
     /// Whether this user may traverse every existing ancestor of `path` (and use `path` itself
@@ -121,5 +152,18 @@ mod tests {
             fallback_dir(Path::new("/root/x")),
             fallback_dir(Path::new("/root/y"))
         );
+    }
+
+    #[test]
+    fn the_default_user_falls_back_where_it_does_not_exist_and_a_configured_one_does_not() {
+        let missing = "consort-no-such-user";
+        let used = RunAs::named(missing, Some("nobody")).expect("falls back");
+        assert_eq!(used.name, "nobody");
+        assert_ne!(used.uid, 0);
+        let err = RunAs::named(missing, None).expect_err("no fallback for a configured user");
+        assert!(err.to_string().contains(missing), "{err}");
+        let err = RunAs::named(missing, Some("consort-nor-this")).expect_err("neither exists");
+        assert!(err.to_string().contains(missing), "{err}");
+        assert!(RunAs::named("root", None).is_err(), "never root");
     }
 }
