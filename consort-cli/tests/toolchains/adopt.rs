@@ -107,6 +107,12 @@ fn adopt_and_run_with(
     let o = run(consort().arg("doctor").args(dir_arg(dir)));
     let doctor = text(&o);
     assert_exit(&o, 0, "doctor passes");
+    // Which PostgreSQL the project gets, and why: an installed one or Consort's own.
+    assert!(
+        doctor.contains("ok    PostgreSQL ")
+            && (doctor.contains(", installed (") || doctor.contains("Consort's own")),
+        "{doctor}"
+    );
     run_to_done_and_verify(dir, "the adopted project runs to done");
     (init, doctor)
 }
