@@ -222,9 +222,19 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
         .lines()
         .find(|l| l.starts_with("time:"))
         .unwrap_or_default();
+    // Which phases reach the 10 ms shown depends on the machine; their order does not.
+    use consort_actors::Phase;
+    let rank = |name: &str| Phase::ALL.iter().position(|p| p.as_str() == name);
+    let shown: Vec<Option<usize>> = time
+        .trim_start_matches("time:")
+        .split(',')
+        .map(|part| part.split_whitespace().next().and_then(rank))
+        .collect();
     assert!(
-        !time.contains("idle") && time.find("design") < time.find("build"),
-        "phases in lifecycle order, only those that took time: {time}"
+        shown.contains(&rank("build"))
+            && shown.iter().all(Option::is_some)
+            && shown.windows(2).all(|w| w[0] < w[1]),
+        "phases in lifecycle order, the build among them: {time}"
     );
     assert!(
         dir.join(".consort/features/f1-stock/ledger.jsonl")
