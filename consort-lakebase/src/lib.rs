@@ -124,11 +124,11 @@ pub use provider::{
     PromoteOutcome, Secret, SslMode,
 };
 pub use runner::{
-    Capture, Captured, CommandRunner, CommandRunnerConfig, DEFAULT_ENV_ALLOW, EnvPolicy, Jail,
-    JailSpec, NON_INTERACTIVE, OutputLimits, PINNED, PsqlRunner, PsqlRunnerConfig, RunContext,
-    RunReport, SandboxMode, SandboxSupport, Scratch, Selector, SessionSettings, StdoutFormat,
-    SuiteTest, TestRunner, parse_go_test_json, parse_junit, parse_libtest, parse_tap, shell_quote,
-    sweep_abandoned_scratch,
+    Capture, Captured, CommandRunner, CommandRunnerConfig, DEFAULT_ENV_ALLOW, EnvPolicy,
+    JEST_FILE_CLASSNAME, Jail, JailSpec, NON_INTERACTIVE, OutputLimits, PINNED, PsqlRunner,
+    PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, Scratch, Selector,
+    SessionSettings, StdoutFormat, SuiteTest, TestRunner, parse_go_test_json, parse_junit,
+    parse_libtest, parse_tap, shell_quote, sweep_abandoned_scratch,
 };
 pub use url::{DATABASE_URL_ENV, PostgresUrlProvider, connect_info_of_url};
 pub use verify::{Shards, Verifier};

@@ -118,19 +118,27 @@ pub fn test_identity(config: &ProjectConfig) -> TestIdentity {
 }
 
 /// How the test command runs a selection of its test files and lists its suite, when its
-/// tool can and its JUnit report names the tests as the listing does: pytest with a report,
-/// and `vitest run` with one (vitest 1, which cannot list, then runs whole).
+/// tool can and its results name the tests as the listing does: pytest with a JUnit report,
+/// `vitest run` with one (vitest 1, which cannot list, then runs whole), jest with
+/// jest-junit naming each case's class by its file, and `go test -json ./...` read as Go's
+/// events.
 pub fn selector(config: &ProjectConfig) -> Option<consort_lakebase::Selector> {
-    match &config.runner {
-        RunnerConfig::Command {
-            command,
-            junit: Some(_),
-            ..
-        } => match tool_named(command)? {
-            Tool::Pytest => Some(consort_lakebase::Selector::Pytest),
-            Tool::Vitest => consort_lakebase::Selector::vitest(command),
-            Tool::GoTest | Tool::Jest => None,
-        },
+    use consort_lakebase::Selector;
+    let RunnerConfig::Command {
+        command,
+        junit,
+        tap,
+        stdout,
+        ..
+    } = &config.runner
+    else {
+        return None;
+    };
+    match (tool_named(command)?, junit, tap, stdout) {
+        (Tool::Pytest, Some(_), ..) => Some(Selector::Pytest),
+        (Tool::Vitest, Some(_), ..) => Selector::vitest(command),
+        (Tool::Jest, Some(_), ..) => Selector::jest(command),
+        (Tool::GoTest, None, true, StdoutFormat::GoTestJson) => Selector::go(command),
         _ => None,
     }
 }
@@ -146,9 +154,7 @@ pub fn runs_in_a_view(config: &ProjectConfig) -> bool {
     }
 }
 
-/// What jest-junit is told for its class names to be the test file's path
-/// (`JEST_JUNIT_CLASSNAME`), as `consort init` writes it.
-pub const JEST_FILE_CLASSNAME: &str = "JEST_JUNIT_CLASSNAME=\"{filepath}\"";
+pub use consort_lakebase::JEST_FILE_CLASSNAME;
 
 /// The test tools whose defaults Consort knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -555,11 +555,11 @@ fn node_case(tool: &str, version: &str, extra: &[&str], config: bool) {
     };
     assert!(doctor.contains(collected), "{tool} {version}: {doctor}");
     migrations_landed(tmp.path(), "migrations", "0001_counts");
-    // vitest 2 and 3 list their suite: its full runs were split; vitest 1 and jest run whole.
+    // vitest 2 and 3 and jest list their suite: its full runs were split; vitest 1 runs whole.
     let split = ledger_text(tmp.path()).contains("\"shards\":[{");
     assert_eq!(
         split,
-        tool == "vitest" && version != "1",
+        tool == "jest" || version != "1",
         "{tool} {version}: split"
     );
 }
@@ -621,9 +621,18 @@ fn pytest_8_runs_to_done() {
 
 /// `go test -json` on a Go module with only the standard library (the module proxy is out of
 /// reach): its test reaches the branch through `psql` and the `PG*` variables every run gets.
+/// Its two packages are the units its full runs are split into.
 #[test]
 fn go_test_runs_to_done() {
     let tmp = repo_of(&[
+        (
+            "stock/stock.go",
+            "package stock\n\n// Level is what is left.\nfunc Level(in, out int) int {\n\treturn in - out\n}\n",
+        ),
+        (
+            "stock/stock_test.go",
+            "package stock\n\nimport \"testing\"\n\nfunc TestLevel(t *testing.T) {\n\tfor _, c := range []struct{ in, out, want int }{{3, 1, 2}, {1, 1, 0}} {\n\t\tt.Run(\"case\", func(t *testing.T) {\n\t\t\tif got := Level(c.in, c.out); got != c.want {\n\t\t\t\tt.Fatalf(\"Level = %d\", got)\n\t\t\t}\n\t\t})\n\t}\n}\n",
+        ),
         ("go.mod", "module example.com/shelf\n\ngo 1.19\n"),
         (
             "shelf.go",
@@ -662,8 +671,14 @@ func TestTotal(t *testing.T) {
     let script = script("total_test.go", "TestTotal", test, "shelf.go", code);
     let (init, doctor) = adopt_and_run(dir, &script);
     assert!(init.contains("detected Go (go test)"), "{init}");
-    assert!(doctor.contains("collects 1 test ("), "{doctor}");
+    assert!(doctor.contains("collects 2 tests ("), "{doctor}");
     migrations_landed(dir, "migrations", "0001_counts");
+    // Its full runs were split by package, subtests and all.
+    let ledger = ledger_text(dir);
+    assert!(
+        ledger.contains("\"shards\":[{") && ledger.contains("'./stock'"),
+        "{ledger}"
+    );
 }
 
 /// A task-queue broker shaped like a real one, for the matrix: its tables live in a schema of

@@ -1,6 +1,6 @@
 //! The command runner: the project's own test command, run by `sh -c` in the work tree.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use consort_actors::{TestOutcome, TestStatus};
@@ -315,10 +315,10 @@ impl TestRunner for CommandRunner {
         }
     }
 
-    fn file_of(&self, test: &str, files: &[String]) -> Option<String> {
+    fn file_of(&self, test: &str, files: &[String], tree: &Path) -> Option<String> {
         self.cfg
             .select?
-            .file_of(test, files, &self.cfg.junit_name_format)
+            .file_of(test, files, &self.cfg.junit_name_format, tree)
     }
 }
 

@@ -14,6 +14,8 @@
 
 mod capture;
 mod command;
+mod go_list;
+mod jest_list;
 mod junit;
 pub(crate) mod missing_module;
 mod process;
@@ -26,7 +28,7 @@ mod tap;
 mod view;
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use consort_actors::TreeFilter;
@@ -37,6 +39,7 @@ use crate::provider::{BoxFuture, ConnectInfo};
 
 pub use capture::{Capture, Captured, OutputLimits};
 pub use command::{CommandRunner, CommandRunnerConfig};
+pub use jest_list::JEST_FILE_CLASSNAME;
 pub use junit::parse_junit;
 pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, NON_INTERACTIVE, shell_quote};
 pub use psql::{PsqlRunner, PsqlRunnerConfig};
@@ -219,10 +222,10 @@ pub trait TestRunner: Send + Sync + fmt::Debug {
         selected == other
     }
 
-    /// The test file that holds the test named `test`, among the tree's `files`, when this
-    /// runner can tell from the name alone (a test likely to fail runs first, before the suite
-    /// is listed). `None` (the default): it cannot.
-    fn file_of(&self, _test: &str, _files: &[String]) -> Option<String> {
+    /// The test file that holds the test named `test`, among the `files` of the work tree
+    /// `tree`, when this runner can tell from the name (and the files' text) alone: a test
+    /// likely to fail runs first, before the suite is listed. `None` (the default): it cannot.
+    fn file_of(&self, _test: &str, _files: &[String], _tree: &Path) -> Option<String> {
         None
     }
 }

@@ -1,7 +1,7 @@
 //! The psql runner: SQL code files loaded into the branch, then each SQL test file run in its
 //! own `psql` session inside a transaction that is rolled back.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use consort_actors::{ExitRecord, TestOutcome, TestStatus};
@@ -331,7 +331,7 @@ impl TestRunner for PsqlRunner {
     }
 
     /// A test is its file.
-    fn file_of(&self, test: &str, files: &[String]) -> Option<String> {
+    fn file_of(&self, test: &str, files: &[String], _tree: &Path) -> Option<String> {
         files.iter().find(|f| *f == test).cloned()
     }
 

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::SuiteTest;
 use super::process::shell_quote;
+use super::{SuiteTest, go_list, jest_list};
 
 /// A tool whose command can run a selection of test files and list the whole suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +19,14 @@ pub enum Selector {
     /// path as the class name, the suites and the test joined by ` > ` as the name). vitest 1
     /// has no listing: its suites run whole.
     Vitest,
+    /// `go test -json ./...`: a selection runs the packages (directories) of its files in
+    /// place of `./...`, so a file reaches every file of its package; `go test -list .` lists
+    /// each test, fuzz test and example it runs, placed in the `_test.go` file declaring it.
+    Go,
+    /// jest with jest-junit naming each case's class by its file: a selection runs exactly
+    /// the files named (`--runTestsByPath`); the listing is a run that skips every test
+    /// (`jest_list.rs`).
+    Jest,
 }
 
 /// The collection's exit codes that still list what was collected: 0 (all collected),
@@ -32,12 +40,35 @@ impl Selector {
         vitest_run(command).map(|_| Selector::Vitest)
     }
 
+    /// The selector of a jest command whose jest-junit report names each case's class by its
+    /// file and keeps its default names, or `None`.
+    pub fn jest(command: &str) -> Option<Selector> {
+        jest_list::names_as_listed(command).then_some(Selector::Jest)
+    }
+
+    /// The selector of a `go test -json` command that names its packages as one `./...`,
+    /// or `None`.
+    pub fn go(command: &str) -> Option<Selector> {
+        go_list::names_all_packages(command).then_some(Selector::Go)
+    }
+
     /// `command` run on `files` only.
     pub(crate) fn select(self, command: &str, files: &[String]) -> String {
         let quoted: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
         match self {
             Selector::Pytest => format!("{command} -- {}", quoted.join(" ")),
             Selector::Vitest => format!("{command} {}", quoted.join(" ")),
+            Selector::Jest => format!("{command} --runTestsByPath {}", quoted.join(" ")),
+            Selector::Go => {
+                let mut packages: Vec<String> = files
+                    .iter()
+                    .map(|f| go_list::package_arg(go_list::package_of(f)))
+                    .collect();
+                packages.sort();
+                packages.dedup();
+                let quoted: Vec<String> = packages.iter().map(|p| shell_quote(p)).collect();
+                go_list::replace_all_packages(command, &quoted.join(" "))
+            }
         }
     }
 
@@ -51,14 +82,20 @@ impl Selector {
                 Some(at) => format!("{}list{} --json", &command[..at], &command[at + 3..]),
                 None => command.to_string(),
             },
+            Selector::Jest => format!("{command} {}", jest_list::LIST_ARGS),
+            Selector::Go => go_list::replace_all_packages(
+                command,
+                &format!("-list . {}", go_list::ALL_PACKAGES),
+            ),
         }
     }
 
     /// Whether a selection naming the file `selected` runs the file `other` as well.
     pub(crate) fn reaches(self, selected: &str, other: &str) -> bool {
         match self {
-            Selector::Pytest => selected == other,
+            Selector::Pytest | Selector::Jest => selected == other,
             Selector::Vitest => other.to_lowercase().contains(&selected.to_lowercase()),
+            Selector::Go => go_list::package_of(selected) == go_list::package_of(other),
         }
     }
 
@@ -90,6 +127,19 @@ impl Selector {
                     return None;
                 }
                 vitest_tests(stdout, name_format, roots)
+            }
+            Selector::Go => {
+                if exit? != 0 {
+                    return None;
+                }
+                go_list::listed_tests(stdout, roots)
+            }
+            // 1: a file failed to load (its shard reports it failed).
+            Selector::Jest => {
+                if !matches!(exit?, 0 | 1) {
+                    return None;
+                }
+                jest_list::listed_tests(stdout, name_format, roots)
             }
         }
     }
@@ -143,11 +193,19 @@ fn vitest_tests(stdout: &str, name_format: &str, roots: &[&Path]) -> Option<Vec<
 }
 
 impl Selector {
-    /// The test file among `files` of the test named `name` (with `name_format`), when the
-    /// name tells: pytest's class name is the file's dotted path, then any classes.
-    pub(crate) fn file_of(self, name: &str, files: &[String], name_format: &str) -> Option<String> {
+    /// The test file among `files` (paths under `tree`) of the test named `name` (with
+    /// `name_format`), when the name tells: pytest's class name is the file's dotted path,
+    /// then any classes; vitest's is the file; Go's names a function its file declares.
+    pub(crate) fn file_of(
+        self,
+        name: &str,
+        files: &[String],
+        name_format: &str,
+        tree: &Path,
+    ) -> Option<String> {
         match self {
-            Selector::Vitest => {
+            Selector::Go => go_list::file_declaring(tree, name, files),
+            Selector::Vitest | Selector::Jest => {
                 let (before, after) = name_format.split_once("{classname}")?;
                 let classname = name.strip_prefix(before)?;
                 let end = after.split("{name}").next().filter(|s| !s.is_empty())?;
@@ -228,7 +286,7 @@ mod tests {
             "tests/test_a.py".to_string(),
             "tests/sub/test_b.py".to_string(),
         ];
-        let of = |name: &str| Selector::Pytest.file_of(name, &files, FORMAT);
+        let of = |name: &str| Selector::Pytest.file_of(name, &files, FORMAT, Path::new("/"));
         assert_eq!(
             of("tests.test_a::test_x").as_deref(),
             Some("tests/test_a.py")
@@ -238,7 +296,10 @@ mod tests {
             Some("tests/sub/test_b.py")
         );
         assert_eq!(of("tests.test_gone::test_x"), None);
-        assert_eq!(Selector::Pytest.file_of("x", &files, "{name}"), None);
+        assert_eq!(
+            Selector::Pytest.file_of("x", &files, "{name}", Path::new("/")),
+            None
+        );
     }
 
     #[test]
@@ -308,7 +369,12 @@ mod tests {
         let files = ["tests/a.test.js".to_string()];
         assert_eq!(
             Selector::Vitest
-                .file_of("tests/a.test.js::group > two", &files, FORMAT)
+                .file_of(
+                    "tests/a.test.js::group > two",
+                    &files,
+                    FORMAT,
+                    Path::new("/")
+                )
                 .as_deref(),
             Some("tests/a.test.js")
         );

@@ -410,7 +410,7 @@ impl Verifier {
         let mut files = req
             .select
             .iter()
-            .map(|t| self.runner.file_of(t, &tree))
+            .map(|t| self.runner.file_of(t, &tree, &req.work_tree))
             .collect::<Option<Vec<String>>>()?;
         files.sort();
         files.dedup();

@@ -65,7 +65,7 @@ impl Verifier {
             .req
             .focus
             .as_ref()
-            .and_then(|f| self.runner.file_of(f, &files));
+            .and_then(|f| self.runner.file_of(f, &files, &run.req.work_tree));
         let likely = self.likely_files(focus_file.as_deref(), &files);
         let mut shards = vec![Shard {
             acquired: first,
@@ -344,7 +344,7 @@ impl Verifier {
                 let file = suite
                     .and_then(|suite| suite.iter().find(|t| t.name == o.name))
                     .map(|t| t.file.clone())
-                    .or_else(|| self.runner.file_of(&o.name, &s.files));
+                    .or_else(|| self.runner.file_of(&o.name, &s.files, &s.ctx.work_tree));
                 failures.extend(file);
             }
         }

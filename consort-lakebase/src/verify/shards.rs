@@ -224,6 +224,12 @@ pub(crate) fn certain_failure(
     failed && (purpose != VerifyPurpose::Red || !holds_focus)
 }
 
+/// The test a subtest is part of, for a name with a `/` (Go's `TestA/case`): a listing
+/// names the tests, and a run reports their subtests too.
+fn parent_test(name: &str) -> Option<&str> {
+    name.split_once('/').map(|(parent, _)| parent)
+}
+
 /// What is wrong with shards that all ran to their end, each with its files and outcomes,
 /// against the suite the runner collected: `None` when they add up (see the module's note).
 pub(crate) fn union_fault(
@@ -248,7 +254,10 @@ pub(crate) fn union_fault(
             if o.is_failure() {
                 continue;
             }
-            match collected.get(o.name.as_str()) {
+            match collected
+                .get(o.name.as_str())
+                .or_else(|| collected.get(parent_test(&o.name)?))
+            {
                 Some(file) if files.iter().any(|f| f == file) => {}
                 Some(file) => problems.push(format!(
                     "shard {} reported {} passing, which is in {file}, not among its files",
@@ -481,6 +490,20 @@ mod tests {
             view(&failing_extra),
             None,
             "a failure outside the suite can make no pass"
+        );
+        let subtests = [
+            (a.as_slice(), passed(&["a::t0", "a::t0/case", "a::t1"])),
+            (b.as_slice(), passed(&["b::t0"])),
+        ];
+        assert_eq!(view(&subtests), None, "a listed test's subtest is its own");
+        let subtest_elsewhere = [
+            (a.as_slice(), passed(&["a::t0", "a::t1"])),
+            (b.as_slice(), passed(&["b::t0", "a::t1/case"])),
+        ];
+        assert!(
+            view(&subtest_elsewhere)
+                .expect("a fault")
+                .contains("not among its files")
         );
     }
 }

@@ -1,6 +1,7 @@
 //! What a step runs, end to end through the Lakebase actor on the shared cluster: a suite
 //! split over branches (one receipt naming every shard, a failing GREEN answered before the
-//! rest runs, a test that failed last time run first, and what sharding opens, each caught: a
+//! rest runs, a shard still running stopped once another shard's failure settles the verdict,
+//! a test that failed last time run first, and what sharding opens, each caught: a
 //! test that passes only when run alone, by the whole runs; a test that reaches for another
 //! shard's branch; a test file that changes which tests exist; a shard that leaves tests out),
 //! and a run limited to the selected tests.
@@ -234,6 +235,49 @@ async fn a_test_that_failed_in_the_last_split_run_runs_first_in_the_next() {
         Some(TestStatus::Failed)
     );
     assert_eq!(green.status_of("tests/b1_slow.sql"), None);
+}
+
+#[tokio::test]
+async fn a_shard_still_running_is_stopped_once_another_shard_s_failure_settles_the_verdict() {
+    // The focus passes alone in the first phase; the rest is split over two shards. The slow
+    // file marks that it started, then sleeps; the failing one waits for that mark, then
+    // fails, which settles the verdict: the slow file's shard is stopped before it finishes.
+    let slow = "import time\n\n\ndef test_slow():\n    open('marks/started', 'w').close()\n    time.sleep(30)\n    open('marks/finished', 'w').close()\n";
+    let fails = "import os\nimport time\n\n\ndef test_fails():\n    for _ in range(300):\n        if os.path.exists('marks/started'):\n            break\n        time.sleep(0.1)\n    assert False, 'broken by the step'\n";
+    let tree = tree_of(&[
+        ("marks/.keep", ""),
+        ("tests/test_focus.py", "def test_focus():\n    pass\n"),
+        ("tests/test_a_fails.py", fails),
+        ("tests/test_b_slow.py", slow),
+    ]);
+    let actor = actor(pytest()).await;
+    let mut req = asks(
+        VerifyPurpose::Green,
+        "tests.test_focus::test_focus",
+        tree.path(),
+    );
+    req.caches = vec!["marks".into()];
+    let green = verify(&actor, req).await.expect("a receipt");
+    assert_eq!(
+        green.status_of("tests.test_a_fails::test_fails"),
+        Some(TestStatus::Failed)
+    );
+    assert!(
+        green.output_excerpt.contains("broken by the step"),
+        "{}",
+        green.output_excerpt
+    );
+    assert!(
+        tree.path().join("marks/started").exists(),
+        "the slow file ran"
+    );
+    assert!(
+        !tree.path().join("marks/finished").exists(),
+        "and was stopped before it finished"
+    );
+    // The failure was a test that was green, so the run was made once more: there it ran
+    // first, among the likely failures, and the slow file did not run at all.
+    assert_eq!(green.status_of("tests.test_b_slow::test_slow"), None);
 }
 
 #[tokio::test]
