@@ -130,6 +130,12 @@ pub(super) fn receipt_html(at: &DateTime<Utc>, r: &TestRunReceipt) -> String {
         .filter(|o| o.status != TestStatus::Passed)
         .map(|o| escape(&o.name))
         .collect();
+    let _ = write!(
+        out,
+        "<div class=\"covered\">covered {}</div>",
+        escape(&consort::project::coverage(r))
+    );
+    out.push_str(&shards_html(r));
     if !r.flaky.is_empty() {
         let flaky: Vec<String> = r.flaky.iter().map(|t| escape(t)).collect();
         let _ = write!(
@@ -148,4 +154,81 @@ pub(super) fn receipt_html(at: &DateTime<Utc>, r: &TestRunReceipt) -> String {
     }
     out.push_str("</div>");
     out
+}
+
+/// The shards of a split run, one row each: its branch, files, outcomes, how it ended and its
+/// time, and the command it ran.
+fn shards_html(r: &TestRunReceipt) -> String {
+    if r.shards.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<details class=\"shards\"><summary>the shards</summary><table><tr><th>branch</th><th>files</th><th>tests</th><th>ended</th><th>run</th><th>command</th></tr>",
+    );
+    for s in &r.shards {
+        let ended = match &s.exit {
+            Some(exit) => exit.to_string(),
+            None => "stopped: another shard's failure settled the verdict".into(),
+        };
+        let files: Vec<String> = s.files.iter().map(|f| escape(f)).collect();
+        let _ = write!(
+            out,
+            "<tr class=\"shard\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            escape(&s.branch_id),
+            files.join("<br>"),
+            s.outcomes,
+            escape(&ended),
+            millis(s.run_ms),
+            escape(&s.command)
+        );
+    }
+    out.push_str("</table></details>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use consort_actors::{ExitRecord, ShardRun};
+
+    #[test]
+    fn a_split_receipt_shows_each_shard_and_a_stopped_one_says_so() {
+        let shard = |branch: &str, exit: Option<ExitRecord>| ShardRun {
+            branch_id: branch.into(),
+            command: "pytest -- 'tests/<a>.py'".into(),
+            files: vec!["tests/<a>.py".into()],
+            outcomes: 2,
+            exit,
+            run_ms: 1500,
+        };
+        let mut r = consort_testkit::artifacts::receipt_with(
+            consort_actors::RequestId(1),
+            consort_actors::ContentHash::of_bytes(b"tree"),
+            &[("tests.a::t", TestStatus::Failed)],
+            1,
+            "",
+        );
+        r.shards = vec![
+            shard(
+                "consort-1",
+                Some(ExitRecord {
+                    code: Some(1),
+                    signal: None,
+                    timed_out: false,
+                }),
+            ),
+            shard("consort-2", None),
+        ];
+        let html = receipt_html(&Utc::now(), &r);
+        assert_eq!(html.matches("<tr class=\"shard\">").count(), 2, "{html}");
+        assert!(html.contains("stopped: another shard"), "{html}");
+        assert!(html.contains("tests/&lt;a&gt;.py"), "escaped: {html}");
+        assert!(
+            html.contains("covered the suite split over 2 branches, 1 stopped"),
+            "{html}"
+        );
+        r.shards.clear();
+        let whole = receipt_html(&Utc::now(), &r);
+        assert!(!whole.contains("class=\"shards\"") && whole.contains("covered the whole suite"));
+    }
 }
