@@ -91,14 +91,21 @@ impl Verifier {
             }
             Ok(FirstPhase::Settled) => return self.judge(run, shards, None).await,
             Ok(FirstPhase::Listed(Some(suite))) if worth_two(&suite, &shards[0]) => suite,
-            // The runner could not list its suite (nor will it next time), or it has one
-            // file: it runs whole.
+            // The runner could not list its suite, or it has one file: it runs whole. A tool
+            // that cannot list on a tree whose whole run passes never will (vitest 1): its
+            // suites run whole from then on. A listing that failed on a broken tree (a test
+            // file that does not load) is tried again next time.
             Ok(FirstPhase::Listed(suite)) => {
-                if suite.is_none() {
+                let attempt = self.whole_instead(run, shards).await?;
+                if suite.is_none()
+                    && let Attempt::Receipt(receipt) = &attempt
+                    && receipt.exit.success()
+                    && receipt.not_passed().is_empty()
+                {
                     let mut costs = self.costs.lock().unwrap_or_else(PoisonError::into_inner);
                     costs.could_not_list();
                 }
-                return self.whole_instead(run, shards).await;
+                return Ok(attempt);
             }
         };
         if let Err(e) = self

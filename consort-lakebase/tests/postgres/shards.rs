@@ -281,6 +281,48 @@ async fn a_shard_still_running_is_stopped_once_another_shard_s_failure_settles_t
 }
 
 #[tokio::test]
+async fn a_listing_that_failed_on_a_broken_tree_is_tried_again_once_the_tree_is_mended() {
+    // A conftest.py that does not load: pytest can neither list nor run the suite. (The focus
+    // names no file of the tree, so no likely failure settles the verdict before the listing.)
+    let tree = tree_of(&[
+        ("conftest.py", "raise RuntimeError('half-written')\n"),
+        ("tests/test_a.py", "def test_a():\n    pass\n"),
+        ("tests/test_b.py", "def test_b():\n    pass\n"),
+        ("tests/test_c.py", "def test_c():\n    pass\n"),
+    ]);
+    let actor = actor(pytest()).await;
+    let broken = verify(
+        &actor,
+        asks(
+            VerifyPurpose::Green,
+            "tests.test_new::test_new",
+            tree.path(),
+        ),
+    )
+    .await;
+    match &broken {
+        Err(e) => assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}"),
+        Ok(r) => assert!(
+            r.shards.is_empty() && !r.not_passed().is_empty(),
+            "run whole, and not a pass: {r:?}"
+        ),
+    }
+    std::fs::write(tree.path().join("conftest.py"), "").expect("mend the conftest");
+    let mended = receipt(
+        &actor,
+        VerifyPurpose::Green,
+        "tests.test_new::test_new",
+        tree.path(),
+    )
+    .await;
+    assert!(mended.not_passed().is_empty(), "{:?}", mended.outcomes);
+    assert!(
+        !mended.shards.is_empty(),
+        "the suite is listed and split again"
+    );
+}
+
+#[tokio::test]
 async fn a_test_that_passes_only_when_run_alone_is_caught_by_the_whole_runs() {
     // a0 commits a row; t9 expects none. On one branch, in path order, t9 fails; split, they
     // are on two branches and both pass.
