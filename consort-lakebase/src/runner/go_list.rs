@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::SuiteTest;
+use super::{SuiteTest, read_small_file};
 
 /// The word of a Go command that names every package of the module.
 pub(super) const ALL_PACKAGES: &str = "./...";
@@ -60,8 +60,10 @@ struct ListEvent {
 /// first of `roots` with a `go.mod` that declares it. `None` when a listed test cannot be
 /// placed in a file (the suite then runs whole).
 pub(super) fn listed_tests(stdout: &str, roots: &[&Path]) -> Option<Vec<SuiteTest>> {
-    let root = roots.iter().find(|r| r.join("go.mod").is_file())?;
-    let module = module_path(&std::fs::read_to_string(root.join("go.mod")).ok()?)?;
+    let (root, go_mod) = roots
+        .iter()
+        .find_map(|r| Some((r, read_small_file(&r.join("go.mod"))?)))?;
+    let module = module_path(&go_mod)?;
     let mut suite = Vec::new();
     for line in stdout.lines() {
         let Ok(event) = serde_json::from_str::<ListEvent>(line.trim()) else {
@@ -134,7 +136,7 @@ fn declaring_file(root: &Path, dir: &str, function: &str) -> Option<String> {
 /// Whether the Go file at `path` declares the function `function` at the start of a line.
 fn declares(path: &Path, function: &str) -> bool {
     let head = format!("func {function}(");
-    std::fs::read_to_string(path).is_ok_and(|text| text.lines().any(|l| l.starts_with(&head)))
+    read_small_file(path).is_some_and(|text| text.lines().any(|l| l.starts_with(&head)))
 }
 
 #[cfg(test)]
@@ -209,6 +211,25 @@ mod tests {
         let other = r#"{"Action":"output","Package":"example.org/other","Output":"TestA\n"}"#;
         assert_eq!(listed_tests(other, &[tmp.path()]), None);
         assert_eq!(listed_tests("", &[Path::new("/nonexistent")]), None);
+    }
+
+    #[test]
+    fn a_pipe_among_the_test_files_is_not_read() {
+        let tmp = module(&[
+            ("go.mod", "module example.com/shelf\n"),
+            (
+                "b_test.go",
+                "package shelf\n\nfunc TestB(t *testing.T) {}\n",
+            ),
+        ]);
+        let made = std::process::Command::new("mkfifo")
+            .arg(tmp.path().join("a_test.go"))
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let listing = r#"{"Action":"output","Package":"example.com/shelf","Output":"TestB\n"}"#;
+        let suite = listed_tests(listing, &[tmp.path()]).expect("listed");
+        assert_eq!(suite[0].file, "b_test.go");
     }
 
     #[test]

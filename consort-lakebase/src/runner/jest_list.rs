@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::SuiteTest;
+use super::{SuiteTest, read_small_file};
 
 /// What jest-junit is told for its class names to be the test file's path
 /// (`JEST_JUNIT_CLASSNAME`), as `consort init` writes it.
@@ -83,7 +83,7 @@ pub(super) fn listed_tests(
 
 /// Whether the `package.json` in `root` configures jest-junit's case names.
 fn sets_junit_names(root: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(root.join("package.json")) else {
+    let Some(text) = read_small_file(&root.join("package.json")) else {
         return false;
     };
     let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {

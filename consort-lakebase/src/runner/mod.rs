@@ -230,6 +230,17 @@ pub trait TestRunner: Send + Sync + fmt::Debug {
     }
 }
 
+/// The text of the regular file at `path` when it is one of at most 4 MiB (a listing reads the
+/// tree's own files: a pipe or device there must not block it, nor a huge file fill memory).
+pub(crate) fn read_small_file(path: &Path) -> Option<String> {
+    const MAX: u64 = 4 << 20;
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX {
+        return None;
+    }
+    std::fs::read_to_string(path).ok()
+}
+
 /// Replaces the secret in text that will be shown (defence in depth for command strings).
 pub(crate) fn redact(text: &str, conn: &ConnectInfo) -> String {
     let secret = conn.secret.expose();
