@@ -278,9 +278,12 @@ pub enum ProviderConfig {
         /// The unprivileged user the server runs as when Consort runs as root.
         #[serde(default = "default_run_as")]
         run_as: String,
-        /// Which PostgreSQL runs the cluster.
+        /// Which PostgreSQL runs the cluster: `"auto"` (the default: an installed
+        /// PostgreSQL 15 or newer, else Consort's own, fetched once per user), `"fetched"`
+        /// (Consort's own even when one is installed), or the directory of `initdb` and
+        /// `postgres` (with a `/`; relative to the project).
         #[serde(default)]
-        postgres: PostgresChoice,
+        postgres: consort_lakebase::PostgresSource,
     },
     /// An existing PostgreSQL server; the URL comes from an environment variable.
     Url {
@@ -290,59 +293,6 @@ pub enum ProviderConfig {
     },
     /// Lakebase Autoscaling: a branch per run from a source branch, over the REST API.
     Lakebase(LakebaseSettings),
-}
-
-/// `[database] postgres`: which PostgreSQL the embedded backend runs. `"auto"` (the default):
-/// an installed PostgreSQL 15 or newer, else Consort's own pinned PostgreSQL, fetched once per
-/// user; `"fetched"`: Consort's own even when one is installed; a path (with a `/`, relative
-/// to the project or absolute): the directory of `initdb` and `postgres`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub enum PostgresChoice {
-    /// An installed one, else Consort's own.
-    #[default]
-    Auto,
-    /// Consort's own.
-    Fetched,
-    /// The binaries in this directory.
-    Dir(PathBuf),
-}
-
-impl TryFrom<String> for PostgresChoice {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, String> {
-        match s.as_str() {
-            "auto" => Ok(PostgresChoice::Auto),
-            "fetched" => Ok(PostgresChoice::Fetched),
-            _ if s.contains('/') => Ok(PostgresChoice::Dir(PathBuf::from(s))),
-            _ => Err(format!(
-                "`postgres` is \"auto\", \"fetched\" or the path of a directory (with a /), not \"{s}\""
-            )),
-        }
-    }
-}
-
-impl From<PostgresChoice> for String {
-    fn from(c: PostgresChoice) -> String {
-        match c {
-            PostgresChoice::Auto => "auto".into(),
-            PostgresChoice::Fetched => "fetched".into(),
-            PostgresChoice::Dir(d) => d.display().to_string(),
-        }
-    }
-}
-
-impl PostgresChoice {
-    /// The source of the server binaries, a relative directory taken from `project_dir`.
-    pub fn source(&self, project_dir: &Path) -> consort_lakebase::PostgresSource {
-        use consort_lakebase::PostgresSource;
-        match self {
-            PostgresChoice::Auto => PostgresSource::Auto,
-            PostgresChoice::Fetched => PostgresSource::Fetched,
-            PostgresChoice::Dir(d) => PostgresSource::Dir(project_dir.join(d)),
-        }
-    }
 }
 
 /// `[database] provider = "lakebase"`: the keys of the Lakebase backend.
@@ -421,7 +371,7 @@ impl Default for ProviderConfig {
         ProviderConfig::Embedded {
             data_dir: default_data_dir(),
             run_as: default_run_as(),
-            postgres: PostgresChoice::Auto,
+            postgres: consort_lakebase::PostgresSource::Auto,
         }
     }
 }
@@ -850,7 +800,7 @@ path = ".consort/script.toml"
             let text =
                 format!("{MINIMAL}\n[database]\nprovider = \"embedded\"\npostgres = \"{value}\"\n");
             ProjectConfig::parse(&text, Path::new("consort.toml")).map(|c| match c.database {
-                ProviderConfig::Embedded { postgres, .. } => postgres.source(Path::new("/p")),
+                ProviderConfig::Embedded { postgres, .. } => postgres.relative_to(Path::new("/p")),
                 _ => panic!("embedded"),
             })
         };

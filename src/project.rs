@@ -559,7 +559,7 @@ impl Project {
             } => {
                 let mut cfg = EmbeddedConfig::at(self.dir.join(data_dir));
                 cfg.run_as = run_as.clone();
-                cfg.postgres = postgres.source(&self.dir);
+                cfg.postgres = postgres.relative_to(&self.dir);
                 let cluster = EmbeddedPostgres::start(cfg).await?;
                 Arc::new(EmbeddedProvider::new(cluster).await?)
             }

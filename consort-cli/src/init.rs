@@ -462,7 +462,7 @@ fn note_orphaned_clusters() {
 /// another backend needs no server binaries here).
 fn check_postgres_binaries(checks: &mut Checks, dir: &Path, config: Option<&ProjectConfig>) {
     let source = match config.map(|c| &c.database) {
-        Some(ProviderConfig::Embedded { postgres, .. }) => Some(postgres.source(dir)),
+        Some(ProviderConfig::Embedded { postgres, .. }) => Some(postgres.relative_to(dir)),
         Some(_) => None,
         None => Some(consort_lakebase::PostgresSource::Auto),
     };

@@ -60,11 +60,22 @@ fn pg_config_bindir() -> Option<PathBuf> {
     (!dir.is_empty()).then(|| PathBuf::from(dir))
 }
 
+/// Where installed PostgreSQL programs may be, in the order searched: `PATH`,
+/// `pg_config --bindir`, then `/usr/lib/postgresql/*/bin` (newest first).
+fn installed_dirs() -> Vec<PathBuf> {
+    let mut dirs = path_dirs();
+    dirs.extend(pg_config_bindir());
+    dirs.extend(debian_dirs());
+    dirs
+}
+
 /// The oldest PostgreSQL major version an installed server may have to be used.
 pub const OLDEST_MAJOR: u32 = 15;
 
-/// Which PostgreSQL the embedded backend runs (`[database] postgres`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Which PostgreSQL the embedded backend runs (`[database] postgres`: `"auto"`, `"fetched"`,
+/// or the path of a directory, with a `/`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum PostgresSource {
     /// An installed PostgreSQL 15 or newer when one is found (`PATH`, `pg_config --bindir`,
     /// `/usr/lib/postgresql/*/bin`), else Consort's pinned PostgreSQL, fetched once.
@@ -75,6 +86,31 @@ pub enum PostgresSource {
     Fetched,
     /// The server binaries in this directory.
     Dir(PathBuf),
+}
+
+impl TryFrom<String> for PostgresSource {
+    type Error = String;
+
+    fn try_from(s: String) -> std::result::Result<Self, String> {
+        match s.as_str() {
+            "auto" => Ok(PostgresSource::Auto),
+            "fetched" => Ok(PostgresSource::Fetched),
+            _ if s.contains('/') => Ok(PostgresSource::Dir(PathBuf::from(s))),
+            _ => Err(format!(
+                "`postgres` is \"auto\", \"fetched\" or the path of a directory (with a /), not \"{s}\""
+            )),
+        }
+    }
+}
+
+impl From<PostgresSource> for String {
+    fn from(source: PostgresSource) -> String {
+        match source {
+            PostgresSource::Auto => "auto".into(),
+            PostgresSource::Fetched => "fetched".into(),
+            PostgresSource::Dir(d) => d.display().to_string(),
+        }
+    }
 }
 
 /// Which server a [`PostgresSource`] comes to on this machine, without fetching anything:
@@ -146,13 +182,21 @@ impl std::fmt::Display for ServerChoice {
 }
 
 impl PostgresSource {
+    /// This source with a relative directory taken from `dir` (a project's directory).
+    pub fn relative_to(&self, dir: &Path) -> PostgresSource {
+        match self {
+            PostgresSource::Dir(d) => PostgresSource::Dir(dir.join(d)),
+            other => other.clone(),
+        }
+    }
+
     /// What this source comes to here, fetching nothing. An error when it comes to nothing:
     /// a configured directory without a server, or no installed server and no pinned build
     /// for this machine.
     pub fn choice(&self) -> Result<ServerChoice> {
         match self {
             PostgresSource::Dir(dir) => Ok(ServerChoice::Configured {
-                bins: PgBinaries::find(Some(dir))?,
+                bins: PgBinaries::in_dir(dir)?,
             }),
             PostgresSource::Auto => match PgBinaries::installed() {
                 Some((bins, major)) => Ok(ServerChoice::Installed { bins, major }),
@@ -225,10 +269,7 @@ impl PgBinaries {
     /// The first installed server of PostgreSQL 15 or newer: on `PATH`, at
     /// `pg_config --bindir`, then in `/usr/lib/postgresql/*/bin` (newest first).
     pub fn installed() -> Option<(PgBinaries, u32)> {
-        let mut candidates = path_dirs();
-        candidates.extend(pg_config_bindir());
-        candidates.extend(debian_dirs());
-        candidates
+        installed_dirs()
             .into_iter()
             .filter(|d| has_server(d))
             .find_map(|bin_dir| {
@@ -237,33 +278,18 @@ impl PgBinaries {
             })
     }
 
-    /// Finds the server binaries: `explicit` when given, else `PATH`, `pg_config --bindir`,
-    /// then `/usr/lib/postgresql/*/bin` (newest first). A clear error names what to install.
-    pub fn find(explicit: Option<&Path>) -> Result<Self> {
-        if let Some(dir) = explicit {
-            return if has_server(dir) {
-                Ok(PgBinaries {
-                    bin_dir: dir.to_path_buf(),
-                })
-            } else {
-                Err(Error::BinariesNotFound(format!(
-                    "{} has no initdb and postgres",
-                    dir.display()
-                )))
-            };
-        }
-        let mut candidates = path_dirs();
-        candidates.extend(pg_config_bindir());
-        candidates.extend(debian_dirs());
-        candidates
-            .into_iter()
-            .find(|d| has_server(d))
-            .map(|bin_dir| PgBinaries { bin_dir })
-            .ok_or_else(|| {
-                Error::BinariesNotFound(
-                    "looked in PATH, `pg_config --bindir` and /usr/lib/postgresql/*/bin".into(),
-                )
+    /// The server binaries in `dir`; an error names what to install when it has none.
+    pub fn in_dir(dir: &Path) -> Result<Self> {
+        if has_server(dir) {
+            Ok(PgBinaries {
+                bin_dir: dir.to_path_buf(),
             })
+        } else {
+            Err(Error::BinariesNotFound(format!(
+                "{} has no initdb and postgres",
+                dir.display()
+            )))
+        }
     }
 
     /// The server's major version, as `postgres --version` says (`None` when it does not).
@@ -294,9 +320,7 @@ impl PgBinaries {
 /// Finds `psql` on `PATH`, then beside the installed server binaries, then in Consort's own
 /// fetched server.
 pub fn find_psql() -> Result<PathBuf> {
-    let mut dirs = path_dirs();
-    dirs.extend(pg_config_bindir());
-    dirs.extend(debian_dirs());
+    let mut dirs = installed_dirs();
     if let (Some(pinned), Ok(cache)) = (
         crate::pgfetch::pinned_for_this_machine(),
         ServerCache::for_this_user(),
@@ -333,7 +357,7 @@ mod tests {
             assert!(is_executable(&bins.postgres()));
         }
         let empty = std::env::temp_dir();
-        let err = PgBinaries::find(Some(&empty)).expect_err("no binaries there");
+        let err = PgBinaries::in_dir(&empty).expect_err("no binaries there");
         let text = err.to_string();
         assert!(text.contains("apt-get install postgresql"), "{text}");
         assert!(text.contains("[database] postgres"), "{text}");

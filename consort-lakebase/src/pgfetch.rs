@@ -115,7 +115,7 @@ impl ServerCache {
 
     /// `pinned`'s binaries when a complete copy is in the cache.
     pub fn cached(&self, pinned: &PinnedServer) -> Option<PgBinaries> {
-        PgBinaries::find(Some(&bin_dir(&self.dir_of(pinned)))).ok()
+        PgBinaries::in_dir(&bin_dir(&self.dir_of(pinned))).ok()
     }
 
     /// `pinned`'s binaries: the cached copy, else fetched, checked and unpacked now.
@@ -146,7 +146,7 @@ impl ServerCache {
             self.dir_of(pinned).display(),
             t.elapsed().as_secs_f64()
         );
-        PgBinaries::find(Some(&bin_dir(&self.dir_of(pinned))))
+        PgBinaries::in_dir(&bin_dir(&self.dir_of(pinned)))
     }
 }
 

@@ -378,7 +378,7 @@ async fn start_our_own(dir: &Path, when: &str) -> Arc<EmbeddedCluster> {
 /// when root, with nothing recording or watching it: what an owner killed right after it
 /// started the server (before its watchdog) leaves. The child is reaped by a thread.
 fn unwatched_server(dir: &std::path::Path) -> u32 {
-    let bins = consort_lakebase::PgBinaries::find(None).expect("binaries");
+    let (bins, _) = consort_lakebase::PgBinaries::installed().expect("an installed PostgreSQL");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")

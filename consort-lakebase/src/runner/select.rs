@@ -54,11 +54,14 @@ impl Selector {
 
     /// `command` run on `files` only.
     pub(crate) fn select(self, command: &str, files: &[String]) -> String {
-        let quoted: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
+        let quoted = |args: &[String]| {
+            let words: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+            words.join(" ")
+        };
         match self {
-            Selector::Pytest => format!("{command} -- {}", quoted.join(" ")),
-            Selector::Vitest => format!("{command} {}", quoted.join(" ")),
-            Selector::Jest => format!("{command} --runTestsByPath {}", quoted.join(" ")),
+            Selector::Pytest => format!("{command} -- {}", quoted(files)),
+            Selector::Vitest => format!("{command} {}", quoted(files)),
+            Selector::Jest => format!("{command} --runTestsByPath {}", quoted(files)),
             Selector::Go => {
                 let mut packages: Vec<String> = files
                     .iter()
@@ -66,8 +69,7 @@ impl Selector {
                     .collect();
                 packages.sort();
                 packages.dedup();
-                let quoted: Vec<String> = packages.iter().map(|p| shell_quote(p)).collect();
-                go_list::replace_all_packages(command, &quoted.join(" "))
+                go_list::replace_all_packages(command, &quoted(&packages))
             }
         }
     }

@@ -155,7 +155,8 @@ pub(crate) struct Costs {
     failures: Vec<String>,
     /// What the last run's tests took, added over its processes (`None` before any run).
     serial_ms: Option<u64>,
-    /// The runner could not list the suite once: its suites run whole from then on.
+    /// The runner could not list a suite whose whole run then passed: it cannot list (a tool
+    /// too old to), so its suites run whole from then on.
     unlisted: bool,
 }
 
@@ -179,7 +180,7 @@ impl Costs {
                 || self.serial_ms.is_some_and(|ms| ms >= shards.split_above_ms))
     }
 
-    /// Remembers that the runner could not list its suite (a tool too old to, for one).
+    /// Remembers that the runner cannot list its suites (see `unlisted`).
     pub(crate) fn could_not_list(&mut self) {
         self.unlisted = true;
     }
