@@ -85,9 +85,9 @@ const PROGRAMS: &[Program] = &[
         root_only: true,
     },
     Program {
-        name: "psql",
+        name: "initdb",
         package: "postgresql",
-        needed_by: "the tests of an installed PostgreSQL (without it every cluster runs Consort's own, fetched once)",
+        needed_by: "the tests of an installed PostgreSQL server (without it every cluster runs Consort's own, fetched once)",
         root_only: false,
     },
 ];
@@ -184,9 +184,20 @@ fn on_path(name: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
 }
 
+/// Whether the program is installed: on `PATH`, or (Debian's PostgreSQL keeps its server
+/// programs off `PATH`) in `/usr/lib/postgresql/*/bin`.
+fn installed(name: &str) -> bool {
+    on_path(name)
+        || std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|versions| {
+            versions
+                .flatten()
+                .any(|v| v.path().join("bin").join(name).is_file())
+        })
+}
+
 /// Installs the missing programs with apt-get as root; otherwise says what to run.
 fn system_programs(root: bool) -> Result<()> {
-    let missing = |p: &&Program| (root || !p.root_only) && !on_path(p.name);
+    let missing = |p: &&Program| (root || !p.root_only) && !installed(p.name);
     let mut packages: Vec<&str> = PROGRAMS.iter().filter(missing).map(|p| p.package).collect();
     if on_path("python3") && !succeeds(Command::new("python3").args(["-m", "venv", "--help"])) {
         packages.push("python3-venv");
