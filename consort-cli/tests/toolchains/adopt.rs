@@ -241,6 +241,8 @@ fn the_total_sums_the_quantities() {
         log.contains("GREEN T1") && log.contains("RED T1") && log.contains("design approved"),
         "{log}"
     );
+    // cargo runs whole, splitting on or not: each run builds the crate afresh.
+    assert!(!ledger_text(dir).contains("\"shards\":[{"));
 }
 
 /// A Python service tested by pytest through psycopg, with its own test and migration in
@@ -607,6 +609,11 @@ fn pytest_case(major: &str) {
         "pytest {major}: {doctor}"
     );
     migrations_landed(dir, "db/migrations", "V1__counts");
+    // Its own test file and the feature's: its full runs were split.
+    assert!(
+        ledger_text(dir).contains("\"shards\":[{"),
+        "pytest {major}: split"
+    );
 }
 
 #[test]
