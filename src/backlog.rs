@@ -275,6 +275,13 @@ pub fn inherit(inherited: &mut Inherited, id: &str, state: &State, files: Option
     inherited
         .tests
         .retain(|t| !state.retired.iter().any(|r| r.retires(t)));
+    // A file this feature added tests to (beside an earlier feature's, judged test by test) now
+    // stands as this feature froze it, for the earlier tests in it too.
+    for t in &mut inherited.tests {
+        if let Some(hash) = state.build.frozen_tests.get(&t.path) {
+            t.hash = Some(*hash);
+        }
+    }
     for entry in state.test_list.iter().flat_map(|l| l.entries.iter()) {
         inherited.tests.push(EarlierTest {
             feature: id.to_string(),

@@ -96,7 +96,7 @@ pub use crate::runtime::workbench;
 
 use crate::core::{
     artifact, budget, hash, history, machine, migration_files, paths, protocol, regression, role,
-    step, test_identity, text,
+    step, test_identity, test_outline, text,
 };
 use crate::runtime::{conductor, gate, messages, supervision};
 
@@ -120,9 +120,9 @@ pub use budget::{
 pub use hash::{ContentHash, ParseHashError, canonical_json};
 pub use history::{CommitKind, FilesWritten, StepCommit, Unverified, step_commits, unverified};
 pub use machine::{
-    BuildProgress, Command, Event, Frozen, HumanDecision, LifecycleEdge, Machine, MachineConfig,
-    Pending, Phase, Redo, ReleaseEvidence, Remedy, RuleViolation, RunStatus, ScratchPlan,
-    ScratchVerdict, State, Writer, check_architecture, check_change_set, check_review,
+    BuildProgress, Command, Event, Frozen, FrozenWrite, HumanDecision, LifecycleEdge, Machine,
+    MachineConfig, Pending, Phase, Redo, ReleaseEvidence, Remedy, RuleViolation, RunStatus,
+    ScratchPlan, ScratchVerdict, State, Writer, check_architecture, check_change_set, check_review,
     check_schema, check_spec, check_stories, check_test_list, check_ux, lifecycle_edges,
 };
 pub use migration_files::{MigrationFiles, MigrationNumbering, file_name as migration_file_name};
@@ -140,6 +140,10 @@ pub use regression::{EarlierMigration, EarlierTest, Inherited, Retirement};
 pub use role::{ActorId, Role, UnknownRole};
 pub use step::{ParseStepError, Step};
 pub use test_identity::TestIdentity;
+pub use test_outline::{
+    FrozenChange, Language as TestLanguage, PARSED_LANGUAGES, TestFileVerdicts,
+    judge as judge_test_file,
+};
 pub use text::{counted, duration_text, error_chain, first_and_more};
 
 // The ledger: the hash-chained record every event is appended to before it takes effect.

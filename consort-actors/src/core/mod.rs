@@ -19,4 +19,5 @@ pub(crate) mod role;
 pub(crate) mod sorted_json;
 pub(crate) mod step;
 pub(crate) mod test_identity;
+pub(crate) mod test_outline;
 pub(crate) mod text;

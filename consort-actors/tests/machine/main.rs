@@ -1346,10 +1346,17 @@ fn a_change_set_is_judged_again_by_the_files_its_paths_reach() {
         ),
     ] {
         let resolved = set(vec![write("src/a.sql", "ok"), write(reached, "x")]);
-        assert_eq!(r.m.check_resolved(&r.s, &resolved), Err(want), "{reached}");
+        assert_eq!(
+            r.m.check_resolved(&r.s, &resolved, &Default::default()),
+            Err(want),
+            "{reached}"
+        );
     }
     let fine = set(vec![write("src/real/t1.sql", "code")]);
-    assert_eq!(r.m.check_resolved(&r.s, &fine), Ok(fine.clone()));
+    assert_eq!(
+        r.m.check_resolved(&r.s, &fine, &Default::default()),
+        Ok(fine.clone())
+    );
 }
 
 #[test]
@@ -1365,7 +1372,7 @@ fn a_red_through_a_link_to_a_non_test_is_non_test_in_red() {
         write("src/helper.sql", "y"),
     ]);
     assert_eq!(
-        r.m.check_resolved(&r.s, &resolved),
+        r.m.check_resolved(&r.s, &resolved, &Default::default()),
         Err(RuleViolation::NonTestInRed {
             path: "src/helper.sql".into()
         })
@@ -1373,7 +1380,7 @@ fn a_red_through_a_link_to_a_non_test_is_non_test_in_red() {
     // The entry's test file itself reaching another test file is not writing it.
     let resolved = set(vec![write("tests/t9.sql", "x")]);
     assert_eq!(
-        r.m.check_resolved(&r.s, &resolved),
+        r.m.check_resolved(&r.s, &resolved, &Default::default()),
         Err(RuleViolation::RedMissingTest {
             path: "tests/t1.sql".into()
         })
@@ -1438,7 +1445,10 @@ fn a_path_the_file_system_refuses_is_retried_and_a_refused_revert_halts() {
         .expect_err("passes without code");
     assert!(matches!(r.pending(), Pending::Revert { .. }));
     let anything = set(vec![write("consort.toml", "x")]);
-    assert_eq!(r.m.check_resolved(&r.s, &anything), Ok(anything.clone()));
+    assert_eq!(
+        r.m.check_resolved(&r.s, &anything, &Default::default()),
+        Ok(anything.clone())
+    );
     let v = r.refused(Event::ApplyDenied {
         violation: RuleViolation::PathNotWritable {
             path: "tests/t1.sql".into(),

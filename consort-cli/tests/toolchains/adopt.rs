@@ -20,7 +20,7 @@ use crate::common::{
 use consort_testkit::process::text;
 
 /// A Python project's pytest configuration.
-const PYPROJECT: (&str, &str) = (
+pub(crate) const PYPROJECT: (&str, &str) = (
     "pyproject.toml",
     "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n",
 );
@@ -73,7 +73,7 @@ pub(crate) fn adopt_and_run(dir: &Path, script: &str) -> (String, String) {
 
 /// [`adopt_and_run`] with every `consort` command run with `path` as its `PATH` (a user's
 /// activated virtual environment).
-fn adopt_and_run_with(
+pub(crate) fn adopt_and_run_with(
     dir: &Path,
     script: &str,
     path: Option<&std::ffi::OsStr>,

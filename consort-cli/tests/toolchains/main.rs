@@ -10,3 +10,4 @@ mod examples;
 mod lanes;
 mod mcp;
 mod pytest_project;
+mod shared_file;

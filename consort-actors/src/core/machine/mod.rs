@@ -39,6 +39,7 @@ use crate::core::protocol::{
 use crate::core::regression::{Inherited, Retirement};
 use crate::core::role::{ActorId, Role};
 use crate::core::step::Step;
+use crate::core::test_outline::TestFileVerdicts;
 
 /// The pure checks, one per artifact kind an agent produces (a receipt is never an agent's:
 /// only the Lakebase side makes one), plus the disk checks the conductor's observations get.
@@ -582,6 +583,17 @@ pub struct Frozen {
     pub hash: ContentHash,
 }
 
+/// A RED's write of a file that holds frozen tests: judged on the file's syntax tree before it
+/// is applied ([`Machine::frozen_files_written`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrozenWrite {
+    /// The file, relative to the work tree.
+    pub path: String,
+    /// The test a person's redo opens in it, by the name the runner reports (None: every test
+    /// in it is frozen).
+    pub open: Option<String>,
+}
+
 /// Progress through the build lane.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct BuildProgress {
@@ -810,12 +822,29 @@ impl Machine {
     /// same typed violation as a direct write of the file it reaches. Returns the normalised
     /// resolved change set. Anything but a pending [`Pending::Apply`] (a revert: the machine's
     /// own undo) passes unchecked. Pure: the conductor resolves, the machine judges.
+    ///
+    /// A RED may write a file that holds frozen tests when its language is parsed
+    /// ([`Machine::frozen_files_written`]): `verdicts` holds the conductor's judgement of each
+    /// such write on the file's syntax tree ([`crate::core::test_outline::judge`]); a refused
+    /// one is a [`RuleViolation::FrozenTestChanged`], a missing one a broken invariant (fail
+    /// closed).
     pub fn check_resolved(
         &self,
         state: &State,
         resolved: &ChangeSet,
+        verdicts: &TestFileVerdicts,
     ) -> Result<ChangeSet, RuleViolation> {
-        transition::check_resolved(&self.config, state, resolved)
+        transition::check_resolved(&self.config, state, resolved, verdicts)
+    }
+
+    /// The files holding frozen tests that the pending step's change set `set` writes (a RED
+    /// adding tests beside accepted ones), each to be judged on its syntax tree before
+    /// [`Machine::check_resolved`]. Empty for any other step.
+    pub fn frozen_files_written(&self, state: &State, set: &ChangeSet) -> Vec<FrozenWrite> {
+        match &state.pending {
+            Some(Pending::Apply { step, .. }) => transition::frozen_written(state, step, set),
+            _ => Vec::new(),
+        }
     }
 
     /// The plan of a scratch run for `step` in `state` (see [`ScratchPlan`]): for RED, GREEN,

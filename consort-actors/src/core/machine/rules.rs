@@ -11,6 +11,7 @@ use crate::core::hash::ContentHash;
 use crate::core::paths::{PathError, PathPolicy, WriteProblem, normalise_relative};
 use crate::core::protocol::AssignmentId;
 use crate::core::role::{ActorId, Role};
+use crate::core::test_outline::Language;
 use crate::{GateKind, RequestId};
 
 /// A broken rule. Every variant is a refusal: the event that broke it changes nothing.
@@ -114,6 +115,18 @@ pub enum RuleViolation {
     FrozenTestModified {
         /// The path.
         path: String,
+    },
+    /// A RED's new version of a file that holds accepted tests changes what is frozen of it: an
+    /// accepted test's definition, or what the file's tests share, or it adds what would reach
+    /// them (a file-wide hook, a name they use). Judged on the file's syntax tree.
+    #[error(
+        "{path} holds accepted tests, and your version of it changes them: {detail}. A RED may add new tests to this file (with the imports, fixtures and helpers they need), but every accepted test and what the file's tests share stay exactly as accepted"
+    )]
+    FrozenTestChanged {
+        /// The file.
+        path: String,
+        /// What changed, naming the item and its line.
+        detail: String,
     },
     /// A change would alter a test an earlier feature of the project accepted: part of this
     /// feature's regression suite, it is frozen for every agent.
@@ -364,6 +377,7 @@ impl RuleViolation {
             | PathNotWritable { .. }
             | TouchesTests { .. }
             | FrozenTestModified { .. }
+            | FrozenTestChanged { .. }
             | NonTestInRed { .. }
             | RedMissingTest { .. }
             | RedPassedWithoutCode { .. }
@@ -604,6 +618,47 @@ pub fn check_test_list(
     Ok(())
 }
 
+/// A file whose language Consort does not parse is frozen whole once a test in it is accepted,
+/// so no later RED could add a test to it: a test list that puts an entry in such a file beside
+/// another entry, or beside an earlier feature's test in force, could never be built, and is
+/// refused at design.
+pub(crate) fn check_files_frozen_whole(
+    list: &TestList,
+    inherited: &crate::core::regression::Inherited,
+    retired: &[crate::core::regression::Retirement],
+) -> Result<(), RuleViolation> {
+    let whole = |path: &str| Language::of(path).is_none();
+    let why = |path: &str, beside: String| {
+        invalid(format!(
+            "{beside} in `{path}`, a file Consort does not parse (it parses {}), so the file is frozen whole once its first test is accepted and a later RED could not add another; give each test a file of its own there",
+            crate::core::test_outline::PARSED_LANGUAGES
+        ))
+    };
+    for (i, e) in list
+        .entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| whole(&e.path))
+    {
+        if let Some(other) = list.entries[..i].iter().find(|o| o.path == e.path) {
+            return Err(why(
+                &e.path,
+                format!("tests {} and {} would both live", other.id, e.id),
+            ));
+        }
+        if let Some(t) = inherited.owner(&e.path, retired) {
+            return Err(why(
+                &e.path,
+                format!(
+                    "test {} would live beside {} of the earlier feature {}",
+                    e.id, t.test, t.feature
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// UX design: at least one screen for every user-facing story, none for unknown stories.
 pub fn check_ux(ux: &UxDesign, stories: &Stories) -> Result<(), RuleViolation> {
     for s in stories.stories.iter().filter(|s| s.user_facing) {
@@ -692,8 +747,13 @@ pub fn check_change_set(
         });
     }
     // A change to a frozen test is refused as such wherever it sits in the set: a rename is a
-    // write of the new path and a deletion of the frozen one, in either order.
-    if let Some(change) = normalised.iter().find(|c| frozen.contains_key(c.path())) {
+    // write of the new path and a deletion of the frozen one, in either order. A RED may write
+    // a frozen file whose language is parsed: its new version is judged test by test on the
+    // syntax tree before it is applied ([`joins_frozen_file`]).
+    if let Some(change) = normalised
+        .iter()
+        .find(|c| frozen.contains_key(c.path()) && !joins_frozen_file(writer, c))
+    {
         return Err(RuleViolation::FrozenTestModified {
             path: change.path().to_string(),
         });
@@ -731,6 +791,16 @@ pub fn check_change_set(
         summary: set.summary.clone(),
         changes: normalised,
     })
+}
+
+/// Whether `change` is a RED's write of a file whose language Consort parses: such a file may
+/// hold accepted tests and gain new ones, which the conductor judges on the syntax tree
+/// ([`crate::core::test_outline::judge`]) and the machine requires before it is applied
+/// ([`crate::core::machine::Machine::check_resolved`]).
+pub(crate) fn joins_frozen_file(writer: Writer<'_>, change: &FileChange) -> bool {
+    matches!(writer, Writer::Red { .. })
+        && matches!(change, FileChange::Write { .. })
+        && Language::of(change.path()).is_some()
 }
 
 /// The test files a change set leaves behind, with their content hashes.
@@ -828,6 +898,99 @@ mod tests {
         assert!(matches!(
             check(vec![delete, write("../out.sql")]),
             Err(RuleViolation::PathOutsideWorkTree { .. })
+        ));
+    }
+
+    #[test]
+    fn a_test_list_sharing_a_file_no_parser_knows_is_refused_at_design() {
+        use crate::core::artifact::{TestEntry, TestList};
+        use crate::core::regression::{EarlierTest, Inherited};
+        let entry = |id: &str, path: &str| TestEntry {
+            id: id.into(),
+            ac_id: "S1-AC1".into(),
+            description: String::new(),
+            path: path.into(),
+            test_name: None,
+        };
+        let list = |entries| TestList { entries };
+        let none = Inherited::default();
+        // Two entries in one SQL file: the second could never be written.
+        let refused = check_files_frozen_whole(
+            &list(vec![entry("T1", "tests/t.sql"), entry("T2", "tests/t.sql")]),
+            &none,
+            &[],
+        )
+        .expect_err("refused");
+        assert!(
+            refused
+                .to_string()
+                .contains("tests T1 and T2 would both live in `tests/t.sql`"),
+            "{refused}"
+        );
+        // In a parsed language they may share it.
+        check_files_frozen_whole(
+            &list(vec![
+                entry("T1", "tests/test_t.py"),
+                entry("T2", "tests/test_t.py"),
+            ]),
+            &none,
+            &[],
+        )
+        .expect("a Python file is judged test by test");
+        // Beside an earlier feature's test in an SQL file: refused too.
+        let earlier = Inherited {
+            tests: vec![EarlierTest {
+                feature: "F1".into(),
+                test: "T1".into(),
+                path: "tests/t.sql".into(),
+                runner_name: "tests/t.sql".into(),
+                hash: None,
+            }],
+            ..Inherited::default()
+        };
+        let refused =
+            check_files_frozen_whole(&list(vec![entry("T1", "tests/t.sql")]), &earlier, &[])
+                .expect_err("refused");
+        assert!(
+            refused
+                .to_string()
+                .contains("beside T1 of the earlier feature F1"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_red_may_write_a_frozen_file_it_parses_and_no_one_may_delete_it() {
+        let policy = PathPolicy::default();
+        let mut frozen = FileHashes::new();
+        frozen.insert("tests/test_a.py".into(), ContentHash::of_bytes(b"x"));
+        frozen.insert("tests/t1.sql".into(), ContentHash::of_bytes(b"y"));
+        let red = Writer::Red {
+            must_write: "tests/test_a.py",
+        };
+        assert!(check_change_set(&one("tests/test_a.py"), red, &policy, &frozen).is_ok());
+        let delete = set(vec![
+            write("tests/test_a.py"),
+            FileChange::Delete {
+                path: "tests/t1.sql".into(),
+            },
+        ]);
+        assert_eq!(
+            check_change_set(&delete, red, &policy, &frozen),
+            Err(RuleViolation::FrozenTestModified {
+                path: "tests/t1.sql".into()
+            })
+        );
+        let sql = Writer::Red {
+            must_write: "tests/t1.sql",
+        };
+        assert!(matches!(
+            check_change_set(&one("tests/t1.sql"), sql, &policy, &frozen),
+            Err(RuleViolation::FrozenTestModified { .. })
+        ));
+        assert!(matches!(
+            check_change_set(&one("tests/test_a.py"), Writer::Code, &policy, &frozen),
+            Err(RuleViolation::FrozenTestModified { .. })
         ));
     }
 

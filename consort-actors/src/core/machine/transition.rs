@@ -20,16 +20,19 @@ use crate::core::protocol::{
 };
 use crate::core::role::ActorId;
 use crate::core::step::Step;
+use crate::core::test_outline::{Language, TestFileVerdicts};
 
 use super::next::{
     Done, Next, agent, escalation, invariant, next_after, observe, resume_agent, revert,
 };
 use super::rules::{
-    Remedy, RuleViolation, Writer, check_architecture, check_change_set, check_review,
-    check_schema, check_spec, check_stories, check_test_list, check_tests_on_disk, check_ux,
-    written_hashes,
+    Remedy, RuleViolation, Writer, check_architecture, check_change_set, check_files_frozen_whole,
+    check_review, check_schema, check_spec, check_stories, check_test_list, check_tests_on_disk,
+    check_ux, joins_frozen_file, written_hashes,
 };
-use super::{Command, Event, Frozen, HumanDecision, MachineConfig, Pending, RunStatus, State};
+use super::{
+    Command, Event, Frozen, FrozenWrite, HumanDecision, MachineConfig, Pending, RunStatus, State,
+};
 
 type Outcome = Result<(State, Vec<Command>), RuleViolation>;
 
@@ -170,14 +173,17 @@ fn redo(state: &State, redo: &super::Redo) -> Outcome {
     if !state.build.frozen_tests.contains_key(&entry.path) {
         return refuse("its RED was not accepted yet (retry the run instead)");
     }
+    // In a parsed file only the test is set aside; a file frozen whole must be this test's own.
     let shared = state
         .test_list
         .iter()
         .flat_map(|l| l.entries.iter())
         .any(|e| e.id != entry.id && e.path == entry.path)
         || state.inherited.owner(&entry.path, &state.retired).is_some();
-    if shared {
-        return refuse("its file holds other accepted tests too");
+    if shared && Language::of(&entry.path).is_none() {
+        return refuse(
+            "its file holds other accepted tests too, and its language is not parsed, so the file is frozen whole",
+        );
     }
     let (id, path) = (entry.id.clone(), entry.path.clone());
     let mut s = state.clone();
@@ -853,6 +859,7 @@ fn accept_design(
         }
         (Step::TestList, Artifact::TestList(list)) => {
             check_test_list(list, stories()?.as_ref(), &cfg.paths)?;
+            check_files_frozen_whole(list, &s.inherited, &s.retired)?;
             s.test_list = Some(Arc::new(list.clone()));
             Done::TestList
         }
@@ -1102,20 +1109,60 @@ pub(super) fn check_resolved(
     cfg: &MachineConfig,
     state: &State,
     resolved: &ChangeSet,
+    verdicts: &TestFileVerdicts,
 ) -> Result<ChangeSet, RuleViolation> {
     match &state.pending {
         Some(Pending::Apply { step, .. }) if state.status == RunStatus::Running => {
-            checked_writes(cfg, state, step, resolved)
+            let set = checked_writes(cfg, state, step, resolved)?;
+            for write in frozen_written(state, step, &set) {
+                match verdicts.get(&write.path) {
+                    Some(Ok(())) => {}
+                    Some(Err(change)) => {
+                        return Err(RuleViolation::FrozenTestChanged {
+                            path: write.path,
+                            detail: change.to_string(),
+                        });
+                    }
+                    None => {
+                        return Err(invariant(
+                            "a RED's write of a file holding accepted tests is judged on its syntax tree before it is applied",
+                        ));
+                    }
+                }
+            }
+            Ok(set)
         }
         _ => Ok(resolved.clone()),
     }
+}
+
+/// The files holding frozen tests that `step`'s change set writes (a RED adding tests beside
+/// them), each with the test a person's redo opens in it.
+pub(super) fn frozen_written(s: &State, step: &Step, set: &ChangeSet) -> Vec<FrozenWrite> {
+    let Ok(writer @ Writer::Red { .. }) = writer(s, step) else {
+        return Vec::new();
+    };
+    let frozen = frozen_for(s, step);
+    set.changes
+        .iter()
+        .filter(|c| frozen.contains_key(c.path()) && joins_frozen_file(writer, c))
+        .map(|c| FrozenWrite {
+            path: c.path().to_string(),
+            open: (s.build.redo.as_deref() == Some(c.path()))
+                .then(|| s.current_test().map(|e| e.runner_name().to_string()))
+                .flatten(),
+        })
+        .collect()
 }
 
 /// The frozen files `step`'s change sets may not touch: all of them, but for the RED of a
 /// redone entry, which writes its own file again (see [`super::Redo`]).
 pub(super) fn frozen_for(s: &State, step: &Step) -> FileHashes {
     let mut frozen = s.build.frozen_tests.clone();
-    if let (Some(path), Step::Red { .. }) = (&s.build.redo, step) {
+    // A parsed file stays frozen: its redone test alone is opened, by the syntax tree.
+    if let (Some(path), Step::Red { .. }) = (&s.build.redo, step)
+        && Language::of(path).is_none()
+    {
         frozen.remove(path);
     }
     frozen

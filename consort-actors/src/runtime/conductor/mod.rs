@@ -36,6 +36,7 @@ use crate::core::machine::{Command, Event, Machine, MachineConfig, Phase, RunSta
 use crate::core::protocol::{PromoteRequest, RunnerFacts, VerifyRequest, WriteRules};
 use crate::core::role::Role;
 use crate::core::step::Step;
+use crate::core::test_outline::{FrozenChange, TestFileVerdicts, judge};
 use crate::event_log::{EventLog, FileEventLog};
 use crate::ledger::{Ledger, LedgerError};
 use crate::runtime::gate::{Approver, GateRequest};
@@ -938,7 +939,11 @@ impl ConductorState {
             Ok(r) => r,
             Err(e) => return self.refuse_apply(e, BTreeMap::new(), journaled.as_ref()),
         };
-        let resolved = match self.machine.check_resolved(&self.state, &resolved) {
+        let verdicts = self.judge_frozen_writes(&resolved)?;
+        let resolved = match self
+            .machine
+            .check_resolved(&self.state, &resolved, &verdicts)
+        {
             Ok(r) => r,
             Err(violation) => {
                 self.restore(journaled.as_ref())?;
@@ -976,6 +981,31 @@ impl ConductorState {
             tests: self.tests_among(files),
             inverse,
         })
+    }
+
+    /// Judges, on its syntax tree, each file holding frozen tests that the change set writes (a
+    /// RED adding tests beside accepted ones): the file as it stands (the frozen version, as the
+    /// last observation checked) against the version the change set writes.
+    fn judge_frozen_writes(&self, set: &ChangeSet) -> Result<TestFileVerdicts, ConductorError> {
+        let mut verdicts = TestFileVerdicts::new();
+        for write in self.machine.frozen_files_written(&self.state, set) {
+            let new = set
+                .changes
+                .iter()
+                .find(|c| c.path() == write.path)
+                .and_then(|c| c.bytes());
+            let verdict = match (self.work.read(&write.path)?, new) {
+                (Some(old), Some(new)) => match std::str::from_utf8(&new) {
+                    Ok(new) => judge(&write.path, &old, new, write.open.as_deref()),
+                    Err(_) => Err(FrozenChange("the new version is not UTF-8 text".into())),
+                },
+                _ => Err(FrozenChange(
+                    "the frozen file is not on disk to compare with".into(),
+                )),
+            };
+            verdicts.insert(write.path, verdict);
+        }
+        Ok(verdicts)
     }
 
     /// Turns a work-tree refusal into the event that records it, after putting back what the

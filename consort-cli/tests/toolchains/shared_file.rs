@@ -1,0 +1,182 @@
+//! A feature whose test list puts every entry in one file, beside the project's own test in it
+//! (the way real projects keep their tests): each RED adds its test to the file while the
+//! accepted ones stay frozen test by test, judged on the file's syntax tree; a RED that slips a
+//! file-wide hook in beside them is refused, and its honest retry goes on to done.
+
+use crate::adopt::{PYPROJECT, adopt_and_run_with};
+use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
+use crate::common::{ledger_text, toolchain, write};
+
+/// The project's own test file, which the feature's three tests join.
+const TESTS: &str = "tests/test_counts.py";
+
+const EXISTING: &str = "from app import counts
+
+
+def test_the_app_imports():
+    assert counts is not None
+";
+
+/// The file after the RED of T1: imports and a fixture added at the top level, beside the
+/// project's own test.
+fn after_t1() -> String {
+    format!(
+        "import os
+
+import psycopg
+import pytest
+
+{EXISTING}
+
+@pytest.fixture
+def conn():
+    c = psycopg.connect(os.environ[\"DATABASE_URL\"])
+    c.execute(\"INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL)\")
+    yield c
+    c.rollback()
+    c.close()
+
+
+def test_total(conn):
+    assert counts.total(conn) == 7
+"
+    )
+}
+
+fn after_t2() -> String {
+    format!(
+        "{}
+
+def test_count_of(conn):
+    assert counts.count_of(conn, 'B') == 4
+",
+        after_t1()
+    )
+}
+
+fn after_t3() -> String {
+    format!(
+        "{}
+
+def test_skus(conn):
+    assert counts.skus(conn) == ['A', 'B']
+",
+        after_t2()
+    )
+}
+
+const TOTAL: &str = "def total(conn):
+    return conn.execute(\"SELECT coalesce(sum(qty), 0) FROM counts\").fetchone()[0]
+";
+const COUNT_OF: &str = "
+
+def count_of(conn, sku):
+    return conn.execute(\"SELECT qty FROM counts WHERE sku = %s\", (sku,)).fetchone()[0]
+";
+const SKUS: &str = "
+
+def skus(conn):
+    return [r[0] for r in conn.execute(\"SELECT sku FROM counts ORDER BY sku\")]
+";
+
+/// The three entries of the test list, all in [`TESTS`].
+fn test_list() -> String {
+    let entry = |id: &str, name: &str| {
+        format!(
+            "{{ id = \"{id}\", ac_id = \"S1-AC1\", description = \"{name}\", path = \"{TESTS}\", test_name = \"tests.test_counts::{name}\" }}"
+        )
+    };
+    format!(
+        "body.entries = [{}, {}, {}]",
+        entry("T1", "test_total"),
+        entry("T2", "test_count_of"),
+        entry("T3", "test_skus")
+    )
+}
+
+fn script() -> String {
+    let design = Design {
+        feature: "F1",
+        story: "Stock counts",
+        migration: (
+            "0002_count_notes",
+            "ALTER TABLE counts ADD COLUMN note text;",
+        ),
+        test_path: TESTS,
+        test_name: Some("tests.test_counts::test_total"),
+    }
+    .toml();
+    let one = "body.entries = [{ id = \"T1\"";
+    let at = design.find(one).expect("the test list");
+    let end = at + design[at..].find('\n').expect("a line");
+    let mut s = format!("{}{}{}", &design[..at], test_list(), &design[end..]);
+    let red = |step: &str, content: &str| change_entry(step, step, &write_change(TESTS, content));
+    let green =
+        |step: &str, code: &str| change_entry(step, step, &write_change("app/counts.py", code));
+    s.push_str(&red("red/T1", &after_t1()));
+    s.push_str(&green("green/T1", TOTAL));
+    // Attempt 0 of T2's RED slips an autouse fixture in beside the accepted tests: refused;
+    // attempt 1 is honest.
+    let hook = format!(
+        "{}\n\n@pytest.fixture(autouse=True)\ndef no_database(monkeypatch):\n    monkeypatch.setenv('DATABASE_URL', 'postgresql://nowhere')\n",
+        after_t2()
+    );
+    s.push_str(&red("red/T2", &hook));
+    s.push_str(&red("red/T2", &after_t2()));
+    s.push_str(&green("green/T2", &format!("{TOTAL}{COUNT_OF}")));
+    s.push_str(&red("red/T3", &after_t3()));
+    s.push_str(&green("green/T3", &format!("{TOTAL}{COUNT_OF}{SKUS}")));
+    s.push_str(REFACTOR_AND_REVIEW);
+    s
+}
+
+#[test]
+fn pytest_three_tests_in_the_projects_own_test_file_run_to_done() {
+    let bin = toolchain::venv(
+        "pytest8",
+        &["pytest==8.*", "psycopg[binary]"],
+        "pytest, psycopg",
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write(
+        dir,
+        &[
+            PYPROJECT,
+            ("app/__init__.py", ""),
+            (
+                "app/counts.py",
+                "def total(conn):\n    raise NotImplementedError\n",
+            ),
+            ("tests/__init__.py", ""),
+            (TESTS, EXISTING),
+            (
+                "db/migrations/V1__counts.sql",
+                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+            ),
+        ],
+    );
+    let path = toolchain::path_with(&bin);
+    adopt_and_run_with(dir, &script(), Some(&path));
+    // The file holds the project's own test and the three, exactly as the last RED wrote it.
+    let file = std::fs::read_to_string(dir.join(TESTS)).expect("the test file");
+    assert_eq!(file, after_t3());
+    // The hook was refused, once, as a change of what the accepted tests share.
+    let ledger = ledger_text(dir);
+    assert_eq!(
+        ledger.matches("\"rule\":\"frozen-test-changed\"").count(),
+        1,
+        "{ledger}"
+    );
+    assert!(
+        ledger.contains("would apply to the accepted tests"),
+        "{ledger}"
+    );
+    // Every RED was a real run in which the new test failed and the earlier ones passed.
+    for name in ["test_total", "test_count_of", "test_skus"] {
+        assert!(
+            ledger.contains(&format!("tests.test_counts::{name}")),
+            "{name}"
+        );
+    }
+}
