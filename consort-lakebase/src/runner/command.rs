@@ -10,7 +10,7 @@ use super::capture::{Capture, OutputLimits};
 use super::junit::parse_junit;
 use super::process::{EnvPolicy, ProcOutcome, ProcSpec, run, shell_quote, tree_path};
 use super::select::Selector;
-use super::{RunContext, RunReport, SuiteTest, TestRunner, redact};
+use super::{RunContext, RunReport, Suite, TestRunner, redact};
 use crate::error::{Error, Result, TestCommandFault};
 use crate::provider::BoxFuture;
 
@@ -159,7 +159,7 @@ impl CommandRunner {
     }
 
     /// The whole suite as the tool lists it (see [`Selector::collect`]).
-    async fn collect_inner(&self, ctx: &RunContext) -> Result<Option<Vec<SuiteTest>>> {
+    async fn collect_inner(&self, ctx: &RunContext) -> Result<Option<Suite>> {
         let Some(selector) = self.cfg.select else {
             return Ok(None);
         };
@@ -300,7 +300,7 @@ impl TestRunner for CommandRunner {
         Box::pin(self.run_inner(ctx))
     }
 
-    fn collect<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<Option<Vec<SuiteTest>>>> {
+    fn collect<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<Option<Suite>>> {
         Box::pin(self.collect_inner(ctx))
     }
 
