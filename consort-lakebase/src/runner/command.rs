@@ -180,6 +180,42 @@ impl CommandRunner {
         Ok(suite)
     }
 
+    /// Each of the `expected` tests by the single-test command `single`: passed when it exits
+    /// 0, errored at its time limit, failed otherwise; a program the shell could not find or
+    /// run (126, 127) is no verdict on the test but the command's fault.
+    async fn per_test(
+        &self,
+        ctx: &RunContext,
+        single: &str,
+        expected: &[String],
+        capture: &mut Capture,
+    ) -> Result<Vec<TestOutcome>> {
+        let limits = self.cfg.limits;
+        let mut per_test = Vec::new();
+        for t in expected {
+            let cmd = single.replace("{test}", &shell_quote(t));
+            capture.push_str(&format!("\n== consort: single test {t} ==\n"));
+            let spec = self.spec(ctx, &cmd, None)?;
+            let one = run(&spec, capture, &limits).await?;
+            if let Some(code @ (126 | 127)) = one.exit.code {
+                return Err(Error::TestCommand {
+                    command: redact(single, &ctx.conn),
+                    fault: TestCommandFault::ProgramNotFound { code },
+                    output: redact(&capture.clone().finish().excerpt, &ctx.conn),
+                });
+            }
+            let status = if one.exit.success() {
+                TestStatus::Passed
+            } else if one.exit.timed_out {
+                TestStatus::Errored
+            } else {
+                TestStatus::Failed
+            };
+            per_test.push(TestOutcome::new(t, status));
+        }
+        Ok(per_test)
+    }
+
     async fn run_inner(&self, ctx: &RunContext) -> Result<RunReport> {
         let limits = self.cfg.limits;
         let mut capture = Capture::new(&limits);
@@ -230,25 +266,10 @@ impl CommandRunner {
                     &self.cfg.single_test_command,
                     main.exit.timed_out || main.over_cap,
                 ) {
-                    let mut per_test = Vec::new();
-                    for t in &expected {
-                        let cmd = single.replace("{test}", &shell_quote(t));
-                        capture.push_str(&format!("\n== consort: single test {t} ==\n"));
-                        let spec = self.spec(ctx, &cmd, None)?;
-                        let one = run(&spec, &mut capture, &limits).await?;
-                        let status = if one.exit.success() {
-                            TestStatus::Passed
-                        } else if one.exit.timed_out {
-                            TestStatus::Errored
-                        } else {
-                            TestStatus::Failed
-                        };
-                        per_test.push(TestOutcome::new(t, status));
-                    }
                     if !expected.is_empty() {
                         command = format!("{command}; then per test: {single}");
                     }
-                    per_test
+                    self.per_test(ctx, single, &expected, &mut capture).await?
                 } else {
                     Vec::new()
                 }

@@ -439,3 +439,27 @@ async fn a_psql_that_never_ran_the_test_is_a_harness_fault_never_a_red() {
     actor.stop(None);
     join.await.expect("stopped");
 }
+
+/// A RED whose new test ends its own database session never reached a verdict: after the one
+/// repeat it is a harness fault, never a RED (a GREEN's is still a verdict on the code, see
+/// `a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch`).
+#[tokio::test]
+async fn a_red_whose_test_ends_its_own_session_is_no_red() {
+    let tree = tree_of(&[(
+        "tests/cut.sql",
+        "SELECT pg_terminate_backend(pg_backend_pid());\n",
+    )]);
+    let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
+        .await
+        .expect("spawn");
+    let mut req = request(48, tree.path(), vec![]);
+    req.purpose = VerifyPurpose::Red;
+    req.focus = Some("tests/cut.sql".into());
+    let e = verify(&actor, req)
+        .await
+        .expect_err("no receipt a RED could be accepted on");
+    assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
+    assert!(e.detail.contains("tests/cut.sql"), "{}", e.detail);
+    actor.stop(None);
+    join.await.expect("stopped");
+}
