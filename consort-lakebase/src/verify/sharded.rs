@@ -330,7 +330,8 @@ impl Verifier {
     }
 
     /// What the shards that ended teach: the files' costs, the files of the failures (from
-    /// the listing), and what the whole suite took when every shard ended.
+    /// the listing, with the files it could not load in a shard that failed), and what the
+    /// whole suite took when every shard ended.
     fn learn(&self, shards: &[Shard], suite: Option<&Suite>, all_ended: bool) {
         let mut costs = self.costs.lock().unwrap_or_else(PoisonError::into_inner);
         let mut failures = Vec::new();
@@ -351,6 +352,13 @@ impl Verifier {
                     .map(|t| t.file.clone())
                     .or_else(|| self.runner.file_of(&o.name, &s.files, &s.ctx.work_tree));
                 failures.extend(file);
+            }
+            // A file the listing could not load, in a shard that failed, fails again first.
+            if is_failing(&f.report)
+                && let Some(suite) = suite
+            {
+                let unloaded = s.files.iter().filter(|x| suite.unloaded.contains(x));
+                failures.extend(unloaded.cloned());
             }
         }
         failures.sort();

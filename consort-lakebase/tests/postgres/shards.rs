@@ -488,6 +488,21 @@ async fn a_step_that_breaks_the_import_of_a_project_test_file_fails_split_as_who
     let whole = receipt(&actor, VerifyPurpose::Deploy, focus, tree.path()).await;
     assert!(whole.shards.is_empty(), "the deploy run is whole");
     assert!(!split.shards.is_empty(), "split: {}", split.output_excerpt);
+    // Its failure is one of a test that was green, so the run was made once more: there the
+    // file that did not load ran first, among the likely failures.
+    assert!(
+        split.output_excerpt.contains("once more"),
+        "{}",
+        split.output_excerpt
+    );
+    assert!(
+        split.shards[0]
+            .files
+            .iter()
+            .any(|f| f == "tests/test_c_own.py"),
+        "{:?}",
+        split.shards
+    );
     let ran_c = split
         .shards
         .iter()
