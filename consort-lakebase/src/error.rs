@@ -622,6 +622,60 @@ pub enum TestCommandFault {
         /// The package (`vitest`, `@scope/tool`).
         package: String,
     },
+    /// `psql` did not run a test file's statements: what it ended with is no evidence about
+    /// the test (see [`PsqlFault`]).
+    Psql {
+        /// The test file it was to run.
+        file: String,
+        /// What went wrong.
+        fault: PsqlFault,
+    },
+}
+
+/// Why a `psql` session is no evidence about the test it was to run: only an error the server
+/// raised in the test's statements (exit 3 with `ON_ERROR_STOP`) fails a test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PsqlFault {
+    /// psql ended with its own fatal error (exit 1): it is no working client (Debian's
+    /// `psql` wrapper with no `postgresql-client-<version>` behind it) or could not read its
+    /// input.
+    OwnError {
+        /// The exit code.
+        code: i32,
+    },
+    /// psql could not open a session (exit 2 before any command ran) while the branch
+    /// answers: its connection settings or its wrapper are wrong.
+    NoSession,
+    /// The program ended without error but never opened a session: a wrapper that runs
+    /// nothing, not psql.
+    RanNothing,
+    /// psql ended in a way it never ends on a test's error: another exit code or a signal.
+    Ended {
+        /// How it ended (`exit 127`, `signal 9`).
+        how: String,
+    },
+}
+
+impl std::fmt::Display for PsqlFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PsqlFault::OwnError { code } => write!(
+                f,
+                "psql ended with its own fatal error (exit {code}), not an error of the test's statements: check that the configured psql is a working client (`psql --version`; Debian's wrapper needs a postgresql-client-<version> package behind it)"
+            ),
+            PsqlFault::NoSession => f.write_str(
+                "psql could not open a session with the branch (exit 2 before any statement ran) while the branch answers: check the psql program and what it is given to connect",
+            ),
+            PsqlFault::RanNothing => f.write_str(
+                "the psql program ended without opening a session: it ran nothing (a wrapper, not psql)",
+            ),
+            PsqlFault::Ended { how } => write!(
+                f,
+                "psql ended with {how}, which no error of a test's statements causes"
+            ),
+        }
+    }
 }
 
 impl std::fmt::Display for TestCommandFault {
@@ -642,6 +696,9 @@ impl std::fmt::Display for TestCommandFault {
                 f,
                 "could not run {package}: it is not installed in this workspace (npm found no {package} in node_modules, and a test run reaches no registry): install the project's dependencies where the run starts (`npm ci`), or fix the command"
             ),
+            TestCommandFault::Psql { file, fault } => {
+                write!(f, "did not run the test file {file}: {fault}")
+            }
             TestCommandFault::CollectedNothing { expected } => write!(
                 f,
                 "reported no test at all while {} expected: its configuration finds no test file (check the tool's test globs against the project's test paths)",

@@ -109,7 +109,7 @@ pub use embedded::{
     RunAs, fallback_dir, placed_clusters, remove_orphan,
 };
 pub use error::{
-    CaFileError, ClusterError, ConfigError, Error, Result, ServerText, TestCommandFault,
+    CaFileError, ClusterError, ConfigError, Error, PsqlFault, Result, ServerText, TestCommandFault,
 };
 pub use pgbin::{OLDEST_MAJOR, PgBinaries, PostgresSource, ServerChoice, find_psql};
 pub use pgbranch::{ParentPrivilege, ServerOptions, ServerProvider, TEMPLATE_PREFIX};
@@ -127,7 +127,7 @@ pub use runner::{
     Capture, Captured, CommandRunner, CommandRunnerConfig, DEFAULT_ENV_ALLOW, EnvPolicy,
     JEST_FILE_CLASSNAME, Jail, JailSpec, NON_INTERACTIVE, OutputLimits, PINNED, PsqlRunner,
     PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, Scratch, Selector,
-    SessionSettings, StdoutFormat, SuiteTest, TestRunner, parse_go_test_json, parse_junit,
+    SessionSettings, StdoutFormat, Suite, SuiteTest, TestRunner, parse_go_test_json, parse_junit,
     parse_libtest, parse_tap, shell_quote, sweep_abandoned_scratch,
 };
 pub use url::{DATABASE_URL_ENV, PostgresUrlProvider, connect_info_of_url};

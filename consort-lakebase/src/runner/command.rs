@@ -10,7 +10,7 @@ use super::capture::{Capture, OutputLimits};
 use super::junit::parse_junit;
 use super::process::{EnvPolicy, ProcOutcome, ProcSpec, run, shell_quote, tree_path};
 use super::select::Selector;
-use super::{RunContext, RunReport, SuiteTest, TestRunner, redact};
+use super::{RunContext, RunReport, Suite, TestRunner, redact};
 use crate::error::{Error, Result, TestCommandFault};
 use crate::provider::BoxFuture;
 
@@ -159,7 +159,7 @@ impl CommandRunner {
     }
 
     /// The whole suite as the tool lists it (see [`Selector::collect`]).
-    async fn collect_inner(&self, ctx: &RunContext) -> Result<Option<Vec<SuiteTest>>> {
+    async fn collect_inner(&self, ctx: &RunContext) -> Result<Option<Suite>> {
         let Some(selector) = self.cfg.select else {
             return Ok(None);
         };
@@ -178,6 +178,42 @@ impl CommandRunner {
             warn!(exit = ?listed.exit.code, "the test command could not list its suite; it runs whole");
         }
         Ok(suite)
+    }
+
+    /// Each of the `expected` tests by the single-test command `single`: passed when it exits
+    /// 0, errored at its time limit, failed otherwise; a program the shell could not find or
+    /// run (126, 127) is no verdict on the test but the command's fault.
+    async fn per_test(
+        &self,
+        ctx: &RunContext,
+        single: &str,
+        expected: &[String],
+        capture: &mut Capture,
+    ) -> Result<Vec<TestOutcome>> {
+        let limits = self.cfg.limits;
+        let mut per_test = Vec::new();
+        for t in expected {
+            let cmd = single.replace("{test}", &shell_quote(t));
+            capture.push_str(&format!("\n== consort: single test {t} ==\n"));
+            let spec = self.spec(ctx, &cmd, None)?;
+            let one = run(&spec, capture, &limits).await?;
+            if let Some(code @ (126 | 127)) = one.exit.code {
+                return Err(Error::TestCommand {
+                    command: redact(single, &ctx.conn),
+                    fault: TestCommandFault::ProgramNotFound { code },
+                    output: redact(&capture.clone().finish().excerpt, &ctx.conn),
+                });
+            }
+            let status = if one.exit.success() {
+                TestStatus::Passed
+            } else if one.exit.timed_out {
+                TestStatus::Errored
+            } else {
+                TestStatus::Failed
+            };
+            per_test.push(TestOutcome::new(t, status));
+        }
+        Ok(per_test)
     }
 
     async fn run_inner(&self, ctx: &RunContext) -> Result<RunReport> {
@@ -230,25 +266,10 @@ impl CommandRunner {
                     &self.cfg.single_test_command,
                     main.exit.timed_out || main.over_cap,
                 ) {
-                    let mut per_test = Vec::new();
-                    for t in &expected {
-                        let cmd = single.replace("{test}", &shell_quote(t));
-                        capture.push_str(&format!("\n== consort: single test {t} ==\n"));
-                        let spec = self.spec(ctx, &cmd, None)?;
-                        let one = run(&spec, &mut capture, &limits).await?;
-                        let status = if one.exit.success() {
-                            TestStatus::Passed
-                        } else if one.exit.timed_out {
-                            TestStatus::Errored
-                        } else {
-                            TestStatus::Failed
-                        };
-                        per_test.push(TestOutcome::new(t, status));
-                    }
                     if !expected.is_empty() {
                         command = format!("{command}; then per test: {single}");
                     }
-                    per_test
+                    self.per_test(ctx, single, &expected, &mut capture).await?
                 } else {
                     Vec::new()
                 }
@@ -300,7 +321,7 @@ impl TestRunner for CommandRunner {
         Box::pin(self.run_inner(ctx))
     }
 
-    fn collect<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<Option<Vec<SuiteTest>>>> {
+    fn collect<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<Option<Suite>>> {
         Box::pin(self.collect_inner(ctx))
     }
 

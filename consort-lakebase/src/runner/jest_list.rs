@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{SuiteTest, read_small_file};
+use super::{Suite, SuiteTest, read_small_file};
 
 /// What jest-junit is told for its class names to be the test file's path
 /// (`JEST_JUNIT_CLASSNAME`), as `consort init` writes it.
@@ -35,6 +35,10 @@ struct Report {
 #[serde(rename_all = "camelCase")]
 struct FileResult {
     name: String,
+    /// `failed` for a file that failed to load (every test is skipped in a listing, so no
+    /// other file fails).
+    #[serde(default)]
+    status: String,
     assertion_results: Vec<Assertion>,
 }
 
@@ -47,13 +51,10 @@ struct Assertion {
 
 /// The suite of the listing's `--json` report on `stdout`, each test named with
 /// `name_format` as jest-junit names it (the describe blocks and the title joined by spaces),
-/// its file relative to the first of `roots` that holds it. `None` when there is no report,
-/// a file is outside `roots`, or the project's `package.json` sets jest-junit's names.
-pub(super) fn listed_tests(
-    stdout: &str,
-    name_format: &str,
-    roots: &[&Path],
-) -> Option<Vec<SuiteTest>> {
+/// its file relative to the first of `roots` that holds it, and the files that failed to load.
+/// `None` when there is no report, a file is outside `roots`, or the project's `package.json`
+/// sets jest-junit's names.
+pub(super) fn listed_tests(stdout: &str, name_format: &str, roots: &[&Path]) -> Option<Suite> {
     if roots.iter().any(|r| sets_junit_names(r)) {
         return None;
     }
@@ -61,18 +62,22 @@ pub(super) fn listed_tests(
         .lines()
         .rev()
         .find_map(|line| serde_json::from_str(line.trim()).ok())?;
-    let mut suite = Vec::new();
+    let mut suite = Suite::default();
     for file in report.test_results {
         let rel = roots.iter().find_map(|root| {
             let rel = Path::new(&file.name).strip_prefix(root).ok()?;
             rel.to_str().map(String::from)
         })?;
+        if file.status == "failed" {
+            suite.unloaded.push(rel);
+            continue;
+        }
         for a in file.assertion_results {
             let title = format!("{} {}", a.ancestor_titles.join(" "), a.title);
             let name = name_format
                 .replace("{classname}", &rel)
                 .replace("{name}", title.trim());
-            suite.push(SuiteTest {
+            suite.tests.push(SuiteTest {
                 file: rel.clone(),
                 name,
             });
@@ -109,6 +114,7 @@ mod tests {
         let roots = [Path::new("/v/1"), Path::new("/tree")];
         let suite = listed_tests(&stdout, FORMAT, &roots).expect("listed");
         let names: Vec<(&str, &str)> = suite
+            .tests
             .iter()
             .map(|t| (t.file.as_str(), t.name.as_str()))
             .collect();
@@ -120,7 +126,16 @@ mod tests {
                 ("src/b.test.ts", "src/b.test.ts::b"),
             ]
         );
+        assert!(suite.unloaded.is_empty());
         assert_eq!(listed_tests("no report", FORMAT, &roots), None);
+        let broken = r#"{"testResults":[{"name":"/tree/tests/ok.test.js","status":"passed","assertionResults":[{"ancestorTitles":[],"title":"ok","status":"pending"}]},{"name":"/tree/tests/gone.test.js","status":"failed","message":"Cannot find module '../src/gone' from 'tests/gone.test.js'","assertionResults":[]}]}"#;
+        let suite = listed_tests(broken, FORMAT, &roots).expect("listed");
+        assert_eq!(
+            suite.unloaded,
+            vec!["tests/gone.test.js"],
+            "a file that failed to load is kept, to be run"
+        );
+        assert_eq!(suite.tests.len(), 1);
         assert_eq!(
             listed_tests(report, FORMAT, &[Path::new("/elsewhere")]),
             None
@@ -147,7 +162,7 @@ mod tests {
         std::fs::write(tmp.path().join("package.json"), r#"{"name":"x"}"#).expect("write");
         assert_eq!(
             listed_tests(report, FORMAT, &[tmp.path()]),
-            Some(Vec::new())
+            Some(Suite::default())
         );
     }
 }

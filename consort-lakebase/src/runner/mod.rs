@@ -1,7 +1,9 @@
 //! Test runners: run a work tree's tests against one branch and report per-test outcomes.
 //!
 //! * [`PsqlRunner`]: each test `.sql` file in its own `psql` session, in a transaction that is
-//!   rolled back; one test per file, named by its work-tree-relative path; pass = exit 0.
+//!   rolled back; one test per file, named by its work-tree-relative path; pass = exit 0 of a
+//!   session that opened, fail = exit 3 (an error the server raised in the test's statements);
+//!   psql's own fatal error, no session, or a program that ran nothing is the run's fault.
 //! * [`CommandRunner`]: the project's test command (`cargo test`, `pytest -q`, …) with
 //!   outcomes from a JUnit XML file or TAP, or a single-test command per expected test.
 //!
@@ -189,6 +191,26 @@ pub struct SuiteTest {
     pub name: String,
 }
 
+/// The whole suite as a runner lists it: what the shards of a split run must together run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Suite {
+    /// Every test listed, with its file.
+    pub tests: Vec<SuiteTest>,
+    /// The test files the listing could not load (a file whose import fails): their tests are
+    /// unknown, so each still runs in a shard, where its failure is seen as in a whole run.
+    pub unloaded: Vec<String>,
+}
+
+impl Suite {
+    /// A suite of `tests` whose every file loaded.
+    pub fn of(tests: Vec<SuiteTest>) -> Suite {
+        Suite {
+            tests,
+            unloaded: Vec::new(),
+        }
+    }
+}
+
 /// Runs tests against a branch. Object-safe: used as `Arc<dyn TestRunner>`.
 pub trait TestRunner: Send + Sync + fmt::Debug {
     /// A short name for receipts: `psql`, `command`.
@@ -199,13 +221,10 @@ pub trait TestRunner: Send + Sync + fmt::Debug {
     fn run<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<RunReport>>;
 
     /// The whole suite of `ctx`'s tree as this runner collects it, each test with its file,
-    /// when the runner can run a selection of test files ([`RunContext::select`]): what the
-    /// shards of a split suite must together report, neither less nor more. `None`: this
-    /// runner runs whole (the default).
-    fn collect<'a>(
-        &'a self,
-        _ctx: &'a RunContext,
-    ) -> BoxFuture<'a, Result<Option<Vec<SuiteTest>>>> {
+    /// and the test files it could not load, when the runner can run a selection of test
+    /// files ([`RunContext::select`]): what the shards of a split suite must together run,
+    /// neither less nor more. `None`: this runner runs whole (the default).
+    fn collect<'a>(&'a self, _ctx: &'a RunContext) -> BoxFuture<'a, Result<Option<Suite>>> {
         Box::pin(async { Ok(None) })
     }
 

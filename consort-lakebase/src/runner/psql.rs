@@ -9,9 +9,9 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use super::capture::{Capture, OutputLimits};
 use super::process::{EnvPolicy, ProcSpec, run as run_process};
-use super::{RunContext, RunReport, SuiteTest, TestRunner, redact};
+use super::{RunContext, RunReport, Suite, SuiteTest, TestRunner, redact};
 
-use crate::error::{ConfigError, Error, Result};
+use crate::error::{ConfigError, Error, PsqlFault, Result, TestCommandFault};
 use crate::pgbin::find_psql;
 use crate::provider::BoxFuture;
 
@@ -176,7 +176,8 @@ impl PsqlRunner {
         })
     }
 
-    /// Each test file in its own confined `psql` session, inside a transaction rolled back.
+    /// Each test file in its own confined `psql` session, inside a transaction rolled back. A
+    /// session that is no evidence about its test (see [`Evidence`]) is the run's fault.
     async fn run_tests(
         &self,
         ctx: &RunContext,
@@ -185,25 +186,37 @@ impl PsqlRunner {
         run: &mut TestsRun,
     ) -> Result<()> {
         let limits = self.cfg.limits;
-        let base = ["-X", "-q", "-v", "ON_ERROR_STOP=1"].map(String::from);
+        let base = [
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            SESSION_OPENED_ECHO,
+        ]
+        .map(String::from);
         for f in tests {
             capture.push_str(&format!("== test {f} ==\n"));
             let mut args = base.to_vec();
             args.extend(["-c", "BEGIN", "-f", f.as_str(), "-c", "ROLLBACK"].map(String::from));
             let r = run_process(&self.spec(ctx, args), capture, &limits).await?;
-            let lost = session_lost(&r.exit);
-            let status = if r.exit.success() {
-                TestStatus::Passed
-            } else if r.exit.timed_out || lost {
-                // A timeout or a broken session is no verdict on the test by itself.
-                TestStatus::Errored
-            } else {
-                TestStatus::Failed
+            let opened = String::from_utf8_lossy(&r.stdout)
+                .lines()
+                .any(|l| l == SESSION_OPENED);
+            let status = match evidence(&r.exit, opened) {
+                Evidence::Test(status) => status,
+                Evidence::Lost => {
+                    run.sessions_lost.push(f.to_string());
+                    capture.push_str(&format!("== {f}: its database session broke off ==\n"));
+                    TestStatus::Errored
+                }
+                Evidence::NoSession => {
+                    // A branch that does not answer is the database's fault, not the client's.
+                    branch_answers(ctx).await?;
+                    return Err(fault(ctx, f, PsqlFault::NoSession, capture));
+                }
+                Evidence::None(why) => return Err(fault(ctx, f, why, capture)),
             };
-            if lost {
-                run.sessions_lost.push(f.to_string());
-                capture.push_str(&format!("== {f}: its database session broke off ==\n"));
-            }
             capture.push_str(&format!(
                 "== {f}: {} (exit {}) ==\n",
                 status,
@@ -216,6 +229,78 @@ impl PsqlRunner {
         }
         Ok(())
     }
+}
+
+/// What psql prints once its session with the branch is open (`\\echo`, before any statement
+/// of the test): a psql that exits without it never reached the test.
+const SESSION_OPENED: &str = "consort: psql session opened";
+
+/// The command that prints [`SESSION_OPENED`].
+const SESSION_OPENED_ECHO: &str = "\\echo consort: psql session opened";
+
+/// psql's exit code when a statement failed with `ON_ERROR_STOP` set: an error the server
+/// raised in the test's own statements.
+const PSQL_STATEMENT_FAILED: i32 = 3;
+
+/// What one psql session says about its test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Evidence {
+    /// A verdict on the test: it passed (exit 0 after the session opened), failed (exit 3: the
+    /// server raised an error in its statements) or ran out of time (errored).
+    Test(TestStatus),
+    /// The session opened, then its connection broke off (exit 2): the verifier decides whose
+    /// fault that was.
+    Lost,
+    /// No session opened (exit 2 before any command ran): the branch, or the client.
+    NoSession,
+    /// No evidence about the test: the client's own fault.
+    None(PsqlFault),
+}
+
+/// What a psql session that ended with `exit`, having printed [`SESSION_OPENED`] or not
+/// (`opened`), says about its test.
+fn evidence(exit: &ExitRecord, opened: bool) -> Evidence {
+    if exit.timed_out {
+        return Evidence::Test(TestStatus::Errored);
+    }
+    match exit.code {
+        Some(0) if opened => Evidence::Test(TestStatus::Passed),
+        Some(0) => Evidence::None(PsqlFault::RanNothing),
+        Some(PSQL_STATEMENT_FAILED) if opened => Evidence::Test(TestStatus::Failed),
+        Some(PSQL_CONNECTION_LOST) if opened => Evidence::Lost,
+        Some(PSQL_CONNECTION_LOST) => Evidence::NoSession,
+        Some(1) => Evidence::None(PsqlFault::OwnError { code: 1 }),
+        Some(c) => Evidence::None(PsqlFault::Ended {
+            how: format!("exit {c}"),
+        }),
+        None => Evidence::None(PsqlFault::Ended {
+            how: exit_word(exit),
+        }),
+    }
+}
+
+/// The run's fault for the test file `file`, with what psql printed.
+fn fault(ctx: &RunContext, file: &str, fault: PsqlFault, capture: &Capture) -> Error {
+    Error::TestCommand {
+        command: "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test> -c ROLLBACK".into(),
+        fault: TestCommandFault::Psql {
+            file: file.to_string(),
+            fault,
+        },
+        output: redact(&capture.clone().finish().excerpt, &ctx.conn),
+    }
+}
+
+/// `Ok` when the branch answers a query; its connection error when it does not.
+async fn branch_answers(ctx: &RunContext) -> Result<()> {
+    let cfg = crate::pgconn::config_of(&ctx.conn);
+    let client =
+        crate::pgconn::connect_config(&cfg, ctx.conn.sslmode, ctx.conn.ca_file.as_deref()).await?;
+    client
+        .simple_query("SELECT 1")
+        .await
+        .map_err(|e| Error::from_pg("ask the branch whether it answers", e))?;
+    Ok(())
 }
 
 /// What the test files of one run came to.
@@ -236,11 +321,6 @@ fn exit_word(exit: &ExitRecord) -> String {
 /// psql's exit code when the connection to the server went bad (could not be made, or broke
 /// during the session).
 const PSQL_CONNECTION_LOST: i32 = 2;
-
-/// Whether a psql session ended because its connection broke.
-fn session_lost(exit: &ExitRecord) -> bool {
-    !exit.timed_out && exit.code == Some(PSQL_CONNECTION_LOST)
-}
 
 /// A setup file that did not load.
 struct SetupFailure {
@@ -336,10 +416,10 @@ impl TestRunner for PsqlRunner {
     }
 
     /// Every test file is one test, named by its path: the suite is what the globs match.
-    fn collect<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<Option<Vec<SuiteTest>>>> {
+    fn collect<'a>(&'a self, ctx: &'a RunContext) -> BoxFuture<'a, Result<Option<Suite>>> {
         Box::pin(async move {
             let files = list_files(ctx)?;
-            Ok(Some(
+            Ok(Some(Suite::of(
                 self.test_files(&files)
                     .into_iter()
                     .map(|f| SuiteTest {
@@ -347,7 +427,72 @@ impl TestRunner for PsqlRunner {
                         name: f.clone(),
                     })
                     .collect(),
-            ))
+            )))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exit(code: Option<i32>, signal: Option<i32>, timed_out: bool) -> ExitRecord {
+        ExitRecord {
+            code,
+            signal,
+            timed_out,
+        }
+    }
+
+    #[test]
+    fn only_a_session_that_opened_and_ran_its_statements_judges_the_test() {
+        let code = |c| exit(Some(c), None, false);
+        assert_eq!(evidence(&code(0), true), Evidence::Test(TestStatus::Passed));
+        assert_eq!(
+            evidence(&code(3), true),
+            Evidence::Test(TestStatus::Failed),
+            "an error the server raised in the test's statements"
+        );
+        assert_eq!(evidence(&code(2), true), Evidence::Lost);
+        assert_eq!(
+            evidence(&exit(None, Some(9), true), true),
+            Evidence::Test(TestStatus::Errored),
+            "a time-out"
+        );
+        // No evidence about the test: the client's fault, never a verdict.
+        assert_eq!(
+            evidence(&code(1), false),
+            Evidence::None(PsqlFault::OwnError { code: 1 }),
+            "Debian's wrapper with no client behind it"
+        );
+        assert_eq!(
+            evidence(&code(1), true),
+            Evidence::None(PsqlFault::OwnError { code: 1 })
+        );
+        assert_eq!(evidence(&code(2), false), Evidence::NoSession);
+        assert_eq!(
+            evidence(&code(0), false),
+            Evidence::None(PsqlFault::RanNothing),
+            "a wrapper that runs nothing"
+        );
+        assert_eq!(
+            evidence(&code(3), false),
+            Evidence::None(PsqlFault::Ended {
+                how: "exit 3".into()
+            }),
+            "exit 3 without a session is no statement's error"
+        );
+        assert_eq!(
+            evidence(&code(127), false),
+            Evidence::None(PsqlFault::Ended {
+                how: "exit 127".into()
+            })
+        );
+        assert_eq!(
+            evidence(&exit(None, Some(9), false), true),
+            Evidence::None(PsqlFault::Ended {
+                how: "signal 9".into()
+            })
+        );
     }
 }

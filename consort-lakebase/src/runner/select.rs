@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::process::shell_quote;
-use super::{SuiteTest, go_list, jest_list};
+use super::{Suite, SuiteTest, go_list, jest_list};
 
 /// A tool whose command can run a selection of test files and list the whole suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,9 +29,12 @@ pub enum Selector {
     Jest,
 }
 
-/// The collection's exit codes that still list what was collected: 0 (all collected),
-/// 1 and 2 (some files failed to load: their shards report them failed), 5 (no tests).
-const PYTEST_LISTED: [i32; 4] = [0, 1, 2, 5];
+/// The collection's exit codes that list what was collected: 0 (all collected), 5 (no tests).
+const PYTEST_LISTED: [i32; 2] = [0, 5];
+
+/// The collection's exit codes when some files failed to load (`--continue-on-collection-errors`
+/// lists the rest): listed only when each such file is named by an `ERROR <file>` line.
+const PYTEST_SOME_UNLOADED: [i32; 2] = [1, 2];
 
 impl Selector {
     /// The selector of a command that runs vitest (`vitest run`, so that its listing is
@@ -103,45 +106,37 @@ impl Selector {
 
     /// The suite the listing of [`Selector::collect`] shows, each test named as the JUnit
     /// report names it with `name_format`, its file relative to the first of `roots` (the
-    /// listing's directory, then the work tree) that holds it; `None` when the listing ended
-    /// as no listing does (the tool could not list: the suite then runs whole).
+    /// listing's directory, then the work tree) that holds it, with the test files that failed
+    /// to load (a shard runs them, so their failure is seen); `None` when the listing ended as
+    /// no listing does, or a file failed to load that the listing does not name (the suite
+    /// then runs whole). vitest and Go list only a tree whose every file loads (a package that
+    /// does not build fails `go test -list`): otherwise they run whole.
     pub(crate) fn parse(
         self,
         exit: Option<i32>,
         stdout: &str,
         name_format: &str,
         roots: &[&Path],
-    ) -> Option<Vec<SuiteTest>> {
+    ) -> Option<Suite> {
+        let exit = exit?;
         match self {
-            Selector::Pytest => {
-                if !PYTEST_LISTED.contains(&exit?) {
-                    return None;
-                }
-                Some(
-                    stdout
-                        .lines()
-                        .filter_map(|line| pytest_test(line.trim_end(), name_format))
-                        .collect(),
-                )
-            }
-            Selector::Vitest => {
-                if exit? != 0 {
-                    return None;
-                }
-                vitest_tests(stdout, name_format, roots)
-            }
-            Selector::Go => {
-                if exit? != 0 {
-                    return None;
-                }
-                go_list::listed_tests(stdout, roots)
-            }
-            // 1: a file failed to load (its shard reports it failed).
+            Selector::Pytest => pytest_suite(exit, stdout, name_format),
+            Selector::Vitest => (exit == 0)
+                .then(|| vitest_tests(stdout, name_format, roots))
+                .flatten()
+                .map(Suite::of),
+            Selector::Go => (exit == 0)
+                .then(|| go_list::listed_tests(stdout, roots))
+                .flatten()
+                .map(Suite::of),
+            // 1: a file failed to load; the report names it.
             Selector::Jest => {
-                if !matches!(exit?, 0 | 1) {
-                    return None;
+                let suite = jest_list::listed_tests(stdout, name_format, roots)?;
+                match exit {
+                    0 => Some(suite),
+                    1 if !suite.unloaded.is_empty() => Some(suite),
+                    _ => None,
                 }
-                jest_list::listed_tests(stdout, name_format, roots)
             }
         }
     }
@@ -229,6 +224,40 @@ impl Selector {
     }
 }
 
+/// The suite of pytest's `--collect-only --verbosity=-1 --continue-on-collection-errors`
+/// listing that ended with `exit`: its tests, and the files of its `ERROR <file>` lines.
+fn pytest_suite(exit: i32, stdout: &str, name_format: &str) -> Option<Suite> {
+    let mut suite = Suite::default();
+    for line in stdout.lines().map(str::trim_end) {
+        if let Some(error) = line.strip_prefix("ERROR ") {
+            // A file that failed to load; anything else named (a conftest, a directory, no
+            // file at all) is not a test file a shard could run: the suite runs whole.
+            let file = pytest_unloaded(error)?;
+            if !suite.unloaded.contains(&file) {
+                suite.unloaded.push(file);
+            }
+        } else if let Some(test) = pytest_test(line, name_format) {
+            suite.tests.push(test);
+        }
+    }
+    let listed = PYTEST_LISTED.contains(&exit) && suite.unloaded.is_empty()
+        || PYTEST_SOME_UNLOADED.contains(&exit) && !suite.unloaded.is_empty();
+    listed.then_some(suite)
+}
+
+/// The test file an `ERROR` line of pytest's summary names (`tests/test_b.py - ImportError…`,
+/// `tests/test_b.py`), when it is one.
+fn pytest_unloaded(error: &str) -> Option<String> {
+    let file = error.split(" - ").next()?.trim();
+    let file = file.split("::").next()?;
+    let name = file.rsplit('/').next()?;
+    let is_test_file = file.ends_with(".py")
+        && !file.starts_with('/')
+        && !file.contains(' ')
+        && name != "conftest.py";
+    is_test_file.then(|| file.to_string())
+}
+
 /// A test of pytest's `--collect-only --verbosity=-1` listing (`tests/test_a.py::TestC::test_y[1]`),
 /// named as pytest's JUnit report names it; `None` for any other line.
 fn pytest_test(line: &str, name_format: &str) -> Option<SuiteTest> {
@@ -263,12 +292,12 @@ mod tests {
 
     #[test]
     fn pytest_node_ids_are_named_as_its_junit_report_names_them() {
-        let listing = "tests/test_a.py::test_x\ntests/sub/test_b.py::TestC::test_y[1-a::b]\n\n2 tests collected in 0.01s\nERROR tests/test_c.py - ImportError\n";
+        let listing = "tests/test_a.py::test_x\ntests/sub/test_b.py::TestC::test_y[1-a::b]\n\n2 tests collected in 0.01s\n";
         let suite = Selector::Pytest
             .parse(Some(0), listing, FORMAT, &[])
             .expect("listed");
         assert_eq!(
-            suite,
+            suite.tests,
             vec![
                 SuiteTest {
                     file: "tests/test_a.py".into(),
@@ -279,6 +308,55 @@ mod tests {
                     name: "tests.sub.test_b.TestC::test_y[1-a::b]".into()
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_pytest_file_that_failed_to_load_is_listed_to_be_run() {
+        let listing = "tests/test_a.py::test_x\n\n==== short test summary info ====\nERROR tests/test_own_b.py - ImportError: cannot import name 'gone' from 'app'\nERROR tests/test_c.py\n1 test collected, 2 errors in 0.01s\n";
+        for exit in [1, 2] {
+            let suite = Selector::Pytest
+                .parse(Some(exit), listing, FORMAT, &[])
+                .expect("listed");
+            assert_eq!(
+                suite.unloaded,
+                vec!["tests/test_own_b.py", "tests/test_c.py"]
+            );
+            assert_eq!(suite.tests.len(), 1);
+        }
+        assert_eq!(
+            Selector::Pytest.parse(Some(0), listing, FORMAT, &[]),
+            None,
+            "an error the exit does not own up to: whole"
+        );
+        assert_eq!(
+            Selector::Pytest.parse(Some(2), "tests/test_a.py::test_x\n", FORMAT, &[]),
+            None,
+            "errors the listing does not name: whole"
+        );
+        assert_eq!(
+            Selector::Pytest.parse(
+                Some(1),
+                "tests/test_a.py::test_x\nERROR conftest.py - RuntimeError\n",
+                FORMAT,
+                &[]
+            ),
+            None,
+            "a conftest is no test file: whole"
+        );
+    }
+
+    #[test]
+    fn a_listing_that_failed_to_load_a_file_it_does_not_name_runs_whole() {
+        let report = r#"{"testResults":[]}"#;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert_eq!(
+            Selector::Jest.parse(Some(1), report, FORMAT, &[tmp.path()]),
+            None
+        );
+        assert_eq!(
+            Selector::Jest.parse(Some(0), report, FORMAT, &[tmp.path()]),
+            Some(Suite::default())
         );
     }
 
@@ -313,7 +391,7 @@ mod tests {
         assert_eq!(Selector::Pytest.parse(None, "", FORMAT, &[]), None);
         assert_eq!(
             Selector::Pytest.parse(Some(5), "no tests ran", FORMAT, &[]),
-            Some(Vec::new())
+            Some(Suite::default())
         );
     }
 
@@ -356,7 +434,7 @@ mod tests {
             .parse(Some(0), listing, FORMAT, &roots)
             .expect("listed");
         assert_eq!(
-            suite,
+            suite.tests,
             vec![
                 SuiteTest {
                     file: "tests/a.test.js".into(),

@@ -293,7 +293,9 @@ impl Verifier {
     /// branch is probed: a database that does not answer is an infrastructure fault. One that
     /// answers means the session was ended from inside (the code under test can end its own
     /// session); the run is repeated once on a fresh branch, and a second break with the
-    /// database up is the verdict (the tests errored).
+    /// database up is the verdict (the tests errored), except in RED, where no code ran yet
+    /// and a test that ended its own session never failed for a reason of its own: there it
+    /// is `TestCommandBroken`.
     ///
     /// **A flaky test is told apart from a broken one.** When a test that was green before the
     /// step (any but the request's focus) fails, the whole run is made once more on a fresh
@@ -338,7 +340,9 @@ impl Verifier {
     }
 
     /// One verification, a run on a fresh branch repeated once when a test's session broke off
-    /// with the database up (see [`Verifier::verify`]).
+    /// with the database up (see [`Verifier::verify`]). Broken off twice, it is a verdict on
+    /// the code, except in RED: a test whose session broke off never reached a verdict of its
+    /// own, and no code under test ran yet, so it is the run's fault, never a RED.
     async fn verify_judged(&self, req: &VerifyRequest) -> Result<TestRunReceipt, InfraError> {
         let first = match self.verify_once(req).await? {
             Attempt::Receipt(r) => return Ok(*r),
@@ -349,6 +353,15 @@ impl Verifier {
             Attempt::Receipt(r) => return Ok(*r),
             Attempt::SessionsLost(done) => done,
         };
+        if req.purpose == VerifyPurpose::Red {
+            return Err(infra(
+                InfraFault::TestCommandBroken,
+                format!(
+                    "the database session of {} broke off while its database stayed up, on two fresh branches: the test never reached a verdict, so the run is no evidence for a RED (a test must fail by an error in its own statements or assertions, not end its session)",
+                    second.lost.join(", ")
+                ),
+            ));
+        }
         second.receipt.output_excerpt = format!(
             "the database session of {} broke off while its database stayed up, on two fresh branches (first: {}): the code under test ended it\n{}",
             second.lost.join(", "),

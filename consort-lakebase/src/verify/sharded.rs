@@ -21,14 +21,14 @@ use consort_actors::{
 use tokio::task::JoinSet;
 use tracing::info;
 
-use super::shards::{certain_failure, closed_over, plan, union_fault};
+use super::shards::{Ended, certain_failure, closed_over, files_of, plan, union};
 use super::{
     Attempt, InfraError, InfraFault, Run, Verifier, attempt, changed_paths, hashes_after, infra,
     is_failing, lost_database, runner_fault,
 };
 use crate::error::Result as LakebaseResult;
 use crate::pool::Acquired;
-use crate::runner::{RunContext, RunReport, SuiteTest};
+use crate::runner::{RunContext, RunReport, Suite};
 
 /// One shard that ran to its end.
 struct Finished {
@@ -49,7 +49,7 @@ enum FirstPhase {
     /// The likely failures settled the verdict: the listing was stopped.
     Settled,
     /// The suite as listed (`None`: the runner could not list it).
-    Listed(Option<Vec<SuiteTest>>),
+    Listed(Option<Suite>),
 }
 
 impl Verifier {
@@ -209,7 +209,7 @@ impl Verifier {
     async fn second_phase(
         &self,
         run: &Run<'_>,
-        suite: &[SuiteTest],
+        suite: &Suite,
         focus_file: Option<&str>,
         shards: &mut Vec<Shard>,
     ) -> Result<(), InfraError> {
@@ -284,36 +284,29 @@ impl Verifier {
     }
 
     /// The receipt of shards that ran: the union checked against `suite` when every shard
-    /// ended (`None`: the first phase settled the verdict), the branches released, the costs
-    /// learned.
+    /// ended (`None`: the first phase settled the verdict), the tests a failing shard did not
+    /// report added as failures, the branches released, the costs learned.
     async fn judge(
         &self,
         run: &Run<'_>,
         shards: Vec<Shard>,
-        suite: Option<&[SuiteTest]>,
+        suite: Option<&Suite>,
     ) -> Result<Attempt, InfraError> {
-        let (shards, idle): (Vec<Shard>, Vec<Shard>) = shards
+        let (mut shards, idle): (Vec<Shard>, Vec<Shard>) = shards
             .into_iter()
             .partition(|s| s.finished.is_some() || !s.files.is_empty());
         release(idle, false);
         let all_ended = shards.iter().all(|s| s.finished.is_some());
-        if let (Some(suite), true) = (suite, all_ended) {
-            let parts: Vec<(&[String], &[TestOutcome])> = shards
-                .iter()
-                .filter_map(|s| {
-                    let f = s.finished.as_ref()?;
-                    Some((s.files.as_slice(), f.report.outcomes.as_slice()))
-                })
-                .collect();
-            if let Some(fault) = union_fault(suite, &parts) {
-                release(shards, false);
-                return Err(infra(
-                    InfraFault::TestCommandBroken,
-                    format!(
-                        "the suite split over branches does not add up to what the runner lists for the whole suite: {fault}. Set `[runner] shards = 1` in consort.toml to run it whole"
-                    ),
-                ));
-            }
+        if let (Some(suite), true) = (suite, all_ended)
+            && let Err(fault) = add_up(suite, &mut shards)
+        {
+            release(shards, false);
+            return Err(infra(
+                InfraFault::TestCommandBroken,
+                format!(
+                    "the suite split over branches does not add up to what the runner lists for the whole suite: {fault}. Set `[runner] shards = 1` in consort.toml to run it whole"
+                ),
+            ));
         }
         let lost: Vec<String> = shards
             .iter()
@@ -337,8 +330,9 @@ impl Verifier {
     }
 
     /// What the shards that ended teach: the files' costs, the files of the failures (from
-    /// the listing), and what the whole suite took when every shard ended.
-    fn learn(&self, shards: &[Shard], suite: Option<&[SuiteTest]>, all_ended: bool) {
+    /// the listing, with the files it could not load in a shard that failed), and what the
+    /// whole suite took when every shard ended.
+    fn learn(&self, shards: &[Shard], suite: Option<&Suite>, all_ended: bool) {
         let mut costs = self.costs.lock().unwrap_or_else(PoisonError::into_inner);
         let mut failures = Vec::new();
         let mut serial = 0;
@@ -349,10 +343,22 @@ impl Verifier {
             let failed = f.report.outcomes.iter().filter(|o| o.is_failure());
             for o in failed {
                 let file = suite
-                    .and_then(|suite| suite.iter().find(|t| t.name == o.name))
+                    .and_then(|suite| {
+                        suite
+                            .tests
+                            .iter()
+                            .find(|t| t.name == o.name && s.files.contains(&t.file))
+                    })
                     .map(|t| t.file.clone())
                     .or_else(|| self.runner.file_of(&o.name, &s.files, &s.ctx.work_tree));
                 failures.extend(file);
+            }
+            // A file the listing could not load, in a shard that failed, fails again first.
+            if is_failing(&f.report)
+                && let Some(suite) = suite
+            {
+                let unloaded = s.files.iter().filter(|x| suite.unloaded.contains(x));
+                failures.extend(unloaded.cloned());
             }
         }
         failures.sort();
@@ -454,8 +460,37 @@ impl Verifier {
 }
 
 /// Whether a split is worth it: the likely failures ran apart, or the suite has two files.
-fn worth_two(suite: &[SuiteTest], first: &Shard) -> bool {
-    first.finished.is_some() || suite.iter().any(|t| t.file != suite[0].file)
+fn worth_two(suite: &Suite, first: &Shard) -> bool {
+    first.finished.is_some() || files_of(suite).len() > 1
+}
+
+/// Checks that shards which all ended add up to `suite` (`shards.rs::union`), and adds to each
+/// failing shard's report the tests it did not report, as failures; what is wrong otherwise.
+fn add_up(suite: &Suite, shards: &mut [Shard]) -> Result<(), String> {
+    let unreported = {
+        let ended: Vec<Ended<'_>> = shards
+            .iter()
+            .filter_map(|s| {
+                let f = s.finished.as_ref()?;
+                Some(Ended {
+                    files: &s.files,
+                    outcomes: &f.report.outcomes,
+                    exit_ok: f.report.exit.success(),
+                })
+            })
+            .collect();
+        union(suite, &ended)?
+    };
+    let mut finished: Vec<&mut Finished> = shards
+        .iter_mut()
+        .filter_map(|s| s.finished.as_mut())
+        .collect();
+    for (i, outcome) in unreported {
+        if let Some(f) = finished.get_mut(i) {
+            f.report.outcomes.push(outcome);
+        }
+    }
+    Ok(())
 }
 
 /// Releases every shard's branch (in the background); a failing shard's branch is kept when

@@ -3,15 +3,19 @@
 //! whole suite. Pure: `sharded.rs` runs the shards.
 //!
 //! **The shards add up to the suite.** Every test the runner collects for the whole suite is
-//! reported by exactly one shard, and every passing test a shard reports is one the runner
-//! collected in that shard's files ([`union_fault`]): a test no shard ran, one run twice, or
-//! one a shard made up is a runner fault, never a pass.
+//! reported by the one shard that ran its file, and every passing test a shard reports is one
+//! the runner collected in that shard's files ([`union`]); tests are told apart by file and
+//! name, so one name in two files (Go's `TestNew` in two packages) is two tests. A test that a
+//! shard which failed did not report is a failure of the run (the shard crashed, or stopped at
+//! a file that does not load), whichever shard ended last. A test no shard ran, one a shard
+//! that passed left out, one run twice, one a shard made up, or a file the listing could not
+//! load whose shard reported no failure is a runner fault, never a pass.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use consort_actors::{TestOutcome, VerifyPurpose};
+use consort_actors::{TestOutcome, TestStatus, VerifyPurpose};
 
-use crate::runner::SuiteTest;
+use crate::runner::Suite;
 
 /// How a verification splits the suite (`[runner] shards`, `[runner] split_above_secs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +62,7 @@ pub(crate) type Reaches<'a> = &'a (dyn Fn(&str, &str) -> bool + Sync);
 /// loaded shard. Files one of whose selection runs another (`reaches`) are one group, kept on
 /// one shard, so no test runs on two. Empty when no file is left.
 pub(crate) fn plan(
-    suite: &[SuiteTest],
+    suite: &Suite,
     likely: &[String],
     max: usize,
     costs: &Costs,
@@ -136,11 +140,15 @@ pub(crate) fn closed_over(
     }
 }
 
-/// Each test file of the suite with its number of tests, in path order.
-fn files_of(suite: &[SuiteTest]) -> BTreeMap<String, usize> {
+/// Each test file of the suite with its number of tests (a file that did not load counts as
+/// one), in path order.
+pub(crate) fn files_of(suite: &Suite) -> BTreeMap<String, usize> {
     let mut files = BTreeMap::new();
-    for t in suite {
+    for t in &suite.tests {
         *files.entry(t.file.clone()).or_insert(0) += 1;
+    }
+    for f in &suite.unloaded {
+        files.entry(f.clone()).or_insert(1);
     }
     files
 }
@@ -231,61 +239,164 @@ fn parent_test(name: &str) -> Option<&str> {
     name.split_once('/').map(|(parent, _)| parent)
 }
 
-/// What is wrong with shards that all ran to their end, each with its files and outcomes,
-/// against the suite the runner collected: `None` when they add up (see the module's note).
-pub(crate) fn union_fault(
-    suite: &[SuiteTest],
-    shards: &[(&[String], &[TestOutcome])],
-) -> Option<String> {
-    let collected: HashMap<&str, &str> = suite
-        .iter()
-        .map(|t| (t.name.as_str(), t.file.as_str()))
-        .collect();
-    let mut reported: BTreeSet<&str> = BTreeSet::new();
+/// A shard that ran to its end, as [`union`] judges it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended<'a> {
+    /// The test files it ran.
+    pub files: &'a [String],
+    /// What it reported.
+    pub outcomes: &'a [TestOutcome],
+    /// Whether its process ended with success.
+    pub exit_ok: bool,
+}
+
+impl Ended<'_> {
+    /// Whether the shard failed: its process did not succeed, or it reported a failure.
+    fn failed(&self) -> bool {
+        !self.exit_ok || self.outcomes.iter().any(TestOutcome::is_failure)
+    }
+}
+
+/// Whether shards that all ran to their end, each with its files and outcomes, add up to the
+/// suite the runner collected (see the module's note): the failures to add for the tests a
+/// failing shard did not report (by the shard's index), or what is wrong.
+pub(crate) fn union(
+    suite: &Suite,
+    shards: &[Ended<'_>],
+) -> Result<Vec<(usize, TestOutcome)>, String> {
     let mut problems = Vec::new();
-    for (i, (files, outcomes)) in shards.iter().enumerate() {
-        for o in outcomes.iter() {
-            if !reported.insert(o.name.as_str()) && !o.is_failure() {
+    let mut unreported = Vec::new();
+    // The suite's tests no shard reported, though none failed that would have.
+    let mut unrun: Vec<&str> = Vec::new();
+    for (i, shard) in shards.iter().enumerate() {
+        let listed = listed_in(suite, shard.files);
+        problems.extend(reports_of(suite, i, shard, &listed));
+        let mut said: BTreeMap<&str, usize> = BTreeMap::new();
+        for o in shard.outcomes {
+            *said.entry(o.name.as_str()).or_insert(0) += 1;
+        }
+        let missing: Vec<&str> = listed
+            .iter()
+            .flat_map(|(name, n)| {
+                let short = n.saturating_sub(said.get(name).copied().unwrap_or(0));
+                std::iter::repeat_n(*name, short)
+            })
+            .collect();
+        if shard.failed() {
+            unreported.extend(missing.iter().map(|name| (i, not_reported(name, i))));
+        } else {
+            unrun.extend(missing);
+        }
+        let unloaded: Vec<&str> = shard
+            .files
+            .iter()
+            .filter(|f| suite.unloaded.contains(f))
+            .map(String::as_str)
+            .collect();
+        if !unloaded.is_empty() && !shard.failed() {
+            problems.push(format!(
+                "shard {} passed {}, which the listing could not load",
+                i + 1,
+                list(&unloaded)
+            ));
+        }
+    }
+    let ran: BTreeSet<&str> = shards
+        .iter()
+        .flat_map(|s| s.files.iter().map(String::as_str))
+        .collect();
+    unrun.extend(
+        suite
+            .tests
+            .iter()
+            .filter(|t| !ran.contains(t.file.as_str()))
+            .map(|t| t.name.as_str())
+            .chain(
+                suite
+                    .unloaded
+                    .iter()
+                    .filter(|f| !ran.contains(f.as_str()))
+                    .map(String::as_str),
+            ),
+    );
+    if !unrun.is_empty() {
+        problems.push(format!(
+            "no shard ran {} of the suite's tests: {}",
+            unrun.len(),
+            list(&unrun)
+        ));
+    }
+    if problems.is_empty() {
+        Ok(unreported)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// The suite's tests in `files`: how many of each name.
+fn listed_in<'s>(suite: &'s Suite, files: &[String]) -> BTreeMap<&'s str, usize> {
+    let mut listed = BTreeMap::new();
+    for t in suite.tests.iter().filter(|t| files.contains(&t.file)) {
+        *listed.entry(t.name.as_str()).or_insert(0) += 1;
+    }
+    listed
+}
+
+/// What is wrong with the passing tests shard `i` reported, against the suite's tests in its
+/// files (`listed`): one reported more often than its files have it, one of another shard's
+/// files, one the suite does not have. A listed test's subtest (`TestA/case`) is its own.
+fn reports_of(
+    suite: &Suite,
+    i: usize,
+    shard: &Ended<'_>,
+    listed: &BTreeMap<&str, usize>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for o in shard.outcomes {
+        let name = o.name.as_str();
+        let times = seen.entry(name).or_insert(0);
+        *times += 1;
+        if o.is_failure() {
+            continue;
+        }
+        if let Some(n) = listed.get(name) {
+            if *times > *n {
                 problems.push(format!(
-                    "{} was reported twice (again by shard {})",
-                    o.name,
+                    "{name} was reported twice (again by shard {})",
                     i + 1
                 ));
             }
-            if o.is_failure() {
-                continue;
-            }
-            match collected
-                .get(o.name.as_str())
-                .or_else(|| collected.get(parent_test(&o.name)?))
-            {
-                Some(file) if files.iter().any(|f| f == file) => {}
-                Some(file) => problems.push(format!(
-                    "shard {} reported {} passing, which is in {file}, not among its files",
-                    i + 1,
-                    o.name
-                )),
-                None => problems.push(format!(
-                    "shard {} reported {} passing, which the whole suite does not have",
-                    i + 1,
-                    o.name
-                )),
-            }
+            continue;
         }
+        if parent_test(name).is_some_and(|p| listed.contains_key(p)) {
+            continue;
+        }
+        let elsewhere = suite
+            .tests
+            .iter()
+            .find(|t| t.name == name || parent_test(name) == Some(t.name.as_str()));
+        problems.push(match elsewhere {
+            Some(t) => format!(
+                "shard {} reported {name} passing, which is in {}, not among its files",
+                i + 1,
+                t.file
+            ),
+            None => format!(
+                "shard {} reported {name} passing, which the whole suite does not have",
+                i + 1
+            ),
+        });
     }
-    let missing: Vec<&str> = suite
-        .iter()
-        .map(|t| t.name.as_str())
-        .filter(|n| !reported.contains(n))
-        .collect();
-    if !missing.is_empty() {
-        problems.push(format!(
-            "no shard ran {} of the suite's tests: {}",
-            missing.len(),
-            list(&missing)
-        ));
-    }
-    (!problems.is_empty()).then(|| problems.join("; "))
+    problems
+}
+
+/// The failure of a test of shard `i`'s files that the shard, which failed, did not report.
+fn not_reported(name: &str, i: usize) -> TestOutcome {
+    TestOutcome::new(name, TestStatus::Errored).with_message(&format!(
+        "not reported: shard {} failed before it reported this test (a crash, or a file of the shard that does not load stopped it)",
+        i + 1
+    ))
 }
 
 /// At most five names, then how many more.
@@ -299,20 +410,21 @@ fn list(names: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use consort_actors::TestStatus;
-
     use super::*;
+    use crate::runner::SuiteTest;
 
-    fn suite(files: &[(&str, usize)]) -> Vec<SuiteTest> {
-        files
-            .iter()
-            .flat_map(|(f, n)| {
-                (0..*n).map(move |i| SuiteTest {
-                    file: f.to_string(),
-                    name: format!("{f}::t{i}"),
+    fn suite(files: &[(&str, usize)]) -> Suite {
+        Suite::of(
+            files
+                .iter()
+                .flat_map(|(f, n)| {
+                    (0..*n).map(move |i| SuiteTest {
+                        file: f.to_string(),
+                        name: format!("{f}::t{i}"),
+                    })
                 })
-            })
-            .collect()
+                .collect(),
+        )
     }
 
     const EXACT: Reaches<'static> = &|a: &str, b: &str| a == b;
@@ -337,7 +449,7 @@ mod tests {
                 vec!["tests/c.test.js"],
             ]
         );
-        let files: Vec<String> = s.iter().map(|t| t.file.clone()).collect();
+        let files: Vec<String> = s.tests.iter().map(|t| t.file.clone()).collect();
         assert_eq!(
             closed_over(vec!["src/tests/a.test.js".into()], &files, PART),
             vec!["src/tests/a.test.js", "tests/a.test.js"],
@@ -364,7 +476,7 @@ mod tests {
             .iter()
             .map(|fs| {
                 fs.iter()
-                    .map(|f| s.iter().filter(|t| &t.file == f).count())
+                    .map(|f| s.tests.iter().filter(|t| &t.file == f).count())
                     .sum()
             })
             .collect();
@@ -381,7 +493,7 @@ mod tests {
             5,
             "never more shards than files"
         );
-        assert!(plan(&[], &[], 4, &Costs::default(), EXACT).is_empty());
+        assert!(plan(&Suite::default(), &[], 4, &Costs::default(), EXACT).is_empty());
     }
 
     #[test]
@@ -450,12 +562,15 @@ mod tests {
             (b.as_slice(), passed(&["b::t0"])),
         ];
         let view = |w: &[(&[String], Vec<TestOutcome>)]| {
-            union_fault(
-                &s,
-                &w.iter()
-                    .map(|(f, o)| (*f, o.as_slice()))
-                    .collect::<Vec<_>>(),
-            )
+            let ended: Vec<Ended<'_>> = w
+                .iter()
+                .map(|(files, outcomes)| Ended {
+                    files,
+                    outcomes,
+                    exit_ok: !outcomes.iter().any(TestOutcome::is_failure),
+                })
+                .collect();
+            union(&s, &ended).err()
         };
         assert_eq!(view(&whole), None);
         let missing = [
@@ -468,10 +583,7 @@ mod tests {
             (b.as_slice(), passed(&["b::t0"])),
         ];
         let fault = view(&foreign).expect("a fault");
-        assert!(
-            fault.contains("not among its files") && fault.contains("twice"),
-            "{fault}"
-        );
+        assert!(fault.contains("not among its files"), "{fault}");
         let made_up = [
             (a.as_slice(), passed(&["a::t0", "a::t1", "a::t9"])),
             (b.as_slice(), passed(&["b::t0"])),
@@ -505,6 +617,133 @@ mod tests {
             view(&subtest_elsewhere)
                 .expect("a fault")
                 .contains("not among its files")
+        );
+    }
+
+    /// Each shard as it ended: its files, outcomes, and whether its process succeeded.
+    fn ended<'a>(shards: &'a [(Vec<String>, Vec<TestOutcome>, bool)]) -> Vec<Ended<'a>> {
+        shards
+            .iter()
+            .map(|(files, outcomes, exit_ok)| Ended {
+                files,
+                outcomes,
+                exit_ok: *exit_ok,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_name_in_two_files_is_two_tests() {
+        // Go: `TestNew` in packages a/ and b/, on two shards or on one.
+        let s = Suite::of(vec![
+            SuiteTest {
+                file: "a/a_test.go".into(),
+                name: "TestNew".into(),
+            },
+            SuiteTest {
+                file: "b/b_test.go".into(),
+                name: "TestNew".into(),
+            },
+        ]);
+        let (a, b) = (
+            vec!["a/a_test.go".to_string()],
+            vec!["b/b_test.go".to_string()],
+        );
+        let apart = [
+            (a.clone(), passed(&["TestNew", "TestNew/case"]), true),
+            (b.clone(), passed(&["TestNew"]), true),
+        ];
+        assert_eq!(union(&s, &ended(&apart)), Ok(Vec::new()));
+        let together = [(
+            vec!["a/a_test.go".to_string(), "b/b_test.go".to_string()],
+            passed(&["TestNew", "TestNew"]),
+            true,
+        )];
+        assert_eq!(union(&s, &ended(&together)), Ok(Vec::new()));
+        let thrice = [(together[0].0.clone(), passed(&["TestNew"; 3]), true)];
+        let fault = union(&s, &ended(&thrice)).expect_err("a fault");
+        assert!(fault.contains("reported twice"), "{fault}");
+        let one_short = [
+            (a.clone(), passed(&["TestNew"]), true),
+            (b.clone(), Vec::new(), true),
+        ];
+        let fault = union(&s, &ended(&one_short)).expect_err("a fault");
+        assert!(fault.contains("no shard ran 1"), "{fault}");
+    }
+
+    #[test]
+    fn a_crashed_shard_s_unreported_tests_fail_the_run_whichever_shard_ends_last() {
+        let s = suite(&[("a", 3), ("b", 1)]);
+        let crashed = (
+            vec!["a".to_string()],
+            vec![
+                TestOutcome::new("a::t0", TestStatus::Passed),
+                TestOutcome::new("(exit)", TestStatus::Errored),
+            ],
+            false,
+        );
+        let fine = (vec!["b".to_string()], passed(&["b::t0"]), true);
+        // Ended first, the crash settles the verdict: the other shards are stopped.
+        assert!(certain_failure(VerifyPurpose::Green, false, &crashed.1));
+        // Ended last (or with the others in either order), every shard ended: the union check
+        // makes its unreported tests failures, never a halt.
+        for order in [
+            vec![crashed.clone(), fine.clone()],
+            vec![fine.clone(), crashed.clone()],
+        ] {
+            let at = order.iter().position(|s| !s.2).expect("the crashed shard");
+            let failures = union(&s, &ended(&order)).expect("no fault");
+            let names: Vec<(usize, &str)> = failures
+                .iter()
+                .map(|(i, o)| (*i, o.name.as_str()))
+                .collect();
+            assert_eq!(names, vec![(at, "a::t1"), (at, "a::t2")]);
+            assert!(failures.iter().all(|(_, o)| o.is_failure()));
+            assert!(
+                failures[0]
+                    .1
+                    .message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("not reported")),
+                "{:?}",
+                failures[0].1
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_the_listing_could_not_load_must_fail_in_the_shard_that_runs_it() {
+        let mut s = suite(&[("a", 1), ("b", 1)]);
+        s.unloaded = vec!["c".into()];
+        let files = files_of(&s);
+        assert_eq!(files.get("c"), Some(&1), "it is planned onto a shard");
+        assert_eq!(
+            plan(&s, &[], 3, &Costs::default(), EXACT).concat(),
+            vec!["a", "b", "c"]
+        );
+        let a = (vec!["a".to_string()], passed(&["a::t0"]), true);
+        let with_c =
+            |outcomes: Vec<TestOutcome>, ok| (vec!["b".to_string(), "c".to_string()], outcomes, ok);
+        let broken = vec![
+            TestOutcome::new("b::t0", TestStatus::Passed),
+            TestOutcome::new("c", TestStatus::Errored),
+        ];
+        assert_eq!(
+            union(&s, &ended(&[a.clone(), with_c(broken, false)])),
+            Ok(Vec::new()),
+            "its failure is the run's"
+        );
+        let fault =
+            union(&s, &ended(&[a.clone(), with_c(passed(&["b::t0"]), true)])).expect_err("a fault");
+        assert!(fault.contains("could not load"), "{fault}");
+        let fault = union(
+            &s,
+            &ended(&[a, (vec!["b".to_string()], passed(&["b::t0"]), true)]),
+        )
+        .expect_err("a fault");
+        assert!(
+            fault.contains("no shard ran 1") && fault.contains('c'),
+            "{fault}"
         );
     }
 }

@@ -317,3 +317,149 @@ async fn the_receipt_hashes_the_tree_without_the_requests_caches() {
     actor.stop(None);
     join.await.expect("stopped");
 }
+
+/// A psql runner whose program is the script `body`, written into `dir`.
+fn fake_psql(dir: &std::path::Path, name: &str, body: &str) -> Arc<dyn TestRunner> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write the script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let cfg = PsqlRunnerConfig {
+        psql: Some(path),
+        ..PsqlRunnerConfig::default()
+    };
+    Arc::new(PsqlRunner::new(cfg).expect("psql runner"))
+}
+
+/// A RED fails for the right reason: a psql session that never ran the test's statements is
+/// the run's fault (a halt naming the cause), never a test that did not pass — Debian's
+/// `psql` wrapper with no client behind it (exit 1), a psql that cannot open a session while
+/// the branch answers (exit 2), a wrapper that runs nothing (exit 0, no session), a program
+/// that is not there. The test's own failing statement (exit 3) stays a failure.
+#[tokio::test]
+async fn a_psql_that_never_ran_the_test_is_a_harness_fault_never_a_red() {
+    let tree = tree_of(&[(
+        "tests/t1_new.sql",
+        "DO $$ BEGIN ASSERT false, 'fails for the right reason'; END $$;\n",
+    )]);
+    let bin = tempfile::tempdir().expect("a directory for the programs");
+    let real = consort_lakebase::find_psql().expect("psql is installed");
+    let cases = [
+        (
+            fake_psql(
+                bin.path(),
+                "debian-wrapper",
+                "echo 'Error: You must install at least one postgresql-client-<version> package' >&2\nexit 1\n",
+            ),
+            "own fatal error (exit 1)",
+        ),
+        (
+            fake_psql(
+                bin.path(),
+                "refused",
+                &format!("exec '{}' -h 127.0.0.1 -p 1 \"$@\"\n", real.display()),
+            ),
+            "could not open a session",
+        ),
+        (fake_psql(bin.path(), "nothing", "exit 0\n"), "ran nothing"),
+        (
+            Arc::new(
+                PsqlRunner::new(PsqlRunnerConfig {
+                    psql: Some(bin.path().join("not-there")),
+                    ..PsqlRunnerConfig::default()
+                })
+                .expect("psql runner"),
+            ),
+            "not-there",
+        ),
+    ];
+    let provider = common::dyn_provider().await;
+    for (runner, cause) in cases {
+        let (actor, join) = LakebaseActor::spawn(args(provider.clone(), runner))
+            .await
+            .expect("spawn");
+        let mut req = request(45, tree.path(), vec![]);
+        req.purpose = VerifyPurpose::Red;
+        req.focus = Some("tests/t1_new.sql".into());
+        let e = verify(&actor, req)
+            .await
+            .expect_err("a harness fault, never a receipt a RED could be accepted on");
+        assert!(
+            matches!(
+                e.fault,
+                InfraFault::TestCommandBroken | InfraFault::RunnerFailed
+            ),
+            "{cause}: {e}"
+        );
+        assert!(e.detail.contains(cause), "{cause}: {}", e.detail);
+        actor.stop(None);
+        join.await.expect("stopped");
+    }
+    // The Debian wrapper's own words reach the person.
+    let (actor, join) = LakebaseActor::spawn(args(
+        provider.clone(),
+        fake_psql(
+            bin.path(),
+            "debian-wrapper-2",
+            "echo 'Error: You must install at least one postgresql-client-<version> package' >&2\nexit 1\n",
+        ),
+    ))
+    .await
+    .expect("spawn");
+    let e = verify(&actor, request(46, tree.path(), vec![]))
+        .await
+        .expect_err("a harness fault");
+    assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
+    assert!(
+        e.detail.contains("postgresql-client-<version>"),
+        "{}",
+        e.detail
+    );
+    actor.stop(None);
+    join.await.expect("stopped");
+    // The real psql: the test's own failing statement is a failure, the RED's evidence.
+    let (actor, join) = LakebaseActor::spawn(args(provider, psql_runner()))
+        .await
+        .expect("spawn");
+    let mut req = request(47, tree.path(), vec![]);
+    req.purpose = VerifyPurpose::Red;
+    req.focus = Some("tests/t1_new.sql".into());
+    let receipt = verify(&actor, req).await.expect("a receipt");
+    assert_eq!(
+        receipt.status_of("tests/t1_new.sql"),
+        Some(TestStatus::Failed)
+    );
+    assert!(
+        receipt
+            .output_excerpt
+            .contains("fails for the right reason"),
+        "{}",
+        receipt.output_excerpt
+    );
+    actor.stop(None);
+    join.await.expect("stopped");
+}
+
+/// A RED whose new test ends its own database session never reached a verdict: after the one
+/// repeat it is a harness fault, never a RED (a GREEN's is still a verdict on the code, see
+/// `a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch`).
+#[tokio::test]
+async fn a_red_whose_test_ends_its_own_session_is_no_red() {
+    let tree = tree_of(&[(
+        "tests/cut.sql",
+        "SELECT pg_terminate_backend(pg_backend_pid());\n",
+    )]);
+    let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
+        .await
+        .expect("spawn");
+    let mut req = request(48, tree.path(), vec![]);
+    req.purpose = VerifyPurpose::Red;
+    req.focus = Some("tests/cut.sql".into());
+    let e = verify(&actor, req)
+        .await
+        .expect_err("no receipt a RED could be accepted on");
+    assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
+    assert!(e.detail.contains("tests/cut.sql"), "{}", e.detail);
+    actor.stop(None);
+    join.await.expect("stopped");
+}

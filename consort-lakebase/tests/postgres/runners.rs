@@ -263,6 +263,31 @@ async fn without_tap_or_junit_the_single_test_command_decides_each_expected_test
     p.delete(&b.name).await.expect("delete");
 }
 
+/// No entry for a test is no evidence: a single-test command whose program the shell cannot
+/// find fails every test by exit 127, which is the command's fault, never a failing test.
+#[tokio::test]
+async fn a_single_test_command_whose_program_is_missing_is_no_verdict() {
+    let tree = tempfile::tempdir().expect("tree");
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &[], Some("new_test")).await;
+    let mut cfg = cmd("exit 1");
+    cfg.single_test_command = Some("no-such-test-tool {test}".into());
+    let e = CommandRunner::new(cfg)
+        .run(&ctx)
+        .await
+        .expect_err("the command's fault, not a failing test");
+    assert!(
+        matches!(
+            e,
+            Error::TestCommand {
+                fault: TestCommandFault::ProgramNotFound { code: 127 },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    p.delete(&b.name).await.expect("delete");
+}
+
 #[tokio::test]
 async fn the_time_limit_kills_the_whole_process_group_including_a_grandchild() {
     let (_tree, p, b, ctx) = empty_tree_branch().await;

@@ -459,3 +459,83 @@ async fn a_selected_run_runs_only_the_selected_files_and_says_so() {
     assert!(whole.selection.is_empty());
     assert_eq!(whole.status_of("tests/t3.sql"), Some(TestStatus::Failed));
 }
+
+#[tokio::test]
+async fn a_step_that_breaks_the_import_of_a_project_test_file_fails_split_as_whole() {
+    // The step removed `gone` from the code, which the project's own tests/test_c_own.py
+    // imports: that file no longer loads, so the listing cannot name its tests. It still runs
+    // in a shard (with test_a_own.py: the shard stops at the file that does not load), and
+    // the run fails, split as whole.
+    let tree = tree_of(&[
+        ("app/__init__.py", "def kept():\n    return 1\n"),
+        (
+            "tests/test_focus.py",
+            "from app import kept\n\n\ndef test_focus():\n    assert kept() == 1\n",
+        ),
+        (
+            "tests/test_a_own.py",
+            "def test_a1():\n    pass\n\n\ndef test_a2():\n    pass\n",
+        ),
+        ("tests/test_b_own.py", "def test_b():\n    pass\n"),
+        (
+            "tests/test_c_own.py",
+            "from app import gone\n\n\ndef test_c():\n    assert gone() == 1\n",
+        ),
+    ]);
+    let actor = actor(pytest()).await;
+    let focus = "tests.test_focus::test_focus";
+    let split = receipt(&actor, VerifyPurpose::Green, focus, tree.path()).await;
+    let whole = receipt(&actor, VerifyPurpose::Deploy, focus, tree.path()).await;
+    assert!(whole.shards.is_empty(), "the deploy run is whole");
+    assert!(!split.shards.is_empty(), "split: {}", split.output_excerpt);
+    // Its failure is one of a test that was green, so the run was made once more: there the
+    // file that did not load ran first, among the likely failures.
+    assert!(
+        split.output_excerpt.contains("once more"),
+        "{}",
+        split.output_excerpt
+    );
+    assert!(
+        split.shards[0]
+            .files
+            .iter()
+            .any(|f| f == "tests/test_c_own.py"),
+        "{:?}",
+        split.shards
+    );
+    let ran_c = split
+        .shards
+        .iter()
+        .any(|s| s.files.iter().any(|f| f == "tests/test_c_own.py"));
+    assert!(ran_c, "the file that does not load ran: {:?}", split.shards);
+    for (how, r) in [("split", &split), ("whole", &whole)] {
+        assert!(
+            r.not_passed().iter().any(|n| n.contains("test_c_own")),
+            "{how}: the broken file fails: {:?}",
+            r.outcomes
+        );
+        assert!(
+            r.output_excerpt.contains("cannot import name 'gone'"),
+            "{how}: {}",
+            r.output_excerpt
+        );
+    }
+    // Whichever shard ended last, no test of the shard that stopped at the broken file passed
+    // unreported: each is a failure, or was never judged because that shard's failure settled
+    // the verdict first.
+    let with_c = split
+        .shards
+        .iter()
+        .find(|s| s.files.iter().any(|f| f == "tests/test_c_own.py"))
+        .expect("the shard of the broken file");
+    let tests_of = |file: &str| -> Vec<&str> {
+        match file {
+            "tests/test_a_own.py" => vec!["tests.test_a_own::test_a1", "tests.test_a_own::test_a2"],
+            "tests/test_b_own.py" => vec!["tests.test_b_own::test_b"],
+            _ => Vec::new(),
+        }
+    };
+    for name in with_c.files.iter().flat_map(|f| tests_of(f)) {
+        assert_ne!(split.status_of(name), Some(TestStatus::Passed), "{name}");
+    }
+}
