@@ -627,8 +627,8 @@ pub enum TestCommandFault {
     Psql {
         /// The test file it was to run.
         file: String,
-        /// What went wrong.
-        fault: PsqlFault,
+        /// What went wrong (boxed: the error stays small).
+        fault: Box<PsqlFault>,
     },
 }
 

@@ -285,7 +285,7 @@ fn fault(ctx: &RunContext, file: &str, fault: PsqlFault, capture: &Capture) -> E
         command: "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test> -c ROLLBACK".into(),
         fault: TestCommandFault::Psql {
             file: file.to_string(),
-            fault,
+            fault: Box::new(fault),
         },
         output: redact(&capture.clone().finish().excerpt, &ctx.conn),
     }
