@@ -1969,7 +1969,7 @@ async fn run_that_changes_the_tree(world: &World) -> String {
 // The harness: every case in order, one summary line.
 
 /// The cases, in order.
-const CASES: [&str; 24] = [
+const CASES: [&str; 25] = [
     "1 frozen test edited in GREEN",
     "2 test deleted or renamed",
     "3 new test file from the Driver",
@@ -1994,6 +1994,7 @@ const CASES: [&str; 24] = [
     "22 a path the file system refuses",
     "23 a RED whose base did not build",
     "24 a RED whose test command did not run",
+    "25 a RED whose psql never ran the test",
 ];
 
 /// Checks that a run halted at T1's first verification as the infrastructure's `fault`,
@@ -2074,6 +2075,45 @@ async fn red_whose_command_did_not_run(world: &World) -> String {
     "no receipt; halted at verify red/T1 as TestCommandBroken, naming the command".into()
 }
 
+/// 25. A RED fails for the right reason: the psql program is no working client, so no test
+///     statement ran — Debian's `psql` wrapper with no `postgresql-client-<version>` package
+///     behind it (psql's own fatal error, exit 1), and a psql that cannot open a session with
+///     the branch (exit 2). Each is the test command's fault naming the cause: no receipt, the
+///     Navigator not charged, nothing frozen.
+async fn red_whose_psql_never_ran_the_test(world: &World) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let real = consort::lakebase::find_psql().expect("psql is installed");
+    let programs = [
+        (
+            "debian-wrapper",
+            "echo 'Error: You must install at least one postgresql-client-<version> package' >&2\nexit 1\n".to_string(),
+            "postgresql-client-<version>",
+        ),
+        (
+            "refused",
+            format!("exec '{}' -h 127.0.0.1 -p 1 \"$@\"\n", real.display()),
+            "could not open a session",
+        ),
+    ];
+    for (name, body, said) in programs {
+        let case = Case::new(machine(1, 3));
+        let program = case.root.join(name);
+        std::fs::write(&program, format!("#!/bin/sh\n{body}")).expect("the program");
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let runner: Arc<dyn TestRunner> = Arc::new(
+            PsqlRunner::new(PsqlRunnerConfig {
+                psql: Some(program),
+                ..PsqlRunnerConfig::default()
+            })
+            .expect("psql runner"),
+        );
+        let ran = case.run(case.ensemble(world, "").runner(runner)).await;
+        let esc = halted_before_any_run(&ran, InfraFault::TestCommandBroken);
+        assert!(esc.detail.contains(said), "{name}: {}", esc.detail);
+    }
+    "no receipt; halted at verify red/T1 as TestCommandBroken for psql's exit 1 (Debian's wrapper) and exit 2 (no session)".into()
+}
+
 async fn run_case(number: usize, world: &World) -> String {
     match number {
         1 => frozen_test_edited_in_green(world).await,
@@ -2100,6 +2140,7 @@ async fn run_case(number: usize, world: &World) -> String {
         22 => paths_the_file_system_refuses(world).await,
         23 => red_whose_base_did_not_build(world).await,
         24 => red_whose_command_did_not_run(world).await,
+        25 => red_whose_psql_never_ran_the_test(world).await,
         other => panic!("no case {other}"),
     }
 }
