@@ -1,7 +1,9 @@
 //! A feature whose test list puts every entry in one file, beside the project's own test in it
 //! (the way real projects keep their tests): each RED adds its test to the file while the
 //! accepted ones stay frozen test by test, judged on the file's syntax tree; a RED that slips a
-//! file-wide hook in beside them is refused, and its honest retry goes on to done.
+//! file-wide hook in beside them is refused, and its honest retry goes on to done. A RED whose
+//! test imports a module not written yet is a RED, in the shared file (its other tests do not
+//! run because of it) and in a file of its own (every other file still runs).
 
 use crate::adopt::{PYPROJECT, adopt_and_run_with};
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
@@ -54,16 +56,28 @@ def test_count_of(conn):
     )
 }
 
+/// T3's test imports a module not written yet at the top of the shared file: the whole file
+/// fails to load, so its accepted tests are not run because of the RED, not broken by it.
 fn after_t3() -> String {
     format!(
-        "{}
+        "from app.listing import skus
+{}
 
 def test_skus(conn):
-    assert counts.skus(conn) == ['A', 'B']
+    assert skus(conn) == ['A', 'B']
 ",
         after_t2()
     )
 }
+
+/// T4 lives in a file of its own that imports a module not written yet: pytest still runs
+/// every other file, so the accepted tests are judged in its RED.
+const REPORT_TEST: &str = "from app.report import report
+
+
+def test_report():
+    assert report([3, 4]) == '7 units'
+";
 
 const TOTAL: &str = "def total(conn):
     return conn.execute(\"SELECT coalesce(sum(qty), 0) FROM counts\").fetchone()[0]
@@ -73,10 +87,11 @@ const COUNT_OF: &str = "
 def count_of(conn, sku):
     return conn.execute(\"SELECT qty FROM counts WHERE sku = %s\", (sku,)).fetchone()[0]
 ";
-const SKUS: &str = "
-
-def skus(conn):
+const LISTING: &str = "def skus(conn):
     return [r[0] for r in conn.execute(\"SELECT sku FROM counts ORDER BY sku\")]
+";
+const REPORT: &str = "def report(quantities):
+    return f'{sum(quantities)} units'
 ";
 
 /// The three entries of the test list, all in [`TESTS`].
@@ -87,7 +102,7 @@ fn test_list() -> String {
         )
     };
     format!(
-        "body.entries = [{}, {}, {}]",
+        "body.entries = [{}, {}, {}, {{ id = \"T4\", ac_id = \"S1-AC1\", description = \"report\", path = \"tests/test_report.py\", test_name = \"tests.test_report::test_report\" }}]",
         entry("T1", "test_total"),
         entry("T2", "test_count_of"),
         entry("T3", "test_skus")
@@ -125,7 +140,21 @@ fn script() -> String {
     s.push_str(&red("red/T2", &after_t2()));
     s.push_str(&green("green/T2", &format!("{TOTAL}{COUNT_OF}")));
     s.push_str(&red("red/T3", &after_t3()));
-    s.push_str(&green("green/T3", &format!("{TOTAL}{COUNT_OF}{SKUS}")));
+    s.push_str(&change_entry(
+        "green/T3",
+        "listing",
+        &write_change("app/listing.py", LISTING),
+    ));
+    s.push_str(&change_entry(
+        "red/T4",
+        "report",
+        &write_change("tests/test_report.py", REPORT_TEST),
+    ));
+    s.push_str(&change_entry(
+        "green/T4",
+        "report",
+        &write_change("app/report.py", REPORT),
+    ));
     s.push_str(REFACTOR_AND_REVIEW);
     s
 }
@@ -172,11 +201,19 @@ fn pytest_three_tests_in_the_projects_own_test_file_run_to_done() {
         ledger.contains("would apply to the accepted tests"),
         "{ledger}"
     );
-    // Every RED was a real run in which the new test failed and the earlier ones passed.
+    // Every RED was a real run in which the new test failed and the earlier ones passed; T3's
+    // and T4's failed to load for a module not written yet, and neither was refused.
     for name in ["test_total", "test_count_of", "test_skus"] {
         assert!(
             ledger.contains(&format!("tests.test_counts::{name}")),
             "{name}"
         );
     }
+    for module in ["app.listing", "app.report"] {
+        assert!(
+            ledger.contains(&format!("No module named '{module}'")),
+            "{module}"
+        );
+    }
+    assert!(!ledger.contains("red-broke-green-test"), "{ledger}");
 }

@@ -82,11 +82,31 @@ impl EnvPolicy {
                 env.push((k.to_string(), v.to_string()));
             }
         }
+        continue_past_files_that_do_not_load(&mut env);
         let fixed = ctx.scratch.env();
         env.retain(|(k, _)| k != "PGOPTIONS" && !fixed.iter().any(|(f, _)| f == k));
         env.extend(fixed);
         env.push(("PGOPTIONS".into(), ctx.pinned.pgoptions()));
         env
+    }
+}
+
+/// pytest's flag that runs the rest of the suite when a test file fails to load.
+const PYTEST_CONTINUE: &str = "--continue-on-collection-errors";
+
+/// pytest runs every test file that loads when one does not (as jest, vitest and go do), so a
+/// RED whose new file imports a module not written yet, or a GREEN that breaks one file's
+/// import, is judged with every other test still run and reported: `PYTEST_ADDOPTS` gains
+/// `--continue-on-collection-errors` (after what the configuration sets in it). Without it,
+/// pytest stops at collection and reports no test at all. Other programs ignore the variable.
+fn continue_past_files_that_do_not_load(env: &mut Vec<(String, String)>) {
+    match env.iter_mut().find(|(k, _)| k == "PYTEST_ADDOPTS") {
+        Some((_, v)) if v.split_whitespace().any(|w| w == PYTEST_CONTINUE) => {}
+        Some((_, v)) => {
+            v.push(' ');
+            v.push_str(PYTEST_CONTINUE);
+        }
+        None => env.push(("PYTEST_ADDOPTS".into(), PYTEST_CONTINUE.into())),
     }
 }
 

@@ -14,7 +14,7 @@ use super::State;
 use super::rules::{RuleViolation, Writer, check_change_set};
 use super::transition::{
     RedFocus, all_pass, excerpt, expected_names, failure_feedback, focus_of, frozen_for,
-    migrations_for, red_fails_for, selection, writer,
+    migrations_for, names_in_file, red_fails_for, selection, writer,
 };
 
 /// What a scratch run of one step is: the request the step's real run would make, and the
@@ -37,6 +37,8 @@ pub struct ScratchPlan {
     must_write: Option<String>,
     /// The tests frozen so far.
     frozen: FileHashes,
+    /// The expected tests that live in the entry's test file, in RED.
+    neighbours: Vec<String>,
 }
 
 /// What a scratch run would have meant.
@@ -68,6 +70,10 @@ pub(super) fn plan(s: &State, step: &Step) -> Option<ScratchPlan> {
         tests: expected_names(s, purpose),
         focus: focus_of(s, purpose),
         select: selection(s, purpose).unwrap_or_default(),
+        neighbours: must_write
+            .as_deref()
+            .map(|file| names_in_file(s, file))
+            .unwrap_or_default(),
         must_write,
         frozen: frozen_for(s, step),
     })
@@ -96,6 +102,7 @@ impl ScratchPlan {
                 let focus = RedFocus {
                     name: self.focus.clone().unwrap_or_default(),
                     file: self.must_write.as_deref(),
+                    neighbours: &self.neighbours,
                 };
                 match red_fails_for(focus, policy, receipt, names) {
                     Ok(focus) => ScratchVerdict {

@@ -615,11 +615,30 @@ fn red_fails(
     let entry = s
         .current_test()
         .ok_or_else(|| invariant("a RED run has a current test entry"))?;
+    let neighbours = names_in_file(s, &entry.path);
     let focus = RedFocus {
         name: entry.runner_name().to_string(),
         file: Some(&entry.path),
+        neighbours: &neighbours,
     };
     red_fails_for(focus, &cfg.paths, receipt, names)
+}
+
+/// The runner names of the expected tests that live in `file` (the entries of this feature
+/// and the earlier features' tests in force): what a file that fails to load keeps from
+/// running.
+pub(super) fn names_in_file(s: &State, file: &str) -> Vec<String> {
+    let entries = s.test_list.iter().flat_map(|l| l.entries.iter());
+    entries
+        .filter(|e| e.path == file)
+        .map(|e| e.runner_name().to_string())
+        .chain(
+            s.inherited
+                .live(&s.retired)
+                .filter(|t| t.path == file)
+                .map(|t| t.runner_name.clone()),
+        )
+        .collect()
 }
 
 /// The new test of a RED run: its runner name, and its file when known.
@@ -628,6 +647,9 @@ pub(super) struct RedFocus<'a> {
     pub name: String,
     /// The test file.
     pub file: Option<&'a str>,
+    /// The expected tests that live in the same file: when the file fails to load for a
+    /// missing module of the project, they are not run because of the RED, not broken by it.
+    pub neighbours: &'a [String],
 }
 
 /// [`red_fails`] for the new test `focus`.
@@ -644,7 +666,11 @@ pub(super) fn red_fails_for(
     receipt: &TestRunReceipt,
     names: &[String],
 ) -> Result<String, RuleViolation> {
-    let RedFocus { name: focus, file } = focus;
+    let RedFocus {
+        name: focus,
+        file,
+        neighbours,
+    } = focus;
     let mut load_failure = None;
     match receipt.status_of(&focus) {
         Some(TestStatus::Failed | TestStatus::Errored) => {}
@@ -678,7 +704,13 @@ pub(super) fn red_fails_for(
     }
     // Every other test must pass: each expected one, and any other the run reported (the
     // project's own tests, the earlier features' regression suite).
-    let ours = |name: &str| name == focus || load_failure.is_some_and(|m| m.outcome == name);
+    // A file that did not load for a missing module of the project ran none of its tests:
+    // those it holds beside the new one are not run because of the RED, not broken by it.
+    let ours = |name: &str| {
+        name == focus
+            || load_failure
+                .is_some_and(|m| m.outcome == name || neighbours.iter().any(|n| n == name))
+    };
     let mut broken: Vec<String> = names
         .iter()
         .filter(|n| !ours(n) && receipt.status_of(n) != Some(TestStatus::Passed))
