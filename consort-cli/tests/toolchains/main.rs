@@ -11,3 +11,4 @@ mod lanes;
 mod mcp;
 mod pytest_project;
 mod shared_file;
+mod shared_file_more;

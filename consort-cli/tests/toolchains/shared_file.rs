@@ -94,22 +94,22 @@ const REPORT: &str = "def report(quantities):
     return f'{sum(quantities)} units'
 ";
 
-/// The three entries of the test list, all in [`TESTS`].
-fn test_list() -> String {
-    let entry = |id: &str, name: &str| {
-        format!(
-            "{{ id = \"{id}\", ac_id = \"S1-AC1\", description = \"{name}\", path = \"{TESTS}\", test_name = \"tests.test_counts::{name}\" }}"
-        )
-    };
-    format!(
-        "body.entries = [{}, {}, {}, {{ id = \"T4\", ac_id = \"S1-AC1\", description = \"report\", path = \"tests/test_report.py\", test_name = \"tests.test_report::test_report\" }}]",
-        entry("T1", "test_total"),
-        entry("T2", "test_count_of"),
-        entry("T3", "test_skus")
-    )
+/// One entry of a shared-file feature: its id, runner name and file, what its RED writes
+/// (attempt by attempt: every attempt but the last is a cheat the rules refuse) and what its
+/// GREEN writes.
+pub(crate) struct Entry<'a> {
+    pub id: &'a str,
+    pub name: String,
+    pub path: &'a str,
+    pub reds: Vec<Vec<(&'a str, String)>>,
+    pub green: Vec<(&'a str, String)>,
 }
 
-fn script() -> String {
+/// The script of a one-story feature whose test list is `entries`, in order: the design of
+/// [`Design`] with that list, then each entry's REDs and GREEN, then refactors and reviews
+/// that change nothing.
+pub(crate) fn feature_script(entries: &[Entry<'_>]) -> String {
+    let first = entries.first().expect("an entry");
     let design = Design {
         feature: "F1",
         story: "Stock counts",
@@ -117,46 +117,86 @@ fn script() -> String {
             "0002_count_notes",
             "ALTER TABLE counts ADD COLUMN note text;",
         ),
-        test_path: TESTS,
-        test_name: Some("tests.test_counts::test_total"),
+        test_path: first.path,
+        test_name: Some(&first.name),
     }
     .toml();
-    let one = "body.entries = [{ id = \"T1\"";
-    let at = design.find(one).expect("the test list");
+    let list: Vec<String> = entries
+        .iter()
+        .map(|e| {
+            format!(
+                "{{ id = \"{}\", ac_id = \"S1-AC1\", description = \"{}\", path = \"{}\", test_name = \"{}\" }}",
+                e.id, e.id, e.path, e.name
+            )
+        })
+        .collect();
+    let at = design.find("body.entries = [").expect("the test list");
     let end = at + design[at..].find('\n').expect("a line");
-    let mut s = format!("{}{}{}", &design[..at], test_list(), &design[end..]);
-    let red = |step: &str, content: &str| change_entry(step, step, &write_change(TESTS, content));
-    let green =
-        |step: &str, code: &str| change_entry(step, step, &write_change("app/counts.py", code));
-    s.push_str(&red("red/T1", &after_t1()));
-    s.push_str(&green("green/T1", TOTAL));
+    let mut s = format!(
+        "{}body.entries = [{}]{}",
+        &design[..at],
+        list.join(", "),
+        &design[end..]
+    );
+    let writes = |files: &[(&str, String)]| {
+        files
+            .iter()
+            .map(|(path, content)| write_change(path, content))
+            .collect::<String>()
+    };
+    for e in entries {
+        for red in &e.reds {
+            s.push_str(&change_entry(&format!("red/{}", e.id), e.id, &writes(red)));
+        }
+        s.push_str(&change_entry(
+            &format!("green/{}", e.id),
+            e.id,
+            &writes(&e.green),
+        ));
+    }
+    s.push_str(REFACTOR_AND_REVIEW);
+    s
+}
+
+fn script() -> String {
+    let name = |n: &str| format!("tests.test_counts::{n}");
+    let code = |c: String| vec![("app/counts.py", c)];
     // Attempt 0 of T2's RED slips an autouse fixture in beside the accepted tests: refused;
     // attempt 1 is honest.
     let hook = format!(
         "{}\n\n@pytest.fixture(autouse=True)\ndef no_database(monkeypatch):\n    monkeypatch.setenv('DATABASE_URL', 'postgresql://nowhere')\n",
         after_t2()
     );
-    s.push_str(&red("red/T2", &hook));
-    s.push_str(&red("red/T2", &after_t2()));
-    s.push_str(&green("green/T2", &format!("{TOTAL}{COUNT_OF}")));
-    s.push_str(&red("red/T3", &after_t3()));
-    s.push_str(&change_entry(
-        "green/T3",
-        "listing",
-        &write_change("app/listing.py", LISTING),
-    ));
-    s.push_str(&change_entry(
-        "red/T4",
-        "report",
-        &write_change("tests/test_report.py", REPORT_TEST),
-    ));
-    s.push_str(&change_entry(
-        "green/T4",
-        "report",
-        &write_change("app/report.py", REPORT),
-    ));
-    s.push_str(REFACTOR_AND_REVIEW);
-    s
+    feature_script(&[
+        Entry {
+            id: "T1",
+            name: name("test_total"),
+            path: TESTS,
+            reds: vec![vec![(TESTS, after_t1())]],
+            green: code(TOTAL.into()),
+        },
+        Entry {
+            id: "T2",
+            name: name("test_count_of"),
+            path: TESTS,
+            reds: vec![vec![(TESTS, hook)], vec![(TESTS, after_t2())]],
+            green: code(format!("{TOTAL}{COUNT_OF}")),
+        },
+        Entry {
+            id: "T3",
+            name: name("test_skus"),
+            path: TESTS,
+            reds: vec![vec![(TESTS, after_t3())]],
+            green: vec![("app/listing.py", LISTING.into())],
+        },
+        Entry {
+            id: "T4",
+            name: "tests.test_report::test_report".into(),
+            path: "tests/test_report.py",
+            reds: vec![vec![("tests/test_report.py", REPORT_TEST.into())]],
+            green: vec![("app/report.py", REPORT.into())],
+        },
+    ])
 }
 
 #[test]

@@ -40,6 +40,9 @@ fn item(node: Node<'_>, src: &str, uses: &mut BTreeSet<String>) -> Vec<Item> {
         }
         "import_statement" => imports(node, src),
         "lexical_declaration" | "variable_declaration" => {
+            if let Some(items) = required_names(node, src) {
+                return items;
+            }
             let mut names = BTreeSet::new();
             for d in children(node)
                 .into_iter()
@@ -77,6 +80,38 @@ fn item(node: Node<'_>, src: &str, uses: &mut BTreeSet<String>) -> Vec<Item> {
         }
         _ => vec![Item::code(Kind::Hook, node, src)],
     }
+}
+
+/// `const { a, b: c } = require('x')`: each name taken from the module is an item of its own,
+/// like an import's, so the declaration may gain names and keep its own.
+fn required_names(node: Node<'_>, src: &str) -> Option<Vec<Item>> {
+    let [declarator] = children(node)[..] else {
+        return None;
+    };
+    let pattern = declarator
+        .child_by_field_name("name")
+        .filter(|p| p.kind() == "object_pattern")?;
+    let value = declarator
+        .child_by_field_name("value")
+        .filter(|v| v.kind() == "call_expression")?;
+    let callee = value.child_by_field_name("function")?;
+    if text_of(callee, src) != "require" {
+        return None;
+    }
+    let module = text_of(value.child_by_field_name("arguments")?, src);
+    let keyword = node.child(0).map_or("const", |k| text_of(k, src));
+    children(pattern)
+        .into_iter()
+        .map(|p| {
+            let bound = match p.kind() {
+                "shorthand_property_identifier_pattern" => text_of(p, src),
+                "pair_pattern" => p.child_by_field_name("value").map(|v| text_of(v, src))?,
+                _ => return None,
+            };
+            let text = format!("{keyword} {{ {} }} = require{module}", text_of(p, src));
+            Some(Item::new(Kind::Shared, text.clone(), text, node).binding(vec![bound.into()]))
+        })
+        .collect()
 }
 
 /// The identifier a callee starts from: `test` of `test.each([…])`, `describe` of

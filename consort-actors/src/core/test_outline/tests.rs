@@ -290,6 +290,19 @@ describe('tags', () => {
 });
 "#;
     allowed(path, JS, &new);
+    // A CommonJS require may gain names the same way.
+    allowed(
+        path,
+        JS,
+        &(JS.replace("{ createApp }", "{ createApp, tagOf: tag }")
+            + "\ntest('tags', () => {\n  expect(tag('x')).toBe('x');\n});\n"),
+    );
+    refused(
+        path,
+        JS,
+        &JS.replace("{ createApp }", "{ makeApp: createApp }"),
+        "which the accepted tests share, is gone or changed",
+    );
     let esm = "import { a } from './a';\n\ntest('one', () => {\n  expect(a()).toBe(1);\n});\n";
     allowed(
         "src/a.test.ts",
