@@ -144,6 +144,8 @@ pub(crate) struct ProcOutcome {
     pub exit: ExitRecord,
     /// Standard output alone, up to the parse limit (for TAP).
     pub stdout: Vec<u8>,
+    /// Standard error alone, up to the parse limit (psql's session marker).
+    pub stderr: Vec<u8>,
     /// The output limit was hit and the process group was killed.
     pub over_cap: bool,
 }
@@ -261,23 +263,26 @@ pub(crate) async fn run(
 
     let deadline = tokio::time::Instant::now() + spec.timeout;
     let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
     let mut status = None;
     let mut timed_out = false;
     let mut over_cap = false;
     let mut streams_open = true;
-    let accept = |chunk: Chunk, capture: &mut Capture, stdout: &mut Vec<u8>| match chunk {
-        Chunk::Out(d) => {
-            capture.push(&d);
-            let room = limits.max_parsed.saturating_sub(stdout.len());
-            stdout.extend_from_slice(&d[..room.min(d.len())]);
-        }
-        Chunk::Err(d) => capture.push(&d),
+    let accept = |chunk: Chunk, capture: &mut Capture, kept: &mut (Vec<u8>, Vec<u8>)| {
+        let (d, into) = match chunk {
+            Chunk::Out(d) => (d, &mut kept.0),
+            Chunk::Err(d) => (d, &mut kept.1),
+        };
+        capture.push(&d);
+        let room = limits.max_parsed.saturating_sub(into.len());
+        into.extend_from_slice(&d[..room.min(d.len())]);
     };
+    let mut kept = (std::mem::take(&mut stdout), std::mem::take(&mut stderr));
     while status.is_none() {
         tokio::select! {
             chunk = rx.recv(), if streams_open => match chunk {
                 Some(c) => {
-                    accept(c, capture, &mut stdout);
+                    accept(c, capture, &mut kept);
                     if capture.total() > limits.max_total && !over_cap {
                         over_cap = true;
                         debug!(program = %spec.program.display(), "output cap reached; killing the process group");
@@ -303,12 +308,13 @@ pub(crate) async fn run(
     while streams_open {
         tokio::select! {
             chunk = rx.recv() => match chunk {
-                Some(c) => accept(c, capture, &mut stdout),
+                Some(c) => accept(c, capture, &mut kept),
                 None => streams_open = false,
             },
             _ = tokio::time::sleep_until(grace) => break,
         }
     }
+    let (stdout, stderr) = kept;
     let status = status.ok_or_else(|| Error::Runner("the test process vanished".into()))?;
     note_kills(capture, limits, spec, over_cap, timed_out);
     Ok(ProcOutcome {
@@ -318,6 +324,7 @@ pub(crate) async fn run(
             timed_out,
         },
         stdout,
+        stderr,
         over_cap,
     })
 }

@@ -200,7 +200,7 @@ impl PsqlRunner {
             let mut args = base.to_vec();
             args.extend(["-c", "BEGIN", "-f", f.as_str(), "-c", "ROLLBACK"].map(String::from));
             let r = run_process(&self.spec(ctx, args), capture, &limits).await?;
-            let opened = String::from_utf8_lossy(&r.stdout)
+            let opened = String::from_utf8_lossy(&r.stderr)
                 .lines()
                 .any(|l| l == SESSION_OPENED);
             let status = match evidence(&r.exit, opened) {
@@ -231,12 +231,14 @@ impl PsqlRunner {
     }
 }
 
-/// What psql prints once its session with the branch is open (`\\echo`, before any statement
-/// of the test): a psql that exits without it never reached the test.
+/// What psql prints once its session with the branch is open (`\\warn`, before any statement
+/// of the test): a psql that exits without it never reached the test. It goes to standard
+/// error, where psql's errors go, so the run's output keeps one order however the two streams
+/// arrive.
 const SESSION_OPENED: &str = "consort: psql session opened";
 
 /// The command that prints [`SESSION_OPENED`].
-const SESSION_OPENED_ECHO: &str = "\\echo consort: psql session opened";
+const SESSION_OPENED_ECHO: &str = "\\warn consort: psql session opened";
 
 /// psql's exit code when a statement failed with `ON_ERROR_STOP` set: an error the server
 /// raised in the test's own statements.
