@@ -104,6 +104,7 @@ impl Fixture {
             caches: Vec::new(),
             hidden: Vec::new(),
             select: Vec::new(),
+            quarantined: Vec::new(),
         }
     }
 

@@ -778,6 +778,21 @@ pub struct StatusReport {
     /// Tests this feature's runs found flaky (green before a step, failed in it, passed when
     /// run once more on a fresh branch), each once, in the order first seen.
     pub flaky: Vec<String>,
+    /// The tests that failed in the baseline, before the feature (None: no baseline ran).
+    pub failing_before: Option<Vec<String>>,
+    /// The tests a person quarantined: their failures judge nothing.
+    pub quarantined: Vec<QuarantineInfo>,
+}
+
+/// A quarantined test, as `consort status --json` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuarantineInfo {
+    /// The test, by the name the runner reports it under.
+    pub test: String,
+    /// Who decided.
+    pub by: String,
+    /// Why.
+    pub reason: String,
 }
 
 /// The tests the ledger's receipts record as flaky (see
@@ -937,33 +952,9 @@ pub struct GitTip {
     pub head: Option<String>,
 }
 
-/// The status of a state, as `consort status` reports it (without [`StatusReport::git`],
-/// which [`Project::git_tip`] reads from the repository).
-pub fn status_of(
-    state: &State,
-    ledger_entries: usize,
-    usage: &consort_actors::UsageTotals,
-) -> StatusReport {
-    let step = state.pending.as_ref().map(|p| match p {
-        consort_actors::Pending::Agent { step, .. } => step.to_string(),
-        consort_actors::Pending::Observe { .. } => "observe".into(),
-        consort_actors::Pending::Apply { step, .. } => format!("apply/{step}"),
-        consort_actors::Pending::Revert { .. } => "revert".into(),
-        consort_actors::Pending::Verify {
-            step: Some(step), ..
-        } => format!("verify/{step}"),
-        consort_actors::Pending::Verify { step: None, .. } => "verify/deploy".into(),
-        consort_actors::Pending::Gate { gate, .. } => format!("{gate}-gate"),
-        consort_actors::Pending::Promote { .. } => "promote".into(),
-    });
-    let test = state.test_list.as_ref().and_then(|l| {
-        (state.frozen.is_some() && state.build.current < l.entries.len()).then(|| TestPosition {
-            index: state.build.current + 1,
-            of: l.entries.len(),
-            id: l.entries[state.build.current].id.clone(),
-        })
-    });
-    let halted = match &state.status {
+/// Why the run halted, as `consort status` reports it (None: not halted).
+fn halt_info(state: &State) -> Option<HaltInfo> {
+    match &state.status {
         RunStatus::Halted { escalation, .. } => {
             let (kind, reason, budget) = match &escalation.reason {
                 consort_actors::EscalationReason::Verdict(v) => {
@@ -987,6 +978,11 @@ pub fn status_of(
                     Ok(serde_json::Value::from("merge-refused")),
                     None,
                 ),
+                consort_actors::EscalationReason::FailingBeforeTheFeature => (
+                    "baseline",
+                    Ok(serde_json::Value::from("failing-before-the-feature")),
+                    None,
+                ),
             };
             Some(HaltInfo {
                 kind: kind.into(),
@@ -1000,7 +996,37 @@ pub fn status_of(
             })
         }
         _ => None,
-    };
+    }
+}
+
+/// The status of a state, as `consort status` reports it (without [`StatusReport::git`],
+/// which [`Project::git_tip`] reads from the repository).
+pub fn status_of(
+    state: &State,
+    ledger_entries: usize,
+    usage: &consort_actors::UsageTotals,
+) -> StatusReport {
+    let step = state.pending.as_ref().map(|p| match p {
+        consort_actors::Pending::Agent { step, .. } => step.to_string(),
+        consort_actors::Pending::Observe { .. } => "observe".into(),
+        consort_actors::Pending::Apply { step, .. } => format!("apply/{step}"),
+        consort_actors::Pending::Revert { .. } => "revert".into(),
+        consort_actors::Pending::Verify {
+            step: Some(step), ..
+        } => format!("verify/{step}"),
+        consort_actors::Pending::Verify { step: None, .. } => "verify/deploy".into(),
+        consort_actors::Pending::Gate { gate, .. } => format!("{gate}-gate"),
+        consort_actors::Pending::Promote { .. } => "promote".into(),
+        consort_actors::Pending::Baseline { .. } => "baseline".into(),
+    });
+    let test = state.test_list.as_ref().and_then(|l| {
+        (state.frozen.is_some() && state.build.current < l.entries.len()).then(|| TestPosition {
+            index: state.build.current + 1,
+            of: l.entries.len(),
+            id: l.entries[state.build.current].id.clone(),
+        })
+    });
+    let halted = halt_info(state);
     let last_receipt = state.last_receipt().map(|r| {
         let passed = r
             .outcomes
@@ -1034,6 +1060,16 @@ pub fn status_of(
         features: Vec::new(),
         lanes: Vec::new(),
         flaky: Vec::new(),
+        failing_before: state.baseline.as_ref().map(|b| b.failing.clone()),
+        quarantined: state
+            .quarantined
+            .iter()
+            .map(|q| QuarantineInfo {
+                test: q.test.clone(),
+                by: q.by.clone(),
+                reason: q.reason.clone(),
+            })
+            .collect(),
     }
 }
 

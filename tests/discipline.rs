@@ -898,7 +898,7 @@ async fn design_changed_after_approval(world: &World) -> String {
     let approved_len = case.events().len();
 
     let (report, events, _) = case.run(case.ensemble(world, "")).await;
-    halted_for_rule(&report, "observe before red/T1");
+    halted_for_rule(&report, "observe before baseline");
     assert_eq!(
         refusals(&events),
         vec![RuleViolation::DesignHashMismatch {
@@ -918,7 +918,7 @@ async fn design_changed_after_approval(world: &World) -> String {
     );
     assert!(report.state.receipts.is_empty());
     assert!(!case.work.join("tests").exists() && !case.work.join("src").exists());
-    "DesignHashMismatch before red/T1; no build step ran".into()
+    "DesignHashMismatch before the baseline; no build step ran".into()
 }
 
 fn approval(gate: GateKind, hash: ContentHash) -> GateApproval {
@@ -1254,6 +1254,7 @@ const TAP_SUITE: &str = r#"
 for f in src/*.sql; do [ -f "$f" ] && psql -X -q -v ON_ERROR_STOP=1 -f "$f" >/dev/null 2>&1; done
 n=0
 for t in tests/*.sql; do
+  [ -e "$t" ] || continue
   n=$((n+1))
   if psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f "$t" -c ROLLBACK >/dev/null 2>&1
   then echo "ok $n - $t"; else echo "not ok $n - $t"; fi
@@ -1269,6 +1270,7 @@ for f in src/*.sql; do [ -f "$f" ] && psql -X -q -v ON_ERROR_STOP=1 -f "$f" >/de
 {
   echo '<testsuite name="sql">'
   for t in tests/*.sql; do
+    [ -e "$t" ] || continue
     if psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f "$t" -c ROLLBACK >/dev/null 2>&1
     then echo "<testcase name=\"$t\"/>"
     else echo "<testcase name=\"$t\"><failure message=\"assertion failed\"/></testcase>"; fi
@@ -1997,14 +1999,15 @@ const CASES: [&str; 25] = [
     "25 a RED whose psql never ran the test",
 ];
 
-/// Checks that a run halted at T1's first verification as the infrastructure's `fault`,
-/// nobody's verdict, with no receipt made or counted, no refusal and nothing frozen.
+/// Checks that a run halted at `step` (T1's first verification, or the baseline before it) as
+/// the infrastructure's `fault`, nobody's verdict, with no receipt made or counted, no refusal
+/// and nothing frozen.
 fn halted_before_any_run(
     (report, events, seen): &(RunReport, Vec<Event>, Vec<Seen>),
-    fault: InfraFault,
+    (step, fault): (&str, InfraFault),
 ) -> Escalation {
     let esc = halted(report);
-    assert_eq!(esc.step, "verify red/T1", "{esc:?}");
+    assert_eq!(esc.step, step, "{esc:?}");
     assert_eq!(
         esc.reason,
         EscalationReason::Infrastructure(fault),
@@ -2036,7 +2039,7 @@ sql = "ALTER TABLE nowhere ADD COLUMN qty integer;"
 "#;
     let case = Case::new(machine(1, 3));
     let ran = case.run(case.ensemble(world, BROKEN_SCHEMA)).await;
-    let esc = halted_before_any_run(&ran, InfraFault::MigrationFailed);
+    let esc = halted_before_any_run(&ran, ("verify red/T1", InfraFault::MigrationFailed));
     for said in [
         "no test ran",
         "0001_items",
@@ -2066,7 +2069,7 @@ async fn red_whose_command_did_not_run(world: &World) -> String {
         "no-such-test-tool-consort --run tests",
     )));
     let ran = case.run(case.ensemble(world, "").runner(runner)).await;
-    let esc = halted_before_any_run(&ran, InfraFault::TestCommandBroken);
+    let esc = halted_before_any_run(&ran, ("verify red/T1", InfraFault::TestCommandBroken));
     assert!(
         esc.detail.contains("no-such-test-tool-consort"),
         "{}",
@@ -2108,7 +2111,7 @@ async fn red_whose_psql_never_ran_the_test(world: &World) -> String {
             .expect("psql runner"),
         );
         let ran = case.run(case.ensemble(world, "").runner(runner)).await;
-        let esc = halted_before_any_run(&ran, InfraFault::TestCommandBroken);
+        let esc = halted_before_any_run(&ran, ("verify red/T1", InfraFault::TestCommandBroken));
         assert!(esc.detail.contains(said), "{name}: {}", esc.detail);
     }
     "no receipt; halted at verify red/T1 as TestCommandBroken for psql's exit 1 (Debian's wrapper) and exit 2 (no session)".into()

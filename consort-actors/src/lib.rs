@@ -120,10 +120,11 @@ pub use budget::{
 pub use hash::{ContentHash, ParseHashError, canonical_json};
 pub use history::{CommitKind, FilesWritten, StepCommit, Unverified, step_commits, unverified};
 pub use machine::{
-    BuildProgress, Command, Event, Frozen, FrozenWrite, HumanDecision, LifecycleEdge, Machine,
-    MachineConfig, Pending, Phase, Redo, ReleaseEvidence, Remedy, RuleViolation, RunStatus,
-    ScratchPlan, ScratchVerdict, State, Writer, check_architecture, check_change_set, check_review,
-    check_schema, check_spec, check_stories, check_test_list, check_ux, lifecycle_edges,
+    Baseline, BuildProgress, Command, Event, Frozen, FrozenWrite, HumanDecision, LifecycleEdge,
+    Machine, MachineConfig, Pending, Phase, Redo, ReleaseEvidence, Remedy, RuleViolation,
+    RunStatus, ScratchPlan, ScratchVerdict, State, Writer, check_architecture, check_change_set,
+    check_review, check_schema, check_spec, check_stories, check_test_list, check_ux,
+    lifecycle_edges,
 };
 pub use migration_files::{MigrationFiles, MigrationNumbering, file_name as migration_file_name};
 pub use paths::{
@@ -136,7 +137,7 @@ pub use protocol::{
     NotListed, Omission, Produced, PromoteReport, PromoteRequest, RunnerFacts, StepScope,
     TranscriptRef, Usage, VerifyPurpose, VerifyRequest, WriteRules,
 };
-pub use regression::{EarlierMigration, EarlierTest, Inherited, Retirement};
+pub use regression::{EarlierMigration, EarlierTest, Inherited, Quarantine, Retirement};
 pub use role::{ActorId, Role, UnknownRole};
 pub use step::{ParseStepError, Step};
 pub use test_identity::TestIdentity;
@@ -161,8 +162,8 @@ pub use conductor::{
     APPLY_JOURNAL, AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle,
     ConductorMsg, ConductorState, DESIGN_FILE, DirectLakebase, DirectRole, LakebaseEndpoint,
     Progress, RoleEndpoint, RunOutcome, RunReport, SupervisedLakebase, SupervisedRole, Wiring,
-    design_hash_on_disk, record_gate_decision, record_human_decision, record_redo,
-    record_retirement, replay_ledger,
+    design_hash_on_disk, record_gate_decision, record_human_decision, record_quarantine,
+    record_redo, record_retirement, replay_ledger,
 };
 pub use gate::{ApproveAs, Approver, BoxFuture, GateRequest, StopAtGates};
 pub use messages::{Assignment, LakebaseMsg, RoleMsg, RoleReply};

@@ -172,6 +172,7 @@ fn burst(rt: &Runtime) -> Burst {
             caches: Vec::new(),
             hidden: Vec::new(),
             select: Vec::new(),
+            quarantined: Vec::new(),
         };
         lakebase
             .verify(req(0), Duration::from_secs(120))

@@ -273,6 +273,17 @@ enum TestCmd {
         #[command(flatten)]
         at: Target,
     },
+    /// Quarantine a test that cannot pass where Consort runs it (the baseline names those that
+    /// fail before the feature): its failures then judge nothing, and no agent is charged.
+    /// Recorded in the ledger, named in every later run and in `verify`.
+    Quarantine {
+        /// The test, by the name the runner reports it under (as the baseline lists it).
+        test: String,
+        #[command(flatten)]
+        decision: Reasoned,
+        #[command(flatten)]
+        at: Target,
+    },
     /// Set aside the running entry's accepted test as wrong: its RED writes it again (the
     /// Navigator is told why), the rest of the feature stands. Only for a halted run.
     Redo {
@@ -426,6 +437,14 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
                     at,
                 },
         } => retire(&at, &test, &by, &reason),
+        Cmd::Test {
+            command:
+                TestCmd::Quarantine {
+                    test,
+                    decision: Reasoned { by, reason },
+                    at,
+                },
+        } => quarantine(&at, &test, &by, &reason),
         Cmd::Test {
             command:
                 TestCmd::Redo {
@@ -848,6 +867,38 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
             if project.state()?.phase() == consort::actors::Phase::Halted {
                 println!(
                     "the run is halted: `consort retry --by {by} --dir {}` and then `consort run` go on",
+                    at.dir.display()
+                );
+            }
+            Ok(())
+        },
+    )
+}
+
+/// `consort test quarantine TEST`: records the decision in the current feature's ledger.
+fn quarantine(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
+    let quarantine = consort::actors::Quarantine {
+        test: test.to_string(),
+        by: by.to_string(),
+        reason: reason.to_string(),
+    };
+    let decision = TestDecision {
+        command: "consort test quarantine",
+        what: "a quarantine",
+        not_started: "; a test is quarantined for a feature once it runs (its baseline names the tests that fail before it)",
+    };
+    decision.record(
+        at,
+        (by, reason),
+        |ledger, machine| consort::actors::record_quarantine(ledger, machine, quarantine),
+        |project| {
+            println!(
+                "recorded: {test} quarantined by {by} for feature {}; its failures judge nothing from now on",
+                project.feature_id()
+            );
+            if project.state()?.phase() == consort::actors::Phase::Halted {
+                println!(
+                    "the run is halted: `consort retry --by {by} --dir {}` runs the baseline again, and `consort run` goes on",
                     at.dir.display()
                 );
             }

@@ -501,6 +501,8 @@ pub fn outcome_line(outcome: &RunOutcome) -> String {
                 consort_actors::EscalationReason::ChangedOutsideConsort =>
                     "changed outside Consort".to_string(),
                 consort_actors::EscalationReason::Integration => "lane not merged".to_string(),
+                consort_actors::EscalationReason::FailingBeforeTheFeature =>
+                    "failing before the feature".to_string(),
             },
             escalation.detail
         ),

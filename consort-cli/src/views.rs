@@ -144,6 +144,27 @@ pub fn status_text(project: &Project, report: &StatusReport) -> Result<String, V
             report.flaky.join(", ")
         );
     }
+    match &report.failing_before {
+        Some(failing) if !failing.is_empty() => {
+            let _ = writeln!(
+                out,
+                "baseline: {} failed before the feature (no agent is charged): {}",
+                failing.len(),
+                failing.join(", ")
+            );
+        }
+        Some(_) => {
+            let _ = writeln!(out, "baseline: every test of the project passed");
+        }
+        None => {}
+    }
+    for q in &report.quarantined {
+        let _ = writeln!(
+            out,
+            "quarantined: {} by {}: {} (its failures judge nothing)",
+            q.test, q.by, q.reason
+        );
+    }
     if let Some(g) = &report.git {
         let head = g.head.as_deref().unwrap_or("no commit yet");
         let _ = writeln!(out, "git:     {} at {head}", g.branch);
@@ -304,6 +325,9 @@ fn brief(e: &Event) -> String {
         Event::Retired { retirement: r } => {
             format!("{}/{} retired by {}: {}", r.feature, r.test, r.by, r.reason)
         }
+        Event::Quarantined { quarantine: q } => {
+            format!("{} quarantined by {}: {}", q.test, q.by, q.reason)
+        }
         Event::Redone { redo: r } => {
             format!(
                 "{}'s test set aside by {}, to be written again: {}",
@@ -453,6 +477,29 @@ fn verify_feature(
         check(
             "test written again",
             Ok(format!("{} by {}: {}", r.test, r.by, r.reason)),
+        );
+    }
+    if let Some(b) = &state.baseline {
+        check(
+            "baseline",
+            Ok(match b.failing.as_slice() {
+                [] => format!("req-{}: every test of the project passed", b.request.0),
+                failing => format!(
+                    "req-{}: {} failed before the feature: {}",
+                    b.request.0,
+                    failing.len(),
+                    failing.join(", ")
+                ),
+            }),
+        );
+    }
+    for q in &state.quarantined {
+        check(
+            "quarantined test",
+            Ok(format!(
+                "{} by {}: {} (its failures judged nothing)",
+                q.test, q.by, q.reason
+            )),
         );
     }
     for r in &state.retired {

@@ -183,6 +183,15 @@ impl Simulation {
             } => Event::VerifyCompleted {
                 receipt: receipt(request, workspace_hash, purpose, &tests, focus.as_deref()),
             },
+            Command::Baseline { request, tests } => Event::VerifyCompleted {
+                receipt: receipt(
+                    request,
+                    self.disk.workspace_hash(),
+                    VerifyPurpose::Baseline,
+                    &tests,
+                    None,
+                ),
+            },
             Command::AwaitGate { gate, hash } => {
                 if gate == GateKind::Design {
                     self.design_on_disk = Some(hash);

@@ -23,6 +23,7 @@ pub fn request(id: u64, tree: &Path, migrations: Vec<Migration>) -> VerifyReques
         caches: Vec::new(),
         hidden: Vec::new(),
         select: Vec::new(),
+        quarantined: Vec::new(),
     }
 }
 

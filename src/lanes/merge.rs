@@ -460,6 +460,7 @@ async fn regression(
         caches: filter.extra().to_vec(),
         hidden: super::hidden_from_lane(project),
         select: Vec::new(),
+        quarantined: Vec::new(),
     };
     let receipt = lakebase.verify(verify, timeout).await?;
     let failing: Vec<String> = plan

@@ -385,6 +385,10 @@ impl TestOutcome {
     /// Most characters of a failure message a receipt keeps per test.
     pub const MESSAGE_CAP: usize = 1500;
 
+    /// The name of the outcome a run that did not succeed gets when it named no failing test:
+    /// the suite failed as a whole (no test of that name exists).
+    pub const WHOLE_RUN: &'static str = "(exit)";
+
     /// An outcome without a message.
     pub fn new(name: impl Into<String>, status: TestStatus) -> TestOutcome {
         TestOutcome {
@@ -726,6 +730,10 @@ pub enum EscalationReason {
     /// conflict, a migration on the same object, or a merged feature's test broken): the
     /// detail names both sides. Resolve it, then retry.
     Integration,
+    /// Tests of the project failed in the baseline, before any agent acted: neither the work's
+    /// fault nor the infrastructure's. A person quarantines them or fixes the setup, then
+    /// retries.
+    FailingBeforeTheFeature,
 }
 
 impl EscalationReason {

@@ -474,6 +474,10 @@ pub enum VerifyPurpose {
     Refactor,
     /// The full suite before release.
     Deploy,
+    /// The project's whole suite when the build lane opens, before any agent acts, run exactly
+    /// as the verifications will: what fails there fails before the feature, and a person
+    /// decides about it.
+    Baseline,
 }
 
 /// What a build step's run covers (`[runner] per_step`; recorded in the feature's start event,
@@ -533,6 +537,10 @@ pub struct VerifyRequest {
     /// or a name it cannot place in a file, runs the whole suite.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub select: Vec<String>,
+    /// The tests a person quarantined (by runner name): their failures judge nothing, so none
+    /// of them stops a split run early. Empty in requests written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<String>,
 }
 
 /// A request to apply the migrations to the parent database and check them there.

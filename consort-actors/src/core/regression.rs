@@ -74,6 +74,20 @@ pub struct Retirement {
     pub reason: String,
 }
 
+/// A person's recorded decision that a test which cannot pass where Consort runs it (it failed
+/// in the baseline: it needs a superuser, a device, a service the machine lacks) judges nothing
+/// from now on: its failures are not counted against a RED, a GREEN or the deploy run, and no
+/// agent is charged for them. Named in every later run's request and in `verify`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantine {
+    /// The test, by the name the runner reports it under.
+    pub test: String,
+    /// Who decided.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+}
+
 impl Retirement {
     /// Whether this decision retires `test`.
     pub fn retires(&self, test: &EarlierTest) -> bool {

@@ -76,6 +76,7 @@ pub enum RoleMsg {
 
 /// Messages the Lakebase actor understands.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // sent once per run; boxing would only add an allocation
 pub enum LakebaseMsg {
     /// Run the suite on a fresh branch and answer with a receipt.
     Verify(

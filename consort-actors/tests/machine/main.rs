@@ -19,6 +19,7 @@ use consort_testkit::artifacts::{
 };
 use consort_testkit::disk::FakeDisk;
 
+mod baseline;
 mod layers;
 mod regression;
 
@@ -288,11 +289,24 @@ impl Run {
         self.s.pending_gate().expect("a gate is pending")
     }
 
+    /// Approves the pending gate; after the design gate, the tree is observed and the baseline
+    /// runs and finds the project's suite green (the commands are those that follow it).
     fn approve(&mut self) -> Vec<Command> {
         let (gate, hash) = self.gate_hash();
-        self.ok(Event::Gate {
+        let commands = self.ok(Event::Gate {
             approval: approval(gate, hash),
-        })
+        });
+        match self.s.pending.clone() {
+            Some(Pending::Observe { then }) if matches!(*then, Pending::Baseline { .. }) => {}
+            _ => return commands,
+        }
+        let commands = self.observe();
+        let Pending::Baseline { request } = self.pending() else {
+            // No test on disk, none inherited: no baseline; the first RED is observed next.
+            return commands;
+        };
+        let receipt = receipt_with(request, self.workspace_hash(), &[], 0, "baseline");
+        self.ok(Event::VerifyCompleted { receipt })
     }
 
     /// Starts the run and has the Product Owner's stories accepted: the spec is asked for.
@@ -2226,6 +2240,9 @@ fn next_event(r: &Run, choice: u8) -> Event {
         },
         (_, Some(Pending::Verify { .. })) => Event::VerifyCompleted {
             receipt: perturbed_receipt(r, choice),
+        },
+        (_, Some(Pending::Baseline { request })) => Event::VerifyCompleted {
+            receipt: receipt_with(request, r.workspace_hash(), &[], 0, "baseline"),
         },
         (_, Some(Pending::Gate { gate, hash })) => {
             let hash = if choice.is_multiple_of(7) {

@@ -238,7 +238,10 @@ fn an_earlier_test_changed_by_hand_before_the_build_lane_halts_and_a_retirement_
         changes: vec![write(OLD, "select 'weakened';")],
     });
     r.design_lane(false);
-    r.approve();
+    let (gate, hash) = r.gate_hash();
+    r.ok(Event::Gate {
+        approval: approval(gate, hash),
+    });
     let v = r
         .feed(Event::Observed {
             design_hash: r.design_on_disk,

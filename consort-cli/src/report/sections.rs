@@ -31,7 +31,43 @@ pub(super) fn header(model: &Model, title: &str) -> String {
             escape(&escalation.detail)
         );
     }
+    out.push_str(&baseline(model));
     out.push_str("</header>");
+    out
+}
+
+/// What the baseline found before any agent acted, and what people quarantined.
+fn baseline(model: &Model) -> String {
+    let mut out = String::new();
+    if let Some(b) = &model.state.baseline {
+        let _ = write!(
+            out,
+            "<p id=\"baseline\">baseline (req-{}): {}</p>",
+            b.request.0,
+            if b.failing.is_empty() {
+                "every test of the project passed before the feature".to_string()
+            } else {
+                format!(
+                    "{} failed before the feature, no agent charged: <code>{}</code>",
+                    b.failing.len(),
+                    b.failing
+                        .iter()
+                        .map(|t| escape(t))
+                        .collect::<Vec<_>>()
+                        .join("</code>, <code>")
+                )
+            }
+        );
+    }
+    for q in &model.state.quarantined {
+        let _ = write!(
+            out,
+            "<p class=\"note quarantined\">quarantined: <code>{}</code> by {}: {} (its failures judge nothing)</p>",
+            escape(&q.test),
+            escape(&q.by),
+            escape(&q.reason)
+        );
+    }
     out
 }
 

@@ -6,6 +6,7 @@
 mod common;
 
 mod adopt;
+mod baseline;
 mod examples;
 mod lanes;
 mod mcp;

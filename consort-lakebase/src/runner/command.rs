@@ -281,7 +281,10 @@ impl CommandRunner {
                 .iter()
                 .any(|o| matches!(o.status, TestStatus::Failed | TestStatus::Errored))
         {
-            outcomes.push(TestOutcome::new("(exit)", TestStatus::Errored));
+            outcomes.push(TestOutcome::new(
+                TestOutcome::WHOLE_RUN,
+                TestStatus::Errored,
+            ));
         }
         let done = capture.finish();
         Ok(RunReport {

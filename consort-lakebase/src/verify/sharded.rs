@@ -184,7 +184,7 @@ impl Verifier {
                 r = &mut first, if report.is_none() => {
                     let r = r.map_err(|e| runner_fault(&e))?;
                     let holds_focus = focus_file.is_none_or(|f| likely.files.iter().any(|x| x == f));
-                    let settled = certain_failure(req.purpose, holds_focus, &r.outcomes);
+                    let settled = certain_failure((req.purpose, &req.quarantined), holds_focus, &r.outcomes);
                     let run_ms = t.elapsed().as_millis() as u64;
                     info!(request = %req.id, run_ms, settled, "the likely failures ran");
                     likely.finished = Some(Finished { report: r, run_ms });
@@ -252,7 +252,11 @@ impl Verifier {
             let report = report.map_err(|e| runner_fault(&e))?;
             info!(request = %run.req.id, shard = i + 1, run_ms, tests = report.outcomes.len(), "shard ended");
             let holds_focus = focus_file.is_none_or(|f| shards[i].files.iter().any(|x| x == f));
-            let settled = certain_failure(run.req.purpose, holds_focus, &report.outcomes);
+            let settled = certain_failure(
+                (run.req.purpose, &run.req.quarantined),
+                holds_focus,
+                &report.outcomes,
+            );
             shards[i].finished = Some(Finished { report, run_ms });
             if settled && !running.is_empty() {
                 info!(request = %run.req.id, shard = i + 1, "a shard failed: stopping the others");

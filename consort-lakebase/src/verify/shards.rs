@@ -222,15 +222,19 @@ impl Costs {
 }
 
 /// Whether `outcomes`, from a shard that ended, already make the verification's verdict a
-/// failure, so the other shards can stop: any failing test, except in RED, where the new test
-/// is meant to fail, so only a failure in a shard without the focus's file counts.
+/// failure, so the other shards can stop: any failing test but a quarantined one (whose
+/// failures judge nothing), except in RED, where the new test is meant to fail, so only a
+/// failure in a shard without the focus's file counts; and never in the baseline, which must
+/// name every test that fails.
 pub(crate) fn certain_failure(
-    purpose: VerifyPurpose,
+    (purpose, quarantined): (VerifyPurpose, &[String]),
     holds_focus: bool,
     outcomes: &[TestOutcome],
 ) -> bool {
-    let failed = outcomes.iter().any(TestOutcome::is_failure);
-    failed && (purpose != VerifyPurpose::Red || !holds_focus)
+    let failed = outcomes
+        .iter()
+        .any(|o| o.is_failure() && !quarantined.contains(&o.name));
+    failed && purpose != VerifyPurpose::Baseline && (purpose != VerifyPurpose::Red || !holds_focus)
 }
 
 /// The test a subtest is part of, for a name with a `/` (Go's `TestA/case`): a listing
@@ -540,17 +544,26 @@ mod tests {
     #[test]
     fn only_a_failure_the_step_forbids_stops_the_other_shards() {
         let failed = vec![TestOutcome::new("x", TestStatus::Failed)];
-        assert!(certain_failure(VerifyPurpose::Green, true, &failed));
+        let none: &[String] = &[];
+        assert!(certain_failure((VerifyPurpose::Green, none), true, &failed));
         assert!(
-            !certain_failure(VerifyPurpose::Red, true, &failed),
+            !certain_failure((VerifyPurpose::Red, none), true, &failed),
             "RED's new test fails"
         );
-        assert!(certain_failure(VerifyPurpose::Red, false, &failed));
+        assert!(certain_failure((VerifyPurpose::Red, none), false, &failed));
         assert!(!certain_failure(
-            VerifyPurpose::Green,
+            (VerifyPurpose::Green, none),
             false,
             &passed(&["x"])
         ));
+        assert!(
+            !certain_failure((VerifyPurpose::Green, &["x".to_string()]), false, &failed),
+            "a quarantined test's failure judges nothing"
+        );
+        assert!(
+            !certain_failure((VerifyPurpose::Baseline, none), false, &failed),
+            "the baseline names every failing test"
+        );
     }
 
     #[test]
@@ -684,7 +697,11 @@ mod tests {
         );
         let fine = (vec!["b".to_string()], passed(&["b::t0"]), true);
         // Ended first, the crash settles the verdict: the other shards are stopped.
-        assert!(certain_failure(VerifyPurpose::Green, false, &crashed.1));
+        assert!(certain_failure(
+            (VerifyPurpose::Green, &[]),
+            false,
+            &crashed.1
+        ));
         // Ended last (or with the others in either order), every shard ended: the union check
         // makes its unreported tests failures, never a halt.
         for order in [

@@ -36,7 +36,7 @@ use crate::core::paths::{PathError, PathPolicy};
 use crate::core::protocol::{
     AgentFailure, AssignmentId, InfraError, PromoteReport, StepScope, Usage, VerifyPurpose,
 };
-use crate::core::regression::{Inherited, Retirement};
+use crate::core::regression::{Inherited, Quarantine, Retirement};
 use crate::core::role::{ActorId, Role};
 use crate::core::step::Step;
 use crate::core::test_outline::TestFileVerdicts;
@@ -217,6 +217,12 @@ pub enum Event {
         /// The decision.
         retirement: Retirement,
     },
+    /// A person quarantined a test (see [`Quarantine`]): from now on its failures judge
+    /// nothing. The run goes on (or stays halted) where it was.
+    Quarantined {
+        /// The decision.
+        quarantine: Quarantine,
+    },
     /// A person set aside the accepted test of the running entry, which its RED writes again
     /// (see [`Redo`]).
     Redone {
@@ -265,6 +271,7 @@ impl Event {
             Event::PromoteFailed { .. } => "promote-failed",
             Event::Retired { .. } => "retired",
             Event::Redone { .. } => "redone",
+            Event::Quarantined { .. } => "quarantined",
             Event::Human { .. } => "human",
         }
     }
@@ -356,6 +363,12 @@ pub enum Pending {
         /// The hash to approve.
         hash: ContentHash,
     },
+    /// The baseline: the project's whole suite, run as the verifications will, before the
+    /// build lane's first step (see [`VerifyPurpose::Baseline`]).
+    Baseline {
+        /// The request id.
+        request: RequestId,
+    },
     /// Promotion of the migrations to the parent database.
     Promote {
         /// The request id.
@@ -414,6 +427,14 @@ pub enum Command {
         gate: GateKind,
         /// The hash to approve.
         hash: ContentHash,
+    },
+    /// Run the project's whole suite as it stands, on a fresh branch of the base, as every
+    /// verification will; answer with [`Event::VerifyCompleted`] or [`Event::VerifyFailed`].
+    Baseline {
+        /// The request id.
+        request: RequestId,
+        /// Runner names of the earlier features' tests in force.
+        tests: Vec<String>,
     },
     /// Apply the migrations to the parent database; answer with [`Event::Promoted`] or
     /// [`Event::PromoteFailed`].
@@ -669,6 +690,13 @@ pub struct State {
     /// The accepted tests of this feature a person set aside to be written again, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redone: Vec<Redo>,
+    /// The tests a person quarantined, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<Quarantine>,
+    /// What the baseline found: the tests that failed before the feature (None: no baseline
+    /// ran yet, or a ledger written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
     /// Authors of every accepted artifact, by step key (shared, so that a step's copy of the
     /// state does not copy the names).
     pub authors: Vec<Arc<(String, ActorId)>>,
@@ -676,6 +704,27 @@ pub struct State {
     pub next_assignment: u64,
     /// Next request id.
     pub next_request: u64,
+}
+
+/// What the baseline run found (see [`VerifyPurpose::Baseline`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// The run's request.
+    pub request: RequestId,
+    /// The tests that failed there, by runner name: failing before the feature.
+    pub failing: Vec<String>,
+}
+
+impl State {
+    /// Whether a person quarantined the test `name`.
+    pub fn is_quarantined(&self, name: &str) -> bool {
+        self.quarantined.iter().any(|q| q.test == name)
+    }
+
+    /// The runner names of the quarantined tests.
+    pub fn quarantined_names(&self) -> Vec<String> {
+        self.quarantined.iter().map(|q| q.test.clone()).collect()
+    }
 }
 
 /// The release evidence a human approves at the deploy gate (its hash).

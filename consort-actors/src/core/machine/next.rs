@@ -67,6 +67,11 @@ pub(super) enum Done {
         /// The change set that undoes it.
         inverse: ChangeSet,
     },
+    /// The baseline ran; these tests failed there (before the feature).
+    BaselineRan {
+        /// Their runner names.
+        failing: Vec<String>,
+    },
     /// RED: the new test fails as it should, nothing else broke.
     RedFails {
         /// The new test's runner name.
@@ -141,6 +146,7 @@ pub(super) enum DoneKind {
     TestList,
     Ux,
     DesignApproved,
+    BaselineRan,
     ChangeAccepted,
     Applied,
     RedFails,
@@ -159,7 +165,7 @@ pub(super) enum DoneKind {
 
 impl DoneKind {
     /// Every row, in the order [`next_after`] lists them.
-    pub(super) const ALL: [DoneKind; 23] = [
+    pub(super) const ALL: [DoneKind; 24] = [
         DoneKind::Started,
         DoneKind::Stories,
         DoneKind::Spec,
@@ -169,6 +175,7 @@ impl DoneKind {
         DoneKind::TestList,
         DoneKind::Ux,
         DoneKind::DesignApproved,
+        DoneKind::BaselineRan,
         DoneKind::ChangeAccepted,
         DoneKind::Applied,
         DoneKind::RedFails,
@@ -199,6 +206,7 @@ impl Done {
             Done::TestList => DoneKind::TestList,
             Done::Ux => DoneKind::Ux,
             Done::DesignApproved => DoneKind::DesignApproved,
+            Done::BaselineRan { .. } => DoneKind::BaselineRan,
             Done::ChangeAccepted { .. } => DoneKind::ChangeAccepted,
             Done::Applied { .. } => DoneKind::Applied,
             Done::RedFails { .. } => DoneKind::RedFails,
@@ -235,6 +243,7 @@ pub(super) fn row(kind: DoneKind) -> (Phase, &'static str, &'static [Phase]) {
         DoneKind::TestList => (Design, "test list accepted", &[Design, DesignGate]),
         DoneKind::Ux => (Design, "UX design accepted", &[DesignGate]),
         DoneKind::DesignApproved => (DesignGate, "design approved", &[Build]),
+        DoneKind::BaselineRan => (Build, "baseline ran", &[Build, Halted]),
         DoneKind::ChangeAccepted => (Build, "change set accepted", &[Build]),
         DoneKind::Applied => (Build, "change applied", &[Build]),
         DoneKind::RedFails => (Build, "RED fails as it should", &[Build]),
@@ -276,10 +285,27 @@ pub(super) fn next_after(
         // The build lane, per entry: RED → apply → verify → GREEN → apply → verify (repairs) →
         // REFACTOR → apply → verify (dropped if it breaks) → REVIEW (change requests loop back
         // to REFACTOR) → the next entry's RED, or the deploy gate after the last.
+        // The baseline first: the project's suite as it stands (observed first: the design and
+        // the test files as frozen), before any agent acts.
         Done::DesignApproved => {
             s.build = Default::default();
-            let test = current_id(s)?;
-            Go(observe(agent(s, Step::Red { test }, 0, Vec::new())))
+            let request = next_request(s);
+            Go(observe(Pending::Baseline { request }))
+        }
+        Done::BaselineRan { failing } => {
+            let unjudged: Vec<String> = failing
+                .into_iter()
+                .filter(|t| !s.is_quarantined(t))
+                .collect();
+            if unjudged.is_empty() {
+                let test = current_id(s)?;
+                Go(observe(agent(s, Step::Red { test }, 0, Vec::new())))
+            } else {
+                let resume = Pending::Baseline {
+                    request: crate::RequestId(s.next_request + 1),
+                };
+                Next::Halt(failing_before(&unjudged), resume)
+            }
         }
         Done::ChangeAccepted {
             step,
@@ -344,6 +370,26 @@ pub(super) fn next_after(
         }
         Done::Promoted => Next::Finish,
     })
+}
+
+/// The halt for tests that failed in the baseline, before any agent acted: a person decides.
+fn failing_before(tests: &[String]) -> Escalation {
+    let shown: Vec<&str> = tests.iter().take(20).map(String::as_str).collect();
+    let more = tests.len().saturating_sub(shown.len());
+    escalation(
+        "baseline",
+        EscalationReason::FailingBeforeTheFeature,
+        format!(
+            "{} of the project's tests failed in the baseline, the project's whole suite run as every verification will run it, before any agent acted: {}{}. No agent is charged for them. Quarantine each that cannot pass here (`consort test quarantine NAME --by <you> --reason <why>`: its failures then judge nothing), or fix the setup; then `consort retry --by <you>` runs the baseline again",
+            tests.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ),
+    )
 }
 
 /// A refactor that broke tests is undone and left out of what the review sees; the Driver

@@ -159,6 +159,12 @@ pub enum RuleViolation {
         /// Why not.
         why: String,
     },
+    /// A quarantine names a test that is already quarantined.
+    #[error("{test} is already quarantined")]
+    AlreadyQuarantined {
+        /// The test named.
+        test: String,
+    },
     /// A retirement names a test that is already retired.
     #[error("{feature}/{test} is already retired")]
     AlreadyRetired {
@@ -366,6 +372,7 @@ impl RuleViolation {
             | NotAnEarlierTest { .. }
             | NotARedoableTest { .. }
             | AlreadyRetired { .. }
+            | AlreadyQuarantined { .. }
             | Finished => Remedy::Ignore,
             WrongRole { .. }
             | WrongArtifactKind { .. }

@@ -39,6 +39,8 @@ pub struct ScratchPlan {
     frozen: FileHashes,
     /// The expected tests that live in the entry's test file, in RED.
     neighbours: Vec<String>,
+    /// The tests a person quarantined.
+    pub quarantined: Vec<String>,
 }
 
 /// What a scratch run would have meant.
@@ -76,6 +78,7 @@ pub(super) fn plan(s: &State, step: &Step) -> Option<ScratchPlan> {
             .unwrap_or_default(),
         must_write,
         frozen: frozen_for(s, step),
+        quarantined: s.quarantined_names(),
     })
 }
 
@@ -103,6 +106,7 @@ impl ScratchPlan {
                     name: self.focus.clone().unwrap_or_default(),
                     file: self.must_write.as_deref(),
                     neighbours: &self.neighbours,
+                    quarantined: &self.quarantined,
                 };
                 match red_fails_for(focus, policy, receipt, names) {
                     Ok(focus) => ScratchVerdict {
@@ -118,7 +122,7 @@ impl ScratchPlan {
                     },
                 }
             }
-            _ if all_pass(receipt, names) => ScratchVerdict {
+            _ if all_pass(receipt, names, &self.quarantined) => ScratchVerdict {
                 would_pass: true,
                 verdict: format!("every expected test passes ({}).", names.join(", ")),
             },

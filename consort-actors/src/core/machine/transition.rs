@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::core::artifact::{
     ArchitectureVerdict, Artifact, ChangeSet, Escalation, EscalationReason, FileHashes,
     GateApproval, GateDecision, GateKind, InfraFault, Migration, RequestId, ReviewVerdict,
-    TestRunReceipt, TestStatus, VerdictReason,
+    TestOutcome, TestRunReceipt, TestStatus, VerdictReason,
 };
 use crate::core::hash::ContentHash;
 use crate::core::paths::PathPolicy;
@@ -48,6 +48,14 @@ pub(super) fn step(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome
             _ => Err(RuleViolation::Finished),
         },
         RunStatus::Idle => idle(cfg, state, event),
+        RunStatus::Halted { .. } | RunStatus::Running
+            if matches!(event, Event::Quarantined { .. }) =>
+        {
+            match event {
+                Event::Quarantined { quarantine: q } => quarantine(state, q),
+                _ => Err(invariant("only a quarantine is quarantined")),
+            }
+        }
         RunStatus::Halted { .. } => halted(state, event),
         // A redo needs a run no process drives and that waits for a person: a halted one.
         RunStatus::Running if matches!(event, Event::Redone { .. }) => {
@@ -154,6 +162,25 @@ fn retire(state: &State, retirement: &crate::core::regression::Retirement) -> Ou
     Ok((s, Vec::new()))
 }
 
+/// A person quarantined a test: from now on its failures judge nothing. Nothing else changes;
+/// the run goes on (or stays halted) where it was (a halt on the baseline is retried by a
+/// person, and the baseline run again).
+fn quarantine(state: &State, q: &crate::core::regression::Quarantine) -> Outcome {
+    if q.test.trim().is_empty() {
+        return Err(RuleViolation::InvalidArtifact {
+            detail: "a quarantine names a test".into(),
+        });
+    }
+    if state.is_quarantined(&q.test) {
+        return Err(RuleViolation::AlreadyQuarantined {
+            test: q.test.clone(),
+        });
+    }
+    let mut s = state.clone();
+    s.quarantined.push(q.clone());
+    Ok((s, Vec::new()))
+}
+
 /// A person set aside the running entry's accepted test: its file stays frozen for everyone
 /// but the entry's next RED, which must write it again; the run goes on from that RED, with the
 /// repair and review bounds fresh and the person's reason as the Navigator's feedback.
@@ -205,6 +232,9 @@ fn refresh(s: &mut State, p: Pending) -> Pending {
     match p {
         Pending::Agent { step, feedback, .. } => agent(s, step, 0, feedback),
         Pending::Observe { then } => observe(refresh(s, *then)),
+        Pending::Baseline { .. } => Pending::Baseline {
+            request: super::next::next_request(s),
+        },
         other => other,
     }
 }
@@ -308,7 +338,13 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             },
             p @ (Pending::Apply { .. } | Pending::Revert { .. }),
         ) => apply_denied(cfg, state, p, violation, resolved),
+        (Event::VerifyCompleted { receipt }, Pending::Baseline { request }) => {
+            baseline_completed(cfg, state, receipt, request)
+        }
         (Event::VerifyCompleted { receipt }, p) => verify_completed(cfg, state, receipt, p),
+        (Event::VerifyFailed { request, error }, p @ Pending::Baseline { .. }) => {
+            infra_failed(state, *request, error, p)
+        }
         (Event::VerifyFailed { request, error }, p @ Pending::Verify { .. }) => {
             infra_failed(state, *request, error, p)
         }
@@ -437,6 +473,15 @@ fn observed(
             .filter(|(path, _)| !s.inherited.released(path, &s.retired))
             .map(|(path, hash)| (path.clone(), *hash))
             .collect();
+        // A project with no test yet (no test file, no earlier feature's test) has no suite
+        // to run before the feature: its first RED follows (observed as every RED is).
+        let nothing_to_run =
+            s.build.frozen_tests.is_empty() && s.inherited.live(&s.retired).next().is_none();
+        if matches!(then, Pending::Baseline { .. }) && nothing_to_run {
+            let test = super::next::current_id(&s)?;
+            let next = observe(agent(&mut s, Step::Red { test }, 0, Vec::new()));
+            return Ok(go(s, next));
+        }
         return Ok(go(s, then));
     }
     check_tests_on_disk(&state.build.frozen_tests, tests)?;
@@ -460,8 +505,8 @@ fn inherited_as_frozen(state: &State, tests: &FileHashes) -> Result<(), RuleViol
     Ok(())
 }
 
-/// Whether this observation opens the build lane: before the first RED, with no test frozen
-/// and no run made yet.
+/// Whether this observation opens the build lane: before the baseline or the first RED, with
+/// no test frozen and no run made yet.
 fn is_first_build_observation(state: &State, then: &Pending) -> bool {
     state.frozen.is_some()
         && state.build.current == 0
@@ -469,11 +514,12 @@ fn is_first_build_observation(state: &State, then: &Pending) -> bool {
         && state.receipts.is_empty()
         && matches!(
             then,
-            Pending::Agent {
-                step: Step::Red { .. },
-                attempt: 0,
-                ..
-            }
+            Pending::Baseline { .. }
+                | Pending::Agent {
+                    step: Step::Red { .. },
+                    attempt: 0,
+                    ..
+                }
         )
 }
 
@@ -569,6 +615,7 @@ fn verify_completed(
     };
     let mut s = state.clone();
     let names = expected_names(&s, purpose);
+    let quarantined = s.quarantined_names();
     let done = match purpose {
         VerifyPurpose::Red => {
             let focus = red_fails(cfg, &s, receipt, &names)?;
@@ -579,17 +626,17 @@ fn verify_completed(
                 excerpt: excerpt(receipt),
             }
         }
-        VerifyPurpose::Green if all_pass(receipt, &names) => Done::GreenPasses,
+        VerifyPurpose::Green if all_pass(receipt, &names, &quarantined) => Done::GreenPasses,
         VerifyPurpose::Green => Done::GreenFails {
             step,
             feedback: failure_feedback(receipt, &names),
         },
-        VerifyPurpose::Refactor if all_pass(receipt, &names) => Done::RefactorKept,
+        VerifyPurpose::Refactor if all_pass(receipt, &names, &quarantined) => Done::RefactorKept,
         VerifyPurpose::Refactor => Done::RefactorBroke {
             inverse,
             feedback: failure_feedback(receipt, &names),
         },
-        VerifyPurpose::Deploy if all_pass(receipt, &names) => Done::DeployPasses {
+        VerifyPurpose::Deploy if all_pass(receipt, &names, &quarantined) => Done::DeployPasses {
             hash: ContentHash::of(&(
                 s.schema.clone(),
                 receipt.output_digest,
@@ -599,6 +646,11 @@ fn verify_completed(
         VerifyPurpose::Deploy => Done::DeployFails {
             feedback: failure_feedback(receipt, &names),
         },
+        VerifyPurpose::Baseline => {
+            return Err(invariant(
+                "the baseline is a pending baseline, not a verify run",
+            ));
+        }
     };
     s.receipts.push(Arc::new(receipt.clone()));
     advance(cfg, s, done)
@@ -616,10 +668,12 @@ fn red_fails(
         .current_test()
         .ok_or_else(|| invariant("a RED run has a current test entry"))?;
     let neighbours = names_in_file(s, &entry.path);
+    let quarantined = s.quarantined_names();
     let focus = RedFocus {
         name: entry.runner_name().to_string(),
         file: Some(&entry.path),
         neighbours: &neighbours,
+        quarantined: &quarantined,
     };
     red_fails_for(focus, &cfg.paths, receipt, names)
 }
@@ -650,6 +704,8 @@ pub(super) struct RedFocus<'a> {
     /// The expected tests that live in the same file: when the file fails to load for a
     /// missing module of the project, they are not run because of the RED, not broken by it.
     pub neighbours: &'a [String],
+    /// The tests a person quarantined: their failures judge nothing.
+    pub quarantined: &'a [String],
 }
 
 /// [`red_fails`] for the new test `focus`.
@@ -670,6 +726,7 @@ pub(super) fn red_fails_for(
         name: focus,
         file,
         neighbours,
+        quarantined,
     } = focus;
     let mut load_failure = None;
     match receipt.status_of(&focus) {
@@ -708,6 +765,7 @@ pub(super) fn red_fails_for(
     // those it holds beside the new one are not run because of the RED, not broken by it.
     let ours = |name: &str| {
         name == focus
+            || quarantined.iter().any(|q| q == name)
             || load_failure
                 .is_some_and(|m| m.outcome == name || neighbours.iter().any(|n| n == name))
     };
@@ -733,8 +791,13 @@ pub(super) fn red_fails_for(
 fn infra_failed(state: &State, request: RequestId, error: &InfraError, p: Pending) -> Outcome {
     let (pending_request, step) = match &p {
         Pending::Verify { request, .. } => (*request, describe(&p)),
+        Pending::Baseline { request } => (*request, "baseline".to_string()),
         Pending::Promote { request } => (*request, "promote".to_string()),
-        _ => return Err(invariant("only a verify run or a promotion fails so")),
+        _ => {
+            return Err(invariant(
+                "only a verify run, the baseline or a promotion fails so",
+            ));
+        }
     };
     if pending_request != request {
         return Err(RuleViolation::ReceiptNotForRequest {
@@ -1350,16 +1413,79 @@ fn at_story_end(s: &State) -> bool {
 
 /// Green means: the run exited cleanly, reported every expected test as passed, and reported
 /// nothing failed — an exit code of 0 with failures in the report is not a pass.
-pub(super) fn all_pass(receipt: &TestRunReceipt, names: &[String]) -> bool {
-    receipt.exit.success()
+/// Whether every test of the run passed (a skipped one counts as passing, but not an expected
+/// one), leaving out the tests in `quarantined`: a run whose only failures are theirs passes,
+/// when it ended with an ordinary failing exit (not a time-out or a signal) and said which.
+pub(super) fn all_pass(receipt: &TestRunReceipt, names: &[String], quarantined: &[String]) -> bool {
+    let judged = |name: &str| !quarantined.iter().any(|q| q == name);
+    let failures: Vec<&str> = receipt
+        .outcomes
+        .iter()
+        .filter(|o| o.status != TestStatus::Passed && o.status != TestStatus::Skipped)
+        .map(|o| o.name.as_str())
+        .collect();
+    let exit_ok = receipt.exit.success()
+        || (!failures.is_empty()
+            && failures.iter().all(|f| !judged(f))
+            && receipt.exit.code.is_some()
+            && !receipt.exit.timed_out);
+    exit_ok
         && !receipt.outcomes.is_empty()
-        && receipt
-            .outcomes
-            .iter()
-            .all(|o| o.status == TestStatus::Passed || o.status == TestStatus::Skipped)
+        && failures.iter().all(|f| !judged(f))
         && names
             .iter()
+            .filter(|n| judged(n))
             .all(|n| receipt.status_of(n) == Some(TestStatus::Passed))
+}
+
+/// The baseline ran: what failed there fails before the feature. A test no person quarantined
+/// halts the run for a person before any agent acts (quarantine it, or fix the setup and retry,
+/// which runs the baseline again); otherwise the build lane's first RED follows.
+fn baseline_completed(
+    cfg: &MachineConfig,
+    state: &State,
+    receipt: &TestRunReceipt,
+    request: RequestId,
+) -> Outcome {
+    if receipt.request_id != request {
+        return Err(RuleViolation::ReceiptNotForRequest {
+            expected: Some(request),
+            got: receipt.request_id,
+        });
+    }
+    if receipt.branch_id.is_empty() || receipt.command.is_empty() {
+        return Err(RuleViolation::ReceiptWithoutRun {
+            request,
+            missing: if receipt.branch_id.is_empty() {
+                "branch"
+            } else {
+                "command"
+            }
+            .into(),
+        });
+    }
+    // A suite that reported no test at all (pytest's "no tests collected") failed nothing
+    // before the feature: its whole-run failure judges no test.
+    let reported_a_test = receipt
+        .outcomes
+        .iter()
+        .any(|o| o.name != TestOutcome::WHOLE_RUN);
+    let mut failing: Vec<String> = Vec::new();
+    for o in receipt
+        .outcomes
+        .iter()
+        .filter(|o| o.is_failure() && (reported_a_test || o.name != TestOutcome::WHOLE_RUN))
+    {
+        if !failing.contains(&o.name) {
+            failing.push(o.name.clone());
+        }
+    }
+    let mut s = state.clone();
+    s.baseline = Some(super::Baseline {
+        request,
+        failing: failing.clone(),
+    });
+    advance(cfg, s, Done::BaselineRan { failing })
 }
 
 pub(super) fn failure_feedback(receipt: &TestRunReceipt, names: &[String]) -> String {
@@ -1455,6 +1581,7 @@ fn describe(p: &Pending) -> String {
         Pending::Verify { step: None, .. } => "deploy verify".into(),
         Pending::Gate { gate, .. } => format!("{gate} gate"),
         Pending::Promote { .. } => "promote".into(),
+        Pending::Baseline { .. } => "baseline".into(),
     }
 }
 
@@ -1521,6 +1648,14 @@ pub(super) fn command_for(s: &State, p: &Pending) -> Option<Command> {
         },
         // No schema plan at promotion is a state no lifecycle reaches: no command (the
         // conductor stops with `NoPendingCommand`) rather than promoting nothing.
+        Pending::Baseline { request } => Command::Baseline {
+            request: *request,
+            tests: s
+                .inherited
+                .live(&s.retired)
+                .map(|t| t.runner_name.clone())
+                .collect(),
+        },
         Pending::Promote { request } => Command::Promote {
             request: *request,
             migrations: s.schema.as_ref()?.migrations.clone(),

@@ -404,6 +404,17 @@ pub fn record_retirement(
     record_offline(log, machine, Event::Retired { retirement })
 }
 
+/// Records a person's quarantine of a test (see [`crate::Quarantine`]) in the ledger of a run
+/// no process is driving (halted, interrupted or at a gate); one the machine refuses (already
+/// quarantined, a run that is over) is not recorded.
+pub fn record_quarantine(
+    log: &mut dyn EventLog,
+    machine: &Machine,
+    quarantine: crate::core::regression::Quarantine,
+) -> Result<(), ConductorError> {
+    record_offline(log, machine, Event::Quarantined { quarantine })
+}
+
 /// Records a person's decision that the running entry's accepted test is wrong (see
 /// [`crate::Redo`]) in the ledger of a halted run that no process is driving; one the machine
 /// refuses (not halted, not the running entry, its RED not accepted) is not recorded.
@@ -799,32 +810,11 @@ impl ConductorState {
                         Err(e) => return self.finish_err(e),
                     },
                 },
-                Command::Verify {
-                    request,
-                    purpose,
-                    workspace_hash,
-                    migrations,
-                    tests,
-                    focus,
-                    select,
-                } => {
-                    let migrations = match self.migrations_from_disk(migrations, false) {
-                        Ok(m) => m,
-                        Err(e) => return self.finish_err(e),
-                    };
-                    let req = VerifyRequest {
-                        id: request,
-                        purpose,
-                        work_tree: self.work.root().to_path_buf(),
-                        workspace_hash,
-                        migrations,
-                        tests,
-                        focus,
-                        caches: self.work.filter().extra().to_vec(),
-                        hidden: self.wiring.config.hidden.clone(),
-                        select,
-                    };
-                    self.spawn_verify(myself, req);
+                cmd @ (Command::Verify { .. } | Command::Baseline { .. }) => {
+                    match self.verify_request(cmd) {
+                        Ok(req) => self.spawn_verify(myself, req),
+                        Err(e) => self.finish_err(e),
+                    }
                     return;
                 }
                 Command::AwaitGate { gate, hash } => {
@@ -980,6 +970,58 @@ impl ConductorState {
             workspace_hash: ContentHash::of(&files),
             tests: self.tests_among(files),
             inverse,
+        })
+    }
+
+    /// The request of a verify run or of the baseline: what the Lakebase side runs.
+    fn verify_request(&self, command: Command) -> Result<VerifyRequest, ConductorError> {
+        match command {
+            Command::Verify {
+                request,
+                purpose,
+                workspace_hash,
+                migrations,
+                tests,
+                focus,
+                select,
+            } => Ok(VerifyRequest {
+                id: request,
+                purpose,
+                work_tree: self.work.root().to_path_buf(),
+                workspace_hash,
+                migrations: self.migrations_from_disk(migrations, false)?,
+                tests,
+                focus,
+                caches: self.work.filter().extra().to_vec(),
+                hidden: self.wiring.config.hidden.clone(),
+                select,
+                quarantined: self.state.quarantined_names(),
+            }),
+            Command::Baseline { request, tests } => self.baseline_request(request, tests),
+            _ => Err(ConductorError::NoPendingCommand),
+        }
+    }
+
+    /// The baseline's request: the project's whole suite on the work tree as it stands (its
+    /// hash taken now), with the migrations every run of the feature starts from and none of
+    /// the design's.
+    fn baseline_request(
+        &self,
+        request: crate::RequestId,
+        tests: Vec<String>,
+    ) -> Result<VerifyRequest, ConductorError> {
+        Ok(VerifyRequest {
+            id: request,
+            purpose: crate::VerifyPurpose::Baseline,
+            work_tree: self.work.root().to_path_buf(),
+            workspace_hash: self.work.hash()?,
+            migrations: self.migrations_from_disk(Vec::new(), false)?,
+            tests,
+            focus: None,
+            caches: self.work.filter().extra().to_vec(),
+            hidden: self.wiring.config.hidden.clone(),
+            select: Vec::new(),
+            quarantined: self.state.quarantined_names(),
         })
     }
 

@@ -128,6 +128,7 @@ impl StepBench {
             caches: self.work.filter().extra().to_vec(),
             hidden: self.hidden.clone(),
             select: plan.select.clone(),
+            quarantined: plan.quarantined.clone(),
         };
         let receipt = self
             .lakebase

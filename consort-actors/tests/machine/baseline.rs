@@ -1,0 +1,188 @@
+//! The baseline: the project's whole suite, run before any agent acts. What fails there halts
+//! the run for a person (no agent is charged); a quarantined test's failures judge nothing.
+
+use super::*;
+
+const FLAKY: &str = "tests/test_needs_a_superuser.py::test_it";
+const OWN: &str = "tests/test_own.py";
+
+fn quarantine(test: &str) -> Event {
+    Event::Quarantined {
+        quarantine: Quarantine {
+            test: test.into(),
+            by: "ada".into(),
+            reason: "needs a superuser".into(),
+        },
+    }
+}
+
+/// A run whose design was just approved: the baseline is pending.
+fn at_baseline() -> (Run, RequestId) {
+    let mut r = Run::new();
+    // The project has a test of its own: there is a suite to run before the feature.
+    r.disk.apply(&ChangeSet {
+        summary: String::new(),
+        changes: vec![write(OWN, "def test_ok(): pass")],
+    });
+    r.design_lane(false);
+    let (gate, hash) = r.gate_hash();
+    r.ok(Event::Gate {
+        approval: approval(gate, hash),
+    });
+    r.observe();
+    let Pending::Baseline { request } = r.pending() else {
+        panic!(
+            "the baseline follows the design gate, got {:?}",
+            r.pending()
+        )
+    };
+    (r, request)
+}
+
+fn baseline_receipt(r: &Run, request: RequestId, failing: &[&str]) -> TestRunReceipt {
+    let outcomes: Vec<(&str, TestStatus)> = failing
+        .iter()
+        .map(|t| (*t, TestStatus::Failed))
+        .chain([(OWN, TestStatus::Passed)])
+        .collect();
+    receipt_with(
+        request,
+        r.workspace_hash(),
+        &outcomes,
+        i32::from(!failing.is_empty()),
+        "out",
+    )
+}
+
+#[test]
+fn the_baseline_runs_before_any_agent_and_a_test_failing_there_halts_for_a_person() {
+    let (mut r, request) = at_baseline();
+    let commands = r.ok(Event::VerifyCompleted {
+        receipt: baseline_receipt(&r, request, &[FLAKY]),
+    });
+    assert!(
+        matches!(commands.first(), Some(Command::Escalate { .. })),
+        "{commands:?}"
+    );
+    assert_eq!(r.halted_reason(), EscalationReason::FailingBeforeTheFeature);
+    let RunStatus::Halted { escalation, .. } = &r.s.status else {
+        panic!("halted")
+    };
+    assert!(escalation.detail.contains(FLAKY), "{}", escalation.detail);
+    assert!(
+        escalation.detail.contains("consort test quarantine"),
+        "{}",
+        escalation.detail
+    );
+    assert_eq!(
+        r.s.baseline.as_ref().map(|b| b.failing.clone()),
+        Some(vec![FLAKY.to_string()])
+    );
+    // No agent was asked anything in the build lane, so none is charged.
+    assert_eq!(r.s.build.repairs, 0);
+    assert!(r.s.receipts.is_empty());
+
+    // Quarantined by a person, a retry runs the baseline again; the test still fails there,
+    // but it judges nothing, and the first RED follows.
+    r.ok(quarantine(FLAKY));
+    assert_eq!(
+        r.refused(quarantine(FLAKY)),
+        RuleViolation::AlreadyQuarantined { test: FLAKY.into() }
+    );
+    r.ok(human(HumanDecision::Retry));
+    let Pending::Baseline { request: again } = r.pending() else {
+        panic!("a retry runs the baseline again, got {:?}", r.pending())
+    };
+    assert_ne!(again, request, "a fresh request");
+    r.ok(Event::VerifyCompleted {
+        receipt: baseline_receipt(&r, again, &[FLAKY]),
+    });
+    r.observe();
+    assert!(matches!(
+        r.assignment().1,
+        Step::Red { ref test } if test == "T1"
+    ));
+}
+
+#[test]
+fn a_quarantined_test_failing_judges_no_red_and_no_green() {
+    let (mut r, request) = at_baseline();
+    r.ok(quarantine(FLAKY));
+    r.ok(Event::VerifyCompleted {
+        receipt: baseline_receipt(&r, request, &[FLAKY]),
+    });
+    r.observe();
+    // RED: the new test fails, and so does the quarantined one: a RED all the same.
+    r.produce(cs(vec![write("tests/t1.sql", "assert false;")]))
+        .expect("red accepted");
+    r.apply();
+    r.verify(&[
+        ("tests/t1.sql", TestStatus::Failed),
+        (FLAKY, TestStatus::Failed),
+    ])
+    .expect("the quarantined failure is no broken test");
+    r.observe();
+    // GREEN: every test passes but the quarantined one, and the run's exit says it failed.
+    r.produce(cs(vec![write("src/code.sql", "-- 1")]))
+        .expect("green accepted");
+    r.apply();
+    r.verify(&[
+        ("tests/t1.sql", TestStatus::Passed),
+        (FLAKY, TestStatus::Failed),
+    ])
+    .expect("green passes");
+    r.observe();
+    assert!(
+        matches!(r.assignment().1, Step::Refactor { .. }),
+        "{:?}",
+        r.pending()
+    );
+}
+
+#[test]
+fn a_test_not_quarantined_still_judges_a_green() {
+    let (mut r, request) = at_baseline();
+    r.ok(Event::VerifyCompleted {
+        receipt: baseline_receipt(&r, request, &[]),
+    });
+    r.observe();
+    r.red("tests/t1.sql", &[]);
+    r.produce(cs(vec![write("src/code.sql", "-- 1")]))
+        .expect("green accepted");
+    r.apply();
+    r.verify(&[
+        ("tests/t1.sql", TestStatus::Passed),
+        (FLAKY, TestStatus::Failed),
+    ])
+    .expect("verified");
+    r.observe();
+    assert!(
+        matches!(r.assignment().1, Step::Repair { .. }),
+        "a failure of a test no person quarantined is the Driver's to repair: {:?}",
+        r.pending()
+    );
+}
+
+#[test]
+fn a_project_without_a_test_has_no_baseline_to_run() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    let (gate, hash) = r.gate_hash();
+    r.ok(Event::Gate {
+        approval: approval(gate, hash),
+    });
+    r.observe();
+    r.observe();
+    assert!(matches!(r.assignment().1, Step::Red { .. }));
+    assert!(r.s.baseline.is_none());
+}
+
+#[test]
+fn a_receipt_for_another_request_is_no_baseline() {
+    let (mut r, request) = at_baseline();
+    let receipt = baseline_receipt(&r, RequestId(request.0 + 7), &[]);
+    assert!(matches!(
+        r.refused(Event::VerifyCompleted { receipt }),
+        RuleViolation::ReceiptNotForRequest { .. }
+    ));
+}
