@@ -19,19 +19,11 @@ use crate::provider::{BaseRef, BaseSpec};
 /// Templates younger than this are never pruned (another provider may be copying one).
 const PRUNE_GRACE_SECS: i64 = 600;
 
-/// The template name of the base with key `key` copied from the database `parent` as it stood
-/// (`promoted`: what had been promoted into it, see [`ServerProvider::promoted_into_parent`]):
-/// two parents on one server never share a template, even for the same [`BaseSpec`], and a base
-/// copied before a promotion is never taken for one copied after it.
-fn template_name(parent: &str, promoted: &str, key: &ContentHash) -> String {
+/// The template name of the base with key `key` copied from the database `parent`: two
+/// parents on one server never share a template, even for the same [`BaseSpec`].
+fn template_name(parent: &str, key: &ContentHash) -> String {
     let hex = key.to_hex();
-    let named = ContentHash::of_pieces([
-        parent.as_bytes(),
-        b"\0",
-        promoted.as_bytes(),
-        b"\0",
-        hex.as_bytes(),
-    ]);
+    let named = ContentHash::of_pieces([parent.as_bytes(), b"\0", hex.as_bytes()]);
     format!("{TEMPLATE_PREFIX}{}", &named.to_hex()[..24])
 }
 
@@ -40,8 +32,7 @@ impl ServerProvider {
     pub(super) async fn prepare_base_impl(&self, spec: &BaseSpec) -> Result<BaseRef> {
         migrate::check_plan(&spec.migrations)?;
         let key = spec.key();
-        let promoted = self.promoted_into_parent().await?;
-        let name = template_name(&self.target.parent, &promoted, &key);
+        let name = template_name(&self.target.parent, &key);
         let base = BaseRef {
             id: name.clone(),
             key,
@@ -167,30 +158,6 @@ impl ServerProvider {
         Ok(())
     }
 
-    /// What has been promoted into the parent: its `consort_migrations` rows, in order (empty
-    /// when it has none). One short session with the parent, only when the pool prepares a
-    /// base: a promotion changes it, so every base prepared after one is copied afresh.
-    async fn promoted_into_parent(&self) -> Result<String> {
-        let c = self.admin.connect(&self.target.parent).await?;
-        let table = migrate::MIGRATIONS_TABLE;
-        let exists: bool = c
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
-            .await
-            .map_err(|e| Error::from_pg("looking for the parent's promoted migrations", e))?
-            .get(0);
-        if !exists {
-            return Ok(String::new());
-        }
-        let sql = format!(
-            "SELECT coalesce(string_agg(t::text, ',' ORDER BY t::text), '') FROM {table} t"
-        );
-        let row = c
-            .query_one(&sql, &[])
-            .await
-            .map_err(|e| Error::from_pg("reading the parent's promoted migrations", e))?;
-        Ok(row.get(0))
-    }
-
     /// Drops our oldest templates beyond `max_templates` (never `keep`, never a young one).
     async fn prune_templates(&self, admin: &Client, keep: &str) -> Result<()> {
         let rows = admin
@@ -238,18 +205,10 @@ mod tests {
     #[test]
     fn the_template_name_depends_on_the_parent_as_well_as_the_base() {
         let key = BaseSpec::default().key();
-        let a = template_name("consort", "", &key);
+        let a = template_name("consort", &key);
         assert!(a.starts_with(TEMPLATE_PREFIX));
-        assert_eq!(a, template_name("consort", "", &key));
-        assert_ne!(a, template_name("other", "", &key));
-        assert_ne!(
-            a,
-            template_name("consort", "", &ContentHash::of_bytes(b"x"))
-        );
-        assert_ne!(
-            a,
-            template_name("consort", "(0001,…)", &key),
-            "a promotion into the parent makes it another base"
-        );
+        assert_eq!(a, template_name("consort", &key));
+        assert_ne!(a, template_name("other", &key));
+        assert_ne!(a, template_name("consort", &ContentHash::of_bytes(b"x")));
     }
 }

@@ -276,30 +276,6 @@ async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
 }
 
 #[tokio::test]
-async fn a_base_copied_before_a_promotion_is_not_taken_for_one_after_it() {
-    let parent = unique_database("repromote");
-    let p = provider_on(&parent).await;
-    // A base of the parent as it stands (what `consort exec` and a baseline ask for)...
-    let before = p.prepare_base(&BaseSpec::default()).await.expect("base");
-    p.promote(&[migration("0001_late", "CREATE TABLE late (id int)")])
-        .await
-        .expect("promote");
-    // ...is not the base of the same spec after a promotion: that one holds what was promoted.
-    let after = p.prepare_base(&BaseSpec::default()).await.expect("base");
-    assert_ne!(before.id, after.id, "a stale copy of the parent was reused");
-    let (b, info) = branch_of(&*p, &after).await;
-    assert_eq!(
-        must_query(
-            &info,
-            "SELECT count(*) FROM pg_tables WHERE tablename = 'late'"
-        )
-        .await,
-        vec!["1".to_string()]
-    );
-    p.delete(&b.name).await.expect("delete");
-}
-
-#[tokio::test]
 async fn a_base_is_copied_from_its_own_parent_even_when_another_parent_has_the_same_spec() {
     let (first, second) = (unique_database("parent"), unique_database("parent"));
     let (a, b) = (provider_on(&first).await, provider_on(&second).await);
