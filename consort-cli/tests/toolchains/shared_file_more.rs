@@ -2,11 +2,9 @@
 //! the project's own test file, each RED adding its test beside the accepted ones (and the
 //! names it needs to an import the accepted tests share), a file-wide hook refused on the way.
 
-use std::path::Path;
-
 use crate::adopt::adopt_and_run;
-use crate::common::{ledger_text, toolchain, write};
-use crate::shared_file::{Entry, feature_script};
+use crate::common::{toolchain, write};
+use crate::shared_file::{Entry, assert_hook_refused_once, feature_script};
 
 /// What the three entries' tests check, as (test title or function, the call, the answer).
 const CHECKS: [(&str, &str, &str); 3] = [
@@ -120,20 +118,6 @@ fn node_case(tool: &str, version: &str, extra: &[&str]) {
         js_tests(esm, 3, false)
     );
     assert_hook_refused_once(dir);
-}
-
-/// The run refused one RED, a top-level hook beside the accepted tests, and nothing else.
-fn assert_hook_refused_once(dir: &Path) {
-    let ledger = ledger_text(dir);
-    assert_eq!(
-        ledger.matches("\"rule\":\"frozen-test-changed\"").count(),
-        1,
-        "{ledger}"
-    );
-    assert!(
-        ledger.contains("would apply to the accepted tests"),
-        "{ledger}"
-    );
 }
 
 #[test]

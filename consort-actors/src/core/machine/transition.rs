@@ -42,20 +42,18 @@ const FEEDBACK_EXCERPT: usize = 2000;
 const FAILURES_SAID: usize = 3000;
 
 pub(super) fn step(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
+    // A quarantine is taken whenever a run goes on or waits for a person.
+    if let Event::Quarantined { quarantine: q } = event
+        && matches!(state.status, RunStatus::Running | RunStatus::Halted { .. })
+    {
+        return quarantine(state, q);
+    }
     match &state.status {
         RunStatus::Done | RunStatus::Stopped => match event {
             Event::Refused { .. } => Ok((state.clone(), Vec::new())),
             _ => Err(RuleViolation::Finished),
         },
         RunStatus::Idle => idle(cfg, state, event),
-        RunStatus::Halted { .. } | RunStatus::Running
-            if matches!(event, Event::Quarantined { .. }) =>
-        {
-            match event {
-                Event::Quarantined { quarantine: q } => quarantine(state, q),
-                _ => Err(invariant("only a quarantine is quarantined")),
-            }
-        }
         RunStatus::Halted { .. } => halted(state, event),
         // A redo needs a run no process drives and that waits for a person: a halted one.
         RunStatus::Running if matches!(event, Event::Redone { .. }) => {
@@ -342,12 +340,10 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             baseline_completed(cfg, state, receipt, request)
         }
         (Event::VerifyCompleted { receipt }, p) => verify_completed(cfg, state, receipt, p),
-        (Event::VerifyFailed { request, error }, p @ Pending::Baseline { .. }) => {
-            infra_failed(state, *request, error, p)
-        }
-        (Event::VerifyFailed { request, error }, p @ Pending::Verify { .. }) => {
-            infra_failed(state, *request, error, p)
-        }
+        (
+            Event::VerifyFailed { request, error },
+            p @ (Pending::Verify { .. } | Pending::Baseline { .. }),
+        ) => infra_failed(state, *request, error, p),
         (Event::Promoted { report }, Pending::Promote { request }) => {
             promoted(cfg, state, request, report)
         }
