@@ -516,3 +516,20 @@ fn a_file_no_parser_knows_stays_frozen_whole() {
         .expect_err("a SQL file is frozen whole");
     assert!(refusal.to_string().contains("frozen whole"), "{refusal}");
 }
+
+#[test]
+fn a_tsx_file_is_judged_test_by_test_too() {
+    let old = "import { render } from '@testing-library/react';\nimport { Stock } from './Stock';\n\ntest('shows the count', () => {\n  render(<Stock count={3} />);\n});\n";
+    let path = "src/Stock.test.tsx";
+    allowed(
+        path,
+        old,
+        &format!("{old}\ntest('shows none', () => {{\n  render(<Stock count={{0}} />);\n}});\n"),
+    );
+    refused(
+        path,
+        old,
+        &old.replace("count={3}", "count={4}"),
+        "test `shows the count` (line 4) was changed",
+    );
+}
