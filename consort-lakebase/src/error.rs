@@ -253,6 +253,10 @@ impl Error {
     pub fn infra_fault(&self) -> InfraFault {
         match self {
             Error::Runner(_) => InfraFault::RunnerFailed,
+            Error::TestCommand {
+                fault: TestCommandFault::Refused { .. },
+                ..
+            } => InfraFault::SandboxRefused,
             Error::TestCommand { .. } => InfraFault::TestCommandBroken,
             Error::Timeout(_) | Error::TemplateBusy(_) => InfraFault::Timeout,
             Error::Io { .. } => InfraFault::WorkTreeIo,
@@ -589,6 +593,61 @@ fn pg_text(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// What a run's confinement refused it, as its output showed (see `runner/denial.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// A TCP connection, by Landlock's port rule (runs without a network of their own).
+    Connection {
+        /// The address, as the run's output named it.
+        address: String,
+    },
+    /// An address outside the run's own network (which holds its loopback and its branch).
+    Network {
+        /// The address or host name, as the run's output named it.
+        address: String,
+    },
+    /// A path: Consort's private state (`write` false), or a write outside the run's scratch
+    /// and caches that the file's own modes allow (`write` true).
+    Path {
+        /// The path, as the run's output named it.
+        path: String,
+        /// Whether the run was refused writing it.
+        write: bool,
+    },
+    /// A pseudo-terminal (runs without a devpts instance of their own).
+    Pty,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const OFF: &str =
+            "or set `sandbox = \"off\"` under [runner] in consort.toml to run unconfined";
+        match self {
+            Refusal::Connection { address } => write!(
+                f,
+                "a TCP connection to {address}: on this machine a run may connect only to its branch's port (the kernel gives runs no network of their own, where a test could serve on loopback); run Consort where user and network namespaces are allowed, {OFF}"
+            ),
+            Refusal::Network { address } => write!(
+                f,
+                "a connection to {address}, outside the run's own network: a run reaches its loopback and its branch, nothing else; start what the test needs inside the run (it may serve on any loopback port), {OFF}"
+            ),
+            Refusal::Path { path, write: false } => write!(
+                f,
+                "reading {path}: Consort's private state and other lanes are never readable to a run, and no setting changes that"
+            ),
+            Refusal::Path { path, write: true } => write!(
+                f,
+                "writing {path}: a run writes only in its scratch directory ($HOME, $TMPDIR), /dev/shm and the tree's cache directories; name the directory under [paths] caches in consort.toml and create it before the run, {OFF}"
+            ),
+            Refusal::Pty => write!(
+                f,
+                "a pseudo-terminal: the kernel gives runs no devpts instance of their own here; run Consort where user namespaces are allowed, {OFF}"
+            ),
+        }
+    }
+}
+
 /// A server error as one line: message, detail, hint and SQLSTATE.
 pub(crate) fn db_text(db: &DbError) -> String {
     format!("{} (SQLSTATE {})", ServerText::of(db), db.code().code())
@@ -621,6 +680,12 @@ pub enum TestCommandFault {
     NotInstalled {
         /// The package (`vitest`, `@scope/tool`).
         package: String,
+    },
+    /// The run failed on something its confinement refused it (see [`Refusal`]): no evidence
+    /// about the code, never a RED, never a failed GREEN.
+    Refused {
+        /// What was refused (boxed: the error stays small).
+        refusal: Box<Refusal>,
     },
     /// `psql` did not run a test file's statements: what it ended with is no evidence about
     /// the test (see [`PsqlFault`]).
@@ -695,6 +760,10 @@ impl std::fmt::Display for TestCommandFault {
             TestCommandFault::NotInstalled { package } => write!(
                 f,
                 "could not run {package}: it is not installed in this workspace (npm found no {package} in node_modules, and a test run reaches no registry): install the project's dependencies where the run starts (`npm ci`), or fix the command"
+            ),
+            TestCommandFault::Refused { refusal } => write!(
+                f,
+                "failed on what the confinement refused it, so its outcome is no verdict on the code: {refusal}"
             ),
             TestCommandFault::Psql { file, fault } => {
                 write!(f, "did not run the test file {file}: {fault}")

@@ -109,7 +109,8 @@ pub use embedded::{
     RunAs, fallback_dir, placed_clusters, remove_orphan,
 };
 pub use error::{
-    CaFileError, ClusterError, ConfigError, Error, PsqlFault, Result, ServerText, TestCommandFault,
+    CaFileError, ClusterError, ConfigError, Error, PsqlFault, Refusal, Result, ServerText,
+    TestCommandFault,
 };
 pub use pgbin::{OLDEST_MAJOR, PgBinaries, PostgresSource, ServerChoice, find_psql};
 pub use pgbranch::{ParentPrivilege, ServerOptions, ServerProvider, TEMPLATE_PREFIX};

@@ -576,6 +576,18 @@ pub enum Confinement {
         /// Whether TCP connections were restricted (ABI 4 and later).
         network: bool,
     },
+    /// Linux Landlock at this ABI (as [`Confinement::Landlock`]) in namespaces of the run's
+    /// own: a mount namespace (ptys of its own, its own `/dev/shm`, the dependency directories
+    /// read-only) and, when `own_network`, a network of its own: a loopback on which it may
+    /// serve and connect at will, and its branch forwarded in, nothing else reachable.
+    /// Without `own_network` (a branch on another machine), TCP connections only to the
+    /// branch's port.
+    Namespaced {
+        /// The Landlock ABI version the kernel enforced.
+        abi: u32,
+        /// Whether the run had a network of its own.
+        own_network: bool,
+    },
     /// Confinement was switched off by the configuration (`sandbox = "off"`).
     Off,
     /// Recorded before confinement existed (an old ledger).
@@ -587,6 +599,14 @@ impl Confinement {
     /// Whether this is [`Confinement::Unrecorded`].
     pub fn is_unrecorded(&self) -> bool {
         matches!(self, Confinement::Unrecorded)
+    }
+
+    /// Whether the run was confined (by Landlock, in namespaces or not).
+    pub fn is_confined(&self) -> bool {
+        matches!(
+            self,
+            Confinement::Landlock { .. } | Confinement::Namespaced { .. }
+        )
     }
 }
 
@@ -602,6 +622,20 @@ impl std::fmt::Display for Confinement {
             } => {
                 write!(f, "Landlock ABI {abi} (files only)")
             }
+            Confinement::Namespaced {
+                abi,
+                own_network: true,
+            } => write!(
+                f,
+                "Landlock ABI {abi} in namespaces of its own (a network with only its branch forwarded in, ptys, read-only dependencies)"
+            ),
+            Confinement::Namespaced {
+                abi,
+                own_network: false,
+            } => write!(
+                f,
+                "Landlock ABI {abi} in namespaces of its own (ptys, read-only dependencies; TCP only to its branch's port)"
+            ),
             Confinement::Off => f.write_str("off (sandbox = \"off\")"),
             Confinement::Unrecorded => f.write_str("not recorded"),
         }
@@ -799,6 +833,9 @@ pub enum InfraFault {
     TestCommandBroken,
     /// A step's prompt does not fit the model's context window.
     ContextWindowTooSmall,
+    /// A test run failed on what its confinement refused it (a connection, a path, a pty):
+    /// no verdict on the code, for a person to allow or change.
+    SandboxRefused,
     /// A lane's merge check refused its promotion: its branch conflicts with work merged since
     /// it started, or breaks the tests of a merged feature. Not a fault of the infrastructure
     /// (it travels as one from the Lakebase side): the machine halts it as
@@ -840,6 +877,7 @@ impl fmt::Display for InfraFault {
             InfraFault::QuotaExhausted => "the branch backend's quota is used up",
             InfraFault::MigrationFailed => "a migration could not be applied",
             InfraFault::TestCommandBroken => "the test command did not run the tests",
+            InfraFault::SandboxRefused => "a test run failed on what its confinement refused it",
             InfraFault::ContextWindowTooSmall => {
                 "a step's prompt does not fit the model's context window"
             }

@@ -11,7 +11,7 @@ use super::junit::parse_junit;
 use super::process::{EnvPolicy, ProcOutcome, ProcSpec, run, shell_quote, tree_path};
 use super::select::Selector;
 use super::{RunContext, RunReport, Suite, TestRunner, redact};
-use crate::error::{Error, Result, TestCommandFault};
+use crate::error::{Error, Refusal, Result, TestCommandFault};
 use crate::provider::BoxFuture;
 
 /// How the command runner runs and reads the project's tests.
@@ -275,6 +275,15 @@ impl CommandRunner {
                 }
             }
         };
+        if let Some(refusal) = refusal(ctx, &main, &outcomes) {
+            return Err(Error::TestCommand {
+                command: redact(&self.cfg.command, &ctx.conn),
+                fault: TestCommandFault::Refused {
+                    refusal: Box::new(refusal),
+                },
+                output: redact(&capture.finish().excerpt, &ctx.conn),
+            });
+        }
         // A run that did not succeed must show a failure somewhere.
         if !main.exit.success()
             && !outcomes
@@ -297,6 +306,23 @@ impl CommandRunner {
             sessions_lost: Vec::new(),
         })
     }
+}
+
+/// What the confinement refused a run that failed, as its output and its failures' messages
+/// show (see `denial.rs`): a failure so is no verdict.
+fn refusal(ctx: &RunContext, main: &ProcOutcome, outcomes: &[TestOutcome]) -> Option<Refusal> {
+    let failed = outcomes.iter().filter(|o| o.is_failure());
+    if main.exit.success() && failed.clone().next().is_none() {
+        return None;
+    }
+    let mut text = String::from_utf8_lossy(&main.stdout).into_owned();
+    text.push('\n');
+    text.push_str(&String::from_utf8_lossy(&main.stderr));
+    for message in failed.filter_map(|o| o.message.as_deref()) {
+        text.push('\n');
+        text.push_str(message);
+    }
+    ctx.jail.refusal(&text)
 }
 
 /// The package npm reports it could not find offline (`code ENOTCACHED`, "request to

@@ -16,10 +16,13 @@
 
 mod capture;
 mod command;
+mod denial;
+mod forward;
 mod go_list;
 mod jest_list;
 mod junit;
 pub(crate) mod missing_module;
+mod namespaces;
 mod process;
 mod psql;
 mod sandbox;
@@ -45,6 +48,7 @@ pub use jest_list::JEST_FILE_CLASSNAME;
 pub use junit::parse_junit;
 pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, NON_INTERACTIVE, shell_quote};
 pub use psql::{PsqlRunner, PsqlRunnerConfig};
+use sandbox::dependency_dirs;
 pub use sandbox::{Jail, JailSpec, SandboxMode, SandboxSupport, Scratch, sweep_abandoned_scratch};
 pub use select::Selector;
 pub use session::{PINNED, SessionSettings};
@@ -103,7 +107,8 @@ impl RunContext {
             tree: Some(work_tree.clone()),
             writable,
             create_only: Some(scratch.views()),
-            connect_port: (!conn.host.starts_with('/')).then_some(conn.port),
+            branch: (!conn.host.starts_with('/')).then(|| (conn.host.clone(), conn.port)),
+            read_only: dependency_dirs(&work_tree),
             shm: Some(scratch.shm()),
         };
         let jail = Jail::prepare(mode, &spec)?;

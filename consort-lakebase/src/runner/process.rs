@@ -241,13 +241,15 @@ pub(crate) async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = spec.jail.spawn(cmd).await.map_err(|e| {
+    let confined = spec.jail.spawn(cmd).await.map_err(|e| {
         Error::Runner(format!(
             "cannot start {} in {}: {e}",
             spec.program.display(),
             spec.cwd.display()
         ))
     })?;
+    let mut child = confined.child;
+    let _forwarding = confined.forwarder;
     let pgid = child.id();
     // A run dropped before it ends (a sharded verification stopped early) takes its whole
     // process group with it, not only the leader.

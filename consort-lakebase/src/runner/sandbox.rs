@@ -31,17 +31,26 @@ use landlock::{
     Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
-use crate::error::{Error, Result};
+use super::denial::{self, Reach};
+use super::forward::Forwarder;
+use super::namespaces::{self, Plan};
+use crate::error::{Error, Refusal, Result};
 
 /// The Landlock ABI whose rights the rules ask for (older kernels enforce what they know).
 const ABI_WANTED: ABI = ABI::V7;
+
+/// The oldest Landlock ABI that confines a run as the rules say: ABI 3 is the first to refuse
+/// truncating a file (the tests, the harness) the run may only read.
+const ABI_NEEDED: u32 = 3;
 
 /// Where POSIX shared memory and named semaphores live; every run may write there (its own
 /// directory when [`private_dev_shm`] can mount one there).
 const SHM: &str = "/dev/shm";
 
-/// Devices every run may write to.
-const DEVICES: [&str; 6] = [
+/// Devices every run may write to (`/dev/ptmx` opens a pty of the run's own devpts instance
+/// where it has one).
+const DEVICES: [&str; 7] = [
+    "/dev/ptmx",
     "/dev/null",
     "/dev/zero",
     "/dev/full",
@@ -67,6 +76,9 @@ pub enum SandboxSupport {
     Available {
         /// The ABI the kernel enforces (capped at the newest this code asks for).
         abi: u32,
+        /// Whether runs get namespaces of their own (a network, ptys, mounts), and if not,
+        /// why: the kernel refused them.
+        namespaces: Result<(), String>,
     },
     /// Landlock cannot be used here, and why.
     Unavailable(String),
@@ -84,7 +96,13 @@ impl SandboxSupport {
             enforced_abi(&status.ruleset, status.landlock)
         });
         match probe.join() {
-            Ok(Ok(abi)) => SandboxSupport::Available { abi },
+            Ok(Ok(abi)) if abi < ABI_NEEDED => SandboxSupport::Unavailable(format!(
+                "Landlock ABI {abi} cannot keep truncation from the tests and the harness (ABI {ABI_NEEDED} and later can)"
+            )),
+            Ok(Ok(abi)) => SandboxSupport::Available {
+                abi,
+                namespaces: super::namespaces::probe(),
+            },
             Ok(Err(why)) => SandboxSupport::Unavailable(why),
             Err(_) => SandboxSupport::Unavailable("the probe thread panicked".into()),
         }
@@ -94,14 +112,29 @@ impl SandboxSupport {
 impl std::fmt::Display for SandboxSupport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SandboxSupport::Available { abi } if *abi >= 4 => write!(
+            SandboxSupport::Available {
+                abi,
+                namespaces: Ok(()),
+            } => write!(
                 f,
-                "Landlock ABI {abi}: files, TCP connections{}",
+                "Landlock ABI {abi} (files{}) in namespaces of its own: a network (its branch forwarded in, nothing else out), ptys, /dev/shm, read-only dependencies",
                 if *abi >= 6 { ", signals" } else { "" }
             ),
-            SandboxSupport::Available { abi } => {
-                write!(f, "Landlock ABI {abi}: files only (TCP needs ABI 4)")
-            }
+            SandboxSupport::Available {
+                abi,
+                namespaces: Err(why),
+            } if *abi >= 4 => write!(
+                f,
+                "Landlock ABI {abi} alone (files, TCP only to the branch's port{}): no namespaces of its own ({why}), so tests cannot serve on loopback or open ptys",
+                if *abi >= 6 { ", signals" } else { "" }
+            ),
+            SandboxSupport::Available {
+                abi,
+                namespaces: Err(why),
+            } => write!(
+                f,
+                "Landlock ABI {abi} alone, files only (TCP needs ABI 4; no namespaces: {why})"
+            ),
             SandboxSupport::Unavailable(why) => write!(f, "no Landlock: {why}"),
         }
     }
@@ -286,6 +319,38 @@ fn owner_lives(dir: &Path) -> bool {
     }
 }
 
+/// The dependency directories of `tree` (canonical): its own, and those its links lead to
+/// (a lane's entries linked into the main tree's `node_modules`, its `.venv` linked whole), so
+/// no run writes the main tree's dependencies through a lane.
+pub(crate) fn dependency_dirs(tree: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut add = |dir: PathBuf| {
+        if dir.is_dir() && !out.contains(&dir) {
+            out.push(dir);
+        }
+    };
+    for name in consort_actors::DEPENDENCY_DIRS.map(|(name, _)| name) {
+        let dir = tree.join(name);
+        let Ok(real) = dir.canonicalize() else {
+            continue;
+        };
+        add(real);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.filter_map(|e| e.ok()) {
+            let linked = entry.file_type().is_ok_and(|t| t.is_symlink());
+            let target = linked.then(|| entry.path().canonicalize().ok()).flatten();
+            if let Some(parent) = target.as_deref().and_then(Path::parent)
+                && parent.file_name().is_some_and(|n| n == name)
+            {
+                add(parent.to_path_buf());
+            }
+        }
+    }
+    out
+}
+
 /// What one run may reach; see the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct JailSpec {
@@ -299,8 +364,13 @@ pub struct JailSpec {
     /// A directory in which the run may read and create files and directories, and write
     /// what it created, but remove, rename or link nothing (its views of the work tree).
     pub create_only: Option<PathBuf>,
-    /// The TCP port it may connect to (the branch's), if any.
-    pub connect_port: Option<u16>,
+    /// The branch's host and TCP port (none for a Unix socket directory): forwarded into the
+    /// run's own network, or, where runs get none, the one port it may connect to.
+    pub branch: Option<(String, u16)>,
+    /// Dependency directories (`node_modules`, `.venv` and what their links reach), mounted
+    /// read-only where runs get a mount namespace of their own; writable directories inside
+    /// them (the tools' caches) stay writable.
+    pub read_only: Vec<PathBuf>,
     /// The run's own directory for POSIX shared memory, seen by its processes as `/dev/shm`
     /// (see [`Scratch::shm`]), if any.
     pub shm: Option<PathBuf>,
@@ -311,8 +381,24 @@ pub struct JailSpec {
 pub struct Jail {
     inner: Option<Arc<RulesetCreated>>,
     confinement: Confinement,
-    /// The directory its processes see as `/dev/shm`.
+    /// The directory its processes see as `/dev/shm` (without namespaces of their own).
     shm: Option<PathBuf>,
+    /// The namespaces its processes enter, where the kernel gives them.
+    namespaces: Option<Arc<Plan>>,
+    /// The branch the run's own network forwards to.
+    branch: Option<(String, u16)>,
+    /// What the run may reach, to tell a refusal of the confinement in its output.
+    reach: Option<Arc<Reach>>,
+}
+
+/// A process started in a [`Jail`], with the forwarding of its branch into its network (which
+/// ends when this is dropped).
+#[derive(Debug)]
+pub(crate) struct Confined {
+    /// The process.
+    pub child: tokio::process::Child,
+    /// The forwarding of its branch into its network, if it has one.
+    pub forwarder: Option<Forwarder>,
 }
 
 impl Jail {
@@ -322,6 +408,9 @@ impl Jail {
             inner: None,
             confinement: Confinement::Off,
             shm: None,
+            namespaces: None,
+            branch: None,
+            reach: None,
         }
     }
 
@@ -331,8 +420,8 @@ impl Jail {
         if mode == SandboxMode::Off {
             return Ok(Jail::off());
         }
-        let abi = match process_support() {
-            SandboxSupport::Available { abi } => *abi,
+        let (abi, namespaces) = match process_support() {
+            SandboxSupport::Available { abi, namespaces } => (*abi, namespaces.is_ok()),
             SandboxSupport::Unavailable(why) => {
                 return Err(Error::Runner(format!(
                     "test runs must be confined, but this machine cannot ({why}); fix the kernel, \
@@ -340,16 +429,54 @@ impl Jail {
                 )));
             }
         };
-        let created = build_rules(spec, abi)
+        let plan = namespaces.then(|| {
+            let branch = spec.branch.as_ref().map(|(h, p)| (h.as_str(), *p));
+            Plan::new(branch, spec.shm.as_deref(), &spec.read_only, &spec.writable)
+        });
+        let own_network = plan.as_ref().is_some_and(Plan::own_network);
+        let created = build_rules(spec, abi, own_network)
             .map_err(|e| Error::Runner(format!("cannot build the sandbox of the test run: {e}")))?;
-        Ok(Jail {
-            inner: Some(Arc::new(created)),
-            shm: spec.shm.clone(),
-            confinement: Confinement::Landlock {
+        let confinement = match &plan {
+            Some(plan) => Confinement::Namespaced {
+                abi,
+                own_network: plan.own_network(),
+            },
+            None => Confinement::Landlock {
                 abi,
                 network: abi >= 4,
             },
+        };
+        let canonical = |paths: &mut dyn Iterator<Item = &PathBuf>| -> Vec<PathBuf> {
+            paths.filter_map(|p| p.canonicalize().ok()).collect()
+        };
+        let reach = Reach {
+            hidden: canonical(&mut spec.hidden.iter()),
+            writable: canonical(
+                &mut spec
+                    .writable
+                    .iter()
+                    .chain(&spec.create_only)
+                    .chain(&spec.shm)
+                    .chain(&[PathBuf::from(SHM)]),
+            ),
+            tree: spec.tree.clone().unwrap_or_default(),
+            own_network,
+            own_ptys: plan.is_some(),
+        };
+        Ok(Jail {
+            inner: Some(Arc::new(created)),
+            shm: spec.shm.clone(),
+            confinement,
+            namespaces: plan.map(Arc::new),
+            branch: spec.branch.clone(),
+            reach: Some(Arc::new(reach)),
         })
+    }
+
+    /// What the confinement refused a failed run whose output is `text`, if that is why it
+    /// failed (see `denial.rs`); nothing for an unconfined run.
+    pub(crate) fn refusal(&self, text: &str) -> Option<Refusal> {
+        denial::read(text, self.reach.as_deref()?)
     }
 
     /// What receipts of runs in this jail record.
@@ -357,14 +484,22 @@ impl Jail {
         self.confinement
     }
 
-    /// Spawns `cmd` confined: on a new thread that restricts itself, starts the child and ends.
+    /// Spawns `cmd` confined: in namespaces of its own where it gets them (its branch
+    /// forwarded into its network), else on a new thread that restricts itself, starts the
+    /// child and ends.
     pub(crate) async fn spawn(
         &self,
         mut cmd: tokio::process::Command,
-    ) -> std::io::Result<tokio::process::Child> {
+    ) -> std::io::Result<Confined> {
         let Some(rules) = &self.inner else {
-            return cmd.spawn();
+            return Ok(Confined {
+                child: cmd.spawn()?,
+                forwarder: None,
+            });
         };
+        if let Some(plan) = &self.namespaces {
+            return self.spawn_namespaced(cmd, plan, rules.try_clone()?);
+        }
         let rules = rules.try_clone()?;
         let shm = self.shm.clone();
         let handle = tokio::runtime::Handle::current();
@@ -391,7 +526,31 @@ impl Jail {
         if let Err(e) = shm {
             shared_dev_shm_noted(&e);
         }
-        Ok(child)
+        Ok(Confined {
+            child,
+            forwarder: None,
+        })
+    }
+
+    /// Spawns `cmd` in the namespaces of `plan`, confined by `rules` there, and forwards its
+    /// branch into its network.
+    fn spawn_namespaced(
+        &self,
+        mut cmd: tokio::process::Command,
+        plan: &Arc<Plan>,
+        rules: RulesetCreated,
+    ) -> std::io::Result<Confined> {
+        let channel = namespaces::confine(cmd.as_std_mut(), plan.clone(), Some(rules))?;
+        let spawned = cmd.spawn();
+        let sent = namespaces::drain(&channel);
+        let child = spawned.map_err(|e| std::io::Error::new(e.kind(), sent.failure(&e)))?;
+        let forwarder = match (&self.branch, plan.own_network()) {
+            (Some((host, port)), true) => {
+                Some(Forwarder::start(sent.listeners, host.clone(), *port)?)
+            }
+            _ => None,
+        };
+        Ok(Confined { child, forwarder })
     }
 }
 
@@ -432,7 +591,7 @@ fn shared_dev_shm_noted(e: &nix::errno::Errno) {
 /// Empties every capability set of the calling thread (bounding set first, so a program run
 /// as root does not get them back at exec): a confined run as root keeps uid 0 but none of
 /// root's powers, such as reading another process's environment or bypassing file modes.
-fn drop_capabilities() -> std::io::Result<()> {
+pub(crate) fn drop_capabilities() -> std::io::Result<()> {
     use caps::CapSet;
     let err = |e: caps::errors::CapsError| std::io::Error::other(format!("capabilities: {e}"));
     let permitted = caps::read(None, CapSet::Permitted).map_err(err)?;
@@ -451,14 +610,20 @@ fn drop_capabilities() -> std::io::Result<()> {
     Ok(())
 }
 
-fn build_rules(spec: &JailSpec, abi: u32) -> std::result::Result<RulesetCreated, String> {
+fn build_rules(
+    spec: &JailSpec,
+    abi: u32,
+    own_network: bool,
+) -> std::result::Result<RulesetCreated, String> {
     let read = AccessFs::from_read(ABI_WANTED);
     let write = AccessFs::from_write(ABI_WANTED);
     let err = |e: landlock::RulesetError| e.to_string();
     let mut ruleset = Ruleset::default()
         .handle_access(read | write)
         .map_err(err)?;
-    if abi >= 4 {
+    // Without a network of its own, the run may connect to its branch's port alone.
+    let tcp_rule = abi >= 4 && !own_network;
+    if tcp_rule {
         ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(err)?;
     }
     if abi >= 6 {
@@ -517,9 +682,9 @@ fn build_rules(spec: &JailSpec, abi: u32) -> std::result::Result<RulesetCreated,
             AccessFs::from_file(ABI_WANTED) & (read | write),
         )?;
     }
-    if let Some(port) = spec.connect_port.filter(|_| abi >= 4) {
+    if let Some((_, port)) = spec.branch.as_ref().filter(|_| tcp_rule) {
         created = created
-            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
             .map_err(err)?;
     }
     Ok(created)

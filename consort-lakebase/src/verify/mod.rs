@@ -208,7 +208,7 @@ fn runner_fault(e: &Error) -> InfraError {
     let fault = match e {
         Error::Connect(_) | Error::Connection { .. } => InfraFault::DatabaseDown,
         Error::Io { .. } => InfraFault::WorkTreeIo,
-        Error::TestCommand { .. } => InfraFault::TestCommandBroken,
+        Error::TestCommand { .. } => e.infra_fault(),
         _ => InfraFault::RunnerFailed,
     };
     infra(
