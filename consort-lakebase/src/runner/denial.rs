@@ -119,7 +119,7 @@ fn word_at(s: &str) -> String {
         .to_string()
 }
 
-/// The paths a line names: quoted strings and bare words that start with `/` (or `./`).
+/// The paths a line names: quoted strings, and bare words with a `/` in them that are no URL.
 fn paths_in(line: &str) -> Vec<String> {
     let mut out = Vec::new();
     for quote in ['\'', '"', '`'] {
@@ -132,7 +132,7 @@ fn paths_in(line: &str) -> Vec<String> {
     }
     for word in line.split(|c: char| c.is_whitespace() || c == ',' || c == '\'' || c == '"') {
         let word = word.trim_end_matches([':', ')', ';', '.']);
-        if word.starts_with('/') || word.starts_with("./") {
+        if word.contains('/') && !word.contains("://") {
             out.push(word.to_string());
         }
     }

@@ -141,6 +141,12 @@ impl Plan {
             flags |= CloneFlags::CLONE_NEWNET;
         }
         unshare(flags).map_err(|e| (0, e))?;
+        // Consort is not dumpable, so its `/proc` files (and the child's, inherited) belong to
+        // root, and a normal user could not write its own maps. The child alone becomes
+        // dumpable: its memory is Consort's copy until exec, which no confined run may read
+        // (Landlock refuses it ptrace access to anything outside its domain), and exec sets
+        // the flag anew.
+        nix::sys::prctl::set_dumpable(true).map_err(|e| (1, e))?;
         write_proc(c"/proc/self/setgroups", b"deny")
             .and_then(|()| write_proc(c"/proc/self/uid_map", &self.uid_map))
             .and_then(|()| write_proc(c"/proc/self/gid_map", &self.gid_map))

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::common::tree_of;
 use consort_actors::hash_dir;
-use consort_actors::{Confinement, TestRunReceipt, TestStatus};
+use consort_actors::{Confinement, InfraFault, TestRunReceipt, TestStatus};
 use consort_lakebase::{
     BaseSpec, BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs,
     PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, TestRunner,
@@ -263,7 +263,8 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
             abi: 7,
             own_network: true
         },
-        "this machine gives runs namespaces of their own (Landlock ABI 7)"
+        "this machine gives runs namespaces of their own (Landlock ABI 7): {}",
+        SandboxSupport::probe()
     );
     assert!(
         !tree.path().join("consort.toml.timestamp-1.mjs").exists(),
@@ -358,12 +359,64 @@ fn args(runner: Arc<dyn TestRunner>, provider: Arc<dyn BranchProvider>) -> Lakeb
 }
 
 async fn verify(args: LakebaseArgs, tree: &Path) -> TestRunReceipt {
+    verify_or_fault(args, tree)
+        .await
+        .unwrap_or_else(|e| panic!("an infrastructure error, not a verdict: {e:?}"))
+}
+
+async fn verify_or_fault(
+    args: LakebaseArgs,
+    tree: &Path,
+) -> Result<TestRunReceipt, consort_actors::InfraError> {
     let (actor, join) = LakebaseActor::spawn(args).await.expect("spawn");
     let req = consort_testkit::verify::request(7, tree, Vec::new());
     let answer = consort_testkit::verify::verify(&actor, req, Duration::from_secs(180)).await;
     actor.stop(None);
     let _ = join.await;
-    answer.unwrap_or_else(|e| panic!("an infrastructure error, not a verdict: {e:?}"))
+    answer
+}
+
+/// A run that fails on what its confinement refused it is a harness fault that names what was
+/// refused and the way to allow it — never a verdict a RED or a GREEN could be taken from. One
+/// case per kind: the network outside the run's own, a path it may only read, a device (as
+/// root, whose file modes would let it write the device), and Consort's private state.
+#[tokio::test]
+async fn a_run_the_confinement_refused_is_a_harness_fault_never_a_verdict() {
+    let tree = tree_of(&[
+        ("tests/t1.sql", "SELECT 1;\n"),
+        (".consort/ledger.jsonl", "{}\n"),
+    ]);
+    let ctx = confined(tree.path(), Vec::new()).await;
+    let mut cases = vec![
+        (
+            "python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 80), 3)'",
+            "a connection to an address outside the run",
+        ),
+        ("echo broken >> tests/t1.sql", "writing tests/t1.sql"),
+        ("cat .consort/ledger.jsonl", "ledger.jsonl: Consort's private state"),
+    ];
+    if nix::unistd::geteuid().is_root() {
+        cases.push(("echo x > /dev/loop-control", "writing /dev/loop-control"));
+    }
+    for (command, named) in cases {
+        let e = CommandRunner::new(CommandRunnerConfig::new(command))
+            .run(&ctx)
+            .await
+            .expect_err("no report of a refused run");
+        assert_eq!(e.infra_fault(), InfraFault::SandboxRefused, "{command}: {e}");
+        let said = e.to_string();
+        assert!(said.contains(named), "{command}: {said}");
+        assert!(said.contains("no verdict on the code"), "{said}");
+    }
+    // Through verification: no receipt, so no RED can be accepted and nobody charged.
+    let runner: Arc<dyn TestRunner> = Arc::new(CommandRunner::new(CommandRunnerConfig::new(
+        "echo broken >> tests/t1.sql",
+    )));
+    let fault = verify_or_fault(args(runner, common::dyn_provider().await), tree.path())
+        .await
+        .expect_err("a harness fault, not a receipt");
+    assert_eq!(fault.fault, InfraFault::SandboxRefused, "{fault}");
+    assert!(fault.detail.contains("writing tests/t1.sql"), "{}", fault.detail);
 }
 
 #[tokio::test]
@@ -545,4 +598,48 @@ echo "1..$n"
             );
         }
     }
+}
+
+/// Every test of this module again, as an unprivileged user (`nobody`), when this suite runs as
+/// root (as CI does): the namespaces, the forwarded branch, the ptys and every refusal hold for
+/// a normal user too, who gets its namespaces from a user namespace of its own. Run as a
+/// normal user, the module's tests already are that run.
+#[test]
+fn every_sandbox_test_holds_for_an_unprivileged_user_too() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let home = tempfile::tempdir().expect("a home for nobody");
+    let nobody = (
+        nix::unistd::Uid::from_raw(65534),
+        nix::unistd::Gid::from_raw(65534),
+    );
+    nix::unistd::chown(home.path(), Some(nobody.0), Some(nobody.1)).expect("chown");
+    let exe = std::env::current_exe().expect("this test binary");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i"])
+        .arg(format!("HOME={}", home.path().display()))
+        .arg(format!("TMPDIR={}", home.path().display()))
+        .arg(format!("PATH={}", std::env::var("PATH").unwrap_or_default()))
+        .arg(exe)
+        .args([
+            "sandbox::",
+            "--skip",
+            "every_sandbox_test_holds_for_an_unprivileged_user_too",
+            "--test-threads=2",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("setpriv (util-linux) starts");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    let passed = said
+        .lines()
+        .filter(|l| l.starts_with("test sandbox::") && l.ends_with(" ok"))
+        .count();
+    assert!(passed >= 8, "every sandbox test ran as nobody: {said}");
 }
