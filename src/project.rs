@@ -25,11 +25,13 @@ use crate::runlock::{LockScope, RunLock, RunLockError};
 
 mod assembly;
 mod git_sync;
+mod trial;
 mod unverified;
 
 pub use unverified::{Difference, UnverifiedWork};
 pub(crate) mod lane;
 pub use git_sync::LiveSync;
+pub use trial::TrialRun;
 
 /// Why a project could not be opened or run.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,9 @@ pub enum ProjectError {
     /// The database side failed.
     #[error("database")]
     Database(#[from] consort_lakebase::Error),
+    /// The work tree could not be read.
+    #[error(transparent)]
+    WorkTree(#[from] consort_actors::WorkTreeError),
     /// The Lakebase backend could not be configured; why is the source.
     #[error("lakebase")]
     Lakebase(#[source] consort_lakebase::lakebase_api::ApiError),

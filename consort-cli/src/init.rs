@@ -390,6 +390,11 @@ pub fn doctor(dir: &Path) -> i32 {
     check_request(&mut checks, &dir.join(&config.feature.request));
     check_agents(&mut checks, dir, &config);
     check_database(&mut checks, dir, &config);
+    // Last, and only when all else is sound: one test file run as a verification runs it.
+    if !checks.failed {
+        let trial = crate::trial::check(dir);
+        checks.report(trial.ok, &trial.what, &trial.hint);
+    }
     i32::from(checks.failed)
 }
 

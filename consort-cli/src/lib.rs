@@ -22,5 +22,6 @@ pub mod mcp;
 pub mod report;
 pub mod script_check;
 pub mod serve;
+pub mod trial;
 pub mod ui;
 pub mod views;

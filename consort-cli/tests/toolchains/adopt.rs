@@ -28,7 +28,13 @@ pub(crate) const PYPROJECT: (&str, &str) = (
 /// The script every adopted project runs: one story, one criterion, one migration that needs
 /// the project's existing one (`ALTER TABLE counts`), one test (`test_name` in the stack's
 /// runner), RED writing `test` and GREEN writing `code`.
-fn script(test_path: &str, test_name: &str, test: &str, code_path: &str, code: &str) -> String {
+pub(crate) fn script(
+    test_path: &str,
+    test_name: &str,
+    test: &str,
+    code_path: &str,
+    code: &str,
+) -> String {
     script_of(
         &Design {
             feature: "F1",
@@ -129,7 +135,7 @@ fn split_from_the_first_run(dir: &Path) {
 }
 
 /// A fresh temporary directory holding `files` (path, content): the repository to adopt.
-fn repo_of(files: &[(&str, &str)]) -> tempfile::TempDir {
+pub(crate) fn repo_of(files: &[(&str, &str)]) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().expect("tempdir");
     write(tmp.path(), files);
     tmp

@@ -11,5 +11,6 @@ mod examples;
 mod lanes;
 mod mcp;
 mod pytest_project;
+mod serving;
 mod shared_file;
 mod shared_file_more;

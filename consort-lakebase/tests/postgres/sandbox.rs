@@ -393,7 +393,10 @@ async fn a_run_the_confinement_refused_is_a_harness_fault_never_a_verdict() {
             "a connection to an address outside the run",
         ),
         ("echo broken >> tests/t1.sql", "writing tests/t1.sql"),
-        ("cat .consort/ledger.jsonl", "ledger.jsonl: Consort's private state"),
+        (
+            "cat .consort/ledger.jsonl",
+            "ledger.jsonl: Consort's private state",
+        ),
     ];
     if nix::unistd::geteuid().is_root() {
         cases.push(("echo x > /dev/loop-control", "writing /dev/loop-control"));
@@ -403,7 +406,11 @@ async fn a_run_the_confinement_refused_is_a_harness_fault_never_a_verdict() {
             .run(&ctx)
             .await
             .expect_err("no report of a refused run");
-        assert_eq!(e.infra_fault(), InfraFault::SandboxRefused, "{command}: {e}");
+        assert_eq!(
+            e.infra_fault(),
+            InfraFault::SandboxRefused,
+            "{command}: {e}"
+        );
         let said = e.to_string();
         assert!(said.contains(named), "{command}: {said}");
         assert!(said.contains("no verdict on the code"), "{said}");
@@ -416,7 +423,11 @@ async fn a_run_the_confinement_refused_is_a_harness_fault_never_a_verdict() {
         .await
         .expect_err("a harness fault, not a receipt");
     assert_eq!(fault.fault, InfraFault::SandboxRefused, "{fault}");
-    assert!(fault.detail.contains("writing tests/t1.sql"), "{}", fault.detail);
+    assert!(
+        fault.detail.contains("writing tests/t1.sql"),
+        "{}",
+        fault.detail
+    );
 }
 
 #[tokio::test]
@@ -617,10 +628,19 @@ fn every_sandbox_test_holds_for_an_unprivileged_user_too() {
     nix::unistd::chown(home.path(), Some(nobody.0), Some(nobody.1)).expect("chown");
     let exe = std::env::current_exe().expect("this test binary");
     let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "env",
+            "-i",
+        ])
         .arg(format!("HOME={}", home.path().display()))
         .arg(format!("TMPDIR={}", home.path().display()))
-        .arg(format!("PATH={}", std::env::var("PATH").unwrap_or_default()))
+        .arg(format!(
+            "PATH={}",
+            std::env::var("PATH").unwrap_or_default()
+        ))
         .arg(exe)
         .args([
             "sandbox::",

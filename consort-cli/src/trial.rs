@@ -1,0 +1,73 @@
+//! `consort doctor`'s trial run: one test file of the suite run as a verification runs it
+//! (see [`consort::project::Project::trial_run`]), read as a check.
+
+use std::path::Path;
+
+use consort::project::{Project, TrialRun};
+use consort_actors::{TestStatus, counted, error_chain};
+
+use crate::collect::Finding;
+
+/// The trial run of the project in `dir`, as a finding: passed when it ran (its tests' own
+/// failures are named, not a fault: the baseline records them), failed when the confinement
+/// refused the run something or the run could not be made.
+pub fn check(dir: &Path) -> Finding {
+    let dir = dir.to_path_buf();
+    let ran = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let project = Project::open(&dir).map_err(|e| error_chain(&e))?;
+            project.trial_run().await.map_err(|e| error_chain(&e))
+        })
+    })
+    .join();
+    match ran {
+        Ok(Ok(trial)) => Finding {
+            ok: true,
+            what: ran_text(&trial),
+            hint: String::new(),
+        },
+        Ok(Err(e)) => Finding {
+            ok: false,
+            what: format!("a trial run, as a verification runs it: {e}"),
+            hint: "a verification would meet the same: fix what is named above (`consort exec -- <command>` runs the suite unconfined on a branch, to compare)".into(),
+        },
+        Err(_) => Finding {
+            ok: false,
+            what: "a trial run, as a verification runs it: its thread panicked".into(),
+            hint: "report this as a bug in Consort".into(),
+        },
+    }
+}
+
+/// What a trial run ran and how its tests went.
+fn ran_text(trial: &TrialRun) -> String {
+    let what = match &trial.file {
+        Some(file) => format!("the test file {file}"),
+        None => "the whole suite (the runner runs no single file)".into(),
+    };
+    let count = |status: TestStatus| {
+        trial
+            .report
+            .outcomes
+            .iter()
+            .filter(|o| o.status == status && !o.name.starts_with('('))
+            .count() as u64
+    };
+    let failed = count(TestStatus::Failed) + count(TestStatus::Errored);
+    let mut text = format!(
+        "a trial run of {what} on a fresh branch, confined ({}): {} passed",
+        trial.confinement,
+        count(TestStatus::Passed)
+    );
+    if failed > 0 {
+        text.push_str(&format!(
+            ", {} before any feature (the baseline records it)",
+            counted(failed, "test fails", "tests fail")
+        ));
+    }
+    text
+}

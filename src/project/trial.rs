@@ -1,0 +1,74 @@
+//! A trial run: one test file of the project's suite run as a verification runs it — on a
+//! fresh branch of the parent, confined as configured, with the runner's environment
+//! (`env_set`, the allowed variables) — so that a suite that cannot live in the confinement is
+//! found before the first feature, not at its GREEN. `consort doctor` makes one.
+
+use std::path::PathBuf;
+
+use consort_actors::Confinement;
+use consort_lakebase::names::BranchNamer;
+use consort_lakebase::{BaseSpec, BranchProvider, RunContext, RunReport, TestRunner};
+
+use super::{Project, ProjectError, lane};
+
+/// What a trial run ran and how it went.
+#[derive(Debug)]
+pub struct TrialRun {
+    /// The test file it ran, relative to the project; `None`: the runner cannot run one file
+    /// alone, so the whole suite ran.
+    pub file: Option<String>,
+    /// The confinement the run had.
+    pub confinement: Confinement,
+    /// The run's report: its outcomes, its exit, the end of its output.
+    pub report: RunReport,
+}
+
+impl Project {
+    /// Runs one test file of the suite (the first the runner lists) as a verification would,
+    /// on a fresh branch removed afterwards. A run the confinement refused something is
+    /// [`consort_lakebase::Error::TestCommand`] with a
+    /// [`consort_lakebase::TestCommandFault::Refused`] fault, naming what and how to allow it.
+    pub async fn trial_run(&self) -> Result<TrialRun, ProjectError> {
+        let runner = self.runner()?;
+        let provider = self.provider().await?;
+        let base = provider.prepare_base(&BaseSpec::default()).await?;
+        let branch = provider
+            .create(&BranchNamer::new().next_name(), &base)
+            .await?;
+        let ran = self
+            .trial_on(runner.as_ref(), provider.as_ref(), &branch)
+            .await;
+        if let Err(e) = provider.delete(&branch.name).await {
+            tracing::warn!(branch = %branch.name, error = %consort_actors::error_chain(&e), "the trial run's branch could not be removed; `consort branches --sweep` removes it");
+        }
+        ran
+    }
+
+    async fn trial_on(
+        &self,
+        runner: &dyn TestRunner,
+        provider: &dyn BranchProvider,
+        branch: &consort_lakebase::Branch,
+    ) -> Result<TrialRun, ProjectError> {
+        let tree = self.work_tree().to_path_buf();
+        let mut hidden: Vec<PathBuf> = vec![tree.join(consort_actors::STATE_DIR)];
+        hidden.extend(lane::hidden_from_lane(self));
+        hidden.extend(provider.private_paths());
+        let caches = consort_actors::WorkTree::open(&tree)?.cache_dirs()?;
+        let conn = provider.connect_info(branch).await?;
+        let mut ctx =
+            RunContext::prepare(tree, conn, self.config.runner.sandbox(), hidden, caches)?;
+        let file = runner
+            .collect(&ctx)
+            .await?
+            .and_then(|suite| suite.tests.into_iter().next())
+            .map(|t| t.file);
+        ctx.select = file.clone().map(|f| vec![f]);
+        let report = runner.run(&ctx).await?;
+        Ok(TrialRun {
+            file,
+            confinement: ctx.jail.confinement(),
+            report,
+        })
+    }
+}
