@@ -387,14 +387,14 @@ pub fn doctor(dir: &Path) -> i32 {
     let Ok(config) = config else { return 1 };
     check_runner(&mut checks, dir, &config);
     check_migration_names(&mut checks, dir);
-    check_request(&mut checks, &dir.join(&config.feature.request));
-    check_agents(&mut checks, dir, &config);
     check_database(&mut checks, dir, &config);
-    // Last, and only when all else is sound: one test file run as a verification runs it.
+    // When the runner and the database are sound: one test file run as a verification runs it.
     if !checks.failed {
         let trial = crate::trial::check(dir);
         checks.report(trial.ok, &trial.what, &trial.hint);
     }
+    check_request(&mut checks, &dir.join(&config.feature.request));
+    check_agents(&mut checks, dir, &config);
     i32::from(checks.failed)
 }
 

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use consort::project::{Project, TrialRun};
-use consort_actors::{TestStatus, counted, error_chain};
+use consort::project::{Project, ProjectError, TrialRun};
+use consort_actors::{Confinement, TestStatus, counted, error_chain};
 
 use crate::collect::Finding;
 
@@ -20,7 +20,12 @@ pub fn check(dir: &Path) -> Finding {
             .map_err(|e| e.to_string())?;
         rt.block_on(async {
             let project = Project::open(&dir).map_err(|e| error_chain(&e))?;
-            project.trial_run().await.map_err(|e| error_chain(&e))
+            project.trial_run().await.map_err(|e| match &e {
+                // The run's own words, not under a "database" heading: a runner's error is
+                // not the database's.
+                ProjectError::Database(inner) => error_chain(inner),
+                _ => error_chain(&e),
+            })
         })
     })
     .join();
@@ -58,9 +63,12 @@ fn ran_text(trial: &TrialRun) -> String {
             .count() as u64
     };
     let failed = count(TestStatus::Failed) + count(TestStatus::Errored);
+    let how = match trial.confinement {
+        Confinement::Off => "unconfined (sandbox = \"off\")".to_string(),
+        c => format!("confined ({c})"),
+    };
     let mut text = format!(
-        "a trial run of {what} on a fresh branch, confined ({}): {} passed",
-        trial.confinement,
+        "a trial run of {what} on a fresh branch, {how}: {} passed",
         count(TestStatus::Passed)
     );
     if failed > 0 {

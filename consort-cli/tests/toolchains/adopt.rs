@@ -113,6 +113,12 @@ pub(crate) fn adopt_and_run_with(
     let o = run(consort().arg("doctor").args(dir_arg(dir)));
     let doctor = text(&o);
     assert_exit(&o, 0, "doctor passes");
+    // One test file ran as a verification runs it, confined, on a fresh branch.
+    assert!(
+        doctor.contains("ok    a trial run of ")
+            && doctor.contains("on a fresh branch, confined (Landlock ABI"),
+        "{doctor}"
+    );
     // Which PostgreSQL the project gets, and why: an installed one or Consort's own.
     assert!(
         doctor.contains("ok    PostgreSQL ")
@@ -421,6 +427,54 @@ fn init_never_overwrites_a_file_the_project_has() {
     );
     let o = run(consort().arg("init").arg(dir));
     assert_exit(&o, 1, "consort.toml is not overwritten without --force");
+}
+
+/// Doctor's trial run finds a suite that cannot live in the confinement before the first
+/// feature: a pytest test that reaches the network fails doctor, naming what was refused and
+/// the setting that allows it; its sibling test, run alone, passes.
+#[test]
+fn doctor_s_trial_run_finds_a_suite_the_confinement_refuses() {
+    let tmp = repo_of(&[
+        PYPROJECT,
+        ("tests/__init__.py", ""),
+        (
+            "tests/test_a_fetch.py",
+            "import socket\n\n\ndef test_the_mirror_answers():\n    socket.create_connection((\"192.0.2.1\", 80), 3)\n",
+        ),
+        (
+            "tests/test_b_local.py",
+            "def test_one():\n    assert 1 + 1 == 2\n",
+        ),
+        ("feature.md", "# Stock\n\nKeep the stock of each SKU.\n"),
+    ]);
+    let dir = tmp.path();
+    assert_exit(&run(consort().arg("init").arg(dir)), 0, "init");
+    consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
+    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    let said = text(&o);
+    assert_exit(&o, 1, "doctor fails");
+    assert!(
+        said.contains("FAIL  a trial run, as a verification runs it: the test command")
+            && said.contains("failed on what the confinement refused it")
+            && said.contains("outside the run's own network")
+            && said.contains("sandbox = \"off\""),
+        "{said}"
+    );
+    // Allowed, the same trial runs and passes.
+    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    let config = config.replacen(
+        "kind = \"command\"\n",
+        "kind = \"command\"\nsandbox = \"off\"\n",
+        1,
+    );
+    std::fs::write(dir.join("consort.toml"), config).expect("edit");
+    std::fs::remove_file(dir.join("tests/test_a_fetch.py")).expect("rm");
+    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    let said = text(&o);
+    assert!(
+        said.contains("ok    a trial run of the test file tests/test_b_local.py on a fresh branch, unconfined (sandbox = \"off\"): 1 passed"),
+        "{said}"
+    );
 }
 
 #[test]

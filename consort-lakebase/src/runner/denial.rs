@@ -107,7 +107,7 @@ fn unreachable_network(line: &str, lower: &str) -> Option<String> {
                 .trim_end_matches(':')
                 .to_string()
         });
-        return Some(named.unwrap_or_else(|| "an address outside the run".into()));
+        return Some(named.unwrap_or_else(|| "an address".into()));
     }
     None
 }

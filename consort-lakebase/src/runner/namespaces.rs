@@ -1,8 +1,9 @@
 //! Namespaces of a run's own: what each confined process gets before Landlock closes over it.
 //!
-//! Between `fork` and `exec` (the one `unsafe` registration in the workspace: [`confine`]),
-//! the child enters a user namespace of its own (its uid and gid mapped to themselves, so files
-//! keep their owners) and in it:
+//! Between `fork` and `exec` (registered by [`confine`], with the workspace's only `unsafe`),
+//! the child enters namespaces of its own — a normal user first enters a user namespace of its
+//! own (its uid and gid mapped to themselves, so files keep their owners), which gives it the
+//! right to make the others; root needs none — and in them:
 //!
 //! - **a network of its own** (unless the branch is not on this machine's loopback): only a
 //!   loopback, brought up, on which its tests may listen and connect on any port. Nothing
@@ -17,8 +18,10 @@
 //!   `setxattr` or `truncate` reaches the test tools.
 //!
 //! Then Landlock is applied (mounts are no longer possible after it) and every capability is
-//! dropped, in the user namespace too. [`probe`] tries all of it once per process; where the
-//! kernel refuses, runs keep Landlock alone and its TCP port rule, and say so.
+//! dropped. [`probe`] tries all of it once per process; where the kernel refuses, runs keep
+//! Landlock alone and its TCP port rule, and say so. An unconfined run (`sandbox = "off"`)
+//! gets only the mount namespace with its dependency directories read-only
+//! ([`Plan::unconfined`]).
 
 use std::ffi::CString;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
@@ -42,6 +45,12 @@ use nix::sys::stat::Mode;
 /// What a run's processes get in their own namespaces (see the module documentation).
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
+    /// Whether the child makes a user namespace of its own: a normal user's way to the
+    /// others. Root makes none: it has the powers the mounts need, and drops them all after.
+    new_user: bool,
+    /// Whether the child is confined (ptys and `/dev/shm` of its own, capabilities dropped);
+    /// `false` for a run with `sandbox = "off"`, which gets only its read-only dependencies.
+    confined: bool,
     /// `"<uid> <uid> 1"`: the child's uid mapped to itself.
     uid_map: Vec<u8>,
     /// `"<gid> <gid> 1"`.
@@ -113,6 +122,8 @@ impl Plan {
             .filter(|w| read_only.iter().any(|r| w.starts_with(r) && w != r))
             .collect();
         Plan {
+            new_user: !uid.is_root(),
+            confined: true,
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
             own_network: listen.is_some(),
@@ -121,6 +132,22 @@ impl Plan {
             read_only: mounted(&mut read_only.iter()),
             writable_inside: mounted(&mut inside.iter()),
         }
+    }
+
+    /// The plan of an unconfined run (`sandbox = "off"`): the machine's network, ptys and
+    /// `/dev/shm`, only its dependency directories read-only, so that not even an unconfined
+    /// lane writes the main tree's through its links.
+    pub(crate) fn unconfined(read_only: &[PathBuf], writable: &[PathBuf]) -> Plan {
+        Plan {
+            confined: false,
+            own_network: false,
+            ..Plan::new(None, None, read_only, writable)
+        }
+    }
+
+    /// Whether the plan changes anything for an unconfined run.
+    pub(crate) fn protects_anything(&self) -> bool {
+        !self.read_only.is_empty()
     }
 
     /// Whether runs get a network of their own.
@@ -136,21 +163,17 @@ impl Plan {
         channel: &UnixDatagram,
         rules: Option<RulesetCreated>,
     ) -> std::result::Result<(), (u8, Errno)> {
-        let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS;
-        if self.own_network() {
+        let mut flags = CloneFlags::CLONE_NEWNS;
+        if self.new_user {
+            flags |= CloneFlags::CLONE_NEWUSER;
+        }
+        if self.own_network {
             flags |= CloneFlags::CLONE_NEWNET;
         }
         unshare(flags).map_err(|e| (0, e))?;
-        // Consort is not dumpable, so its `/proc` files (and the child's, inherited) belong to
-        // root, and a normal user could not write its own maps. The child alone becomes
-        // dumpable: its memory is Consort's copy until exec, which no confined run may read
-        // (Landlock refuses it ptrace access to anything outside its domain), and exec sets
-        // the flag anew.
-        nix::sys::prctl::set_dumpable(true).map_err(|e| (1, e))?;
-        write_proc(c"/proc/self/setgroups", b"deny")
-            .and_then(|()| write_proc(c"/proc/self/uid_map", &self.uid_map))
-            .and_then(|()| write_proc(c"/proc/self/gid_map", &self.gid_map))
-            .map_err(|e| (1, e))?;
+        if self.new_user {
+            self.map_user()?;
+        }
         if self.own_network {
             loopback_up().map_err(|e| (2, e))?;
             for addr in &self.branch_listen {
@@ -161,6 +184,42 @@ impl Plan {
         }
         let none = None::<&str>;
         mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none).map_err(|e| (5, e))?;
+        if self.confined {
+            self.own_devices()?;
+        }
+        for (dir, flags) in &self.read_only {
+            bind_over(dir, *flags | MsFlags::MS_RDONLY).map_err(|e| (8, e))?;
+        }
+        for (dir, flags) in &self.writable_inside {
+            bind_over(dir, *flags).map_err(|e| (8, e))?;
+        }
+        if let Some(rules) = rules {
+            apply_rules(rules).map_err(|e| (STEP_LANDLOCK as u8, e))?;
+        }
+        if self.confined {
+            super::sandbox::drop_capabilities()
+                .map_err(|e| (STEP_LANDLOCK as u8 + 1, errno_of(&e)))?;
+        }
+        Ok(())
+    }
+
+    /// Maps the child's user and group to themselves in its new user namespace.
+    fn map_user(&self) -> std::result::Result<(), (u8, Errno)> {
+        // Consort is not dumpable, so its `/proc` files (and the child's, inherited) belong to
+        // root, and a normal user could not write its own maps. The child alone becomes
+        // dumpable: its memory is Consort's copy until exec, which no confined run may read
+        // (Landlock refuses it ptrace access to anything outside its domain), and exec sets
+        // the flag anew.
+        nix::sys::prctl::set_dumpable(true).map_err(|e| (1, e))?;
+        write_proc(c"/proc/self/setgroups", b"deny")
+            .and_then(|()| write_proc(c"/proc/self/uid_map", &self.uid_map))
+            .and_then(|()| write_proc(c"/proc/self/gid_map", &self.gid_map))
+            .map_err(|e| (1, e))
+    }
+
+    /// A devpts instance of the child's own at `/dev/pts`, and its own `/dev/shm`.
+    fn own_devices(&self) -> std::result::Result<(), (u8, Errno)> {
+        let none = None::<&str>;
         mount(
             Some("devpts"),
             "/dev/pts",
@@ -179,16 +238,7 @@ impl Plan {
             )
             .map_err(|e| (7, e))?;
         }
-        for (dir, flags) in &self.read_only {
-            bind_over(dir, *flags | MsFlags::MS_RDONLY).map_err(|e| (8, e))?;
-        }
-        for (dir, flags) in &self.writable_inside {
-            bind_over(dir, *flags).map_err(|e| (8, e))?;
-        }
-        if let Some(rules) = rules {
-            apply_rules(rules).map_err(|e| (STEP_LANDLOCK as u8, e))?;
-        }
-        super::sandbox::drop_capabilities().map_err(|e| (STEP_LANDLOCK as u8 + 1, errno_of(&e)))
+        Ok(())
     }
 }
 

@@ -65,6 +65,9 @@ pub enum SandboxMode {
     /// Confined with Landlock; a kernel without it makes verification refuse to run.
     #[default]
     Landlock,
+    /// Confined with Landlock alone, no namespaces of the run's own, as on a kernel that
+    /// refuses them (TCP only to the branch's port, no ptys): for comparison.
+    LandlockAlone,
     /// Not confined: only with `sandbox = "off"` in the configuration, said in every receipt.
     Off,
 }
@@ -414,14 +417,36 @@ impl Jail {
         }
     }
 
+    /// An unconfined jail (`sandbox = "off"`) for `spec`: where the kernel gives namespaces,
+    /// its processes still get the dependency directories read-only, so that a lane does not
+    /// write the main tree's through its links.
+    fn unconfined(spec: &JailSpec) -> Jail {
+        let namespaces = matches!(
+            process_support(),
+            SandboxSupport::Available {
+                namespaces: Ok(()),
+                ..
+            }
+        );
+        let plan = namespaces
+            .then(|| Plan::unconfined(&spec.read_only, &spec.writable))
+            .filter(Plan::protects_anything);
+        Jail {
+            namespaces: plan.map(Arc::new),
+            ..Jail::off()
+        }
+    }
+
     /// Builds the Landlock rules for `spec` (or none for [`SandboxMode::Off`]). Fails when the
     /// kernel cannot confine and the mode requires it.
     pub fn prepare(mode: SandboxMode, spec: &JailSpec) -> Result<Jail> {
         if mode == SandboxMode::Off {
-            return Ok(Jail::off());
+            return Ok(Jail::unconfined(spec));
         }
         let (abi, namespaces) = match process_support() {
-            SandboxSupport::Available { abi, namespaces } => (*abi, namespaces.is_ok()),
+            SandboxSupport::Available { abi, namespaces } => {
+                (*abi, namespaces.is_ok() && mode == SandboxMode::Landlock)
+            }
             SandboxSupport::Unavailable(why) => {
                 return Err(Error::Runner(format!(
                     "test runs must be confined, but this machine cannot ({why}); fix the kernel, \
@@ -491,15 +516,16 @@ impl Jail {
         &self,
         mut cmd: tokio::process::Command,
     ) -> std::io::Result<Confined> {
+        if let Some(plan) = &self.namespaces {
+            let rules = self.inner.as_ref().map(|r| r.try_clone()).transpose()?;
+            return self.spawn_namespaced(cmd, plan, rules);
+        }
         let Some(rules) = &self.inner else {
             return Ok(Confined {
                 child: cmd.spawn()?,
                 forwarder: None,
             });
         };
-        if let Some(plan) = &self.namespaces {
-            return self.spawn_namespaced(cmd, plan, rules.try_clone()?);
-        }
         let rules = rules.try_clone()?;
         let shm = self.shm.clone();
         let handle = tokio::runtime::Handle::current();
@@ -538,9 +564,9 @@ impl Jail {
         &self,
         mut cmd: tokio::process::Command,
         plan: &Arc<Plan>,
-        rules: RulesetCreated,
+        rules: Option<RulesetCreated>,
     ) -> std::io::Result<Confined> {
-        let channel = namespaces::confine(cmd.as_std_mut(), plan.clone(), Some(rules))?;
+        let channel = namespaces::confine(cmd.as_std_mut(), plan.clone(), rules)?;
         let spawned = cmd.spawn();
         let sent = namespaces::drain(&channel);
         let child = spawned.map_err(|e| std::io::Error::new(e.kind(), sent.failure(&e)))?;

@@ -124,6 +124,18 @@ pub(crate) async fn confined_branch_hiding(
     caches: Vec<std::path::PathBuf>,
     also_hidden: Vec<std::path::PathBuf>,
 ) -> (Arc<EmbeddedProvider>, Branch, RunContext) {
+    branch_context(tree, spec, caches, also_hidden, SandboxMode::Landlock).await
+}
+
+/// A fresh branch of `spec` and a run context for `tree` on it, confined as `mode` says,
+/// `also_hidden` hidden beside Consort's private state.
+pub(crate) async fn branch_context(
+    tree: &Path,
+    spec: &BaseSpec,
+    caches: Vec<std::path::PathBuf>,
+    also_hidden: Vec<std::path::PathBuf>,
+    mode: SandboxMode,
+) -> (Arc<EmbeddedProvider>, Branch, RunContext) {
     let p = provider().await;
     let base = p.prepare_base(spec).await.expect("base");
     let branch = p
@@ -134,13 +146,7 @@ pub(crate) async fn confined_branch_hiding(
     let mut hidden = vec![tree.join(".consort")];
     hidden.extend(p.private_paths());
     hidden.extend(also_hidden);
-    let ctx = RunContext::prepare(
-        tree.to_path_buf(),
-        conn,
-        SandboxMode::Landlock,
-        hidden,
-        caches,
-    )
-    .expect("a confined run context");
+    let ctx =
+        RunContext::prepare(tree.to_path_buf(), conn, mode, hidden, caches).expect("a run context");
     (p, branch, ctx)
 }

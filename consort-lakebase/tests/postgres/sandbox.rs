@@ -390,7 +390,7 @@ async fn a_run_the_confinement_refused_is_a_harness_fault_never_a_verdict() {
     let mut cases = vec![
         (
             "python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 80), 3)'",
-            "a connection to an address outside the run",
+            "outside the run's own network",
         ),
         ("echo broken >> tests/t1.sql", "writing tests/t1.sql"),
         (
@@ -456,11 +456,11 @@ async fn a_session_the_code_ends_itself_is_a_verdict_not_a_database_fault() {
 #[tokio::test]
 async fn a_run_that_changes_the_tree_is_void_and_names_the_paths() {
     let tree = tree_of(&[("src/a.sql", "SELECT 1;\n")]);
-    std::fs::create_dir_all(tree.path().join("node_modules")).expect("cache");
+    std::fs::create_dir_all(tree.path().join("target")).expect("cache");
     // Unconfined (the only way code can write the tree): the after-run comparison still sees
     // it, and the cache does not count.
     let runner: Arc<dyn TestRunner> = Arc::new(CommandRunner::new(CommandRunnerConfig::new(
-        "echo new > src/b.sql; echo changed >> src/a.sql; echo ok > node_modules/x",
+        "echo new > src/b.sql; echo changed >> src/a.sql; echo ok > target/x",
     )));
     let mut a = args(runner, common::dyn_provider().await);
     a.sandbox = SandboxMode::Off;
@@ -662,4 +662,113 @@ fn every_sandbox_test_holds_for_an_unprivileged_user_too() {
         .filter(|l| l.starts_with("test sandbox::") && l.ends_with(" ok"))
         .count();
     assert!(passed >= 8, "every sandbox test ran as nobody: {said}");
+}
+
+/// Two runs at once, each in a network of its own: both listen on the same port (in one
+/// network the second could not), neither reaches a listener the other opened, this process
+/// (Consort's side: its MCP or `serve` port, the store) reaches neither, and each still
+/// reaches its own branch through its forwarder.
+#[tokio::test]
+async fn concurrent_runs_each_have_a_network_of_their_own() {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port()
+    };
+    let (theirs, both) = (free(), free());
+    let listen = |port: u16| {
+        format!(
+            "s{port} = socket.socket(); s{port}.bind(('127.0.0.1', {port})); s{port}.listen(8)\n"
+        )
+    };
+    let first = format!(
+        "import socket, time\n{}{}time.sleep(4)\n",
+        listen(theirs),
+        listen(both)
+    );
+    let second = format!(
+        "import socket, time, os\n{}time.sleep(1)\n\
+         try:\n    socket.create_connection(('127.0.0.1', {theirs}), 2)\n    raise SystemExit('reached the other run')\n\
+         except OSError:\n    pass\n\
+         socket.create_connection((os.environ['PGHOST'], int(os.environ['PGPORT'])), 3)\n",
+        listen(both)
+    );
+    let tree = tree_of(&[("first.py", &first), ("second.py", &second)]);
+    let (a, b) = (
+        confined(tree.path(), Vec::new()).await,
+        confined(tree.path(), Vec::new()).await,
+    );
+    let run = |ctx: RunContext, script: &'static str| async move {
+        CommandRunner::new(CommandRunnerConfig::new(format!("python3 {script}")))
+            .run(&ctx)
+            .await
+            .expect("the run is reported")
+    };
+    let host_probe = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::net::TcpStream::connect(("127.0.0.1", theirs)).await
+    };
+    let (first, second, probe) = tokio::join!(run(a, "first.py"), run(b, "second.py"), host_probe);
+    for r in [&first, &second] {
+        assert!(r.exit.success(), "{}", r.output_excerpt);
+    }
+    assert!(
+        probe.is_err(),
+        "a listener a run opened is not on this machine's loopback"
+    );
+}
+
+/// Even unconfined (`sandbox = "off"`), a lane's run does not write the main tree's
+/// dependencies through its links: they are mounted read-only in its mount namespace, the
+/// caches tools keep there excepted, while the rest of the tree stays writable.
+#[tokio::test]
+async fn an_unconfined_lane_does_not_write_the_main_tree_s_dependencies_through_its_links() {
+    let main = tree_of(&[
+        ("node_modules/vitest/index.js", "// the test tool\n"),
+        ("node_modules/.vite/results.json", "{}\n"),
+    ]);
+    let lane = tree_of(&[("src/a.js", "// code\n")]);
+    std::fs::create_dir_all(lane.path().join("node_modules")).expect("the lane's node_modules");
+    std::os::unix::fs::symlink(
+        main.path().join("node_modules/vitest"),
+        lane.path().join("node_modules/vitest"),
+    )
+    .expect("link");
+    let caches = vec![main.path().join("node_modules/.vite")];
+    let (_, _, ctx) = common::branch_context(
+        lane.path(),
+        &BaseSpec::default(),
+        caches,
+        Vec::new(),
+        SandboxMode::Off,
+    )
+    .await;
+    let mut cfg = CommandRunnerConfig::new(
+        "echo evil > node_modules/vitest/index.js; s1=$?; \
+         chmod 000 node_modules/vitest/index.js; s2=$?; \
+         echo '{}' > \"$MAIN_MODULES/.vite/results.json\"; s3=$?; \
+         echo code >> src/a.js; s4=$?; \
+         no() { [ \"$1\" -ne 0 ] && echo refused || echo allowed; }; \
+         echo \"write $(no $s1), chmod $(no $s2), cache $(no $s3), code $(no $s4)\"",
+    );
+    cfg.env.set.push((
+        "MAIN_MODULES".into(),
+        main.path().join("node_modules").display().to_string(),
+    ));
+    let r = CommandRunner::new(cfg)
+        .run(&ctx)
+        .await
+        .expect("the run is reported");
+    assert!(
+        r.output_excerpt
+            .contains("write refused, chmod refused, cache allowed, code allowed"),
+        "{}",
+        r.output_excerpt
+    );
+    assert_eq!(
+        std::fs::read_to_string(main.path().join("node_modules/vitest/index.js")).expect("tool"),
+        "// the test tool\n"
+    );
+    assert_eq!(ctx.jail.confinement(), Confinement::Off);
 }
