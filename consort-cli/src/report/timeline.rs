@@ -135,6 +135,7 @@ pub(super) fn receipt_html(at: &DateTime<Utc>, r: &TestRunReceipt) -> String {
         "<div class=\"covered\">covered {}</div>",
         escape(&consort::project::coverage(r))
     );
+    out.push_str(&confinement_html(r.confinement));
     out.push_str(&shards_html(r));
     if !r.flaky.is_empty() {
         let flaky: Vec<String> = r.flaky.iter().map(|t| escape(t)).collect();
@@ -186,6 +187,15 @@ fn shards_html(r: &TestRunReceipt) -> String {
     out
 }
 
+/// How the receipt's run was confined; an unconfined run stands out.
+fn confinement_html(c: consort_actors::Confinement) -> String {
+    let class = if c.is_confined() { "meta" } else { "fail" };
+    format!(
+        "<div class=\"{class} confinement\">confinement: {}</div>",
+        escape(&c.to_string())
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +238,14 @@ mod tests {
             "{html}"
         );
         r.shards.clear();
+        r.confinement = consort_actors::Confinement::Off;
         let whole = receipt_html(&Utc::now(), &r);
+        assert!(
+            whole.contains(
+                "<div class=\"fail confinement\">confinement: off (sandbox = &quot;off&quot;)</div>"
+            ),
+            "an unconfined run stands out: {whole}"
+        );
         assert!(!whole.contains("class=\"shards\"") && whole.contains("covered the whole suite"));
     }
 }

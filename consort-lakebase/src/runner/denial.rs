@@ -15,7 +15,8 @@
 //!   `EROFS` that the confinement refuses and the file's own modes allow: one in Consort's
 //!   private state, or one outside every directory the run may write while its owner may write
 //!   it;
-//! - no pty (`out of pty devices`, `openpty failed`), where runs get none of their own.
+//! - no pty (`out of pty devices`, `openpty failed`, a pty call beside a permission error),
+//!   where runs get no devpts instance of their own.
 //!
 //! The output is untrusted: code that prints a refusal it never met turns its run into a
 //! harness fault, which stops the work for a person, names what was "refused", and passes
@@ -52,7 +53,21 @@ const PATH_REFUSALS: [&str; 6] = [
 
 /// The first refusal of the confinement in `text` (what a failed run printed), if any.
 pub(crate) fn read(text: &str, reach: &Reach) -> Option<Refusal> {
+    if !reach.own_ptys && pty_refused(&text.to_ascii_lowercase()) {
+        return Some(Refusal::Pty);
+    }
     text.lines().find_map(|line| refusal_in(line, reach))
+}
+
+/// No pty could be opened: what Python's `pty` and the `sh` package say, or a pty call beside
+/// a permission error (`os.openpty()` over `PermissionError`, which names no path).
+fn pty_refused(lower: &str) -> bool {
+    lower.contains("out of pty devices")
+        || lower.contains("openpty failed")
+        || (["openpty", "forkpty", "/dev/ptmx", "/dev/pts/"]
+            .iter()
+            .any(|w| lower.contains(w))
+            && (lower.contains("permission denied") || lower.contains("eacces")))
 }
 
 fn refusal_in(line: &str, reach: &Reach) -> Option<Refusal> {
@@ -66,10 +81,6 @@ fn refusal_in(line: &str, reach: &Reach) -> Option<Refusal> {
         && let Some(address) = unreachable_network(line, &lower)
     {
         return Some(Refusal::Network { address });
-    }
-    if !reach.own_ptys && (lower.contains("out of pty devices") || lower.contains("openpty failed"))
-    {
-        return Some(Refusal::Pty);
     }
     if PATH_REFUSALS.iter().any(|w| lower.contains(w)) {
         return paths_in(line)
@@ -312,5 +323,7 @@ mod tests {
         assert_eq!(read(line, &r), None);
         r.own_ptys = false;
         assert_eq!(read(line, &r), Some(Refusal::Pty));
+        let python = "    return os.openpty()\nPermissionError: [Errno 13] Permission denied";
+        assert_eq!(read(python, &r), Some(Refusal::Pty));
     }
 }

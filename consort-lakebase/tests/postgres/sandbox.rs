@@ -772,3 +772,42 @@ async fn an_unconfined_lane_does_not_write_the_main_tree_s_dependencies_through_
     );
     assert_eq!(ctx.jail.confinement(), Confinement::Off);
 }
+
+/// Where the kernel gives runs no namespaces (Landlock alone), the port rule refuses a test
+/// that serves on loopback: that refusal is a harness fault naming the address — the
+/// supertest case that was once taken for a RED — and so is a pty the run could not open.
+#[tokio::test]
+async fn under_landlock_alone_a_refused_connection_or_pty_is_a_harness_fault() {
+    let tree = tree_of(&[("tests/t1.sql", "SELECT 1;\n")]);
+    let (_, _, ctx) = common::branch_context(
+        tree.path(),
+        &BaseSpec::default(),
+        Vec::new(),
+        Vec::new(),
+        SandboxMode::LandlockAlone,
+    )
+    .await;
+    assert!(matches!(
+        ctx.jail.confinement(),
+        Confinement::Landlock { network: true, .. }
+    ));
+    let serve = "node -e \"const s = require('net').createServer().listen(0, '127.0.0.1', () => \
+                 require('net').connect(s.address().port, '127.0.0.1').on('error', (e) => \
+                 { console.error(e.message); process.exit(1); }))\"";
+    let e = CommandRunner::new(CommandRunnerConfig::new(serve))
+        .run(&ctx)
+        .await
+        .expect_err("no report of a refused run");
+    assert_eq!(e.infra_fault(), InfraFault::SandboxRefused, "{e}");
+    assert!(
+        e.to_string().contains("a TCP connection to 127.0.0.1:"),
+        "the address is named: {e}"
+    );
+    let pty = "python3 -c 'import pty; pty.openpty()'";
+    let e = CommandRunner::new(CommandRunnerConfig::new(pty))
+        .run(&ctx)
+        .await
+        .expect_err("no report of a refused run");
+    assert_eq!(e.infra_fault(), InfraFault::SandboxRefused, "{e}");
+    assert!(e.to_string().contains("a pseudo-terminal"), "{e}");
+}
