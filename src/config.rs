@@ -111,6 +111,10 @@ pub struct ProjectConfig {
     /// How lanes share code through a git remote.
     #[serde(default)]
     pub git: GitSettings,
+    /// The branch under the names the project reads (`DB_HOST = "{host}"`), for the test
+    /// command and `consort exec` (see [`consort_lakebase::BranchEnv`]).
+    #[serde(default)]
+    pub branch_env: std::collections::BTreeMap<String, String>,
 }
 
 /// `[store]`: where the project's records (the backlog, each feature's ledger, gate decisions,
@@ -577,6 +581,8 @@ impl ProjectConfig {
             }
             _ => {}
         }
+        self.branch_env()
+            .map_err(|m| invalid("branch_env", m))?;
         self.budgets(None).map_err(|e| match e {
             ConfigError::Invalid { key, message, .. } => invalid(&key, message),
             other => other,
@@ -602,6 +608,25 @@ impl ProjectConfig {
                 key,
                 message,
             })
+    }
+
+    /// `[branch_env]` read: names a shell can export, none of the run's own (`PG*` but the
+    /// project's `DATABASE_URL` form, the scratch's, `CONSORT_*`), templates over the branch's
+    /// fields only.
+    pub fn branch_env(&self) -> Result<consort_lakebase::BranchEnv, String> {
+        let own: std::collections::BTreeMap<String, String> = self
+            .branch_env
+            .iter()
+            .filter(|(name, _)| name.as_str() != "DATABASE_URL")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        check_env_set(&own)?;
+        if let Some(name) = own.keys().find(|n| n.starts_with("PG")) {
+            return Err(format!(
+                "{name} is libpq's own name for the branch's connection, which every run sets itself"
+            ));
+        }
+        consort_lakebase::BranchEnv::parse(&self.branch_env)
     }
 
     /// The path policy from `[paths]`, with what the runner's configuration makes harness
@@ -685,6 +710,27 @@ path = ".consort/script.toml"
     /// [`MINIMAL`], parsed.
     pub(crate) fn minimal() -> ProjectConfig {
         ProjectConfig::parse(MINIMAL, Path::new("consort.toml")).expect("parses")
+    }
+
+    #[test]
+    fn branch_env_maps_the_branch_and_refuses_what_a_run_sets_itself() {
+        let with = |table: &str| {
+            ProjectConfig::parse(&format!("{MINIMAL}\n[branch_env]\n{table}"), Path::new("consort.toml"))
+        };
+        let c = with("DB_HOST = \"{host}\"\nDATABASE_URL = \"postgresql+psycopg://{user}@{host}/{database}\"\n")
+            .expect("parses");
+        assert_eq!(c.branch_env.len(), 2);
+        for (table, says) in [
+            ("PGHOST = \"{host}\"\n", "libpq's own name"),
+            ("HOME = \"/x\"\n", "set by every run"),
+            ("CONSORT_X = \"{host}\"\n", "set by every run"),
+            ("DB_HOST = \"{hostname}\"\n", "no field of the branch"),
+            ("\"1X\" = \"{host}\"\n", "not a variable name"),
+        ] {
+            let e = with(table).expect_err(table);
+            let e = consort_actors::error_chain(&e);
+            assert!(e.contains("branch_env") && e.contains(says), "{table}: {e}");
+        }
     }
 
     #[test]

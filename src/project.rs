@@ -581,6 +581,18 @@ impl Project {
     }
 
     /// The test runner the configuration names.
+    /// The branch under the project's own names (`[branch_env]`), for its test command and
+    /// `consort exec`.
+    pub fn branch_env(&self) -> Result<consort_lakebase::BranchEnv, ProjectError> {
+        self.config.branch_env().map_err(|message| {
+            ProjectError::Config(ConfigError::Invalid {
+                path: self.dir.join(crate::config::CONFIG_FILE),
+                key: "branch_env".into(),
+                message,
+            })
+        })
+    }
+
     pub fn runner(&self) -> Result<Arc<dyn TestRunner>, ProjectError> {
         Ok(match &self.config.runner {
             RunnerConfig::Psql {
@@ -609,6 +621,7 @@ impl Project {
                 cfg.env
                     .set
                     .extend(env_set.iter().map(|(k, v)| (k.clone(), v.clone())));
+                cfg.env.branch = self.branch_env()?;
                 cfg.junit_path = junit.clone();
                 cfg.tap = *tap;
                 cfg.stdout_format = *stdout;

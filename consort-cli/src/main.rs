@@ -998,6 +998,7 @@ async fn exec(at: &Target, command: &[String]) -> Result<i32> {
         return Ok(EXIT_USAGE);
     };
     let project = at.open()?;
+    let mapped = project.branch_env()?;
     let provider = project.provider().await?;
     let base = provider
         .prepare_base(&consort_lakebase::BaseSpec::default())
@@ -1014,6 +1015,7 @@ async fn exec(at: &Target, command: &[String]) -> Result<i32> {
         let status = tokio::process::Command::new(program)
             .args(args)
             .envs(conn.env())
+            .envs(mapped.render(&conn))
             .current_dir(project.work_tree())
             .status()
             .await

@@ -82,6 +82,7 @@
 #![warn(clippy::too_many_lines)]
 
 mod actor;
+mod branch_env;
 mod embedded;
 mod error;
 pub mod lakebase_api;
@@ -104,6 +105,7 @@ mod verify;
 // One path per item: the namespaces above (the Lakebase REST backend, migrations, branch names,
 // process inspection, the shared store), everything else here at the root.
 pub use actor::{LakebaseActor, LakebaseArgs, LakebaseState};
+pub use branch_env::BranchEnv;
 pub use embedded::{
     EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, PlacedCluster, Placement,
     RunAs, fallback_dir, placed_clusters, remove_orphan,

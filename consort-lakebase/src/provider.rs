@@ -196,7 +196,7 @@ impl ConnectInfo {
     }
 
     /// libpq's `sslmode`: `disable`, `require`, or `verify-full` when a CA file is trusted.
-    fn libpq_sslmode(&self) -> &'static str {
+    pub(crate) fn libpq_sslmode(&self) -> &'static str {
         match (self.sslmode, &self.ca_file) {
             (SslMode::Disable, _) => "disable",
             (SslMode::Require, None) => "require",

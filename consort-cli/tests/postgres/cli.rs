@@ -80,15 +80,24 @@ fn migrations_are_files_and_promoted(dir: &Path) {
 }
 
 /// `consort exec -- COMMAND` gives a person's own command a fresh branch with what was
-/// promoted, exits as the command does, and leaves no branch behind.
+/// promoted, under the project's own names too (`[branch_env]`), exits as the command does,
+/// and leaves no branch behind.
 fn exec_runs_on_a_branch_with_everything_promoted(dir: &Path) {
+    let config = dir.join("consort.toml");
+    let original = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        format!("{original}\n[branch_env]\nDB_NAME = \"{{database}}\"\n"),
+    )
+    .expect("write config");
     let o = run(consort().arg("exec").args(dir_arg(dir)).args([
         "--",
         "sh",
         "-c",
-        "psql -XAtc 'SELECT count(*) FROM consort_migrations'; exit 7",
+        "psql -XAtc 'SELECT count(*) FROM consort_migrations'; [ \"$DB_NAME\" = \"$PGDATABASE\" ] || exit 9; exit 7",
     ]));
-    assert_exit(&o, 7, "exec exits as its command did");
+    std::fs::write(&config, original).expect("put the config back");
+    assert_exit(&o, 7, "exec exits as its command did (9: DB_NAME is not the branch)");
     let promoted: u32 = String::from_utf8_lossy(&o.stdout)
         .trim()
         .parse()

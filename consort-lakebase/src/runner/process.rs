@@ -46,6 +46,9 @@ pub struct EnvPolicy {
     pub allow: Vec<String>,
     /// Variables set to fixed values.
     pub set: Vec<(String, String)>,
+    /// The branch under the project's own names (`[branch_env]`), set after the branch's
+    /// own variables.
+    pub branch: crate::BranchEnv,
 }
 
 impl Default for EnvPolicy {
@@ -53,12 +56,14 @@ impl Default for EnvPolicy {
         EnvPolicy {
             allow: DEFAULT_ENV_ALLOW.iter().map(|s| s.to_string()).collect(),
             set: Vec::new(),
+            branch: crate::BranchEnv::default(),
         }
     }
 }
 
 impl EnvPolicy {
-    /// The full environment for a child: allowed, fixed, then the branch's credentials.
+    /// The full environment for a child: allowed, fixed, then the branch's credentials, under
+    /// their own names and the project's.
     pub fn build(&self, conn: &ConnectInfo) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = self
             .allow
@@ -67,6 +72,9 @@ impl EnvPolicy {
             .collect();
         env.extend(self.set.iter().cloned());
         env.extend(conn.env().into_iter().map(|(k, v)| (k.to_string(), v)));
+        let mapped = self.branch.render(conn);
+        env.retain(|(k, _)| !mapped.iter().any(|(m, _)| m == k));
+        env.extend(mapped);
         env.push(("PGCONNECT_TIMEOUT".into(), "10".into()));
         env
     }

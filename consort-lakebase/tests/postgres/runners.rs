@@ -386,12 +386,38 @@ async fn the_command_sees_only_the_branch_credentials_and_allowed_variables() {
         "the credentials work: {out}"
     );
     // An allow-listed variable passes through.
-    let mut cfg = cmd("echo \"dir=$CARGO_MANIFEST_DIR\"; echo \"fixed=$CONSORT_MODE\"");
+    // So do fixed values, and the branch under the project's own names (`[branch_env]`).
+    let mut cfg = cmd(
+        "echo \"dir=$CARGO_MANIFEST_DIR\"; echo \"fixed=$CONSORT_MODE\"; \
+         echo \"db=$DB_NAME user=$DB_USER pw=$DB_PASSWORD\"; \
+         PGPASSWORD=\"$DB_PASSWORD\" psql -XAtq \"postgresql://$DB_USER@$DB_HOST:$DB_PORT/$DB_NAME\" -c 'select 40 + 2'",
+    );
+    let mapped: Vec<(String, String)> = [
+        ("DB_HOST", "{host}"),
+        ("DB_PORT", "{port}"),
+        ("DB_NAME", "{database}"),
+        ("DB_USER", "{user}"),
+        ("DB_PASSWORD", "{password}"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
     cfg.env = EnvPolicy {
         allow: vec!["PATH".into(), "CARGO_MANIFEST_DIR".into()],
         set: vec![("CONSORT_MODE".into(), "ci".into())],
+        branch: consort_lakebase::BranchEnv::parse(mapped.iter().map(|(k, v)| (k, v)))
+            .expect("templates"),
     };
     let r = run_command(cfg, &ctx).await;
+    assert!(
+        r.output_excerpt.contains(&format!(
+            "db={} user={} pw=***",
+            ctx.conn.database, ctx.conn.user
+        )),
+        "the branch under the project's names, its password scrubbed: {}",
+        r.output_excerpt
+    );
+    assert!(r.output_excerpt.contains("\n42\n"), "{}", r.output_excerpt);
     assert!(r.output_excerpt.contains(&format!(
         "dir={}",
         std::env::var("CARGO_MANIFEST_DIR").expect("set")
