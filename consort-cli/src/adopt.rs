@@ -133,6 +133,11 @@ pub fn detect(dir: &Path) -> Layout {
             "found {count} migration file(s) in {mdir}/: applied to every branch before the design's"
         ));
     }
+    layout.notes.extend(
+        crate::migration_tools::detect(dir)
+            .iter()
+            .map(crate::migration_tools::FoundTool::note),
+    );
     layout
 }
 

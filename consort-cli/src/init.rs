@@ -398,9 +398,13 @@ pub fn doctor(dir: &Path) -> i32 {
     i32::from(checks.failed)
 }
 
-/// The migration files' numbers: one width, so that a text sort (what most migration scripts
+/// The project's own migration tool, noted when found (Knex, Alembic, Django: see
+/// [`crate::migration_tools`]); the migration files' numbers: one width, so that a text sort (what most migration scripts
 /// do) orders them, and the design's versions can follow them.
 fn check_migration_names(checks: &mut Checks, dir: &Path) {
+    for tool in crate::migration_tools::detect(dir) {
+        println!("note  {}", tool.note());
+    }
     let Ok(project) = consort::project::Project::open(dir) else {
         return;
     };

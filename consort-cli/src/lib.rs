@@ -19,6 +19,7 @@ pub mod design_text;
 pub mod init;
 pub mod lanes;
 pub mod mcp;
+pub mod migration_tools;
 pub mod report;
 pub mod script_check;
 pub mod serve;

@@ -197,9 +197,45 @@ pub(crate) fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
     }
 }
 
+/// What applying an existing migration file runs: the whole file, or for a dbmate file (a
+/// `-- migrate:up` line, then optionally `-- migrate:down`) only its up section — the down
+/// section undoes it, and run after it would leave the database as if it never ran.
+pub(crate) fn up_section(sql: &str) -> &str {
+    let marker = |line: &str, what: &str| {
+        line.trim_start()
+            .strip_prefix("-- migrate:")
+            .is_some_and(|rest| rest.split_whitespace().next() == Some(what))
+    };
+    let mut at = 0;
+    let mut up = None;
+    for line in sql.split_inclusive('\n') {
+        if up.is_none() && marker(line, "up") {
+            up = Some(at + line.len());
+        } else if let Some(start) = up
+            && marker(line, "down")
+        {
+            return &sql[start..at];
+        }
+        at += line.len();
+    }
+    up.map_or(sql, |start| &sql[start..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dbmate_file_is_applied_up_section_only_and_any_other_file_whole() {
+        let dbmate = "-- migrate:up\nCREATE TABLE a (id int);\n\n-- migrate:down\nDROP TABLE a;\n";
+        assert_eq!(up_section(dbmate), "CREATE TABLE a (id int);\n\n");
+        let options = "-- migrate:up transaction:false\nCREATE INDEX CONCURRENTLY i ON a (id);\n";
+        assert_eq!(up_section(options), "CREATE INDEX CONCURRENTLY i ON a (id);\n");
+        let plain = "CREATE TABLE b (id int); -- migrate:down is only a comment here\n";
+        assert_eq!(up_section(plain), plain);
+        let down_first = "-- migrate:down\nDROP TABLE a;\n";
+        assert_eq!(up_section(down_first), down_first);
+    }
 
     #[test]
     fn a_projects_numbering_is_read_and_held_to() {

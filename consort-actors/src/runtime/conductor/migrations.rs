@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::core::artifact::{Migration, SchemaPlan};
 use crate::core::hash::ContentHash;
-use crate::core::migration_files::{MigrationFiles, version_order};
+use crate::core::migration_files::{MigrationFiles, up_section, version_order};
 use crate::core::regression::EarlierMigration;
 use crate::worktree::WorkTree;
 
@@ -171,7 +171,7 @@ fn existing(
                 version: version.to_string(),
                 story_id: EXISTING_STORY.into(),
                 description: format!("existing migration {name}"),
-                sql,
+                sql: up_section(&sql).to_string(),
             })
         })
         .collect()
