@@ -318,11 +318,15 @@ impl GitRepo {
     /// commits: its own `.consort/`, and every cache directory `caches` skips (`target/`,
     /// `node_modules/`, `__pycache__/`, … at any depth) when no `.gitignore` does.
     fn dirty(&self, caches: &consort_actors::TreeFilter) -> Result<Vec<String>, GitError> {
-        let out = self.git(&["status", "--porcelain=v1", "--untracked-files=all"], None)?;
+        // `-z`: paths as they are, never quoted (git quotes a path with a space or a byte
+        // above ASCII otherwise, and a quoted path matches no cache directory).
+        let out = self.git(
+            &["status", "--porcelain=v1", "-z", "--untracked-files=all"],
+            None,
+        )?;
         let state = format!("{}{}/", self.prefix, consort_actors::STATE_DIR);
-        Ok(out
-            .lines()
-            .filter_map(|l| l.get(3..))
+        Ok(status_paths(&out)
+            .into_iter()
             .filter(|p| !p.starts_with(&state))
             .filter(|p| {
                 let inside = p.strip_prefix(self.prefix.as_str()).unwrap_or(p);
@@ -741,9 +745,55 @@ impl consort_actors::AppendObserver for BothObservers {
     }
 }
 
+/// The paths of `git status --porcelain=v1 -z`: each entry's, a rename's or copy's source
+/// (the field after it) left out.
+fn status_paths(out: &str) -> Vec<&str> {
+    let mut fields = out.split('\0');
+    let mut paths = Vec::new();
+    while let Some(entry) = fields.next() {
+        let Some(path) = entry.get(3..).filter(|p| !p.is_empty()) else {
+            continue;
+        };
+        if entry.starts_with(['R', 'C']) {
+            fields.next();
+        }
+        paths.push(path);
+    }
+    paths
+}
+
 #[cfg(test)]
 mod tests {
-    use super::without_credentials;
+    use super::{GitRepo, status_paths, without_credentials};
+
+    #[test]
+    fn status_paths_are_read_unquoted_with_renames_once() {
+        let out = "?? .venv/lib/launcher manifest.xml\0R  new name.py\0old name.py\0 M src/é.py\0";
+        assert_eq!(
+            status_paths(out),
+            [".venv/lib/launcher manifest.xml", "new name.py", "src/é.py"]
+        );
+    }
+
+    #[test]
+    fn a_cache_with_spaces_or_non_ascii_in_its_names_is_no_uncommitted_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.py"), "x = 1\n").expect("write");
+        let repo = GitRepo::init_with_commit(dir.path(), "T", "first").expect("repo");
+        for path in [
+            ".venv/lib/launcher manifest.xml",
+            "target/débug/out.txt",
+            "node_modules/a b/index.js",
+        ] {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, "cache").expect("write");
+        }
+        let filter = consort_actors::TreeFilter::default();
+        assert_eq!(repo.dirty(&filter).expect("status"), Vec::<String>::new());
+        std::fs::write(dir.path().join("my notes é.md"), "mine").expect("write");
+        assert_eq!(repo.dirty(&filter).expect("status"), ["my notes é.md"]);
+    }
 
     #[test]
     fn a_remotes_credentials_never_reach_a_message() {

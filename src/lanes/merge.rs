@@ -376,9 +376,9 @@ fn merge_in(
         return Ok(());
     }
     let files = in_tree
-        .git(&["diff", "--name-only", "--diff-filter=U"], None)
+        .git(&["diff", "--name-only", "-z", "--diff-filter=U"], None)
         .unwrap_or_default();
-    let files: Vec<&str> = files.lines().filter(|l| !l.is_empty()).collect();
+    let files: Vec<&str> = files.split('\0').filter(|l| !l.is_empty()).collect();
     let _ = in_tree.git(&["merge", "--abort"], None);
     let mut args = vec![
         "log",
