@@ -182,19 +182,50 @@ fn has_sql_tests(dir: &Path) -> bool {
 
 /// The test paths: the project's `tests/` (or `test/`) when it has one; for Go, its `_test.go`
 /// files wherever they are.
+/// `[paths] tests` for a project of `stack`: each test directory it has at the top
+/// (`tests/`, `test/`, `__tests__/`), and, where test files of the stack's naming lie outside
+/// them (`src/components/__tests__/a.test.js`, `app/test_orders.py`), the stack's patterns
+/// too, so that what the runner collects is what Consort calls a test.
 fn test_paths(dir: &Path, stack: Stack) -> Vec<String> {
     if stack == Stack::Go {
         return vec!["**/*_test.go".into()];
     }
-    for candidate in ["tests", "test", "__tests__"] {
-        if dir.join(candidate).is_dir() {
-            return vec![format!("{candidate}/**")];
-        }
+    let dirs: Vec<&str> = ["tests", "test", "__tests__"]
+        .into_iter()
+        .filter(|c| dir.join(c).is_dir())
+        .collect();
+    let root = format!("{}/", dir.display());
+    let loose = files_under(dir, 6).into_iter().any(|f| {
+        let rel = f.strip_prefix(&root).unwrap_or(&f);
+        looks_like_a_test(stack, rel) && !dirs.iter().any(|d| rel.starts_with(&format!("{d}/")))
+    });
+    let mut paths: Vec<String> = dirs.iter().map(|d| format!("{d}/**")).collect();
+    if loose || paths.is_empty() {
+        paths.extend(match stack {
+            Stack::Pytest => vec!["**/test_*.py".into(), "**/*_test.py".into()],
+            Stack::Vitest | Stack::Jest => vec![
+                "**/__tests__/**".into(),
+                "**/*.test.*".into(),
+                "**/*.spec.*".into(),
+            ],
+            _ if paths.is_empty() => vec!["tests/**".into()],
+            _ => Vec::new(),
+        });
     }
+    paths
+}
+
+/// Whether `rel` is named as the stack's test tool finds tests.
+fn looks_like_a_test(stack: Stack, rel: &str) -> bool {
+    let name = file_name(rel);
     match stack {
-        Stack::Pytest => vec!["**/test_*.py".into(), "**/*_test.py".into()],
-        Stack::Vitest | Stack::Jest => vec!["**/*.test.*".into(), "**/*.spec.*".into()],
-        _ => vec!["tests/**".into()],
+        Stack::Pytest => {
+            name.ends_with(".py") && (name.starts_with("test_") || name.ends_with("_test.py"))
+        }
+        Stack::Vitest | Stack::Jest => {
+            rel.contains("__tests__/") || name.contains(".test.") || name.contains(".spec.")
+        }
+        _ => false,
     }
 }
 
@@ -369,9 +400,13 @@ mod tests {
     }
 
     fn layout_of(files: &[(&str, &str)]) -> Layout {
+        detect(tempdir_with(files).path())
+    }
+
+    fn tempdir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
         let tmp = tempfile::tempdir().expect("tmp");
         write(tmp.path(), files);
-        detect(tmp.path())
+        tmp
     }
 
     #[test]
@@ -396,7 +431,10 @@ mod tests {
         let vitest = layout_of(&[("package.json", r#"{"devDependencies":{"vitest":"^2"}}"#)]);
         assert_eq!(vitest.stack, Some(Stack::Vitest));
         assert!(vitest.runner.contains("--reporter=junit"));
-        assert_eq!(vitest.tests, ["**/*.test.*", "**/*.spec.*"]);
+        assert_eq!(
+            vitest.tests,
+            ["**/__tests__/**", "**/*.test.*", "**/*.spec.*"]
+        );
         let jest = layout_of(&[("package.json", r#"{"devDependencies":{"jest":"^29"}}"#)]);
         assert_eq!(jest.stack, Some(Stack::Jest));
         assert!(jest.runner.contains("jest-junit"));
@@ -416,6 +454,26 @@ mod tests {
             sql.runner
         );
         assert_eq!(layout_of(&[("README.md", "hi")]).stack, None);
+    }
+
+    #[test]
+    fn test_paths_cover_every_test_the_tool_finds() {
+        let node = tempdir_with(&[
+            ("package.json", r#"{"devDependencies":{"jest":"29"}}"#),
+            ("test/api.test.js", ""),
+            ("src/components/__tests__/button.js", ""),
+        ]);
+        assert_eq!(
+            test_paths(node.path(), Stack::Jest),
+            ["test/**", "**/__tests__/**", "**/*.test.*", "**/*.spec.*"]
+        );
+        let only_dir = tempdir_with(&[("tests/test_a.py", ""), ("app/orders.py", "")]);
+        assert_eq!(test_paths(only_dir.path(), Stack::Pytest), ["tests/**"]);
+        let beside = tempdir_with(&[("tests/test_a.py", ""), ("app/test_orders.py", "")]);
+        assert_eq!(
+            test_paths(beside.path(), Stack::Pytest),
+            ["tests/**", "**/test_*.py", "**/*_test.py"]
+        );
     }
 
     #[test]

@@ -390,8 +390,9 @@ pub fn doctor(dir: &Path) -> i32 {
     check_database(&mut checks, dir, &config);
     // When the runner and the database are sound: one test file run as a verification runs it.
     if !checks.failed {
-        let trial = crate::trial::check(dir);
-        checks.report(trial.ok, &trial.what, &trial.hint);
+        for f in crate::trial::check(dir) {
+            checks.report(f.ok, &f.what, &f.hint);
+        }
     }
     check_request(&mut checks, &dir.join(&config.feature.request));
     check_agents(&mut checks, dir, &config);

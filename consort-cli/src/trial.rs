@@ -8,10 +8,11 @@ use consort_actors::{Confinement, TestStatus, counted, error_chain};
 
 use crate::collect::Finding;
 
-/// The trial run of the project in `dir`, as a finding: passed when it ran (its tests' own
+/// The trial run of the project in `dir`, as findings: passed when it ran (its tests' own
 /// failures are named, not a fault: the baseline records them), failed when the confinement
-/// refused the run something or the run could not be made.
-pub fn check(dir: &Path) -> Finding {
+/// refused the run something or the run could not be made; and failed when the runner
+/// collects test files the test paths miss.
+pub fn check(dir: &Path) -> Vec<Finding> {
     let dir = dir.to_path_buf();
     let ran = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -29,12 +30,25 @@ pub fn check(dir: &Path) -> Finding {
         })
     })
     .join();
-    match ran {
-        Ok(Ok(trial)) => Finding {
-            ok: true,
-            what: ran_text(&trial),
-            hint: String::new(),
-        },
+    let one = match ran {
+        Ok(Ok(trial)) => {
+            let mut found = vec![Finding {
+                ok: true,
+                what: ran_text(&trial),
+                hint: String::new(),
+            }];
+            if !trial.outside_test_paths.is_empty() {
+                found.push(Finding {
+                    ok: false,
+                    what: format!(
+                        "the runner collects test files that [paths] tests misses: {}",
+                        trial.outside_test_paths.join(", ")
+                    ),
+                    hint: "add a glob for them to [paths] tests: to Consort a file outside the test paths is no test, and an agent could change it".into(),
+                });
+            }
+            return found;
+        }
         Ok(Err(e)) => Finding {
             ok: false,
             what: format!("a trial run, as a verification runs it: {e}"),
@@ -45,7 +59,8 @@ pub fn check(dir: &Path) -> Finding {
             what: "a trial run, as a verification runs it: its thread panicked".into(),
             hint: "report this as a bug in Consort".into(),
         },
-    }
+    };
+    vec![one]
 }
 
 /// What a trial run ran and how its tests went.

@@ -19,6 +19,9 @@ pub struct TrialRun {
     pub file: Option<String>,
     /// The confinement the run had.
     pub confinement: Confinement,
+    /// Test files the runner collects that `[paths] tests` misses (at most 10): to Consort they
+    /// are no tests, so an agent could change them.
+    pub outside_test_paths: Vec<String>,
     /// The run's report: its outcomes, its exit, the end of its output.
     pub report: RunReport,
 }
@@ -58,9 +61,22 @@ impl Project {
         let conn = provider.connect_info(branch).await?;
         let mut ctx =
             RunContext::prepare(tree, conn, self.config.runner.sandbox(), hidden, caches)?;
-        let file = runner
-            .collect(&ctx)
-            .await?
+        let suite = runner.collect(&ctx).await?;
+        let policy = self.config.path_policy().map_err(|e| {
+            ProjectError::Config(crate::config::ConfigError::Invalid {
+                path: self.dir.join(crate::config::CONFIG_FILE),
+                key: "paths.tests".into(),
+                message: e.to_string(),
+            })
+        })?;
+        let mut outside_test_paths: Vec<String> = Vec::new();
+        for t in suite.iter().flat_map(|s| &s.tests) {
+            if !policy.is_test(&t.file) && !outside_test_paths.contains(&t.file) {
+                outside_test_paths.push(t.file.clone());
+            }
+        }
+        outside_test_paths.truncate(10);
+        let file = suite
             .and_then(|suite| suite.tests.into_iter().next())
             .map(|t| t.file);
         ctx.select = file.clone().map(|f| vec![f]);
@@ -68,6 +84,7 @@ impl Project {
         Ok(TrialRun {
             file,
             confinement: ctx.jail.confinement(),
+            outside_test_paths,
             report,
         })
     }

@@ -477,6 +477,45 @@ fn doctor_s_trial_run_finds_a_suite_the_confinement_refuses() {
     );
 }
 
+/// `consort init` writes test paths that cover every test file the tool finds, beside the
+/// test directory too; doctor compares them with what the runner collects and fails naming a
+/// collected file they miss.
+#[test]
+fn the_test_paths_cover_what_the_runner_collects_and_doctor_names_a_file_they_miss() {
+    let tmp = repo_of(&[
+        PYPROJECT,
+        ("tests/__init__.py", ""),
+        ("tests/test_a.py", "def test_a():\n    assert True\n"),
+        ("app/__init__.py", ""),
+        ("app/test_inline.py", "def test_inline():\n    assert True\n"),
+        ("feature.md", "# Stock\n\nKeep the stock of each SKU.\n"),
+    ]);
+    let dir = tmp.path();
+    // pytest collects both files, from the rootdir, when testpaths does not narrow it.
+    write(dir, &[("pyproject.toml", "[tool.pytest.ini_options]\n")]);
+    assert_exit(&run(consort().arg("init").arg(dir)), 0, "init");
+    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    assert!(
+        config.contains("\"tests/**\", \"**/test_*.py\", \"**/*_test.py\""),
+        "{config}"
+    );
+    consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
+    let said = text(&run(consort().arg("doctor").args(dir_arg(dir))));
+    assert!(!said.contains("[paths] tests misses"), "{said}");
+    let narrowed = config.replace(
+        "\"tests/**\", \"**/test_*.py\", \"**/*_test.py\"",
+        "\"tests/**\"",
+    );
+    std::fs::write(dir.join("consort.toml"), narrowed).expect("edit");
+    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    assert_exit_saying(
+        &o,
+        1,
+        "doctor fails",
+        "FAIL  the runner collects test files that [paths] tests misses: app/test_inline.py",
+    );
+}
+
 #[test]
 fn doctor_fails_when_the_runner_s_program_is_not_installed() {
     let tmp = repo_of(&[("tests/t1.sql", "select 1;")]);
