@@ -490,10 +490,38 @@ fn read_in_background<R: std::io::Read + Send + 'static>(
     })
 }
 
-/// The last few lines of a tool's output.
+/// What a tool said went wrong: its own message (the first lines from the first that names
+/// an error: `Could not resolve a module for a custom reporter. / Module name: jest-junit`),
+/// then its last lines, stack frames left out of both (`at …`, `File "…", line …`).
 fn tail(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(5)..].join(" / ")
+    const ERROR_WORDS: [&str; 7] = [
+        "error",
+        "could not",
+        "cannot",
+        "not found",
+        "no module named",
+        "failed",
+        "exception",
+    ];
+    let is_frame = |l: &str| {
+        l.starts_with("at ") || l.starts_with("File \"") || l.starts_with('^') || l == "Traceback (most recent call last):"
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !is_frame(l))
+        .collect();
+    let first = lines.iter().position(|l| {
+        let lower = l.to_ascii_lowercase();
+        ERROR_WORDS.iter().any(|w| lower.contains(w))
+    });
+    let mut said: Vec<&str> = first.map_or(Vec::new(), |i| lines[i..].iter().take(3).copied().collect());
+    for l in &lines[lines.len().saturating_sub(3)..] {
+        if !said.contains(l) {
+            said.push(l);
+        }
+    }
+    said.join(" / ")
 }
 
 #[cfg(test)]
@@ -508,6 +536,22 @@ mod tests {
         std::fs::write(tmp.path().join("run.sh"), "").expect("write");
         assert!(installed("./run.sh", tmp.path()));
         assert!(!installed("./missing.sh", tmp.path()));
+    }
+
+    #[test]
+    fn a_tool_s_own_error_is_kept_and_its_stack_left_out() {
+        let jest = "● Validation Error:\n\n  Could not resolve a module for a custom reporter.\n  Module name: jest-junit\n\n  Configuration Documentation:\n  https://jestjs.io/docs/configuration\n\n    at /p/node_modules/jest-config/build/utils.js:95:13\n    at Array.map (<anonymous>)\n    at normalize (/p/node_modules/jest-config/build/normalize.js:3:1)\n    at readConfig (/p/node_modules/jest-config/build/index.js:2:2)\n";
+        let said = tail(jest);
+        assert!(
+            said.starts_with("● Validation Error: / Could not resolve a module for a custom reporter. / Module name: jest-junit"),
+            "{said}"
+        );
+        assert!(!said.contains("Array.map"), "{said}");
+        let python = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n    import nope\nModuleNotFoundError: No module named 'nope'\n";
+        assert_eq!(
+            tail(python),
+            "ModuleNotFoundError: No module named 'nope' / import nope"
+        );
     }
 
     fn listed(stdout: &str) -> Listed {
