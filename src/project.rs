@@ -580,7 +580,6 @@ impl Project {
         })
     }
 
-    /// The test runner the configuration names.
     /// The branch under the project's own names (`[branch_env]`), for its test command and
     /// `consort exec`.
     pub fn branch_env(&self) -> Result<consort_lakebase::BranchEnv, ProjectError> {
@@ -593,6 +592,16 @@ impl Project {
         })
     }
 
+    /// The `psql` of the PostgreSQL the project's embedded cluster runs (Consort's own bundle
+    /// when it fetched one), when it comes with one; `None`: the psql runner looks on `PATH`.
+    fn server_psql(&self) -> Option<std::path::PathBuf> {
+        let ProviderConfig::Embedded { postgres, .. } = &self.config.database else {
+            return None;
+        };
+        postgres.relative_to(&self.dir).choice().ok()?.psql()
+    }
+
+    /// The test runner the configuration names.
     pub fn runner(&self) -> Result<Arc<dyn TestRunner>, ProjectError> {
         Ok(match &self.config.runner {
             RunnerConfig::Psql {
@@ -601,6 +610,7 @@ impl Project {
                 timeout_secs,
                 ..
             } => Arc::new(PsqlRunner::new(PsqlRunnerConfig {
+                psql: self.server_psql(),
                 setup_globs: setup.clone(),
                 test_globs: tests.clone(),
                 timeout_per_file: Duration::from_secs(*timeout_secs),

