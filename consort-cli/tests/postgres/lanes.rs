@@ -340,7 +340,16 @@ fn lanes_killed_mid_step_resume_where_they_stopped_from_a_relative_project_dir()
     }
     child.kill().expect("SIGKILL");
     let _ = child.wait();
-    assert_eq!(worktrees(&dir), 3, "both lanes were under way");
+    // A fast lane may have finished between the check above and the kill: what the resume
+    // must say depends on what was still open, which depends on the machine's speed.
+    let open_at_the_kill: Vec<String> = status_json(&dir)["features"]
+        .as_array()
+        .expect("features")
+        .iter()
+        .filter(|f| f["state"] != "done")
+        .filter_map(|f| f["id"].as_str().map(str::to_string))
+        .collect();
+    assert!(!open_at_the_kill.is_empty(), "a lane was under way at the kill");
 
     // Resumed from inside the project with the default `--dir .`: every lane's ledger, git
     // index and test run still resolve to the project, not to a lane's worktree.
@@ -349,10 +358,9 @@ fn lanes_killed_mid_step_resume_where_they_stopped_from_a_relative_project_dir()
         .current_dir(&dir));
     assert_exit(&o, 0, "both lanes resume to done");
     let out = text(&o);
-    assert!(
-        out.contains("f1-stock: done") && out.contains("f2-orders: done"),
-        "{out}"
-    );
+    for id in &open_at_the_kill {
+        assert!(out.contains(&format!("{id}: done")), "{id}: {out}");
+    }
     assert_both_merged_and_nothing_left(&dir);
     assert_exit(
         &run(&mut consort_in("verify", &dir)),
