@@ -802,15 +802,25 @@ fn feature_add(dir: &Path, file: &Path, id: Option<&str>) -> Result<i32> {
     let added = project.records().add_feature(&project.config, file, id)?;
     let position = project.backlog()?.len();
     println!(
-        "added feature {} (number {position} of the backlog); its request is kept in {}",
+        "added feature {} (number {position} of the backlog); {}",
         added.id,
-        added.request.display()
+        request_kept(&project.config.store, &added.request)
     );
     println!(
         "`consort run --dir {}` takes it up once every feature before it is done",
         dir.display()
     );
     Ok(0)
+}
+
+/// Where an added feature's request is kept: the file, or the shared store every clone reads.
+fn request_kept(store: &consort::config::StoreConfig, file: &Path) -> String {
+    match store {
+        consort::config::StoreConfig::Postgres { project, .. } => format!(
+            "its request is kept in the shared store (project {project}), where every clone reads it, not in a file of this checkout"
+        ),
+        _ => format!("its request is kept in {}", file.display()),
+    }
 }
 
 /// `consort feature list`: the backlog with each feature's state.

@@ -263,8 +263,9 @@ fn print_git(project: &Project, report: &RunReport) {
             }
             if report.outcome == RunOutcome::Done {
                 println!(
-                    "  ready to merge: from your branch, git merge {} (Consort never pushes or merges)",
-                    sync.branch
+                    "  ready to merge: from your branch, git merge {}{}",
+                    sync.branch,
+                    merge_note(project.config.git.remote.as_deref())
                 );
             }
         }
@@ -273,6 +274,15 @@ fn print_git(project: &Project, report: &RunReport) {
             "warning: the run's commits could not be made: {}",
             consort_actors::error_chain(&e)
         ),
+    }
+}
+
+/// What Consort did with the run's branch beyond this checkout: pushed it, where `[git]
+/// remote` names a remote; else nothing.
+fn merge_note(remote: Option<&str>) -> String {
+    match remote {
+        Some(remote) => format!(" (Consort pushed the branch to the remote {remote})"),
+        None => " (Consort pushed nothing and merged nothing)".into(),
     }
 }
 
@@ -568,6 +578,15 @@ pub fn unverified_text(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_run_summary_says_where_the_branch_was_pushed_when_it_was() {
+        assert_eq!(
+            super::merge_note(Some("origin")),
+            " (Consort pushed the branch to the remote origin)"
+        );
+        assert!(super::merge_note(None).contains("pushed nothing"));
+    }
 
     #[test]
     fn a_consort_command_runs_through_cargo_until_one_is_installed() {

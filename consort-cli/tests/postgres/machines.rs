@@ -14,7 +14,8 @@ use consort::lakebase::{ConnectInfo, EmbeddedCluster, Secret};
 use consort_testkit::process::text;
 
 use crate::backlog::{Plan, f1, git, scripted_project};
-use crate::common::{approving_run, assert_exit, consort, consort_in, dir_arg, run, write};
+use crate::common::{
+    approving_run, assert_exit, assert_exit_saying, consort, consort_in, dir_arg, run, write};
 use crate::lanes::orders;
 
 /// Suppliers: a table and a function of its own, nothing of the others'.
@@ -268,7 +269,12 @@ fn origin_project(root: &Path, server: &Server, shared: bool) -> (PathBuf, PathB
             .args(["--id", id])
             .args(dir_arg(&origin));
         let o = run(&mut machine.command(add, server));
-        assert_exit(&o, 0, "a feature joins the backlog");
+        assert_exit_saying(
+            &o,
+            0,
+            "a feature joins the backlog",
+            "its request is kept in the shared store (project",
+        );
     }
     (origin, remote)
 }
