@@ -188,11 +188,15 @@ impl ServerProvider {
             }
             Some(Some(_)) => drop_db(admin, ident).await?,
         }
-        if role_meta(admin, ident).await?.is_some() {
-            admin
+        if role_meta(admin, ident).await?.is_some()
+            && let Err(e) = admin
                 .batch_execute(&format!("DROP ROLE IF EXISTS {}", quote_ident(ident)))
                 .await
-                .map_err(|e| Error::from_pg(format!("dropping role {ident}"), e))?;
+            // Another process dropped it at the same moment (two sweeps, two lanes resuming:
+            // PostgreSQL says "tuple concurrently deleted"): gone is what was asked for.
+            && role_meta(admin, ident).await?.is_some()
+        {
+            return Err(Error::from_pg(format!("dropping role {ident}"), e));
         }
         Ok(())
     }

@@ -442,3 +442,29 @@ async fn a_database_being_made_is_never_open_to_a_test_on_another_branch() {
         probe.written
     );
 }
+
+/// Two processes removing the same branch at once (two sweeps, two lanes resuming) both
+/// succeed: the one whose `DROP ROLE` meets the other's ("tuple concurrently deleted") finds
+/// the role gone, which is what it asked for.
+#[tokio::test]
+async fn two_providers_deleting_one_branch_at_once_both_succeed() {
+    let (cluster, first) = provider().await;
+    let second = EmbeddedProvider::new(cluster.clone())
+        .await
+        .expect("a second provider");
+    let base = first
+        .prepare_base(&BaseSpec::default())
+        .await
+        .expect("base");
+    let namer = BranchNamer::new();
+    for _ in 0..8 {
+        let b = first
+            .create(&namer.next_name(), &base)
+            .await
+            .expect("branch");
+        let (a, z) = tokio::join!(first.delete(&b.name), second.delete(&b.name));
+        a.expect("the first delete");
+        z.expect("the second delete, at the same moment");
+    }
+    assert!(branch_names(&first, BRANCH_PREFIX).await.is_empty());
+}
