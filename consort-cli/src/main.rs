@@ -703,6 +703,13 @@ fn human(at: &Target, decision: HumanDecision, by: &str, keep: bool) -> Result<i
                 "{}",
                 consort_cli::ui::unverified_text(&work, put_back, keep)
             );
+            // A stopped lane's worktree goes now (--keep keeps it, with the work in it).
+            if !keep && project.remove_lane_worktree()? {
+                println!(
+                    "the lane's worktree {} is removed; its branch and records stay",
+                    project.work_tree().display()
+                );
+            }
             Ok(0)
         }
         Ok(()) => {

@@ -29,6 +29,19 @@ mod merge;
 mod objects;
 mod worktree;
 
+impl crate::project::Project {
+    /// Removes this handle's lane worktree, when it is a lane's (its branch and records
+    /// stay): what `consort stop` does once the stop is recorded and the unverified work put
+    /// back, so that a stopped lane does not wait for the next run to be cleared. `false`:
+    /// there was none.
+    pub fn remove_lane_worktree(&self) -> Result<bool, crate::project::ProjectError> {
+        if !self.in_lane() {
+            return Ok(false);
+        }
+        Ok(worktree::remove(&self.dir, self.feature_entry())?)
+    }
+}
+
 pub(crate) use crate::project::lane::legacy_lane_root;
 pub use crate::project::lane::{LaneError, hidden_from_lane, lanes_dir, work_tree_of};
 pub use deps::{editable_installs, link_dependencies};

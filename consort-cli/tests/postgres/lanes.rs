@@ -195,6 +195,30 @@ fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
     );
 }
 
+/// `consort stop` on a lane waiting at its gate removes its worktree at once (its branch and
+/// records stay), not at the next run.
+#[test]
+fn a_stopped_lane_s_worktree_goes_at_the_stop() {
+    let (_tmp, dir) = shop(&orders());
+    let ended = lanes_approving_only(&dir, "f2-orders");
+    assert!(
+        matches!(ended["f1-stock"], RunOutcome::AtGate { .. }),
+        "{ended:?}"
+    );
+    assert_eq!(worktrees(&dir), 2, "the project's tree and f1's lane");
+    let o = run(consort_in("stop", &dir).args(["--feature", "f1-stock", "--by", "ada"]));
+    assert_exit(&o, 0, "the stop is recorded");
+    assert!(
+        text(&o).contains("the lane's worktree") && text(&o).contains("is removed"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(worktrees(&dir), 1, "f1's worktree went with the stop");
+    assert!(!lane_of(&dir, "f1-stock").exists());
+    let branches = git(&dir, &["branch", "--list", "consort/f1-stock"]);
+    assert!(!branches.trim().is_empty(), "its branch stays");
+}
+
 #[test]
 fn the_merge_check_refuses_a_lane_that_breaks_a_merged_features_tests() {
     let (tmp, dir) = shop(&labels());
