@@ -82,7 +82,7 @@ fn a_pytest_project_with_caches_and_a_junit_report_runs_to_done() {
     );
     let ledger = ledger_text(&dir);
     let receipts = ledger.matches("\"verify-completed\"").count();
-    let confined = ledger.matches("\"landlock\"").count();
+    let confined = ledger.matches("\"namespaced\"").count();
     assert!(
         receipts >= 5,
         "two REDs, two GREENs and the deploy verify: {receipts}"
