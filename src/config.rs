@@ -581,8 +581,7 @@ impl ProjectConfig {
             }
             _ => {}
         }
-        self.branch_env()
-            .map_err(|m| invalid("branch_env", m))?;
+        self.branch_env().map_err(|m| invalid("branch_env", m))?;
         self.budgets(None).map_err(|e| match e {
             ConfigError::Invalid { key, message, .. } => invalid(&key, message),
             other => other,
@@ -715,7 +714,10 @@ path = ".consort/script.toml"
     #[test]
     fn branch_env_maps_the_branch_and_refuses_what_a_run_sets_itself() {
         let with = |table: &str| {
-            ProjectConfig::parse(&format!("{MINIMAL}\n[branch_env]\n{table}"), Path::new("consort.toml"))
+            ProjectConfig::parse(
+                &format!("{MINIMAL}\n[branch_env]\n{table}"),
+                Path::new("consort.toml"),
+            )
         };
         let c = with("DB_HOST = \"{host}\"\nDATABASE_URL = \"postgresql+psycopg://{user}@{host}/{database}\"\n")
             .expect("parses");

@@ -504,7 +504,10 @@ fn tail(text: &str) -> String {
         "exception",
     ];
     let is_frame = |l: &str| {
-        l.starts_with("at ") || l.starts_with("File \"") || l.starts_with('^') || l == "Traceback (most recent call last):"
+        l.starts_with("at ")
+            || l.starts_with("File \"")
+            || l.starts_with('^')
+            || l == "Traceback (most recent call last):"
     };
     let lines: Vec<&str> = text
         .lines()
@@ -515,7 +518,8 @@ fn tail(text: &str) -> String {
         let lower = l.to_ascii_lowercase();
         ERROR_WORDS.iter().any(|w| lower.contains(w))
     });
-    let mut said: Vec<&str> = first.map_or(Vec::new(), |i| lines[i..].iter().take(3).copied().collect());
+    let mut said: Vec<&str> =
+        first.map_or(Vec::new(), |i| lines[i..].iter().take(3).copied().collect());
     for l in &lines[lines.len().saturating_sub(3)..] {
         if !said.contains(l) {
             said.push(l);

@@ -89,10 +89,7 @@ fn count_in(dir: &Path, folder: &str, extensions: &[&str]) -> Option<usize> {
         .filter(|e| {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            !name.starts_with("__")
-                && extensions
-                    .iter()
-                    .any(|x| name.ends_with(&format!(".{x}")))
+            !name.starts_with("__") && extensions.iter().any(|x| name.ends_with(&format!(".{x}")))
         })
         .count();
     (n > 0).then_some(n)
@@ -172,7 +169,10 @@ mod tests {
             ("knexfile.js", "module.exports = {};"),
             ("db/migrations/20240101_users.js", ""),
             ("db/migrations/20240102_orders.js", ""),
-            ("alembic.ini", "[alembic]\nscript_location = migrations_py\n"),
+            (
+                "alembic.ini",
+                "[alembic]\nscript_location = migrations_py\n",
+            ),
             ("migrations_py/versions/abc123_init.py", ""),
             ("manage.py", ""),
             ("shop/orders/migrations/0001_initial.py", ""),
@@ -183,8 +183,14 @@ mod tests {
         let tools: Vec<&str> = found.iter().map(|f| f.tool).collect();
         assert_eq!(tools, ["Knex", "Alembic", "Django"]);
         assert_eq!(found[0].migrations, Some(("db/migrations".into(), 2)));
-        assert_eq!(found[1].migrations, Some(("migrations_py/versions".into(), 1)));
-        assert_eq!(found[2].migrations, Some(("shop/orders/migrations".into(), 2)));
+        assert_eq!(
+            found[1].migrations,
+            Some(("migrations_py/versions".into(), 1))
+        );
+        assert_eq!(
+            found[2].migrations,
+            Some(("shop/orders/migrations".into(), 2))
+        );
         let note = found[0].note();
         assert!(
             note.starts_with("found Knex migrations (knexfile.js, 2 in db/migrations/)")

@@ -211,7 +211,10 @@ mod tests {
     #[test]
     fn an_unknown_field_or_an_open_brace_is_refused_naming_the_variable() {
         let e = env(&[("DB", "{hostname}")]).expect_err("unknown");
-        assert!(e.contains("DB = \"{hostname}\"") && e.contains("{host}, {port}"), "{e}");
+        assert!(
+            e.contains("DB = \"{hostname}\"") && e.contains("{host}, {port}"),
+            "{e}"
+        );
         let e = env(&[("DB", "x{host")]).expect_err("open");
         assert!(e.contains("never closed"), "{e}");
         let e = env(&[("DB", "x}")]).expect_err("stray");

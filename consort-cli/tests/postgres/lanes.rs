@@ -373,7 +373,10 @@ fn lanes_killed_mid_step_resume_where_they_stopped_from_a_relative_project_dir()
         .filter(|f| f["state"] != "done")
         .filter_map(|f| f["id"].as_str().map(str::to_string))
         .collect();
-    assert!(!open_at_the_kill.is_empty(), "a lane was under way at the kill");
+    assert!(
+        !open_at_the_kill.is_empty(),
+        "a lane was under way at the kill"
+    );
 
     // Resumed from inside the project with the default `--dir .`: every lane's ledger, git
     // index and test run still resolve to the project, not to a lane's worktree.

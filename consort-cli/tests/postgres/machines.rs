@@ -15,7 +15,8 @@ use consort_testkit::process::text;
 
 use crate::backlog::{Plan, f1, git, scripted_project};
 use crate::common::{
-    approving_run, assert_exit, assert_exit_saying, consort, consort_in, dir_arg, run, write};
+    approving_run, assert_exit, assert_exit_saying, consort, consort_in, dir_arg, run, write,
+};
 use crate::lanes::orders;
 
 /// Suppliers: a table and a function of its own, nothing of the others'.

@@ -487,7 +487,10 @@ fn the_test_paths_cover_what_the_runner_collects_and_doctor_names_a_file_they_mi
         ("tests/__init__.py", ""),
         ("tests/test_a.py", "def test_a():\n    assert True\n"),
         ("app/__init__.py", ""),
-        ("app/test_inline.py", "def test_inline():\n    assert True\n"),
+        (
+            "app/test_inline.py",
+            "def test_inline():\n    assert True\n",
+        ),
         ("feature.md", "# Stock\n\nKeep the stock of each SKU.\n"),
     ]);
     let dir = tmp.path();
