@@ -723,7 +723,8 @@ path = ".consort/script.toml"
             .expect("parses");
         assert_eq!(c.branch_env.len(), 2);
         for (table, says) in [
-            ("PGHOST = \"{host}\"\n", "libpq's own name"),
+            ("PGHOST = \"{host}\"\n", "set by every run"),
+            ("PGAPPNAME = \"app\"\n", "libpq's own name"),
             ("HOME = \"/x\"\n", "set by every run"),
             ("CONSORT_X = \"{host}\"\n", "set by every run"),
             ("DB_HOST = \"{hostname}\"\n", "no field of the branch"),
