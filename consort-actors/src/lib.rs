@@ -133,9 +133,9 @@ pub use paths::{
     normalise_relative,
 };
 pub use protocol::{
-    AgentFailure, AssignmentId, AssignmentInputs, ContextMeasure, InfraError, NotIncluded,
-    NotListed, Omission, Produced, PromoteReport, PromoteRequest, RunnerFacts, StepScope,
-    TranscriptRef, Usage, VerifyPurpose, VerifyRequest, WriteRules,
+    AgentFailure, AssignmentId, AssignmentInputs, ContextMeasure, InfraError, MergeCheckRun,
+    NotIncluded, NotListed, Omission, Produced, PromoteReport, PromoteRequest, RunnerFacts,
+    StepScope, TranscriptRef, Usage, VerifyPurpose, VerifyRequest, WriteRules,
 };
 pub use regression::{EarlierMigration, EarlierTest, Inherited, Quarantine, Retirement};
 pub use role::{ActorId, Role, UnknownRole};

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use chrono::Utc;
 use consort_actors::{
     Command, ConductorError, ContentHash, Event, FileHashes, GateApproval, GateDecision, GateKind,
-    HumanDecision, LedgerError, Pending, State, TestRunReceipt, WorkTree, WorkTreeError,
-    design_hash_on_disk, record_gate_decision,
+    HumanDecision, LedgerError, Pending, State, TestRunReceipt, TestStatus, WorkTree,
+    WorkTreeError, design_hash_on_disk, record_gate_decision,
 };
 
 use crate::ui;
@@ -318,9 +318,19 @@ fn brief(e: &Event) -> String {
             approval.approver,
             approval.hash.short()
         ),
-        Event::Promoted { report } => {
-            format!("{} applied to {}", report.applied.len(), report.target)
-        }
+        Event::Promoted { report } => match &report.merge_check {
+            Some(check) => format!(
+                "{} applied to {}, after the merge check with {} ({} on {}: {} outcomes, {})",
+                report.applied.len(),
+                report.target,
+                check.merged_with.join(", "),
+                check.receipt.request_id,
+                check.receipt.branch_id,
+                check.receipt.outcomes.len(),
+                check.receipt.exit
+            ),
+            None => format!("{} applied to {}", report.applied.len(), report.target),
+        },
         Event::PromoteFailed { request, error } => format!("{request}: {error}"),
         Event::Retired { retirement: r } => {
             format!("{}/{} retired by {}: {}", r.feature, r.test, r.by, r.reason)
@@ -512,6 +522,13 @@ fn verify_feature(
         );
     }
     check("receipts", receipts_check(project, &state)?);
+    if let Some(check_run) = state
+        .promotion
+        .as_ref()
+        .and_then(|p| p.merge_check.as_ref())
+    {
+        check("merge check", merge_check_text(check_run));
+    }
     Ok(ok)
 }
 
@@ -581,6 +598,37 @@ fn receipts_check(project: &Project, state: &State) -> Result<Result<String, Str
             "{unissued} receipts answer no issued request or report nothing"
         ))
     })
+}
+
+/// A lane's merge check as `consort verify` reads it from the promotion's record: every test
+/// it ran passed, on a branch of its own, confined.
+fn merge_check_text(run: &consort_actors::MergeCheckRun) -> Result<String, String> {
+    let r = &run.receipt;
+    let failing: Vec<&str> = r
+        .outcomes
+        .iter()
+        .filter(|o| o.status != TestStatus::Passed)
+        .map(|o| o.name.as_str())
+        .collect();
+    if r.outcomes.is_empty() || !failing.is_empty() {
+        return Err(format!(
+            "{} promoted though its merge check did not pass: {}",
+            r.request_id,
+            if failing.is_empty() {
+                "it reported no test".to_string()
+            } else {
+                failing.join(", ")
+            }
+        ));
+    }
+    Ok(format!(
+        "{} on branch {}, merged with {}: {} passed; confinement: {}",
+        r.request_id,
+        r.branch_id,
+        run.merged_with.join(", "),
+        r.outcomes.len(),
+        r.confinement
+    ))
 }
 
 /// `consort branches`: Consort's branches on the project's provider.
@@ -709,5 +757,45 @@ pub fn decide_gate(
         Ok(()) => Ok(format!("recorded: {gate} gate decision by {by} for {hash}")),
         Err(ConductorError::Gate(msg)) => Err(DecideError::Refused(msg)),
         Err(e) => Err(DecideError::Conductor(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_merge_check_verifies_only_when_every_test_it_ran_passed() {
+        let receipt = |statuses: &[(&str, TestStatus)]| {
+            consort_testkit::artifacts::receipt_with(
+                consort_actors::RequestId(1_000_007),
+                ContentHash::of_bytes(b"merged tree"),
+                statuses,
+                1,
+                "",
+            )
+        };
+        let run = |r: TestRunReceipt| consort_actors::MergeCheckRun {
+            merged_with: vec!["f2-orders".into()],
+            receipt: Box::new(r),
+        };
+        let passed = merge_check_text(&run(receipt(&[("t1", TestStatus::Passed)])));
+        assert!(
+            passed
+                .as_ref()
+                .is_ok_and(|t| t.contains("merged with f2-orders: 1 passed")),
+            "{passed:?}"
+        );
+        let failed = merge_check_text(&run(receipt(&[
+            ("t1", TestStatus::Passed),
+            ("t2", TestStatus::Failed),
+        ])));
+        assert!(
+            failed
+                .as_ref()
+                .is_err_and(|t| t.contains("did not pass: t2")),
+            "{failed:?}"
+        );
+        assert!(merge_check_text(&run(receipt(&[]))).is_err());
     }
 }

@@ -210,6 +210,7 @@ impl Simulation {
                     applied: migrations.iter().map(|m| m.version.clone()).collect(),
                     already_applied: vec![],
                     verified: true,
+                    merge_check: None,
                 },
             },
             other => panic!("the scripted run never needs {other:?}"),

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use consort_actors::{
-    BoxFuture, EarlierTest, InfraError, InfraFault, Inherited, LakebaseEndpoint, PromoteReport,
-    PromoteRequest, RequestId, TestStatus, VerifyPurpose, VerifyRequest, WorkTree,
+    BoxFuture, EarlierTest, InfraError, InfraFault, Inherited, LakebaseEndpoint, MergeCheckRun,
+    PromoteReport, PromoteRequest, RequestId, TestStatus, VerifyPurpose, VerifyRequest, WorkTree,
 };
 
 use super::worktree::{LaneRecord, ScratchLane};
@@ -58,8 +58,11 @@ impl Promotion for MergeCheck {
                 let project = self.project.clone();
                 let migrations = request.migrations.clone();
                 let plan = blocking(move || integrate(&project, &migrations)).await?;
+                let mut checked = None;
                 if let Some(tree) = &plan.tree {
-                    regression(&self.project, tree, &plan, &request, lakebase, timeout).await?;
+                    checked = Some(
+                        regression(&self.project, tree, &plan, &request, lakebase, timeout).await?,
+                    );
                 }
                 let project = self.project.clone();
                 let (commit, base, seen) =
@@ -69,7 +72,9 @@ impl Promotion for MergeCheck {
                     continue;
                 }
                 drop(plan);
-                return lakebase.promote(request, timeout).await;
+                let mut report = lakebase.promote(request, timeout).await?;
+                report.merge_check = checked;
+                return Ok(report);
             }
             Err(refused(format!(
                 "the remote's base {} moved during each of {MERGE_ATTEMPTS} merge checks; run again to check once more",
@@ -152,6 +157,8 @@ struct Integration {
     tree: Option<ScratchLane>,
     /// Every accepted test of the merged features and the lane's, by feature.
     tests: Vec<EarlierTest>,
+    /// The features whose work reached the base since the lane started, in backlog order.
+    merged: Vec<String>,
     /// The merged features' promoted migrations: the parent holds them, and a run's base
     /// names them so that it is made from the parent as it is now, not as it was when a pool
     /// or a template of the lane's own migrations was made.
@@ -195,6 +202,7 @@ fn integrate(
         commit: lane_tip.clone(),
         tree: None,
         tests: Vec::new(),
+        merged: Vec::new(),
         merged_migrations: Vec::new(),
         seen,
     };
@@ -212,6 +220,7 @@ fn integrate(
     merge_in(&tree, project, &repo, &merged, (&base_tip, &lane_tip))?;
     plan.commit = head_of(&tree)?;
     plan.tests = tests_of(project, &merged)?;
+    plan.merged = merged.iter().map(|p| p.feature_id().to_string()).collect();
     plan.tree = Some(tree);
     Ok(plan)
 }
@@ -419,6 +428,7 @@ fn merge_in(
 
 /// Runs every merged feature's tests and the lane's on the merge, on a fresh branch with the
 /// lane's migrations; any that does not pass refuses the lane, naming the test and its feature.
+/// The run that passed is returned, for the promotion's record.
 async fn regression(
     project: &Project,
     tree: &ScratchLane,
@@ -426,7 +436,7 @@ async fn regression(
     request: &PromoteRequest,
     lakebase: &dyn LakebaseEndpoint,
     timeout: Duration,
-) -> Result<(), InfraError> {
+) -> Result<MergeCheckRun, InfraError> {
     let io = |e: &dyn std::fmt::Display| infra(InfraFault::WorkTreeIo, e.to_string());
     let machine = project
         .machine()
@@ -462,6 +472,13 @@ async fn regression(
         select: Vec::new(),
         quarantined: Vec::new(),
     };
+    let merged_with = plan.merged.clone();
+    tracing::info!(
+        feature = %project.feature_id(),
+        tests = plan.tests.len(),
+        merged_with = %merged_with.join(", "),
+        "merge check: running the accepted tests on the merged tree"
+    );
     let receipt = lakebase.verify(verify, timeout).await?;
     let failing: Vec<String> = plan
         .tests
@@ -484,7 +501,11 @@ async fn regression(
         })
         .collect();
     if failing.is_empty() {
-        return Ok(());
+        tracing::info!(feature = %project.feature_id(), request = receipt.request_id.0, "merge check passed");
+        return Ok(MergeCheckRun {
+            merged_with,
+            receipt: Box::new(receipt),
+        });
     }
     Err(refused(format!(
         "merged with what reached the base since this lane started, {} of the accepted tests do not pass: {}; fix the lane (its worktree is {}) or retire the test, then retry (`consort retry --feature {}`)",

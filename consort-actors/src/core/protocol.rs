@@ -565,6 +565,20 @@ pub struct PromoteReport {
     pub already_applied: Vec<String>,
     /// Every version in the plan is recorded in the parent with the plan's checksum.
     pub verified: bool,
+    /// A lane's merge check, when its branch was merged with work that reached the base
+    /// since it started: the run of every merged feature's accepted tests and the lane's on
+    /// the merged tree, which passed (a failing one refuses the promotion instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_check: Option<MergeCheckRun>,
+}
+
+/// A lane's merge check as it ran (see [`PromoteReport::merge_check`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MergeCheckRun {
+    /// The features whose work the lane was merged with, in backlog order.
+    pub merged_with: Vec<String>,
+    /// The run's receipt, on its own fresh branch (boxed: a report stays small).
+    pub receipt: Box<crate::core::artifact::TestRunReceipt>,
 }
 
 /// An infrastructure fault on the Lakebase side (never a test verdict: red tests are a receipt).

@@ -148,6 +148,7 @@ impl FakeLakebase {
                     applied: req.migrations.iter().map(|m| m.version.clone()).collect(),
                     already_applied: vec![],
                     verified: true,
+                    merge_check: None,
                 }));
             }
         }

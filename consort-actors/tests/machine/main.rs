@@ -460,6 +460,7 @@ fn promoted(request: RequestId, applied: &[&str]) -> Event {
             applied: applied.iter().map(|v| v.to_string()).collect(),
             already_applied: vec![],
             verified: true,
+            merge_check: None,
         },
     }
 }
@@ -2265,6 +2266,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
                 },
                 already_applied: vec![],
                 verified: !choice.is_multiple_of(5),
+                merge_check: None,
             },
         },
     }
@@ -2379,7 +2381,7 @@ proptest! {
                 6 => Event::ApplyRefused { reason: PathError::Empty },
                 7 => Event::VerifyFailed { request: RequestId(n % 4), error: InfraError { fault: InfraFault::DatabaseDown, detail: String::new() } },
                 8 => Event::Gate { approval: approval(GateKind::Design, h) },
-                9 => Event::Promoted { report: PromoteReport { request_id: RequestId(n % 4), target: String::new(), applied: vec![], already_applied: vec![], verified: n % 2 == 0 } },
+                9 => Event::Promoted { report: PromoteReport { request_id: RequestId(n % 4), target: String::new(), applied: vec![], already_applied: vec![], verified: n % 2 == 0, merge_check: None } },
                 10 => Event::PromoteFailed { request: RequestId(n % 4), error: InfraError { fault: InfraFault::DatabaseDown, detail: String::new() } },
                 11 => Event::Human { decision: HumanDecision::Retry, by: String::new() },
                 12 => Event::ApplyDenied { violation: RuleViolation::TouchesTests { path: "tests/x".into() }, resolved: BTreeMap::new() },

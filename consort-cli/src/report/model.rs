@@ -65,6 +65,8 @@ pub(super) struct Model {
     pub steps: Vec<StepRecord>,
     /// The full-suite deploy run.
     pub deploy: Option<(DateTime<Utc>, Arc<TestRunReceipt>)>,
+    /// When the promotion was recorded.
+    pub promoted_at: Option<DateTime<Utc>>,
     /// Every decision people made, in order.
     pub decisions: Vec<Decision>,
     /// The files the accepted change sets wrote, in the order first written.
@@ -124,6 +126,7 @@ impl Model {
             state,
             steps: replay.steps,
             deploy: replay.deploy,
+            promoted_at: replay.promoted_at,
             decisions: replay.decisions,
             files: replay.files.into_paths(),
         })
@@ -143,6 +146,7 @@ struct Replay {
     state: State,
     steps: Vec<StepRecord>,
     deploy: Option<(DateTime<Utc>, Arc<TestRunReceipt>)>,
+    promoted_at: Option<DateTime<Utc>>,
     decisions: Vec<Decision>,
     files: FilesWritten,
 }
@@ -204,6 +208,7 @@ impl Replay {
             (Event::Gate { approval }, _) => {
                 self.decisions.push(Decision::Gate(approval.clone()));
             }
+            (Event::Promoted { .. }, _) => self.promoted_at = Some(entry.time),
             (Event::Human { decision, by }, _) => self.decisions.push(Decision::Human {
                 decision: *decision,
                 by: by.clone(),

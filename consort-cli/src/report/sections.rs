@@ -263,6 +263,15 @@ pub(super) fn release(model: &Model) -> String {
             },
             if p.verified { "yes" } else { "no" }
         );
+        if let (Some(check), Some(at)) = (&p.merge_check, &model.promoted_at) {
+            let _ = write!(
+                out,
+                "<div class=\"card merge-check\"><h3>Merge check: merged with {}</h3>",
+                escape(&check.merged_with.join(", "))
+            );
+            out.push_str(&super::timeline::receipt_html(at, &check.receipt));
+            out.push_str("</div>");
+        }
     } else if model.state.phase() != Phase::Done {
         out.push_str("<p class=\"meta\">not promoted yet</p>");
     }

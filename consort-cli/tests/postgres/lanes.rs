@@ -188,10 +188,27 @@ fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
         ["0001_f1-stock_S1_stock.sql", "0001_f2-orders_S1_orders.sql"],
         "distinct, ordered migration files"
     );
-    assert_exit(
-        &run(&mut consort_in("verify", &dir)),
-        0,
-        "every receipt verifies",
+    let verify = run(&mut consort_in("verify", &dir));
+    assert_exit(&verify, 0, "every receipt verifies");
+    // f1's merge check (with f2's work) is on record: receipted, verified, in the report.
+    assert!(
+        text(&verify).contains("ok    merge check: req-")
+            && text(&verify).contains("merged with f2-orders"),
+        "{}",
+        text(&verify)
+    );
+    let report = run(&mut consort_in("report", &dir).args(["--feature", "f1-stock"]));
+    assert_exit(&report, 0, "the report is written");
+    let page = std::fs::read_to_string(
+        text(&report)
+            .lines()
+            .find_map(|l| l.split_whitespace().find(|w| w.ends_with(".html")))
+            .expect("the report's path"),
+    )
+    .expect("the report");
+    assert!(
+        page.contains("Merge check: merged with f2-orders"),
+        "{page}"
     );
 }
 

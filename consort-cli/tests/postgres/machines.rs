@@ -274,7 +274,11 @@ fn origin_project(root: &Path, server: &Server, shared: bool) -> (PathBuf, PathB
             &o,
             0,
             "a feature joins the backlog",
-            "its request is kept in the shared store (project",
+            if shared {
+                "its request is kept in the shared store (project shop)"
+            } else {
+                "its request is kept in .consort/features/"
+            },
         );
     }
     (origin, remote)

@@ -600,6 +600,7 @@ impl Verifier {
                 applied: o.applied,
                 already_applied: o.already_applied,
                 verified: o.verified,
+                merge_check: None,
             }),
             Err(e) => Err(infra(
                 e.infra_fault(),
