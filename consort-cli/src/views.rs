@@ -483,43 +483,8 @@ fn verify_feature(
             frozen_tests_check(&state, &hashes, released),
         );
     }
-    for r in &state.redone {
-        check(
-            "test written again",
-            Ok(format!("{} by {}: {}", r.test, r.by, r.reason)),
-        );
-    }
-    if let Some(b) = &state.baseline {
-        check(
-            "baseline",
-            Ok(match b.failing.as_slice() {
-                [] => format!("req-{}: every test of the project passed", b.request.0),
-                failing => format!(
-                    "req-{}: {} failed before the feature: {}",
-                    b.request.0,
-                    failing.len(),
-                    failing.join(", ")
-                ),
-            }),
-        );
-    }
-    for q in &state.quarantined {
-        check(
-            "quarantined test",
-            Ok(format!(
-                "{} by {}: {} (its failures judged nothing)",
-                q.test, q.by, q.reason
-            )),
-        );
-    }
-    for r in &state.retired {
-        check(
-            "retired test",
-            Ok(format!(
-                "{}/{} by {}: {}",
-                r.feature, r.test, r.by, r.reason
-            )),
-        );
+    for (name, result) in decisions_on_tests(&state) {
+        check(name, Ok(result));
     }
     check("receipts", receipts_check(project, &state)?);
     if let Some(check_run) = state
@@ -530,6 +495,48 @@ fn verify_feature(
         check("merge check", merge_check_text(check_run));
     }
     Ok(ok)
+}
+
+/// What people decided about tests, and what the baseline found, a line each (`consort
+/// verify` lists them: none is a fault).
+fn decisions_on_tests(state: &State) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for r in &state.redone {
+        out.push((
+            "test written again",
+            format!("{} by {}: {}", r.test, r.by, r.reason),
+        ));
+    }
+    if let Some(b) = &state.baseline {
+        out.push((
+            "baseline",
+            match b.failing.as_slice() {
+                [] => format!("req-{}: every test of the project passed", b.request.0),
+                failing => format!(
+                    "req-{}: {} failed before the feature: {}",
+                    b.request.0,
+                    failing.len(),
+                    failing.join(", ")
+                ),
+            },
+        ));
+    }
+    for q in &state.quarantined {
+        out.push((
+            "quarantined test",
+            format!(
+                "{} by {}: {} (its failures judged nothing)",
+                q.test, q.by, q.reason
+            ),
+        ));
+    }
+    for r in &state.retired {
+        out.push((
+            "retired test",
+            format!("{}/{} by {}: {}", r.feature, r.test, r.by, r.reason),
+        ));
+    }
+    out
 }
 
 /// Every frozen test file as it was frozen, or replaced after a recorded retirement.

@@ -197,7 +197,7 @@ fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
         "{}",
         text(&verify)
     );
-    let report = run(&mut consort_in("report", &dir).args(["--feature", "f1-stock"]));
+    let report = run(consort_in("report", &dir).args(["--feature", "f1-stock"]));
     assert_exit(&report, 0, "the report is written");
     let page = std::fs::read_to_string(
         text(&report)
