@@ -183,6 +183,7 @@ async fn conductor_run(roles: &Roles, mode: LedgerMode) -> Vec<Duration> {
         config,
         feature: Some(common::feature()),
         inherited: Default::default(),
+        harness: None,
         roles: roles.endpoints.clone(),
         lakebase: Arc::new(NoLakebase),
         approver: Arc::new(StopAtGates),

@@ -105,6 +105,7 @@ impl Fixture {
             hidden: Vec::new(),
             select: Vec::new(),
             quarantined: Vec::new(),
+            harness: None,
         }
     }
 

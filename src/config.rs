@@ -609,6 +609,23 @@ impl ProjectConfig {
             })
     }
 
+    /// The configuration that judges a feature's runs: `[runner]`, `[paths]` and
+    /// `[migrations]`, each by the hash of its settings as read (comments and layout do not
+    /// count). A change to it while a feature is open is recorded as a person's decision.
+    pub fn harness(&self) -> consort_actors::Harness {
+        use consort_actors::ContentHash;
+        consort_actors::Harness {
+            sections: [
+                ("runner", ContentHash::of(&self.runner)),
+                ("paths", ContentHash::of(&self.paths)),
+                ("migrations", ContentHash::of(&self.migrations)),
+            ]
+            .into_iter()
+            .map(|(name, hash)| (name.to_string(), hash))
+            .collect(),
+        }
+    }
+
     /// `[branch_env]` read: names a shell can export, none of the run's own (`PG*` but the
     /// project's `DATABASE_URL` form, the scratch's, `CONSORT_*`), templates over the branch's
     /// fields only.

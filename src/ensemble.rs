@@ -100,6 +100,7 @@ pub struct EnsembleBuilder {
     work_tree: PathBuf,
     feature: Option<FeatureRequest>,
     inherited: consort_actors::Inherited,
+    harness: Option<consort_actors::Harness>,
     record_dir: Option<PathBuf>,
     hidden: Vec<PathBuf>,
     promotion: Option<Arc<dyn Promotion>>,
@@ -138,6 +139,13 @@ impl EnsembleBuilder {
     /// The feature request of a new run (a resumed run reads it from the ledger).
     pub fn feature(mut self, feature: FeatureRequest) -> Self {
         self.feature = Some(feature);
+        self
+    }
+
+    /// The configuration that judges the runs, recorded in a new run's start (see
+    /// [`consort_actors::Harness`]).
+    pub fn harness(mut self, harness: consort_actors::Harness) -> Self {
+        self.harness = Some(harness);
         self
     }
 
@@ -468,6 +476,7 @@ impl EnsembleBuilder {
             config,
             feature: self.feature.take(),
             inherited: std::mem::take(&mut self.inherited),
+            harness: self.harness.take(),
             roles,
             lakebase: endpoint,
             approver: self.approver.clone(),
@@ -511,6 +520,7 @@ impl Ensemble {
             work_tree: work_tree.into(),
             feature: None,
             inherited: Default::default(),
+            harness: None,
             record_dir: None,
             hidden: Vec::new(),
             promotion: None,

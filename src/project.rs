@@ -185,6 +185,9 @@ pub struct RunOptions {
     /// Where the run's events are kept instead of where `[store]` says (a lane's driver opens
     /// its feature's ledger under the lease it took).
     pub event_log: Option<consort_actors::EventLogOpener>,
+    /// Who runs it (`--approve-as`), named in what the run records as a person's decision (a
+    /// changed harness); default: the user.
+    pub person: Option<String>,
 }
 
 impl std::fmt::Debug for RunOptions {

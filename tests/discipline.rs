@@ -191,6 +191,7 @@ fn forged_receipt(work: &Path, request: u64) -> TestRunReceipt {
         missing_modules: Vec::new(),
         shards: Vec::new(),
         selection: Vec::new(),
+        harness: None,
     }
 }
 
@@ -1666,6 +1667,7 @@ impl Wired {
             config: conductor_config(case),
             feature: Some(feature()),
             inherited: Default::default(),
+            harness: None,
             roles,
             lakebase: Arc::new(self.lakebase.clone()) as Arc<dyn LakebaseEndpoint>,
             approver: Arc::new(ApproveAs { name: "ada".into() }),

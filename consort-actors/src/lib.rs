@@ -27,6 +27,7 @@
 //!     },
 //!     inherited: Default::default(),
 //!     per_step: Default::default(),
+//!     harness: None,
 //! };
 //! let (state, commands) = machine.step(&State::default(), &start).expect("a run starts");
 //! let Some(Command::Assign { id, role, step, .. }) = commands.first() else {
@@ -95,8 +96,8 @@ pub use crate::core::context;
 pub use crate::runtime::workbench;
 
 use crate::core::{
-    artifact, budget, hash, history, machine, migration_files, paths, protocol, regression, role,
-    step, test_identity, test_outline, text,
+    artifact, budget, harness, hash, history, machine, migration_files, paths, protocol,
+    regression, role, step, test_identity, test_outline, text,
 };
 use crate::runtime::{conductor, gate, messages, supervision};
 
@@ -117,6 +118,7 @@ pub use budget::{
     Allowance, BudgetName, Budgets, CallEstimate, Limits, Measure, Price, Remaining, RoleUsage,
     SpentBudget, Tally, UsageTotals, usage_totals,
 };
+pub use harness::{Harness, HarnessChange};
 pub use hash::{ContentHash, ParseHashError, canonical_json};
 pub use history::{CommitKind, FilesWritten, StepCommit, Unverified, step_commits, unverified};
 pub use machine::{
@@ -162,8 +164,8 @@ pub use conductor::{
     APPLY_JOURNAL, AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle,
     ConductorMsg, ConductorState, DESIGN_FILE, DirectLakebase, DirectRole, LakebaseEndpoint,
     Progress, RoleEndpoint, RunOutcome, RunReport, SupervisedLakebase, SupervisedRole, Wiring,
-    design_hash_on_disk, record_gate_decision, record_human_decision, record_quarantine,
-    record_redo, record_retirement, replay_ledger,
+    design_hash_on_disk, record_gate_decision, record_harness_change, record_human_decision,
+    record_quarantine, record_redo, record_retirement, replay_ledger,
 };
 pub use gate::{ApproveAs, Approver, BoxFuture, GateRequest, StopAtGates};
 pub use messages::{Assignment, LakebaseMsg, RoleMsg, RoleReply};

@@ -173,6 +173,7 @@ fn burst(rt: &Runtime) -> Burst {
             hidden: Vec::new(),
             select: Vec::new(),
             quarantined: Vec::new(),
+            harness: None,
         };
         lakebase
             .verify(req(0), Duration::from_secs(120))

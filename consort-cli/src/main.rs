@@ -586,6 +586,7 @@ fn run_options(
     };
     if let Some(name) = approve_as {
         println!("approving every gate as {name} (recorded in the ledger)");
+        opts.person = Some(name.clone());
         opts.approver = Some(Arc::new(ApproveAs { name }));
     }
     if let Some(AgentsChoice::Openai) = agents {

@@ -344,6 +344,9 @@ fn brief(e: &Event) -> String {
                 r.test, r.by, r.reason
             )
         }
+        Event::HarnessChanged { change } => {
+            format!("by {}: {}", change.by, change.summary())
+        }
         Event::Human { decision, by } => {
             let decision = match decision {
                 HumanDecision::Retry => "retry",
@@ -527,6 +530,17 @@ fn decisions_on_tests(state: &State) -> Vec<(&'static str, String)> {
             format!(
                 "{} by {}: {} (its failures judged nothing)",
                 q.test, q.by, q.reason
+            ),
+        ));
+    }
+    for c in &state.harness_changes {
+        out.push((
+            "harness changed",
+            format!(
+                "by {}: {}; the receipts after it name harness {}",
+                c.by,
+                c.summary(),
+                c.to.hash().short()
             ),
         ));
     }

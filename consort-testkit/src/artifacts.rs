@@ -275,5 +275,6 @@ pub fn receipt_with(
         missing_modules: Vec::new(),
         shards: Vec::new(),
         selection: Vec::new(),
+        harness: None,
     }
 }

@@ -223,6 +223,7 @@ impl Simulation {
             feature: feature(),
             inherited: Default::default(),
             per_step: Default::default(),
+            harness: None,
         });
         while self.state.status == RunStatus::Running {
             let cmd = self.state.pending_command().expect("a pending command");

@@ -24,6 +24,7 @@ pub fn request(id: u64, tree: &Path, migrations: Vec<Migration>) -> VerifyReques
         hidden: Vec::new(),
         select: Vec::new(),
         quarantined: Vec::new(),
+        harness: None,
     }
 }
 

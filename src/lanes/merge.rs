@@ -471,6 +471,7 @@ async fn regression(
         hidden: super::hidden_from_lane(project),
         select: Vec::new(),
         quarantined: Vec::new(),
+        harness: Some(project.config.harness().hash()),
     };
     let merged_with = plan.merged.clone();
     tracing::info!(

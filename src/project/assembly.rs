@@ -48,6 +48,9 @@ impl Project {
         }
         locks.push(lock);
         let fresh = self.records.is_fresh(&self.feature)?;
+        if !fresh {
+            self.record_harness_change(&opts)?;
+        }
         self.restore_design()?;
         let (driver, event_log, keeper) = self.driver(&opts)?;
         // A new feature is refused before anything starts when an earlier one is unfinished.
@@ -61,6 +64,7 @@ impl Project {
             tracing::info!(dir = %dir.display(), bytes, "removed a killed run's scratch directory");
         }
         let mut builder = Ensemble::builder(&self.work_tree)
+            .harness(self.config.harness())
             .record_dir(self.dir.join(&self.feature.record_dir))
             .hidden(lane::hidden_from_lane(self))
             .machine(self.machine()?.config().clone())
@@ -114,6 +118,41 @@ impl Project {
             builder = builder.progress(tx);
         }
         Ok(builder.build().await?)
+    }
+
+    /// A resumed run whose configuration that judges the runs (`[runner]`, `[paths]`,
+    /// `[migrations]`) changed since it was recorded: the change is a person's decision,
+    /// recorded in the ledger before the run goes on (by the `--approve-as` name, else the
+    /// user), and said. A run recorded before the harness was (an old ledger) records nothing.
+    fn record_harness_change(&self, opts: &RunOptions) -> Result<(), ProjectError> {
+        let state = self.state()?;
+        let now = self.config.harness();
+        let Some(before) = state.harness.clone().filter(|h| *h != now) else {
+            return Ok(());
+        };
+        if !matches!(
+            state.status,
+            consort_actors::RunStatus::Running | consort_actors::RunStatus::Halted { .. }
+        ) {
+            return Ok(());
+        }
+        let change = consort_actors::HarnessChange {
+            by: opts
+                .person
+                .clone()
+                .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+                .unwrap_or_else(|| "an unnamed person".into()),
+            from: before,
+            to: now,
+        };
+        tracing::warn!(
+            feature = %self.feature.id,
+            by = %change.by,
+            changed = %change.summary(),
+            "consort.toml changed what judges the runs since the feature started; recorded in its ledger as a person's decision, and the runs from here on are judged under it"
+        );
+        consort_actors::record_harness_change(&mut *self.open_log()?, &self.machine()?, change)?;
+        Ok(())
     }
 
     /// Who drives the feature, and where its events go: this handle under the lease it holds

@@ -517,6 +517,11 @@ pub struct TestRunReceipt {
     /// for a request that asked for the whole suite is refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub selection: Vec<String>,
+    /// The hash of the configuration that judged the run (`[runner]`, `[paths]`,
+    /// `[migrations]`: see [`crate::Harness`]), as its request named it; None in receipts
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<ContentHash>,
 }
 
 /// One part of a suite split over database branches: its own fresh branch, its own process,

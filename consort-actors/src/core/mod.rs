@@ -8,6 +8,7 @@
 pub(crate) mod artifact;
 pub(crate) mod budget;
 pub mod context;
+pub(crate) mod harness;
 pub(crate) mod hash;
 pub(crate) mod history;
 pub(crate) mod machine;

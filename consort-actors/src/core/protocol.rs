@@ -541,6 +541,10 @@ pub struct VerifyRequest {
     /// of them stops a split run early. Empty in requests written before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<String>,
+    /// The hash of the configuration that judges the runs, in force for this request (see
+    /// [`crate::Harness`]); the receipt names it. None before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<ContentHash>,
 }
 
 /// A request to apply the migrations to the parent database and check them there.

@@ -137,6 +137,7 @@ impl FakeLakebase {
                     missing_modules: Vec::new(),
                     shards: Vec::new(),
                     selection: Vec::new(),
+                    harness: None,
                 };
                 let _ = port.send(Ok(receipt));
             }
@@ -246,6 +247,7 @@ impl Fixture {
                 body: "b".into(),
             }),
             inherited: Default::default(),
+            harness: None,
             roles,
             lakebase: Arc::new(DirectLakebase { actor: lb }),
             approver,

@@ -20,6 +20,7 @@ use consort_testkit::artifacts::{
 use consort_testkit::disk::FakeDisk;
 
 mod baseline;
+mod harness;
 mod layers;
 mod regression;
 
@@ -315,6 +316,7 @@ impl Run {
             feature: feature(),
             inherited: self.inherited.clone(),
             per_step: self.m.config().per_step,
+            harness: None,
         });
         self.produce(Artifact::Stories(stories(user_facing)))
             .expect("stories");
@@ -471,6 +473,7 @@ fn start() -> Event {
         feature: feature(),
         inherited: Default::default(),
         per_step: Default::default(),
+        harness: None,
     }
 }
 
@@ -527,6 +530,7 @@ fn a_feature_request_needs_an_id_and_a_title() {
         },
         inherited: Default::default(),
         per_step: Default::default(),
+        harness: None,
     });
     assert!(matches!(v, RuleViolation::InvalidArtifact { .. }));
     assert_eq!(r.s.phase(), Phase::Idle);
@@ -2372,7 +2376,7 @@ proptest! {
         for (k, n) in kinds {
             let h = ContentHash::of_bytes(&n.to_le_bytes());
             let e = match k {
-                0 => Event::Start { feature: feature(), inherited: Default::default(), per_step: Default::default() },
+                0 => Event::Start { feature: feature(), inherited: Default::default(), per_step: Default::default(), harness: None },
                 1 => Event::Produced { assignment: AssignmentId(n % 5), author: id(Role::ALL[(n % 8) as usize]), artifact: Artifact::Stories(stories(n % 2 == 0)), usage: Default::default(), transcript: None },
                 2 => Event::AgentFailed { assignment: AssignmentId(n % 5), failure: AgentFailure::Timeout { secs: n }, role: None, usage: Default::default() },
                 3 => Event::Refused { violation: RuleViolation::NotHalted, run_output: None },

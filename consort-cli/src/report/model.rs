@@ -48,6 +48,13 @@ pub(super) enum Decision {
         /// When.
         at: DateTime<Utc>,
     },
+    /// A change to the configuration that judges the runs, with when it was recorded.
+    Harness {
+        /// The change.
+        change: consort_actors::HarnessChange,
+        /// When.
+        at: DateTime<Utc>,
+    },
 }
 
 /// Everything the page renders.
@@ -209,6 +216,10 @@ impl Replay {
                 self.decisions.push(Decision::Gate(approval.clone()));
             }
             (Event::Promoted { .. }, _) => self.promoted_at = Some(entry.time),
+            (Event::HarnessChanged { change }, _) => self.decisions.push(Decision::Harness {
+                change: change.clone(),
+                at: entry.time,
+            }),
             (Event::Human { decision, by }, _) => self.decisions.push(Decision::Human {
                 decision: *decision,
                 by: by.clone(),

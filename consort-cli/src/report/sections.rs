@@ -226,6 +226,13 @@ pub(super) fn approvals(model: &Model) -> String {
                     escape(by)
                 )
             }
+            Decision::Harness { change, at } => format!(
+                "<tr class=\"harness\"><td>{}</td><td>(harness)</td><td>changed consort.toml</td><td>{}</td><td class=\"hash\">{}</td><td>{}</td></tr>",
+                time(at),
+                escape(&change.by),
+                change.to.hash().short(),
+                escape(&change.summary())
+            ),
         };
         out.push_str(&row);
     }

@@ -762,3 +762,59 @@ fn outside_a_project_the_commands_say_how_to_start_one_and_a_missing_request_is_
         consort_testkit::process::text(&o)
     );
 }
+
+/// A person's change to what judges the runs (`[runner]` here) while the feature is open is
+/// recorded when the run resumes under it — who, which section, the old and new hash — said on
+/// resume, named by every receipt after it, and listed by `consort verify`.
+#[test]
+fn a_change_to_the_runner_while_the_feature_is_open_is_recorded_and_named_by_later_receipts() {
+    let tmp = stockflow_tempdir();
+    let dir = tmp.path();
+    let o = run(consort().arg("run").args(dir_arg(dir)));
+    assert_exit(&o, 3, "stops at the design gate");
+    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    assert!(config.contains("timeout_secs = 60"), "{config}");
+    std::fs::write(
+        dir.join("consort.toml"),
+        config.replace("timeout_secs = 60", "timeout_secs = 90"),
+    )
+    .expect("edit the runner");
+    let o = run(crate::common::approving_run(dir).stdin(Stdio::null()));
+    assert_exit(&o, 0, "resumes to done under the changed runner");
+    assert!(
+        text(&o).contains("consort.toml changed what judges the runs"),
+        "said on resume: {}",
+        text(&o)
+    );
+    let events = consort_testkit::ledger::events(&ledger_path(dir));
+    let changes: Vec<&consort::actors::HarnessChange> = events
+        .iter()
+        .filter_map(|e| match e {
+            consort::actors::Event::HarnessChanged { change } => Some(change),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(changes.len(), 1, "recorded once");
+    assert_eq!(changes[0].by, "ada");
+    assert_eq!(changes[0].to.changed_from(&changes[0].from), ["runner"]);
+    let now = changes[0].to.hash();
+    let receipts: Vec<&consort::actors::TestRunReceipt> = events
+        .iter()
+        .filter_map(|e| match e {
+            consort::actors::Event::VerifyCompleted { receipt } => Some(receipt),
+            _ => None,
+        })
+        .collect();
+    assert!(!receipts.is_empty());
+    assert!(
+        receipts.iter().all(|r| r.harness == Some(now)),
+        "every receipt after the change names the harness in force"
+    );
+    let o = run(consort().arg("verify").args(dir_arg(dir)));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("ok    harness changed: by ada: [runner] "),
+        "{}",
+        text(&o)
+    );
+}

@@ -588,6 +588,7 @@ impl Verifier {
             missing_modules,
             shards: Vec::new(),
             selection: Vec::new(),
+            harness: req.harness,
         }
     }
 

@@ -99,6 +99,10 @@ pub enum Event {
         /// What each build step's run covers (omitted for the whole suite, the default).
         #[serde(default, skip_serializing_if = "StepScope::is_whole")]
         per_step: StepScope,
+        /// The configuration that judges the runs, when the conductor knows it (omitted in
+        /// ledgers written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        harness: Option<crate::core::harness::Harness>,
     },
     /// An agent answered an assignment.
     Produced {
@@ -229,6 +233,13 @@ pub enum Event {
         /// The decision.
         redo: Redo,
     },
+    /// A person changed the configuration that judges the runs while the feature was open
+    /// (see [`crate::HarnessChange`]): recorded when the run resumed under it; the runs that
+    /// follow are judged, and their receipts named, under the new one.
+    HarnessChanged {
+        /// The change.
+        change: crate::core::harness::HarnessChange,
+    },
     /// A human decided what to do about a halt (retry or stop), or stopped a run that is not
     /// halted (interrupted, or waiting at a gate).
     Human {
@@ -272,6 +283,7 @@ impl Event {
             Event::Retired { .. } => "retired",
             Event::Redone { .. } => "redone",
             Event::Quarantined { .. } => "quarantined",
+            Event::HarnessChanged { .. } => "harness-changed",
             Event::Human { .. } => "human",
         }
     }
@@ -693,6 +705,12 @@ pub struct State {
     /// The tests a person quarantined, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<Quarantine>,
+    /// The configuration that judges the runs, as recorded at the start and changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<crate::core::harness::Harness>,
+    /// The changes people made to it while the feature was open, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub harness_changes: Vec<crate::core::harness::HarnessChange>,
     /// What the baseline found: the tests that failed before the feature (None: no baseline
     /// ran yet, or a ledger written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]

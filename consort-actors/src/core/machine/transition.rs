@@ -48,6 +48,11 @@ pub(super) fn step(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome
     {
         return quarantine(state, q);
     }
+    if let Event::HarnessChanged { change } = event
+        && matches!(state.status, RunStatus::Running | RunStatus::Halted { .. })
+    {
+        return harness_changed(state, change);
+    }
     match &state.status {
         RunStatus::Done | RunStatus::Stopped => match event {
             Event::Refused { .. } => Ok((state.clone(), Vec::new())),
@@ -76,6 +81,7 @@ fn idle(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             feature,
             inherited,
             per_step,
+            harness,
         } => {
             if feature.id.trim().is_empty() || feature.title.trim().is_empty() {
                 return Err(RuleViolation::InvalidArtifact {
@@ -87,6 +93,7 @@ fn idle(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             s.feature = Some(Arc::new(feature.clone()));
             s.inherited = Arc::new(inherited.clone());
             s.per_step = *per_step;
+            s.harness = harness.clone();
             advance(cfg, s, Done::Started)
         }
         Event::Refused { .. } => Ok((state.clone(), Vec::new())),
@@ -176,6 +183,29 @@ fn quarantine(state: &State, q: &crate::core::regression::Quarantine) -> Outcome
     }
     let mut s = state.clone();
     s.quarantined.push(q.clone());
+    Ok((s, Vec::new()))
+}
+
+/// A person's change to the configuration that judges the runs: taken only from the harness
+/// in force (a record made against another is refused), and only when something changed.
+fn harness_changed(state: &State, change: &crate::core::harness::HarnessChange) -> Outcome {
+    let refuse = |detail: &str| {
+        Err(RuleViolation::InvalidArtifact {
+            detail: detail.into(),
+        })
+    };
+    if change.by.trim().is_empty() {
+        return refuse("a harness change names who made it");
+    }
+    if state.harness.as_ref().is_some_and(|h| *h != change.from) {
+        return refuse("the harness change does not start from the harness in force");
+    }
+    if change.to.changed_from(&change.from).is_empty() {
+        return refuse("the harness change changes nothing");
+    }
+    let mut s = state.clone();
+    s.harness = Some(change.to.clone());
+    s.harness_changes.push(change.clone());
     Ok((s, Vec::new()))
 }
 

@@ -234,6 +234,7 @@ fn the_artifacts_and_events_match_the_value_route() {
         feature: feature.clone(),
         inherited: Default::default(),
         per_step: Default::default(),
+        harness: None,
     });
     same(&ChangeSet {
         summary: "add\r\ntests".into(),

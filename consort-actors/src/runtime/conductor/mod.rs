@@ -151,6 +151,10 @@ pub struct Wiring {
     pub feature: Option<FeatureRequest>,
     /// What the project's earlier features leave to a new run (recorded in its start).
     pub inherited: crate::core::regression::Inherited,
+    /// The configuration that judges the runs (recorded in a new run's start; a resumed run
+    /// whose recorded harness differs has the change recorded first, by its owner: see
+    /// [`record_harness_change`]).
+    pub harness: Option<crate::core::harness::Harness>,
     /// One endpoint per role.
     pub roles: BTreeMap<Role, Arc<dyn RoleEndpoint>>,
     /// The Lakebase side.
@@ -404,6 +408,18 @@ pub fn record_retirement(
     record_offline(log, machine, Event::Retired { retirement })
 }
 
+/// Records a person's change to the configuration that judges the runs (see
+/// [`crate::HarnessChange`]) in the ledger of a run no process is driving, before it resumes;
+/// one the machine refuses (not from the harness in force, nothing changed, a run that is
+/// over) is not recorded.
+pub fn record_harness_change(
+    log: &mut dyn EventLog,
+    machine: &Machine,
+    change: crate::core::harness::HarnessChange,
+) -> Result<(), ConductorError> {
+    record_offline(log, machine, Event::HarnessChanged { change })
+}
+
 /// Records a person's quarantine of a test (see [`crate::Quarantine`]) in the ledger of a run
 /// no process is driving (halted, interrupted or at a gate); one the machine refuses (already
 /// quarantined, a run that is over) is not recorded.
@@ -633,6 +649,7 @@ impl Actor for Conductor {
                         feature,
                         inherited: st.wiring.inherited.clone(),
                         per_step: st.wiring.config.machine.per_step,
+                        harness: st.wiring.harness.clone(),
                     })
                 {
                     st.finish_err(e);
@@ -996,6 +1013,7 @@ impl ConductorState {
                 hidden: self.wiring.config.hidden.clone(),
                 select,
                 quarantined: self.state.quarantined_names(),
+                harness: self.state.harness.as_ref().map(crate::Harness::hash),
             }),
             Command::Baseline { request, tests } => self.baseline_request(request, tests),
             _ => Err(ConductorError::NoPendingCommand),
@@ -1022,6 +1040,7 @@ impl ConductorState {
             hidden: self.wiring.config.hidden.clone(),
             select: Vec::new(),
             quarantined: self.state.quarantined_names(),
+            harness: self.state.harness.as_ref().map(crate::Harness::hash),
         })
     }
 

@@ -129,6 +129,7 @@ impl StepBench {
             hidden: self.hidden.clone(),
             select: plan.select.clone(),
             quarantined: plan.quarantined.clone(),
+            harness: None,
         };
         let receipt = self
             .lakebase
