@@ -473,9 +473,8 @@ fn write_file(dir: &Path, backlog: &BacklogFile) -> Result<(), BacklogError> {
         detail,
     };
     let text = serde_json::to_string_pretty(backlog).map_err(|e| err(e.to_string()))?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text + "\n").map_err(|e| err(e.to_string()))?;
-    std::fs::rename(&tmp, &path).map_err(|e| err(e.to_string()))
+    crate::replace_file::replace_file(&path, (text + "\n").as_bytes())
+        .map_err(|e| err(e.to_string()))
 }
 
 #[cfg(test)]

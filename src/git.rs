@@ -18,6 +18,7 @@ use consort_actors::{
     CommitKind, FileChange, MigrationFiles, SchemaPlan, State, StepCommit, WorkTree,
 };
 
+mod locks;
 mod remote;
 
 pub(crate) use remote::Remote;
@@ -77,6 +78,15 @@ pub enum GitError {
         "branch {0} exists already; a new run starts its own branch (delete it with `git branch -D {0}`, or give the feature another id)"
     )]
     BranchExists(String),
+    /// A lock file a killed git left could not be removed.
+    #[error("could not remove {}, a lock file a killed git left", path.display())]
+    StaleLock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A resumed run is not on its branch.
     #[error(
         "this run works on branch {expected}, but the repository is on {current}; switch back with `git switch {expected}`"
@@ -229,7 +239,10 @@ impl GitRepo {
 
     /// Checks that a resumed run's repository is on the run's branch; its state directory is
     /// kept out of git as a new run's is (a run taken over on another machine has none yet).
+    /// The lock files a git killed with the last run left on what is the feature's alone are
+    /// removed first (see `locks.rs`): the caller holds the feature's run lock.
     pub fn check_resume(&self, feature_id: &str) -> Result<String, GitError> {
+        self.recover_stale_locks(feature_id)?;
         let branch = branch_name(feature_id);
         let current = self.current_branch()?;
         if current != branch {

@@ -82,6 +82,7 @@ pub mod git;
 pub mod lanes;
 pub mod project;
 pub mod records;
+mod replace_file;
 pub mod runlock;
 
 pub use consort_actors as actors;

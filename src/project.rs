@@ -406,9 +406,10 @@ impl Project {
         Ok(std::fs::write(&path, text).map_err(failed)?)
     }
 
-    /// The feature's ledger opened for a person's decision.
+    /// The feature's ledger opened for a person's decision; with the shared store its appends
+    /// carry this handle's lease when it drives the feature (else they end the driver's lease).
     pub fn open_log(&self) -> Result<Box<dyn consort_actors::EventLog>, ProjectError> {
-        Ok(self.records.open_log(&self.feature)?)
+        Ok(self.records.open_log(&self.feature, self.lease.clone())?)
     }
 
     /// The frozen design file.

@@ -279,13 +279,20 @@ impl Records {
         }
     }
 
-    /// `feature`'s ledger opened for a person's decision (a gate, a retry, a retirement).
-    pub fn open_log(&self, feature: &Feature) -> Result<Box<dyn EventLog>, RecordsError> {
+    /// `feature`'s ledger opened for a person's decision (a gate, a retry, a retirement). With
+    /// the shared store, a decision without `lease` ends the lease of whoever drives the
+    /// feature (see `consort_lakebase::store`); one the driving process records itself (the
+    /// harness change it finds on resume) carries its lease.
+    pub fn open_log(
+        &self,
+        feature: &Feature,
+        lease: Option<Lease>,
+    ) -> Result<Box<dyn EventLog>, RecordsError> {
         Ok(match &self.shared {
             Some(shared) => Box::new(PgEventLog::open(
                 Arc::clone(&shared.store),
                 &feature.id,
-                None,
+                lease,
             )?),
             None => Box::new(Ledger::<Event>::open(self.ledger_file(feature))?),
         })
@@ -381,9 +388,7 @@ impl Records {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(file)?;
             }
-            let tmp = path.with_extension("shared.tmp");
-            std::fs::write(&tmp, body).map_err(file)?;
-            std::fs::rename(&tmp, &path).map_err(file)?;
+            crate::replace_file::replace_file(&path, body.as_bytes()).map_err(file)?;
         }
         Ok(())
     }

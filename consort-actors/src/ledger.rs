@@ -70,8 +70,8 @@ pub const DEFAULT_LEDGER_PATH: &str = ".consort/ledger.jsonl";
 /// The `prev` of the first entry: 64 zeros.
 pub const GENESIS_HEX: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-/// The default cap on one line's length: 64 MiB.
-pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+/// The default cap on one line's length: 64 MiB (a shared store reads its rows with the same).
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The default time to wait for another process's lock: 30 s.
 pub(crate) const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);

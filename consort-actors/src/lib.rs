@@ -112,7 +112,7 @@ pub use artifact::{
     GateApproval, GateDecision, GateKind, InfraFault, Migration, MissingModule,
     PersistenceInvariant, RequestId, Requirement, ReviewVerdict, RunTimings, SchemaPlan, Screen,
     ShardRun, Spec, Stories, Story, TestEntry, TestList, TestOutcome, TestRunReceipt, TestStatus,
-    UxDesign, VerdictReason,
+    UxDesign, VerdictReason, unrealised_invariants,
 };
 pub use budget::{
     Allowance, BudgetName, Budgets, CallEstimate, Limits, Measure, Price, Remaining, RoleUsage,
@@ -152,8 +152,8 @@ pub use text::{counted, duration_text, error_chain, first_and_more};
 // The ledger: the hash-chained record every event is appended to before it takes effect.
 pub use event_log::{EventLog, EventLogError, EventLogOpener, FileEventLog, OpenEventLog};
 pub use ledger::{
-    DEFAULT_LEDGER_PATH, Entry, GENESIS_HEX, Ledger, LedgerError, LedgerOptions, VerifyReport,
-    entry_line, genesis, verify_line,
+    DEFAULT_LEDGER_PATH, DEFAULT_MAX_LINE_BYTES, Entry, GENESIS_HEX, Ledger, LedgerError,
+    LedgerOptions, VerifyReport, entry_line, genesis, verify_line,
 };
 
 // The work tree: hashing, reading and applying change sets, confined to the tree.

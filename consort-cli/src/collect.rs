@@ -285,8 +285,8 @@ fn list_command(command: &str) -> Option<ListRun> {
 pub fn check_in_a_lane(dir: &Path, config: &ProjectConfig) -> Option<Result<Vec<Finding>, String>> {
     let repo = consort::git::GitRepo::detect(dir)?;
     repo.rev("HEAD").ok().flatten()?;
-    // `+` is in no feature's lane name.
-    let lane = match consort::lanes::ScratchLane::make(dir, "+doctor", "HEAD") {
+    // `+` is in no feature's lane name; the pid in this one keeps two doctors apart.
+    let lane = match consort::lanes::ScratchLane::make_own(dir, "doctor", "HEAD") {
         Ok(lane) => lane,
         Err(e) => return Some(Err(consort_actors::error_chain(&e))),
     };

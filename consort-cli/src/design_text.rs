@@ -106,7 +106,11 @@ fn architecture(out: &mut String, verdict: &ArchitectureVerdict) {
 fn migrations(out: &mut String, bundle: &DesignBundle) {
     heading(out, "Migrations");
     if bundle.schema.migrations.is_empty() {
-        line(out, "  none".into());
+        let why = consort_actors::unrealised_invariants(&bundle.architecture, &bundle.schema);
+        line(
+            out,
+            format!("  none{}", why.map_or(String::new(), |w| format!(" — {w}"))),
+        );
     }
     for m in &bundle.schema.migrations {
         line(
@@ -154,5 +158,26 @@ mod tests {
             assert!(said.contains(&t.path), "{said}");
         }
         assert!(!said.contains('{'), "no JSON in the text: {said}");
+    }
+
+    #[test]
+    fn a_design_with_invariants_and_no_migration_says_so() {
+        let text = include_str!("../tests/fixtures/design_bundle.json");
+        let mut bundle: DesignBundle = match serde_json::from_str(text) {
+            Ok(b) => b,
+            Err(e) => panic!("fixture: {e}"),
+        };
+        assert!(!design_text(&bundle).contains("no migration"));
+        bundle.schema.migrations.clear();
+        let said = design_text(&bundle);
+        let ids = bundle.architecture.invariants();
+        assert!(!ids.is_empty(), "the fixture names invariants");
+        assert!(
+            said.contains("none — no migration, though the architecture names"),
+            "{said}"
+        );
+        for i in ids {
+            assert!(said.contains(&i.id), "{said}");
+        }
     }
 }

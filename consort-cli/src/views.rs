@@ -320,16 +320,16 @@ fn brief(e: &Event) -> String {
         ),
         Event::Promoted { report } => match &report.merge_check {
             Some(check) => format!(
-                "{} applied to {}, after the merge check with {} ({} on {}: {} outcomes, {})",
-                report.applied.len(),
+                "{}: {}, after the merge check with {} ({} on {}: {} outcomes, {})",
                 report.target,
+                report.applied_text(),
                 check.merged_with.join(", "),
                 check.receipt.request_id,
                 check.receipt.branch_id,
                 check.receipt.outcomes.len(),
                 check.receipt.exit
             ),
-            None => format!("{} applied to {}", report.applied.len(), report.target),
+            None => format!("{}: {}", report.target, report.applied_text()),
         },
         Event::PromoteFailed { request, error } => format!("{request}: {error}"),
         Event::Retired { retirement: r } => {
@@ -449,6 +449,7 @@ fn verify_feature(
     if chain.is_err() {
         return Ok(false);
     }
+    check_nothing_after_the_end(project, &mut check)?;
     let state = project.state()?;
     let work = WorkTree::open(project.work_tree())?;
     match &state.frozen {
@@ -673,6 +674,33 @@ pub async fn branches_on(
         provider.kind()
     );
     Ok(out)
+}
+
+/// Verify's check that a run that ended (done or stopped) has nothing recorded after its end:
+/// a row there is a process that went on driving a feature a person had stopped.
+fn check_nothing_after_the_end(
+    project: &Project,
+    check: &mut impl FnMut(&str, Result<String, String>),
+) -> Result<(), ViewError> {
+    let events = project.events()?;
+    let Some(end) = project.machine()?.ended_at(&events) else {
+        return Ok(());
+    };
+    let after = &events[end + 1..];
+    let ended = format!("entry {} ({})", end + 1, events[end].name());
+    check(
+        "run's end",
+        match after.first() {
+            None => Ok(format!("nothing recorded after the run ended at {ended}")),
+            Some(first) => Err(format!(
+                "the run ended at {ended}, but {} came after it (the first: entry {}, {}): a process went on after the run was over",
+                consort_actors::counted(after.len() as u64, "entry", "entries"),
+                end + 2,
+                first.name()
+            )),
+        },
+    );
+    Ok(())
 }
 
 /// The design bundle written at the design gate (frozen once approved), with where it stands.

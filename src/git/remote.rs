@@ -3,8 +3,10 @@
 //! merge check fetches the base and every lane's branch before it merges, and pushes the
 //! base only if the remote's base did not move meanwhile (a push with lease).
 //!
-//! Git runs with its own configuration and credential helpers; it is never asked to prompt,
-//! and a remote's credentials are cut from every message
+//! Git runs with its own configuration and credential helpers; it is never asked to prompt
+//! (ssh runs in batch mode unless the user names their own ssh command), a remote that refuses
+//! a push (a hook, a protected branch) is an error rather than a base that moved, and a
+//! remote's credentials are cut from every message
 //! ([`super::without_credentials`]).
 
 use super::{GitError, GitRepo, branch_name};
@@ -24,10 +26,32 @@ static NETWORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// them from git's configuration or fails.
 const NO_PROMPT: [(&str, &str); 2] = [("GIT_TERMINAL_PROMPT", "0"), ("GIT_ASKPASS", "")];
 
+/// ssh as git runs it for Consort when the user has not said how: in batch mode, so a
+/// passphrase, a password or an unknown host key fails at once instead of waiting on a
+/// terminal while the merge lock is held.
+const BATCH_SSH: &str = "ssh -o BatchMode=yes";
+
 impl Remote {
     /// The remote `name` of `repo`.
     pub(crate) fn new(repo: GitRepo, name: String) -> Remote {
         Remote { repo, name }
+    }
+
+    /// Runs git with `args` for the network: never prompting, and ssh in batch mode unless
+    /// the user chose their own ssh command (`GIT_SSH_COMMAND`, `GIT_SSH`, `core.sshCommand`).
+    fn git_net(&self, args: &[&str]) -> Result<String, GitError> {
+        let chose_own = ["GIT_SSH_COMMAND", "GIT_SSH"]
+            .iter()
+            .any(|k| std::env::var_os(k).is_some())
+            || self
+                .repo
+                .git(&["config", "--get", "core.sshCommand"], None)
+                .is_ok_and(|v| !v.trim().is_empty());
+        let mut env = NO_PROMPT.to_vec();
+        if !chose_own {
+            env.push(("GIT_SSH_COMMAND", BATCH_SSH));
+        }
+        self.repo.git_env(args, &env, None)
     }
 
     /// Where the remote's copy of `branch` is kept here.
@@ -38,22 +62,17 @@ impl Remote {
     /// Fetches the remote's `branch`; its tip, or None when the remote has no such branch.
     pub(crate) fn fetch(&self, branch: &str) -> Result<Option<String>, GitError> {
         let _one = one_at_a_time();
-        let has = self.repo.git_env(
-            &[
-                "ls-remote",
-                "--heads",
-                &self.name,
-                &format!("refs/heads/{branch}"),
-            ],
-            &NO_PROMPT,
-            None,
-        )?;
+        let has = self.git_net(&[
+            "ls-remote",
+            "--heads",
+            &self.name,
+            &format!("refs/heads/{branch}"),
+        ])?;
         if has.trim().is_empty() {
             return Ok(None);
         }
         let spec = format!("+refs/heads/{branch}:{}", self.tracking(branch));
-        self.repo
-            .git_env(&["fetch", "-q", &self.name, &spec], &NO_PROMPT, None)?;
+        self.git_net(&["fetch", "-q", &self.name, &spec])?;
         self.repo.rev(&self.tracking(branch))
     }
 
@@ -62,8 +81,7 @@ impl Remote {
     pub(crate) fn fetch_lanes(&self) -> Result<(), GitError> {
         let _one = one_at_a_time();
         let spec = format!("+refs/heads/consort/*:{}", self.tracking("consort/*"));
-        self.repo
-            .git_env(&["fetch", "-q", &self.name, &spec], &NO_PROMPT, None)?;
+        self.git_net(&["fetch", "-q", &self.name, &spec])?;
         Ok(())
     }
 
@@ -81,8 +99,7 @@ impl Remote {
         let _one = one_at_a_time();
         let branch = branch_name(feature_id);
         let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
-        self.repo
-            .git_env(&["push", "-q", &self.name, &spec], &NO_PROMPT, None)?;
+        self.git_net(&["push", "-q", &self.name, &spec])?;
         Ok(())
     }
 
@@ -99,23 +116,109 @@ impl Remote {
             seen.unwrap_or("")
         );
         let spec = format!("{commit}:refs/heads/{base}");
-        match self
-            .repo
-            .git_env(&["push", "-q", &lease, &self.name, &spec], &NO_PROMPT, None)
-        {
+        match self.git_net(&["push", "-q", &lease, &self.name, &spec]) {
             Ok(_) => Ok(true),
-            Err(GitError::Failed { stderr, .. })
-                if stderr.contains("stale info") || stderr.contains("rejected") =>
-            {
-                Ok(false)
-            }
+            Err(GitError::Failed { stderr, .. }) if base_moved(&stderr) => Ok(false),
             Err(e) => Err(e),
         }
     }
+}
+
+/// Whether a refused push of the base says the remote's base moved (the lease went stale, or
+/// it is no fast-forward any more) — not that the remote refused it (a hook, a protected
+/// branch: `[remote rejected]`), which no retry mends.
+fn base_moved(stderr: &str) -> bool {
+    !stderr.contains("[remote rejected]")
+        && (stderr.contains("stale info")
+            || stderr.contains("[rejected]")
+            || stderr.contains("fetch first")
+            || stderr.contains("non-fast-forward"))
 }
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     NETWORK
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clone of a bare remote whose main has one commit; the remote's directory too.
+    fn clone_of_remote(tmp: &std::path::Path) -> (GitRepo, std::path::PathBuf) {
+        let bare = tmp.join("remote.git");
+        let run = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "git {args:?}");
+        };
+        run(&[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            &bare.to_string_lossy(),
+        ]);
+        let here = tmp.join("here");
+        std::fs::create_dir_all(&here).expect("dir");
+        std::fs::write(here.join("a.txt"), "a").expect("write");
+        let repo = GitRepo::init_with_commit(&here, "ada", "start").expect("init");
+        repo.git(&["remote", "add", "origin", &bare.to_string_lossy()], None)
+            .expect("remote");
+        repo.git(&["push", "-q", "origin", "main"], None)
+            .expect("push");
+        (repo, bare)
+    }
+
+    fn next_commit(repo: &GitRepo) -> String {
+        std::fs::write(repo.dir().join("b.txt"), "b").expect("write");
+        repo.git(&["add", "b.txt"], None).expect("add");
+        repo.git_env(
+            &["commit", "-q", "-m", "b"],
+            &crate::git::conductor_identity(),
+            None,
+        )
+        .expect("commit");
+        repo.rev("HEAD").expect("rev").expect("a commit")
+    }
+
+    #[test]
+    fn a_base_that_moved_is_told_apart_from_a_remote_that_refuses() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (repo, bare) = clone_of_remote(tmp.path());
+        let seen = repo.rev("main").expect("rev");
+        let commit = next_commit(&repo);
+        let remote = Remote::new(repo.clone(), "origin".into());
+
+        let stale = "0000000000000000000000000000000000000001";
+        assert_eq!(
+            remote.push_base("main", &commit, Some(stale)).ok(),
+            Some(false)
+        );
+
+        let hook = bare.join("hooks/pre-receive");
+        std::fs::write(&hook, "#!/bin/sh\necho protected branch >&2\nexit 1\n").expect("hook");
+        let mut perms = std::fs::metadata(&hook).expect("meta").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&hook, perms).expect("chmod");
+        match remote.push_base("main", &commit, seen.as_deref()) {
+            Err(GitError::Failed { stderr, .. }) => {
+                assert!(
+                    stderr.contains("protected branch"),
+                    "the hook's own words: {stderr}"
+                )
+            }
+            other => panic!("a hook's refusal is an error, not a moved base: {other:?}"),
+        }
+
+        std::fs::remove_file(&hook).expect("unhook");
+        assert_eq!(
+            remote.push_base("main", &commit, seen.as_deref()).ok(),
+            Some(true)
+        );
+    }
 }

@@ -72,6 +72,12 @@ impl Promotion for MergeCheck {
                     continue;
                 }
                 drop(plan);
+                let project = self.project.clone();
+                if !blocking(move || Ok(project.still_holds())).await? {
+                    return Err(refused(
+                        "this process no longer holds the feature (a person's decision or another process ended its lease); nothing was promoted".into(),
+                    ));
+                }
                 let mut report = lakebase.promote(request, timeout).await?;
                 report.merge_check = checked;
                 return Ok(report);

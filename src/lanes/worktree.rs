@@ -49,9 +49,27 @@ impl LaneRecord {
         if text.len() as u64 > MAX_RECORD_BYTES {
             return Err(bad(format!("larger than {MAX_RECORD_BYTES} bytes")));
         }
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| bad(format!("not a lane record: {e}")))
+        let record: LaneRecord =
+            serde_json::from_str(&text).map_err(|e| bad(format!("not a lane record: {e}")))?;
+        record.check().map_err(bad)?;
+        Ok(Some(record))
+    }
+
+    /// Whether the record can be what Consort wrote (it reaches git's command line, and may
+    /// have come from another machine through the store): its base a plain branch name, its
+    /// commit an object id.
+    fn check(&self) -> Result<(), String> {
+        if !is_branch_name(&self.base) {
+            return Err(format!("its base {:?} is no branch name", self.base));
+        }
+        let hex = self.started_from.chars().all(|c| c.is_ascii_hexdigit());
+        if !(hex && matches!(self.started_from.len(), 40 | 64)) {
+            return Err(format!(
+                "its started_from {:?} is no commit id",
+                self.started_from
+            ));
+        }
+        Ok(())
     }
 
     fn write(&self, project_dir: &Path, feature: &Feature) -> Result<(), LaneError> {
@@ -64,10 +82,27 @@ impl LaneRecord {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| bad(e.to_string()))?;
         }
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text).map_err(|e| bad(e.to_string()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| bad(e.to_string()))
+        crate::replace_file::replace_file(&path, text.as_bytes()).map_err(|e| bad(e.to_string()))
     }
+}
+
+/// Whether `name` is a branch name as git's `check-ref-format --branch` takes one, and not an
+/// option: no empty or dot-led component, no `..`, `@{`, `//`, control or special characters,
+/// no leading `-`, no trailing `/`, `.` or `.lock`.
+fn is_branch_name(name: &str) -> bool {
+    let special = |c: char| c.is_ascii_control() || " ~^:?*[\\".contains(c);
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('-')
+        && !name.ends_with('.')
+        && !name.ends_with(".lock")
+        && name != "@"
+        && !name.contains("..")
+        && !name.contains("@{")
+        && !name.chars().any(special)
+        && name
+            .split('/')
+            .all(|part| !part.is_empty() && !part.starts_with('.') && !part.ends_with(".lock"))
 }
 
 /// The project's repository and the branch its tree is on: what a new lane starts from.
@@ -139,6 +174,13 @@ pub(crate) fn ensure(
             record
         }
     };
+    // The caller holds the feature's lock: what a git killed in this lane left is recovered.
+    repo.recover_branch_lock(&feature.id)
+        .map_err(git("recovered"))?;
+    if let Some(lane) = GitRepo::detect(&root).filter(|_| root.join(".git").is_file()) {
+        lane.recover_stale_locks(&feature.id)
+            .map_err(git("recovered"))?;
+    }
     if !repo.has_branch(&feature.id).map_err(git("made"))? {
         match (&pushed, remote) {
             (Some(tip), _) => {
@@ -306,6 +348,17 @@ impl ScratchLane {
         Ok(lane)
     }
 
+    /// Makes this process's own scratch lane for `purpose` (`+<purpose>-<pid>`) at `commit`,
+    /// so two processes at once (two `consort doctor`s) never make or remove each other's;
+    /// the ones a killed process of the same purpose left are removed first.
+    pub fn make_own(dir: &Path, purpose: &str, commit: &str) -> Result<ScratchLane, LaneError> {
+        let (repo, _) = base_of(dir)?;
+        if let Some(lanes) = super::lanes_dir(&repo) {
+            remove_orphans(dir, &repo, &lanes, purpose)?;
+        }
+        Self::make(dir, &format!("+{purpose}-{}", std::process::id()), commit)
+    }
+
     /// The top of its worktree.
     pub fn root(&self) -> &Path {
         &self.root
@@ -333,9 +386,128 @@ impl Drop for ScratchLane {
     }
 }
 
+/// Removes the scratch lanes `+<purpose>-<pid>` in `lanes` whose process is gone.
+fn remove_orphans(
+    dir: &Path,
+    repo: &GitRepo,
+    lanes: &Path,
+    purpose: &str,
+) -> Result<(), LaneError> {
+    let Ok(entries) = std::fs::read_dir(lanes) else {
+        return Ok(());
+    };
+    let _lock = worktrees_lock(dir)?;
+    let prefix = format!("+{purpose}-");
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let gone = matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ESRCH)
+        );
+        if gone && pid > 0 {
+            let path = entry.path().to_string_lossy().into_owned();
+            if repo
+                .git(&["worktree", "remove", "--force", &path], None)
+                .is_err()
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+                let _ = repo.git(&["worktree", "prune"], None);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Removes the lanes' directory when no lane is left in it.
 fn remove_if_empty(repo: &GitRepo) {
     if let Some(lanes) = super::lanes_dir(repo) {
         let _ = std::fs::remove_dir(lanes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_s_own_scratch_lane_leaves_a_live_one_s_and_removes_a_dead_one_s() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("shop");
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("a.txt"), "a").expect("write");
+        GitRepo::init_with_commit(&dir, "ada", "start").expect("git");
+        let dead = {
+            let mut child = std::process::Command::new("true").spawn().expect("spawn");
+            let pid = child.id();
+            child.wait().expect("wait");
+            pid
+        };
+        // The lanes of another doctor still running (pid 1 always is) and of a killed one.
+        let live = ScratchLane::make(&dir, "+doctor-1", "HEAD").expect("live");
+        let orphan = ScratchLane::make(&dir, &format!("+doctor-{dead}"), "HEAD").expect("orphan");
+        let (live_root, orphan_root) = (live.root().to_path_buf(), orphan.root().to_path_buf());
+        std::mem::forget(live);
+        std::mem::forget(orphan);
+
+        let own = ScratchLane::make_own(&dir, "doctor", "HEAD").expect("own");
+        assert!(
+            own.root()
+                .ends_with(format!("+doctor-{}", std::process::id()))
+        );
+        assert!(own.work_tree().join("a.txt").is_file());
+        assert!(
+            live_root.join("a.txt").is_file(),
+            "another live process's lane stays"
+        );
+        assert!(!orphan_root.exists(), "a killed process's lane is removed");
+        drop(own);
+        assert!(live_root.exists());
+    }
+
+    #[test]
+    fn a_lane_record_s_base_must_be_a_branch_name_and_its_start_a_commit() {
+        let commit = "a".repeat(40);
+        let record = |base: &str, started_from: &str| LaneRecord {
+            base: base.into(),
+            started_from: started_from.into(),
+        };
+        for good in ["main", "release/2.0", "feature_x-1", "users/ada/wip"] {
+            assert!(record(good, &commit).check().is_ok(), "{good}");
+        }
+        assert!(
+            record("main", &"b".repeat(64)).check().is_ok(),
+            "sha-256 ids"
+        );
+        for bad in [
+            "",
+            "-f",
+            "--upload-pack=touch /tmp/x",
+            "main..evil",
+            "a b",
+            "x~1",
+            "HEAD^",
+            "a:b",
+            "a\\b",
+            "new\nline",
+            "a//b",
+            "a/",
+            ".hidden",
+            "a/.b",
+            "x.lock",
+            "x@{1}",
+            "@",
+            "dot.",
+        ] {
+            assert!(record(bad, &commit).check().is_err(), "{bad:?} taken");
+        }
+        for bad in ["", "HEAD", "-x", &"g".repeat(40), &"a".repeat(39)] {
+            assert!(record("main", bad).check().is_err(), "{bad:?} taken");
+        }
     }
 }

@@ -144,6 +144,38 @@ pub enum ArchitectureVerdict {
     },
 }
 
+impl ArchitectureVerdict {
+    /// The persistence invariants an approval names for the DBA (none for a revision).
+    pub fn invariants(&self) -> &[PersistenceInvariant] {
+        match self {
+            Self::Approve { invariants, .. } => invariants,
+            Self::Revise { .. } => &[],
+        }
+    }
+}
+
+/// What a design's schema plan leaves undone: with no migration while the architecture names
+/// persistence invariants, the words a person reads at the design gate (`None` otherwise).
+pub fn unrealised_invariants(
+    architecture: &ArchitectureVerdict,
+    schema: &SchemaPlan,
+) -> Option<String> {
+    let invariants = architecture.invariants();
+    if !schema.migrations.is_empty() || invariants.is_empty() {
+        return None;
+    }
+    let ids: Vec<&str> = invariants.iter().map(|i| i.id.as_str()).collect();
+    Some(format!(
+        "no migration, though the architecture names {} ({}): nothing in this design makes the database hold them",
+        crate::core::text::counted(
+            invariants.len() as u64,
+            "persistence invariant",
+            "persistence invariants"
+        ),
+        ids.join(", ")
+    ))
+}
+
 /// One ordered SQL migration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Migration {

@@ -576,6 +576,23 @@ pub struct PromoteReport {
     pub merge_check: Option<MergeCheckRun>,
 }
 
+impl PromoteReport {
+    /// What the promotion did to the parent, in words: the versions it applied, or that the
+    /// design had no migration at all — never an empty "applied" that reads as success.
+    pub fn applied_text(&self) -> String {
+        let already = if self.already_applied.is_empty() {
+            String::new()
+        } else {
+            format!(" (already applied: {})", self.already_applied.join(", "))
+        };
+        match (self.applied.is_empty(), self.already_applied.is_empty()) {
+            (false, _) => format!("applied {}{already}", self.applied.join(", ")),
+            (true, false) => format!("applied nothing new{already}"),
+            (true, true) => "no migration: the design's schema plan has none".into(),
+        }
+    }
+}
+
 /// A lane's merge check as it ran (see [`PromoteReport::merge_check`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MergeCheckRun {
@@ -600,6 +617,32 @@ pub struct InfraError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_promotion_says_what_it_applied_or_that_there_was_nothing() {
+        let report = |applied: &[&str], already: &[&str]| PromoteReport {
+            request_id: RequestId(1),
+            target: "app".into(),
+            applied: applied.iter().map(|v| v.to_string()).collect(),
+            already_applied: already.iter().map(|v| v.to_string()).collect(),
+            verified: true,
+            merge_check: None,
+        };
+        assert_eq!(
+            report(&["0001_a", "0002_b"], &[]).applied_text(),
+            "applied 0001_a, 0002_b"
+        );
+        assert_eq!(
+            report(&[], &["0001_a"]).applied_text(),
+            "applied nothing new (already applied: 0001_a)"
+        );
+        let none = report(&[], &[]).applied_text();
+        assert!(none.starts_with("no migration"), "{none}");
+        assert!(
+            !none.contains("applied"),
+            "an empty promotion never reads as applied: {none}"
+        );
+    }
 
     #[test]
     fn failures_say_whose_fault() {

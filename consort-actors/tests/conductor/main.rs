@@ -912,6 +912,74 @@ async fn a_refused_live_approval_closes_the_gate_instead_of_asking_again() {
     assert!(report.state.frozen.is_none() && report.state.approvals.is_empty());
 }
 
+/// Approves every gate as ada, keeping what each gate's request said.
+#[derive(Default)]
+struct RecordingApprover {
+    summaries: Mutex<Vec<(GateKind, String)>>,
+}
+
+impl Approver for RecordingApprover {
+    fn decide<'a>(
+        &'a self,
+        request: &'a GateRequest,
+    ) -> consort_actors::BoxFuture<'a, Option<GateApproval>> {
+        Box::pin(async move {
+            if let Ok(mut seen) = self.summaries.lock() {
+                seen.push((request.gate, request.summary.clone()));
+            }
+            ApproveAs { name: "ada".into() }.decide(request).await
+        })
+    }
+}
+
+/// The honest run, but the architect names a persistence invariant and the DBA plans nothing.
+fn invariants_without_migrations(a: &Assignment) -> Artifact {
+    match &a.step {
+        Step::Architecture { .. } => Artifact::ArchitectureVerdict(ArchitectureVerdict::Approve {
+            layers: vec![],
+            nfrs: vec![],
+            invariants: vec![PersistenceInvariant {
+                id: "PI1-sku-unique".into(),
+                kind: "unique".into(),
+                brief: "one row per sku".into(),
+            }],
+        }),
+        Step::Schema => Artifact::SchemaPlan(kit::schema_of(0)),
+        _ => honest(a),
+    }
+}
+
+#[tokio::test]
+async fn a_design_with_invariants_and_no_migration_is_named_so_at_its_gates() {
+    let fx = Fixture::new();
+    let approver = Arc::new(RecordingApprover::default());
+    let report = fx
+        .run(answer(invariants_without_migrations), approver.clone())
+        .await
+        .expect("run");
+    assert_eq!(report.outcome, RunOutcome::Done);
+    let said = approver
+        .summaries
+        .lock()
+        .map(|s| s.clone())
+        .unwrap_or_default();
+    let of = |gate| {
+        said.iter()
+            .find(|(g, _)| *g == gate)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_else(|| panic!("no {gate} gate in {said:?}"))
+    };
+    let design = of(GateKind::Design);
+    assert!(
+        design.contains("no migration; warning: no migration, though the architecture names 1 persistence invariant (PI1-sku-unique)"),
+        "{design}"
+    );
+    let promote = of(GateKind::Promote);
+    assert!(promote.contains("the design has no migration"), "{promote}");
+    let promoted = report.state.promotion.as_ref().expect("promoted");
+    assert!(promoted.applied_text().starts_with("no migration"));
+}
+
 /// Crashes at the first gate it is asked about.
 struct CrashingApprover;
 

@@ -2136,6 +2136,29 @@ fn a_human_can_stop_a_run_that_was_interrupted_mid_step_or_waits_at_a_gate() {
     assert!(r.s.approvals.is_empty(), "a stop approves nothing");
     let replayed = r.m.replay(&r.events);
     assert_eq!(replayed, r.s, "a replay stops the run the same way");
+    let stop = r.events.len() - 1;
+    assert_eq!(
+        r.m.ended_at(&r.events),
+        Some(stop),
+        "the run ended at the stop"
+    );
+    assert_eq!(r.m.ended_at(&r.events[..stop]), None, "not before it");
+}
+
+#[test]
+fn rows_after_a_stop_are_found_where_a_replay_would_skip_them() {
+    let mut r = Run::with_red_applied("x");
+    let late = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
+    r.ok(human(HumanDecision::Stop));
+    let stop = r.events.len() - 1;
+    // Another process that never read the stop goes on: its rows change no replayed state,
+    // but they are there for `consort verify` to fail on.
+    let mut events = r.events.clone();
+    events.push(Event::VerifyCompleted { receipt: late });
+    events.push(human(HumanDecision::Retry));
+    assert_eq!(r.m.replay(&events), r.s);
+    assert_eq!(r.m.ended_at(&events), Some(stop));
+    assert!(events.len() > stop + 1);
 }
 
 // ---------- replay and resume ----------

@@ -257,17 +257,9 @@ pub(super) fn release(model: &Model) -> String {
     if let Some(p) = &model.state.promotion {
         let _ = write!(
             out,
-            "<p>promoted to <code>{}</code>: applied {}{}; verified: {}</p>",
+            "<p>promoted to <code>{}</code>: {}; verified: {}</p>",
             escape(&p.target),
-            escape(&p.applied.join(", ")),
-            if p.already_applied.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " (already applied: {})",
-                    escape(&p.already_applied.join(", "))
-                )
-            },
+            escape(&p.applied_text()),
             if p.verified { "yes" } else { "no" }
         );
         if let (Some(check), Some(at)) = (&p.merge_check, &model.promoted_at) {

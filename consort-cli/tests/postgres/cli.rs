@@ -670,6 +670,37 @@ fn stop_ends_a_run_that_was_killed_mid_build_lane() {
     assert_exit(&o, 4, "a stopped run stays stopped");
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
+    assert!(
+        text(&o).contains("nothing recorded after the run ended"),
+        "{}",
+        text(&o)
+    );
+
+    // A process that never read the stop went on writing: its rows change nothing a replay
+    // shows, and verify fails on them.
+    let ledger = std::fs::read_dir(dir.join(".consort/features"))
+        .expect("the features' records")
+        .flatten()
+        .map(|f| f.path().join("ledger.jsonl"))
+        .find(|l| l.is_file())
+        .expect("the feature's ledger");
+    let mut chain =
+        consort_actors::Ledger::<consort_actors::Event>::open(&ledger).expect("the ledger");
+    chain
+        .append(&consort_actors::Event::Human {
+            decision: consort_actors::HumanDecision::Retry,
+            by: "a worker".into(),
+        })
+        .expect("appended");
+    drop(chain);
+    let o = run(consort().arg("verify").args(dir_arg(dir)));
+    assert!(!o.status.success(), "verify fails: {}", text(&o));
+    assert!(
+        text(&o).contains("but 1 entry came after it")
+            && text(&o).contains("after the run was over"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// `consort.toml` from `consort init` with its `[runner]` lines replaced.

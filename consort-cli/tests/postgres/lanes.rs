@@ -394,6 +394,9 @@ fn lanes_killed_mid_step_resume_where_they_stopped_from_a_relative_project_dir()
         !open_at_the_kill.is_empty(),
         "a lane was under way at the kill"
     );
+    // A kill inside git: what a git killed mid-commit leaves, on each open lane's branch and
+    // work tree (removed on resume, since no git of Consort's can hold them).
+    let planted = plant_dead_git_locks(&dir, &open_at_the_kill);
 
     // Resumed from inside the project with the default `--dir .`: every lane's ledger, git
     // index and test run still resolve to the project, not to a lane's worktree.
@@ -406,11 +409,52 @@ fn lanes_killed_mid_step_resume_where_they_stopped_from_a_relative_project_dir()
         assert!(out.contains(&format!("{id}: done")), "{id}: {out}");
     }
     assert_both_merged_and_nothing_left(&dir);
+    for lock in &planted {
+        assert!(!lock.exists(), "{} is gone", lock.display());
+    }
     assert_exit(
         &run(&mut consort_in("verify", &dir)),
         0,
         "every receipt verifies",
     );
+}
+
+/// Leaves, an hour old, the lock files a git killed while committing leaves: each feature's
+/// branch lock, and the index and HEAD locks of every lane's work tree. Returns them.
+fn plant_dead_git_locks(dir: &std::path::Path, features: &[String]) -> Vec<std::path::PathBuf> {
+    let common = String::from_utf8(
+        run(std::process::Command::new("git").arg("-C").arg(dir).args([
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-common-dir",
+        ]))
+        .stdout,
+    )
+    .expect("utf-8");
+    let common = std::path::PathBuf::from(common.trim());
+    let mut locks: Vec<std::path::PathBuf> = features
+        .iter()
+        .map(|f| common.join(format!("refs/heads/consort/{f}.lock")))
+        .collect();
+    if let Ok(worktrees) = std::fs::read_dir(common.join("worktrees")) {
+        for lane in worktrees.flatten() {
+            locks.push(lane.path().join("index.lock"));
+            locks.push(lane.path().join("HEAD.lock"));
+        }
+    }
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for lock in &locks {
+        if let Some(parent) = lock.parent() {
+            std::fs::create_dir_all(parent).expect("lock dir");
+        }
+        let file = std::fs::File::create(lock).expect("lock");
+        file.set_modified(an_hour_ago).expect("mtime");
+    }
+    assert!(
+        locks.len() > features.len(),
+        "a lane's work tree is there: {locks:?}"
+    );
+    locks
 }
 
 /// `psql` as the cluster's superuser over TCP.

@@ -7,16 +7,21 @@
 //! own.
 //!
 //! - **An event takes effect once its row is committed.** [`PgStore::append`] locks the
-//!   feature's lease row, reads the chain's last entry, writes the next one (the same line the
-//!   file ledger writes, [`consort_actors::entry_line`]) and commits: two appenders of one
-//!   feature, on any machines, are serialised by the row lock, and the primary key refuses a
-//!   sequence number written twice.
+//!   feature's lease row, then reads the chain's last entry in a statement of its own (whose
+//!   snapshot is taken after the lock is held, so it sees every append committed before), writes
+//!   the next one (the same line the file ledger writes, [`consort_actors::entry_line`]) and
+//!   commits: two appenders of one feature, on any machines, are serialised by the row lock,
+//!   and the primary key refuses a sequence number written twice.
 //! - **Leases and fencing.** A process drives a feature only while it holds the feature's
 //!   lease ([`PgStore::acquire`], [`PgStore::renew`]); a lease not renewed in time expires,
 //!   and the next taker gets a token one higher. Every append a driver makes carries its
 //!   token ([`Fence::Lease`]), checked under the same row lock: a process that lost its lease
 //!   (killed, cut off, paused) can write nothing more. A person's decision (an approval, a
-//!   retry) carries none ([`Fence::Person`]): the state machine judges it, whoever drives.
+//!   retry, a stop) carries none ([`Fence::Person`]): the state machine judges it, and it ends
+//!   the lease of whoever drives the feature in the same transaction, so that process's next
+//!   append, renewal, push or promotion is refused (within one step, and at most a third of
+//!   `lease_seconds` for its renewal thread to notice) and the next to take the feature over
+//!   replays the decision.
 //! - **Untrusted rows.** Every row read is checked as a file ledger's line is
 //!   ([`consort_actors::verify_line`]: its sequence, its link to the previous entry, its hash,
 //!   its event), and its stored hash must be the line's; a bad or foreign row is refused with
@@ -34,6 +39,9 @@ use consort_actors::{ContentHash, Entry, Event, LedgerError, genesis};
 use tokio_postgres::{Client, Transaction};
 
 use crate::provider::ConnectInfo;
+
+/// The largest ledger row read: the file ledger's cap on a line.
+const MAX_LINE: usize = consort_actors::DEFAULT_MAX_LINE_BYTES;
 
 mod blocking;
 mod records;
@@ -152,7 +160,8 @@ pub struct Lease {
 pub enum Fence<'a> {
     /// The process that drives the feature, under its lease.
     Lease(&'a Lease),
-    /// A person's decision, judged by the state machine whoever drives.
+    /// A person's decision, judged by the state machine whoever drives; it ends the lease of
+    /// the process that drives the feature, if one does.
     Person,
 }
 
@@ -189,12 +198,15 @@ impl PgStore {
 
     /// Every entry of `feature`'s ledger, oldest first, each row checked.
     pub async fn entries(&self, feature: &str) -> Result<Vec<Entry<Event>>, StoreError> {
+        // A line over the file ledger's cap is never sent: only its length is.
         let rows = self
             .client
             .query(
-                "SELECT seq, hash, line FROM consort_store.events \
+                "SELECT seq, hash, CASE WHEN octet_length(line) <= $3::int8 THEN line END, \
+                     octet_length(line) \
+                 FROM consort_store.events \
                  WHERE project = $1 AND feature = $2 ORDER BY seq",
-                &[&self.project, &feature],
+                &[&self.project, &feature, &(MAX_LINE as i64)],
             )
             .await
             .map_err(db(format!("reading the ledger of {feature}")))?;
@@ -202,7 +214,17 @@ impl PgStore {
         let mut prev = genesis();
         for (i, row) in rows.iter().enumerate() {
             let seq: i64 = row.get(0);
-            let entry = checked_row(feature, seq, row.get(1), row.get(2), i as u64 + 1, &prev)?;
+            let line: String =
+                row.get::<_, Option<String>>(2)
+                    .ok_or_else(|| StoreError::BadRow {
+                        feature: feature.to_string(),
+                        seq,
+                        reason: format!(
+                            "its line is {} bytes, more than the ledger's {MAX_LINE}",
+                            row.get::<_, i32>(3)
+                        ),
+                    })?;
+            let entry = checked_row(feature, seq, row.get(1), line, i as u64 + 1, &prev)?;
             prev = entry.hash;
             entries.push(entry);
         }
@@ -397,12 +419,21 @@ async fn lock_lease_row(
     feature: &str,
     fence: Fence<'_>,
 ) -> Result<Option<(i64, String)>, StoreError> {
-    // One round trip in the common case: the lease row locked, and the chain's end with it.
-    const LOCK: &str = "SELECT l.token, l.expires_at > clock_timestamp(), e.seq, e.hash \
-         FROM consort_store.leases l \
-         LEFT JOIN LATERAL (SELECT seq, hash FROM consort_store.events \
-             WHERE project = l.project AND feature = l.feature ORDER BY seq DESC LIMIT 1) e ON true \
-         WHERE l.project = $1 AND l.feature = $2 FOR UPDATE OF l";
+    // The lease row locked first; the chain's end read after, in a statement of its own. Under
+    // READ COMMITTED a statement's snapshot is taken when it starts: read in the locking
+    // statement, the end would be what it was before the wait for the lock, and two appenders
+    // would compute the same sequence number.
+    const LOCK: &str = "SELECT token, expires_at > clock_timestamp(), holder \
+         FROM consort_store.leases WHERE project = $1 AND feature = $2 FOR UPDATE";
+    // A person's decision ends the lease of whoever drives the feature, in the same
+    // transaction: that process's next append, renewal, push or promotion is refused, and the
+    // next to take the feature replays the decision.
+    const END_LEASE: &str = "UPDATE consort_store.leases \
+         SET holder = NULL, token = token + 1, expires_at = clock_timestamp() \
+         WHERE project = $1 AND feature = $2 AND holder IS NOT NULL \
+             AND expires_at > clock_timestamp()";
+    const HEAD: &str = "SELECT seq, hash FROM consort_store.events \
+         WHERE project = $1 AND feature = $2 ORDER BY seq DESC LIMIT 1";
     let locking = db(format!("locking the ledger of {feature}"));
     let mut row = tx.query_opt(LOCK, &[&project, &feature]).await;
     if matches!(row, Ok(None)) {
@@ -420,15 +451,36 @@ async fn lock_lease_row(
         seq: 0,
         reason: "its lease row vanished while it was being locked".into(),
     })?;
-    let last = row
-        .get::<_, Option<i64>>(2)
-        .zip(row.get::<_, Option<String>>(3));
+    let last = tx
+        .query_opt(HEAD, &[&project, &feature])
+        .await
+        .map_err(db(format!("reading the end of the ledger of {feature}")))?
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)));
     let Fence::Lease(lease) = fence else {
+        let ended = tx
+            .execute(END_LEASE, &[&project, &feature])
+            .await
+            .map_err(db(format!(
+                "ending the lease of {feature} for a person's decision"
+            )))?;
+        if ended > 0 {
+            let holder: Option<String> = row.get(2);
+            tracing::info!(
+                feature,
+                holder = holder.as_deref().unwrap_or("?"),
+                "a person's decision ends the lease of the process that drives the feature"
+            );
+        }
         return Ok(last);
     };
     let token: i64 = row.get(0);
     let live: Option<bool> = row.get(1);
-    let why = if token != lease.token {
+    let holder: Option<String> = row.get(2);
+    let why = if token != lease.token && holder.is_none() {
+        Some(format!(
+            "was ended by a person's decision recorded by another process (the feature's token is now {token})"
+        ))
+    } else if token != lease.token {
         Some(format!(
             "was taken over (the feature's token is now {token})"
         ))

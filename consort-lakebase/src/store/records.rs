@@ -46,6 +46,14 @@ impl PgStore {
             .transaction()
             .await
             .map_err(db("starting to add a feature"))?;
+        // Two machines adding at once would both read the same end of the backlog: the
+        // project's backlog lock (held to the commit) puts one after the other.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('consort_store.backlog'), hashtext($1))",
+            &[&project],
+        )
+        .await
+        .map_err(db("locking the backlog"))?;
         let added = tx
             .execute(
                 "INSERT INTO consort_store.backlog (project, position, feature) \
@@ -70,15 +78,25 @@ impl PgStore {
         let rows = self
             .client
             .query(
-                "SELECT feature, name, body FROM consort_store.documents WHERE project = $1",
-                &[&self.project],
+                "SELECT feature, name, CASE WHEN octet_length(body) <= $2::int8 THEN body END \
+                 FROM consort_store.documents WHERE project = $1",
+                &[&self.project, &(MAX_DOCUMENT_BYTES as i64)],
             )
             .await
             .map_err(db("reading the features' records"))?;
-        Ok(rows
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect())
+        rows.iter()
+            .map(|r| {
+                let (feature, name): (String, String) = (r.get(0), r.get(1));
+                match r.get::<_, Option<String>>(2) {
+                    Some(body) => Ok((feature, name, body)),
+                    None => Err(StoreError::BadRow {
+                        seq: 0,
+                        reason: format!("its {name} is larger than {MAX_DOCUMENT_BYTES} bytes"),
+                        feature,
+                    }),
+                }
+            })
+            .collect()
     }
 
     /// Keeps `body` as `feature`'s record file `name`, replacing what was there.

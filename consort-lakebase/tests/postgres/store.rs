@@ -70,6 +70,121 @@ async fn a_ledger_in_the_store_is_a_hash_chain_the_file_ledger_would_accept() {
 }
 
 #[tokio::test]
+async fn appenders_at_once_on_their_own_connections_make_one_chain() {
+    let info = store_database().await;
+    const WRITERS: usize = 6;
+    const EACH: usize = 8;
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let info = info.clone();
+        writers.push(tokio::spawn(async move {
+            let mut store = PgStore::connect(&info, "shop").await.expect("store");
+            let mut seqs = Vec::new();
+            for n in 0..EACH {
+                let entry = store
+                    .append("f1", &decision(w * EACH + n), Fence::Person)
+                    .await
+                    .unwrap_or_else(|e| panic!("writer {w}'s append {n}: {e}"));
+                seqs.push(entry.seq);
+            }
+            seqs
+        }));
+    }
+    let mut seqs = Vec::new();
+    for w in writers {
+        seqs.extend(w.await.expect("writer"));
+    }
+    seqs.sort_unstable();
+    let every: Vec<u64> = (1..=(WRITERS * EACH) as u64).collect();
+    assert_eq!(seqs, every, "each sequence number once, none missing");
+    let store = PgStore::connect(&info, "shop").await.expect("store");
+    let entries = store
+        .entries("f1")
+        .await
+        .expect("the chain reads back as one");
+    assert_eq!(entries.len(), WRITERS * EACH);
+}
+
+#[tokio::test]
+async fn features_added_at_once_from_many_machines_each_get_their_place() {
+    let info = store_database().await;
+    let mut adders = Vec::new();
+    for n in 0..8 {
+        let info = info.clone();
+        adders.push(tokio::spawn(async move {
+            let mut store = PgStore::connect(&info, "shop").await.expect("store");
+            store
+                .add_feature(&format!("f{n}"), "a request")
+                .await
+                .unwrap_or_else(|e| panic!("adding f{n}: {e}"))
+        }));
+    }
+    for a in adders {
+        assert!(a.await.expect("adder"), "added");
+    }
+    let store = PgStore::connect(&info, "shop").await.expect("store");
+    let mut backlog = store.backlog().await.expect("backlog");
+    backlog.sort();
+    assert_eq!(backlog, (0..8).map(|n| format!("f{n}")).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
+    let info = store_database().await;
+    let mut worker = PgStore::connect(&info, "shop").await.expect("store");
+    let mut laptop = PgStore::connect(&info, "shop").await.expect("store");
+    let long = Duration::from_secs(60);
+    let lease = worker
+        .acquire("f1", "worker", long)
+        .await
+        .expect("acquire")
+        .expect("free");
+    worker
+        .append("f1", &decision(0), Fence::Lease(&lease))
+        .await
+        .expect("the driver appends");
+
+    // A person stops the feature from another clone, long before the lease would run out.
+    laptop
+        .append("f1", &decision(1), Fence::Person)
+        .await
+        .expect("the person's decision is recorded");
+    let late = worker
+        .append("f1", &decision(2), Fence::Lease(&lease))
+        .await
+        .expect_err("the driver records nothing after it");
+    assert!(
+        late.to_string().contains("ended by a person's decision"),
+        "{late}"
+    );
+    assert!(
+        !worker.renew(&lease, long).await.expect("renew"),
+        "its renewal says it holds the feature no more"
+    );
+    let next = laptop
+        .acquire("f1", "another worker", long)
+        .await
+        .expect("acquire")
+        .expect("free at once, not after the lease's time");
+    assert!(next.token > lease.token);
+    let entries = laptop.entries("f1").await.expect("read");
+    assert_eq!(entries.len(), 2, "the driver's late row is not there");
+
+    // A decision while no one drives ends nothing and changes no token.
+    laptop.release(&next).await.expect("released");
+    laptop
+        .append("f1", &decision(3), Fence::Person)
+        .await
+        .expect("recorded");
+    let again = worker
+        .acquire("f1", "worker", long)
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert_eq!(again.token, next.token + 1);
+}
+
+#[tokio::test]
 async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
     let info = store_database().await;
     let mut worker_a = PgStore::connect(&info, "shop").await.expect("store");
@@ -198,6 +313,31 @@ async fn a_bad_or_foreign_row_and_a_newer_schema_are_refused_by_name() {
         .expect("tamper");
     let gap = store.entries("f1").await.expect_err("a gap is refused");
     assert!(matches!(gap, StoreError::BadRow { seq: 3, .. }), "{gap}");
+
+    // Rows too large to be Consort's: refused by their length, never read whole.
+    client
+        .batch_execute(
+            "UPDATE consort_store.events SET line = repeat('x', 64 * 1024 * 1024 + 1) \
+             WHERE project = 'shop' AND seq = 1; \
+             INSERT INTO consort_store.documents (project, feature, name, body) \
+             VALUES ('shop', 'f1', 'request.md', repeat('x', 1024 * 1024 + 1))",
+        )
+        .await
+        .expect("tamper");
+    let big = store
+        .entries("f1")
+        .await
+        .expect_err("an oversized row is refused");
+    assert!(matches!(big, StoreError::BadRow { seq: 1, .. }), "{big}");
+    assert!(big.to_string().contains("more than the ledger's"), "{big}");
+    let doc = store
+        .documents()
+        .await
+        .expect_err("an oversized record is refused");
+    assert!(
+        doc.to_string().contains("request.md is larger than"),
+        "{doc}"
+    );
 
     // A schema a newer Consort made.
     client

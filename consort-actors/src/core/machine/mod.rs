@@ -920,6 +920,22 @@ impl Machine {
         scratch::plan(state, step)
     }
 
+    /// Where a ledger's run ended: the index of the event after which it was done or stopped,
+    /// when it was. Nothing may follow it; a row after it (another process that went on
+    /// driving a feature a person stopped) is one `consort verify` fails on.
+    pub fn ended_at<'a>(&self, events: impl IntoIterator<Item = &'a Event>) -> Option<usize> {
+        let mut state = State::default();
+        for (i, event) in events.into_iter().enumerate() {
+            if let Ok((next, _)) = self.step(&state, event) {
+                state = next;
+            }
+            if matches!(state.phase(), Phase::Done | Phase::Stopped) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
     /// Replays events from the start; refused events are skipped exactly as they were when they
     /// were first fed. Returns the final state.
     pub fn replay<'a>(&self, events: impl IntoIterator<Item = &'a Event>) -> State {

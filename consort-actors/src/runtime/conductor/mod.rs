@@ -1401,13 +1401,21 @@ pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
             let tests = s.test_list.as_ref().map_or(0, |x| x.entries.len());
             let migrations = s.schema.as_ref().map_or(0, |x| x.migrations.len());
             let n = |count: usize, one: &str, many: &str| crate::counted(count as u64, one, many);
+            let migrations = match migrations {
+                0 => "no migration".to_string(),
+                m => n(m, "migration", "migrations"),
+            };
+            let unrealised = match (&s.architecture, &s.schema) {
+                (Some(a), Some(p)) => crate::core::artifact::unrealised_invariants(a, p)
+                    .map_or(String::new(), |w| format!("; warning: {w}")),
+                _ => String::new(),
+            };
             format!(
-                "design of {}: {}, {}, {}, {}{}",
+                "design of {}: {}, {}, {}, {migrations}{}{unrealised}",
                 s.feature.as_ref().map_or("?", |f| f.id.as_str()),
                 n(stories, "story", "stories"),
                 n(acs, "acceptance criterion", "acceptance criteria"),
                 n(tests, "test", "tests"),
-                n(migrations, "migration", "migrations"),
                 if s.ux.is_some() { ", a UX design" } else { "" }
             )
         }
@@ -1416,14 +1424,14 @@ pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
             crate::counted(s.build.completed as u64, "test", "tests"),
             crate::counted(s.receipts.len() as u64, "verified run", "verified runs")
         ),
-        GateKind::Promote => format!(
-            "promote {} to the parent database",
-            crate::counted(
-                s.schema.as_ref().map_or(0, |x| x.migrations.len()) as u64,
-                "migration",
-                "migrations"
-            )
-        ),
+        GateKind::Promote => match s.schema.as_ref().map_or(0, |x| x.migrations.len()) {
+            0 => "promote: the design has no migration, so the parent database is left as it is"
+                .into(),
+            m => format!(
+                "promote {} to the parent database",
+                crate::counted(m as u64, "migration", "migrations")
+            ),
+        },
     }
 }
 
