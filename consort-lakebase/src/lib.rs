@@ -118,7 +118,7 @@ pub use pgbin::{OLDEST_MAJOR, PgBinaries, PostgresSource, ServerChoice, find_psq
 pub use pgbranch::{ParentPrivilege, ServerOptions, ServerProvider, TEMPLATE_PREFIX};
 pub use pgconn::connect;
 pub use pgfetch::{
-    AARCH64_LINUX, PROGRESS_TARGET, PinnedServer, ServerCache, X86_64_LINUX,
+    AARCH64_LINUX, FetchPolicy, PROGRESS_TARGET, PinnedServer, ServerCache, X86_64_LINUX,
     pinned_for_this_machine,
 };
 pub use pool::{Acquired, BranchPool, Lease, PoolConfig, PoolStats, PoolStatsSnapshot, Released};

@@ -1,6 +1,6 @@
 //! Finding the PostgreSQL server binaries (`initdb`, `postgres`) and `psql`: an installed
 //! server of PostgreSQL 15 or newer, a configured directory, or Consort's own pinned server
-//! (`pgfetch.rs`), as [`PostgresSource`] says.
+//! (`pgfetch/`), as [`PostgresSource`] says.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
