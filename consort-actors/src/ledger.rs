@@ -85,7 +85,7 @@ const FIELDS: [&str; 5] = ["event", "hash", "prev", "seq", "time"];
 /// The hash every chain starts from: 32 zero bytes ([`GENESIS_HEX`]).
 pub(crate) const GENESIS: ContentHash = ContentHash::from_raw([0; 32]);
 
-/// The hash every chain starts from ([`GENESIS`], written [`GENESIS_HEX`]).
+/// The hash every chain starts from (`GENESIS`, written [`GENESIS_HEX`]).
 pub fn genesis() -> ContentHash {
     GENESIS
 }

@@ -4,7 +4,7 @@
 //!
 //! [`render`] is the page as a string (what `consort serve` builds on: it re-fetches itself
 //! with [`RenderOptions::live_refresh_secs`] and carries the caller's
-//! [`RenderOptions::banner_html`]); [`write`] puts it in a file, by default
+//! [`RenderOptions::banner_html`]); [`write()`] puts it in a file, by default
 //! [`default_path`] in the feature's record directory. Every text that comes from an agent, a
 //! test run, a configuration or a person goes through [`escape`].
 

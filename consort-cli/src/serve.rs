@@ -6,7 +6,7 @@
 //! records it in the ledger as the same `Event::Gate` that `consort approve` records. A
 //! decision names the hash it was made for (the page's), and only a decision for the hash the
 //! gate waits for now is taken: a stale page can never approve a newer design. Every request
-//! passes [`guard`]'s checks; a decision also needs the session's token.
+//! passes `guard`'s checks; a decision also needs the session's token.
 
 mod guard;
 mod pages;

@@ -13,7 +13,6 @@
 //! * [`model`]: a loopback OpenAI-compatible chat-completions server.
 //! * [`llama`]: llama.cpp's own server with a real (tiny) model from PyPI.
 //! * [`observers`]: an append observer that aborts the process, for crash tests.
-//! * [`harness`]: the command line of `libtest-mimic` harnesses, with libtest's filters.
 //! * [`logs`]: a tracing writer that keeps every line in memory.
 //! * [`process`]: a process's output as text, waiting for a condition, the processes of a
 //!   data directory or below a process.

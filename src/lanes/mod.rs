@@ -5,13 +5,13 @@
 //! project's tree where none of its tools looks ([`lanes_dir`]; made from the branch the
 //! project's tree is on, its *base*, recorded in `lane.json` beside the feature's ledger). It
 //! is a whole workspace: the dependency folders installed in the project's tree
-//! (`node_modules`, `.venv`) are linked into it, read-only to its runs ([`deps`]). Its records
+//! (`node_modules`, `.venv`) are linked into it, read-only to its runs (`deps`). Its records
 //! stay where every feature's are, in `.consort/features/<id>/`, outside the worktree, so no
 //! agent and no test run of the lane reaches them. One process holds a feature at a time (its lock,
 //! `feature.lock`); the lanes of one process share the branch provider and split the warm pool.
 //!
 //! **Invariants:**
-//! - A lane is done only when its promotion passed the merge check ([`merge`]): its branch,
+//! - A lane is done only when its promotion passed the merge check (`merge`): its branch,
 //!   merged with what reached the base since it started, passes the tests of every merged
 //!   feature; a git conflict or a migration on an object a merged feature's migration touches
 //!   halts it with both sides named. Merges are one at a time (`.consort/merge.lock`).

@@ -128,7 +128,7 @@ pub enum WriteProblem {
     NameTooLong {
         /// Its length in bytes.
         len: usize,
-        /// The limit ([`MAX_NAME_BYTES`]).
+        /// The limit (`MAX_NAME_BYTES`).
         max: usize,
     },
     /// A component that would have to be a directory is an existing file.
@@ -224,7 +224,7 @@ pub struct CacheNameError {
 }
 
 /// The directories whose contents are never hashed, never listed, never handed to an agent and
-/// never taken for test files, matched by name at any depth: [`DEFAULT_CACHES`], [`VCS_DIRS`],
+/// never taken for test files, matched by name at any depth: [`DEFAULT_CACHES`], `VCS_DIRS`,
 /// [`STATE_DIR`], and the project's extra cache names (`[paths] caches`).
 ///
 /// One definition for everyone who hashes or lists a work tree: the conductor's

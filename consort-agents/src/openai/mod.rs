@@ -158,7 +158,7 @@ pub enum StructuredOutput {
 /// `consort` program reads these as the role's budget in `[budget.roles.<role>]`, derived
 /// from the ledger and checked by the conductor before every step; what is left arrives in
 /// the assignment ([`Assignment::budget`]), and the agent checks every call against that
-/// before making it ([`AgentFailure::BudgetSpent`]).
+/// before making it ([`consort_actors::AgentFailure::BudgetSpent`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Budget {

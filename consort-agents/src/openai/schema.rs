@@ -180,7 +180,7 @@ fn rank(name: &str) -> (usize, &str) {
 }
 
 /// The JSON text of a schema with every `properties` map (and its `required` list) in
-/// [`REASONING_ORDER`]; everything else as `serde_json` writes it. The same value as `schema`
+/// `REASONING_ORDER`; everything else as `serde_json` writes it. The same value as `schema`
 /// once parsed: only the order of the text differs.
 pub fn ordered_schema_text(schema: &Value) -> String {
     let mut out = String::with_capacity(2048);

@@ -3,7 +3,7 @@
 //!
 //! The read tools (`status`, `next`, `design`, `log`, `verify`, `branches`) return what the
 //! CLI prints, from the same functions ([`crate::views`]). The role-play tools
-//! (`next_assignment`, `submit`, in [`play`]) work on the feature's mailbox
+//! (`next_assignment`, `submit`, in `play`) work on the feature's mailbox
 //! ([`consort_agents::mcp::Mailbox`]), where `consort run` parks the assignments of those
 //! roles. `approve` is offered only when `[mcp] approve = true`, and records exactly as
 //! `consort approve` does. Each session plays one declared identity (`--as NAME`, or the

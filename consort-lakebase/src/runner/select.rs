@@ -14,7 +14,7 @@ pub enum Selector {
     /// the class name, the function with its parameters as the name).
     Pytest,
     /// vitest 2 or later, started as `vitest run`: the files as arguments (vitest runs every
-    /// test file whose path holds one, ignoring case: [`Selector::reaches`]); `vitest list
+    /// test file whose path holds one, ignoring case: `Selector::reaches`); `vitest list
     /// --json` lists each test's file and its name as the JUnit report names it (the file's
     /// path as the class name, the suites and the test joined by ` > ` as the name). vitest 1
     /// has no listing: its suites run whole.

@@ -26,7 +26,7 @@
 //!   ([`consort_actors::verify_line`]: its sequence, its link to the previous entry, its hash,
 //!   its event), and its stored hash must be the line's; a bad or foreign row is refused with
 //!   the feature and sequence number, never half-read.
-//! - **Beside the ledgers** ([`records`]): the backlog's order, each feature's small record
+//! - **Beside the ledgers** (`records`): the backlog's order, each feature's small record
 //!   files (its request, its lane's record) and who holds which lease since when, so that a
 //!   clone on any machine sees the project as every other does.
 //! - **A versioned schema.** [`PgStore::connect`] creates the schema `consort_store` or brings
