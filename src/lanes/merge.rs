@@ -53,7 +53,7 @@ impl Promotion for MergeCheck {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<PromoteReport, InfraError>> {
         Box::pin(async move {
-            let _locks = merge_lock(&self.project, timeout).await?;
+            let locks = merge_lock(&self.project, timeout).await?;
             for _ in 0..MERGE_ATTEMPTS {
                 let project = self.project.clone();
                 let migrations = request.migrations.clone();
@@ -67,11 +67,13 @@ impl Promotion for MergeCheck {
                 let project = self.project.clone();
                 let (commit, base, seen) =
                     (plan.commit.clone(), plan.base.clone(), plan.seen.clone());
+                locks.check().await?;
                 if !blocking(move || advance(&project, &base, &commit, seen.as_ref())).await? {
                     tracing::info!(feature = %self.project.feature_id(), "the remote's base moved during the merge check; checking again");
                     continue;
                 }
                 drop(plan);
+                locks.check().await?;
                 let project = self.project.clone();
                 if !blocking(move || Ok(project.still_holds())).await? {
                     return Err(refused(
@@ -95,6 +97,29 @@ impl Promotion for MergeCheck {
 struct MergeLocks {
     _here: RunLock,
     shared: Option<Arc<consort_lakebase::store::StoreHandle>>,
+}
+
+impl MergeLocks {
+    /// Refuses to go on when the shared merge lock went with a lost connection to the store:
+    /// another machine may be merging now, so this one pushes and promotes nothing.
+    async fn check(&self) -> Result<(), InfraError> {
+        let Some(store) = self.shared.clone() else {
+            return Ok(());
+        };
+        let intact = blocking(move || {
+            store
+                .merge_lock_intact()
+                .map_err(|e| infra(InfraFault::DatabaseDown, consort_actors::error_chain(&e)))
+        })
+        .await?;
+        if intact {
+            Ok(())
+        } else {
+            Err(refused(
+                "the connection to the store that held the project's merge lock was lost, and the lock with it; nothing was pushed or promoted (run again to merge)".into(),
+            ))
+        }
+    }
 }
 
 impl Drop for MergeLocks {

@@ -6,8 +6,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Sender, channel};
+
 use std::time::Duration;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use consort_actors::{Entry, Event};
 
@@ -21,7 +23,9 @@ type Job =
 /// One connection to a project's shared store, usable from code that does not await.
 pub struct StoreHandle {
     project: String,
-    jobs: Sender<Job>,
+    /// The store's thread awaits its jobs, so the connection's driver runs between them (a
+    /// dropped transaction's rollback is sent at once, a closed connection noticed).
+    jobs: UnboundedSender<Job>,
 }
 
 impl std::fmt::Debug for StoreHandle {
@@ -40,12 +44,12 @@ impl StoreHandle {
     /// Connects to `project`'s store on the database `info` names (bringing its schema to this
     /// version), on a thread of its own.
     pub fn connect(info: &ConnectInfo, project: &str) -> Result<StoreHandle, StoreError> {
-        let (jobs, inbox) = channel::<Job>();
+        let (jobs, inbox) = unbounded_channel::<Job>();
         let (opened, first) = channel();
         let (info, name) = (info.clone(), project.to_string());
         std::thread::Builder::new()
             .name(format!("consort-store-{project}"))
-            .spawn(move || serve(&info, &name, &inbox, &opened))
+            .spawn(move || serve(&info, &name, inbox, &opened))
             .map_err(|e| StoreError::Thread(e.to_string()))?;
         first
             .recv()
@@ -163,6 +167,11 @@ impl StoreHandle {
         self.call(|s| Box::pin(async move { s.try_merge_lock().await }))
     }
 
+    /// [`PgStore::merge_lock_intact`].
+    pub fn merge_lock_intact(&self) -> Result<bool, StoreError> {
+        self.call(|s| Box::pin(async move { Ok(s.merge_lock_intact()) }))
+    }
+
     /// [`PgStore::merge_unlock`].
     pub fn merge_unlock(&self) -> Result<(), StoreError> {
         self.call(|s| Box::pin(async move { s.merge_unlock().await }))
@@ -178,7 +187,7 @@ impl StoreHandle {
 fn serve(
     info: &ConnectInfo,
     project: &str,
-    inbox: &Receiver<Job>,
+    mut inbox: UnboundedReceiver<Job>,
     opened: &Sender<Result<(), StoreError>>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -202,7 +211,14 @@ fn serve(
         if opened.send(Ok(())).is_err() {
             return;
         }
-        while let Ok(job) = inbox.recv() {
+        while let Some(job) = inbox.recv().await {
+            // A lost connection is made again before the next job; when that fails, the job
+            // runs on the closed one and answers with the error.
+            if store.is_closed()
+                && let Err(e) = store.reconnect().await
+            {
+                tracing::warn!(error = %consort_actors::error_chain(&e), "the store cannot be reached");
+            }
             job(&mut store).await;
         }
     });

@@ -169,7 +169,24 @@ pub enum Fence<'a> {
 pub struct PgStore {
     client: Client,
     project: String,
+    /// Where it connected, to connect again after the connection is lost.
+    info: ConnectInfo,
+    /// Whether this connection took the project's merge lock and has not given it back.
+    merge_held: bool,
+    /// Whether a merge lock this store held went with a lost connection (the server gave it
+    /// up when the session ended; another machine may merge now).
+    merge_lost: bool,
 }
+
+/// What every session of the store sets: a statement waits at most this long for a lock, runs
+/// at most this long, and a transaction left idle (its process paused or cut off inside an
+/// append, holding the feature's lease row) is ended by the server after a second, so the
+/// feature can be taken over when its lease runs out.
+const SESSION: &str = "SET lock_timeout = '10s'; SET statement_timeout = '60s'; \
+     SET idle_in_transaction_session_timeout = '1s'";
+
+/// How long [`PgStore::reconnect`] keeps trying, in all.
+const RECONNECT_FOR: Duration = Duration::from_secs(15);
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -189,11 +206,59 @@ impl PgStore {
     /// brings the schema to this version.
     pub async fn connect(info: &ConnectInfo, project: &str) -> Result<PgStore, StoreError> {
         let mut client = crate::pgconn::connect(info).await?;
+        client
+            .batch_execute(SESSION)
+            .await
+            .map_err(db("setting the session's time limits"))?;
         migrate(&mut client).await?;
         Ok(PgStore {
             client,
             project: project.to_string(),
+            info: info.clone(),
+            merge_held: false,
+            merge_lost: false,
         })
+    }
+
+    /// A setting of this store's session as the server reports it (`SHOW name`): what a
+    /// statement of the store runs under, for diagnosis.
+    pub async fn session_setting(&self, name: &str) -> Result<String, StoreError> {
+        let row = self
+            .client
+            .query_one("SELECT current_setting($1)", &[&name])
+            .await
+            .map_err(db(format!("reading the setting {name}")))?;
+        Ok(row.get(0))
+    }
+
+    /// Whether the connection is gone (the server ended it, or the network did).
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// Connects again after the connection was lost, trying for a while with a growing pause;
+    /// a merge lock the lost connection held is then lost ([`PgStore::merge_lock_intact`]).
+    pub async fn reconnect(&mut self) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match PgStore::connect(&self.info, &self.project).await {
+                Ok(fresh) => {
+                    tracing::warn!(project = %self.project, "the store's connection was lost and is made again");
+                    let lost = self.merge_held || self.merge_lost;
+                    *self = PgStore {
+                        merge_lost: lost,
+                        ..fresh
+                    };
+                    return Ok(());
+                }
+                Err(e) if started.elapsed() >= RECONNECT_FOR => return Err(e),
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
     }
 
     /// Every entry of `feature`'s ledger, oldest first, each row checked.
@@ -245,7 +310,14 @@ impl PgStore {
             .transaction()
             .await
             .map_err(db("starting an append"))?;
-        let last = lock_lease_row(&tx, &project, feature, fence).await?;
+        let last = match lock_lease_row(&tx, &project, feature, fence).await {
+            Ok(last) => last,
+            Err(e) => {
+                // Rolled back now (see `take_next`), the lease row's lock given up at once.
+                let _ = tx.rollback().await;
+                return Err(e);
+            }
+        };
         let (seq, prev) = match last {
             None => (1, genesis()),
             Some((seq, hash)) => {
@@ -350,6 +422,12 @@ impl PgStore {
             .await
             .map_err(db("finding a feature no one holds"))?;
         let Some(free) = free else {
+            // Ended here, not when the transaction is dropped: a dropped one's rollback waits
+            // for the connection's next use, its inserted rows locked and the session idle in
+            // a transaction meanwhile.
+            tx.commit()
+                .await
+                .map_err(db("ending the look for a feature to take"))?;
             return Ok(None);
         };
         let feature: String = free.get(0);

@@ -113,19 +113,37 @@ impl PgStore {
     /// Takes the project's merge lock (a session advisory lock: held until given back or until
     /// this connection ends, when its process dies) unless another connection holds it;
     /// whether it was taken. Lanes on every machine merge and promote one at a time under it.
-    pub async fn try_merge_lock(&self) -> Result<bool, StoreError> {
-        self.client
+    pub async fn try_merge_lock(&mut self) -> Result<bool, StoreError> {
+        let taken: bool = self
+            .client
             .query_one(
                 "SELECT pg_try_advisory_lock(hashtext('consort_store.merge'), hashtext($1))",
                 &[&self.project],
             )
             .await
             .map(|r| r.get(0))
-            .map_err(db("taking the merge lock"))
+            .map_err(db("taking the merge lock"))?;
+        if taken {
+            self.merge_held = true;
+            self.merge_lost = false;
+        }
+        Ok(taken)
+    }
+
+    /// Whether the merge lock this store took is still its own: false once the connection
+    /// that held it was lost (the server gave the lock up with the session), so a merge must
+    /// stop before it pushes or promotes.
+    pub fn merge_lock_intact(&self) -> bool {
+        self.merge_held && !self.merge_lost && !self.client.is_closed()
     }
 
     /// Gives the project's merge lock back.
-    pub async fn merge_unlock(&self) -> Result<(), StoreError> {
+    pub async fn merge_unlock(&mut self) -> Result<(), StoreError> {
+        let was_held = std::mem::take(&mut self.merge_held);
+        self.merge_lost = false;
+        if !was_held || self.client.is_closed() {
+            return Ok(());
+        }
         self.client
             .query_one(
                 "SELECT pg_advisory_unlock(hashtext('consort_store.merge'), hashtext($1))",

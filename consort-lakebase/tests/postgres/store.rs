@@ -185,6 +185,115 @@ async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
 }
 
 #[tokio::test]
+async fn a_store_session_has_time_limits_and_a_lost_one_is_made_again() {
+    use consort_lakebase::store::StoreHandle;
+    let info = store_database().await;
+    let store = PgStore::connect(&info, "shop").await.expect("store");
+    for (name, limit) in [
+        ("idle_in_transaction_session_timeout", "1s"),
+        ("lock_timeout", "10s"),
+        ("statement_timeout", "1min"),
+    ] {
+        assert_eq!(
+            store.session_setting(name).await.expect("setting"),
+            limit,
+            "{name}"
+        );
+    }
+
+    let handle = {
+        let info = info.clone();
+        tokio::task::spawn_blocking(move || StoreHandle::connect(&info, "shop"))
+            .await
+            .expect("thread")
+            .expect("handle")
+    };
+    let handle = std::sync::Arc::new(handle);
+    let call = |f: fn(&StoreHandle) -> Result<bool, StoreError>| {
+        let handle = std::sync::Arc::clone(&handle);
+        async move {
+            tokio::task::spawn_blocking(move || f(&handle))
+                .await
+                .expect("thread")
+        }
+    };
+    assert!(call(|h| h.try_merge_lock()).await.expect("lock"), "taken");
+    assert!(call(|h| h.merge_lock_intact()).await.expect("intact"));
+
+    // The server ends the session that holds the merge lock (a restart, a network cut).
+    let admin = consort_lakebase::connect(&info).await.expect("connect");
+    let ended = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            &[],
+        )
+        .await
+        .expect("terminate")
+        .get::<_, i64>(0);
+    assert_eq!(ended, 1, "the merge lock's session");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The next call finds the connection lost and makes it again: the store answers, and
+    // says the merge lock went with the old session.
+    let mut answered = call(|h| h.holdings().map(|_| true)).await;
+    if answered.is_err() {
+        answered = call(|h| h.holdings().map(|_| true)).await;
+    }
+    assert!(answered.is_ok(), "{answered:?}");
+    assert!(
+        !call(|h| h.merge_lock_intact()).await.expect("asked"),
+        "a merge must not go on under a lock it lost"
+    );
+    assert!(
+        call(|h| h.try_merge_lock()).await.expect("lock"),
+        "taken again"
+    );
+    assert!(call(|h| h.merge_lock_intact()).await.expect("intact"));
+}
+
+/// A transaction the store's thread leaves behind stays open (its rows locked, its session
+/// idle in a transaction, which the server ends after a second) until the connection is next
+/// used: a look that finds nothing to take and a refused append end theirs at once.
+#[tokio::test]
+async fn a_worker_that_finds_nothing_or_is_refused_leaves_no_transaction_open() {
+    use consort_lakebase::store::StoreHandle;
+    let info = store_database().await;
+    let other = PgStore::connect(&info, "shop").await.expect("store");
+    let held = other
+        .acquire("f1", "another worker", Duration::from_secs(60))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let worker = tokio::task::spawn_blocking(move || {
+        let handle = StoreHandle::connect(&info, "shop").expect("handle");
+        let none = handle
+            .take_next(&["f1".to_string()], "worker", Duration::from_secs(60))
+            .expect("looked");
+        assert!(none.is_none(), "held by another");
+        std::thread::sleep(Duration::from_millis(1500));
+        let after_look = handle.holdings().map(|h| h.len());
+        let mut stale = held.clone();
+        stale.token -= 1;
+        let refused = handle.append("f1", &decision(0), Some(&stale));
+        assert!(
+            matches!(refused, Err(StoreError::StaleLease { .. })),
+            "{refused:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        (after_look, handle.holdings().map(|h| h.len()))
+    })
+    .await
+    .expect("worker");
+    assert_eq!(
+        worker.0.ok(),
+        Some(1),
+        "the session lived on after the look"
+    );
+    assert_eq!(worker.1.ok(), Some(1), "and after the refused append");
+}
+
+#[tokio::test]
 async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
     let info = store_database().await;
     let mut worker_a = PgStore::connect(&info, "shop").await.expect("store");
