@@ -87,6 +87,14 @@ pub enum GitError {
         #[source]
         source: std::io::Error,
     },
+    /// A git command that talks to a remote ran past its time limit and was killed.
+    #[error("git {args} did not end within {secs} s and was stopped (is the remote reachable?)")]
+    TimedOut {
+        /// The arguments, as typed.
+        args: String,
+        /// The limit.
+        secs: u64,
+    },
     /// A resumed run is not on its branch.
     #[error(
         "this run works on branch {expected}, but the repository is on {current}; switch back with `git switch {expected}`"
@@ -551,8 +559,24 @@ impl GitRepo {
         env: &[(&str, &str)],
         stdin: Option<&[u8]>,
     ) -> Result<String, GitError> {
+        self.git_within(args, env, stdin, None)
+    }
+
+    /// [`GitRepo::git_env`], with git killed when it has not ended within `limit` (a remote
+    /// that does not answer, an ssh waiting for what it will never get).
+    pub(crate) fn git_within(
+        &self,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stdin: Option<&[u8]>,
+        limit: Option<std::time::Duration>,
+    ) -> Result<String, GitError> {
         let mut cmd = Command::new("git");
         cmd.arg("-C").arg(&self.dir).args(args);
+        if limit.is_some() {
+            // Its own process group, so that a timeout stops what git started too (ssh).
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -567,7 +591,16 @@ impl GitRepo {
         if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
             pipe.write_all(bytes).map_err(GitError::Start)?;
         }
-        let out = child.wait_with_output().map_err(GitError::Start)?;
+        let out = match limit {
+            None => child.wait_with_output().map_err(GitError::Start)?,
+            Some(limit) => waited(child, limit).map_err(|e| match e {
+                Waited::Io(e) => GitError::Start(e),
+                Waited::Out => GitError::TimedOut {
+                    args: without_credentials(&args.join(" ")),
+                    secs: limit.as_secs(),
+                },
+            })?,
+        };
         if !out.status.success() {
             return Err(GitError::Failed {
                 args: without_credentials(&args.join(" ")),
@@ -576,6 +609,60 @@ impl GitRepo {
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
+}
+
+enum Waited {
+    Io(std::io::Error),
+    Out,
+}
+
+/// `child`'s output, its pipes read on threads of their own while it runs; killed (and its
+/// output dropped) when it runs past `limit`.
+fn waited(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+) -> Result<std::process::Output, Waited> {
+    use std::io::Read;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(Waited::Io)? {
+            break status;
+        }
+        if started.elapsed() >= limit {
+            let group = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Waited::Out);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
 }
 
 /// A role's name as a commit author's: `Navigator`, `Driver`, `DBA`, …

@@ -16,7 +16,13 @@ use super::{GitError, GitRepo, branch_name};
 pub(crate) struct Remote {
     repo: GitRepo,
     name: String,
+    /// How long one fetch or push may take before git is stopped.
+    limit: std::time::Duration,
 }
+
+/// How long a fetch or a push may take: a remote that stops answering must not hold a lane (or
+/// the merge lock) for ever.
+const NETWORK_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// One fetch or push at a time in this process: git updates the remote-tracking refs of a
 /// repository on both, and the lanes of one process share their repository.
@@ -34,7 +40,11 @@ const BATCH_SSH: &str = "ssh -o BatchMode=yes";
 impl Remote {
     /// The remote `name` of `repo`.
     pub(crate) fn new(repo: GitRepo, name: String) -> Remote {
-        Remote { repo, name }
+        Remote {
+            repo,
+            name,
+            limit: NETWORK_LIMIT,
+        }
     }
 
     /// Runs git with `args` for the network: never prompting, and ssh in batch mode unless
@@ -51,7 +61,7 @@ impl Remote {
         if !chose_own {
             env.push(("GIT_SSH_COMMAND", BATCH_SSH));
         }
-        self.repo.git_env(args, &env, None)
+        self.repo.git_within(args, &env, None, Some(self.limit))
     }
 
     /// Where the remote's copy of `branch` is kept here.
@@ -219,6 +229,32 @@ mod tests {
         assert_eq!(
             remote.push_base("main", &commit, seen.as_deref()).ok(),
             Some(true)
+        );
+    }
+
+    #[test]
+    fn a_remote_that_never_answers_is_given_up_on_in_time() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (repo, _) = clone_of_remote(tmp.path());
+        // An ssh remote whose "ssh" (the user's own, so left as it is) hangs.
+        for args in [
+            &["remote", "add", "hung", "ssh://nowhere.invalid/x.git"][..],
+            &["config", "core.sshCommand", "sh -c 'sleep 30'"][..],
+        ] {
+            repo.git(args, None).expect("configured");
+        }
+        let remote = Remote {
+            limit: std::time::Duration::from_millis(500),
+            ..Remote::new(repo, "hung".into())
+        };
+        let started = std::time::Instant::now();
+        match remote.fetch("main") {
+            Err(GitError::TimedOut { args, .. }) => assert!(args.contains("ls-remote"), "{args}"),
+            other => panic!("stopped for its time: {other:?}"),
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "not the sleep's 30 s"
         );
     }
 }
