@@ -31,19 +31,23 @@ pub(super) struct AdminPool {
     /// How long to retry a busy source database.
     busy_timeout: Duration,
     busy_retries: AtomicU64,
+    /// This provider's liveness key: every connection opened holds its shared lock.
+    live: u32,
 }
 
 /// One administrator connection slot, held for a few statements.
 pub(super) type Slot<'a> = MutexGuard<'a, Option<Client>>;
 
 impl AdminPool {
-    /// A pool whose first slot holds `first` (a connection to `maintenance`).
+    /// A pool whose first slot holds `first` (a connection to `maintenance` that already holds
+    /// the liveness lock `live`).
     pub(super) fn new(
         cfg: Config,
         ssl: SslMode,
         maintenance: String,
         first: Client,
         busy_timeout: Duration,
+        live: u32,
     ) -> Self {
         AdminPool {
             cfg,
@@ -57,7 +61,13 @@ impl AdminPool {
             next: AtomicU64::new(0),
             busy_timeout,
             busy_retries: AtomicU64::new(0),
+            live,
         }
+    }
+
+    /// This provider's liveness key (in the marker of everything it makes).
+    pub(super) fn live(&self) -> u32 {
+        self.live
     }
 
     /// The administrator's configuration for database `db`.
@@ -67,9 +77,13 @@ impl AdminPool {
         cfg
     }
 
-    /// A fresh administrator connection to database `db` (not pooled).
+    /// A fresh administrator connection to database `db` (not pooled), holding the provider's
+    /// liveness lock: while any of its sessions lives, a sweeper on another host knows that
+    /// what it made is in use.
     pub(super) async fn connect(&self, db: &str) -> Result<Client> {
-        connect_config(&self.cfg_for(db), self.ssl, None).await
+        let c = connect_config(&self.cfg_for(db), self.ssl, None).await?;
+        super::meta::hold_live(&c, self.live).await?;
+        Ok(c)
     }
 
     /// A free slot, or (all busy) the next one in turn.

@@ -17,7 +17,7 @@ use crate::names::{quote_ident, random_tag};
 use crate::provider::{BaseRef, BaseSpec};
 
 /// Templates younger than this are never pruned (another provider may be copying one).
-const PRUNE_GRACE_SECS: i64 = 600;
+pub(super) const PRUNE_GRACE_SECS: i64 = 600;
 
 /// The template name of the base with key `key` copied from the database `parent`: two
 /// parents on one server never share a template, even for the same [`BaseSpec`].
@@ -45,8 +45,14 @@ impl ServerProvider {
                 return Ok(base);
             }
         }
-        let tmp = format!("{BUILDING_PREFIX}{}", random_tag(16));
-        let meta = Meta::now(Some(&base))?.text()?;
+        // The name carries the builder's liveness key: a base whose builder was killed before it
+        // was marked is still known as this provider's (see `sweep::sweep_leftovers`).
+        let tmp = format!(
+            "{BUILDING_PREFIX}{:08x}_{}",
+            self.admin.live(),
+            random_tag(12)
+        );
+        let meta = Meta::now(Some(&base), self.admin.live())?.text()?;
         {
             let mut slot = self.admin.slot().await;
             let admin = self.admin.client(&mut slot).await?;
@@ -185,17 +191,24 @@ impl ServerProvider {
             if created > recent {
                 continue;
             }
-            let q = quote_ident(&name);
-            let res = admin
-                .batch_execute(&format!("ALTER DATABASE {q} WITH IS_TEMPLATE false"))
-                .await;
-            if res.is_ok() {
-                let _ = drop_db(admin, &name).await;
+            if drop_template(admin, &name).await.is_ok() {
                 debug!(template = %name, "old base template dropped");
             }
         }
         Ok(())
     }
+}
+
+/// Drops base template `name` (a template must be unmarked as one first).
+pub(super) async fn drop_template(admin: &Client, name: &str) -> Result<()> {
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} WITH IS_TEMPLATE false",
+            quote_ident(name)
+        ))
+        .await
+        .map_err(|e| Error::from_pg(format!("unmarking base template {name}"), e))?;
+    drop_db(admin, name).await
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ impl ServerProvider {
         }
         let ident = db_ident(name);
         let password = random_password();
-        let meta = Meta::now(Some(from))?;
+        let meta = Meta::now(Some(from), self.admin.live())?;
         let marker = meta.text()?;
         {
             let mut slot = self.admin.slot().await;
@@ -140,7 +140,7 @@ impl ServerProvider {
     pub(super) async fn reset_impl(&self, branch: &Branch) -> Result<Branch> {
         validate_branch_name(&branch.name)?;
         let ident = db_ident(&branch.name);
-        let meta = Meta::now(Some(&branch.base))?;
+        let meta = Meta::now(Some(&branch.base), self.admin.live())?;
         let marker = meta.text()?;
         {
             let mut slot = self.admin.slot().await;

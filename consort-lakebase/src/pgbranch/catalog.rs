@@ -49,6 +49,13 @@ async fn returns_row(admin: &Client, sql: &str, name: &str, what: &str) -> Resul
         .is_some())
 }
 
+/// The marker of database `d`: its own comment, or, for a branch killed between its `CREATE
+/// DATABASE` and its comment (two statements, never one transaction), the marker of its
+/// owner — the role of the same name that Consort made and commented in one transaction.
+pub(super) const DB_MARKER: &str = "COALESCE(shobj_description(d.oid, 'pg_database'), \
+     (SELECT shobj_description(r.oid, 'pg_authid') FROM pg_roles r \
+      WHERE r.oid = d.datdba AND r.rolname = d.datname))";
+
 /// The marker of `db`; `None` when it does not exist or is not one of ours.
 pub(super) async fn db_meta(admin: &Client, db: &str) -> Result<Option<Meta>> {
     Ok(db_lookup(admin, db).await?.flatten())
@@ -59,7 +66,7 @@ pub(super) async fn db_meta(admin: &Client, db: &str) -> Result<Option<Meta>> {
 pub(super) async fn db_lookup(admin: &Client, db: &str) -> Result<Option<Option<Meta>>> {
     marker_lookup(
         admin,
-        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1",
+        &format!("SELECT {DB_MARKER} FROM pg_database d WHERE d.datname = $1"),
         db,
         "reading a database marker",
     )

@@ -1,6 +1,12 @@
-//! The JSON marker comment on every database and role Consort creates.
+//! The JSON marker comment on every database and role Consort creates, and how a sweeper
+//! tells that the process which made it is gone: on its own host by its pid and start time;
+//! from any host by the shared advisory lock every administrator session of a provider holds
+//! ([`Liveness`]).
 
+use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio_postgres::Client;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +27,55 @@ pub(super) struct Meta {
     boot: String,
     host: String,
     pub(super) kept_until: Option<i64>,
+    /// The key of the provider's liveness lock (absent in markers of older versions).
+    #[serde(default)]
+    live: Option<u32>,
+}
+
+/// The first key of the two-key advisory locks that say a provider is alive ("cons"); the
+/// second is the provider's own random key. Shared locks: every administrator session of one
+/// provider holds it, and a lock ends with its session, so with a killed process.
+pub(super) const LIVE_CLASS: i32 = 0x636f_6e73;
+
+/// The liveness keys held on the server now.
+#[derive(Debug, Default)]
+pub(super) struct Liveness(HashSet<u32>);
+
+impl Liveness {
+    /// Reads the liveness locks held on the server (`pg_locks` is readable by every role).
+    pub(super) async fn read(admin: &Client) -> Result<Liveness> {
+        let rows = admin
+            .query(
+                "SELECT objid::int8 FROM pg_locks WHERE locktype = 'advisory' \
+                 AND classid = $1::int4::oid AND objsubid = 2 AND granted",
+                &[&LIVE_CLASS],
+            )
+            .await
+            .map_err(|e| Error::from_pg("reading which providers are alive", e))?;
+        Ok(Liveness(
+            rows.iter()
+                .filter_map(|r| u32::try_from(r.get::<_, i64>(0)).ok())
+                .collect(),
+        ))
+    }
+
+    /// Whether the provider with liveness key `key` holds a session on the server.
+    pub(super) fn holds(&self, key: u32) -> bool {
+        self.0.contains(&key)
+    }
+}
+
+/// Takes the shared liveness lock `key` on session `c` (held until the session ends).
+pub(super) async fn hold_live(c: &Client, key: u32) -> Result<()> {
+    // Two int4 keys: the second is the key's bits, as `pg_locks.objid` shows them.
+    let second = i32::from_ne_bytes(key.to_ne_bytes());
+    c.execute(
+        "SELECT pg_advisory_lock_shared($1, $2)",
+        &[&LIVE_CLASS, &second],
+    )
+    .await
+    .map_err(|e| Error::from_pg("taking the provider's liveness lock", e))?;
+    Ok(())
 }
 
 /// Seconds since the Unix epoch, now.
@@ -34,10 +89,11 @@ pub(super) fn unix_secs(t: SystemTime) -> i64 {
 }
 
 impl Meta {
-    /// The marker of this process, now, for something made from `base`. An error when this
+    /// The marker of this process (a provider with liveness key `live`), now, for something
+    /// made from `base`. An error when this
     /// process cannot describe itself: a marker without its start time, boot or host would let
     /// a sweeper take a live branch for an orphan (or never see an orphan).
-    pub(super) fn now(base: Option<&BaseRef>) -> Result<Self> {
+    pub(super) fn now(base: Option<&BaseRef>, live: u32) -> Result<Self> {
         let unknown = |what| Error::Unsupported(format!("{what} is not readable from /proc"));
         let (pid, ticks) = procinfo::me().ok_or_else(|| unknown("this process's start time"))?;
         Ok(Meta {
@@ -50,6 +106,7 @@ impl Meta {
             boot: procinfo::boot_id().ok_or_else(|| unknown("the boot id"))?,
             host: procinfo::hostname().ok_or_else(|| unknown("the host name"))?,
             kept_until: None,
+            live: Some(live),
         })
     }
 
@@ -68,14 +125,16 @@ impl Meta {
         })
     }
 
-    /// Whether the creating process is known to be gone (same host: other boot or dead pid).
-    /// When this host's name or boot cannot be read, nothing is known to be gone.
-    pub(super) fn owner_gone(&self) -> bool {
-        let (Some(host), Some(boot)) = (procinfo::hostname(), procinfo::boot_id()) else {
-            return false;
-        };
-        self.host == host
-            && (self.boot != boot || !procinfo::same_process_alive(self.pid, self.ticks))
+    /// Whether the creating process is known to be gone. On its own host: another boot, or
+    /// its pid no longer names it. From another host: its provider holds no liveness lock
+    /// (`live`); a marker without a liveness key is never known to be gone from elsewhere.
+    pub(super) fn owner_gone(&self, live: &Liveness) -> bool {
+        match (procinfo::hostname(), procinfo::boot_id()) {
+            (Some(host), Some(boot)) if host == self.host => {
+                self.boot != boot || !procinfo::same_process_alive(self.pid, self.ticks)
+            }
+            _ => self.live.is_some_and(|k| !live.holds(k)),
+        }
     }
 
     /// When it was created.

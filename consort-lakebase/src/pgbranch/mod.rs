@@ -173,12 +173,15 @@ impl ServerProvider {
             Some("clone") => "clone",
             _ => "copy",
         };
+        let live = rand::random::<u32>();
+        meta::hold_live(&client, live).await?;
         let admin = AdminPool::new(
             target.admin.clone(),
             target.admin_ssl,
             opts.maintenance_database.clone(),
             client,
             opts.busy_timeout,
+            live,
         );
         Ok(ServerProvider {
             target,

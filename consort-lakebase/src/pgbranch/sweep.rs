@@ -1,14 +1,21 @@
 //! Listing our branches, keeping one for inspection, and sweeping: by age, or the orphans of
 //! processes that are gone (plus roles and bases such a process left half-made).
+//!
+//! What a kill may leave at any instant, and what finds it: a role without its database (the
+//! role's marker), a database without its comment (its owner role's marker, `DB_MARKER`), a
+//! base being built (its marker, or the builder's liveness key in its name), a template no
+//! branch uses (the full sweep). A process is gone when its own host says so, or, from any
+//! host, when its provider holds no liveness lock (`meta::Liveness`).
 
+use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
-use super::ServerProvider;
-use super::catalog::{comment_db, db_meta, drop_db};
-use super::meta::{Meta, unix_now, unix_secs};
+use super::catalog::{DB_MARKER, comment_db, db_meta, drop_db};
+use super::meta::{Liveness, Meta, unix_now, unix_secs};
+use super::{BUILDING_PREFIX, ServerProvider};
 use crate::error::{Error, Result};
 use crate::names::{BRANCH_PREFIX, branch_of_db, db_ident, quote_ident, validate_branch_name};
 use crate::provider::{BaseRef, Branch};
@@ -18,8 +25,10 @@ impl ServerProvider {
     async fn list_meta(&self, admin: &Client) -> Result<Vec<(Branch, Meta)>> {
         let rows = admin
             .query(
-                "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database \
-                 WHERE NOT datistemplate AND datname LIKE 'consort\\_%'",
+                &format!(
+                    "SELECT d.datname, {DB_MARKER} FROM pg_database d \
+                     WHERE NOT d.datistemplate AND d.datname LIKE 'consort\\_%'"
+                ),
                 &[],
             )
             .await
@@ -66,7 +75,8 @@ impl ServerProvider {
         let cutoff = SystemTime::now()
             .checked_sub(older_than)
             .unwrap_or(UNIX_EPOCH);
-        self.sweep_where(|b, _| b.created_at <= cutoff).await
+        self.sweep_where(|b, _, _| b.created_at <= cutoff, Templates::Unused)
+            .await
     }
 
     /// Deletes the branches whose owner is gone, that passed the age limit, or whose
@@ -75,28 +85,43 @@ impl ServerProvider {
         let now = unix_now();
         // An age limit beyond what i64 seconds hold means "no age limit": it saturates.
         let max_age = i64::try_from(self.opts.orphan_max_age.as_secs()).unwrap_or(i64::MAX);
-        self.sweep_where(|_, m| match m.kept_until {
-            Some(until) => until <= now,
-            None => m.owner_gone() || now.saturating_sub(m.created) >= max_age,
-        })
+        self.sweep_where(
+            |_, m, live| match m.kept_until {
+                Some(until) => until <= now,
+                None => m.owner_gone(live) || now.saturating_sub(m.created) >= max_age,
+            },
+            Templates::Kept,
+        )
         .await
     }
 
-    async fn sweep_where(&self, doomed: impl Fn(&Branch, &Meta) -> bool) -> Result<usize> {
+    async fn sweep_where(
+        &self,
+        doomed: impl Fn(&Branch, &Meta, &Liveness) -> bool,
+        templates: Templates,
+    ) -> Result<usize> {
         let mut slot = self.admin.slot().await;
         let admin = self.admin.client(&mut slot).await?;
+        let live = Liveness::read(admin).await?;
         let mut n = 0;
+        let mut in_use = HashSet::new();
         for (branch, meta) in self.list_meta(admin).await? {
-            if branch.name.starts_with(BRANCH_PREFIX) && doomed(&branch, &meta) {
-                match self.delete_ident(admin, &branch.id).await {
-                    Ok(()) => n += 1,
-                    Err(e) => {
-                        warn!(branch = %branch.name, error = %consort_actors::error_chain(&e), "sweeping a branch")
-                    }
+            if !(branch.name.starts_with(BRANCH_PREFIX) && doomed(&branch, &meta, &live)) {
+                in_use.insert(branch.base.id);
+                continue;
+            }
+            match self.delete_ident(admin, &branch.id).await {
+                Ok(()) => n += 1,
+                Err(e) => {
+                    in_use.insert(branch.base.id);
+                    warn!(branch = %branch.name, error = %consort_actors::error_chain(&e), "sweeping a branch")
                 }
             }
         }
-        sweep_leftovers(admin).await?;
+        sweep_leftovers(admin, &live).await?;
+        if templates == Templates::Unused {
+            sweep_templates(admin, &live, &in_use).await?;
+        }
         if n > 0 {
             info!(swept = n, "swept branches");
         }
@@ -121,9 +146,25 @@ impl ServerProvider {
     }
 }
 
+/// Whether a sweep also drops the base templates no branch uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Templates {
+    /// The start-up sweep: templates are the cache later runs start from.
+    Kept,
+    /// The full sweep: a template no remaining branch uses goes, unless its maker is alive
+    /// and it is younger than the pruning grace (it may be about to be copied).
+    Unused,
+}
+
+/// The liveness key in the name of a base being built (`consorttmp_<key>_<tag>`).
+fn builder_key(db: &str) -> Option<u32> {
+    let (hex, _) = db.strip_prefix(BUILDING_PREFIX)?.split_once('_')?;
+    u32::from_str_radix(hex, 16).ok()
+}
+
 /// Roles left without a database (a create interrupted), and bases never finished, of
 /// processes that are gone. Failing drops are left for the next sweep.
-async fn sweep_leftovers(admin: &Client) -> Result<()> {
+async fn sweep_leftovers(admin: &Client, live: &Liveness) -> Result<()> {
     let roles = admin
         .query(
             "SELECT r.rolname, shobj_description(r.oid, 'pg_authid') FROM pg_roles r \
@@ -137,7 +178,7 @@ async fn sweep_leftovers(admin: &Client) -> Result<()> {
         let role: String = r.get(0);
         if let Some(meta) = Meta::parse(r.get::<_, Option<&str>>(1))
             && branch_of_db(&role).is_some()
-            && meta.owner_gone()
+            && meta.owner_gone(live)
         {
             let _ = admin
                 .batch_execute(&format!("DROP ROLE IF EXISTS {}", quote_ident(&role)))
@@ -154,8 +195,40 @@ async fn sweep_leftovers(admin: &Client) -> Result<()> {
         .map_err(|e| Error::from_pg("listing unfinished bases", e))?;
     for r in building {
         let db: String = r.get(0);
-        if Meta::parse(r.get::<_, Option<&str>>(1)).is_some_and(|m| m.owner_gone()) {
+        let gone = match Meta::parse(r.get::<_, Option<&str>>(1)) {
+            Some(m) => m.owner_gone(live),
+            // Killed before its marker: the builder's key is in the name.
+            None => builder_key(&db).is_some_and(|k| !live.holds(k)),
+        };
+        if gone {
             let _ = drop_db(admin, &db).await;
+        }
+    }
+    Ok(())
+}
+
+/// Drops the base templates no branch uses (`in_use`), except a young one whose maker is
+/// alive. Failing drops are left for the next sweep.
+async fn sweep_templates(admin: &Client, live: &Liveness, in_use: &HashSet<String>) -> Result<()> {
+    let rows = admin
+        .query(
+            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database \
+             WHERE datistemplate AND datname LIKE 'consorttpl\\_%'",
+            &[],
+        )
+        .await
+        .map_err(|e| Error::from_pg("listing base templates", e))?;
+    let recent = unix_now().saturating_sub(super::base::PRUNE_GRACE_SECS);
+    for r in rows {
+        let name: String = r.get(0);
+        let Some(meta) = Meta::parse(r.get::<_, Option<&str>>(1)) else {
+            continue;
+        };
+        if in_use.contains(&name) || (meta.created > recent && !meta.owner_gone(live)) {
+            continue;
+        }
+        if let Err(e) = super::base::drop_template(admin, &name).await {
+            warn!(template = %name, error = %consort_actors::error_chain(&e), "sweeping a base template");
         }
     }
     Ok(())

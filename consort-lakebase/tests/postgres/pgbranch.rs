@@ -204,6 +204,115 @@ async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
     .await;
 }
 
+/// The marker comment of database `db` (or role `db` when `role`), as JSON.
+async fn marker_of(admin: &Client, db: &str, role: bool) -> serde_json::Value {
+    let sql = if role {
+        "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1"
+    } else {
+        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1"
+    };
+    let text: String = query_value(admin, sql, &[&db]).await;
+    serde_json::from_str(&text).expect("a JSON marker")
+}
+
+/// Writes marker `meta` on database `db` (or role `db` when `role`).
+async fn remark(admin: &Client, db: &str, role: bool, meta: &serde_json::Value) {
+    let kind = if role { "ROLE" } else { "DATABASE" };
+    admin
+        .batch_execute(&format!(
+            "COMMENT ON {kind} {db} IS {}",
+            quote_literal(&meta.to_string())
+        ))
+        .await
+        .expect("re-mark");
+}
+
+/// What a process killed at any instant leaves, made by hand, then swept (issue 49, item 1):
+/// a branch killed between its `CREATE DATABASE` and its comment, a branch and a half-built
+/// base of a process on another host whose sessions are gone, and templates nobody uses.
+/// What a live process holds stays, from any host.
+#[tokio::test]
+async fn a_kill_at_any_instant_leaves_nothing_the_sweeps_miss() {
+    let (cluster, b) = provider().await;
+    let admin = admin(&cluster).await;
+    let base = b.prepare_base(&BaseSpec::default()).await.expect("base");
+    let namer = BranchNamer::new();
+    let half = b.create(&namer.next_name(), &base).await.expect("half");
+    let away_dead = b.create(&namer.next_name(), &base).await.expect("away");
+    let away_live = b.create(&namer.next_name(), &base).await.expect("away");
+    let mut gone = std::process::Command::new("true").spawn().expect("spawn");
+    let gone_pid = gone.id();
+    gone.wait().expect("reap");
+    // `half`: its database never got its comment; its role's marker names a dead process.
+    let mut role_meta = marker_of(&admin, &half.id, true).await;
+    role_meta["pid"] = gone_pid.into();
+    remark(&admin, &half.id, true, &role_meta).await;
+    admin
+        .batch_execute(&format!("COMMENT ON DATABASE {} IS NULL", half.id))
+        .await
+        .expect("unmark");
+    // Made on another host: one by a provider whose sessions are gone, one by this one.
+    let mine = marker_of(&admin, &away_live.id, false).await;
+    let my_key = mine["live"].as_u64().expect("a liveness key");
+    let mut elsewhere = mine.clone();
+    elsewhere["host"] = "another-machine".into();
+    remark(&admin, &away_live.id, false, &elsewhere).await;
+    elsewhere["live"] = ((my_key + 1) % (1 << 32)).into();
+    remark(&admin, &away_dead.id, false, &elsewhere).await;
+    // Bases killed while being built, before their marker: a dead builder's and a live one's.
+    let dead_tmp = format!("consorttmp_{:08x}_x", (my_key + 1) % (1 << 32));
+    let live_tmp = format!("consorttmp_{my_key:08x}_x");
+    for db in [&dead_tmp, &live_tmp, &"consorttmp_foreign".to_string()] {
+        admin
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .expect("a half-built base");
+    }
+
+    assert_eq!(b.sweep_orphans().await.expect("sweep"), 2);
+    let left = branch_names(&b, BRANCH_PREFIX).await;
+    assert_eq!(
+        left,
+        vec![away_live.name.clone()],
+        "only the live one stays"
+    );
+    for (db, stays) in [
+        (half.id.as_str(), false),
+        (away_dead.id.as_str(), false),
+        (dead_tmp.as_str(), false),
+        (live_tmp.as_str(), true),
+        ("consorttmp_foreign", true),
+    ] {
+        assert_eq!(db_exists(&admin, db).await, stays, "{db}");
+    }
+    assert_count(
+        &admin,
+        "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'consort\\_%'",
+        1,
+        "the half-made branch's role went with it",
+    )
+    .await;
+
+    // The full sweep: every branch, and the templates no branch uses unless a live process
+    // made them a moment ago.
+    let other = b
+        .prepare_base(&BaseSpec {
+            migrations: vec![migration("0001", "CREATE TABLE t (x int)")],
+            fixtures: vec![],
+        })
+        .await
+        .expect("another base");
+    let mut old = marker_of(&admin, &other.id, false).await;
+    old["pid"] = gone_pid.into();
+    remark(&admin, &other.id, false, &old).await;
+    assert_eq!(b.sweep(Duration::ZERO).await.expect("sweep all"), 1);
+    assert!(
+        !db_exists(&admin, &other.id).await,
+        "a dead maker's template goes"
+    );
+    assert!(db_exists(&admin, &base.id).await, "a young live one stays");
+}
+
 #[tokio::test]
 async fn a_statement_error_keeps_the_servers_message_detail_and_source() {
     let (cluster, _p) = provider().await;
