@@ -718,13 +718,19 @@ impl Project {
         for feature in self.backlog()? {
             let work_tree = lane::work_tree_of(&self.dir, &feature.id);
             let held = holdings.iter().find(|h| h.feature == feature.id && h.live);
-            if work_tree.is_none() && held.is_none() {
+            let lost = holdings
+                .iter()
+                .find(|h| h.feature == feature.id && h.halted_for_a_person());
+            if work_tree.is_none() && held.is_none() && lost.is_none() {
                 continue;
             }
             let lane = self.about(&feature.id)?;
             let events = lane.events()?;
             let usage = consort_actors::usage_totals(events.iter());
-            let s = status_of(&lane.machine()?.replay(&events), events.len(), &usage);
+            let mut s = status_of(&lane.machine()?.replay(&events), events.len(), &usage);
+            if let Some(lost) = lost {
+                s.halted = Some(lost_workers_halt(lost, s.step.as_deref()));
+            }
             lanes.push(LaneStatus {
                 branch: crate::git::branch_name(&feature.id),
                 feature: feature.id,
@@ -935,6 +941,25 @@ pub struct HaltInfo {
     pub step: String,
     /// Details.
     pub detail: String,
+}
+
+/// The halt of a feature the fleet stopped taking over: its workers were lost `lost.lost + 1`
+/// times in a row ([`LOST_WORKERS_BOUND`](consort_lakebase::store::LOST_WORKERS_BOUND)).
+fn lost_workers_halt(lost: &consort_lakebase::store::Holding, step: Option<&str>) -> HaltInfo {
+    HaltInfo {
+        kind: "infrastructure".into(),
+        reason: "workers-lost".into(),
+        budget: None,
+        step: step.unwrap_or("its next step").to_string(),
+        detail: format!(
+            "{} workers in a row lost it (killed, out of memory or cut off; the last was {}): \
+             no worker takes it over again until a person decides: `consort run --feature {f}` \
+             on a machine you watch (the count starts again), or `consort stop --feature {f}`",
+            lost.lost + 1,
+            lost.holder,
+            f = lost.feature
+        ),
+    }
 }
 
 /// A receipt, briefly.

@@ -50,7 +50,7 @@ pub use blocking::{PgEventLog, PgEventLogOpener, StoreHandle};
 pub use records::{Holding, MAX_DOCUMENT_BYTES};
 
 /// The schema's migrations, in order; the schema's version is how many have been applied.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     r"
 CREATE TABLE consort_store.leases (
     project text NOT NULL,
@@ -86,7 +86,18 @@ CREATE TABLE consort_store.documents (
     PRIMARY KEY (project, feature, name)
 );
 ",
+    // How many of the feature's holders in a row were lost (their lease ran out while held):
+    // the fleet's bound on a feature that kills its workers.
+    r"
+ALTER TABLE consort_store.leases ADD COLUMN lost integer NOT NULL DEFAULT 0;
+",
 ];
+
+/// How many workers in a row a feature may lose (their lease ran out while they held it:
+/// killed, out of memory, cut off) before the fleet stops taking it over and it waits for a
+/// person. Each takeover also waits longer: `lease_seconds × (2^lost − 1)` past the lost
+/// lease's end.
+pub const LOST_WORKERS_BOUND: i32 = 3;
 
 /// Why the store could not be used, or refused a change.
 #[derive(Debug, thiserror::Error)]
@@ -374,7 +385,7 @@ impl PgStore {
                      clock_timestamp() + make_interval(secs => $4)) \
                  ON CONFLICT (project, feature) DO UPDATE \
                  SET holder = EXCLUDED.holder, token = l.token + 1, since = EXCLUDED.since, \
-                     expires_at = EXCLUDED.expires_at \
+                     expires_at = EXCLUDED.expires_at, lost = 0 \
                  WHERE l.holder IS NULL OR l.expires_at <= clock_timestamp() \
                  RETURNING token",
                 &[&self.project, &feature, &holder, &ttl.as_secs_f64()],
@@ -411,13 +422,17 @@ impl PgStore {
         )
         .await
         .map_err(db("listing the features to take"))?;
+        // A lost holder's feature is taken over after a pause that doubles with each worker
+        // lost in a row, and not at all once the bound is reached (it waits for a person).
         let free = tx
             .query_opt(
                 "SELECT feature FROM consort_store.leases \
                  WHERE project = $1 AND feature = ANY($2) \
-                 AND (holder IS NULL OR expires_at <= clock_timestamp()) \
+                 AND (holder IS NULL OR (lost + 1 < $4 AND expires_at \
+                      + make_interval(secs => $3 * (power(2, least(lost, 10)) - 1)) \
+                      <= clock_timestamp())) \
                  ORDER BY array_position($2, feature) LIMIT 1 FOR UPDATE SKIP LOCKED",
-                &[&project, &features],
+                &[&project, &features, &ttl.as_secs_f64(), &LOST_WORKERS_BOUND],
             )
             .await
             .map_err(db("finding a feature no one holds"))?;
@@ -435,7 +450,8 @@ impl PgStore {
             .query_one(
                 "UPDATE consort_store.leases \
                  SET holder = $3, token = token + 1, since = clock_timestamp(), \
-                     expires_at = clock_timestamp() + make_interval(secs => $4) \
+                     expires_at = clock_timestamp() + make_interval(secs => $4), \
+                     lost = lost + (holder IS NOT NULL)::int \
                  WHERE project = $1 AND feature = $2 RETURNING token",
                 &[&project, &feature, &holder, &ttl.as_secs_f64()],
             )
@@ -478,7 +494,8 @@ impl PgStore {
     pub async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
         self.client
             .execute(
-                "UPDATE consort_store.leases SET holder = NULL, since = NULL, expires_at = NULL \
+                "UPDATE consort_store.leases \
+                 SET holder = NULL, since = NULL, expires_at = NULL, lost = 0 \
                  WHERE project = $1 AND feature = $2 AND token = $3",
                 &[&self.project, &lease.feature, &lease.token],
             )
@@ -510,6 +527,12 @@ async fn lock_lease_row(
          SET holder = NULL, token = token + 1, expires_at = clock_timestamp() \
          WHERE project = $1 AND feature = $2 AND holder IS NOT NULL \
              AND expires_at > clock_timestamp()";
+    // A person has looked at the feature: the fleet may take it again from the first try,
+    // and a lost holder's run-out lease is no loss to count again.
+    const FORGIVE: &str = "UPDATE consort_store.leases \
+         SET lost = 0, holder = NULL, token = token + (holder IS NOT NULL)::int \
+         WHERE project = $1 AND feature = $2 \
+             AND (lost > 0 OR (holder IS NOT NULL AND expires_at <= clock_timestamp()))";
     const HEAD: &str = "SELECT seq, hash FROM consort_store.events \
          WHERE project = $1 AND feature = $2 ORDER BY seq DESC LIMIT 1";
     let locking = db(format!("locking the ledger of {feature}"));
@@ -535,12 +558,16 @@ async fn lock_lease_row(
         .map_err(db(format!("reading the end of the ledger of {feature}")))?
         .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)));
     let Fence::Lease(lease) = fence else {
+        let ending = db(format!(
+            "ending the lease of {feature} for a person's decision"
+        ));
         let ended = tx
             .execute(END_LEASE, &[&project, &feature])
             .await
-            .map_err(db(format!(
-                "ending the lease of {feature} for a person's decision"
-            )))?;
+            .map_err(ending)?;
+        tx.execute(FORGIVE, &[&project, &feature])
+            .await
+            .map_err(db(format!("counting {feature}'s lost workers from zero")))?;
         if ended > 0 {
             let holder: Option<String> = row.get(2);
             tracing::info!(

@@ -19,6 +19,18 @@ pub struct Holding {
     pub since: DateTime<Utc>,
     /// Whether the lease is still live (an expired one is free to take over).
     pub live: bool,
+    /// How many of the feature's holders in a row were lost before this one.
+    pub lost: u32,
+}
+
+impl Holding {
+    /// Whether the fleet no longer takes the feature over: its holder's lease ran out and
+    /// that made [`LOST_WORKERS_BOUND`](super::LOST_WORKERS_BOUND) workers lost in a row. It
+    /// waits for a person: any decision on it (`consort stop`, `retry`, …) or a `consort run`
+    /// of it starts the count again.
+    pub fn halted_for_a_person(&self) -> bool {
+        !self.live && i64::from(self.lost) + 1 >= i64::from(super::LOST_WORKERS_BOUND)
+    }
 }
 
 impl PgStore {
@@ -159,7 +171,7 @@ impl PgStore {
         let rows = self
             .client
             .query(
-                "SELECT feature, holder, since, expires_at > clock_timestamp() \
+                "SELECT feature, holder, since, expires_at > clock_timestamp(), lost \
                  FROM consort_store.leases \
                  WHERE project = $1 AND holder IS NOT NULL AND since IS NOT NULL \
                  ORDER BY feature",
@@ -167,15 +179,23 @@ impl PgStore {
             )
             .await
             .map_err(db("reading who holds which feature"))?;
-        Ok(rows
-            .iter()
-            .map(|r| Holding {
-                feature: r.get(0),
-                holder: r.get(1),
-                since: r.get(2),
-                live: r.get::<_, Option<bool>>(3) == Some(true),
+        rows.iter()
+            .map(|r| {
+                let feature: String = r.get(0);
+                let lost = u32::try_from(r.get::<_, i32>(4)).map_err(|_| StoreError::BadRow {
+                    feature: feature.clone(),
+                    seq: 0,
+                    reason: "its lease row counts fewer than no lost workers".into(),
+                })?;
+                Ok(Holding {
+                    feature,
+                    holder: r.get(1),
+                    since: r.get(2),
+                    live: r.get::<_, Option<bool>>(3) == Some(true),
+                    lost,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 

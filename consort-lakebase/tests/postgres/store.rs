@@ -572,3 +572,76 @@ async fn workers_take_the_next_feature_no_one_holds_each_another() {
         .expect("f1 ran out");
     assert_eq!((over.feature.as_str(), over.token), ("f1", again.token + 1));
 }
+
+/// A feature whose run kills every worker that takes it (issue 49, item 7): each takeover
+/// waits longer, and after `LOST_WORKERS_BOUND` workers lost in a row no worker takes it; it
+/// waits for a person, whose decision lets the fleet take it again.
+#[tokio::test]
+async fn a_feature_that_keeps_losing_its_workers_waits_for_a_person() {
+    use consort_lakebase::store::LOST_WORKERS_BOUND;
+    let info = store_database().await;
+    let backlog = vec!["f1".to_string()];
+    // A lease of a second: the pause after the second loss (one more lease) is looked into
+    // 0.1 s after the lease's end, 0.9 s before the pause's.
+    let ttl = Duration::from_secs(1);
+    let mut store = PgStore::connect(&info, "shop").await.expect("store");
+    let past_its_end = || tokio::time::sleep(ttl + Duration::from_millis(100));
+    let mut lost = 0;
+    store
+        .take_next(&backlog, "worker-0", ttl)
+        .await
+        .expect("take")
+        .expect("f1 is free");
+    for w in 1.. {
+        past_its_end().await;
+        lost += 1;
+        let now = store.take_next(&backlog, &format!("worker-{w}"), ttl).await;
+        if lost >= LOST_WORKERS_BOUND {
+            assert!(now.expect("look").is_none(), "halted after {lost} lost");
+            break;
+        }
+        if lost >= 2 {
+            // The pause after the second loss is one lease longer: not yet.
+            assert!(
+                now.expect("look").is_none(),
+                "backing off after {lost} lost"
+            );
+            tokio::time::sleep(ttl).await;
+            store
+                .take_next(&backlog, &format!("worker-{w}"), ttl)
+                .await
+                .expect("take")
+                .expect("taken over after the pause");
+        } else {
+            now.expect("take")
+                .expect("taken over at once after the first loss");
+        }
+    }
+    // Later than any pause would last (three leases after the third loss), still nobody's: it
+    // waits for a person, and says so.
+    tokio::time::sleep(ttl * 4).await;
+    assert!(
+        store
+            .take_next(&backlog, "worker-late", ttl)
+            .await
+            .expect("look")
+            .is_none()
+    );
+    let held = store.holdings().await.expect("holdings");
+    assert_eq!(held.len(), 1);
+    assert!(held[0].halted_for_a_person(), "{held:?}");
+    assert_eq!(held[0].lost + 1, LOST_WORKERS_BOUND as u32);
+    // A person's decision: the fleet takes it again, counting from zero.
+    store
+        .append("f1", &decision(1), Fence::Person)
+        .await
+        .expect("a person decides");
+    let again = store
+        .take_next(&backlog, "worker-after", ttl)
+        .await
+        .expect("take")
+        .expect("taken again");
+    assert_eq!(again.feature, "f1");
+    let held = store.holdings().await.expect("holdings");
+    assert_eq!(held[0].lost, 0, "{held:?}");
+}
