@@ -95,6 +95,15 @@ pub enum GitError {
         /// The limit.
         secs: u64,
     },
+    /// A lane's push found the remote's branch moved by another process, and this process
+    /// no longer holds the feature: nothing was pushed.
+    #[error(
+        "the remote's {branch} was moved by another process, which now holds the feature; this process pushed nothing"
+    )]
+    NotHolder {
+        /// The lane's branch.
+        branch: String,
+    },
     /// A resumed run is not on its branch.
     #[error(
         "this run works on branch {expected}, but the repository is on {current}; switch back with `git switch {expected}`"

@@ -103,14 +103,45 @@ impl Remote {
             .flatten()
     }
 
-    /// Pushes feature's branch (a fast-forward only: a branch another machine moved on is
-    /// not overwritten).
-    pub(crate) fn push_lane(&self, feature_id: &str) -> Result<(), GitError> {
-        let _one = one_at_a_time();
+    /// Pushes feature's branch, fenced against a process that lost the feature: the push
+    /// replaces the remote's branch only where it is still the tip this clone last saw there
+    /// (fetched at takeover, or its own last push). Where it moved, `still_holds` asks the
+    /// store: the holder fetches what the other process pushed and replaces it (the ledger
+    /// makes its commits again); a process that lost the feature pushes nothing. So an old
+    /// holder that checked its lease, paused, and pushed after a takeover wins at most one
+    /// push that the new holder's next push replaces, and never blocks the new holder.
+    pub(crate) fn push_lane(
+        &self,
+        feature_id: &str,
+        still_holds: impl Fn() -> bool,
+    ) -> Result<(), GitError> {
         let branch = branch_name(feature_id);
         let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
-        self.git_net(&["push", "-q", &self.name, &spec])?;
-        Ok(())
+        for _ in 0..LANE_PUSH_TRIES {
+            let seen = self.lane_tip(feature_id);
+            let lease = format!(
+                "--force-with-lease=refs/heads/{branch}:{}",
+                seen.as_deref().unwrap_or("")
+            );
+            let pushed = {
+                let _one = one_at_a_time();
+                self.git_net(&["push", "-q", &lease, &self.name, &spec])
+            };
+            match pushed {
+                Ok(_) => return Ok(()),
+                Err(GitError::Failed { stderr, .. }) if base_moved(&stderr) => {
+                    if !still_holds() {
+                        return Err(GitError::NotHolder { branch });
+                    }
+                    self.fetch(&branch)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(GitError::Failed {
+            args: format!("push {} {spec}", self.name),
+            stderr: format!("the remote's branch moved under each of {LANE_PUSH_TRIES} pushes"),
+        })
     }
 
     /// Pushes `commit` as the remote's `base` only if the remote's base is still `seen` (None:
@@ -133,6 +164,9 @@ impl Remote {
         }
     }
 }
+
+/// How often a lane's push is tried when the remote's branch moved under it.
+const LANE_PUSH_TRIES: usize = 4;
 
 /// Whether a refused push of the base says the remote's base moved (the lease went stale, or
 /// it is no fast-forward any more) — not that the remote refused it (a hook, a protected
@@ -230,6 +264,61 @@ mod tests {
             remote.push_base("main", &commit, seen.as_deref()).ok(),
             Some(true)
         );
+    }
+
+    /// A commit of `file` on the lane branch `consort/F` checked out in `repo`.
+    fn lane_commit(repo: &GitRepo, file: &str) -> String {
+        std::fs::write(repo.dir().join(file), file).expect("write");
+        repo.git(&["add", file], None).expect("add");
+        repo.git_env(
+            &["commit", "-q", "-m", file],
+            &crate::git::conductor_identity(),
+            None,
+        )
+        .expect("commit");
+        repo.rev("HEAD").expect("rev").expect("a commit")
+    }
+
+    /// Issue 49, item 6: an old holder that checked its lease, paused past it and pushed after
+    /// a takeover does not block the new holder, and once it knows it lost, pushes nothing.
+    #[test]
+    fn a_lane_push_is_fenced_against_a_process_that_lost_the_feature() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (old_repo, bare) = clone_of_remote(tmp.path());
+        old_repo
+            .git(&["switch", "-q", "-c", "consort/F"], None)
+            .expect("lane branch");
+        lane_commit(&old_repo, "x.txt");
+        let old = Remote::new(old_repo.clone(), "origin".into());
+        old.push_lane("F", || true)
+            .expect("the first holder pushes");
+        // A takeover in another clone: the lane fetched, a commit made again from the ledger.
+        let new_dir = tmp.path().join("new");
+        let cloned = std::process::Command::new("git")
+            .args(["clone", "-q", "-b", "consort/F"])
+            .arg(&bare)
+            .arg(&new_dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(cloned, "clone");
+        let new_repo = GitRepo::detect(&new_dir).expect("a repository");
+        let new = Remote::new(new_repo.clone(), "origin".into());
+        new.fetch("consort/F").expect("fetched at takeover");
+        let theirs = lane_commit(&new_repo, "y.txt");
+        // The old holder, resumed after its check, pushes first: it saw the remote's tip.
+        lane_commit(&old_repo, "z.txt");
+        old.push_lane("F", || true)
+            .expect("a stale push lands once");
+        // The new holder's push is not refused for good: it replaces the stale one.
+        new.push_lane("F", || true).expect("the holder's push");
+        assert_eq!(new.fetch("consort/F").expect("fetch"), Some(theirs.clone()));
+        // The old holder's next push, asking the store now, pushes nothing.
+        lane_commit(&old_repo, "w.txt");
+        match old.push_lane("F", || false) {
+            Err(GitError::NotHolder { branch }) => assert_eq!(branch, "consort/F"),
+            other => panic!("a process that lost the feature pushes nothing: {other:?}"),
+        }
+        assert_eq!(new.fetch("consort/F").expect("fetch"), Some(theirs));
     }
 
     #[test]

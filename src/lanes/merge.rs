@@ -605,7 +605,7 @@ fn advance(
         }
         // The lane's branch first, so the base never holds a commit the remote lacks a branch of.
         let pushed = remote
-            .push_lane(project.feature_id())
+            .push_lane(project.feature_id(), || project.still_holds())
             .and_then(|()| remote.push_base(base, commit, seen.as_deref()))
             .map_err(|e| {
                 refused(format!(

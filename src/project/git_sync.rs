@@ -66,7 +66,7 @@ impl LiveSync {
                     tracing::warn!(feature = %project.feature_id(), "not pushed: this process no longer holds the feature");
                     return;
                 }
-                match remote.push_lane(project.feature_id()) {
+                match remote.push_lane(project.feature_id(), || project.still_holds()) {
                     Ok(()) => unpushed = false,
                     Err(e) => {
                         tracing::warn!(error = %consort_actors::error_chain(&e), "could not push the feature's branch yet; the next sync tries again")
