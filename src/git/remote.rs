@@ -218,24 +218,12 @@ mod tests {
         (repo, bare)
     }
 
-    fn next_commit(repo: &GitRepo) -> String {
-        std::fs::write(repo.dir().join("b.txt"), "b").expect("write");
-        repo.git(&["add", "b.txt"], None).expect("add");
-        repo.git_env(
-            &["commit", "-q", "-m", "b"],
-            &crate::git::conductor_identity(),
-            None,
-        )
-        .expect("commit");
-        repo.rev("HEAD").expect("rev").expect("a commit")
-    }
-
     #[test]
     fn a_base_that_moved_is_told_apart_from_a_remote_that_refuses() {
         let tmp = tempfile::tempdir().expect("tmp");
         let (repo, bare) = clone_of_remote(tmp.path());
         let seen = repo.rev("main").expect("rev");
-        let commit = next_commit(&repo);
+        let commit = lane_commit(&repo, "b.txt");
         let remote = Remote::new(repo.clone(), "origin".into());
 
         let stale = "0000000000000000000000000000000000000001";
@@ -266,7 +254,7 @@ mod tests {
         );
     }
 
-    /// A commit of `file` on the lane branch `consort/F` checked out in `repo`.
+    /// A commit of a new file `file` on the branch checked out in `repo`.
     fn lane_commit(repo: &GitRepo, file: &str) -> String {
         std::fs::write(repo.dir().join(file), file).expect("write");
         repo.git(&["add", file], None).expect("add");

@@ -166,21 +166,11 @@ impl ServerProvider {
 
     /// Drops our oldest templates beyond `max_templates` (never `keep`, never a young one).
     async fn prune_templates(&self, admin: &Client, keep: &str) -> Result<()> {
-        let rows = admin
-            .query(
-                "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database \
-                 WHERE datistemplate AND datname LIKE 'consorttpl\\_%'",
-                &[],
-            )
-            .await
-            .map_err(|e| Error::from_pg("listing base templates", e))?;
-        let mut ours: Vec<(i64, String)> = rows
-            .iter()
-            .filter_map(|r| {
-                let name: String = r.get(0);
-                let meta = Meta::parse(r.get::<_, Option<&str>>(1))?;
-                (name != keep).then_some((meta.created, name))
-            })
+        let mut ours: Vec<(i64, String)> = templates(admin)
+            .await?
+            .into_iter()
+            .filter(|(name, _)| name != keep)
+            .map(|(name, meta)| (meta.created, name))
             .collect();
         ours.sort_by_key(|o| std::cmp::Reverse(o.0));
         let recent = unix_now().saturating_sub(PRUNE_GRACE_SECS);
@@ -197,6 +187,22 @@ impl ServerProvider {
         }
         Ok(())
     }
+}
+
+/// Our base templates on the server, with their markers.
+pub(super) async fn templates(admin: &Client) -> Result<Vec<(String, Meta)>> {
+    let rows = admin
+        .query(
+            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database \
+             WHERE datistemplate AND datname LIKE 'consorttpl\\_%'",
+            &[],
+        )
+        .await
+        .map_err(|e| Error::from_pg("listing base templates", e))?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| Some((r.get(0), Meta::parse(r.get::<_, Option<&str>>(1))?)))
+        .collect())
 }
 
 /// Drops base template `name` (a template must be unmarked as one first).

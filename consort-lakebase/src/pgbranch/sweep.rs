@@ -210,20 +210,8 @@ async fn sweep_leftovers(admin: &Client, live: &Liveness) -> Result<()> {
 /// Drops the base templates no branch uses (`in_use`), except a young one whose maker is
 /// alive. Failing drops are left for the next sweep.
 async fn sweep_templates(admin: &Client, live: &Liveness, in_use: &HashSet<String>) -> Result<()> {
-    let rows = admin
-        .query(
-            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database \
-             WHERE datistemplate AND datname LIKE 'consorttpl\\_%'",
-            &[],
-        )
-        .await
-        .map_err(|e| Error::from_pg("listing base templates", e))?;
     let recent = unix_now().saturating_sub(super::base::PRUNE_GRACE_SECS);
-    for r in rows {
-        let name: String = r.get(0);
-        let Some(meta) = Meta::parse(r.get::<_, Option<&str>>(1)) else {
-            continue;
-        };
+    for (name, meta) in super::base::templates(admin).await? {
         if in_use.contains(&name) || (meta.created > recent && !meta.owner_gone(live)) {
             continue;
         }
