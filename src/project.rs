@@ -347,7 +347,42 @@ impl Project {
 
     /// Where a feature of the backlog stands, from its ledger.
     pub fn state_of(&self, feature: &Feature) -> Result<FeatureState, ProjectError> {
-        Ok(FeatureState::of(self.replay(feature)?.as_ref()))
+        let end = self.records.heads(std::slice::from_ref(feature))?.pop();
+        self.indexed_state(feature, end.flatten())
+    }
+
+    /// Where each of `features` stands, in their order: read from the index of states kept
+    /// beside the chains, and replayed from a feature's whole ledger only when its chain
+    /// moved since (see `records/state_index.rs`). What a scheduler asks at every look.
+    pub fn states_of(&self, features: &[Feature]) -> Result<Vec<FeatureState>, ProjectError> {
+        let heads = self.records.heads(features)?;
+        features
+            .iter()
+            .zip(heads)
+            .map(|(feature, head)| self.indexed_state(feature, head))
+            .collect()
+    }
+
+    /// The state of `feature` whose chain ends at `end` (None: no entry yet).
+    fn indexed_state(
+        &self,
+        feature: &Feature,
+        end: Option<String>,
+    ) -> Result<FeatureState, ProjectError> {
+        let Some(end) = end else {
+            return Ok(FeatureState::Waiting);
+        };
+        let head = crate::records::ChainHead {
+            end,
+            in_lane: lane::ran_in_a_lane(&self.dir, feature),
+        };
+        let index = self.records.index();
+        if let Some(state) = index.get(&feature.id, &head) {
+            return Ok(state);
+        }
+        let state = FeatureState::of(self.replay(feature)?.as_ref());
+        index.put(&feature.id, head, state);
+        Ok(state)
     }
 
     /// The state a feature's ledger replays to (None: it has no entry yet).

@@ -27,6 +27,9 @@ use consort_lakebase::store::{
 use crate::backlog::{BacklogError, Feature, record_dir};
 
 mod lease;
+mod state_index;
+
+pub(crate) use state_index::{ChainHead, StateIndex};
 
 use crate::config::{ProjectConfig, StoreConfig};
 pub use lease::{LeaseKeeper, holder_name};
@@ -115,6 +118,8 @@ pub struct ChainSummary {
 pub struct Records {
     dir: PathBuf,
     shared: Option<Shared>,
+    /// The features' states as last replayed, shared by every handle of the project.
+    index: Arc<StateIndex>,
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +148,7 @@ impl Records {
             return Ok(Records {
                 dir: dir.to_path_buf(),
                 shared: None,
+                index: Arc::default(),
             });
         };
         let url = std::env::var(url_env).map_err(|_| RecordsError::MissingUrl {
@@ -161,6 +167,7 @@ impl Records {
                 store,
                 lease: Duration::from_secs(*lease_seconds),
             }),
+            index: Arc::default(),
         };
         records.refresh()?;
         Ok(records)
@@ -233,6 +240,46 @@ impl Records {
                 Ok(Ledger::<Event>::read(&path)?)
             }
         }
+    }
+
+    /// Where each of `features`' chains ends (None: no entry yet), in their order, read
+    /// without reading the chains: the last entry's number and hash with the shared store (one
+    /// statement for all of them), the ledger file's length and time of change with files
+    /// (one `stat` each).
+    pub(crate) fn heads(&self, features: &[Feature]) -> Result<Vec<Option<String>>, RecordsError> {
+        match &self.shared {
+            Some(shared) => {
+                let ids: Vec<String> = features.iter().map(|f| f.id.clone()).collect();
+                let mut ends: HashMap<String, String> = shared
+                    .store
+                    .heads(&ids)?
+                    .into_iter()
+                    .map(|(id, seq, hash)| (id, format!("{seq}:{hash}")))
+                    .collect();
+                Ok(features.iter().map(|f| ends.remove(&f.id)).collect())
+            }
+            None => features
+                .iter()
+                .map(|f| {
+                    let path = self.ledger_file(f);
+                    let meta = match std::fs::metadata(&path) {
+                        Ok(m) if m.len() > 0 => m,
+                        Ok(_) => return Ok(None),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                        Err(source) => return Err(RecordsError::File { path, source }),
+                    };
+                    let changed = meta
+                        .modified()
+                        .map_err(|source| RecordsError::File { path, source })?;
+                    Ok(Some(format!("{}@{changed:?}", meta.len())))
+                })
+                .collect(),
+        }
+    }
+
+    /// The features' states as last replayed ([`StateIndex`]).
+    pub(crate) fn index(&self) -> &StateIndex {
+        &self.index
     }
 
     /// Whether `feature`'s ledger has no entry yet (its run has not started).

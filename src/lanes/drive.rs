@@ -150,9 +150,10 @@ pub async fn run_lanes(dir: &Path, opts: LaneOptions) -> Result<Vec<LaneReport>,
 /// Removes the worktree of each feature `opts` asks for that is finished: one a crash left,
 /// or one another process finished after this one's lane ended.
 fn remove_finished(project: &Project, opts: &LaneOptions) -> Result<(), ProjectError> {
-    for feature in project.backlog()? {
-        if wanted(opts, &feature) && !project.state_of(&feature)?.is_unfinished() {
-            worktree::remove(&project.dir, &feature)?;
+    let features = project.backlog()?;
+    for (feature, state) in features.iter().zip(project.states_of(&features)?) {
+        if wanted(opts, feature) && !state.is_unfinished() {
+            worktree::remove(&project.dir, feature)?;
         }
     }
     Ok(())
@@ -173,16 +174,18 @@ fn candidates(
 ) -> Result<Vec<Feature>, ProjectError> {
     // Other machines' lanes' records first: a feature's state is replayed with its lane's.
     project.records().refresh()?;
-    let mut out = Vec::new();
-    for feature in project.backlog()? {
-        if wanted(opts, &feature)
-            && !not.contains(&feature.id)
-            && project.state_of(&feature)?.is_unfinished()
-        {
-            out.push(feature);
-        }
-    }
-    Ok(out)
+    let features: Vec<Feature> = project
+        .backlog()?
+        .into_iter()
+        .filter(|f| wanted(opts, f) && !not.contains(&f.id))
+        .collect();
+    let states = project.states_of(&features)?;
+    Ok(features
+        .into_iter()
+        .zip(states)
+        .filter(|(_, state)| state.is_unfinished())
+        .map(|(feature, _)| feature)
+        .collect())
 }
 
 /// A feature taken: its lane, its lock here, and its lease in the shared store (if kept

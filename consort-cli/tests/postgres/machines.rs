@@ -187,6 +187,28 @@ fn store_view(server: &Server) -> (Vec<Holding>, Vec<usize>) {
     })
 }
 
+/// Stops process `pid` with SIGSTOP, trying (a bounded number of times) to catch it while its
+/// store session is idle inside a transaction; whether it was caught there. It stays stopped.
+fn pause_inside_a_store_transaction(server: &Server, pid: nix::unistd::Pid) -> bool {
+    use nix::sys::signal::{Signal, kill};
+    let query = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'consort-store:{pid}' \
+         AND state LIKE 'idle in transaction%'"
+    );
+    for n in 0..300 {
+        kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
+        if server.sql("shop_records", &query).trim() != "0" {
+            return true;
+        }
+        if n == 299 {
+            break;
+        }
+        kill(pid, Signal::SIGCONT).expect("SIGCONT");
+        std::thread::sleep(Duration::from_millis(1 + n % 7));
+    }
+    false
+}
+
 /// The feature `pid` holds, once it holds one whose ledger has at least `entries` entries.
 fn wait_until_mid_feature(
     server: &Server,
@@ -327,7 +349,10 @@ fn three_machines_share_a_store_and_a_remote_and_one_takes_over_a_killed_ones_fe
     let _ = workers[0].wait();
     let paused = wait_until_mid_feature(&server, (&machines[1], &mut workers[1]), 6);
     let pid = nix::unistd::Pid::from_raw(workers[1].id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    // Paused inside a transaction of the store (an append, a take, a renewal) when it can be
+    // caught there: its lease row may be locked, and the server must end the session for the
+    // feature to be taken over.
+    let inside = pause_inside_a_store_transaction(&server, pid);
     // From the origin's checkout, which drives nothing: the paused worker's lane, held by it
     // on another machine, while its lease lasts.
     let origin = root.path().join("origin/shop");
@@ -370,6 +395,11 @@ fn three_machines_share_a_store_and_a_remote_and_one_takes_over_a_killed_ones_fe
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    println!(
+        "paused {}inside a store transaction; taken over {:.1} s later",
+        if inside { "" } else { "(not caught) " },
+        start.elapsed().as_secs_f64()
+    );
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
 
     for (n, worker) in workers.iter_mut().enumerate().skip(1) {

@@ -117,6 +117,12 @@ impl StoreHandle {
         self.call(move |s| Box::pin(async move { s.acquire(&feature, &holder, ttl).await }))
     }
 
+    /// [`PgStore::heads`].
+    pub fn heads(&self, features: &[String]) -> Result<Vec<(String, i64, String)>, StoreError> {
+        let features = features.to_vec();
+        self.call(move |s| Box::pin(async move { s.heads(&features).await }))
+    }
+
     /// [`PgStore::take_next`].
     pub fn take_next(
         &self,

@@ -217,8 +217,13 @@ impl PgStore {
     /// brings the schema to this version.
     pub async fn connect(info: &ConnectInfo, project: &str) -> Result<PgStore, StoreError> {
         let mut client = crate::pgconn::connect(info).await?;
+        // Named by process, so that `pg_stat_activity` says whose session holds what.
+        let named = format!(
+            "{SESSION}; SET application_name = 'consort-store:{}'",
+            std::process::id()
+        );
         client
-            .batch_execute(SESSION)
+            .batch_execute(&named)
             .await
             .map_err(db("setting the session's time limits"))?;
         migrate(&mut client).await?;
@@ -366,6 +371,30 @@ impl PgStore {
             hash,
             event: event.clone(),
         })
+    }
+
+    /// Where each of `features`' chains ends (its last entry's number and hash), in one
+    /// statement that reads one index entry per feature: what a scheduler compares with what
+    /// it replayed before, instead of reading every chain again. A feature without entries is
+    /// left out.
+    pub async fn heads(
+        &self,
+        features: &[String],
+    ) -> Result<Vec<(String, i64, String)>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT f, h.seq, h.hash FROM unnest($2::text[]) AS f, LATERAL \
+                 (SELECT seq, hash FROM consort_store.events \
+                  WHERE project = $1 AND feature = f ORDER BY seq DESC LIMIT 1) AS h",
+                &[&self.project, &features],
+            )
+            .await
+            .map_err(db("reading where the features' ledgers end"))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
     }
 
     /// Takes `feature`'s lease for `holder` for `ttl`, when no one holds it or its holder's

@@ -645,3 +645,35 @@ async fn a_feature_that_keeps_losing_its_workers_waits_for_a_person() {
     let held = store.holdings().await.expect("holdings");
     assert_eq!(held[0].lost, 0, "{held:?}");
 }
+
+/// Where each chain ends, for the scheduler's index (issue 49, item 8): one row per feature
+/// with entries, its last entry's number and hash; none for a feature without.
+#[tokio::test]
+async fn the_heads_of_many_chains_are_read_at_once() {
+    let info = store_database().await;
+    let mut store = PgStore::connect(&info, "shop").await.expect("store");
+    let mut last = None;
+    for n in 0..3 {
+        last = Some(
+            store
+                .append("f1", &decision(n), Fence::Person)
+                .await
+                .expect("append"),
+        );
+    }
+    store
+        .append("f2", &decision(9), Fence::Person)
+        .await
+        .expect("append");
+    let asked = ["f1", "f2", "f3"].map(String::from).to_vec();
+    let mut heads = store.heads(&asked).await.expect("heads");
+    heads.sort();
+    let last = last.expect("three appends");
+    assert_eq!(heads.len(), 2, "f3 has no entry: {heads:?}");
+    assert_eq!(
+        heads[0],
+        ("f1".to_string(), 3, last.hash.to_hex()),
+        "f1 ends at its third entry"
+    );
+    assert_eq!((heads[1].0.as_str(), heads[1].1), ("f2", 1));
+}
