@@ -406,9 +406,14 @@ fn three_machines_share_a_store_and_a_remote_and_one_takes_over_a_killed_ones_fe
         let status = worker.wait().expect("wait");
         let said = machines[n].output();
         if n == 1 {
+            // Paused between two statements of a transaction, its session was ended by the
+            // server (idle in a transaction past a second): the append it was in never
+            // committed. Paused elsewhere, its next append carries a stale lease.
+            let refused = said.contains("no longer driven by this process");
+            let ended = said.contains("connection closed") && said.contains("records nothing more");
             assert!(
-                said.contains("no longer driven by this process"),
-                "the paused worker's late append was refused: {said}"
+                if inside { refused || ended } else { refused },
+                "the paused worker's late append was refused or never committed: {said}"
             );
         } else {
             assert!(status.success(), "worker {}: {said}", n + 1);
