@@ -3,7 +3,9 @@
 //! backlog to done. Each worker is a clone of its own with its own HOME and temporary
 //! directory, as a CI job or a Kubernetes pod would be. One worker is killed mid-step and
 //! another takes its feature over; one is paused past its lease and, let go again, can record
-//! nothing more; a fourth clone then verifies every feature from the store and the remote.
+//! nothing more; a fourth clone then verifies every feature from the store and the remote. A
+//! stop from a laptop's clone stops a remote worker; a worker killed at many instants leaves
+//! nothing on the server that a sweep from another clone misses.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -427,6 +429,129 @@ fn three_machines_share_a_store_and_a_remote_and_one_takes_over_a_killed_ones_fe
         );
     }
     assert_everything_done_and_nothing_left(&server, root.path(), &remote, &machines);
+}
+
+/// Issue 49, item 3, end to end: `consort stop` from a laptop's clone, while a worker on
+/// another machine drives the feature before its gates, ends the worker's lease in the same
+/// transaction: the worker records nothing more for it, never promotes its migrations to the
+/// parent nor pushes it into the remote's base, and goes on with the rest of the backlog.
+#[test]
+fn a_stop_from_another_clone_stops_a_remote_worker_before_any_further_side_effect() {
+    let server = server();
+    let root = tempfile::tempdir().expect("tempdir");
+    let (origin, remote) = origin_project(root.path(), &server, true);
+    let machine = Machine::new(root.path(), "m1");
+    let mut worker = machine.worker(&server, &remote);
+    let feature = wait_until_mid_feature(&server, (&machine, &mut worker), 6);
+    assert_eq!(feature, "f1-stock", "the backlog's first");
+    let laptop = Machine {
+        clone: origin.clone(),
+        home: root.path().join("origin"),
+        tmp: std::env::temp_dir(),
+    };
+    let mut stop = consort_in("stop", &origin);
+    stop.args(["--feature", &feature, "--by", "carol"]);
+    let o = run(&mut laptop.command(stop, &server));
+    assert_exit_saying(&o, 0, "the stop is recorded", "recorded: stop by carol");
+    // It goes on with the backlog (the fixture's third feature, numbered for a run beside the
+    // first, then halts at its schema: what it does is not this test's).
+    let _ = worker.wait().expect("the worker ends");
+    let said = machine.output();
+    assert!(
+        said.contains("f2-orders: done"),
+        "the worker went on: {said}"
+    );
+    assert!(said.contains("person's decision"), "{said}");
+
+    // Nothing after the stop's row; no promotion; no push into the base.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let events = runtime.block_on(async {
+        let store = PgStore::connect(&server.store_info(), "shop")
+            .await
+            .expect("store");
+        store.entries(&feature).await.expect("entries")
+    });
+    assert!(
+        matches!(
+            events.last().map(|e| &e.event),
+            Some(consort::actors::Event::Human {
+                decision: consort::actors::HumanDecision::Stop,
+                ..
+            })
+        ),
+        "the stop is the ledger's last row: {:?}",
+        events.last()
+    );
+    assert_eq!(
+        server
+            .sql(&server.parent, "SELECT to_regclass('public.stock') IS NULL")
+            .trim(),
+        "t",
+        "the stopped feature's migration never reached the parent"
+    );
+    let log = git(&remote, &["log", "--format=%B", "main"]);
+    assert!(
+        !log.contains(&format!("Consort-Feature: {feature}")),
+        "the stopped feature never reached the remote's base: {log}"
+    );
+    assert!(log.contains("Consort-Feature: f2-orders"), "{log}");
+    let mut verify = consort_in("verify", &origin);
+    verify.args(["--feature", &feature]);
+    let o = run(&mut laptop.command(verify, &server));
+    assert_exit(&o, 0, "the stopped feature's ledger verifies");
+}
+
+/// Issue 49, item 1, end to end: a worker on a `url` server killed with SIGKILL at many
+/// instants (its clone, its provider's set-up, a base being built, a branch being made, a test
+/// run), a new worker started after each kill; then `consort branches --sweep` from a laptop's
+/// clone leaves nothing of Consort's on the server: no branch database, no branch role, no
+/// base half-built, no template.
+#[test]
+fn a_worker_killed_at_many_instants_leaves_nothing_a_sweep_from_another_clone_misses() {
+    let server = server();
+    let root = tempfile::tempdir().expect("tempdir");
+    let (origin, remote) = origin_project(root.path(), &server, true);
+    let machine = Machine::new(root.path(), "m1");
+    // Instants spread over a worker's first seconds, shifted a little by the clock each run.
+    let jitter = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_millis()) % 150);
+    let mut instants = Vec::new();
+    for base_ms in [150, 400, 800, 1300, 1900, 2600, 3500, 4500] {
+        let mut worker = machine.worker(&server, &remote);
+        let at = Duration::from_millis(base_ms + jitter);
+        std::thread::sleep(at);
+        worker.kill().expect("SIGKILL");
+        let _ = worker.wait();
+        instants.push(format!("{:.2} s", at.as_secs_f64()));
+    }
+    let laptop = Machine {
+        clone: origin.clone(),
+        home: root.path().join("origin"),
+        tmp: std::env::temp_dir(),
+    };
+    let mut sweep = consort_in("branches", &origin);
+    sweep.arg("--sweep");
+    let o = run(&mut laptop.command(sweep, &server));
+    assert_exit(&o, 0, "the sweep");
+    let left = server.sql(
+        "postgres",
+        "SELECT string_agg(n, ', ') FROM ( \
+           SELECT datname AS n FROM pg_database WHERE datname LIKE 'consort\\_%' \
+             OR datname LIKE 'consorttmp\\_%' OR datname LIKE 'consorttpl\\_%' \
+           UNION ALL SELECT rolname FROM pg_roles WHERE rolname LIKE 'consort\\_%') AS made",
+    );
+    assert_eq!(
+        left.trim(),
+        "",
+        "nothing of Consort's is left after kills at {}: {}\n{}",
+        instants.join(", "),
+        text(&o),
+        machine.output()
+    );
 }
 
 /// A fourth machine's fresh clone verifies every feature; the remote's base holds every
