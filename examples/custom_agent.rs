@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use consort::actors::{Artifact, FileChange, ReviewVerdict, Step};
-use consort::agents::{Agent, AgentFailure, AgentOutput, Assignment, BoxFuture, Role, Script};
+use consort::agents::{Agent, AgentFailure, AgentOutput, Assignment, AsyncAgent, Role, Script};
 use consort::{ApproveAs, Ensemble, FeatureRequest, RunOutcome};
 
 /// A Navigator: RED from another agent, reviews of its own.
@@ -54,30 +54,28 @@ impl MyNavigator {
     }
 }
 
-impl Agent for MyNavigator {
-    fn act<'a>(&'a self, a: &'a Assignment) -> BoxFuture<'a, Result<AgentOutput, AgentFailure>> {
-        Box::pin(async move {
-            match &a.step {
-                Step::Red { .. } => self.red.act(a).await,
-                Step::Review { .. } => {
-                    let verdict = Self::review(a);
-                    let said = match &verdict {
-                        ReviewVerdict::Approve { notes } => {
-                            format!("approve: {}", notes.join("; "))
-                        }
-                        ReviewVerdict::ChangesRequested { reasons } => {
-                            format!("changes requested: {}", reasons.join("; "))
-                        }
-                    };
-                    println!("{}: {said}", a.step);
-                    Ok(AgentOutput::new(Artifact::ReviewVerdict(verdict)))
-                }
-                other => Err(AgentFailure::WrongRole {
-                    role: Role::Navigator,
-                    step: other.to_string(),
-                }),
+impl AsyncAgent for MyNavigator {
+    async fn act(&self, a: &Assignment) -> Result<AgentOutput, AgentFailure> {
+        match &a.step {
+            Step::Red { .. } => self.red.act(a).await,
+            Step::Review { .. } => {
+                let verdict = Self::review(a);
+                let said = match &verdict {
+                    ReviewVerdict::Approve { notes } => {
+                        format!("approve: {}", notes.join("; "))
+                    }
+                    ReviewVerdict::ChangesRequested { reasons } => {
+                        format!("changes requested: {}", reasons.join("; "))
+                    }
+                };
+                println!("{}: {said}", a.step);
+                Ok(AgentOutput::new(Artifact::ReviewVerdict(verdict)))
             }
-        })
+            other => Err(AgentFailure::WrongRole {
+                role: Role::Navigator,
+                step: other.to_string(),
+            }),
+        }
     }
 
     fn describe(&self) -> String {

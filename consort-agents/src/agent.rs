@@ -1,4 +1,5 @@
-//! The [`Agent`] trait: the one thing a user implements to put their own agent in a role.
+//! The [`Agent`] trait: the one thing a user implements to put their own agent in a role;
+//! [`AsyncAgent`], the same written as an `async fn`.
 
 /// A boxed, `Send` future: what [`Agent::act`] returns. Write the body as
 /// `Box::pin(async move { … })`. The one alias of the workspace, `consort_actors::BoxFuture`,
@@ -82,5 +83,53 @@ pub trait Agent: Send + Sync + 'static {
 impl std::fmt::Debug for dyn Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Agent({})", self.describe())
+    }
+}
+
+/// An agent written as an `async fn`: implement this, and the type is an [`Agent`] (the
+/// boxed, dyn-compatible form an ensemble holds) with nothing boxed by hand.
+///
+/// The future must be `Send` (a role actor runs it on the runtime's threads): hold no
+/// `Rc` or `std::sync::MutexGuard` across an `.await`.
+///
+/// ```
+/// use consort_actors::{AgentFailure, Artifact, Assignment, ReviewVerdict};
+/// use consort_agents::{Agent, AgentOutput, AsyncAgent};
+///
+/// /// A reviewer that approves everything (do not ship this one).
+/// struct Rubberstamp;
+///
+/// impl AsyncAgent for Rubberstamp {
+///     async fn act(&self, _assignment: &Assignment) -> Result<AgentOutput, AgentFailure> {
+///         Ok(AgentOutput::new(Artifact::ReviewVerdict(ReviewVerdict::Approve {
+///             notes: vec!["looks fine".into()],
+///         })))
+///     }
+/// }
+///
+/// // What an ensemble holds per role:
+/// let agent: std::sync::Arc<dyn Agent> = std::sync::Arc::new(Rubberstamp);
+/// assert!(agent.describe().ends_with("Rubberstamp"));
+/// ```
+pub trait AsyncAgent: Send + Sync + 'static {
+    /// Performs one assignment.
+    fn act(
+        &self,
+        assignment: &Assignment,
+    ) -> impl Future<Output = Result<AgentOutput, AgentFailure>> + Send;
+
+    /// A short description of the backend for logs (never contains a secret).
+    fn describe(&self) -> String {
+        std::any::type_name::<Self>().to_string()
+    }
+}
+
+impl<T: AsyncAgent> Agent for T {
+    fn act<'a>(&'a self, assignment: &'a Assignment) -> ActFuture<'a> {
+        Box::pin(AsyncAgent::act(self, assignment))
+    }
+
+    fn describe(&self) -> String {
+        AsyncAgent::describe(self)
     }
 }

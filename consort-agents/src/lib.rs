@@ -147,7 +147,7 @@ pub use actor::{
     DEFAULT_TIMEOUT, RoleActor, RoleArgs, RoleState, assign, identify, spawn_role,
     spawn_role_linked,
 };
-pub use agent::{ActFuture, Agent, AgentOutput, BoxFuture};
+pub use agent::{ActFuture, Agent, AgentOutput, AsyncAgent, BoxFuture};
 pub use command::{
     CommandConfig, CommandError, ExternalCommandAgent, FILES_PLACEHOLDER, PROMPT_PLACEHOLDER,
     Preset, TRANSCRIPT_STREAM_CAP, cli_prompt, transcript_file_name,

@@ -576,7 +576,12 @@ fn refuse_placeholders(entry: &ScriptEntry, step: &Step, attempt: u32) -> Result
 /// An agent that answers from a [`Script`]: deterministic, no model, no cost.
 ///
 /// It ignores the assignment's inputs and feedback; the answer depends only on the role, the
-/// step and the attempt.
+/// step and the attempt. The attempt is how many answers to the same step were refused
+/// before (0 for the first try; a person's `consort retry` starts again at 0), and picks the
+/// answer as [`Script::lookup`] says: an entry with that `attempt`; else the n-th entry for
+/// the step without one, in file order (so a step's entries, written one after the other, are
+/// its first try, its first repair, …); else a wildcard. A refused answer with no entry for the
+/// next attempt ends the step with [`AgentFailure::ScriptExhausted`], naming what to add.
 #[derive(Debug, Clone)]
 pub struct ScriptedAgent {
     role: Role,

@@ -160,6 +160,33 @@ fn in_lanes(rt: &Runtime, parallel: usize) -> Drive {
     drive
 }
 
+/// The same two features from the command line, as a user runs them: `consort run --parallel
+/// 2` once, or `consort run` twice (each run takes the backlog's next feature); wall time of
+/// the processes, each starting and stopping its own server.
+fn from_the_command_line(parallel: bool) -> Duration {
+    let dir = project();
+    let consort = || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_consort"));
+        cmd.args(["run", "--approve-as", "bench", "--dir"])
+            .arg(dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        cmd
+    };
+    let runs = if parallel { 1 } else { 2 };
+    let t = Instant::now();
+    for _ in 0..runs {
+        let mut cmd = consort();
+        if parallel {
+            cmd.args(["--parallel", "2"]);
+        }
+        let status = cmd.status().expect("consort runs");
+        assert!(status.success(), "consort run ends done");
+    }
+    t.elapsed()
+}
+
 fn summary(name: &str, drives: &[Drive]) -> Duration {
     let mut walls: Vec<Duration> = drives.iter().map(|d| d.wall).collect();
     let wall = median(&mut walls);
@@ -220,6 +247,22 @@ fn bench(c: &mut Criterion) {
             common::fmt(seq),
             lanes_two.as_secs_f64() / seq.as_secs_f64().max(1e-9),
             lanes_two.as_secs_f64() / lanes_one.as_secs_f64().max(1e-9),
+        ),
+    );
+    // From the command line, interleaved: three rounds each way.
+    let (mut cli_two, mut cli_seq) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        cli_seq.push(from_the_command_line(false));
+        cli_two.push(from_the_command_line(true));
+    }
+    let (two, seq) = (median(&mut cli_two), median(&mut cli_seq));
+    report_line(
+        "from the command line, two at once beside one after the other",
+        &format!(
+            "`consort run --parallel 2` {} vs `consort run` twice {}: {:.2}×",
+            common::fmt(two),
+            common::fmt(seq),
+            two.as_secs_f64() / seq.as_secs_f64().max(1e-9)
         ),
     );
 }
