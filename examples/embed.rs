@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use consort::actors::{Progress, RunEvent};
 use consort::agents::{Role, Script};
 use consort::{ApproveAs, Ensemble, FeatureRequest, RunOutcome};
 
@@ -36,9 +37,26 @@ async fn main() -> anyhow::Result<()> {
         builder = builder.agent(role, script.agent(role));
     }
     let ensemble = builder.build().await?; // embedded PostgreSQL + psql runner by default
+    // Follow the run as it happens: each ledger entry once durable, and the progress.
+    let mut events = ensemble.subscribe();
+    let follower = tokio::spawn(async move {
+        let mut recorded = 0;
+        while let Ok(event) = events.recv().await {
+            match event {
+                RunEvent::Recorded(_) => recorded += 1,
+                RunEvent::Progress(Progress::Stopped { .. }) => break,
+                _ => {}
+            }
+        }
+        recorded
+    });
     let report = ensemble.run().await; // done, a gate, or an escalation
     ensemble.shutdown().await;
     let report = report?;
+    println!(
+        "followed {} ledger entries as they were recorded",
+        follower.await?
+    );
     println!("outcome: {}", report.outcome);
     anyhow::ensure!(
         report.outcome == RunOutcome::Done,

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use consort_actors::{
     ActorId, AppendObserver, Approver, Conductor, ConductorError, ConductorHandle, FeatureRequest,
-    LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunReport, RunnerFacts, StopAtGates,
-    Wiring,
+    LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunEvent, RunReport, RunnerFacts,
+    StopAtGates, Wiring,
 };
 use consort_actors::{
     BoxFuture, ConductorConfig, InfraError, LakebaseEndpoint, PromoteReport, PromoteRequest,
@@ -326,7 +326,8 @@ impl EnsembleBuilder {
         let lakebase = self.start_lakebase(provider.clone(), stats.clone()).await?;
         let agents = std::mem::take(&mut self.agents);
         let (roles, role_handles) = self.start_roles(agents).await?;
-        let conductor = match self.start_conductor(roles, &lakebase).await {
+        let (events, _) = tokio::sync::broadcast::channel(EVENTS_CAPACITY);
+        let conductor = match self.start_conductor(roles, &lakebase, &events).await {
             Ok(c) => c,
             Err(e) => {
                 for h in &role_handles {
@@ -339,6 +340,7 @@ impl EnsembleBuilder {
         Ok(Ensemble {
             work_tree: self.work_tree,
             conductor,
+            events,
             roles: role_handles,
             lakebase,
             stats,
@@ -448,6 +450,7 @@ impl EnsembleBuilder {
         &mut self,
         roles: BTreeMap<Role, Arc<dyn RoleEndpoint>>,
         lakebase: &Supervised<LakebaseMsg>,
+        events: &tokio::sync::broadcast::Sender<RunEvent>,
     ) -> Result<ConductorHandle, ConductorError> {
         let mut config = ConductorConfig::new(&self.work_tree);
         if let Some(dir) = &self.record_dir {
@@ -460,6 +463,7 @@ impl EnsembleBuilder {
         config.step_timeout = self.step_timeout + Duration::from_secs(5);
         config.verify_timeout = self.verify_timeout;
         config.append_observer = self.append_observer.take();
+        config.events = Some(events.clone());
         config.event_log = self.event_log.take();
         config.budgets = self.budgets.clone();
         config.workbench = self.workbench;
@@ -492,10 +496,16 @@ type RoleActors = (
     Vec<Supervised<RoleMsg>>,
 );
 
+/// How many [`RunEvent`]s a subscriber may fall behind before it misses some
+/// ([`Ensemble::subscribe`]).
+pub const EVENTS_CAPACITY: usize = 4096;
+
 /// A running ensemble for one work tree.
 pub struct Ensemble {
     work_tree: PathBuf,
     conductor: ConductorHandle,
+    /// Where the conductor publishes every [`RunEvent`].
+    events: tokio::sync::broadcast::Sender<RunEvent>,
     roles: Vec<Supervised<RoleMsg>>,
     lakebase: Supervised<LakebaseMsg>,
     stats: Arc<PoolStats>,
@@ -550,6 +560,29 @@ impl Ensemble {
     /// Drives the run until it is done, waits at a gate, halts or stops.
     pub async fn run(&self) -> Result<RunReport, EnsembleError> {
         Ok(self.conductor.run().await?)
+    }
+
+    /// A new subscription to what the run does: each ledger entry once it is durable, and
+    /// each progress report, in order ([`RunEvent`]). Subscribe before [`Ensemble::run`] to
+    /// see everything; any number may follow. The run never waits for a subscriber: one that
+    /// falls more than [`EVENTS_CAPACITY`] behind gets `RecvError::Lagged(n)` and goes on from
+    /// the oldest kept (the ledger has what it missed).
+    ///
+    /// ```no_run
+    /// # async fn follow(ensemble: &consort::Ensemble) {
+    /// use consort::actors::RunEvent;
+    /// let mut events = ensemble.subscribe();
+    /// tokio::spawn(async move {
+    ///     while let Ok(event) = events.recv().await {
+    ///         if let RunEvent::Recorded(entry) = event {
+    ///             println!("{}: {}", entry.seq, entry.event.name());
+    ///         }
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<RunEvent> {
+        self.events.subscribe()
     }
 
     /// The work tree.

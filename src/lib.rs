@@ -92,7 +92,7 @@ pub use consort_lakebase as lakebase;
 pub use consort_actors::{
     ApproveAs, Approver, FeatureRequest, GateKind, Progress, RunOutcome, RunReport, StopAtGates,
 };
-pub use ensemble::{Ensemble, EnsembleBuilder, EnsembleError, Promotion};
+pub use ensemble::{EVENTS_CAPACITY, Ensemble, EnsembleBuilder, EnsembleError, Promotion};
 pub use project::{Project, ProjectError, RunOptions, StatusReport, UsageReport};
 pub use runlock::{RunLock, RunLockError};
 

@@ -17,8 +17,14 @@ fn run(name: &str) -> String {
 }
 
 #[test]
-fn the_embedding_example_runs_to_done() {
-    run("embed");
+fn the_embedding_example_runs_to_done_followed_by_a_subscriber() {
+    let said = run("embed");
+    // A StockFlow run records well over a hundred entries; the subscriber saw each one.
+    let followed: usize = said
+        .lines()
+        .find_map(|l| l.strip_prefix("followed ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("the subscriber's count: {said}"));
+    assert!(followed > 100, "{said}");
 }
 
 #[test]

@@ -38,7 +38,7 @@ use crate::core::role::Role;
 use crate::core::step::Step;
 use crate::core::test_outline::{FrozenChange, TestFileVerdicts, judge};
 use crate::event_log::{EventLog, FileEventLog};
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::{Entry, Ledger, LedgerError};
 use crate::runtime::gate::{Approver, GateRequest};
 use crate::runtime::messages::Assignment;
 use crate::worktree::{PathIoError, WorkTree, WorkTreeError};
@@ -91,6 +91,8 @@ pub struct ConductorConfig {
     /// Told of every durable ledger append, and may stop the conductor right after one (see
     /// [`AppendObserver`]); none by default.
     pub append_observer: Option<Arc<dyn AppendObserver>>,
+    /// Where every [`RunEvent`] is published, for any number of subscribers; none by default.
+    pub events: Option<tokio::sync::broadcast::Sender<RunEvent>>,
     /// Budgets of the run and its roles, checked against the ledger before every assignment
     /// (none by default).
     pub budgets: crate::core::budget::Budgets,
@@ -137,6 +139,7 @@ impl ConductorConfig {
             max_input_bytes: 512 * 1024,
             runner: None,
             append_observer: None,
+            events: None,
             budgets: crate::core::budget::Budgets::default(),
             workbench: None,
         }
@@ -172,6 +175,21 @@ impl std::fmt::Debug for Wiring {
             .field("roles", &self.roles.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
+}
+
+/// What a run's subscribers are told, in the order it happened: each ledger entry once it
+/// is durable, and each progress report (phases, steps, tests, receipts, gate waits, the
+/// end). Published on a `tokio::sync::broadcast` channel ([`ConductorConfig::events`]): the
+/// run never waits for a subscriber; one that falls more than the channel's capacity behind
+/// gets `RecvError::Lagged(n)` (n events it missed) and goes on from the oldest kept — the
+/// ledger, read again, has everything it missed.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum RunEvent {
+    /// A ledger entry, durable (fsynced, or committed in the shared store).
+    Recorded(Arc<Entry<Event>>),
+    /// A progress report.
+    Progress(Progress),
 }
 
 /// A progress report for embedders and the terminal.
@@ -684,6 +702,10 @@ impl Actor for Conductor {
 
 impl ConductorState {
     fn progress(&self, p: Progress) {
+        if let Some(events) = &self.wiring.config.events {
+            // No subscriber is no error: there is nobody to tell.
+            let _ = events.send(RunEvent::Progress(p.clone()));
+        }
         if let Some(tx) = &self.wiring.progress {
             let _ = tx.send(p);
         }
@@ -741,7 +763,10 @@ impl ConductorState {
         // this thread, before the caller steps the machine. Inline, not through `blocking`: it
         // is bounded (one line, one fsync), and a hand-over per event would cost more than it
         // spares (BENCHMARKS.md, "where the conductor's I/O runs").
-        self.ledger.append(event)?;
+        let entry = self.ledger.append(event)?;
+        if let Some(events) = &self.wiring.config.events {
+            let _ = events.send(RunEvent::Recorded(Arc::new(entry.clone())));
+        }
         self.appended += 1;
         if let Some(observer) = &self.wiring.config.append_observer {
             let index = self.appended as u64;
