@@ -157,6 +157,16 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// What a bench's run of a project is given: every gate approved as "bench".
+pub(crate) fn approving() -> consort::project::RunOptions {
+    consort::project::RunOptions {
+        approver: Some(std::sync::Arc::new(consort::actors::ApproveAs {
+            name: "bench".into(),
+        })),
+        ..consort::project::RunOptions::default()
+    }
+}
+
 /// The psql command the runner issues for one test file, by hand: `-X -q -v ON_ERROR_STOP=1
 /// -c BEGIN -f <file> -c ROLLBACK` in `dir`, with exactly the environment `env`.
 pub(crate) fn bare_psql(

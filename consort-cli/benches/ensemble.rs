@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{median, report_line, report_ratio};
+use consort::RunOutcome;
 use consort::actors::{
     ContentHash, Migration, RequestId, TestStatus, VerifyPurpose, VerifyRequest,
 };
@@ -28,8 +29,7 @@ use consort::lakebase::{
     BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, LakebaseActor, LakebaseArgs,
     PsqlRunner, PsqlRunnerConfig, Secret, SslMode, connect,
 };
-use consort::project::{Project, RunOptions};
-use consort::{ApproveAs, RunOutcome};
+use consort::project::Project;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
 
@@ -65,12 +65,7 @@ fn stockflow(rt: &Runtime) -> Run {
         let project = Project::open(dir.path()).expect("project");
         let t = Instant::now();
         let ensemble = project
-            .ensemble(RunOptions {
-                approver: Some(Arc::new(ApproveAs {
-                    name: "bench".into(),
-                })),
-                ..RunOptions::default()
-            })
+            .ensemble(common::approving())
             .await
             .expect("ensemble");
         let build = t.elapsed();

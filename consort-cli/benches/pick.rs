@@ -18,31 +18,18 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use common::{interleave, report_line, report_ratio};
-use consort::actors::{ApproveAs, RunOutcome};
-use consort::project::{Project, RunOptions};
-use consort_cli::init::{STOCKFLOW_FEATURE, STOCKFLOW_FEATURE_ID, STOCKFLOW_SCRIPT};
+use consort::actors::RunOutcome;
+use consort::project::Project;
+use consort_cli::init::STOCKFLOW_FEATURE;
 use criterion::{Criterion, criterion_group, criterion_main};
 
-/// Writes a StockFlow project (its config, request and script) into `dir`.
+/// Writes the StockFlow example project into `dir`, as `consort init --example stockflow`.
 fn write_project(dir: &Path) {
-    let script = ".consort/agents/stockflow.toml";
-    let files = [
-        (
-            "consort.toml",
-            consort_cli::init::config_template(STOCKFLOW_FEATURE_ID, script),
-        ),
-        ("feature.md", STOCKFLOW_FEATURE.into()),
-        (script, STOCKFLOW_SCRIPT.into()),
-    ];
-    for (rel, text) in files {
-        let path = dir.join(rel);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(path, text).expect("write");
-    }
+    consort_cli::init::init(dir, Some(consort_cli::init::Example::Stockflow), false)
+        .expect("consort init --example stockflow");
 }
 
 /// The ledger of one StockFlow run to done, on the embedded PostgreSQL.
@@ -57,12 +44,7 @@ fn done_ledger(rt: &tokio::runtime::Runtime) -> Vec<String> {
     let project = Project::open(dir.path()).expect("project");
     rt.block_on(async {
         let ensemble = project
-            .ensemble(RunOptions {
-                approver: Some(Arc::new(ApproveAs {
-                    name: "bench".into(),
-                })),
-                ..RunOptions::default()
-            })
+            .ensemble(common::approving())
             .await
             .expect("ensemble");
         let report = ensemble.run().await.expect("run");

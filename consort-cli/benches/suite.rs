@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::report_line;
-use consort::actors::{ApproveAs, RunOutcome};
-use consort::project::{Project, RunOptions};
+use consort::actors::RunOutcome;
+use consort::project::Project;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/pyservice/data");
@@ -282,12 +282,7 @@ fn drive(rt: &tokio::runtime::Runtime, stack: Stack, tests: usize, mode: Mode) -
     let report = rt.block_on(async {
         let project = Project::open(tmp.path()).expect("project");
         let ensemble = project
-            .ensemble(RunOptions {
-                approver: Some(Arc::new(ApproveAs {
-                    name: "bench".into(),
-                })),
-                ..RunOptions::default()
-            })
+            .ensemble(common::approving())
             .await
             .expect("ensemble");
         let report = ensemble.run().await.expect("run");
