@@ -126,3 +126,61 @@ async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
         "the URL's password is in no message"
     );
 }
+
+/// A feature whose workers were lost as many times in a row as the fleet allows (issue 49,
+/// item 7) is shown halted for a person by `consort status`, with what to do.
+#[tokio::test]
+async fn status_shows_a_feature_that_lost_its_workers_halted_for_a_person() {
+    use consort::lakebase::store::LOST_WORKERS_BOUND;
+    let info = consort_testkit::cluster::scratch_database().await;
+    let url = format!(
+        "postgres://{}:{}@{}:{}/{}",
+        info.user,
+        info.secret.expose(),
+        info.host,
+        info.port,
+        info.database
+    );
+    let tmp = crate::common::stockflow_tempdir();
+    let dir = tmp.path();
+    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    std::fs::write(
+        dir.join("consort.toml"),
+        format!("{config}\n[store]\nkind = \"postgres\"\nproject = \"stockflow\"\nurl_env = \"SHARED_STORE_URL\"\n"),
+    )
+    .expect("config");
+    // A worker took the feature and was lost; the ones before it too.
+    let feature = "F1-warehouse-stock";
+    let mut store = PgStore::connect(&info, "stockflow").await.expect("store");
+    store
+        .take_next(
+            &[feature.to_string()],
+            "worker on m9 (PID 1)",
+            std::time::Duration::from_millis(1),
+        )
+        .await
+        .expect("take")
+        .expect("taken");
+    let client = consort::lakebase::connect(&info).await.expect("client");
+    client
+        .execute(
+            "UPDATE consort_store.leases SET lost = $1 WHERE project = 'stockflow'",
+            &[&(LOST_WORKERS_BOUND - 1)],
+        )
+        .await
+        .expect("workers lost before");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let o =
+        crate::common::run(crate::common::consort_in("status", dir).env("SHARED_STORE_URL", &url));
+    let said = consort_testkit::process::text(&o);
+    assert_eq!(o.status.code(), Some(0), "{said}");
+    assert!(said.contains("halted (workers-lost)"), "{said}");
+    assert!(
+        said.contains(&format!("{LOST_WORKERS_BOUND} workers in a row lost it")),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("consort run --feature {feature}")),
+        "{said}"
+    );
+}
