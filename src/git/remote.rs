@@ -50,6 +50,12 @@ impl Remote {
     /// Runs git with `args` for the network: never prompting, and ssh in batch mode unless
     /// the user chose their own ssh command (`GIT_SSH_COMMAND`, `GIT_SSH`, `core.sshCommand`).
     fn git_net(&self, args: &[&str]) -> Result<String, GitError> {
+        self.repo
+            .git_within(args, &self.net_env(), None, Some(self.limit))
+    }
+
+    /// The environment git runs in for the network (see [`Remote::git_net`]).
+    fn net_env(&self) -> Vec<(&'static str, &'static str)> {
         let chose_own = ["GIT_SSH_COMMAND", "GIT_SSH"]
             .iter()
             .any(|k| std::env::var_os(k).is_some())
@@ -61,7 +67,7 @@ impl Remote {
         if !chose_own {
             env.push(("GIT_SSH_COMMAND", BATCH_SSH));
         }
-        self.repo.git_within(args, &env, None, Some(self.limit))
+        env
     }
 
     /// Where the remote's copy of `branch` is kept here.
@@ -307,6 +313,33 @@ mod tests {
             other => panic!("a process that lost the feature pushes nothing: {other:?}"),
         }
         assert_eq!(new.fetch("consort/F").expect("fetch"), Some(theirs));
+    }
+
+    /// Issue 49, item 11: git never prompts, and ssh runs in batch mode unless the user named
+    /// an ssh command of their own.
+    #[test]
+    fn git_never_prompts_and_ssh_runs_in_batch_mode_unless_the_user_chose_their_own() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (repo, _) = clone_of_remote(tmp.path());
+        let remote = Remote::new(repo.clone(), "origin".into());
+        let env = remote.net_env();
+        assert!(env.contains(&("GIT_TERMINAL_PROMPT", "0")), "{env:?}");
+        let users_own = ["GIT_SSH_COMMAND", "GIT_SSH"]
+            .iter()
+            .any(|k| std::env::var_os(k).is_some());
+        assert_eq!(
+            env.contains(&("GIT_SSH_COMMAND", BATCH_SSH)),
+            !users_own,
+            "batch mode unless this process's environment names an ssh: {env:?}"
+        );
+        repo.git(&["config", "core.sshCommand", "ssh -i my-key"], None)
+            .expect("the user's own ssh");
+        let env = remote.net_env();
+        assert!(
+            !env.iter().any(|(k, _)| *k == "GIT_SSH_COMMAND"),
+            "the user's own ssh command is left as it is: {env:?}"
+        );
+        assert!(env.contains(&("GIT_TERMINAL_PROMPT", "0")), "{env:?}");
     }
 
     #[test]
