@@ -197,12 +197,15 @@ fn pause_inside_a_store_transaction(server: &Server, pid: nix::unistd::Pid) -> b
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'consort-store:{pid}' \
          AND state LIKE 'idle in transaction%'"
     );
-    for n in 0..300 {
+    // Few tries, each letting it run a few milliseconds: a scripted feature is soon done, and
+    // the feature it holds now must still be its own when it is paused.
+    const TRIES: u64 = 20;
+    for n in 0..TRIES {
         kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
         if server.sql("shop_records", &query).trim() != "0" {
             return true;
         }
-        if n == 299 {
+        if n + 1 == TRIES {
             break;
         }
         kill(pid, Signal::SIGCONT).expect("SIGCONT");
