@@ -167,6 +167,20 @@ pub(crate) fn approving() -> consort::project::RunOptions {
     }
 }
 
+/// Runs `project`'s current feature once, every gate approved ([`approving`]): build the
+/// ensemble, run, shut down; the report.
+pub(crate) fn run_once(
+    rt: &tokio::runtime::Runtime,
+    project: &consort::project::Project,
+) -> consort::actors::RunReport {
+    rt.block_on(async {
+        let ensemble = project.ensemble(approving()).await.expect("ensemble");
+        let report = ensemble.run().await.expect("run");
+        ensemble.shutdown().await;
+        report
+    })
+}
+
 /// The psql command the runner issues for one test file, by hand: `-X -q -v ON_ERROR_STOP=1
 /// -c BEGIN -f <file> -c ROLLBACK` in `dir`, with exactly the environment `env`.
 pub(crate) fn bare_psql(

@@ -42,15 +42,8 @@ fn done_ledger(rt: &tokio::runtime::Runtime) -> Vec<String> {
     .expect("chmod");
     write_project(dir.path());
     let project = Project::open(dir.path()).expect("project");
-    rt.block_on(async {
-        let ensemble = project
-            .ensemble(common::approving())
-            .await
-            .expect("ensemble");
-        let report = ensemble.run().await.expect("run");
-        ensemble.shutdown().await;
-        assert_eq!(report.outcome, RunOutcome::Done, "StockFlow runs to done");
-    });
+    let report = common::run_once(rt, &project);
+    assert_eq!(report.outcome, RunOutcome::Done, "StockFlow runs to done");
     std::fs::read_to_string(project.ledger_path())
         .expect("the ledger")
         .lines()

@@ -279,16 +279,7 @@ struct Curve {
 fn drive(rt: &tokio::runtime::Runtime, stack: Stack, tests: usize, mode: Mode) -> Curve {
     let tmp = project(stack, tests, mode);
     let t = Instant::now();
-    let report = rt.block_on(async {
-        let project = Project::open(tmp.path()).expect("project");
-        let ensemble = project
-            .ensemble(common::approving())
-            .await
-            .expect("ensemble");
-        let report = ensemble.run().await.expect("run");
-        ensemble.shutdown().await;
-        report
-    });
+    let report = common::run_once(rt, &Project::open(tmp.path()).expect("project"));
     let wall = t.elapsed();
     assert_eq!(report.outcome, RunOutcome::Done, "{tests} tests: done");
     let receipts = &report.state.receipts;

@@ -52,11 +52,10 @@ async fn a_run_keeps_its_events_in_the_shared_store() {
     assert!(!project.path().join(".consort/ledger.jsonl").exists());
 }
 
-/// A clone that names a shared store reads its records from there, and a row that is not
-/// Consort's (a record file named to climb out of the record directory, a backlog entry that is
-/// no feature id) is refused with what it is, before anything is written.
-#[tokio::test]
-async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
+/// The StockFlow example whose records are kept in a fresh store database, named by
+/// `SHARED_STORE_URL`: the database, its URL, the project.
+async fn stockflow_on_a_shared_store() -> (consort::lakebase::ConnectInfo, String, tempfile::TempDir)
+{
     let info = consort_testkit::cluster::scratch_database().await;
     let url = format!(
         "postgres://{}:{}@{}:{}/{}",
@@ -67,13 +66,22 @@ async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
         info.database
     );
     let tmp = crate::common::stockflow_tempdir();
-    let dir = tmp.path();
-    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
+    let config = std::fs::read_to_string(tmp.path().join("consort.toml")).expect("config");
     std::fs::write(
-        dir.join("consort.toml"),
+        tmp.path().join("consort.toml"),
         format!("{config}\n[store]\nkind = \"postgres\"\nproject = \"stockflow\"\nurl_env = \"SHARED_STORE_URL\"\n"),
     )
     .expect("config");
+    (info, url, tmp)
+}
+
+/// A clone that names a shared store reads its records from there, and a row that is not
+/// Consort's (a record file named to climb out of the record directory, a backlog entry that is
+/// no feature id) is refused with what it is, before anything is written.
+#[tokio::test]
+async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
+    let (info, url, tmp) = stockflow_on_a_shared_store().await;
+    let dir = tmp.path();
     let status = || {
         let o = crate::common::run(
             crate::common::consort_in("status", dir).env("SHARED_STORE_URL", &url),
@@ -132,23 +140,8 @@ async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
 #[tokio::test]
 async fn status_shows_a_feature_that_lost_its_workers_halted_for_a_person() {
     use consort::lakebase::store::LOST_WORKERS_BOUND;
-    let info = consort_testkit::cluster::scratch_database().await;
-    let url = format!(
-        "postgres://{}:{}@{}:{}/{}",
-        info.user,
-        info.secret.expose(),
-        info.host,
-        info.port,
-        info.database
-    );
-    let tmp = crate::common::stockflow_tempdir();
+    let (info, url, tmp) = stockflow_on_a_shared_store().await;
     let dir = tmp.path();
-    let config = std::fs::read_to_string(dir.join("consort.toml")).expect("config");
-    std::fs::write(
-        dir.join("consort.toml"),
-        format!("{config}\n[store]\nkind = \"postgres\"\nproject = \"stockflow\"\nurl_env = \"SHARED_STORE_URL\"\n"),
-    )
-    .expect("config");
     // A worker took the feature and was lost; the ones before it too.
     let feature = "F1-warehouse-stock";
     let mut store = PgStore::connect(&info, "stockflow").await.expect("store");

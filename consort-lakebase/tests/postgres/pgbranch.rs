@@ -29,6 +29,14 @@ async fn provider() -> (Arc<EmbeddedCluster>, EmbeddedProvider) {
 
 use consort_testkit::cluster::admin_info;
 
+/// The pid of a process that has exited (and been reaped).
+fn exited_pid() -> u32 {
+    let mut gone = std::process::Command::new("true").spawn().expect("spawn");
+    let pid = gone.id();
+    gone.wait().expect("reap");
+    pid
+}
+
 async fn admin(cluster: &EmbeddedCluster) -> Client {
     connect(&admin_info(cluster, "postgres"))
         .await
@@ -150,9 +158,7 @@ async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
     let kept = b.create(&namer.next_name(), &base).await.expect("kept");
     let expired = b.create(&namer.next_name(), &base).await.expect("expired");
     // Give `dead` the marker of a process that has exited.
-    let mut gone = std::process::Command::new("true").spawn().expect("spawn");
-    let gone_pid = gone.id();
-    gone.wait().expect("reap");
+    let gone_pid = exited_pid();
     let admin = admin(&cluster).await;
     let marker: String = query_value(
         &admin,
@@ -240,9 +246,7 @@ async fn a_kill_at_any_instant_leaves_nothing_the_sweeps_miss() {
     let half = b.create(&namer.next_name(), &base).await.expect("half");
     let away_dead = b.create(&namer.next_name(), &base).await.expect("away");
     let away_live = b.create(&namer.next_name(), &base).await.expect("away");
-    let mut gone = std::process::Command::new("true").spawn().expect("spawn");
-    let gone_pid = gone.id();
-    gone.wait().expect("reap");
+    let gone_pid = exited_pid();
     // `half`: its database never got its comment; its role's marker names a dead process.
     let mut role_meta = marker_of(&admin, &half.id, true).await;
     role_meta["pid"] = gone_pid.into();
