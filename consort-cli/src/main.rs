@@ -1061,7 +1061,9 @@ async fn branches(dir: &Path, sweep: bool) -> Result<i32> {
     );
     if sweep {
         let n = provider.sweep(Duration::ZERO).await?;
-        println!("swept {n}");
+        println!(
+            "swept {n} branch(es), and with them the roles, half-built bases and unused base templates Consort made that nothing alive holds"
+        );
         sweep_placed_clusters().await;
         let scratch = consort::lakebase::sweep_abandoned_scratch();
         let freed: u64 = scratch.iter().map(|(_, bytes)| bytes).sum();
