@@ -9,7 +9,7 @@ use tokio_postgres::error::SqlState;
 use tracing::{debug, info, warn};
 
 use super::catalog::{CLOSED, drop_db, is_template, open_private};
-use super::meta::{Meta, unix_now};
+use super::meta::{Liveness, Meta, unix_now};
 use super::{BUILDING_PREFIX, ServerProvider, TEMPLATE_PREFIX};
 use crate::error::{Error, Result};
 use crate::migrate;
@@ -92,38 +92,48 @@ impl ServerProvider {
     }
 
     /// Renames the finished base `tmp` to `name`. `false` when another provider built the
-    /// same base first (theirs is used once it is sealed; `tmp` is dropped).
+    /// same base first (theirs is used once it is sealed; `tmp` is dropped). A template of that
+    /// name left unsealed by a maker that is gone (killed between its rename and its seal) is
+    /// dropped and the rename tried again.
     async fn rename_base(&self, admin: &Client, tmp: &str, name: &str) -> Result<bool> {
         let sql = format!(
             "ALTER DATABASE {} RENAME TO {}",
             quote_ident(tmp),
             quote_ident(name)
         );
-        let err = match self
-            .admin
-            .exec_busy(admin, &sql, "renaming the new base")
-            .await
-        {
-            Ok(()) => return Ok(true),
-            Err(e) => e,
-        };
-        let _ = drop_db(admin, tmp).await;
-        let taken = err.sqlstate().is_some_and(|c| {
-            *c == SqlState::DUPLICATE_DATABASE || *c == SqlState::UNIQUE_VIOLATION
-        });
-        if !taken {
-            return Err(err);
-        }
         let deadline = Instant::now() + self.opts.busy_timeout;
-        while !is_template(admin, name).await? {
+        let outcome = loop {
+            let err = match self
+                .admin
+                .exec_busy(admin, &sql, "renaming the new base")
+                .await
+            {
+                Ok(()) => return Ok(true),
+                Err(e) => e,
+            };
+            let taken = err.sqlstate().is_some_and(|c| {
+                *c == SqlState::DUPLICATE_DATABASE || *c == SqlState::UNIQUE_VIOLATION
+            });
+            if !taken {
+                break Err(err);
+            }
+            if is_template(admin, name).await? {
+                break Ok(false);
+            }
+            if abandoned(admin, name).await? {
+                warn!(base = %name, "dropping a base template its killed maker never sealed");
+                let _ = drop_template(admin, name).await;
+                continue;
+            }
             if Instant::now() >= deadline {
-                return Err(Error::TemplateBusy(format!(
+                break Err(Error::TemplateBusy(format!(
                     "base {name} was built elsewhere but never sealed"
                 )));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(false)
+        };
+        let _ = drop_db(admin, tmp).await;
+        outcome
     }
 
     /// Applies the migrations and fixtures to the base being built (as the owner role, which
@@ -189,12 +199,21 @@ impl ServerProvider {
     }
 }
 
-/// Our base templates on the server, with their markers.
+/// Whether the unsealed database `name` is a base whose maker is gone.
+async fn abandoned(admin: &Client, name: &str) -> Result<bool> {
+    let Some(meta) = super::catalog::db_meta(admin, name).await? else {
+        return Ok(false);
+    };
+    Ok(meta.owner_gone(&Liveness::read(admin).await?))
+}
+
+/// Our base templates on the server, with their markers; sealed or not (a maker killed between
+/// its rename and its seal leaves one unsealed).
 pub(super) async fn templates(admin: &Client) -> Result<Vec<(String, Meta)>> {
     let rows = admin
         .query(
             "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database \
-             WHERE datistemplate AND datname LIKE 'consorttpl\\_%'",
+             WHERE datname LIKE 'consorttpl\\_%'",
             &[],
         )
         .await

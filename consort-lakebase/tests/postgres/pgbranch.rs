@@ -306,13 +306,48 @@ async fn a_kill_at_any_instant_leaves_nothing_the_sweeps_miss() {
         })
         .await
         .expect("another base");
-    let mut old = marker_of(&admin, &other.id, false).await;
-    old["pid"] = gone_pid.into();
-    remark(&admin, &other.id, false, &old).await;
+    // A third, whose maker was killed between its rename and its seal: unsealed.
+    let unsealed_spec = BaseSpec {
+        migrations: vec![migration("0001", "CREATE TABLE u (x int)")],
+        fixtures: vec![],
+    };
+    let unsealed = b.prepare_base(&unsealed_spec).await.expect("a third base");
+    for t in [&other, &unsealed] {
+        let mut old = marker_of(&admin, &t.id, false).await;
+        old["pid"] = gone_pid.into();
+        remark(&admin, &t.id, false, &old).await;
+    }
+    let unseal = format!("ALTER DATABASE {} WITH IS_TEMPLATE false", unsealed.id);
+    admin.batch_execute(&unseal).await.expect("unseal");
+    // A provider building that base again replaces the abandoned one instead of waiting on it.
+    let again = b.prepare_base(&unsealed_spec).await.expect("rebuilt");
+    assert_eq!(again.id, unsealed.id);
+    assert_count(
+        &admin,
+        &format!(
+            "SELECT count(*) FROM pg_database WHERE datistemplate AND datname = '{}'",
+            unsealed.id
+        ),
+        1,
+        "the rebuilt base is sealed",
+    )
+    .await;
+    remark(&admin, &unsealed.id, false, &{
+        let mut m = marker_of(&admin, &unsealed.id, false).await;
+        m["pid"] = gone_pid.into();
+        m
+    })
+    .await;
+    admin.batch_execute(&unseal).await.expect("unseal again");
+
     assert_eq!(b.sweep(Duration::ZERO).await.expect("sweep all"), 1);
     assert!(
         !db_exists(&admin, &other.id).await,
         "a dead maker's template goes"
+    );
+    assert!(
+        !db_exists(&admin, &unsealed.id).await,
+        "a dead maker's unsealed template goes"
     );
     assert!(db_exists(&admin, &base.id).await, "a young live one stays");
 }
