@@ -81,7 +81,7 @@ enum Cmd {
     Status {
         #[command(flatten)]
         at: Target,
-        /// Print the stable JSON shape documented in the README.
+        /// Print the stable JSON shape documented in the guide (docs/guide, The `consort` command).
         #[arg(long)]
         json: bool,
     },
@@ -197,7 +197,10 @@ enum Cmd {
     },
     /// Serve MCP over stdio: status, next, design, log, verify and branches for a coding
     /// client, and role play for the roles configured `backend = "mcp"`.
+    #[command(args_conflicts_with_subcommands = true)]
     Mcp {
+        #[command(subcommand)]
+        install: Option<McpCmd>,
         #[command(flatten)]
         at: Target,
         /// The identity this session plays as (default: the client's declared name).
@@ -238,6 +241,30 @@ impl Target {
     fn open(&self) -> Result<Project> {
         Ok(Project::open_feature(&self.dir, self.feature.as_deref())?)
     }
+}
+
+#[derive(Subcommand, Debug)]
+enum McpCmd {
+    /// Write a coding client's project configuration so that it starts `consort mcp` here:
+    /// `.mcp.json` (Claude Code), `.cursor/mcp.json` (Cursor) or `.codex/config.toml` (Codex),
+    /// merged into what is there; a different entry of the same name is never replaced.
+    Install {
+        /// The client.
+        #[arg(value_enum)]
+        client: consort_cli::mcp::install::Client,
+        /// The project directory.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// The identity the client's sessions play as (default: the client's name).
+        #[arg(long = "as", value_name = "IDENTITY")]
+        identity: Option<String>,
+        /// The server's name in the client's configuration.
+        #[arg(long, default_value = "consort")]
+        name: String,
+        /// The program the client starts (a path, when `consort` is not on its PATH).
+        #[arg(long, default_value = "consort")]
+        command: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -304,7 +331,7 @@ enum Example {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum AgentsChoice {
-    /// The OpenAI-compatible backend for every role (see the README for its variables).
+    /// The OpenAI-compatible backend for every role (see the guide's "Agent backends" for its variables).
     Openai,
     /// The configured backends (the default).
     Configured,
@@ -455,12 +482,54 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         } => redo(&at, &test, &by, &reason),
         Cmd::Branches { dir, sweep } => branches(&dir, sweep).await,
         Cmd::Exec { at, command } => exec(&at, &command).await,
-        Cmd::Mcp { at, identity } => {
+        Cmd::Mcp {
+            install:
+                Some(McpCmd::Install {
+                    client,
+                    dir,
+                    identity,
+                    name,
+                    command,
+                }),
+            ..
+        } => mcp_install(&dir, client, &name, &command, identity.as_deref()),
+        Cmd::Mcp {
+            install: None,
+            at,
+            identity,
+        } => {
             consort_cli::mcp::serve(at.dir, at.feature, identity).await?;
             Ok(0)
         }
         Cmd::Doctor { dir } => Ok(consort_cli::init::doctor(&dir)),
     }
+}
+
+/// `consort mcp install CLIENT`: the entry written (or found), and where.
+fn mcp_install(
+    dir: &Path,
+    client: consort_cli::mcp::install::Client,
+    name: &str,
+    command: &str,
+    identity: Option<&str>,
+) -> Result<i32> {
+    use consort_cli::mcp::install::{Outcome, ServerEntry, install};
+    let entry = ServerEntry::for_client(client, name, command, identity);
+    let (path, outcome) = install(dir, client, &entry)?;
+    let line = entry.command_line();
+    match outcome {
+        Outcome::Added => println!(
+            "{}: added the server `{name}` to {} (it starts `{line}`)",
+            client.label(),
+            path.display()
+        ),
+        Outcome::AlreadyThere => println!(
+            "{}: {} already has the server `{name}` as Consort writes it (`{line}`); nothing changed",
+            client.label(),
+            path.display()
+        ),
+    }
+    Ok(0)
 }
 
 /// `consort init`: what it found, then the files written (or, with `--dry-run`, what would

@@ -8,7 +8,9 @@
 //! roles. `approve` is offered only when `[mcp] approve = true`, and records exactly as
 //! `consort approve` does. Each session plays one declared identity (`--as NAME`, or the
 //! client's declared name). Every failure is answered as a tool error in plain words.
+//! [`install`] writes a client's configuration that starts this server.
 
+pub mod install;
 mod play;
 mod tools;
 

@@ -1,6 +1,7 @@
 //! The `consort` program on other stacks' tools: the runner conformance matrix and adoption
 //! (cargo, pytest, vitest, jest, go), a pytest project through psycopg, the Python service
-//! and StockFlow examples, and `consort mcp` driven by the official MCP SDK for Python.
+//! and StockFlow examples, `consort mcp` driven by the official MCP SDK for Python, and the
+//! Claude Code plugin checked by `claude plugin validate` with `consort mcp install`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -10,6 +11,7 @@ mod baseline;
 mod examples;
 mod lanes;
 mod mcp;
+mod plugin;
 mod pytest_project;
 mod serving;
 mod shared_file;
