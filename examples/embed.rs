@@ -1,5 +1,5 @@
 //! Embedding Consort in your own program: the StockFlow feature, run with the library's
-//! builder instead of the `consort` command — the README's "Embedding" code, runnable as it
+//! builder instead of the `consort` command — the guide's "Embedding" code, runnable as it
 //! stands.
 //!
 //! ```text

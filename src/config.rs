@@ -892,12 +892,12 @@ path = ".consort/script.toml"
     }
 
     #[test]
-    fn the_readme_s_coding_agent_cli_examples_parse() {
-        let readme = include_str!("../README.md");
-        let section = readme
-            .split("### Coding-agent CLIs")
+    fn the_guide_s_coding_agent_cli_examples_parse() {
+        let page = include_str!("../docs/guide/src/agents.md");
+        let section = page
+            .split("## Coding-agent CLIs")
             .nth(1)
-            .expect("the README has the section");
+            .expect("the guide's agents page has the section");
         let example = section
             .split("```toml\n")
             .nth(1)

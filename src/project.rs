@@ -819,7 +819,7 @@ fn program_name() -> String {
         .unwrap_or_else(|| "consort".into())
 }
 
-/// The stable JSON shape of `consort status --json` (documented in the README).
+/// The stable JSON shape of `consort status --json` (documented in the guide).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusReport {
     /// `idle`, `design`, `design-gate`, `build`, `deploy-gate`, `deploy`, `promote-gate`,

@@ -43,15 +43,15 @@ fn a_navigator_of_your_own_reviews_every_test_and_the_run_reaches_done() {
 }
 
 #[test]
-fn the_readme_s_embedding_code_is_the_example_that_runs() {
+fn the_guide_s_embedding_code_is_the_example_that_runs() {
     let example = include_str!("../examples/embed.rs");
-    let readme = include_str!("../README.md");
-    let block = readme
-        .split("## Embedding\n")
+    let page = include_str!("../docs/guide/src/embedding.md");
+    let block = page
+        .split("# Embedding\n")
         .nth(1)
         .and_then(|s| s.split("```rust,no_run\n").nth(1))
         .and_then(|s| s.split("```").next())
-        .expect("the README's Embedding section has a rust block");
+        .expect("the guide's Embedding page has a rust block");
     let code: String = example
         .lines()
         .skip_while(|l| l.starts_with("//!") || l.is_empty())
@@ -59,6 +59,6 @@ fn the_readme_s_embedding_code_is_the_example_that_runs() {
         .collect();
     assert_eq!(
         block, code,
-        "README.md's Embedding code differs from examples/embed.rs"
+        "the guide's Embedding code differs from examples/embed.rs"
     );
 }

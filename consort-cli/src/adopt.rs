@@ -69,7 +69,7 @@ timeout_secs = 60
 # single_test = "pytest -q {test}"
 # pass_env = ["APP_SECRET"]     # variables passed through to the tests; every run also gets its
 # env_set = { APP_ENV = "test" } #   branch as DATABASE_URL and PGHOST/PGPORT/PGUSER/PGPASSWORD/
-#                               #   PGDATABASE (README: The database the tests get)
+#                               #   PGDATABASE (guide: The database the tests get)
 "#;
 
 /// Where the design's migrations go when the project has none yet.

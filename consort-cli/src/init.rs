@@ -113,7 +113,7 @@ path = "{script}"
 # backend = "command"
 # program = "./agents/navigator.sh"
 #                               # or a coding-agent CLI: preset = "claude-code", "codex" or
-#                               # "aider", with its key in pass_env (README: Coding-agent CLIs)
+#                               # "aider", with its key in pass_env (guide: Coding-agent CLIs)
 #                               # or a coding client through `consort mcp`: backend = "mcp"
 
 [bounds]

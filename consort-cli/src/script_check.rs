@@ -297,7 +297,7 @@ mod tests {
     use crate::init::config_template;
     use consort::config::CONFIG_FILE;
 
-    /// `{feature}` in a script path (a script per feature of a backlog, as the README gives
+    /// `{feature}` in a script path (a script per feature of a backlog, as the guide gives
     /// it) is each feature still to run, not a file of that name.
     #[test]
     fn a_script_path_with_feature_is_read_for_each_feature_to_run() {

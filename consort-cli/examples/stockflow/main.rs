@@ -5,7 +5,7 @@
 //! cargo run --example stockflow                       # a fresh temporary project; asks at each gate on a terminal
 //! cargo run --example stockflow -- --approve-as ada   # approves every gate as "ada" (said in the output and the ledger)
 //! cargo run --example stockflow -- --dir ./sf         # in ./sf (created if missing), to inspect or resume afterwards
-//! cargo run --example stockflow -- --agents openai    # every role on an OpenAI-compatible server (see the README)
+//! cargo run --example stockflow -- --agents openai    # every role on an OpenAI-compatible server (see the guide)
 //! ```
 //!
 //! Without a terminal and without `--approve-as`, it stops at the design gate with exit code 3
