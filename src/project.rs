@@ -164,6 +164,9 @@ pub struct RunOptions {
     pub progress: Option<mpsc::UnboundedSender<Progress>>,
     /// Use this backend for every role instead of the configured ones.
     pub agents_override: Option<AgentConfig>,
+    /// Agents of the embedder's own for some roles (see [`RunOptions::with_agent`]); every
+    /// other role is played as configured (or by `agents_override`).
+    pub agents: std::collections::HashMap<consort_actors::Role, Arc<dyn consort_agents::Agent>>,
     /// Told of every durable ledger append; it may stop the conductor right after one (see
     /// [`AppendObserver`](consort_actors::AppendObserver)).
     pub append_observer: Option<Arc<dyn consort_actors::AppendObserver>>,
@@ -190,10 +193,50 @@ pub struct RunOptions {
     pub person: Option<String>,
 }
 
+impl RunOptions {
+    /// Plays `role` with `agent`, an agent of your own, while the project's other roles stay
+    /// as `consort.toml` configures them. The run is the project's in every other way: its
+    /// records, git commits, migration files, lanes and store.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use consort::agents::{AgentFailure, AgentOutput, Assignment, AsyncAgent, Role};
+    /// use consort::project::{Project, RunOptions};
+    ///
+    /// struct MyDriver;
+    /// impl AsyncAgent for MyDriver {
+    ///     async fn act(&self, a: &Assignment) -> Result<AgentOutput, AgentFailure> {
+    ///         todo!("answer {}", a.step)
+    ///     }
+    /// }
+    ///
+    /// let project = Project::open("my-project")?;
+    /// let ensemble = project
+    ///     .ensemble(RunOptions::default().with_agent(Role::Driver, MyDriver))
+    ///     .await?;
+    /// let report = ensemble.run().await;
+    /// ensemble.shutdown().await;
+    /// println!("{}", report?.outcome);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_agent(
+        mut self,
+        role: consort_actors::Role,
+        agent: impl consort_agents::Agent,
+    ) -> Self {
+        self.agents.insert(role, Arc::new(agent));
+        self
+    }
+}
+
 impl std::fmt::Debug for RunOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut own: Vec<String> = self.agents.keys().map(ToString::to_string).collect();
+        own.sort();
         f.debug_struct("RunOptions")
             .field("agents_override", &self.agents_override)
+            .field("agents", &own)
             .field("command", &self.command)
             .finish_non_exhaustive()
     }

@@ -179,8 +179,17 @@ impl Project {
         })
     }
 
-    /// The agent of `role` for this feature's run: its configuration (or the run's override)
-    /// with what the project adds: an external program's scratch copy skips the project's
+    /// The agent `consort.toml` configures for `role`, as a run of this feature gets it: an
+    /// embedder's own agent may stand in front of it (see [`RunOptions::with_agent`]).
+    pub fn configured_agent(
+        &self,
+        role: Role,
+    ) -> Result<Arc<dyn consort_agents::Agent>, ProjectError> {
+        self.agent(role, &RunOptions::default())
+    }
+
+    /// The agent of `role` for this feature's run: the embedder's own when the options give
+    /// one, else its configuration (or the run's override) with what the project adds: an external program's scratch copy skips the project's
     /// caches too, transcripts are kept with the run's files, an MCP role's mailbox is the
     /// project's, and `{feature}` in a script path is the feature's id (a script per feature
     /// of a backlog).
@@ -189,6 +198,9 @@ impl Project {
         role: Role,
         opts: &RunOptions,
     ) -> Result<Arc<dyn consort_agents::Agent>, ProjectError> {
+        if let Some(own) = opts.agents.get(&role) {
+            return Ok(Arc::clone(own));
+        }
         let mut cfg = opts
             .agents_override
             .as_ref()
