@@ -764,6 +764,17 @@ fn human(at: &Target, decision: HumanDecision, by: &str, keep: bool) -> Result<i
         HumanDecision::Retry => "consort retry",
         HumanDecision::Stop => "consort stop",
     })?;
+    if !project.has_started()? {
+        eprintln!(
+            "refused: feature {} has not started, so there is no run to {}; `consort run` takes it up in backlog order",
+            project.feature_id(),
+            match decision {
+                HumanDecision::Retry => "retry",
+                HumanDecision::Stop => "stop",
+            }
+        );
+        return Ok(EXIT_FAILURE);
+    }
     match record_human_decision(&mut *project.open_log()?, &project.machine()?, decision, by) {
         Ok(()) if decision == HumanDecision::Stop => {
             println!("recorded: stop by {by}; the run is stopped");

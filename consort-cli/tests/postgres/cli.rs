@@ -794,6 +794,28 @@ fn outside_a_project_the_commands_say_how_to_start_one_and_a_missing_request_is_
     );
 }
 
+/// A feature that has not started has no run to stop or retry: said in words, nothing recorded.
+#[test]
+fn stop_and_retry_of_a_feature_that_has_not_started_are_refused_in_words() {
+    let dir = stockflow_tempdir();
+    for command in ["stop", "retry"] {
+        let o = run(consort()
+            .args([command, "--by", "ada"])
+            .args(dir_arg(dir.path())));
+        assert_exit_saying(
+            &o,
+            1,
+            &format!("{command} before any run"),
+            &format!("has not started, so there is no run to {command}"),
+        );
+    }
+    assert!(
+        !ledger_path(dir.path()).exists(),
+        "nothing was recorded: {}",
+        ledger_path(dir.path()).display()
+    );
+}
+
 /// A person's change to what judges the runs (`[runner]` here) while the feature is open is
 /// recorded when the run resumes under it — who, which section, the old and new hash — said on
 /// resume, named by every receipt after it, and listed by `consort verify`.
