@@ -7,7 +7,6 @@ use std::time::Duration;
 use consort_actors::{GateKind, Progress, RunOutcome, RunReport, TestStatus};
 use consort_lakebase::PoolStatsSnapshot;
 use indicatif::{ProgressBar, ProgressStyle};
-use tokio::sync::mpsc;
 
 use consort::project::{Interruption, Project, ProjectError, RunOptions};
 use consort::runlock::RunLock;
@@ -65,12 +64,16 @@ pub fn is_terminal() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }
 
-/// Starts printing progress: a spinner on a terminal, plain lines otherwise. Returns the sender
-/// to hand to the run and the task to await after it.
-pub fn progress_printer() -> (mpsc::UnboundedSender<Progress>, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
+/// Starts printing the progress of a run's event stream ([`consort::Ensemble::subscribe`], the
+/// one source embedders read too): a spinner on a terminal, plain lines otherwise. Ends when
+/// the stream does (the ensemble shut down); a printer that fell behind says how many reports it
+/// missed and goes on.
+pub fn progress_printer(
+    mut events: tokio::sync::broadcast::Receiver<consort_actors::RunEvent>,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::sync::broadcast::error::RecvError;
     let fancy = std::io::stderr().is_terminal();
-    let task = tokio::spawn(async move {
+    tokio::spawn(async move {
         let bar = fancy.then(|| {
             let b = ProgressBar::new_spinner();
             b.set_style(
@@ -81,10 +84,22 @@ pub fn progress_printer() -> (mpsc::UnboundedSender<Progress>, tokio::task::Join
             prompt::set_spinner(Some(b.clone()));
             b
         });
-        while let Some(p) = rx.recv().await {
-            let line = describe(&p);
+        loop {
+            let (line, transient) = match events.recv().await {
+                Ok(consort_actors::RunEvent::Progress(p)) => {
+                    (describe(&p), matches!(p, Progress::Step { .. }))
+                }
+                Ok(_) => continue,
+                Err(RecvError::Lagged(n)) => (
+                    format!(
+                        "({n} events not shown: the printer fell behind; `consort log` has them)"
+                    ),
+                    false,
+                ),
+                Err(RecvError::Closed) => break,
+            };
             match &bar {
-                Some(b) if matches!(p, Progress::Step { .. }) => b.set_message(line),
+                Some(b) if transient => b.set_message(line),
                 Some(b) => b.println(line),
                 None => eprintln!("{line}"),
             }
@@ -93,8 +108,7 @@ pub fn progress_printer() -> (mpsc::UnboundedSender<Progress>, tokio::task::Join
             prompt::set_spinner(None);
             b.finish_and_clear();
         }
-    });
-    (tx, task)
+    })
 }
 
 pub(crate) fn describe(p: &Progress) -> String {
@@ -177,7 +191,7 @@ pub async fn interruption() -> Result<Interruption, ProjectError> {
 const INTERRUPTED_SHUTDOWN: Duration = Duration::from_secs(30);
 
 /// Runs `project` once under `lock`, as the `consort` command and the StockFlow example do:
-/// progress printed while it runs (see [`progress_printer`]; it replaces `opts.progress`), the
+/// progress printed while it runs (see [`progress_printer`]), the
 /// ensemble shut down, then the summary printed (see [`print_summary`]).
 ///
 /// `SIGINT` and `SIGTERM` stop the run while it starts or runs: the ensemble is shut down, the
@@ -187,16 +201,15 @@ const INTERRUPTED_SHUTDOWN: Duration = Duration::from_secs(30);
 pub async fn run_printed(
     project: &Project,
     lock: RunLock,
-    mut opts: RunOptions,
+    opts: RunOptions,
 ) -> Result<RunReport, ProjectError> {
     let mut signals = Signals::install()?;
-    let (tx, printer) = progress_printer();
-    opts.progress = Some(tx);
     let ensemble = tokio::select! {
         built = project.ensemble_locked(lock, opts) => built?,
         // The start is dropped: a server it had started stops with its handle.
         signal = signals.next() => return Err(interrupted(signal)),
     };
+    let printer = progress_printer(ensemble.subscribe());
     let ran = tokio::select! {
         r = ensemble.run() => Ok(r),
         signal = signals.next() => Err(signal),

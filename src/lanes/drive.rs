@@ -102,11 +102,11 @@ pub async fn run_lanes(dir: &Path, opts: LaneOptions) -> Result<Vec<LaneReport>,
             if let Some(approver) = opts.approvers.get(&feature) {
                 run.approver = Some(Arc::clone(approver));
             }
-            run.progress = opts.progress.clone().map(|tx| tagged(&feature, tx));
+            let progress = opts.progress.clone().map(|tx| (feature.clone(), tx));
             // Each lane is a task of its own, so that a panic in it ends that lane only.
             let task = running.spawn(async move {
                 let lane = taken.lane.clone();
-                let outcome = drive(taken, run).await;
+                let outcome = drive(taken, run, progress).await;
                 (lane, outcome)
             });
             tasks.insert(task.id(), feature);
@@ -272,10 +272,17 @@ fn take(
 /// One lane's run, from its ensemble's start to its shutdown, and whether its hold on the
 /// feature was lost meanwhile (another process took it over); its lease (if any) is given up
 /// after.
-async fn drive(taken: Taken, run: RunOptions) -> (Result<RunReport, ProjectError>, bool) {
+async fn drive(
+    taken: Taken,
+    run: RunOptions,
+    progress: Option<(String, mpsc::UnboundedSender<(String, Progress)>)>,
+) -> (Result<RunReport, ProjectError>, bool) {
     let Taken { lane, lock, lease } = taken;
     let outcome = async {
         let ensemble = lane.ensemble_locked(lock, run).await?;
+        if let Some((feature, tx)) = progress {
+            tokio::spawn(tagged(feature, ensemble.subscribe(), tx));
+        }
         let report = ensemble.run().await;
         ensemble.shutdown().await;
         Ok(report?)
@@ -314,19 +321,24 @@ fn finish(lane: &Project, outcome: Result<RunReport, ProjectError>, lost: bool) 
     }
 }
 
-/// A lane's own progress channel, forwarded to `tx` with its feature's id.
-fn tagged(
-    feature: &str,
+/// A lane's progress, read from its ensemble's event stream (the one source every reader
+/// shares), forwarded to `tx` with its feature's id until the stream or `tx` ends. A report the
+/// forwarder fell behind on is skipped (the ledger has the entries).
+async fn tagged(
+    feature: String,
+    mut events: tokio::sync::broadcast::Receiver<consort_actors::RunEvent>,
     tx: mpsc::UnboundedSender<(String, Progress)>,
-) -> mpsc::UnboundedSender<Progress> {
-    let (lane_tx, mut lane_rx) = mpsc::unbounded_channel();
-    let feature = feature.to_string();
-    tokio::spawn(async move {
-        while let Some(p) = lane_rx.recv().await {
-            if tx.send((feature.clone(), p)).is_err() {
-                break;
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match events.recv().await {
+            Ok(consort_actors::RunEvent::Progress(p)) => {
+                if tx.send((feature.clone(), p)).is_err() {
+                    break;
+                }
             }
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => break,
         }
-    });
-    lane_tx
+    }
 }
