@@ -96,6 +96,8 @@ struct Drive {
     wall: Duration,
     /// Per feature: Σ (acquire_ms + migrate_ms) of its receipts, and its receipts.
     branch_work: BTreeMap<String, (Duration, usize)>,
+    /// Per feature: where its run's wall time went, by phase.
+    phases: BTreeMap<String, String>,
 }
 
 impl Drive {
@@ -108,6 +110,10 @@ impl Drive {
             .sum();
         self.branch_work
             .insert(feature.to_owned(), (Duration::from_millis(ms), r.len()));
+        self.phases.insert(
+            feature.to_owned(),
+            consort_cli::ui::time_line(&report.phase_times),
+        );
     }
 }
 
@@ -201,13 +207,23 @@ fn summary(name: &str, drives: &[Drive]) -> Duration {
                 .collect()
         })
         .unwrap_or_default();
+    let phases: Vec<String> = drives
+        .first()
+        .map(|d| {
+            d.phases
+                .iter()
+                .map(|(feature, line)| format!("{feature}: {line}"))
+                .collect()
+        })
+        .unwrap_or_default();
     report_line(
         name,
         &format!(
-            "{} runs, median wall {} | branch work per lane (first run): {}",
+            "{} runs, median wall {} | branch work per lane (first run): {} | phases (first run): {}",
             drives.len(),
             common::fmt(wall),
-            per_lane.join(", ")
+            per_lane.join(", "),
+            phases.join("; ")
         ),
     );
     wall

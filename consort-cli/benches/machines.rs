@@ -9,6 +9,9 @@
 //! - **Takeover**: with one feature and two workers, the holder is killed (SIGKILL) mid-step;
 //!   the figure is the time from the kill until the other worker holds the feature (goal:
 //!   within twice the lease time, whose floor is the time left on the killed worker's lease).
+//!   Again with 99 more features waiting in the store behind it (100 in all; both workers
+//!   given `--feature` so that they contend for the one), so that every look the taker makes
+//!   reads a backlog of 100.
 //!
 //! `cargo bench --bench machines`
 
@@ -163,18 +166,48 @@ impl Shared {
         cmd
     }
 
+    /// Adds `n` small features behind the backlog's, each with a request of its own.
+    fn add_waiting(&self, server: &Server, n: usize) {
+        let origin = self.root.path().join("origin");
+        for i in 0..n {
+            let request = origin.join(format!("waiting-{i}.md"));
+            std::fs::write(
+                &request,
+                format!("# Waiting feature {i}\n\nNot driven here.\n"),
+            )
+            .expect("a request");
+            let o = self
+                .command(server, &origin)
+                .args(["feature", "add"])
+                .arg(&request)
+                .args(["--id", &format!("waiting-{i}"), "--dir"])
+                .arg(&origin)
+                .output()
+                .expect("feature add");
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+
     /// A worker on a machine of its own: a fresh clone, `consort run --parallel 1`.
     fn worker(&self, server: &Server, name: &str) -> Child {
+        self.worker_on(server, name, None)
+    }
+
+    /// [`Shared::worker`], kept to one feature when `feature` is given.
+    fn worker_on(&self, server: &Server, name: &str, feature: Option<&str>) -> Child {
         let home = self.root.path().join(name);
         std::fs::create_dir_all(&home).expect("home");
         git(
             &home,
             &["clone", "-q", &self.remote.to_string_lossy(), "shop"],
         );
-        self.command(server, &home)
-            .args(["run", "--approve-as", "bench", "--parallel", "1", "--dir"])
-            .arg(home.join("shop"))
-            .stdout(Stdio::null())
+        let mut cmd = self.command(server, &home);
+        cmd.args(["run", "--approve-as", "bench", "--parallel", "1", "--dir"])
+            .arg(home.join("shop"));
+        if let Some(feature) = feature {
+            cmd.args(["--feature", feature]);
+        }
+        cmd.stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("a worker")
@@ -207,14 +240,20 @@ fn drive(server: &Server, twins: &[&twins::Twin], workers: usize) -> Duration {
     t.elapsed()
 }
 
-/// With one feature and two workers: the time from killing the holder mid-step until the
-/// other holds the feature, and the time the killed holder's lease still had then.
-fn takeover(rt: &tokio::runtime::Runtime, server: &Server) -> (Duration, Duration) {
+/// With one feature driven by two workers (and `waiting` more features in the store behind
+/// it): the time from killing the holder mid-step until the other holds the feature, and the
+/// time the killed holder's lease still had then.
+fn takeover(rt: &tokio::runtime::Runtime, server: &Server, waiting: usize) -> (Duration, Duration) {
     let shared = Shared::new(server, &[], LEASE_SECONDS);
+    shared.add_waiting(server, waiting);
+    let only = (waiting > 0).then_some(STOCKFLOW_FEATURE_ID);
     let store = rt
         .block_on(PgStore::connect(&shared.store_info(server), "shop"))
         .expect("store");
-    let mut children = [shared.worker(server, "a"), shared.worker(server, "b")];
+    let mut children = [
+        shared.worker_on(server, "a", only),
+        shared.worker_on(server, "b", only),
+    ];
     let holder = loop {
         let held = rt.block_on(store.holdings()).expect("holdings");
         let entries = rt
@@ -296,25 +335,30 @@ fn bench(c: &mut Criterion) {
             many.as_secs_f64() / alone.as_secs_f64().max(1e-9),
         ),
     );
-    let mut taken = Vec::new();
-    let mut left = Vec::new();
-    for _ in 0..3 {
-        let (t, l) = takeover(&rt, &server);
-        taken.push(t);
-        left.push(l);
+    for waiting in [0, 99] {
+        let mut taken = Vec::new();
+        let mut left = Vec::new();
+        for _ in 0..3 {
+            let (t, l) = takeover(&rt, &server, waiting);
+            taken.push(t);
+            left.push(l);
+        }
+        let lease = Duration::from_secs(LEASE_SECONDS);
+        let (taken, left) = (median(&mut taken), median(&mut left));
+        report_line(
+            &format!(
+                "takeover after a kill, {} feature(s) in the store",
+                waiting + 1
+            ),
+            &format!(
+                "{} with a {} lease: {:.2}× the lease (goal ≤ 2×); the killed lease had {} left (the floor)",
+                common::fmt(taken),
+                common::fmt(lease),
+                taken.as_secs_f64() / lease.as_secs_f64(),
+                common::fmt(left),
+            ),
+        );
     }
-    let lease = Duration::from_secs(LEASE_SECONDS);
-    let (taken, left) = (median(&mut taken), median(&mut left));
-    report_line(
-        "takeover after a kill",
-        &format!(
-            "{} with a {} lease: {:.2}× the lease (goal ≤ 2×); the killed lease had {} left (the floor)",
-            common::fmt(taken),
-            common::fmt(lease),
-            taken.as_secs_f64() / lease.as_secs_f64(),
-            common::fmt(left),
-        ),
-    );
 }
 
 criterion_group!(benches, bench);

@@ -152,15 +152,26 @@ impl ServerChoice {
     /// own bundle always has one, fetched or still to fetch), so that a run's `psql` is the
     /// server's own and not whatever is first on `PATH` (a distribution's wrapper with no
     /// client behind it). `None`: look on `PATH`.
+    ///
+    /// Server programs reached through links (`/usr/local/bin/postgres` →
+    /// `/usr/lib/postgresql/15/bin/postgres`) are looked beside where the link leads too: the
+    /// psql there is the server's own, where `PATH`'s may be Debian's Perl wrapper, which costs
+    /// a Perl start-up on every test file a run gives psql.
     pub fn psql(&self) -> Option<PathBuf> {
-        let dir = match self {
+        let bins = match self {
             ServerChoice::Installed { bins, .. }
             | ServerChoice::Configured { bins }
-            | ServerChoice::Cached { bins, .. } => bins.bin_dir.clone(),
-            ServerChoice::ToFetch { into, .. } => crate::pgfetch::bin_dir(into),
+            | ServerChoice::Cached { bins, .. } => bins,
+            ServerChoice::ToFetch { into, .. } => {
+                return Some(crate::pgfetch::bin_dir(into).join("psql"));
+            }
         };
-        let psql = dir.join("psql");
-        (matches!(self, ServerChoice::ToFetch { .. }) || is_executable(&psql)).then_some(psql)
+        let beside_link = std::fs::canonicalize(bins.postgres())
+            .ok()
+            .and_then(|real| real.parent().map(|d| d.join("psql")));
+        std::iter::once(bins.bin_dir.join("psql"))
+            .chain(beside_link)
+            .find(|p| is_executable(p))
     }
 }
 
@@ -371,6 +382,30 @@ mod tests {
             major: 15,
         };
         assert_eq!(installed.psql(), None, "none beside it: PATH's");
+        // A server reached through a link: the psql beside where the link leads.
+        let real = tempfile::tempdir().expect("tempdir");
+        let real_psql = real.path().join("psql");
+        for (path, mode) in [
+            (real.path().join("postgres"), 0o755),
+            (real_psql.clone(), 0o755),
+        ] {
+            std::fs::write(&path, "#!/bin/sh\n").expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+        let linked = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::symlink(real.path().join("postgres"), linked.path().join("postgres"))
+            .expect("link");
+        let through_link = ServerChoice::Installed {
+            bins: PgBinaries {
+                bin_dir: linked.path().to_path_buf(),
+            },
+            major: 15,
+        };
+        assert_eq!(
+            through_link.psql(),
+            Some(real_psql.canonicalize().expect("real")),
+            "the server's own psql, beside where its link leads"
+        );
         let psql = dir.path().join("psql");
         std::fs::write(&psql, "#!/bin/sh\n").expect("write");
         std::fs::set_permissions(&psql, std::fs::Permissions::from_mode(0o755)).expect("chmod");
