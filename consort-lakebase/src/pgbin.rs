@@ -346,7 +346,9 @@ impl PgBinaries {
 }
 
 /// Finds `psql` on `PATH`, then beside the installed server binaries, then in Consort's own
-/// fetched server.
+/// fetched server; a real program before Debian's wrapper (`pg_wrapper`, a Perl script that
+/// starts on every call and may have no client behind it), which is taken only when there is
+/// nothing else.
 pub fn find_psql() -> Result<PathBuf> {
     let mut dirs = installed_dirs();
     if let (Some(pinned), Ok(cache)) = (
@@ -355,9 +357,7 @@ pub fn find_psql() -> Result<PathBuf> {
     ) {
         dirs.extend(cache.cached(&pinned).map(|b| b.bin_dir));
     }
-    dirs.into_iter()
-        .map(|d| d.join("psql"))
-        .find(|p| is_executable(p))
+    pick_psql(dirs.into_iter().map(|d| d.join("psql")))
         .ok_or_else(|| {
             Error::Runner(
                 "psql not found on PATH or in /usr/lib/postgresql/*/bin; install it, e.g. `apt-get install postgresql-client`"
@@ -366,9 +366,50 @@ pub fn find_psql() -> Result<PathBuf> {
         })
 }
 
+/// The first executable of `candidates` that is not Debian's `pg_wrapper`, else the first
+/// executable one.
+fn pick_psql(candidates: impl Iterator<Item = PathBuf>) -> Option<PathBuf> {
+    let found: Vec<PathBuf> = candidates.filter(|p| is_executable(p)).collect();
+    let wrapper = |p: &PathBuf| {
+        std::fs::canonicalize(p).is_ok_and(|real| real.ends_with("postgresql-common/pg_wrapper"))
+    };
+    found
+        .iter()
+        .find(|p| !wrapper(p))
+        .or(found.first())
+        .cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_real_psql_is_taken_before_debians_wrapper() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().expect("tempdir");
+        let common = root.path().join("share/postgresql-common");
+        let (on_path, real) = (root.path().join("bin"), root.path().join("lib/15/bin"));
+        for d in [&common, &on_path, &real] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        for exe in [common.join("pg_wrapper"), real.join("psql")] {
+            std::fs::write(&exe, "#!/bin/sh\n").expect("write");
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        std::os::unix::fs::symlink(common.join("pg_wrapper"), on_path.join("psql")).expect("link");
+        let first_is_wrapper = [on_path.join("psql"), real.join("psql")];
+        assert_eq!(
+            pick_psql(first_is_wrapper.clone().into_iter()),
+            Some(real.join("psql"))
+        );
+        assert_eq!(
+            pick_psql(first_is_wrapper[..1].to_vec().into_iter()),
+            Some(on_path.join("psql")),
+            "the wrapper when there is nothing else"
+        );
+        assert_eq!(pick_psql(std::iter::once(root.path().join("none"))), None);
+    }
 
     #[test]
     fn the_psql_of_a_run_is_the_server_s_own_when_it_has_one() {

@@ -26,7 +26,7 @@ use crate::runlock::{LockScope, RunLock, RunLockError};
 /// The merge lock, relative to the project.
 const MERGE_LOCK: &str = ".consort/merge.lock";
 /// How often a lane looks whether another lane's merge is over.
-const LOCK_POLL: Duration = Duration::from_millis(200);
+const LOCK_POLL: Duration = Duration::from_millis(25);
 /// The request ids of merge checks (far from a run's own and from scratch runs').
 const MERGE_IDS: u64 = 1 << 61;
 /// How many times a merge check is made again when the remote's base moved meanwhile.
