@@ -404,7 +404,7 @@ mod tests {
             Some(real.join("psql"))
         );
         assert_eq!(
-            pick_psql(first_is_wrapper[..1].to_vec().into_iter()),
+            pick_psql(first_is_wrapper[..1].iter().cloned()),
             Some(on_path.join("psql")),
             "the wrapper when there is nothing else"
         );
