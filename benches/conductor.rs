@@ -187,7 +187,6 @@ async fn conductor_run(roles: &Roles, mode: LedgerMode) -> Vec<Duration> {
         roles: roles.endpoints.clone(),
         lakebase: Arc::new(NoLakebase),
         approver: Arc::new(StopAtGates),
-        progress: None,
     })
     .await
     .expect("conductor");

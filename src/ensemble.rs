@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use consort_actors::{
     ActorId, AppendObserver, Approver, Conductor, ConductorError, ConductorHandle, FeatureRequest,
-    LakebaseMsg, MachineConfig, Progress, Role, RoleMsg, RunEvent, RunReport, RunnerFacts,
-    StopAtGates, Wiring,
+    LakebaseMsg, MachineConfig, Role, RoleMsg, RunEvent, RunReport, RunnerFacts, StopAtGates,
+    Wiring,
 };
 use consort_actors::{
     BoxFuture, ConductorConfig, InfraError, LakebaseEndpoint, PromoteReport, PromoteRequest,
@@ -22,7 +22,6 @@ use consort_lakebase::{
     LakebaseActor, LakebaseArgs, PoolConfig, PoolStats, PoolStatsSnapshot, PsqlRunner,
     PsqlRunnerConfig, SandboxMode, Shards, TestRunner,
 };
-use tokio::sync::mpsc;
 
 use crate::runlock::RunLock;
 
@@ -117,7 +116,6 @@ pub struct EnsembleBuilder {
     step_timeout: Duration,
     verify_timeout: Duration,
     restart: RestartPolicy,
-    progress: Option<mpsc::UnboundedSender<Progress>>,
     append_observer: Option<Arc<dyn AppendObserver>>,
     event_log: Option<consort_actors::EventLogOpener>,
     before_unlock: Vec<BeforeUnlock>,
@@ -263,12 +261,6 @@ impl EnsembleBuilder {
     /// The restart intensity of every supervised actor (default: 3 in 60 s).
     pub fn restart_policy(mut self, policy: RestartPolicy) -> Self {
         self.restart = policy;
-        self
-    }
-
-    /// Where progress reports go.
-    pub fn progress(mut self, tx: mpsc::UnboundedSender<Progress>) -> Self {
-        self.progress = Some(tx);
         self
     }
 
@@ -484,7 +476,6 @@ impl EnsembleBuilder {
             roles,
             lakebase: endpoint,
             approver: self.approver.clone(),
-            progress: self.progress.take(),
         };
         Conductor::start(wiring).await
     }
@@ -547,7 +538,6 @@ impl Ensemble {
             step_timeout: Duration::from_secs(600),
             verify_timeout: Duration::from_secs(900),
             restart: RestartPolicy::default(),
-            progress: None,
             append_observer: None,
             event_log: None,
             before_unlock: Vec::new(),

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use consort_actors::{
-    Approver, FeatureRequest, GateKind, Machine, Phase, Progress, Role, RunStatus, State,
-    TestRunReceipt, TestStatus,
+    Approver, FeatureRequest, GateKind, Machine, Phase, Role, RunStatus, State, TestRunReceipt,
+    TestStatus,
 };
 use consort_agents::AgentConfig;
 use consort_lakebase::{
@@ -16,7 +16,6 @@ use consort_lakebase::{
     TestRunner,
 };
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 use crate::backlog::{BacklogError, Feature, FeatureState};
 use crate::config::{ConfigError, ProjectConfig, ProviderConfig, RunnerConfig};
@@ -160,8 +159,6 @@ impl ProjectError {
 pub struct RunOptions {
     /// Who decides gates while the run is live (default: nobody; the run stops at each gate).
     pub approver: Option<Arc<dyn Approver>>,
-    /// Where progress reports go.
-    pub progress: Option<mpsc::UnboundedSender<Progress>>,
     /// Use this backend for every role instead of the configured ones.
     pub agents_override: Option<AgentConfig>,
     /// Agents of the embedder's own for some roles (see [`RunOptions::with_agent`]); every

@@ -1671,7 +1671,6 @@ impl Wired {
             roles,
             lakebase: Arc::new(self.lakebase.clone()) as Arc<dyn LakebaseEndpoint>,
             approver: Arc::new(ApproveAs { name: "ada".into() }),
-            progress: None,
         }
     }
 

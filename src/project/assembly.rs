@@ -114,9 +114,6 @@ impl Project {
         if let Some(a) = opts.approver {
             builder = builder.approver(a);
         }
-        if let Some(tx) = opts.progress {
-            builder = builder.progress(tx);
-        }
         Ok(builder.build().await?)
     }
 

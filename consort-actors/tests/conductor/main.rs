@@ -251,7 +251,6 @@ impl Fixture {
             roles,
             lakebase: Arc::new(DirectLakebase { actor: lb }),
             approver,
-            progress: None,
         }
     }
 

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
 use crate::core::artifact::{
     ChangeSet, DesignBundle, Escalation, FeatureRequest, FileHashes, GateApproval, GateKind,
@@ -164,8 +163,6 @@ pub struct Wiring {
     pub lakebase: Arc<dyn LakebaseEndpoint>,
     /// Who decides gates while the run is live.
     pub approver: Arc<dyn Approver>,
-    /// Where progress goes, if anywhere.
-    pub progress: Option<mpsc::UnboundedSender<Progress>>,
 }
 
 impl std::fmt::Debug for Wiring {
@@ -704,10 +701,7 @@ impl ConductorState {
     fn progress(&self, p: Progress) {
         if let Some(events) = &self.wiring.config.events {
             // No subscriber is no error: there is nobody to tell.
-            let _ = events.send(RunEvent::Progress(p.clone()));
-        }
-        if let Some(tx) = &self.wiring.progress {
-            let _ = tx.send(p);
+            let _ = events.send(RunEvent::Progress(p));
         }
     }
 
