@@ -3,7 +3,7 @@
 //! names it needs to an import the accepted tests share), a file-wide hook refused on the way.
 
 use crate::adopt::adopt_and_run;
-use crate::common::{toolchain, write};
+use crate::common::{ledger_text, toolchain, write};
 use crate::shared_file::{Entry, assert_hook_refused_once, feature_script};
 
 /// What the three entries' tests check, as (test title or function, the call, the answer).
@@ -118,7 +118,28 @@ fn node_case(tool: &str, version: &str, extra: &[&str]) {
         js_tests(esm, 3, false)
     );
     assert_hook_refused_once(dir);
+    // T2's and T3's REDs named a function not written yet: the package did not build, which
+    // was their RED, while the other package's test ran and passed.
+    let ledger = ledger_text(dir);
+    for symbol in ["Most", "Least"] {
+        assert!(ledger.contains(&format!("undefined: {symbol}")), "{ledger}");
+    }
+    assert!(
+        ledger.contains("example.com/shelf [build failed]"),
+        "{ledger}"
+    );
+    assert!(
+        ledger.contains("\"test_file\":\"shelf_test.go\""),
+        "the receipt names the package that did not build: {ledger}"
+    );
+    assert!(ledger.contains("TestLabel"), "{ledger}");
+    assert!(!ledger.contains("red-broke-green-test"), "{ledger}");
+    assert!(!ledger.contains("red-test-not-run"), "{ledger}");
 }
+
+/// A package of the project beside the feature's: its test runs in every run.
+const LABELS: &str = "package labels\n\n// Label names a sku.\nfunc Label(sku string) string {\n\treturn \"sku \" + sku\n}\n";
+const LABELS_TEST: &str = "package labels\n\nimport \"testing\"\n\nfunc TestLabel(t *testing.T) {\n\tif Label(\"A\") != \"sku A\" {\n\t\tt.Fatal(Label(\"A\"))\n\t}\n}\n";
 
 #[test]
 fn jest_three_tests_in_the_projects_own_test_file_run_to_done() {
@@ -158,7 +179,9 @@ const GO_TESTS: [&str; 3] = [
     "\nfunc TestLeast(t *testing.T) {\n\tif got := Least([]int{3, 9, 4}); got != 3 {\n\t\tt.Fatalf(\"Least = %d\", got)\n\t}\n}\n",
 ];
 
-/// The code after the GREEN of test `n` (0: stubs that panic).
+/// The code after the GREEN of test `n`: the first `n` functions, and before any a stub of
+/// `Total` that panics. `Most` and `Least` do not exist before their GREENs: their REDs name
+/// a symbol not written yet, so the package does not build.
 fn go_code(n: usize) -> String {
     let bodies = [
         (
@@ -178,7 +201,7 @@ fn go_code(n: usize) -> String {
         ),
     ];
     let mut s = "package shelf\n".to_string();
-    for (i, (doc, name, body)) in bodies.iter().enumerate() {
+    for (i, (doc, name, body)) in bodies.iter().enumerate().take(n.max(1)) {
         let body = if i < n {
             body
         } else {
@@ -202,6 +225,8 @@ fn go_three_tests_in_the_projects_own_test_file_run_to_done() {
             ("go.mod", "module example.com/shelf\n\ngo 1.19\n"),
             ("shelf.go", &go_code(0)),
             (path, &go_tests(0, false)),
+            ("labels/labels.go", LABELS),
+            ("labels/labels_test.go", LABELS_TEST),
             (
                 "migrations/0001_counts.sql",
                 "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",

@@ -244,10 +244,10 @@ impl CommandRunner {
             }
         };
         if outcomes.is_none() && self.cfg.tap {
-            outcomes = self
-                .cfg
-                .stdout_format
-                .parse(&String::from_utf8_lossy(&main.stdout));
+            outcomes = self.cfg.stdout_format.parse(
+                &String::from_utf8_lossy(&main.stdout),
+                &String::from_utf8_lossy(&main.stderr),
+            );
         }
         let mut outcomes = match outcomes {
             Some(o) => o,

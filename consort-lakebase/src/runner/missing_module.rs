@@ -33,17 +33,71 @@ pub(crate) fn read(tree: &Path, outcomes: &[TestOutcome]) -> Vec<MissingModule> 
     outcomes
         .iter()
         .filter(|o| o.is_failure())
-        .filter_map(|o| {
-            let message = o.message.as_deref()?;
-            let (test_file, module) =
-                js_missing(tree, message).or_else(|| python_missing(tree, message))?;
-            Some(MissingModule {
+        .flat_map(|o| {
+            let message = o.message.as_deref().unwrap_or("");
+            let found = match js_missing(tree, message).or_else(|| python_missing(tree, message)) {
+                Some(one) => vec![one],
+                None => go_missing(tree, message),
+            };
+            found.into_iter().map(|(test_file, module)| MissingModule {
                 outcome: o.name.clone(),
                 test_file,
                 module,
             })
         })
         .collect()
+}
+
+/// A Go package that did not build only because its test files name what its code does not
+/// define yet (`undefined: Most`; `c.Most undefined (type … has no field or method Most)`):
+/// (test file, package directory) for each test file the compiler named; nothing when any
+/// error is of another kind or in a file that is not a test file of the tree. The package's
+/// other tests are not run because of the RED: they are in its other outcomes, or none.
+fn go_missing(tree: &Path, message: &str) -> Vec<(String, String)> {
+    let errors = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && *l != "too many errors");
+    let mut files: Vec<String> = Vec::new();
+    for line in errors {
+        let Some((file, error)) = go_error(line) else {
+            return Vec::new();
+        };
+        let undefined =
+            error.starts_with("undefined: ") || error.contains("has no field or method ");
+        match in_tree(tree, file) {
+            Some((rel, _)) if undefined && rel.ends_with("_test.go") => {
+                if !files.contains(&rel) {
+                    files.push(rel);
+                }
+            }
+            _ => return Vec::new(),
+        }
+    }
+    let package = |f: &String| match Path::new(f).parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_string_lossy().into_owned(),
+        _ => ".".to_string(),
+    };
+    let Some(first) = files.first().map(package) else {
+        return Vec::new();
+    };
+    if files.iter().any(|f| package(f) != first) {
+        return Vec::new();
+    }
+    files.into_iter().map(|f| (f, first.clone())).collect()
+}
+
+/// A compiler error line, `<file>.go:<line>:<column>: <error>`: (file, error).
+fn go_error(line: &str) -> Option<(&str, &str)> {
+    let end = line.find(".go:")? + ".go".len();
+    let (file, rest) = line.split_at(end);
+    let mut parts = rest[1..].splitn(3, ':');
+    let numbers = [parts.next()?, parts.next()?];
+    let error = parts.next()?.strip_prefix(' ')?;
+    numbers
+        .iter()
+        .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .then_some((file, error))
 }
 
 /// A JavaScript load failure: (test file, missing module), both relative to the tree.
@@ -176,6 +230,11 @@ mod tests {
             "tests/test_t1.py",
             "app/__init__.py",
             "app/counts.py",
+            "shelf_test.go",
+            "shelf.go",
+            "a/a_test.go",
+            "a/more_test.go",
+            "b/b_test.go",
         ] {
             let p = tmp.path().join(f);
             std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
@@ -260,5 +319,37 @@ mod tests {
             read(t.path(), &[passed]).is_empty(),
             "a passed outcome is no load failure"
         );
+    }
+
+    #[test]
+    fn a_go_package_whose_tests_name_what_is_not_written_yet_is_a_missing_module() {
+        let t = tree();
+        let root = "# example.com/shelf [example.com/shelf.test]\n./shelf_test.go:12:13: undefined: Most\n./shelf_test.go:18:13: undefined: Least";
+        assert_eq!(
+            modules(t.path(), root),
+            [("shelf_test.go".to_string(), ".".to_string())]
+        );
+        let method = "# example.com/x/a [example.com/x/a.test]\na/a_test.go:4:7: c.Most undefined (type *Counter has no field or method Most)\na/more_test.go:9:2: undefined: Least\ntoo many errors";
+        assert_eq!(
+            modules(t.path(), method),
+            [
+                ("a/a_test.go".to_string(), "a".to_string()),
+                ("a/more_test.go".to_string(), "a".to_string())
+            ]
+        );
+        for other in [
+            // An error in the code, not the test.
+            "./shelf.go:3:1: undefined: Most",
+            // Another kind of error.
+            "./shelf_test.go:3:1: syntax error: unexpected }",
+            "./shelf_test.go:3:1: undefined: Most\n./shelf_test.go:4:1: missing return",
+            // Two packages.
+            "a/a_test.go:4:7: undefined: Most\nb/b_test.go:4:7: undefined: Most",
+            // Not in the tree.
+            "../elsewhere_test.go:1:1: undefined: Most",
+            "",
+        ] {
+            assert!(modules(t.path(), other).is_empty(), "{other}");
+        }
     }
 }

@@ -18,12 +18,14 @@ pub enum StdoutFormat {
 }
 
 impl StdoutFormat {
-    /// The outcomes `text` holds in this form; None when it holds no test result at all.
-    pub fn parse(self, text: &str) -> Option<Vec<TestOutcome>> {
+    /// The outcomes standard output `text` holds in this form; None when it holds no test
+    /// result at all. `stderr` is read only for what the tool prints there of a failed
+    /// build (`go test` before Go 1.24).
+    pub fn parse(self, text: &str, stderr: &str) -> Option<Vec<TestOutcome>> {
         match self {
             StdoutFormat::Tap => crate::parse_tap(text),
             StdoutFormat::Libtest => parse_libtest(text),
-            StdoutFormat::GoTestJson => parse_go_test_json(text),
+            StdoutFormat::GoTestJson => parse_go_test_json(text, stderr),
         }
     }
 }
@@ -92,24 +94,110 @@ fn libtest_failure_sections(text: &str) -> Vec<(String, String)> {
 struct GoEvent {
     #[serde(rename = "Action")]
     action: String,
+    #[serde(rename = "Package", default)]
+    package: Option<String>,
+    /// Go 1.24 and later: the package a `build-output` or `build-fail` event is about.
+    #[serde(rename = "ImportPath", default)]
+    import_path: Option<String>,
     #[serde(rename = "Test", default)]
     test: Option<String>,
     #[serde(rename = "Output", default)]
     output: Option<String>,
 }
 
+/// The packages of a `go test -json` run that did not build, in the order the run named
+/// them, with what the compiler said of each.
+#[derive(Default)]
+struct FailedBuilds {
+    packages: Vec<String>,
+    said: std::collections::HashMap<String, String>,
+}
+
+impl FailedBuilds {
+    /// `package` did not build.
+    fn failed(&mut self, package: &str) {
+        if !self.packages.iter().any(|p| p == package) {
+            self.packages.push(package.to_string());
+        }
+    }
+
+    /// The compiler said `line` of `package`.
+    fn said(&mut self, package: &str, line: &str) {
+        let kept = self.said.entry(package.to_string()).or_default();
+        if kept.len() < TestOutcome::MESSAGE_CAP {
+            kept.push_str(line);
+            if !line.ends_with('\n') {
+                kept.push('\n');
+            }
+        }
+    }
+
+    /// Reads Go's build errors on standard error (before Go 1.24): a section per package,
+    /// each headed `# <package>` or `# <package> [<package>.test]`.
+    fn read_stderr(&mut self, stderr: &str) {
+        let mut current = None;
+        for line in stderr.lines() {
+            if let Some(header) = line.strip_prefix("# ") {
+                current = Some(build_package(header).to_string());
+            }
+            if let Some(package) = &current {
+                let package = package.clone();
+                self.said(&package, line);
+            }
+        }
+    }
+
+    /// An errored outcome per package that did not build, named `<package> [build failed]`,
+    /// whose message is what the compiler said of it.
+    fn outcomes(self) -> impl Iterator<Item = TestOutcome> {
+        let FailedBuilds { packages, said } = self;
+        packages.into_iter().map(move |p| {
+            let message = said
+                .get(&p)
+                .cloned()
+                .unwrap_or_else(|| format!("FAIL {p} [build failed]"));
+            TestOutcome::new(format!("{p} {BUILD_FAILED}"), TestStatus::Errored)
+                .with_message(message.trim_end())
+        })
+    }
+}
+
+/// What `go test` prints after a package that did not build.
+const BUILD_FAILED: &str = "[build failed]";
+
+/// The package a build header or import path names: `example.com/a_test
+/// [example.com/a.test]` is package `example.com/a`'s test build.
+fn build_package(header: &str) -> &str {
+    let header = header.trim();
+    match header.split_once(" [") {
+        Some((_, built)) => built.trim_end_matches(']').trim_end_matches(".test"),
+        None => header,
+    }
+}
+
 /// Parses `go test -json`: each test's (and subtest's) final `pass`, `fail` or `skip`. A
-/// package that fails without a failing test (a build error) gives an errored `(package)`
-/// outcome; text without a single event is not this form (None).
-pub fn parse_go_test_json(text: &str) -> Option<Vec<TestOutcome>> {
+/// package that did not build gives an errored `<package> [build failed]` outcome whose
+/// message is the compiler's errors (from the JSON events since Go 1.24, from `stderr`
+/// before); a package that fails without a failing test otherwise gives an errored
+/// `(package)` outcome. Text without a single event is not this form (None).
+pub fn parse_go_test_json(text: &str, stderr: &str) -> Option<Vec<TestOutcome>> {
     let mut out = Vec::new();
     let mut package_failed = false;
     let mut any = false;
+    let mut builds = FailedBuilds::default();
     // What each test printed (`t.Errorf`'s lines with their file and line), and the
-    // package's own lines (a build error).
+    // package's own lines.
     let mut printed: std::collections::HashMap<Option<String>, String> = Default::default();
     for line in text.lines() {
         let Ok(event) = serde_json::from_str::<GoEvent>(line.trim()) else {
+            // Before Go 1.24, a package that did not build is this line, not an event.
+            if let Some(package) = line
+                .strip_prefix("FAIL\t")
+                .and_then(|l| l.trim_end().strip_suffix(BUILD_FAILED))
+            {
+                any = true;
+                builds.failed(package.trim());
+            }
             continue;
         };
         any = true;
@@ -117,10 +205,24 @@ pub fn parse_go_test_json(text: &str) -> Option<Vec<TestOutcome>> {
             "pass" => TestStatus::Passed,
             "fail" => TestStatus::Failed,
             "skip" => TestStatus::Skipped,
+            "build-output" | "build-fail" => {
+                let package = build_package(event.import_path.as_deref().unwrap_or(""));
+                match event.output.as_deref() {
+                    Some(said) => builds.said(package, said),
+                    None => builds.failed(package),
+                }
+                continue;
+            }
             "output" => {
+                let said = event.output.as_deref().unwrap_or("");
+                if let (None, Some(package)) = (&event.test, &event.package)
+                    && said.trim_end().ends_with(BUILD_FAILED)
+                {
+                    builds.failed(package);
+                }
                 let kept = printed.entry(event.test).or_default();
                 if kept.len() < 4 * TestOutcome::MESSAGE_CAP {
-                    kept.push_str(event.output.as_deref().unwrap_or(""));
+                    kept.push_str(said);
                 }
                 continue;
             }
@@ -135,14 +237,21 @@ pub fn parse_go_test_json(text: &str) -> Option<Vec<TestOutcome>> {
                     _ => outcome,
                 });
             }
-            None if status == TestStatus::Failed => package_failed = true,
+            None if status == TestStatus::Failed => {
+                let package = event.package.as_deref().unwrap_or("");
+                package_failed |= !builds.packages.iter().any(|p| p == package);
+            }
             None => {}
         }
+    }
+    if !builds.packages.is_empty() {
+        builds.read_stderr(stderr);
     }
     if package_failed && !out.iter().any(|o| o.status == TestStatus::Failed) {
         let said = printed.get(&None).map(String::as_str).unwrap_or("");
         out.push(TestOutcome::new("(package)", TestStatus::Errored).with_message(said));
     }
+    out.extend(builds.outcomes());
     (any && !out.is_empty()).then_some(out)
 }
 
@@ -189,7 +298,7 @@ mod tests {
 {"Action":"fail","Package":"p","Elapsed":0}
 not json
 "#;
-        let got = parse_go_test_json(text).expect("outcomes");
+        let got = parse_go_test_json(text, "").expect("outcomes");
         assert_eq!(
             pairs(&got),
             vec![
@@ -204,14 +313,14 @@ not json
         let build_error = r#"{"Action":"output","Package":"p","Output":"x.go:1: syntax error"}
 {"Action":"fail","Package":"p","Elapsed":0}
 "#;
-        let got = parse_go_test_json(build_error).expect("a failed package");
+        let got = parse_go_test_json(build_error, "").expect("a failed package");
         assert_eq!(
             pairs(&got),
             vec![("(package)", TestStatus::Errored)],
             "no test ran"
         );
         assert_eq!(got[0].message.as_deref(), Some("x.go:1: syntax error"));
-        assert_eq!(parse_go_test_json("ok  p 0.1s\n"), None);
+        assert_eq!(parse_go_test_json("ok  p 0.1s\n", ""), None);
     }
 
     #[test]
@@ -219,7 +328,52 @@ not json
         let text = r#"{"Action":"pass","Package":"p","Test":"TestA"}
 {"Action":"fail","Package":"p","Elapsed":0}
 "#;
-        let got = parse_go_test_json(text).expect("outcomes");
+        let got = parse_go_test_json(text, "").expect("outcomes");
         assert_eq!(got.last().map(|o| o.status), Some(TestStatus::Errored));
+    }
+
+    #[test]
+    fn a_package_that_did_not_build_is_named_with_the_compiler_s_words() {
+        // Go 1.19 to 1.23: a plain line on standard output, the errors on standard error.
+        let stdout = "FAIL\texample.com/gx/a [build failed]\n{\"Action\":\"pass\",\"Package\":\"example.com/gx/b\",\"Test\":\"TestB\"}\n{\"Action\":\"pass\",\"Package\":\"example.com/gx/b\"}\n";
+        let stderr =
+            "# example.com/gx/a [example.com/gx/a.test]\na/a_test.go:4:33: undefined: Two\n";
+        let got = parse_go_test_json(stdout, stderr).expect("outcomes");
+        assert_eq!(
+            pairs(&got),
+            vec![
+                ("TestB", TestStatus::Passed),
+                ("example.com/gx/a [build failed]", TestStatus::Errored)
+            ]
+        );
+        assert_eq!(
+            got[1].message.as_deref(),
+            Some("# example.com/gx/a [example.com/gx/a.test]\na/a_test.go:4:33: undefined: Two")
+        );
+        // Go 1.24 and later: all of it in events.
+        let events = r##"{"ImportPath":"example.com/gx/a [example.com/gx/a.test]","Action":"build-output","Output":"# example.com/gx/a [example.com/gx/a.test]\n"}
+{"ImportPath":"example.com/gx/a [example.com/gx/a.test]","Action":"build-output","Output":"a/a_test.go:4:33: undefined: Two\n"}
+{"ImportPath":"example.com/gx/a [example.com/gx/a.test]","Action":"build-fail"}
+{"Action":"start","Package":"example.com/gx/a"}
+{"Action":"output","Package":"example.com/gx/a","Output":"FAIL\texample.com/gx/a [build failed]\n"}
+{"Action":"fail","Package":"example.com/gx/a","Elapsed":0,"FailedBuild":"example.com/gx/a [example.com/gx/a.test]"}
+"##;
+        let got = parse_go_test_json(events, "").expect("outcomes");
+        assert_eq!(
+            pairs(&got),
+            vec![("example.com/gx/a [build failed]", TestStatus::Errored)],
+            "the build failure, and no (package) beside it"
+        );
+        assert_eq!(
+            got[0].message.as_deref(),
+            Some("# example.com/gx/a [example.com/gx/a.test]\na/a_test.go:4:33: undefined: Two")
+        );
+        assert_eq!(
+            parse_go_test_json("FAIL\tp [build failed]\n", "")
+                .expect("one package")
+                .len(),
+            1,
+            "a run in which nothing built still reports its package"
+        );
     }
 }

@@ -706,19 +706,27 @@ fn red_fails(
 
 /// The runner names of the expected tests that live in `file` (the entries of this feature
 /// and the earlier features' tests in force): what a file that fails to load keeps from
-/// running.
+/// running. A Go test file loads with its package: every `_test.go` file of its directory.
 pub(super) fn names_in_file(s: &State, file: &str) -> Vec<String> {
+    let loads_with = |path: &str| path == file || same_go_package(path, file);
     let entries = s.test_list.iter().flat_map(|l| l.entries.iter());
     entries
-        .filter(|e| e.path == file)
+        .filter(|e| loads_with(&e.path))
         .map(|e| e.runner_name().to_string())
         .chain(
             s.inherited
                 .live(&s.retired)
-                .filter(|t| t.path == file)
+                .filter(|t| loads_with(&t.path))
                 .map(|t| t.runner_name.clone()),
         )
         .collect()
+}
+
+/// Whether `a` and `b` are test files of one Go package (one directory): one test binary,
+/// built, or not, together.
+fn same_go_package(a: &str, b: &str) -> bool {
+    let dir = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+    a.ends_with("_test.go") && b.ends_with("_test.go") && dir(a) == dir(b)
 }
 
 /// The new test of a RED run: its runner name, and its file when known.
@@ -1687,4 +1695,18 @@ pub(super) fn command_for(s: &State, p: &Pending) -> Option<Command> {
             migrations: s.schema.as_ref()?.migrations.clone(),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_go_package;
+
+    #[test]
+    fn go_test_files_of_one_directory_load_together() {
+        assert!(same_go_package("a/a_test.go", "a/more_test.go"));
+        assert!(same_go_package("x_test.go", "y_test.go"));
+        assert!(!same_go_package("a/a_test.go", "b/a_test.go"));
+        assert!(!same_go_package("a/a_test.go", "a/a.go"));
+        assert!(!same_go_package("tests/a.py", "tests/b.py"));
+    }
 }
