@@ -7,7 +7,10 @@
 
 use crate::adopt::{PYPROJECT, adopt_and_run_with};
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
-use crate::common::{ledger_text, toolchain, write};
+use crate::common::{
+    approving_run, assert_exit, consort, ledger_text, run, status_json, toolchain, write,
+};
+use consort_testkit::process::text;
 
 /// The project's own test file, which the feature's three tests join.
 const TESTS: &str = "tests/test_counts.py";
@@ -262,4 +265,65 @@ fn pytest_three_tests_in_the_projects_own_test_file_run_to_done() {
         );
     }
     assert!(!ledger.contains("red-broke-green-test"), "{ledger}");
+}
+
+/// A psql project's test list that puts two entries in one `.sql` file is refused at design,
+/// saying why: no parser reads the file, so it is frozen whole at its first RED and the second
+/// entry could never be written. No RED runs, and no agent is asked to build.
+#[test]
+fn a_psql_test_list_that_shares_a_file_is_refused_at_design() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write(
+        dir,
+        &[
+            (
+                "migrations/0001_counts.sql",
+                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+            ),
+            ("tests/t0_counts.sql", "SELECT count(*) FROM counts;\n"),
+        ],
+    );
+    let o = run(consort().arg("init").arg(dir));
+    assert_exit(&o, 0, "init adopts the repository");
+    let shared = "tests/t1_counts.sql";
+    let entry = |id| Entry {
+        id,
+        name: shared.into(),
+        path: shared,
+        reds: vec![vec![(shared, "SELECT 1;\n".into())]],
+        green: vec![("sql/counts.sql", "SELECT 1;\n".into())],
+    };
+    write(
+        dir,
+        &[
+            (
+                ".consort/agents/script.toml",
+                &feature_script(&[entry("T1"), entry("T2")]),
+            ),
+            ("feature.md", "# Stock\n\nKeep the stock of each SKU.\n"),
+        ],
+    );
+    consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
+    let o = run(&mut approving_run(dir));
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(4), "halted at design: {out}");
+    let why =
+        "tests T1 and T2 would both live in `tests/t1_counts.sql`, a file Consort does not parse";
+    assert!(out.contains(why), "{out}");
+    assert!(
+        out.contains("give each test a file of its own there"),
+        "{out}"
+    );
+    let ledger = ledger_text(dir);
+    assert!(
+        ledger.contains(why),
+        "the ledger records the refusal: {ledger}"
+    );
+    assert_eq!(status_json(dir)["halted"]["step"], "test-list");
+    assert!(
+        !ledger.contains("\"verify-requested\""),
+        "no RED ran: {ledger}"
+    );
+    assert!(!dir.join(shared).exists(), "nothing was written");
 }

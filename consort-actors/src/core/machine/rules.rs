@@ -575,7 +575,6 @@ pub fn check_test_list(
 ) -> Result<(), RuleViolation> {
     require(!list.entries.is_empty(), || "the test list is empty".into())?;
     unique("test", list.entries.iter().map(|e| e.id.as_str()))?;
-    unique("test name", list.entries.iter().map(|e| e.runner_name()))?;
     for e in &list.entries {
         require(
             !e.id.is_empty()
@@ -622,7 +621,10 @@ pub fn check_test_list(
             )
         })?;
     }
-    Ok(())
+    // Before the names: two entries in one psql file share its name too, and the file is the
+    // reason.
+    check_no_shared_whole_file(list)?;
+    unique("test name", list.entries.iter().map(|e| e.runner_name()))
 }
 
 /// A file whose language Consort does not parse is frozen whole once a test in it is accepted,
@@ -634,27 +636,10 @@ pub(crate) fn check_files_frozen_whole(
     inherited: &crate::core::regression::Inherited,
     retired: &[crate::core::regression::Retirement],
 ) -> Result<(), RuleViolation> {
-    let whole = |path: &str| Language::of(path).is_none();
-    let why = |path: &str, beside: String| {
-        invalid(format!(
-            "{beside} in `{path}`, a file Consort does not parse (it parses {}), so the file is frozen whole once its first test is accepted and a later RED could not add another; give each test a file of its own there",
-            crate::core::test_outline::PARSED_LANGUAGES
-        ))
-    };
-    for (i, e) in list
-        .entries
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| whole(&e.path))
-    {
-        if let Some(other) = list.entries[..i].iter().find(|o| o.path == e.path) {
-            return Err(why(
-                &e.path,
-                format!("tests {} and {} would both live", other.id, e.id),
-            ));
-        }
+    check_no_shared_whole_file(list)?;
+    for e in list.entries.iter().filter(|e| frozen_whole(&e.path)) {
         if let Some(t) = inherited.owner(&e.path, retired) {
-            return Err(why(
+            return Err(frozen_whole_refusal(
                 &e.path,
                 format!(
                     "test {} would live beside {} of the earlier feature {}",
@@ -664,6 +649,35 @@ pub(crate) fn check_files_frozen_whole(
         }
     }
     Ok(())
+}
+
+/// No two entries of `list` in one file no parser reads (see [`check_files_frozen_whole`]).
+fn check_no_shared_whole_file(list: &TestList) -> Result<(), RuleViolation> {
+    for (i, e) in list.entries.iter().enumerate() {
+        if !frozen_whole(&e.path) {
+            continue;
+        }
+        if let Some(other) = list.entries[..i].iter().find(|o| o.path == e.path) {
+            return Err(frozen_whole_refusal(
+                &e.path,
+                format!("tests {} and {} would both live", other.id, e.id),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a test file is frozen whole: no parser Consort has reads its language.
+fn frozen_whole(path: &str) -> bool {
+    Language::of(path).is_none()
+}
+
+/// The refusal of a test that would share `path`, frozen whole, with the test `beside` names.
+fn frozen_whole_refusal(path: &str, beside: String) -> RuleViolation {
+    invalid(format!(
+        "{beside} in `{path}`, a file Consort does not parse (it parses {}), so the file is frozen whole once its first test is accepted and a later RED could not add another; give each test a file of its own there",
+        crate::core::test_outline::PARSED_LANGUAGES
+    ))
 }
 
 /// UX design: at least one screen for every user-facing story, none for unknown stories.
