@@ -49,6 +49,9 @@ use consort_testkit::assert::{
 };
 use libtest_mimic::{Failed, Trial};
 
+#[path = "discipline/shared_file.rs"]
+mod shared_file;
+
 /// The honest answers of every role.
 const HONEST: &str = include_str!("fixtures/discipline/script.toml");
 
@@ -2142,6 +2145,7 @@ async fn run_case(number: usize, world: &World) -> String {
         23 => red_whose_base_did_not_build(world).await,
         24 => red_whose_command_did_not_run(world).await,
         25 => red_whose_psql_never_ran_the_test(world).await,
+        26..=31 => shared_file::case(number, world).await,
         other => panic!("no case {other}"),
     }
 }
@@ -2151,6 +2155,7 @@ fn main() -> ExitCode {
     let refused = Arc::new(Mutex::new(Vec::new()));
     let mut trials: Vec<Trial> = CASES
         .into_iter()
+        .chain(shared_file::CASES)
         .enumerate()
         .map(|(i, name)| {
             let (ran, refused) = (ran.clone(), refused.clone());
@@ -2167,6 +2172,14 @@ fn main() -> ExitCode {
     trials.push(Trial::test(
         "control_the_honest_fixture_runs_to_done",
         || in_world("control", |world| Box::pin(honest_run_finishes(world))),
+    ));
+    trials.push(Trial::test(
+        "control_tests_sharing_a_file_run_to_done",
+        || {
+            in_world("control", |world| {
+                Box::pin(shared_file::honest_runs_finish(world))
+            })
+        },
     ));
     // The cases ran one after the other before they were trials; they still do unless asked.
     let selection = consort_testkit::trials::select(trials);
