@@ -269,9 +269,12 @@ fn legacy_feature(dir: &Path) -> Option<Option<String>> {
 
 /// Adds to `inherited` what the done feature `id`, whose ledger replays to `state`, leaves to
 /// the features after it: the earlier tests it retired leave the suite; its own test-list
-/// entries join it, and its schema plan's migrations (with their files, when `files` says
-/// where migrations are written) are promoted ones from now on.
+/// entries join it, its quarantines hold on, and its schema plan's migrations (with their
+/// files, when `files` says where migrations are written) are promoted ones from now on.
 pub fn inherit(inherited: &mut Inherited, id: &str, state: &State, files: Option<&MigrationFiles>) {
+    inherited
+        .quarantined
+        .extend(state.quarantined.iter().cloned());
     inherited
         .tests
         .retain(|t| !state.retired.iter().any(|r| r.retires(t)));
@@ -503,5 +506,30 @@ mod tests {
             "at the design gate"
         );
         assert!(FeatureState::Halted.is_unfinished() && !FeatureState::Done.is_unfinished());
+    }
+
+    #[test]
+    fn a_done_feature_leaves_its_quarantines_to_the_next() {
+        let quarantine = |test: &str| consort_actors::Quarantine {
+            test: test.into(),
+            by: "ada".into(),
+            reason: "needs a superuser".into(),
+        };
+        let mut inherited = Inherited::default();
+        for (id, test) in [("F1", "a"), ("F2", "b")] {
+            let state = State {
+                quarantined: vec![quarantine(test)],
+                ..State::default()
+            };
+            inherit(&mut inherited, id, &state, None);
+        }
+        assert_eq!(
+            inherited.quarantined,
+            vec![quarantine("a"), quarantine("b")]
+        );
+        assert!(
+            !inherited.is_empty(),
+            "recorded in the next feature's start"
+        );
     }
 }

@@ -1194,8 +1194,7 @@ pub fn status_of(
         flaky: Vec::new(),
         failing_before: state.baseline.as_ref().map(|b| b.failing.clone()),
         quarantined: state
-            .quarantined
-            .iter()
+            .quarantines()
             .map(|q| QuarantineInfo {
                 test: q.test.clone(),
                 by: q.by.clone(),

@@ -525,7 +525,7 @@ fn decisions_on_tests(state: &State) -> Vec<(&'static str, String)> {
             },
         ));
     }
-    for q in &state.quarantined {
+    for q in state.quarantines() {
         out.push((
             "quarantined test",
             format!(

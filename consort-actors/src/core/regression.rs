@@ -59,6 +59,11 @@ pub struct Inherited {
     /// feature started (None: no numbered file there, or no migrations directory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numbering: Option<crate::core::migration_files::MigrationNumbering>,
+    /// The tests people quarantined in the earlier features, in order: a test that cannot pass
+    /// where Consort runs it cannot pass in the next feature either, so the decision holds for
+    /// the project until it is made anew.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<Quarantine>,
 }
 
 /// A human's recorded decision that an earlier feature's test no longer holds.
@@ -96,9 +101,13 @@ impl Retirement {
 }
 
 impl Inherited {
-    /// Whether nothing is inherited (the first feature of a project).
+    /// Whether nothing is inherited (the first feature of a project whose migrations directory
+    /// numbers nothing yet).
     pub fn is_empty(&self) -> bool {
-        self.tests.is_empty() && self.migrations.is_empty()
+        self.tests.is_empty()
+            && self.migrations.is_empty()
+            && self.numbering.is_none()
+            && self.quarantined.is_empty()
     }
 
     /// The inherited tests still in force after `retired`.
@@ -172,8 +181,7 @@ mod tests {
                 test("f1", "T2", "tests/shared.sql"),
                 test("f2", "T1", "tests/shared.sql"),
             ],
-            migrations: vec![],
-            numbering: None,
+            ..Inherited::default()
         };
         let retired = vec![retire("f1", "T1"), retire("f1", "T2")];
         assert!(inherited.released("tests/a.sql", &retired));

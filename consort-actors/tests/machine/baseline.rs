@@ -30,7 +30,7 @@ fn at_baseline() -> (Run, RequestId) {
         approval: approval(gate, hash),
     });
     r.observe();
-    let Pending::Baseline { request } = r.pending() else {
+    let Pending::Baseline { request, .. } = r.pending() else {
         panic!(
             "the baseline follows the design gate, got {:?}",
             r.pending()
@@ -90,7 +90,7 @@ fn the_baseline_runs_before_any_agent_and_a_test_failing_there_halts_for_a_perso
         RuleViolation::AlreadyQuarantined { test: FLAKY.into() }
     );
     r.ok(human(HumanDecision::Retry));
-    let Pending::Baseline { request: again } = r.pending() else {
+    let Pending::Baseline { request: again, .. } = r.pending() else {
         panic!("a retry runs the baseline again, got {:?}", r.pending())
     };
     assert_ne!(again, request, "a fresh request");
@@ -185,4 +185,134 @@ fn a_receipt_for_another_request_is_no_baseline() {
         r.refused(Event::VerifyCompleted { receipt }),
         RuleViolation::ReceiptNotForRequest { .. }
     ));
+}
+
+/// A quarantine outlives its feature: the next feature starts with it (what `inherit` carries
+/// forward), so the same test failing in its baseline judges nothing and no person is asked
+/// again; quarantining it once more is refused as already done.
+#[test]
+fn a_quarantine_made_in_an_earlier_feature_holds_in_the_next() {
+    let mut r = Run::new();
+    r.inherited.quarantined = vec![Quarantine {
+        test: FLAKY.into(),
+        by: "ada".into(),
+        reason: "needs a superuser".into(),
+    }];
+    r.disk.apply(&ChangeSet {
+        summary: String::new(),
+        changes: vec![write(OWN, "def test_ok(): pass")],
+    });
+    r.design_lane(false);
+    let (gate, hash) = r.gate_hash();
+    r.ok(Event::Gate {
+        approval: approval(gate, hash),
+    });
+    r.observe();
+    let Pending::Baseline { request, .. } = r.pending() else {
+        panic!("the baseline, got {:?}", r.pending())
+    };
+    assert!(r.s.is_quarantined(FLAKY));
+    assert_eq!(r.s.quarantined_names(), vec![FLAKY.to_string()]);
+    r.ok(Event::VerifyCompleted {
+        receipt: baseline_receipt(&r, request, &[FLAKY]),
+    });
+    r.observe();
+    assert!(matches!(r.assignment().1, Step::Red { .. }), "not halted");
+    assert_eq!(
+        r.refused(quarantine(FLAKY)),
+        RuleViolation::AlreadyQuarantined { test: FLAKY.into() }
+    );
+}
+
+/// A person's change to the harness (`[runner]` from `from` to `to`).
+fn harness_change(from: &str, to: &str) -> Event {
+    let harness = |h: &str| Harness {
+        sections: [("runner".to_string(), ContentHash::of_bytes(h.as_bytes()))].into(),
+    };
+    Event::HarnessChanged {
+        change: HarnessChange {
+            by: "ada".into(),
+            from: harness(from),
+            to: harness(to),
+        },
+    }
+}
+
+/// After a harness change mid-feature the baseline runs again before the run goes on: the
+/// feature's own tests (T1, a RED waiting for its GREEN) are the lane's to judge, a project
+/// test that fails under the new harness halts for a person, and once it is quarantined the
+/// run goes on with what was pending when the harness changed.
+#[test]
+fn a_harness_change_runs_the_baseline_again_before_the_run_goes_on() {
+    let (mut r, request) = at_baseline();
+    r.ok(Event::VerifyCompleted {
+        receipt: baseline_receipt(&r, request, &[]),
+    });
+    r.observe();
+    r.red("tests/t1.sql", &[]);
+    let green = r.pending();
+    assert!(matches!(r.assignment().1, Step::Green { .. }));
+
+    r.ok(harness_change("a", "b"));
+    let Pending::Baseline {
+        request,
+        then: Some(then),
+    } = r.pending()
+    else {
+        panic!("the baseline again, got {:?}", r.pending())
+    };
+    assert_eq!(*then, green, "then what was pending");
+    let outcomes = [
+        ("tests/t1.sql", TestStatus::Failed),
+        (FLAKY, TestStatus::Failed),
+        (OWN, TestStatus::Passed),
+    ];
+    let receipt = |r: &Run, request| receipt_with(request, r.workspace_hash(), &outcomes, 1, "o");
+    r.ok(Event::VerifyCompleted {
+        receipt: receipt(&r, request),
+    });
+    assert_eq!(r.halted_reason(), EscalationReason::FailingBeforeTheFeature);
+    assert_eq!(
+        r.s.baseline.as_ref().map(|b| b.failing.clone()),
+        Some(vec![FLAKY.to_string()]),
+        "T1 is the feature's own"
+    );
+    let RunStatus::Halted { escalation, .. } = &r.s.status else {
+        panic!("halted")
+    };
+    assert!(
+        escalation.detail.contains("a person changed the harness"),
+        "{}",
+        escalation.detail
+    );
+    // Another change while halted there still runs the baseline once, then the GREEN.
+    r.ok(harness_change("b", "c"));
+    r.ok(quarantine(FLAKY));
+    r.ok(human(HumanDecision::Retry));
+    let Pending::Baseline {
+        request: again,
+        then: Some(_),
+    } = r.pending()
+    else {
+        panic!("a retry runs the baseline again, got {:?}", r.pending())
+    };
+    r.ok(Event::VerifyCompleted {
+        receipt: receipt(&r, again),
+    });
+    assert!(
+        matches!(r.assignment(), (_, Step::Green { .. }, 0)),
+        "{:?}",
+        r.pending()
+    );
+}
+
+/// Before the build lane opens there is no baseline to run again: a harness change in the
+/// design lane changes nothing pending.
+#[test]
+fn a_harness_change_before_the_build_lane_runs_no_baseline() {
+    let mut r = Run::new();
+    r.design_lane(false);
+    let before = r.pending();
+    r.ok(harness_change("a", "b"));
+    assert_eq!(r.pending(), before);
 }

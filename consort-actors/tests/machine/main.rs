@@ -302,7 +302,7 @@ impl Run {
             _ => return commands,
         }
         let commands = self.observe();
-        let Pending::Baseline { request } = self.pending() else {
+        let Pending::Baseline { request, .. } = self.pending() else {
             // No test on disk, none inherited: no baseline; the first RED is observed next.
             return commands;
         };
@@ -2269,7 +2269,7 @@ fn next_event(r: &Run, choice: u8) -> Event {
         (_, Some(Pending::Verify { .. })) => Event::VerifyCompleted {
             receipt: perturbed_receipt(r, choice),
         },
-        (_, Some(Pending::Baseline { request })) => Event::VerifyCompleted {
+        (_, Some(Pending::Baseline { request, .. })) => Event::VerifyCompleted {
             receipt: receipt_with(request, r.workspace_hash(), &[], 0, "baseline"),
         },
         (_, Some(Pending::Gate { gate, hash })) => {

@@ -29,6 +29,7 @@ fn later_feature_scoped(per_step: StepScope) -> Run {
         }],
         migrations: vec![],
         numbering: None,
+        quarantined: vec![],
     };
     r.disk.applied(&ChangeSet {
         summary: "the earlier feature's work".into(),
@@ -180,6 +181,7 @@ fn a_later_schema_plan_builds_on_the_earlier_migrations() {
             path: None,
         }],
         numbering: None,
+        quarantined: vec![],
     };
     r.start_with_stories(false);
     r.produce(Artifact::Spec(spec())).expect("spec");

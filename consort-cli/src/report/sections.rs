@@ -59,7 +59,7 @@ fn baseline(model: &Model) -> String {
             }
         );
     }
-    for q in &model.state.quarantined {
+    for q in model.state.quarantines() {
         let _ = write!(
             out,
             "<p class=\"note quarantined\">quarantined: <code>{}</code> by {}: {} (its failures judge nothing)</p>",

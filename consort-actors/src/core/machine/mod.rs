@@ -376,10 +376,15 @@ pub enum Pending {
         hash: ContentHash,
     },
     /// The baseline: the project's whole suite, run as the verifications will, before the
-    /// build lane's first step (see [`VerifyPurpose::Baseline`]).
+    /// build lane's first step, and again before the next one after a person changed the
+    /// harness (see [`VerifyPurpose::Baseline`]).
     Baseline {
         /// The request id.
         request: RequestId,
+        /// What the run goes on with once the baseline holds: None when the build lane opens
+        /// (its first RED), what was pending when the harness changed otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        then: Option<Box<Pending>>,
     },
     /// Promotion of the migrations to the parent database.
     Promote {
@@ -734,14 +739,20 @@ pub struct Baseline {
 }
 
 impl State {
-    /// Whether a person quarantined the test `name`.
+    /// Every quarantine in force: the earlier features' (see [`Inherited::quarantined`]), then
+    /// this feature's.
+    pub fn quarantines(&self) -> impl Iterator<Item = &Quarantine> {
+        self.inherited.quarantined.iter().chain(&self.quarantined)
+    }
+
+    /// Whether a person quarantined the test `name`, in this feature or an earlier one.
     pub fn is_quarantined(&self, name: &str) -> bool {
-        self.quarantined.iter().any(|q| q.test == name)
+        self.quarantines().any(|q| q.test == name)
     }
 
     /// The runner names of the quarantined tests.
     pub fn quarantined_names(&self) -> Vec<String> {
-        self.quarantined.iter().map(|q| q.test.clone()).collect()
+        self.quarantines().map(|q| q.test.clone()).collect()
     }
 }
 
@@ -766,9 +777,16 @@ impl State {
             RunStatus::Stopped => return Phase::Stopped,
             RunStatus::Running => {}
         }
-        // Look through an observation or a revert to what it leads to.
+        // Look through an observation, a revert or a baseline run again to what it leads to.
         let mut pending = self.pending.as_ref();
-        while let Some(Pending::Observe { then } | Pending::Revert { then, .. }) = pending {
+        while let Some(
+            Pending::Observe { then }
+            | Pending::Revert { then, .. }
+            | Pending::Baseline {
+                then: Some(then), ..
+            },
+        ) = pending
+        {
             pending = Some(then);
         }
         match pending {

@@ -71,6 +71,8 @@ pub(super) enum Done {
     BaselineRan {
         /// Their runner names.
         failing: Vec<String>,
+        /// What the run goes on with (None: the build lane's first RED).
+        then: Option<Box<Pending>>,
     },
     /// RED: the new test fails as it should, nothing else broke.
     RedFails {
@@ -243,6 +245,8 @@ pub(super) fn row(kind: DoneKind) -> (Phase, &'static str, &'static [Phase]) {
         DoneKind::TestList => (Design, "test list accepted", &[Design, DesignGate]),
         DoneKind::Ux => (Design, "UX design accepted", &[DesignGate]),
         DoneKind::DesignApproved => (DesignGate, "design approved", &[Build]),
+        // Run again after a harness change, the baseline is in the phase of what it goes on
+        // with (`State::phase` looks through it), so only its halt changes the phase.
         DoneKind::BaselineRan => (Build, "baseline ran", &[Build, Halted]),
         DoneKind::ChangeAccepted => (Build, "change set accepted", &[Build]),
         DoneKind::Applied => (Build, "change applied", &[Build]),
@@ -290,21 +294,30 @@ pub(super) fn next_after(
         Done::DesignApproved => {
             s.build = Default::default();
             let request = next_request(s);
-            Go(observe(Pending::Baseline { request }))
+            Go(observe(Pending::Baseline {
+                request,
+                then: None,
+            }))
         }
-        Done::BaselineRan { failing } => {
+        Done::BaselineRan { failing, then } => {
             let unjudged: Vec<String> = failing
                 .into_iter()
                 .filter(|t| !s.is_quarantined(t))
                 .collect();
-            if unjudged.is_empty() {
-                let test = current_id(s)?;
-                Go(observe(agent(s, Step::Red { test }, 0, Vec::new())))
-            } else {
-                let resume = Pending::Baseline {
-                    request: crate::RequestId(s.next_request + 1),
-                };
-                Next::Halt(failing_before(&unjudged), resume)
+            match (unjudged.is_empty(), then) {
+                (true, Some(then)) => Go(*then),
+                (true, None) => {
+                    let test = current_id(s)?;
+                    Go(observe(agent(s, Step::Red { test }, 0, Vec::new())))
+                }
+                (false, then) => {
+                    let escalation = failing_before(&unjudged, then.is_some());
+                    let resume = Pending::Baseline {
+                        request: crate::RequestId(s.next_request + 1),
+                        then,
+                    };
+                    Next::Halt(escalation, resume)
+                }
             }
         }
         Done::ChangeAccepted {
@@ -373,14 +386,19 @@ pub(super) fn next_after(
 }
 
 /// The halt for tests that failed in the baseline, before any agent acted: a person decides.
-fn failing_before(tests: &[String]) -> Escalation {
+fn failing_before(tests: &[String], after_a_harness_change: bool) -> Escalation {
     let shown: Vec<&str> = tests.iter().take(20).map(String::as_str).collect();
     let more = tests.len().saturating_sub(shown.len());
+    let when = if after_a_harness_change {
+        "run again because a person changed the harness (the feature's own tests set aside)"
+    } else {
+        "before any agent acted"
+    };
     escalation(
         "baseline",
         EscalationReason::FailingBeforeTheFeature,
         format!(
-            "{} of the project's tests failed in the baseline, the project's whole suite run as every verification will run it, before any agent acted: {}{}. No agent is charged for them. Quarantine each that cannot pass here (`consort test quarantine NAME --by <you> --reason <why>`: its failures then judge nothing), or fix the setup; then `consort retry --by <you>` runs the baseline again",
+            "{} of the project's tests failed in the baseline, the project's whole suite run as every verification will run it, {when}: {}{}. No agent is charged for them. Quarantine each that cannot pass here (`consort test quarantine NAME --by <you> --reason <why>`: its failures then judge nothing), or fix the setup; then `consort retry --by <you>` runs the baseline again",
             tests.len(),
             shown.join(", "),
             if more > 0 {

@@ -206,7 +206,40 @@ fn harness_changed(state: &State, change: &crate::core::harness::HarnessChange) 
     let mut s = state.clone();
     s.harness = Some(change.to.clone());
     s.harness_changes.push(change.clone());
+    baseline_again(&mut s);
     Ok((s, Vec::new()))
+}
+
+/// After a harness change in a feature whose baseline ran, the baseline runs again before the
+/// run goes on (a halted run's retry, a resumed run's next command): what the project's tests
+/// do under the new harness is known before anyone is charged for it.
+fn baseline_again(s: &mut State) {
+    if s.baseline.is_none() {
+        return;
+    }
+    let again = |s: &State, then: Box<Pending>| match *then {
+        p @ Pending::Baseline { .. } => p,
+        p => Pending::Baseline {
+            request: RequestId(s.next_request + 1),
+            then: Some(Box::new(p)),
+        },
+    };
+    match std::mem::replace(&mut s.status, RunStatus::Running) {
+        RunStatus::Halted { escalation, resume } => {
+            let resume = Box::new(again(s, resume));
+            s.status = RunStatus::Halted { escalation, resume };
+        }
+        status => {
+            s.status = status;
+            if let Some(p) = s.pending.take() {
+                let p = again(s, Box::new(p));
+                if matches!(p, Pending::Baseline { then: Some(_), .. }) {
+                    s.next_request += 1;
+                }
+                s.pending = Some(p);
+            }
+        }
+    }
 }
 
 /// A person set aside the running entry's accepted test: its file stays frozen for everyone
@@ -260,8 +293,9 @@ fn refresh(s: &mut State, p: Pending) -> Pending {
     match p {
         Pending::Agent { step, feedback, .. } => agent(s, step, 0, feedback),
         Pending::Observe { then } => observe(refresh(s, *then)),
-        Pending::Baseline { .. } => Pending::Baseline {
+        Pending::Baseline { then, .. } => Pending::Baseline {
             request: super::next::next_request(s),
+            then: then.map(|t| Box::new(refresh(s, *t))),
         },
         other => other,
     }
@@ -366,8 +400,8 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             },
             p @ (Pending::Apply { .. } | Pending::Revert { .. }),
         ) => apply_denied(cfg, state, p, violation, resolved),
-        (Event::VerifyCompleted { receipt }, Pending::Baseline { request }) => {
-            baseline_completed(cfg, state, receipt, request)
+        (Event::VerifyCompleted { receipt }, Pending::Baseline { request, then }) => {
+            baseline_completed(cfg, state, receipt, request, then)
         }
         (Event::VerifyCompleted { receipt }, p) => verify_completed(cfg, state, receipt, p),
         (
@@ -825,7 +859,7 @@ pub(super) fn red_fails_for(
 fn infra_failed(state: &State, request: RequestId, error: &InfraError, p: Pending) -> Outcome {
     let (pending_request, step) = match &p {
         Pending::Verify { request, .. } => (*request, describe(&p)),
-        Pending::Baseline { request } => (*request, "baseline".to_string()),
+        Pending::Baseline { request, .. } => (*request, "baseline".to_string()),
         Pending::Promote { request } => (*request, "promote".to_string()),
         _ => {
             return Err(invariant(
@@ -1480,6 +1514,7 @@ fn baseline_completed(
     state: &State,
     receipt: &TestRunReceipt,
     request: RequestId,
+    then: Option<Box<Pending>>,
 ) -> Outcome {
     if receipt.request_id != request {
         return Err(RuleViolation::ReceiptNotForRequest {
@@ -1504,12 +1539,25 @@ fn baseline_completed(
         .outcomes
         .iter()
         .any(|o| o.name != TestOutcome::WHOLE_RUN);
-    let mut failing: Vec<String> = Vec::new();
-    for o in receipt
-        .outcomes
+    // Run again after a harness change, mid-feature, the suite holds the feature's own tests
+    // (the current one may be a RED waiting for its GREEN): the lane judges those, not the
+    // baseline — nor a file of theirs that failed to load for a module not written yet.
+    let entries: Vec<_> = state
+        .test_list
         .iter()
-        .filter(|o| o.is_failure() && (reported_a_test || o.name != TestOutcome::WHOLE_RUN))
-    {
+        .flat_map(|l| l.entries.iter())
+        .collect();
+    let own = |name: &str| {
+        entries.iter().any(|e| e.runner_name() == name)
+            || receipt
+                .missing_modules
+                .iter()
+                .any(|m| m.outcome == name && entries.iter().any(|e| e.path == m.test_file))
+    };
+    let mut failing: Vec<String> = Vec::new();
+    for o in receipt.outcomes.iter().filter(|o| {
+        o.is_failure() && (reported_a_test || o.name != TestOutcome::WHOLE_RUN) && !own(&o.name)
+    }) {
         if !failing.contains(&o.name) {
             failing.push(o.name.clone());
         }
@@ -1519,7 +1567,7 @@ fn baseline_completed(
         request,
         failing: failing.clone(),
     });
-    advance(cfg, s, Done::BaselineRan { failing })
+    advance(cfg, s, Done::BaselineRan { failing, then })
 }
 
 pub(super) fn failure_feedback(receipt: &TestRunReceipt, names: &[String]) -> String {
@@ -1682,7 +1730,7 @@ pub(super) fn command_for(s: &State, p: &Pending) -> Option<Command> {
         },
         // No schema plan at promotion is a state no lifecycle reaches: no command (the
         // conductor stops with `NoPendingCommand`) rather than promoting nothing.
-        Pending::Baseline { request } => Command::Baseline {
+        Pending::Baseline { request, .. } => Command::Baseline {
             request: *request,
             tests: s
                 .inherited
