@@ -369,8 +369,9 @@ pub fn request_problem(text: &str) -> Option<&'static str> {
 }
 
 /// `consort doctor`: checks the machine and the project; prints each check with a fix hint.
-/// Returns 0 when everything needed is in place, 1 otherwise.
-pub fn doctor(dir: &Path) -> i32 {
+/// With `baseline`, also the whole suite as a feature's baseline runs it (see
+/// [`crate::trial::baseline`]). Returns 0 when everything needed is in place, 1 otherwise.
+pub fn doctor(dir: &Path, baseline: bool) -> i32 {
     let mut checks = Checks::default();
     let config = ProjectConfig::load(dir);
     check_postgres_binaries(&mut checks, dir, config.as_ref().ok());
@@ -392,6 +393,12 @@ pub fn doctor(dir: &Path) -> i32 {
     if !checks.failed {
         for f in crate::trial::check(dir) {
             checks.report(f.ok, &f.what, &f.hint);
+        }
+        // On demand: the whole suite, as a feature's baseline runs it.
+        if baseline {
+            for f in crate::trial::baseline(dir) {
+                checks.report(f.ok, &f.what, &f.hint);
+            }
         }
     }
     check_request(&mut checks, &dir.join(&config.feature.request));

@@ -212,6 +212,10 @@ enum Cmd {
         /// The project directory.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
+        /// Also run the project's whole suite as a feature's baseline will, and list what
+        /// fails there and why.
+        #[arg(long)]
+        baseline: bool,
     },
 }
 
@@ -501,7 +505,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             consort_cli::mcp::serve(at.dir, at.feature, identity).await?;
             Ok(0)
         }
-        Cmd::Doctor { dir } => Ok(consort_cli::init::doctor(&dir)),
+        Cmd::Doctor { dir, baseline } => Ok(consort_cli::init::doctor(&dir, baseline)),
     }
 }
 

@@ -1,11 +1,14 @@
 //! A trial run: one test file of the project's suite run as a verification runs it — on a
 //! fresh branch of the parent, confined as configured, with the runner's environment
 //! (`env_set`, the allowed variables) — so that a suite that cannot live in the confinement is
-//! found before the first feature, not at its GREEN. `consort doctor` makes one.
+//! found before the first feature, not at its GREEN. `consort doctor` makes one; `consort
+//! doctor --baseline` runs the whole suite so, on a base with the project's existing
+//! migrations, as a feature's baseline will.
 
 use std::path::PathBuf;
 
 use consort_actors::Confinement;
+use consort_actors::Quarantine;
 use consort_lakebase::names::BranchNamer;
 use consort_lakebase::{BaseSpec, BranchProvider, RunContext, RunReport, TestRunner};
 
@@ -26,20 +29,81 @@ pub struct TrialRun {
     pub report: RunReport,
 }
 
+/// What the baseline on demand found (see [`Project::baseline_run`]).
+#[derive(Debug)]
+pub struct BaselineRun {
+    /// The whole suite's run.
+    pub run: TrialRun,
+    /// The quarantines in force (the done features' and the open one's): their failures judge
+    /// nothing, as in a feature's baseline.
+    pub quarantined: Vec<Quarantine>,
+}
+
 impl Project {
     /// Runs one test file of the suite (the first the runner lists) as a verification would,
-    /// on a fresh branch removed afterwards. A run the confinement refused something is
+    /// on a fresh branch (of the base a feature starts from) removed afterwards. A run the confinement refused something is
     /// [`consort_lakebase::Error::TestCommand`] with a
     /// [`consort_lakebase::TestCommandFault::Refused`] fault, naming what and how to allow it.
     pub async fn trial_run(&self) -> Result<TrialRun, ProjectError> {
+        let base = self.base_a_feature_starts_from(&self.inherited()?)?;
+        self.run_on_a_fresh_branch(base, false).await
+    }
+
+    /// The baseline on demand: the project's whole suite run as a feature's baseline runs it
+    /// (confined, on a fresh branch of a base holding the project's existing migrations), with
+    /// the quarantines in force. Its failing tests are what a feature's baseline would halt
+    /// on, before any agent acts.
+    pub async fn baseline_run(&self) -> Result<BaselineRun, ProjectError> {
+        let inherited = self.inherited()?;
+        let base = self.base_a_feature_starts_from(&inherited)?;
+        let run = self.run_on_a_fresh_branch(base, true).await?;
+        let state = self.state()?;
+        Ok(BaselineRun {
+            run,
+            quarantined: inherited
+                .quarantined
+                .iter()
+                .chain(&state.quarantined)
+                .cloned()
+                .collect(),
+        })
+    }
+
+    /// The base every run of the next feature starts from: the parent (everything promoted)
+    /// with the project's existing migrations applied, as the conductor applies them.
+    fn base_a_feature_starts_from(
+        &self,
+        inherited: &consort_actors::Inherited,
+    ) -> Result<BaseSpec, ProjectError> {
+        let machine = self.machine()?;
+        let migrations = match machine.config().migration_files.as_ref() {
+            Some(files) => {
+                let work = consort_actors::WorkTree::open(self.work_tree())?;
+                consort_actors::existing_migrations(&work, files, &inherited.migrations)?
+            }
+            None => Vec::new(),
+        };
+        Ok(BaseSpec {
+            migrations,
+            fixtures: Vec::new(),
+        })
+    }
+
+    /// One test file (or, `whole`, the whole suite) run as a verification would, on a fresh
+    /// branch of a base built from `spec`, removed afterwards.
+    async fn run_on_a_fresh_branch(
+        &self,
+        spec: BaseSpec,
+        whole: bool,
+    ) -> Result<TrialRun, ProjectError> {
         let runner = self.runner()?;
         let provider = self.provider().await?;
-        let base = provider.prepare_base(&BaseSpec::default()).await?;
+        let base = provider.prepare_base(&spec).await?;
         let branch = provider
             .create(&BranchNamer::new().next_name(), &base)
             .await?;
         let ran = self
-            .trial_on(runner.as_ref(), provider.as_ref(), &branch)
+            .trial_on(runner.as_ref(), provider.as_ref(), &branch, whole)
             .await;
         if let Err(e) = provider.delete(&branch.name).await {
             tracing::warn!(branch = %branch.name, error = %consort_actors::error_chain(&e), "the trial run's branch could not be removed; `consort branches --sweep` removes it");
@@ -52,6 +116,7 @@ impl Project {
         runner: &dyn TestRunner,
         provider: &dyn BranchProvider,
         branch: &consort_lakebase::Branch,
+        whole: bool,
     ) -> Result<TrialRun, ProjectError> {
         let tree = self.work_tree().to_path_buf();
         let mut hidden: Vec<PathBuf> = vec![tree.join(consort_actors::STATE_DIR)];
@@ -78,7 +143,8 @@ impl Project {
         outside_test_paths.truncate(10);
         let file = suite
             .and_then(|suite| suite.tests.into_iter().next())
-            .map(|t| t.file);
+            .map(|t| t.file)
+            .filter(|_| !whole);
         ctx.select = file.clone().map(|f| vec![f]);
         let report = runner.run(&ctx).await?;
         Ok(TrialRun {

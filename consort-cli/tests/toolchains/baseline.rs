@@ -1,6 +1,7 @@
 //! The baseline on a pytest project one of whose own tests cannot pass on a branch (it needs a
-//! superuser): the baseline names it before the first RED, no agent is charged, a person
-//! quarantines it, and the feature goes to done with `verify` showing the quarantine.
+//! superuser): `consort doctor --baseline` names it before any feature, the feature's baseline
+//! names it before the first RED, no agent is charged, a person quarantines it, and the feature
+//! goes to done with `verify` showing the quarantine.
 
 use crate::adopt::PYPROJECT;
 use crate::common::{
@@ -66,6 +67,18 @@ fn a_project_test_that_cannot_pass_on_a_branch_is_named_by_the_baseline_and_quar
         run(&mut c)
     };
 
+    // Asked for, doctor runs the same baseline before any feature and names the test, with
+    // what it said.
+    let o = consort(&["doctor", "--baseline"]);
+    let said = text(&o);
+    assert_exit(&o, 1, "doctor's baseline finds a failing test");
+    assert!(
+        said.contains("FAIL  the baseline, the whole suite as a feature's baseline runs it")
+            && said.contains(&format!("        {NEEDS_A_SUPERUSER}: "))
+            && said.contains("consort test quarantine NAME"),
+        "{said}"
+    );
+
     // The baseline halts the run before the first RED, naming the test; nobody is charged.
     let o = run(approving_run(dir).env("PATH", &path));
     let said = text(&o);
@@ -95,6 +108,12 @@ fn a_project_test_that_cannot_pass_on_a_branch_is_named_by_the_baseline_and_quar
         "ALTER SYSTEM needs a superuser",
     ]);
     assert_exit(&o, 0, "the quarantine is recorded");
+    let o = consort(&["doctor", "--baseline"]);
+    assert!(
+        text(&o).contains("1 quarantined failing (judging nothing)"),
+        "{}",
+        text(&o)
+    );
     assert_exit(&consort(&["retry", "--by", "ada"]), 0, "retry");
     assert_exit(
         &run(approving_run(dir).env("PATH", &path)),

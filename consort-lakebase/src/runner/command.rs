@@ -10,7 +10,7 @@ use super::capture::{Capture, OutputLimits};
 use super::junit::parse_junit;
 use super::process::{EnvPolicy, ProcOutcome, ProcSpec, run, shell_quote, tree_path};
 use super::select::Selector;
-use super::{RunContext, RunReport, Suite, TestRunner, redact};
+use super::{RunContext, RunReport, Suite, TestRunner, redact, redact_outcomes};
 use crate::error::{Error, Refusal, Result, TestCommandFault};
 use crate::provider::BoxFuture;
 
@@ -296,6 +296,7 @@ impl CommandRunner {
             ));
         }
         let done = capture.finish();
+        redact_outcomes(&mut outcomes, &ctx.conn);
         Ok(RunReport {
             command: redact(&command, &ctx.conn),
             outcomes,

@@ -265,6 +265,13 @@ pub(crate) fn read_small_file(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
+/// [`redact`] for what each test said: a failing test may print its connection.
+pub(crate) fn redact_outcomes(outcomes: &mut [TestOutcome], conn: &ConnectInfo) {
+    for message in outcomes.iter_mut().filter_map(|o| o.message.as_mut()) {
+        *message = redact(message, conn);
+    }
+}
+
 /// Replaces the secret in text that will be shown (defence in depth for command strings).
 pub(crate) fn redact(text: &str, conn: &ConnectInfo) -> String {
     let secret = conn.secret.expose();

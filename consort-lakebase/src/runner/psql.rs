@@ -9,7 +9,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use super::capture::{Capture, OutputLimits};
 use super::process::{EnvPolicy, ProcSpec, run as run_process};
-use super::{RunContext, RunReport, Suite, SuiteTest, TestRunner, redact};
+use super::{RunContext, RunReport, Suite, SuiteTest, TestRunner, redact, redact_outcomes};
 
 use crate::error::{ConfigError, Error, PsqlFault, Result, TestCommandFault};
 use crate::pgbin::find_psql;
@@ -165,9 +165,11 @@ impl PsqlRunner {
             ),
             None => done.excerpt,
         };
+        let mut outcomes = run.outcomes;
+        redact_outcomes(&mut outcomes, &ctx.conn);
         Ok(RunReport {
             command,
-            outcomes: run.outcomes,
+            outcomes,
             exit: run.exit,
             output_digest: done.digest,
             output_excerpt: redact(&excerpt, &ctx.conn),
@@ -225,10 +227,24 @@ impl PsqlRunner {
             if !r.exit.success() && run.exit.success() {
                 run.exit = r.exit.clone();
             }
-            run.outcomes.push(TestOutcome::new(f.as_str(), status));
+            let outcome = TestOutcome::new(f.as_str(), status);
+            run.outcomes.push(match status {
+                TestStatus::Passed | TestStatus::Skipped => outcome,
+                _ => outcome.with_message(&what_psql_said(&r.stderr)),
+            });
         }
         Ok(())
     }
+}
+
+/// What psql printed on standard error about a test that failed (the server's `ERROR:` and its
+/// `DETAIL`, `HINT` and `CONTEXT` lines), without Consort's session marker.
+fn what_psql_said(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter(|l| *l != SESSION_OPENED && !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// What psql prints once its session with the branch is open (`\\warn`, before any statement

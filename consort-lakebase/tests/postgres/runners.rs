@@ -381,6 +381,14 @@ async fn the_command_sees_only_the_branch_credentials_and_allowed_variables() {
         "the secret is redacted in the excerpt"
     );
     assert!(!out.contains(ctx.conn.secret.expose()));
+    // A failing test that prints its connection in its failure's message (a TAP diagnostic)
+    // leaves the secret out of the outcome too.
+    let mut tap = cmd("echo 'not ok 1 - leaks'; echo \"  # $PGPASSWORD\"; echo '1..1'");
+    tap.tap = true;
+    let leaked = run_command(tap, &ctx).await;
+    let message = leaked.outcomes[0].message.clone().unwrap_or_default();
+    assert!(message.contains("***"), "{message}");
+    assert!(!message.contains(ctx.conn.secret.expose()), "{message}");
     assert!(
         out.contains(&format!("{}|{}", ctx.conn.user, ctx.conn.database)),
         "the credentials work: {out}"
@@ -505,6 +513,20 @@ async fn psql_runs_every_sql_test_file_in_its_own_rolled_back_transaction() {
     );
     assert_eq!(status(&r, "tests/t3_red.sql"), Some(TestStatus::Failed));
     assert!(r.output_excerpt.contains("negative stock must exist"));
+    // What the server said is the failing test's own message; a passing test has none.
+    let said = |name: &str| {
+        r.outcomes
+            .iter()
+            .find(|o| o.name == name)
+            .and_then(|o| o.message.clone())
+    };
+    let red = said("tests/t3_red.sql").expect("the failure's message");
+    assert!(
+        red.contains("ERROR:") && red.contains("negative stock must exist"),
+        "{red}"
+    );
+    assert!(!red.contains("psql session opened"), "{red}");
+    assert_eq!(said("tests/t1_receive.sql"), None);
     assert!(!r.exit.success());
     // Tests leave nothing behind; the loaded code stays.
     let left = must_query(&ctx.conn, "SELECT count(*) FROM stock").await;

@@ -299,27 +299,7 @@ pub(super) fn next_after(
                 then: None,
             }))
         }
-        Done::BaselineRan { failing, then } => {
-            let unjudged: Vec<String> = failing
-                .into_iter()
-                .filter(|t| !s.is_quarantined(t))
-                .collect();
-            match (unjudged.is_empty(), then) {
-                (true, Some(then)) => Go(*then),
-                (true, None) => {
-                    let test = current_id(s)?;
-                    Go(observe(agent(s, Step::Red { test }, 0, Vec::new())))
-                }
-                (false, then) => {
-                    let escalation = failing_before(&unjudged, then.is_some());
-                    let resume = Pending::Baseline {
-                        request: crate::RequestId(s.next_request + 1),
-                        then,
-                    };
-                    Next::Halt(escalation, resume)
-                }
-            }
-        }
+        Done::BaselineRan { failing, then } => after_baseline(s, failing, then)?,
         Done::ChangeAccepted {
             step,
             attempt,
@@ -386,6 +366,34 @@ pub(super) fn next_after(
 }
 
 /// The halt for tests that failed in the baseline, before any agent acted: a person decides.
+/// The baseline ran: a halt for a person while a test failing there is not quarantined;
+/// otherwise what was pending when it was asked for again, or the build lane's first RED.
+fn after_baseline(
+    s: &mut State,
+    failing: Vec<String>,
+    then: Option<Box<Pending>>,
+) -> Result<Next, RuleViolation> {
+    let unjudged: Vec<String> = failing
+        .into_iter()
+        .filter(|t| !s.is_quarantined(t))
+        .collect();
+    Ok(match (unjudged.is_empty(), then) {
+        (true, Some(then)) => Next::Go(*then),
+        (true, None) => {
+            let test = current_id(s)?;
+            Next::Go(observe(agent(s, Step::Red { test }, 0, Vec::new())))
+        }
+        (false, then) => {
+            let escalation = failing_before(&unjudged, then.is_some());
+            let resume = Pending::Baseline {
+                request: crate::RequestId(s.next_request + 1),
+                then,
+            };
+            Next::Halt(escalation, resume)
+        }
+    })
+}
+
 fn failing_before(tests: &[String], after_a_harness_change: bool) -> Escalation {
     let shown: Vec<&str> = tests.iter().take(20).map(String::as_str).collect();
     let more = tests.len().saturating_sub(shown.len());

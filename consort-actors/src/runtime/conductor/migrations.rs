@@ -112,6 +112,21 @@ pub(super) fn from_disk(
     Ok(out)
 }
 
+/// The project's existing migrations, as every run of a feature starts from them before its
+/// design's (see [`from_disk`]): the migrations directory's files in version order, an earlier
+/// feature's under its version; none unless [`MigrationFiles::apply_existing`]. What
+/// `consort doctor --baseline` builds its branch's base from.
+pub fn existing_migrations(
+    work: &WorkTree,
+    files: &MigrationFiles,
+    earlier: &[EarlierMigration],
+) -> Result<Vec<Migration>, ConductorError> {
+    if !files.apply_existing {
+        return Ok(Vec::new());
+    }
+    existing(work, files, &[], earlier)
+}
+
 /// The `.sql` files of the migrations directory that are not the design's, in version order
 /// (a tool's `.down.sql` undo files left out; `.up.sql` counts as the migration).
 fn existing(

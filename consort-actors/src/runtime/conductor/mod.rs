@@ -45,6 +45,7 @@ use crate::worktree::{PathIoError, WorkTree, WorkTreeError};
 pub use endpoints::{
     DirectLakebase, DirectRole, LakebaseEndpoint, RoleEndpoint, SupervisedLakebase, SupervisedRole,
 };
+pub use migrations::existing_migrations;
 
 /// Where the frozen design is written, relative to the work tree, by a conductor with the
 /// default [`ConductorConfig::record_dir`].
