@@ -1,6 +1,8 @@
 //! The shared-file feature of `shared_file.rs` on jest, vitest and `go test`: three entries in
 //! the project's own test file, each RED adding its test beside the accepted ones (and the
 //! names it needs to an import the accepted tests share), a file-wide hook refused on the way.
+//! The last RED names what is not written yet — a module (jest, vitest), a function (go) — so
+//! the file (the package) does not load: that is its RED, while the project's other tests run.
 
 use crate::adopt::adopt_and_run;
 use crate::common::{ledger_text, toolchain, write};
@@ -14,6 +16,7 @@ const CHECKS: [(&str, &str, &str); 3] = [
 ];
 
 /// The JavaScript of each function, in order.
+/// The third is in a module of its own, `src/listing.js`, that T3's RED names before it exists.
 const FUNCTIONS: [&str; 3] = [
     "async function total(client) {\n  const r = await client.query('SELECT coalesce(sum(qty), 0)::int AS t FROM counts');\n  return r.rows[0].t;\n}\n",
     "async function countOf(client, sku) {\n  const r = await client.query('SELECT qty FROM counts WHERE sku = $1', [sku]);\n  return r.rows[0].qty;\n}\n",
@@ -24,7 +27,7 @@ const NAMES: [&str; 3] = ["total", "countOf", "skus"];
 /// The project's test file with the first `n` of the feature's tests, importing the names they
 /// need; `hook` adds a top-level `beforeEach` (a cheat).
 fn js_tests(esm: bool, n: usize, hook: bool) -> String {
-    let names = NAMES[..n.max(1)].join(", ");
+    let names = NAMES[..n.clamp(1, 2)].join(", ");
     let mut s = if esm {
         format!(
             "import {{ test, expect, beforeEach }} from 'vitest';\nimport pg from 'pg';\nimport {{ {names} }} from '../src/counts.js';\n"
@@ -32,6 +35,13 @@ fn js_tests(esm: bool, n: usize, hook: bool) -> String {
     } else {
         format!("const pg = require('pg');\nconst {{ {names} }} = require('../src/counts');\n")
     };
+    if n >= 3 {
+        s.push_str(if esm {
+            "import { skus } from '../src/listing.js';\n"
+        } else {
+            "const { skus } = require('../src/listing');\n"
+        });
+    }
     s.push_str(
         "\nasync function withClient(fn) {\n  const c = new pg.Client({ connectionString: process.env.DATABASE_URL });\n  await c.connect();\n  try {\n    await c.query('BEGIN');\n    await c.query(\"INSERT INTO counts (sku, qty, note) VALUES ('A', 3, 'x'), ('B', 4, NULL)\");\n    return await fn(c);\n  } finally {\n    await c.query('ROLLBACK');\n    await c.end();\n  }\n}\n\ntest('the module loads', () => {\n  expect(typeof total).toBe('function');\n});\n",
     );
@@ -48,10 +58,10 @@ fn js_tests(esm: bool, n: usize, hook: bool) -> String {
     s
 }
 
-/// The code with the first `n` functions written and the rest still to come.
+/// `src/counts.js` with the first `n` of its two functions written and the rest still to come.
 fn js_code(esm: bool, n: usize) -> String {
     let mut s = String::new();
-    for (i, f) in FUNCTIONS.iter().enumerate() {
+    for (i, f) in FUNCTIONS[..2].iter().enumerate() {
         let f = if i < n {
             f.to_string()
         } else {
@@ -61,13 +71,35 @@ fn js_code(esm: bool, n: usize) -> String {
         s.push_str(&f);
         s.push('\n');
     }
-    let names = NAMES.join(", ");
-    s.push_str(&if esm {
+    s.push_str(&exports(esm, &NAMES[..2]));
+    s
+}
+
+/// `src/listing.js`, which T3's GREEN writes.
+fn js_listing(esm: bool) -> String {
+    format!("{}\n{}", FUNCTIONS[2], exports(esm, &NAMES[2..]))
+}
+
+/// The line that exports `names`.
+fn exports(esm: bool, names: &[&str]) -> String {
+    let names = names.join(", ");
+    if esm {
         format!("export {{ {names} }};\n")
     } else {
         format!("module.exports = {{ {names} }};\n")
-    });
-    s
+    }
+}
+
+/// A test file of the project's own beside the feature's: it runs in every run.
+fn js_labels_test(esm: bool) -> String {
+    let import = if esm {
+        "import { test, expect } from 'vitest';\n\n"
+    } else {
+        ""
+    };
+    format!(
+        "{import}test('labels name their sku', () => {{\n  expect(`sku ${{'A'}}`).toBe('sku A');\n}});\n"
+    )
 }
 
 /// The shared-file feature on a Node project tested with `tool` at `version`.
@@ -90,6 +122,7 @@ fn node_case(tool: &str, version: &str, extra: &[&str]) {
             ("package.json", &package),
             ("src/counts.js", &js_code(esm, 0)),
             (path, &js_tests(esm, 0, false)),
+            ("test/labels.test.js", &js_labels_test(esm)),
             (
                 "migrations/0001_counts.sql",
                 "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
@@ -108,7 +141,11 @@ fn node_case(tool: &str, version: &str, extra: &[&str]) {
                 name: format!("{path}::{}", CHECKS[n - 1].0),
                 path,
                 reds,
-                green: vec![("src/counts.js", js_code(esm, n))],
+                green: if n == 3 {
+                    vec![("src/listing.js", js_listing(esm))]
+                } else {
+                    vec![("src/counts.js", js_code(esm, n))]
+                },
             }
         })
         .collect();
@@ -118,21 +155,14 @@ fn node_case(tool: &str, version: &str, extra: &[&str]) {
         js_tests(esm, 3, false)
     );
     assert_hook_refused_once(dir);
-    // T2's and T3's REDs named a function not written yet: the package did not build, which
-    // was their RED, while the other package's test ran and passed.
+    // T3's RED named a module not written yet: the shared file did not load, which was its
+    // RED (its accepted tests not run because of it), while the project's other file ran.
     let ledger = ledger_text(dir);
-    for symbol in ["Most", "Least"] {
-        assert!(ledger.contains(&format!("undefined: {symbol}")), "{ledger}");
-    }
     assert!(
-        ledger.contains("example.com/shelf [build failed]"),
-        "{ledger}"
+        ledger.contains("\"module\":\"src/listing"),
+        "the receipt names the missing module: {ledger}"
     );
-    assert!(
-        ledger.contains("\"test_file\":\"shelf_test.go\""),
-        "the receipt names the package that did not build: {ledger}"
-    );
-    assert!(ledger.contains("TestLabel"), "{ledger}");
+    assert!(ledger.contains("labels name their sku"), "{ledger}");
     assert!(!ledger.contains("red-broke-green-test"), "{ledger}");
     assert!(!ledger.contains("red-test-not-run"), "{ledger}");
 }
@@ -255,4 +285,21 @@ fn go_three_tests_in_the_projects_own_test_file_run_to_done() {
         go_tests(3, false)
     );
     assert_hook_refused_once(dir);
+    // T2's and T3's REDs named a function not written yet: the package did not build, which
+    // was their RED, while the other package's test ran and passed.
+    let ledger = ledger_text(dir);
+    for symbol in ["Most", "Least"] {
+        assert!(ledger.contains(&format!("undefined: {symbol}")), "{ledger}");
+    }
+    assert!(
+        ledger.contains("example.com/shelf [build failed]"),
+        "{ledger}"
+    );
+    assert!(
+        ledger.contains("\"test_file\":\"shelf_test.go\""),
+        "the receipt names the package that did not build: {ledger}"
+    );
+    assert!(ledger.contains("TestLabel"), "{ledger}");
+    assert!(!ledger.contains("red-broke-green-test"), "{ledger}");
+    assert!(!ledger.contains("red-test-not-run"), "{ledger}");
 }

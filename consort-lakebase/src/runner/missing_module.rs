@@ -28,13 +28,19 @@ const JS_EXTENSIONS: [&str; 8] = ["js", "mjs", "cjs", "ts", "mts", "cts", "jsx",
 const PYTHON_ROOTS: [&str; 2] = ["", "src"];
 
 /// The failed outcomes of a run of `tree` that failed to load for a missing module of the
-/// project (see the module documentation).
-pub(crate) fn read(tree: &Path, outcomes: &[TestOutcome]) -> Vec<MissingModule> {
+/// project (see the module documentation). A run that failed naming no test (its
+/// [`TestOutcome::WHOLE_RUN`] outcome: jest's report leaves out a file that did not load) is
+/// read from its `output`.
+pub(crate) fn read(tree: &Path, outcomes: &[TestOutcome], output: &str) -> Vec<MissingModule> {
     outcomes
         .iter()
         .filter(|o| o.is_failure())
         .flat_map(|o| {
-            let message = o.message.as_deref().unwrap_or("");
+            let message = match o.message.as_deref() {
+                Some(message) => message,
+                None if o.name == TestOutcome::WHOLE_RUN => output,
+                None => "",
+            };
             let found = match js_missing(tree, message).or_else(|| python_missing(tree, message)) {
                 Some(one) => vec![one],
                 None => go_missing(tree, message),
@@ -252,7 +258,7 @@ mod tests {
     }
 
     fn modules(tree: &Path, message: &str) -> Vec<(String, String)> {
-        read(tree, &[failed(message)])
+        read(tree, &[failed(message)], "")
             .into_iter()
             .map(|m| (m.test_file, m.module))
             .collect()
@@ -316,7 +322,7 @@ mod tests {
             ))
         };
         assert!(
-            read(t.path(), &[passed]).is_empty(),
+            read(t.path(), &[passed], "").is_empty(),
             "a passed outcome is no load failure"
         );
     }
@@ -351,5 +357,25 @@ mod tests {
         ] {
             assert!(modules(t.path(), other).is_empty(), "{other}");
         }
+    }
+
+    #[test]
+    fn a_run_that_failed_naming_no_test_is_read_from_its_output() {
+        let t = tree();
+        let jest = "FAIL test/t1.test.js\n  ● Test suite failed to run\n\n    Cannot find module '../src/orders' from 'test/t1.test.js'\n";
+        let whole = TestOutcome::new(TestOutcome::WHOLE_RUN, TestStatus::Errored);
+        let found = read(t.path(), std::slice::from_ref(&whole), jest);
+        assert_eq!(
+            found
+                .iter()
+                .map(|m| (m.outcome.as_str(), m.test_file.as_str(), m.module.as_str()))
+                .collect::<Vec<_>>(),
+            [(TestOutcome::WHOLE_RUN, "test/t1.test.js", "src/orders")]
+        );
+        let named = TestOutcome::new("test/t1.test.js::x", TestStatus::Failed);
+        assert!(
+            read(t.path(), &[named], jest).is_empty(),
+            "a test's own failure is read from its own message only"
+        );
     }
 }

@@ -568,7 +568,11 @@ impl Verifier {
         timings: RunTimings,
         report: RunReport,
     ) -> TestRunReceipt {
-        let missing_modules = crate::runner::missing_module::read(&req.work_tree, &report.outcomes);
+        let missing_modules = crate::runner::missing_module::read(
+            &req.work_tree,
+            &report.outcomes,
+            &report.output_excerpt,
+        );
         TestRunReceipt {
             request_id: req.id,
             workspace_hash,
