@@ -130,8 +130,13 @@ pub(crate) fn describe(p: &Progress) -> String {
             format!("  run {request} on {branch}: {passed} passed, {failed} not passed")
         }
         Progress::Refused { violation } => format!("  refused: {violation}"),
-        Progress::GateWaiting { gate, hash } => {
-            format!("gate: {gate} waits for approval of {hash}")
+        Progress::GateWaiting {
+            gate,
+            hash,
+            summary,
+        } => {
+            let said: String = summary.lines().map(|l| format!("\n  {l}")).collect();
+            format!("gate: {gate} waits for approval of {hash}{said}")
         }
         Progress::Stopped { outcome } => format!("stopped: {outcome}"),
     }

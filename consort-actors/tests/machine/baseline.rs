@@ -1,5 +1,6 @@
-//! The baseline: the project's whole suite, run before any agent acts. What fails there halts
-//! the run for a person (no agent is charged); a quarantined test's failures judge nothing.
+//! The baseline: the project's whole suite, run before the design gate, before any agent of the
+//! build lane acts. What fails there halts the run for a person (no agent is charged) and is
+//! shown at the gate; a quarantined test's failures judge nothing.
 
 use super::*;
 
@@ -16,7 +17,7 @@ fn quarantine(test: &str) -> Event {
     }
 }
 
-/// A run whose design was just approved: the baseline is pending.
+/// A run whose test list was just accepted: the baseline is pending, before the design gate.
 fn at_baseline() -> (Run, RequestId) {
     let mut r = Run::new();
     // The project has a test of its own: there is a suite to run before the feature.
@@ -24,19 +25,22 @@ fn at_baseline() -> (Run, RequestId) {
         summary: String::new(),
         changes: vec![write(OWN, "def test_ok(): pass")],
     });
-    r.design_lane(false);
-    let (gate, hash) = r.gate_hash();
-    r.ok(Event::Gate {
-        approval: approval(gate, hash),
-    });
+    r.design_to_test_list(false);
     r.observe();
     let Pending::Baseline { request, .. } = r.pending() else {
         panic!(
-            "the baseline follows the design gate, got {:?}",
+            "the baseline comes before the design gate, got {:?}",
             r.pending()
         )
     };
     (r, request)
+}
+
+/// Approves the design gate the baseline led to; the first RED is observed, then assigned.
+fn through_the_gate(r: &mut Run) {
+    assert!(r.s.pending_gate().is_some(), "{:?}", r.pending());
+    r.approve();
+    r.observe();
 }
 
 fn baseline_receipt(r: &Run, request: RequestId, failing: &[&str]) -> TestRunReceipt {
@@ -97,7 +101,13 @@ fn the_baseline_runs_before_any_agent_and_a_test_failing_there_halts_for_a_perso
     r.ok(Event::VerifyCompleted {
         receipt: baseline_receipt(&r, again, &[FLAKY]),
     });
-    r.observe();
+    // The design gate waits, with the baseline's finding to show.
+    assert_eq!(r.s.pending_gate().map(|(g, _)| g), Some(GateKind::Design));
+    assert_eq!(
+        r.s.baseline.as_ref().map(|b| b.failing.clone()),
+        Some(vec![FLAKY.to_string()])
+    );
+    through_the_gate(&mut r);
     assert!(matches!(
         r.assignment().1,
         Step::Red { ref test } if test == "T1"
@@ -111,7 +121,7 @@ fn a_quarantined_test_failing_judges_no_red_and_no_green() {
     r.ok(Event::VerifyCompleted {
         receipt: baseline_receipt(&r, request, &[FLAKY]),
     });
-    r.observe();
+    through_the_gate(&mut r);
     // RED: the new test fails, and so does the quarantined one: a RED all the same.
     r.produce(cs(vec![write("tests/t1.sql", "assert false;")]))
         .expect("red accepted");
@@ -145,7 +155,7 @@ fn a_test_not_quarantined_still_judges_a_green() {
     r.ok(Event::VerifyCompleted {
         receipt: baseline_receipt(&r, request, &[]),
     });
-    r.observe();
+    through_the_gate(&mut r);
     r.red("tests/t1.sql", &[]);
     r.produce(cs(vec![write("src/code.sql", "-- 1")]))
         .expect("green accepted");
@@ -166,13 +176,10 @@ fn a_test_not_quarantined_still_judges_a_green() {
 #[test]
 fn a_project_without_a_test_has_no_baseline_to_run() {
     let mut r = Run::new();
-    r.design_lane(false);
-    let (gate, hash) = r.gate_hash();
-    r.ok(Event::Gate {
-        approval: approval(gate, hash),
-    });
+    r.design_to_test_list(false);
     r.observe();
-    r.observe();
+    assert!(r.s.pending_gate().is_some(), "the gate, no baseline");
+    through_the_gate(&mut r);
     assert!(matches!(r.assignment().1, Step::Red { .. }));
     assert!(r.s.baseline.is_none());
 }
@@ -202,11 +209,7 @@ fn a_quarantine_made_in_an_earlier_feature_holds_in_the_next() {
         summary: String::new(),
         changes: vec![write(OWN, "def test_ok(): pass")],
     });
-    r.design_lane(false);
-    let (gate, hash) = r.gate_hash();
-    r.ok(Event::Gate {
-        approval: approval(gate, hash),
-    });
+    r.design_to_test_list(false);
     r.observe();
     let Pending::Baseline { request, .. } = r.pending() else {
         panic!("the baseline, got {:?}", r.pending())
@@ -216,7 +219,7 @@ fn a_quarantine_made_in_an_earlier_feature_holds_in_the_next() {
     r.ok(Event::VerifyCompleted {
         receipt: baseline_receipt(&r, request, &[FLAKY]),
     });
-    r.observe();
+    through_the_gate(&mut r);
     assert!(matches!(r.assignment().1, Step::Red { .. }), "not halted");
     assert_eq!(
         r.refused(quarantine(FLAKY)),
@@ -248,7 +251,7 @@ fn a_harness_change_runs_the_baseline_again_before_the_run_goes_on() {
     r.ok(Event::VerifyCompleted {
         receipt: baseline_receipt(&r, request, &[]),
     });
-    r.observe();
+    through_the_gate(&mut r);
     r.red("tests/t1.sql", &[]);
     let green = r.pending();
     assert!(matches!(r.assignment().1, Step::Green { .. }));
@@ -306,10 +309,10 @@ fn a_harness_change_runs_the_baseline_again_before_the_run_goes_on() {
     );
 }
 
-/// Before the build lane opens there is no baseline to run again: a harness change in the
-/// design lane changes nothing pending.
+/// Where no baseline ran (a project with no test yet, at its design gate), a harness change
+/// asks for none: nothing pending changes.
 #[test]
-fn a_harness_change_before_the_build_lane_runs_no_baseline() {
+fn a_harness_change_where_no_baseline_ran_asks_for_none() {
     let mut r = Run::new();
     r.design_lane(false);
     let before = r.pending();

@@ -290,20 +290,21 @@ impl Run {
         self.s.pending_gate().expect("a gate is pending")
     }
 
-    /// Approves the pending gate; after the design gate, the tree is observed and the baseline
-    /// runs and finds the project's suite green (the commands are those that follow it).
+    /// Approves the pending gate.
     fn approve(&mut self) -> Vec<Command> {
         let (gate, hash) = self.gate_hash();
-        let commands = self.ok(Event::Gate {
+        self.ok(Event::Gate {
             approval: approval(gate, hash),
-        });
-        match self.s.pending.clone() {
-            Some(Pending::Observe { then }) if matches!(*then, Pending::Baseline { .. }) => {}
-            _ => return commands,
-        }
+        })
+    }
+
+    /// The tree observed before the design gate and, when it holds a test, the baseline run
+    /// and finding the project's suite green: the design gate waits (the commands are those
+    /// that follow it).
+    fn baseline_before_the_gate(&mut self) -> Vec<Command> {
         let commands = self.observe();
         let Pending::Baseline { request, .. } = self.pending() else {
-            // No test on disk, none inherited: no baseline; the first RED is observed next.
+            // No test on disk, none inherited: no baseline; the gate waits.
             return commands;
         };
         let receipt = receipt_with(request, self.workspace_hash(), &[], 0, "baseline");
@@ -340,11 +341,13 @@ impl Run {
             .expect("schema");
     }
 
+    /// The design lane to its gate: every artifact accepted, the baseline before the gate.
     fn design_lane(&mut self, user_facing: bool) {
         self.design_to_test_list(user_facing);
         if user_facing {
             self.produce(Artifact::UxDesign(ux())).expect("ux");
         }
+        self.baseline_before_the_gate();
     }
 
     fn reach_build(&mut self) {

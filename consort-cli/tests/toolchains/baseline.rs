@@ -1,7 +1,7 @@
 //! The baseline on a pytest project one of whose own tests cannot pass on a branch (it needs a
 //! superuser): `consort doctor --baseline` names it before any feature, the feature's baseline
-//! names it before the first RED, no agent is charged, a person quarantines it, and the feature
-//! goes to done with `verify` showing the quarantine.
+//! names it before the design gate, no agent is charged, a person quarantines it, the gate shows
+//! it, and the feature goes to done with `verify` showing the quarantine.
 
 use crate::adopt::PYPROJECT;
 use crate::common::{
@@ -115,10 +115,15 @@ fn a_project_test_that_cannot_pass_on_a_branch_is_named_by_the_baseline_and_quar
         text(&o)
     );
     assert_exit(&consort(&["retry", "--by", "ada"]), 0, "retry");
-    assert_exit(
-        &run(approving_run(dir).env("PATH", &path)),
-        0,
-        "the run reaches done",
+    let o = run(approving_run(dir).env("PATH", &path));
+    assert_exit(&o, 0, "the run reaches done");
+    // The design gate showed what fails before the feature, and who set it aside.
+    assert!(
+        text(&o).contains(&format!(
+            "baseline: 1 test fails before the feature, judging nothing: {NEEDS_A_SUPERUSER} (quarantined by ada: ALTER SYSTEM needs a superuser)"
+        )),
+        "{}",
+        text(&o)
     );
     let verify = run(consort_in("verify", dir).env("PATH", &path));
     assert_exit(&verify, 0, "verify passes");

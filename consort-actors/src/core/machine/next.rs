@@ -245,9 +245,10 @@ pub(super) fn row(kind: DoneKind) -> (Phase, &'static str, &'static [Phase]) {
         DoneKind::TestList => (Design, "test list accepted", &[Design, DesignGate]),
         DoneKind::Ux => (Design, "UX design accepted", &[DesignGate]),
         DoneKind::DesignApproved => (DesignGate, "design approved", &[Build]),
-        // Run again after a harness change, the baseline is in the phase of what it goes on
-        // with (`State::phase` looks through it), so only its halt changes the phase.
-        DoneKind::BaselineRan => (Build, "baseline ran", &[Build, Halted]),
+        // The baseline is in the phase of what it goes on with (`State::phase` looks through
+        // it): the design gate, or after a harness change whatever was pending; only its halt
+        // changes the phase.
+        DoneKind::BaselineRan => (DesignGate, "baseline ran", &[DesignGate, Halted]),
         DoneKind::ChangeAccepted => (Build, "change set accepted", &[Build]),
         DoneKind::Applied => (Build, "change applied", &[Build]),
         DoneKind::RedFails => (Build, "RED fails as it should", &[Build]),
@@ -285,19 +286,26 @@ pub(super) fn next_after(
         Done::RevisionAsked { step, reasons } => revise_or_halt(cfg, s, &step, reasons),
         Done::Schema => Go(agent(s, Step::TestList, 0, Vec::new())),
         Done::TestList if user_facing(s) => Go(agent(s, Step::Ux, 0, Vec::new())),
-        Done::TestList | Done::Ux => Go(design_gate(s)?),
-        // The build lane, per entry: RED → apply → verify → GREEN → apply → verify (repairs) →
-        // REFACTOR → apply → verify (dropped if it breaks) → REVIEW (change requests loop back
-        // to REFACTOR) → the next entry's RED, or the deploy gate after the last.
-        // The baseline first: the project's suite as it stands (observed first: the design and
-        // the test files as frozen), before any agent acts.
-        Done::DesignApproved => {
-            s.build = Default::default();
+        // The baseline before the gate: the project's suite as it stands (observed first), so
+        // the person approving the design sees what fails before the feature, and no agent of
+        // the build lane is ever charged for it.
+        Done::TestList | Done::Ux => {
+            let gate = design_gate(s)?;
             let request = next_request(s);
             Go(observe(Pending::Baseline {
                 request,
-                then: None,
+                then: Some(Box::new(gate)),
             }))
+        }
+        // The build lane, per entry: RED → apply → verify → GREEN → apply → verify (repairs) →
+        // REFACTOR → apply → verify (dropped if it breaks) → REVIEW (change requests loop back
+        // to REFACTOR) → the next entry's RED, or the deploy gate after the last.
+        // The baseline ran before the gate: the first RED, observed first (the design and the
+        // test files as frozen).
+        Done::DesignApproved => {
+            s.build = Default::default();
+            let test = current_id(s)?;
+            Go(observe(agent(s, Step::Red { test }, 0, Vec::new())))
         }
         Done::BaselineRan { failing, then } => after_baseline(s, failing, then)?,
         Done::ChangeAccepted {
@@ -400,7 +408,7 @@ fn failing_before(tests: &[String], after_a_harness_change: bool) -> Escalation 
     let when = if after_a_harness_change {
         "run again because a person changed the harness (the feature's own tests set aside)"
     } else {
-        "before any agent acted"
+        "before the design gate, before any agent of the build lane acted"
     };
     escalation(
         "baseline",

@@ -232,6 +232,10 @@ pub enum Progress {
         gate: GateKind,
         /// The hash to approve.
         hash: ContentHash,
+        /// What the gate approves, in words (the approver's
+        /// [`GateRequest::summary`](crate::GateRequest)): for the design gate, what it holds and
+        /// what the baseline found.
+        summary: String,
     },
     /// The run stopped.
     Stopped {
@@ -1376,7 +1380,11 @@ impl ConductorState {
                 blocking(|| migrations::write_frozen(&self.work, files, plan))?;
             }
         }
-        self.progress(Progress::GateWaiting { gate, hash });
+        self.progress(Progress::GateWaiting {
+            gate,
+            hash,
+            summary: summary.clone(),
+        });
         let approver = Arc::clone(&self.wiring.approver);
         let timeout = self.wiring.config.gate_timeout;
         let me = myself.clone();
@@ -1412,6 +1420,31 @@ impl ConductorState {
     }
 }
 
+/// What the baseline found, for the design gate: the tests failing before the feature (each
+/// quarantined, or the run would have halted), or that the project's suite passed; nothing
+/// when there was no suite to run.
+fn baseline_said(s: &State) -> String {
+    let Some(baseline) = &s.baseline else {
+        return String::new();
+    };
+    if baseline.failing.is_empty() {
+        return "\nbaseline: the project's tests pass before the feature".into();
+    }
+    let each: Vec<String> = baseline
+        .failing
+        .iter()
+        .map(|t| match s.quarantines().find(|q| q.test == *t) {
+            Some(q) => format!("{t} (quarantined by {}: {})", q.by, q.reason),
+            None => t.clone(),
+        })
+        .collect();
+    format!(
+        "\nbaseline: {} before the feature, judging nothing: {}",
+        crate::counted(baseline.failing.len() as u64, "test fails", "tests fail"),
+        each.join(", ")
+    )
+}
+
 /// A human-readable summary of what a gate approves.
 pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
     match gate {
@@ -1431,12 +1464,13 @@ pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
                 _ => String::new(),
             };
             format!(
-                "design of {}: {}, {}, {}, {migrations}{}{unrealised}",
+                "design of {}: {}, {}, {}, {migrations}{}{unrealised}{}",
                 s.feature.as_ref().map_or("?", |f| f.id.as_str()),
                 n(stories, "story", "stories"),
                 n(acs, "acceptance criterion", "acceptance criteria"),
                 n(tests, "test", "tests"),
-                if s.ux.is_some() { ", a UX design" } else { "" }
+                if s.ux.is_some() { ", a UX design" } else { "" },
+                baseline_said(s),
             )
         }
         GateKind::Deploy => format!(
