@@ -902,7 +902,7 @@ async fn design_changed_after_approval(world: &World) -> String {
     let approved_len = case.events().len();
 
     let (report, events, _) = case.run(case.ensemble(world, "")).await;
-    halted_for_rule(&report, "observe before baseline");
+    halted_for_rule(&report, "observe before red/T1");
     assert_eq!(
         refusals(&events),
         vec![RuleViolation::DesignHashMismatch {
@@ -922,7 +922,7 @@ async fn design_changed_after_approval(world: &World) -> String {
     );
     assert!(report.state.receipts.is_empty());
     assert!(!case.work.join("tests").exists() && !case.work.join("src").exists());
-    "DesignHashMismatch before the baseline; no build step ran".into()
+    "DesignHashMismatch before T1's RED; no build step ran".into()
 }
 
 fn approval(gate: GateKind, hash: ContentHash) -> GateApproval {

@@ -7,8 +7,10 @@
 //! the suite run whole (`[runner] shards = 1`, as before suites were split), split from the
 //! first run (`split_above_secs = 0`), and split with `per_step = "feature"`. Each size's figures: the feature's wall
 //! time, its verifications, per verification the branch's acquire, its migrations and the run
-//! (from the receipts), a passing full verification and the failing GREEN; then each against
-//! whole, beside the goals.
+//! (from the receipts), a passing full verification and the failing GREEN, and the baseline
+//! (the project's whole suite run once before the design gate: branch, migrations and run, from
+//! its receipt in the ledger) with its share of the feature; then each against whole, beside
+//! the goals.
 //!
 //! Needs `python3` with `pytest` and `psycopg` (`.ci/run` installs them), and Node.js with
 //! npm (vitest 3 and node-postgres are installed from npm on first use, as the runner matrix
@@ -274,12 +276,15 @@ struct Curve {
     full: Duration,
     /// The run of the failing GREEN (T1's first).
     failing_green: Duration,
+    /// The baseline's branch, migrations and run.
+    baseline: Duration,
 }
 
 fn drive(rt: &tokio::runtime::Runtime, stack: Stack, tests: usize, mode: Mode) -> Curve {
     let tmp = project(stack, tests, mode);
     let t = Instant::now();
-    let report = common::run_once(rt, &Project::open(tmp.path()).expect("project"));
+    let project = Project::open(tmp.path()).expect("project");
+    let report = common::run_once(rt, &project);
     let wall = t.elapsed();
     assert_eq!(report.outcome, RunOutcome::Done, "{tests} tests: done");
     let receipts = &report.state.receipts;
@@ -303,9 +308,29 @@ fn drive(rt: &tokio::runtime::Runtime, stack: Stack, tests: usize, mode: Mode) -
         .rfind(|r| fails(r, stack.failing_test()))
         .map(ms)
         .expect("T1's failing GREEN");
+    let baseline = report
+        .state
+        .baseline
+        .as_ref()
+        .expect("the suite ran before the gate");
+    let baseline = consort_testkit::ledger::events(&project.ledger_path())
+        .into_iter()
+        .find_map(|e| match e {
+            consort::actors::Event::VerifyCompleted { receipt }
+                if receipt.request_id == baseline.request =>
+            {
+                let t = &receipt.timings;
+                Some(Duration::from_millis(
+                    t.acquire_ms + t.migrate_ms + t.run_ms,
+                ))
+            }
+            _ => None,
+        })
+        .expect("the baseline's receipt");
     Curve {
         wall,
         verifications: receipts.len(),
+        baseline,
         acquire: sum(|t| t.acquire_ms),
         migrate: sum(|t| t.migrate_ms),
         run: sum(|t| t.run_ms),
@@ -317,7 +342,7 @@ fn drive(rt: &tokio::runtime::Runtime, stack: Stack, tests: usize, mode: Mode) -
 fn describe(c: &Curve) -> String {
     let per = |d: Duration| common::fmt(d / c.verifications.max(1) as u32);
     format!(
-        "feature {} over {} verifications; per verification: acquire {}, migrate {}, run {}; a full verification {}, the failing GREEN {}",
+        "feature {} over {} verifications; per verification: acquire {}, migrate {}, run {}; a full verification {}, the failing GREEN {}; the baseline {} ({:.0} % of the feature)",
         common::fmt(c.wall),
         c.verifications,
         per(c.acquire),
@@ -325,6 +350,8 @@ fn describe(c: &Curve) -> String {
         per(c.run),
         common::fmt(c.full),
         common::fmt(c.failing_green),
+        common::fmt(c.baseline),
+        100.0 * ratio(c.baseline, c.wall),
     )
 }
 
