@@ -594,8 +594,14 @@ pub struct MissingModule {
     pub outcome: String,
     /// The test file that failed to load, relative to the work tree.
     pub test_file: String,
-    /// The module it imports, relative to the work tree (`src/orders.js`, `app/orders.py`).
+    /// The module it imports, relative to the work tree (`src/orders.js`, `app/orders.py`; a Go
+    /// package's directory; a Rust crate's `src/lib.rs`).
     pub module: String,
+    /// Whether the load failure kept every test of the run from running, not only this file's:
+    /// cargo builds every test target before it runs one, so a test target that does not
+    /// compile runs nothing. Every expected test is then not run because of the RED.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stops_every_test: bool,
 }
 
 /// How a test run was confined; every receipt records it.

@@ -36,6 +36,17 @@ fn at_baseline() -> (Run, RequestId) {
     (r, request)
 }
 
+/// A run whose baseline found the project's suite green, at T1's GREEN (its RED accepted).
+fn at_green_after_a_clean_baseline() -> Run {
+    let (mut r, request) = at_baseline();
+    r.ok(Event::VerifyCompleted {
+        receipt: baseline_receipt(&r, request, &[]),
+    });
+    through_the_gate(&mut r);
+    r.red("tests/t1.sql", &[]);
+    r
+}
+
 /// Approves the design gate the baseline led to; the first RED is observed, then assigned.
 fn through_the_gate(r: &mut Run) {
     assert!(r.s.pending_gate().is_some(), "{:?}", r.pending());
@@ -151,12 +162,7 @@ fn a_quarantined_test_failing_judges_no_red_and_no_green() {
 
 #[test]
 fn a_test_not_quarantined_still_judges_a_green() {
-    let (mut r, request) = at_baseline();
-    r.ok(Event::VerifyCompleted {
-        receipt: baseline_receipt(&r, request, &[]),
-    });
-    through_the_gate(&mut r);
-    r.red("tests/t1.sql", &[]);
+    let mut r = at_green_after_a_clean_baseline();
     r.produce(cs(vec![write("src/code.sql", "-- 1")]))
         .expect("green accepted");
     r.apply();
@@ -247,12 +253,7 @@ fn harness_change(from: &str, to: &str) -> Event {
 /// run goes on with what was pending when the harness changed.
 #[test]
 fn a_harness_change_runs_the_baseline_again_before_the_run_goes_on() {
-    let (mut r, request) = at_baseline();
-    r.ok(Event::VerifyCompleted {
-        receipt: baseline_receipt(&r, request, &[]),
-    });
-    through_the_gate(&mut r);
-    r.red("tests/t1.sql", &[]);
+    let mut r = at_green_after_a_clean_baseline();
     let green = r.pending();
     assert!(matches!(r.assignment().1, Step::Green { .. }));
 

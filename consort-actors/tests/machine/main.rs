@@ -1252,6 +1252,7 @@ fn a_test_file_that_fails_to_load_for_a_missing_module_of_the_code_is_a_red() {
         outcome: load.into(),
         test_file: test_file.into(),
         module: module.into(),
+        stops_every_test: false,
     };
     let red = |module: MissingModule, outcomes: &[(&str, TestStatus)]| {
         let mut r = Run::with_red_applied("x");
@@ -1297,6 +1298,34 @@ fn a_test_file_that_fails_to_load_for_a_missing_module_of_the_code_is_a_red() {
         v.expect_err("an earlier test broke"),
         RuleViolation::RedBrokeGreenTest {
             tests: vec!["tests/t0.sql".into()]
+        }
+    );
+}
+
+/// A load failure that keeps every test from running (cargo builds every test target before it
+/// runs one) leaves the earlier tests not run because of the RED; one that stops only its own
+/// file does not excuse an earlier test in another file that did not run.
+#[test]
+fn a_load_failure_that_stops_every_test_leaves_every_test_not_run_because_of_the_red() {
+    let red_of_t2 = |stops_every_test: bool| {
+        let mut r = Run::at_build();
+        r.full_test("tests/t1.sql", &[]);
+        r.observe();
+        r.write_and_apply("tests/t2.sql", "x");
+        let mut receipt = r.receipt(&[(TestOutcome::WHOLE_RUN, TestStatus::Errored)], 101);
+        receipt.missing_modules = vec![MissingModule {
+            outcome: TestOutcome::WHOLE_RUN.into(),
+            test_file: "tests/t2.sql".into(),
+            module: "src/lib.rs".into(),
+            stops_every_test,
+        }];
+        r.feed(Event::VerifyCompleted { receipt })
+    };
+    red_of_t2(true).expect("a RED: nothing ran because of it");
+    assert_eq!(
+        red_of_t2(false).expect_err("T1 did not run"),
+        RuleViolation::RedBrokeGreenTest {
+            tests: vec!["tests/t1.sql".into()]
         }
     );
 }

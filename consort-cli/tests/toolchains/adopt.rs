@@ -217,14 +217,16 @@ fn the_crate_links() {
         ),
     ]);
     let dir = tmp.path();
+    // The test names a function the crate does not have yet: its target does not compile, so
+    // nothing of the run runs — which is its RED.
     let test = r#"#[test]
 fn the_total_sums_the_quantities() {
     // Every run gets its branch of the database in the environment.
     assert!(std::env::var("DATABASE_URL").is_ok_and(|u| u.starts_with("postgres")));
-    assert_eq!(shelf::total(&[3, 4]), 7);
+    assert_eq!(shelf::sum_of(&[3, 4]), 7);
 }
 "#;
-    let code = "/// The total of the quantities.\npub fn total(quantities: &[i64]) -> i64 {\n    quantities.iter().sum()\n}\n";
+    let code = "/// The total of the quantities.\npub fn total(quantities: &[i64]) -> i64 {\n    sum_of(quantities)\n}\n\n/// The sum of the quantities.\npub fn sum_of(quantities: &[i64]) -> i64 {\n    quantities.iter().sum()\n}\n";
     let (init, doctor) = adopt_and_run(
         dir,
         &script(
@@ -254,7 +256,11 @@ fn the_total_sums_the_quantities() {
         "{log}"
     );
     // cargo runs whole, splitting on or not: each run builds the crate afresh.
-    assert!(!ledger_text(dir).contains("\"shards\":[{"));
+    let ledger = ledger_text(dir);
+    assert!(!ledger.contains("\"shards\":[{"));
+    // The RED was the build's failure for the function not written yet.
+    assert!(ledger.contains("cannot find function `sum_of`"), "{ledger}");
+    assert!(ledger.contains("\"stops_every_test\":true"), "{ledger}");
 }
 
 /// A Python service tested by pytest through psycopg, with its own test and migration in

@@ -41,16 +41,32 @@ pub(crate) fn read(tree: &Path, outcomes: &[TestOutcome], output: &str) -> Vec<M
                 None if o.name == TestOutcome::WHOLE_RUN => output,
                 None => "",
             };
-            let found = match js_missing(tree, message).or_else(|| python_missing(tree, message)) {
-                Some(one) => vec![one],
-                None => go_missing(tree, message),
-            };
-            found.into_iter().map(|(test_file, module)| MissingModule {
-                outcome: o.name.clone(),
-                test_file,
-                module,
-            })
+            found_in(tree, message)
+                .into_iter()
+                .map(|((test_file, module), stops_every_test)| MissingModule {
+                    outcome: o.name.clone(),
+                    test_file,
+                    module,
+                    stops_every_test,
+                })
         })
+        .collect()
+}
+
+/// What `message` says is missing, each with whether it kept every test from running: a
+/// JavaScript or Python module, a Go package's name, a Rust crate's item (nothing of a cargo
+/// run runs when a test target does not compile).
+fn found_in(tree: &Path, message: &str) -> Vec<((String, String), bool)> {
+    if let Some(one) = js_missing(tree, message).or_else(|| python_missing(tree, message)) {
+        return vec![(one, false)];
+    }
+    let go = go_missing(tree, message);
+    if !go.is_empty() {
+        return go.into_iter().map(|m| (m, false)).collect();
+    }
+    rust_missing(tree, message)
+        .into_iter()
+        .map(|m| (m, true))
         .collect()
 }
 
@@ -91,6 +107,49 @@ fn go_missing(tree: &Path, message: &str) -> Vec<(String, String)> {
         return Vec::new();
     }
     files.into_iter().map(|f| (f, first.clone())).collect()
+}
+
+/// The rustc errors that name an item the code does not define (yet): cannot find a value,
+/// function, type or struct; an unresolved import or path; no such method or associated item.
+const RUST_MISSING_ITEM: [&str; 6] = ["E0412", "E0422", "E0425", "E0432", "E0433", "E0599"];
+
+/// A Rust integration test target (a file under a crate's `tests/`) that did not compile only
+/// because it names what the crate does not define yet: (test file, the crate's `src/lib.rs`)
+/// for each test file rustc named; nothing when any error is of another kind or elsewhere.
+fn rust_missing(tree: &Path, output: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = output.lines().collect();
+    let mut found: Vec<(String, String)> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(rest) = line.strip_prefix("error") else {
+            continue;
+        };
+        let Some((code, _)) = rest.strip_prefix('[').and_then(|r| r.split_once("]: ")) else {
+            // cargo's own summary of the same failure, or another error.
+            if rest.starts_with(": could not compile") || rest.starts_with(": aborting") {
+                continue;
+            }
+            return Vec::new();
+        };
+        let at = lines
+            .get(i + 1)
+            .and_then(|l| l.trim_start().strip_prefix("--> "))
+            .and_then(|at| at.split(':').next());
+        let test = at.and_then(|file| in_tree(tree, file)).map(|(rel, _)| rel);
+        let crate_dir = test.as_deref().and_then(|t| {
+            let (dir, _) = t.rsplit_once("tests/")?;
+            (dir.is_empty() || dir.ends_with('/')).then(|| dir.to_string())
+        });
+        match (RUST_MISSING_ITEM.contains(&code), test, crate_dir) {
+            (true, Some(test), Some(dir)) if test.ends_with(".rs") => {
+                let pair = (test, format!("{dir}src/lib.rs"));
+                if !found.contains(&pair) {
+                    found.push(pair);
+                }
+            }
+            _ => return Vec::new(),
+        }
+    }
+    found
 }
 
 /// A compiler error line, `<file>.go:<line>:<column>: <error>`: (file, error).
@@ -377,5 +436,48 @@ mod tests {
             read(t.path(), &[named], jest).is_empty(),
             "a test's own failure is read from its own message only"
         );
+    }
+
+    #[test]
+    fn a_rust_test_target_naming_what_the_crate_lacks_stops_every_test() {
+        let t = tempfile::tempdir().expect("tempdir");
+        for f in ["src/lib.rs", "tests/most.rs", "crates/x/tests/y.rs"] {
+            let p = t.path().join(f);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, "").expect("write");
+        }
+        let cargo = "   Compiling shelf v0.1.0 (/tmp/v)\nerror[E0432]: unresolved import `shelf::most`\n --> tests/most.rs:1:5\n  |\n1 | use shelf::most;\n\nerror[E0425]: cannot find function `least` in crate `shelf`\n --> tests/most.rs:5:32\n\nSome errors have detailed explanations: E0425, E0432.\nerror: could not compile `shelf` (test \"most\") due to 2 previous errors\n";
+        let whole = TestOutcome::new(TestOutcome::WHOLE_RUN, TestStatus::Errored);
+        let found = read(t.path(), std::slice::from_ref(&whole), cargo);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (
+                found[0].test_file.as_str(),
+                found[0].module.as_str(),
+                found[0].stops_every_test
+            ),
+            ("tests/most.rs", "src/lib.rs", true)
+        );
+        assert_eq!(
+            rust_missing(
+                t.path(),
+                "error[E0425]: cannot find value `x` in this scope\n --> crates/x/tests/y.rs:2:1\n"
+            ),
+            [(
+                "crates/x/tests/y.rs".to_string(),
+                "crates/x/src/lib.rs".to_string()
+            )]
+        );
+        for other in [
+            // A type error is no missing item.
+            "error[E0308]: mismatched types\n --> tests/most.rs:3:1\n",
+            // In the code, not a test target.
+            "error[E0425]: cannot find value `x` in this scope\n --> src/lib.rs:2:1\n",
+            // Beside another error.
+            "error[E0425]: cannot find value `x` in this scope\n --> tests/most.rs:2:1\nerror: linking with `cc` failed\n",
+            "",
+        ] {
+            assert!(rust_missing(t.path(), other).is_empty(), "{other}");
+        }
     }
 }

@@ -854,8 +854,9 @@ pub(super) fn red_fails_for(
     let ours = |name: &str| {
         name == focus
             || quarantined.iter().any(|q| q == name)
-            || load_failure
-                .is_some_and(|m| m.outcome == name || neighbours.iter().any(|n| n == name))
+            || load_failure.is_some_and(|m| {
+                m.stops_every_test || m.outcome == name || neighbours.iter().any(|n| n == name)
+            })
     };
     let mut broken: Vec<String> = names
         .iter()
