@@ -19,7 +19,13 @@ fn quarantine(test: &str) -> Event {
 
 /// A run whose test list was just accepted: the baseline is pending, before the design gate.
 fn at_baseline() -> (Run, RequestId) {
+    at_baseline_after(Inherited::default())
+}
+
+/// [`at_baseline`] in a feature whose start inherits `inherited`.
+fn at_baseline_after(inherited: Inherited) -> (Run, RequestId) {
     let mut r = Run::new();
+    r.inherited = inherited;
     // The project has a test of its own: there is a suite to run before the feature.
     r.disk.apply(&ChangeSet {
         summary: String::new(),
@@ -205,21 +211,14 @@ fn a_receipt_for_another_request_is_no_baseline() {
 /// again; quarantining it once more is refused as already done.
 #[test]
 fn a_quarantine_made_in_an_earlier_feature_holds_in_the_next() {
-    let mut r = Run::new();
-    r.inherited.quarantined = vec![Quarantine {
-        test: FLAKY.into(),
-        by: "ada".into(),
-        reason: "needs a superuser".into(),
-    }];
-    r.disk.apply(&ChangeSet {
-        summary: String::new(),
-        changes: vec![write(OWN, "def test_ok(): pass")],
+    let (mut r, request) = at_baseline_after(Inherited {
+        quarantined: vec![Quarantine {
+            test: FLAKY.into(),
+            by: "ada".into(),
+            reason: "needs a superuser".into(),
+        }],
+        ..Inherited::default()
     });
-    r.design_to_test_list(false);
-    r.observe();
-    let Pending::Baseline { request, .. } = r.pending() else {
-        panic!("the baseline, got {:?}", r.pending())
-    };
     assert!(r.s.is_quarantined(FLAKY));
     assert_eq!(r.s.quarantined_names(), vec![FLAKY.to_string()]);
     r.ok(Event::VerifyCompleted {

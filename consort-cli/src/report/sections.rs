@@ -249,7 +249,11 @@ pub(super) fn release(model: &Model) -> String {
     match &model.deploy {
         Some((at, r)) => {
             out.push_str("<div class=\"card\"><h3>Full-suite deploy run</h3>");
-            out.push_str(&super::timeline::receipt_html(at, r));
+            out.push_str(&super::timeline::receipt_html(
+                at,
+                r,
+                &model.state.quarantined_names(),
+            ));
             out.push_str("</div>");
         }
         None => out.push_str("<p class=\"meta\">no deploy run yet</p>"),
@@ -268,7 +272,11 @@ pub(super) fn release(model: &Model) -> String {
                 "<div class=\"card merge-check\"><h3>Merge check: merged with {}</h3>",
                 escape(&check.merged_with.join(", "))
             );
-            out.push_str(&super::timeline::receipt_html(at, &check.receipt));
+            out.push_str(&super::timeline::receipt_html(
+                at,
+                &check.receipt,
+                &model.state.quarantined_names(),
+            ));
             out.push_str("</div>");
         }
     } else if model.state.phase() != Phase::Done {

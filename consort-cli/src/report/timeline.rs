@@ -16,6 +16,7 @@ pub(super) fn build_lane(model: &Model) -> String {
         out.push_str("<p class=\"meta\">no test list yet</p></section>");
         return out;
     };
+    let quarantined = model.state.quarantined_names();
     for entry in &list.entries {
         out.push_str(&fill(
             "<div class=\"card test\" data-test=\"{}\"><h3><code>{}</code> {}</h3><p class=\"meta\">criterion <code>{}</code> · <code>{}</code></p><div class=\"lane\">",
@@ -26,7 +27,7 @@ pub(super) fn build_lane(model: &Model) -> String {
             if i > 0 {
                 out.push_str("<span class=\"arrow\" aria-hidden=\"true\">→</span>");
             }
-            out.push_str(&step_html(record));
+            out.push_str(&step_html(record, &quarantined));
             any = true;
         }
         if !any {
@@ -58,7 +59,7 @@ fn refactor_label(name: &str, round: u32) -> String {
     }
 }
 
-fn step_html(r: &StepRecord) -> String {
+fn step_html(r: &StepRecord, quarantined: &[String]) -> String {
     let (class, label) = kind_of(&r.step);
     let mut out = format!(
         "<div class=\"step {class}\" data-kind=\"{class}\" data-step=\"{}\"><div class=\"kind\">{}</div>",
@@ -98,14 +99,19 @@ fn step_html(r: &StepRecord) -> String {
         let _ = write!(out, "<div class=\"note\">{}</div>", escape(note));
     }
     if let Some((at, receipt)) = &r.receipt {
-        out.push_str(&receipt_html(at, receipt));
+        out.push_str(&receipt_html(at, receipt, quarantined));
     }
     out.push_str("</div>");
     out
 }
 
-/// A receipt: the branch, the counts, the durations, and the output when something failed.
-pub(super) fn receipt_html(at: &DateTime<Utc>, r: &TestRunReceipt) -> String {
+/// A receipt: the branch, the counts, the durations, and the output when something failed (a
+/// test among `quarantined` said to judge nothing).
+pub(super) fn receipt_html(
+    at: &DateTime<Utc>,
+    r: &TestRunReceipt,
+    quarantined: &[String],
+) -> String {
     let passed = r
         .outcomes
         .iter()
@@ -128,7 +134,14 @@ pub(super) fn receipt_html(at: &DateTime<Utc>, r: &TestRunReceipt) -> String {
         .outcomes
         .iter()
         .filter(|o| o.status != TestStatus::Passed)
-        .map(|o| escape(&o.name))
+        .map(|o| {
+            let why = if quarantined.contains(&o.name) {
+                " (quarantined: judges nothing)"
+            } else {
+                ""
+            };
+            format!("<code>{}</code>{why}", escape(&o.name))
+        })
         .collect();
     let _ = write!(
         out,
@@ -148,8 +161,8 @@ pub(super) fn receipt_html(at: &DateTime<Utc>, r: &TestRunReceipt) -> String {
     if !not_passed.is_empty() {
         let _ = write!(
             out,
-            "<div>not passed: <code>{}</code></div><details class=\"excerpt\"><summary>the failing output</summary><pre>{}</pre></details>",
-            not_passed.join("</code>, <code>"),
+            "<div>not passed: {}</div><details class=\"excerpt\"><summary>the failing output</summary><pre>{}</pre></details>",
+            not_passed.join(", "),
             escape(&r.output_excerpt)
         );
     }
@@ -229,7 +242,7 @@ mod tests {
             ),
             shard("consort-2", None),
         ];
-        let html = receipt_html(&Utc::now(), &r);
+        let html = receipt_html(&Utc::now(), &r, &[]);
         assert_eq!(html.matches("<tr class=\"shard\">").count(), 2, "{html}");
         assert!(html.contains("stopped: another shard"), "{html}");
         assert!(html.contains("tests/&lt;a&gt;.py"), "escaped: {html}");
@@ -237,9 +250,18 @@ mod tests {
             html.contains("covered the suite split over 2 branches, 1 stopped"),
             "{html}"
         );
+        assert!(
+            html.contains("not passed: <code>tests.a::t</code></div>"),
+            "{html}"
+        );
+        let set_aside = receipt_html(&Utc::now(), &r, &["tests.a::t".to_string()]);
+        assert!(
+            set_aside.contains("not passed: <code>tests.a::t</code> (quarantined: judges nothing)"),
+            "every receipt says which failure a quarantine sets aside: {set_aside}"
+        );
         r.shards.clear();
         r.confinement = consort_actors::Confinement::Off;
-        let whole = receipt_html(&Utc::now(), &r);
+        let whole = receipt_html(&Utc::now(), &r, &[]);
         assert!(
             whole.contains(
                 "<div class=\"fail confinement\">confinement: off (sandbox = &quot;off&quot;)</div>"

@@ -113,7 +113,7 @@ pub(super) fn from_disk(
 }
 
 /// The project's existing migrations, as every run of a feature starts from them before its
-/// design's (see [`from_disk`]): the migrations directory's files in version order, an earlier
+/// design's: the migrations directory's files in version order, an earlier
 /// feature's under its version; none unless [`MigrationFiles::apply_existing`]. What
 /// `consort doctor --baseline` builds its branch's base from.
 pub fn existing_migrations(
