@@ -150,15 +150,7 @@ fn a_quarantined_test_failing_judges_no_red_and_no_green() {
     .expect("the quarantined failure is no broken test");
     r.observe();
     // GREEN: every test passes but the quarantined one, and the run's exit says it failed.
-    r.produce(cs(vec![write("src/code.sql", "-- 1")]))
-        .expect("green accepted");
-    r.apply();
-    r.verify(&[
-        ("tests/t1.sql", TestStatus::Passed),
-        (FLAKY, TestStatus::Failed),
-    ])
-    .expect("green passes");
-    r.observe();
+    green_with_flaky_failing(&mut r);
     assert!(
         matches!(r.assignment().1, Step::Refactor { .. }),
         "{:?}",
@@ -166,9 +158,8 @@ fn a_quarantined_test_failing_judges_no_red_and_no_green() {
     );
 }
 
-#[test]
-fn a_test_not_quarantined_still_judges_a_green() {
-    let mut r = at_green_after_a_clean_baseline();
+/// T1's GREEN, its run passing T1 and failing [`FLAKY`]; the next step is observed.
+fn green_with_flaky_failing(r: &mut Run) {
     r.produce(cs(vec![write("src/code.sql", "-- 1")]))
         .expect("green accepted");
     r.apply();
@@ -178,6 +169,12 @@ fn a_test_not_quarantined_still_judges_a_green() {
     ])
     .expect("verified");
     r.observe();
+}
+
+#[test]
+fn a_test_not_quarantined_still_judges_a_green() {
+    let mut r = at_green_after_a_clean_baseline();
+    green_with_flaky_failing(&mut r);
     assert!(
         matches!(r.assignment().1, Step::Repair { .. }),
         "a failure of a test no person quarantined is the Driver's to repair: {:?}",

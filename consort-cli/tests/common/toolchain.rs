@@ -73,6 +73,15 @@ pub(crate) fn venv(name: &str, packages: &[&str], module: &str) -> PathBuf {
     venv_at(&root().join(name), packages, module)
 }
 
+/// pytest 8 with psycopg, the matrix's own environment of the two; returns its `bin`.
+pub(crate) fn pytest8() -> PathBuf {
+    venv(
+        "pytest8",
+        &["pytest==8.*", "psycopg[binary]"],
+        "pytest, psycopg",
+    )
+}
+
 /// [`venv`] at `dir` (a project's own `.venv`, say).
 pub(crate) fn venv_at(dir: &Path, packages: &[&str], module: &str) -> PathBuf {
     let bin = dir.join("bin");

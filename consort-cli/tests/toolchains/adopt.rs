@@ -734,6 +734,24 @@ fn pytest_8_runs_to_done() {
     pytest_case("8");
 }
 
+/// The Go module the Go cases start from: `Total` not built yet, the project's own test that it
+/// links, one migration.
+pub(crate) const GO_SHELF: [(&str, &str); 4] = [
+    ("go.mod", "module example.com/shelf\n\ngo 1.19\n"),
+    (
+        "shelf.go",
+        "package shelf\n\n// Total is the sum of the quantities.\nfunc Total(quantities []int) int {\n\tpanic(\"not built yet\")\n}\n",
+    ),
+    (
+        "shelf_existing_test.go",
+        "package shelf\n\nimport \"testing\"\n\nfunc TestTheModuleBuilds(t *testing.T) {\n\t_ = Total\n}\n",
+    ),
+    (
+        "migrations/0001_counts.sql",
+        "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+    ),
+];
+
 /// `go test -json` on a Go module with only the standard library (the module proxy is out of
 /// reach): its test reaches the branch through `psql` and the `PG*` variables every run gets.
 /// Its two packages are the units its full runs are split into.
@@ -748,20 +766,10 @@ fn go_test_runs_to_done() {
             "stock/stock_test.go",
             "package stock\n\nimport \"testing\"\n\nfunc TestLevel(t *testing.T) {\n\tfor _, c := range []struct{ in, out, want int }{{3, 1, 2}, {1, 1, 0}} {\n\t\tt.Run(\"case\", func(t *testing.T) {\n\t\t\tif got := Level(c.in, c.out); got != c.want {\n\t\t\t\tt.Fatalf(\"Level = %d\", got)\n\t\t\t}\n\t\t})\n\t}\n}\n",
         ),
-        ("go.mod", "module example.com/shelf\n\ngo 1.19\n"),
-        (
-            "shelf.go",
-            "package shelf\n\n// Total is the sum of the quantities.\nfunc Total(quantities []int) int {\n\tpanic(\"not built yet\")\n}\n",
-        ),
-        (
-            "shelf_existing_test.go",
-            "package shelf\n\nimport \"testing\"\n\nfunc TestTheModuleBuilds(t *testing.T) {\n\t_ = Total\n}\n",
-        ),
-        (
-            "migrations/0001_counts.sql",
-            "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
-        ),
-    ]);
+    ]
+    .into_iter()
+    .chain(GO_SHELF)
+    .collect::<Vec<_>>());
     let dir = tmp.path();
     let test = r#"package shelf
 

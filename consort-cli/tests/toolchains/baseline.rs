@@ -3,44 +3,26 @@
 //! names it before the design gate, no agent is charged, a person quarantines it, the gate shows
 //! it, and the feature goes to done with `verify` showing the quarantine.
 
-use crate::adopt::PYPROJECT;
 use crate::common::{
     approving_run, assert_exit, consort, consort_in, dir_arg, ledger_text, run, toolchain, write,
 };
-use crate::shared_file::{Entry, feature_script};
+use crate::shared_file::{Entry, counts_project, feature_script};
 use consort_testkit::process::text;
 
 const NEEDS_A_SUPERUSER: &str = "tests.test_own::test_sets_a_server_setting";
 
 #[test]
 fn a_project_test_that_cannot_pass_on_a_branch_is_named_by_the_baseline_and_quarantined() {
-    let bin = toolchain::venv(
-        "pytest8",
-        &["pytest==8.*", "psycopg[binary]"],
-        "pytest, psycopg",
-    );
+    let bin = toolchain::pytest8();
     let path = toolchain::path_with(&bin);
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    write(
+    counts_project(
         dir,
-        &[
-            PYPROJECT,
-            ("app/__init__.py", ""),
-            (
-                "app/counts.py",
-                "def total(conn):\n    raise NotImplementedError\n",
-            ),
-            ("tests/__init__.py", ""),
-            (
-                "tests/test_own.py",
-                "import os\n\nimport psycopg\n\n\ndef test_the_app_imports():\n    import app.counts  # noqa: F401\n\n\ndef test_sets_a_server_setting():\n    with psycopg.connect(os.environ[\"DATABASE_URL\"]) as c:\n        c.execute(\"ALTER SYSTEM SET work_mem = '8MB'\")\n",
-            ),
-            (
-                "db/migrations/V1__counts.sql",
-                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
-            ),
-        ],
+        (
+            "tests/test_own.py",
+            "import os\n\nimport psycopg\n\n\ndef test_the_app_imports():\n    import app.counts  # noqa: F401\n\n\ndef test_sets_a_server_setting():\n    with psycopg.connect(os.environ[\"DATABASE_URL\"]) as c:\n        c.execute(\"ALTER SYSTEM SET work_mem = '8MB'\")\n",
+        ),
     );
     let o = run(consort().env("PATH", &path).arg("init").arg(dir));
     assert_exit(&o, 0, "init adopts the repository");

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::adopt::{adopt_and_run, adopt_and_run_with, repo_of, script};
+use crate::adopt::{GO_SHELF, adopt_and_run, adopt_and_run_with, repo_of, script};
 use crate::common::{ledger_text, toolchain, write};
 
 /// Every run of the project in `dir` had a network and ptys of its own: the receipts say
@@ -102,14 +102,7 @@ test('the total is served', async () => {
 });
 "#;
     let code = "exports.total = async function total(client) {\n  const r = await client.query('SELECT coalesce(sum(qty), 0)::int AS t FROM counts');\n  return r.rows[0].t;\n};\n";
-    let path = "test/t1_total.test.js";
-    let script = script(
-        path,
-        &format!("{path}::the total is served"),
-        test,
-        "src/counts.js",
-        code,
-    );
+    let script = served_total_script(test, code);
     let (init, doctor) = adopt_and_run(dir, &script);
     assert!(init.contains("detected Node (jest)"), "{init}");
     assert!(doctor.contains("collects 1 test file ("), "{doctor}");
@@ -173,38 +166,30 @@ test('the total is served', async () => {
 });
 "#;
     let code = "export async function total(client) {\n  const r = await client.query('SELECT coalesce(sum(qty), 0)::int AS t FROM counts');\n  return r.rows[0].t;\n}\n";
+    let script = served_total_script(test, code);
+    let (init, _) = adopt_and_run(dir, &script);
+    assert!(init.contains("detected Node (vitest)"), "{init}");
+    every_run_had_a_network_of_its_own(dir);
+}
+
+/// The script of the Node cases' feature: T1's `test` in `test/t1_total.test.js` ("the total
+/// is served"), its GREEN's `code` in `src/counts.js`.
+fn served_total_script(test: &str, code: &str) -> String {
     let path = "test/t1_total.test.js";
-    let script = script(
+    script(
         path,
         &format!("{path}::the total is served"),
         test,
         "src/counts.js",
         code,
-    );
-    let (init, _) = adopt_and_run(dir, &script);
-    assert!(init.contains("detected Node (vitest)"), "{init}");
-    every_run_had_a_network_of_its_own(dir);
+    )
 }
 
 /// Go's `httptest.NewServer`: the test serves its handler on loopback and calls it; the
 /// branch is reached through `psql`.
 #[test]
 fn a_go_httptest_server_runs_to_done_confined() {
-    let tmp = repo_of(&[
-        ("go.mod", "module example.com/shelf\n\ngo 1.19\n"),
-        (
-            "shelf.go",
-            "package shelf\n\n// Total is the sum of the quantities.\nfunc Total(quantities []int) int {\n\tpanic(\"not built yet\")\n}\n",
-        ),
-        (
-            "shelf_existing_test.go",
-            "package shelf\n\nimport \"testing\"\n\nfunc TestTheModuleBuilds(t *testing.T) {\n\t_ = Total\n}\n",
-        ),
-        (
-            "migrations/0001_counts.sql",
-            "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
-        ),
-    ]);
+    let tmp = repo_of(&GO_SHELF);
     let dir = tmp.path();
     let test = r#"package shelf
 
@@ -247,11 +232,7 @@ func TestTotalServed(t *testing.T) {
 /// it got to a pty of its own (`pty.openpty`), as CLI tests driven through a terminal do.
 #[test]
 fn a_pytest_test_serving_from_a_thread_and_opening_a_pty_runs_to_done_confined() {
-    let bin = toolchain::venv(
-        "pytest8",
-        &["pytest==8.*", "psycopg[binary]"],
-        "pytest, psycopg",
-    );
+    let bin = toolchain::pytest8();
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     write(

@@ -202,6 +202,28 @@ fn script() -> String {
     ])
 }
 
+/// The pytest project the shared-file and baseline cases start from: an `app` package whose
+/// `total` is not built yet, one migration, and `own` (path, content), the project's own tests.
+pub(crate) fn counts_project(dir: &std::path::Path, own: (&str, &str)) {
+    write(
+        dir,
+        &[
+            PYPROJECT,
+            ("app/__init__.py", ""),
+            (
+                "app/counts.py",
+                "def total(conn):\n    raise NotImplementedError\n",
+            ),
+            ("tests/__init__.py", ""),
+            own,
+            (
+                "db/migrations/V1__counts.sql",
+                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+            ),
+        ],
+    );
+}
+
 /// The run refused one RED, a file-wide hook beside the accepted tests, and nothing else.
 pub(crate) fn assert_hook_refused_once(dir: &std::path::Path) {
     let ledger = ledger_text(dir);
@@ -218,30 +240,10 @@ pub(crate) fn assert_hook_refused_once(dir: &std::path::Path) {
 
 #[test]
 fn pytest_three_tests_in_the_projects_own_test_file_run_to_done() {
-    let bin = toolchain::venv(
-        "pytest8",
-        &["pytest==8.*", "psycopg[binary]"],
-        "pytest, psycopg",
-    );
+    let bin = toolchain::pytest8();
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    write(
-        dir,
-        &[
-            PYPROJECT,
-            ("app/__init__.py", ""),
-            (
-                "app/counts.py",
-                "def total(conn):\n    raise NotImplementedError\n",
-            ),
-            ("tests/__init__.py", ""),
-            (TESTS, EXISTING),
-            (
-                "db/migrations/V1__counts.sql",
-                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
-            ),
-        ],
-    );
+    counts_project(dir, (TESTS, EXISTING));
     let path = toolchain::path_with(&bin);
     adopt_and_run_with(dir, &script(), Some(&path));
     // The file holds the project's own test and the three, exactly as the last RED wrote it.
