@@ -137,18 +137,23 @@ fn test(args: &[OsString]) -> Result<ExitCode> {
     if let Some(bin) = python_bin {
         path.insert(0, bin);
     }
-    // Without arguments every test; with them, what they select (`-p consort-actors`).
-    let scope: &[&str] = if args.is_empty() {
-        &["--workspace"]
-    } else {
+    // Every crate's tests unless the arguments name packages (`-p consort-actors`): options
+    // alone (`--no-fail-fast`, a test filter) still cover the whole workspace.
+    let names_a_package = args.iter().any(|a| {
+        let a = a.to_string_lossy();
+        a == "-p" || a.starts_with("--package") || (a.starts_with("-p") && a.len() > 2)
+    });
+    let scope: &[&str] = if names_a_package {
         &[]
+    } else {
+        &["--workspace"]
     };
     println!(
         "== cargo test {}",
-        if args.is_empty() {
-            "--workspace"
-        } else {
+        if names_a_package {
             "(as asked)"
+        } else {
+            "--workspace"
         }
     );
     let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
