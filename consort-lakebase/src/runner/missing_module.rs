@@ -300,6 +300,9 @@ mod tests {
             "a/a_test.go",
             "a/more_test.go",
             "b/b_test.go",
+            "src/lib.rs",
+            "tests/most.rs",
+            "crates/x/tests/y.rs",
         ] {
             let p = tmp.path().join(f);
             std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
@@ -440,12 +443,7 @@ mod tests {
 
     #[test]
     fn a_rust_test_target_naming_what_the_crate_lacks_stops_every_test() {
-        let t = tempfile::tempdir().expect("tempdir");
-        for f in ["src/lib.rs", "tests/most.rs", "crates/x/tests/y.rs"] {
-            let p = t.path().join(f);
-            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-            std::fs::write(p, "").expect("write");
-        }
+        let t = tree();
         let cargo = "   Compiling shelf v0.1.0 (/tmp/v)\nerror[E0432]: unresolved import `shelf::most`\n --> tests/most.rs:1:5\n  |\n1 | use shelf::most;\n\nerror[E0425]: cannot find function `least` in crate `shelf`\n --> tests/most.rs:5:32\n\nSome errors have detailed explanations: E0425, E0432.\nerror: could not compile `shelf` (test \"most\") due to 2 previous errors\n";
         let whole = TestOutcome::new(TestOutcome::WHOLE_RUN, TestStatus::Errored);
         let found = read(t.path(), std::slice::from_ref(&whole), cargo);
