@@ -74,6 +74,7 @@ fn base_spec(mb: u64) -> BaseSpec {
         fixtures: vec![format!(
             "INSERT INTO stock SELECT g, md5(g::text), g % 97 FROM generate_series(1, {rows}) g"
         )],
+        promoted: Vec::new(),
     }
 }
 

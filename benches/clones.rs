@@ -45,6 +45,7 @@ fn spec(rows: u64) -> BaseSpec {
             ),
         }],
         fixtures: Vec::new(),
+        promoted: Vec::new(),
     }
 }
 

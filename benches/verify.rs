@@ -106,6 +106,7 @@ impl Fixture {
             select: Vec::new(),
             quarantined: Vec::new(),
             harness: None,
+            tool_records: Vec::new(),
         }
     }
 

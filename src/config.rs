@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::runner_harness::{RunnerHarness, check_runner};
 use runner::check_env_set;
-use runner::default_true;
 pub use runner::{RUN_OWN_ENV, RunnerConfig, Sandbox};
 
 mod budget;
+mod migrations;
 pub(crate) mod runner;
 pub mod runner_facts;
 pub mod runner_harness;
@@ -26,6 +26,7 @@ pub use budget::{
     BudgetConfig, LimitsConfig, OPENAI_DEFAULT_ROLE_TOKENS, OPENAI_DEFAULT_TOKENS,
     OPENAI_DEFAULT_WALL_SECS, PriceConfig, budget_lines, openai_default_budgets,
 };
+pub use migrations::{MigrationsConfig, ToolKind};
 
 /// The configuration file's name at the project root.
 pub const CONFIG_FILE: &str = "consort.toml";
@@ -166,40 +167,6 @@ pub struct McpSettings {
     /// does (default: false; approving stays a human's command).
     #[serde(default)]
     pub approve: bool,
-}
-
-/// `[migrations]`: the design's migrations as files.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MigrationsConfig {
-    /// The directory the approved design's migrations are written to, as
-    /// `NNNN_<story>_<name>.sql` (default `migrations`). Harness: no agent writes here.
-    #[serde(default = "default_migrations_dir")]
-    pub dir: String,
-    /// Apply the `.sql` files already in `dir` (the project's existing migrations, in
-    /// version order; `.down.sql` left out) before the design's, on every branch and at
-    /// promotion (default true).
-    #[serde(default = "default_true")]
-    pub apply_existing: bool,
-    /// Apply them to the parent at promotion too (default true; a version the parent's
-    /// migration record already holds is skipped). Set false when the parent database got
-    /// them from the project's own migration tool.
-    #[serde(default = "default_true")]
-    pub promote_existing: bool,
-}
-
-impl Default for MigrationsConfig {
-    fn default() -> Self {
-        MigrationsConfig {
-            dir: default_migrations_dir(),
-            apply_existing: true,
-            promote_existing: true,
-        }
-    }
-}
-
-fn default_migrations_dir() -> String {
-    "migrations".into()
 }
 
 /// `[feature]`: the request.
@@ -527,6 +494,9 @@ impl ProjectConfig {
                 format!("write it as a plain relative directory, such as `{dir}`"),
             ));
         }
+        self.migrations
+            .check()
+            .map_err(|(key, message)| invalid(&key, message))?;
         if policy.is_test(&format!("{dir}/0001_S1_x.sql")) {
             return Err(invalid(
                 "migrations.dir",
@@ -685,6 +655,7 @@ impl ProjectConfig {
                 apply_existing: self.migrations.apply_existing,
                 promote_existing: self.migrations.promote_existing,
                 lane: None,
+                tool: self.migrations.tool_format(),
             }),
         })
     }

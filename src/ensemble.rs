@@ -113,6 +113,7 @@ pub struct EnsembleBuilder {
     max_concurrent: usize,
     sandbox: SandboxMode,
     shards: Shards,
+    migration_tool: Option<consort_lakebase::migrate::MigrationTool>,
     step_timeout: Duration,
     verify_timeout: Duration,
     restart: RestartPolicy,
@@ -241,6 +242,16 @@ impl EnsembleBuilder {
     /// the kernel lacks it) or [`SandboxMode::Off`], which every receipt then records.
     pub fn sandbox(mut self, mode: SandboxMode) -> Self {
         self.sandbox = mode;
+        self
+    }
+
+    /// The project's own migration tool, which then applies the migrations on every branch
+    /// and at promotion (None, the default: Consort applies plain SQL itself).
+    pub fn migration_tool(
+        mut self,
+        tool: Option<consort_lakebase::migrate::MigrationTool>,
+    ) -> Self {
+        self.migration_tool = tool;
         self
     }
 
@@ -389,6 +400,7 @@ impl EnsembleBuilder {
         args.stats = stats;
         args.sandbox = self.sandbox;
         args.shards = self.shards;
+        args.migration_tool = self.migration_tool.clone();
         let spec = ChildSpec::new("lakebase", move |sup| {
             let args = args.clone();
             async move {
@@ -535,6 +547,7 @@ impl Ensemble {
             max_concurrent: 4,
             sandbox: SandboxMode::default(),
             shards: Shards::OFF,
+            migration_tool: None,
             step_timeout: Duration::from_secs(600),
             verify_timeout: Duration::from_secs(900),
             restart: RestartPolicy::default(),

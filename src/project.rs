@@ -425,6 +425,18 @@ impl Project {
         Ok(state)
     }
 
+    /// The features of the backlog that are done, so promoted, in order: what keys a base
+    /// copied from the parent alone ([`consort_lakebase::BaseSpec::promoted`]).
+    pub fn promoted_features(&self) -> Result<Vec<String>, ProjectError> {
+        let mut done = Vec::new();
+        for feature in self.backlog()? {
+            if FeatureState::of(self.replay(&feature)?.as_ref()) == FeatureState::Done {
+                done.push(feature.id);
+            }
+        }
+        Ok(done)
+    }
+
     /// The state a feature's ledger replays to (None: it has no entry yet).
     fn replay(&self, feature: &Feature) -> Result<Option<State>, ProjectError> {
         let entries = self.records.entries(feature)?;
@@ -591,6 +603,15 @@ impl Project {
     pub fn migration_numbering(
         &self,
     ) -> Result<Option<consort_actors::MigrationNumbering>, String> {
+        let tool = self.config.migrations.tool_format();
+        // Alembic orders its files by the revisions they declare, never by name.
+        if tool
+            .as_ref()
+            .is_some_and(|t| t.recorded == consort_actors::Recorded::Revision)
+        {
+            return Ok(None);
+        }
+        let extension = format!(".{}", tool.map_or("sql".into(), |t| t.extension));
         let dir = self.work_tree.join(&self.config.migrations.dir);
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return Ok(None);
@@ -598,7 +619,7 @@ impl Project {
         let mut names: Vec<String> = entries
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n.ends_with(".sql") && !n.ends_with(".down.sql"))
+            .filter(|n| n.ends_with(&extension) && !n.ends_with(".down.sql"))
             .collect();
         names.sort();
         consort_actors::MigrationNumbering::of(&names)
@@ -680,6 +701,42 @@ impl Project {
         postgres.relative_to(&self.dir).choice().ok()?.psql()
     }
 
+    /// The environment the project's commands get (its test command, its migration tool):
+    /// the default allow-list with `[runner] pass_env`, `[runner] env_set`, and the branch
+    /// under the project's own names.
+    fn command_env(&self) -> Result<consort_lakebase::EnvPolicy, ProjectError> {
+        let mut env = consort_lakebase::EnvPolicy {
+            branch: self.branch_env()?,
+            ..consort_lakebase::EnvPolicy::default()
+        };
+        if let RunnerConfig::Command {
+            pass_env, env_set, ..
+        } = &self.config.runner
+        {
+            env.set
+                .extend(env_set.iter().map(|(k, v)| (k.clone(), v.clone())));
+            env.allow.extend(pass_env.iter().cloned());
+        }
+        Ok(env)
+    }
+
+    /// The project's own migration tool (`[migrations] tool`), when it applies the
+    /// migrations; None for plain SQL, which Consort applies.
+    pub fn migration_tool(
+        &self,
+    ) -> Result<Option<consort_lakebase::migrate::MigrationTool>, ProjectError> {
+        self.config
+            .migrations
+            .migration_tool(self.command_env()?)
+            .map_err(|message| {
+                ProjectError::Config(ConfigError::Invalid {
+                    path: self.dir.join(crate::config::CONFIG_FILE),
+                    key: "migrations.tool".into(),
+                    message,
+                })
+            })
+    }
+
     /// The test runner the configuration names.
     pub fn runner(&self) -> Result<Arc<dyn TestRunner>, ProjectError> {
         Ok(match &self.config.runner {
@@ -702,21 +759,15 @@ impl Project {
                 stdout,
                 single_test,
                 timeout_secs,
-                pass_env,
-                env_set,
                 ..
             } => {
                 let mut cfg = CommandRunnerConfig::new(command.clone());
-                cfg.env
-                    .set
-                    .extend(env_set.iter().map(|(k, v)| (k.clone(), v.clone())));
-                cfg.env.branch = self.branch_env()?;
+                cfg.env = self.command_env()?;
                 cfg.junit_path = junit.clone();
                 cfg.tap = *tap;
                 cfg.stdout_format = *stdout;
                 cfg.single_test_command = single_test.clone();
                 cfg.timeout = Duration::from_secs(*timeout_secs);
-                cfg.env.allow.extend(pass_env.iter().cloned());
                 cfg.view = crate::config::runner_facts::runs_in_a_view(&self.config);
                 cfg.select = crate::config::runner_facts::selector(&self.config);
                 Arc::new(CommandRunner::new(cfg))

@@ -128,7 +128,9 @@ pub use machine::{
     check_review, check_schema, check_spec, check_stories, check_test_list, check_ux,
     lifecycle_edges,
 };
-pub use migration_files::{MigrationFiles, MigrationNumbering, file_name as migration_file_name};
+pub use migration_files::{
+    MigrationFiles, MigrationNumbering, Recorded, ToolFormat, file_name as migration_file_name,
+};
 pub use paths::{
     CacheNameError, DEFAULT_CACHES, DEPENDENCY_DIRS, GlobError, PathError, PathPolicy, PathRules,
     STATE_DIR, TreeFilter, WriteProblem, check_glob, dependency_caches, glob_covers, literal_glob,

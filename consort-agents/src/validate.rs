@@ -197,7 +197,11 @@ fn check_schema(a: &Assignment, s: &SchemaPlan, p: &mut Problems) {
         p.non_empty("a migration version", &m.version);
     }
     if let Some(stories) = &a.inputs.stories {
-        p.machine(consort_actors::check_schema(s, stories));
+        p.machine(consort_actors::check_schema(
+            s,
+            stories,
+            a.inputs.migration_tool.as_ref(),
+        ));
     }
 }
 

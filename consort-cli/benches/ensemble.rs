@@ -169,6 +169,7 @@ fn burst(rt: &Runtime) -> Burst {
             select: Vec::new(),
             quarantined: Vec::new(),
             harness: None,
+            tool_records: Vec::new(),
         };
         lakebase
             .verify(req(0), Duration::from_secs(120))

@@ -127,17 +127,18 @@ pub fn detect(dir: &Path) -> Layout {
             layout.notes.push("no Cargo.lock: a run cannot write the work tree, so generate and commit one (cargo generate-lockfile)".into());
         }
     }
-    if let Some((mdir, count)) = existing_migrations(dir) {
+    let tools = crate::migration_tools::detect(dir);
+    if let Some(section) = tools.first().and_then(|t| t.section()) {
+        layout.migrations = section;
+    } else if let Some((mdir, count)) = existing_migrations(dir) {
         layout.migrations = migrations_section(&mdir, true);
         layout.notes.push(format!(
             "found {count} migration file(s) in {mdir}/: applied to every branch before the design's"
         ));
     }
-    layout.notes.extend(
-        crate::migration_tools::detect(dir)
-            .iter()
-            .map(crate::migration_tools::FoundTool::note),
-    );
+    layout
+        .notes
+        .extend(tools.iter().map(crate::migration_tools::FoundTool::note));
     layout
 }
 

@@ -1103,7 +1103,10 @@ async fn exec(at: &Target, command: &[String]) -> Result<i32> {
     let mapped = project.branch_env()?;
     let provider = project.provider().await?;
     let base = provider
-        .prepare_base(&consort_lakebase::BaseSpec::default())
+        .prepare_base(&consort_lakebase::BaseSpec {
+            promoted: project.promoted_features()?,
+            ..consort_lakebase::BaseSpec::default()
+        })
         .await?;
     let name = consort_lakebase::names::BranchNamer::new().next_name();
     let branch = provider.create(&name, &base).await?;

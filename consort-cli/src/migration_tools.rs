@@ -1,34 +1,71 @@
-//! The project's own migration tool, as `consort init` and `consort doctor` find it.
+//! The project's own migration tool, as `consort init` and `consort doctor` find it: Knex
+//! (a `knexfile`), Alembic (`alembic.ini`), Django (`manage.py` with numbered migrations in
+//! an app's `migrations/` package) and dbmate (`.sql` files with `-- migrate:up`).
 //!
-//! Consort applies migration files of SQL (psql scripts among them, and dbmate's files, up
-//! section only). A project whose schema lives in a framework's tool — Knex, Alembic,
-//! Django — gets a note saying so, with what Consort will and will not do about it, instead of
-//! a configuration that silently applies nothing.
+//! Finding one only reads files; `consort init` then writes `[migrations] tool`, and the tool
+//! applies the migrations on every branch and at promotion (`consort doctor` runs it once on a
+//! fresh branch to show it works).
 
 use std::path::Path;
+
+use consort::config::ToolKind;
 
 /// A migration tool found in a project.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoundTool {
-    /// The tool (`Knex`, `Alembic`, `Django`).
-    pub tool: &'static str,
+    /// The tool.
+    pub kind: ToolKind,
     /// What gave it away (`knexfile.js`, `alembic.ini`).
     pub evidence: String,
     /// Its migrations: the folder and how many files it holds, when found.
     pub migrations: Option<(String, usize)>,
+    /// The apply command, when the tool's own does not fit (a dbmate that npm installed).
+    pub apply: Option<String>,
 }
 
 impl FoundTool {
+    /// The tool's name for people.
+    pub fn title(&self) -> &'static str {
+        match self.kind {
+            ToolKind::Knex => "Knex",
+            ToolKind::Alembic => "Alembic",
+            ToolKind::Django => "Django",
+            ToolKind::Dbmate => "dbmate",
+            ToolKind::Sql | ToolKind::Command => "a migration command",
+        }
+    }
+
     /// What `consort init` and `consort doctor` say about it.
     pub fn note(&self) -> String {
-        let held = match &self.migrations {
-            Some((dir, n)) => format!(", {n} in {dir}/"),
-            None => String::new(),
-        };
-        format!(
-            "found {} migrations ({}{held}): Consort applies SQL migration files only and does not run {}, so a branch holds only what the .sql files of [migrations] dir make, and the design's migrations are written as .sql files there; until the tool is configured, have the test command apply the project's own migrations before the tests",
-            self.tool, self.evidence, self.tool
-        )
+        match &self.migrations {
+            Some((dir, n)) => format!(
+                "found {} migrations ({}, {n} in {dir}/): {} applies them on every branch, confined, and at promotion to the parent; the design's migrations are written there in its format",
+                self.title(),
+                self.evidence,
+                self.title()
+            ),
+            None => format!(
+                "found {} ({}) but no folder of its migrations: set [migrations] tool = \"{}\" and dir to the folder it reads once it has one",
+                self.title(),
+                self.evidence,
+                self.kind.name()
+            ),
+        }
+    }
+
+    /// The `[migrations]` section for it (None without a folder of migrations).
+    pub fn section(&self) -> Option<String> {
+        let (dir, _) = self.migrations.as_ref()?;
+        let apply = self
+            .apply
+            .as_ref()
+            .map(|a| format!("apply = {a:?}\n"))
+            .unwrap_or_default();
+        Some(format!(
+            "[migrations]\ntool = \"{}\"                  # {} applies the migrations on every branch, confined, and at promotion\ndir = {dir:?}    # its migrations; the approved design's are written here in its format\n{apply}",
+            self.kind.name(),
+            self.title()
+        ))
     }
 }
 
@@ -41,37 +78,72 @@ const FOLDERS: [&str; 5] = [
     "src/migrations",
 ];
 
-/// The migration tools `dir` uses, by their configuration files.
+/// The migration tools `dir` uses, by their configuration files, the likeliest first.
 pub fn detect(dir: &Path) -> Vec<FoundTool> {
     let mut found = Vec::new();
+    let found_tool = |kind, evidence: &str, migrations| FoundTool {
+        kind,
+        evidence: evidence.into(),
+        migrations,
+        apply: None,
+    };
     let knexfile = ["knexfile.js", "knexfile.ts", "knexfile.cjs", "knexfile.mjs"]
         .into_iter()
         .find(|f| dir.join(f).is_file());
     if let Some(file) = knexfile {
-        found.push(FoundTool {
-            tool: "Knex",
-            evidence: file.into(),
-            migrations: folder_of(dir, &["js", "ts", "cjs", "mjs"]),
-        });
+        found.push(found_tool(
+            ToolKind::Knex,
+            file,
+            folder_of(dir, &["js", "ts", "cjs", "mjs"]),
+        ));
     }
     if dir.join("alembic.ini").is_file() {
         let versions = script_location(dir).map(|loc| format!("{loc}/versions"));
-        found.push(FoundTool {
-            tool: "Alembic",
-            evidence: "alembic.ini".into(),
-            migrations: versions.and_then(|v| count_in(dir, &v, &["py"]).map(|n| (v, n))),
-        });
+        found.push(found_tool(
+            ToolKind::Alembic,
+            "alembic.ini",
+            versions.and_then(|v| count_in(dir, &v, &["py"]).map(|n| (v, n))),
+        ));
     }
     if dir.join("manage.py").is_file()
         && let Some(apps) = django_migrations(dir)
     {
+        found.push(found_tool(ToolKind::Django, "manage.py", Some(apps)));
+    }
+    if let Some((folder, n)) = dbmate_migrations(dir) {
+        let npm = "node_modules/.bin/dbmate";
         found.push(FoundTool {
-            tool: "Django",
-            evidence: "manage.py".into(),
-            migrations: Some(apps),
+            apply: dir
+                .join(npm)
+                .is_file()
+                .then(|| format!("{npm} --no-dump-schema --migrations-dir {folder} up")),
+            ..found_tool(
+                ToolKind::Dbmate,
+                "-- migrate:up sections",
+                Some((folder, n)),
+            )
         });
     }
     found
+}
+
+/// The first of [`FOLDERS`] whose `.sql` files are dbmate's (a `-- migrate:up` line), and
+/// how many.
+fn dbmate_migrations(dir: &Path) -> Option<(String, usize)> {
+    FOLDERS.iter().find_map(|folder| {
+        let files: Vec<_> = std::fs::read_dir(dir.join(folder))
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".sql"))
+            .collect();
+        let dbmate = files.iter().any(|e| {
+            std::fs::read_to_string(e.path()).is_ok_and(|t| {
+                t.lines()
+                    .any(|l| l.trim_start().starts_with("-- migrate:up"))
+            })
+        });
+        dbmate.then(|| (folder.to_string(), files.len()))
+    })
 }
 
 /// The first of [`FOLDERS`] holding files with one of `extensions`, and how many.
@@ -180,7 +252,7 @@ mod tests {
             ("shop/orders/migrations/__init__.py", ""),
         ]);
         let found = detect(t.path());
-        let tools: Vec<&str> = found.iter().map(|f| f.tool).collect();
+        let tools: Vec<&str> = found.iter().map(FoundTool::title).collect();
         assert_eq!(tools, ["Knex", "Alembic", "Django"]);
         assert_eq!(found[0].migrations, Some(("db/migrations".into(), 2)));
         assert_eq!(
@@ -194,8 +266,34 @@ mod tests {
         let note = found[0].note();
         assert!(
             note.starts_with("found Knex migrations (knexfile.js, 2 in db/migrations/)")
-                && note.contains("does not run Knex"),
+                && note.contains("Knex applies them on every branch"),
             "{note}"
+        );
+        let section = found[0].section().expect("a section");
+        assert!(
+            section.contains("tool = \"knex\"") && section.contains("dir = \"db/migrations\""),
+            "{section}"
+        );
+    }
+
+    #[test]
+    fn dbmate_is_found_by_its_sections_and_its_npm_binary() {
+        let t = tree(&[
+            (
+                "db/migrations/20240101000000_init.sql",
+                "-- migrate:up\nCREATE TABLE a ();\n-- migrate:down\nDROP TABLE a;\n",
+            ),
+            ("node_modules/.bin/dbmate", ""),
+        ]);
+        let found = detect(t.path());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].kind, ToolKind::Dbmate);
+        let section = found[0].section().expect("a section");
+        assert!(
+            section.contains(
+                "apply = \"node_modules/.bin/dbmate --no-dump-schema --migrations-dir db/migrations up\""
+            ),
+            "{section}"
         );
     }
 

@@ -15,11 +15,12 @@ use crate::collect::Finding;
 pub fn check(dir: &Path) -> Vec<Finding> {
     let one = match on_the_project(dir, |project| async move { project.trial_run().await }) {
         Ok(trial) => {
-            let mut found = vec![Finding {
+            let mut found: Vec<Finding> = trial.migrations.iter().map(tool_text).collect();
+            found.push(Finding {
                 ok: true,
                 what: ran_text(&trial),
                 hint: String::new(),
-            }];
+            });
             if !trial.outside_test_paths.is_empty() {
                 found.push(Finding {
                     ok: false,
@@ -39,6 +40,25 @@ pub fn check(dir: &Path) -> Vec<Finding> {
         },
     };
     vec![one]
+}
+
+/// What the project's migration tool did before the trial run's tests.
+fn tool_text(done: &consort_lakebase::migrate::ToolApplied) -> Finding {
+    let newest = done
+        .recorded
+        .iter()
+        .next_back()
+        .map(|r| format!(" (the newest: {r})"))
+        .unwrap_or_default();
+    Finding {
+        ok: true,
+        what: format!(
+            "the project's migration tool applied its migrations on a fresh branch, confined, in {:.1} s: its bookkeeping records {}{newest}",
+            done.ms as f64 / 1000.0,
+            counted(done.recorded.len() as u64, "migration", "migrations")
+        ),
+        hint: String::new(),
+    }
 }
 
 /// What to do about a run that could not be made.

@@ -40,6 +40,8 @@ pub struct LakebaseArgs {
     pub sandbox: crate::runner::SandboxMode,
     /// How verifications split the suite over branches (whole unless changed).
     pub shards: crate::verify::Shards,
+    /// The project's own migration tool, when it (not Consort) applies the migrations.
+    pub migration_tool: Option<crate::migrate::MigrationTool>,
 }
 
 impl LakebaseArgs {
@@ -54,6 +56,7 @@ impl LakebaseArgs {
             stats: Arc::new(PoolStats::default()),
             sandbox: crate::runner::SandboxMode::default(),
             shards: crate::verify::Shards::OFF,
+            migration_tool: None,
         }
     }
 
@@ -106,12 +109,14 @@ impl Actor for LakebaseActor {
         let limit = args.provider.capabilities().max_live_branches;
         let (pool_cfg, concurrent) = fit_to_limit(args.pool.clone(), args.max_concurrent, limit);
         let pool = BranchPool::with_stats(args.provider.clone(), pool_cfg, args.stats);
+        let mut verifier = Verifier::new(pool, args.runner, args.fixtures)
+            .with_sandbox(args.sandbox)
+            .with_shards(args.shards);
+        if let Some(tool) = args.migration_tool {
+            verifier = verifier.with_migration_tool(tool);
+        }
         Ok(LakebaseState {
-            verifier: Arc::new(
-                Verifier::new(pool, args.runner, args.fixtures)
-                    .with_sandbox(args.sandbox)
-                    .with_shards(args.shards),
-            ),
+            verifier: Arc::new(verifier),
             slots: Arc::new(Semaphore::new(concurrent)),
             promotions: Arc::new(tokio::sync::Mutex::new(())),
         })

@@ -64,6 +64,7 @@
 //!         sql: "CREATE TABLE stock (sku text PRIMARY KEY, on_hand int NOT NULL);".into(),
 //!     }],
 //!     fixtures: vec!["INSERT INTO stock VALUES ('A-1', 3);".into()],
+//!     promoted: Vec::new(),
 //! };
 //! let base = provider.prepare_base(&spec).await?;
 //! let branch = provider.create("consort-doc-example", &base).await?;
@@ -124,7 +125,7 @@ pub use pgfetch::{
 pub use pool::{Acquired, BranchPool, Lease, PoolConfig, PoolStats, PoolStatsSnapshot, Released};
 pub use provider::{
     BRANCH_ENV, BaseRef, BaseSpec, BoxFuture, Branch, BranchProvider, Capabilities, ConnectInfo,
-    PromoteOutcome, Secret, SslMode,
+    ParentLogin, PromoteOutcome, Secret, SslMode,
 };
 pub use runner::{
     Capture, Captured, CommandRunner, CommandRunnerConfig, DEFAULT_ENV_ALLOW, EnvPolicy,

@@ -15,8 +15,10 @@ use tracing::debug;
 use crate::error::{Error, Result};
 
 mod psql_script;
+mod tool;
 
 pub use psql_script::PsqlTarget;
+pub use tool::{MigrationTool, ToolApplied};
 
 /// The table that records applied migrations.
 pub const MIGRATIONS_TABLE: &str = "consort_migrations";

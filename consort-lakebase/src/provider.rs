@@ -33,6 +33,11 @@ pub struct BaseSpec {
     pub migrations: Vec<consort_actors::Migration>,
     /// Fixture SQL run after the migrations.
     pub fixtures: Vec<String>,
+    /// The promotions the parent holds, as far as the caller knows (the features done, when a
+    /// project's migration tool makes the schema and no migration names them): a base copied
+    /// from the parent before a promotion is never taken for one copied after it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub promoted: Vec<String>,
 }
 
 impl BaseSpec {
@@ -232,6 +237,15 @@ pub struct PromoteOutcome {
     pub failure: Option<String>,
 }
 
+/// A short-lived login to the parent database itself, acting as the owner role that every
+/// branch's objects belong to: what the project's migration tool applies the promotion with.
+/// Its `Debug` shows no secret (the connection redacts its own).
+#[derive(Debug, Clone)]
+pub struct ParentLogin {
+    /// How to connect (the parent's name as the database).
+    pub conn: ConnectInfo,
+}
+
 /// A database branch backend: embedded PostgreSQL, an existing server, or Lakebase.
 ///
 /// Implementations are `Send + Sync` and used as `Arc<dyn BranchProvider>`.
@@ -300,6 +314,23 @@ pub trait BranchProvider: Send + Sync + fmt::Debug {
         until: SystemTime,
     ) -> BoxFuture<'a, Result<()>> {
         let _ = (branch, until);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// A login to the parent database for the project's migration tool at promotion (see
+    /// [`ParentLogin`]); [`BranchProvider::drop_parent_login`] removes it. The default refuses.
+    fn parent_login(&self) -> BoxFuture<'_, Result<ParentLogin>> {
+        Box::pin(async move {
+            Err(Error::Unsupported(format!(
+                "the {} backend cannot let a project's migration tool apply a promotion",
+                self.kind()
+            )))
+        })
+    }
+
+    /// Removes a login [`BranchProvider::parent_login`] made (the default has none to remove).
+    fn drop_parent_login<'a>(&'a self, login: &'a ParentLogin) -> BoxFuture<'a, Result<()>> {
+        let _ = login;
         Box::pin(async { Ok(()) })
     }
 

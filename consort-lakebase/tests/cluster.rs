@@ -118,6 +118,7 @@ async fn a_running_cluster_is_reused_and_a_kept_one_survives_restart() {
             sql: "CREATE TABLE kept (id int)".into(),
         }],
         fixtures: vec![],
+        promoted: Vec::new(),
     };
     let base = provider.prepare_base(&spec).await.expect("base");
     let first_pid = a.postmaster_pid();
@@ -762,6 +763,7 @@ async fn branch_copy_in(bins: &consort_lakebase::PgBinaries, dir: &Path) -> (Str
                 sql: "CREATE TABLE rows AS SELECT g FROM generate_series(1, 1000) g".into(),
             }],
             fixtures: Vec::new(),
+            promoted: Vec::new(),
         })
         .await
         .expect("base");

@@ -103,6 +103,7 @@ pub fn base_spec(migrations: Vec<consort_actors::Migration>) -> consort_lakebase
     consort_lakebase::BaseSpec {
         migrations,
         fixtures: vec![],
+        promoted: Vec::new(),
     }
 }
 

@@ -25,6 +25,7 @@ pub fn request(id: u64, tree: &Path, migrations: Vec<Migration>) -> VerifyReques
         select: Vec::new(),
         quarantined: Vec::new(),
         harness: None,
+        tool_records: Vec::new(),
     }
 }
 

@@ -503,6 +503,7 @@ async fn regression(
         select: Vec::new(),
         quarantined: Vec::new(),
         harness: Some(project.config.harness().hash()),
+        tool_records: Vec::new(),
     };
     let merged_with = plan.merged.clone();
     tracing::info!(

@@ -86,6 +86,7 @@ impl Project {
             .budgets(self.budgets(&opts)?)
             .workbench(Some(self.config.workbench()))
             .sandbox(self.config.runner.sandbox())
+            .migration_tool(self.migration_tool()?)
             .shards(shared_shards(
                 self.config.runner.shards(self.config.pool.max_concurrent),
                 opts.sharing,

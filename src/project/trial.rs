@@ -3,7 +3,8 @@
 //! (`env_set`, the allowed variables) — so that a suite that cannot live in the confinement is
 //! found before the first feature, not at its GREEN. `consort doctor` makes one; `consort
 //! doctor --baseline` runs the whole suite so, on a base with the project's existing
-//! migrations, as a feature's baseline will.
+//! migrations, as a feature's baseline will. With the project's own migration tool, the tool
+//! applies them on the branch first, confined as the tests are, and the run says what it did.
 
 use std::path::PathBuf;
 
@@ -27,6 +28,9 @@ pub struct TrialRun {
     pub outside_test_paths: Vec<String>,
     /// The run's report: its outcomes, its exit, the end of its output.
     pub report: RunReport,
+    /// What the project's migration tool did on the branch before the tests, when it applies
+    /// the migrations (`[migrations] tool`).
+    pub migrations: Option<consort_lakebase::migrate::ToolApplied>,
 }
 
 /// What the baseline on demand found (see [`Project::baseline_run`]).
@@ -86,6 +90,7 @@ impl Project {
         Ok(BaseSpec {
             migrations,
             fixtures: Vec::new(),
+            promoted: self.promoted_features()?,
         })
     }
 
@@ -126,6 +131,10 @@ impl Project {
         let conn = provider.connect_info(branch).await?;
         let mut ctx =
             RunContext::prepare(tree, conn, self.config.runner.sandbox(), hidden, caches)?;
+        let migrations = match self.migration_tool()? {
+            Some(tool) => Some(tool.apply(&ctx, &[]).await?),
+            None => None,
+        };
         let suite = runner.collect(&ctx).await?;
         let policy = self.config.path_policy().map_err(|e| {
             ProjectError::Config(crate::config::ConfigError::Invalid {
@@ -152,6 +161,7 @@ impl Project {
             confinement: ctx.jail.confinement(),
             outside_test_paths,
             report,
+            migrations,
         })
     }
 }

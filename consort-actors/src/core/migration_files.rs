@@ -32,6 +32,113 @@ pub struct MigrationFiles {
     /// run at once never write the same file, and their files still sort by number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lane: Option<String>,
+    /// The project's own migration tool, when it (not Consort) applies the migrations: the
+    /// design's migrations are then files in the tool's format, and no existing file is
+    /// applied by Consort. None: plain SQL files Consort applies itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolFormat>,
+}
+
+/// How a project's migration tool keeps a migration: what the design's migration files are
+/// written as, beside the project's own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ToolFormat {
+    /// The tool, as `[migrations] tool` names it (`knex`, `alembic`, `django`, `dbmate`,
+    /// `command`).
+    pub name: String,
+    /// The extension of a migration file, without the dot (`js`, `py`, `sql`).
+    pub extension: String,
+    /// How the tool's own bookkeeping names a migration it applied.
+    #[serde(default)]
+    pub recorded: Recorded,
+}
+
+/// How a migration tool's bookkeeping table names an applied migration file.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recorded {
+    /// The file name without its extension (Django's `0002_labels`).
+    #[default]
+    Stem,
+    /// The whole file name (Knex's `20261207120000_labels.js`).
+    FileName,
+    /// The leading digits of the name (dbmate's `20261207120000`).
+    Number,
+    /// The `revision` the file declares, and only the newest one (Alembic keeps its head).
+    Revision,
+}
+
+impl ToolFormat {
+    /// Whether the tool applies the migrations as files of SQL (dbmate, a generic command over
+    /// `.sql` files), so the plan's content is SQL.
+    pub fn is_sql(&self) -> bool {
+        self.extension == "sql"
+    }
+
+    /// What the tool's bookkeeping holds once it applied `files` (tree-relative path and
+    /// content, in order): the records that show each of them applied.
+    pub fn expected_records(&self, files: &[(String, &str)]) -> Vec<String> {
+        let name = |path: &str| path.rsplit('/').next().unwrap_or(path).to_string();
+        match self.recorded {
+            Recorded::FileName => files.iter().map(|(p, _)| name(p)).collect(),
+            Recorded::Stem => files
+                .iter()
+                .map(|(p, _)| {
+                    let n = name(p);
+                    match n.rsplit_once('.') {
+                        Some((stem, _)) => stem.to_string(),
+                        None => n,
+                    }
+                })
+                .collect(),
+            Recorded::Number => files
+                .iter()
+                .map(|(p, _)| name(p).chars().take_while(char::is_ascii_digit).collect())
+                .collect(),
+            Recorded::Revision => files
+                .last()
+                .and_then(|(_, content)| declared_revision(content))
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    /// Whether `content` is a migration in the tool's format, as far as its text tells: what
+    /// the tool would refuse or silently skip is refused at the design, with the form it
+    /// takes. A generic command's files are not read.
+    pub fn check_content(&self, content: &str) -> Result<(), String> {
+        let (needs, form): (&[&[&str]], &str) = match self.name.as_str() {
+            "knex" => (
+                &[&["exports.up", "function up", "up:", "up ="]],
+                "a Knex migration module: `exports.up = function (knex) { … }` and `exports.down`",
+            ),
+            "alembic" => (
+                &[&["def upgrade"], &["down_revision"], &["revision"]],
+                "an Alembic revision: `revision`, `down_revision` (the current head) and `def upgrade()`",
+            ),
+            "django" => (
+                &[&["class Migration"], &["dependencies"]],
+                "a Django migration: `class Migration(migrations.Migration)` with its `dependencies` and `operations`",
+            ),
+            "dbmate" => (
+                &[&["-- migrate:up"]],
+                "a dbmate migration: a `-- migrate:up` section (and `-- migrate:down`)",
+            ),
+            _ => (&[], ""),
+        };
+        match needs
+            .iter()
+            .find(|any| !any.iter().any(|n| content.contains(n)))
+        {
+            Some(missing) => Err(format!(
+                "is not {form} (it lacks `{}`)",
+                missing.join("` or `")
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 impl MigrationFiles {
@@ -45,15 +152,30 @@ impl MigrationFiles {
             .collect()
     }
 
-    /// [`file_name`], with the lane's feature after the number when there is one.
+    /// Whether the project's migration tool applies the migrations (see [`ToolFormat`]).
+    pub fn by_tool(&self) -> bool {
+        self.tool.is_some()
+    }
+
+    /// [`file_name`], in the tool's extension, with the lane's feature after the number when
+    /// there is one.
     fn file_name(&self, index: usize, m: &Migration) -> String {
         let name = file_name(index, m);
+        let name = match &self.tool {
+            Some(t) if !t.is_sql() => {
+                format!("{}.{}", name.trim_end_matches(".sql"), t.extension)
+            }
+            _ => name,
+        };
         let Some(lane) = self.lane.as_deref().map(slug).filter(|l| !l.is_empty()) else {
             return name;
         };
         match name.split_once('_') {
             Some((number, rest)) => format!("{number}_{lane}_{rest}"),
-            None => format!("{}_{lane}.sql", name.trim_end_matches(".sql")),
+            None => match name.rsplit_once('.') {
+                Some((stem, ext)) => format!("{stem}_{lane}.{ext}"),
+                None => format!("{name}_{lane}"),
+            },
         }
     }
 }
@@ -81,6 +203,21 @@ pub fn file_name(index: usize, m: &Migration) -> String {
         (true, false) => format!("{number}_{name}.sql"),
         (true, true) => format!("{number}.sql"),
     }
+}
+
+/// The `revision = "…"` an Alembic file declares (`revision: str = '…'` too).
+fn declared_revision(content: &str) -> Option<String> {
+    content.lines().find_map(|line| {
+        let rest = line.trim_start().strip_prefix("revision")?;
+        let rest = rest.trim_start();
+        let rest = match rest.strip_prefix(':') {
+            Some(typed) => typed.split_once('=')?.1,
+            None => rest.strip_prefix('=')?,
+        };
+        let value = rest.trim().trim_matches(|c| c == '"' || c == '\'');
+        (!value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            .then(|| value.to_string())
+    })
 }
 
 /// Keeps ASCII letters, digits, `-` and `_`; every other run of characters becomes one `_`.
@@ -282,6 +419,7 @@ mod tests {
             apply_existing: false,
             promote_existing: false,
             lane: Some("f2 orders".into()),
+            tool: None,
         };
         let plan = SchemaPlan {
             migrations: vec![m("0001_items", "S1", ""), m("0002", "", "")],
@@ -296,6 +434,86 @@ mod tests {
         );
         files.lane = None;
         assert_eq!(files.planned(&plan)[0].0, "migrations/0001_S1_items.sql");
+    }
+
+    #[test]
+    fn a_tools_files_take_its_extension() {
+        let plan = SchemaPlan {
+            migrations: vec![m("20261207120000_labels", "S1", ""), m("0002", "", "")],
+        };
+        let tool = |ext: &str| MigrationFiles {
+            dir: "db/migrations".into(),
+            apply_existing: false,
+            promote_existing: false,
+            lane: Some("F2".into()),
+            tool: Some(ToolFormat {
+                name: "knex".into(),
+                extension: ext.into(),
+                recorded: Recorded::FileName,
+            }),
+        };
+        let names: Vec<String> = tool("js")
+            .planned(&plan)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "db/migrations/20261207120000_F2_S1_labels.js",
+                "db/migrations/0002_F2.js"
+            ]
+        );
+        assert_eq!(tool("sql").planned(&plan)[1].0, "db/migrations/0002_F2.sql");
+    }
+
+    #[test]
+    fn each_tool_records_a_migration_under_its_own_name() {
+        let files = vec![
+            ("db/0003_S1_a.py".to_string(), "revision = 'aa11'\n"),
+            (
+                "db/20261207120000_S2_b.js".to_string(),
+                "revision: str = \"bb22\"\ndown_revision = 'aa11'\n",
+            ),
+        ];
+        let records = |recorded| {
+            ToolFormat {
+                name: "x".into(),
+                extension: "py".into(),
+                recorded,
+            }
+            .expected_records(&files)
+        };
+        assert_eq!(
+            records(Recorded::Stem),
+            ["0003_S1_a", "20261207120000_S2_b"]
+        );
+        assert_eq!(
+            records(Recorded::FileName),
+            ["0003_S1_a.py", "20261207120000_S2_b.js"]
+        );
+        assert_eq!(records(Recorded::Number), ["0003", "20261207120000"]);
+        assert_eq!(records(Recorded::Revision), ["bb22"]);
+    }
+
+    #[test]
+    fn a_migration_not_in_the_tools_format_is_refused_with_the_form() {
+        let tool = |name: &str| ToolFormat {
+            name: name.into(),
+            extension: "py".into(),
+            recorded: Recorded::Stem,
+        };
+        let told = tool("alembic")
+            .check_content("def upgrade():\n    pass\n")
+            .expect_err("no revision");
+        assert!(told.contains("down_revision"), "{told}");
+        assert!(tool("knex").check_content("CREATE TABLE x ();").is_err());
+        assert!(
+            tool("knex")
+                .check_content("exports.up = (knex) => knex.schema.createTable('x', () => {});")
+                .is_ok()
+        );
+        assert!(tool("command").check_content("anything").is_ok());
     }
 
     #[test]
@@ -345,6 +563,7 @@ mod tests {
             apply_existing: true,
             promote_existing: true,
             lane: None,
+            tool: None,
         };
         let got: Vec<String> = files.planned(&plan).into_iter().map(|(p, _)| p).collect();
         assert_eq!(

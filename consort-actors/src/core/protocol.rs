@@ -73,6 +73,11 @@ pub struct AssignmentInputs {
     /// versions must follow (the width, and after the last number).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_numbering: Option<crate::core::migration_files::MigrationNumbering>,
+    /// For the schema plan: the project's own migration tool, when it applies the migrations:
+    /// each migration's `sql` is then the whole file in the tool's format (the project's
+    /// existing migrations among the files show it), named after the project's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_tool: Option<crate::core::migration_files::ToolFormat>,
 }
 
 /// A work-tree file an assignment lists but does not carry.
@@ -545,6 +550,10 @@ pub struct VerifyRequest {
     /// [`crate::Harness`]); the receipt names it. None before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness: Option<ContentHash>,
+    /// With the project's migration tool: what its bookkeeping must hold once it applied the
+    /// design's migrations of this run (see [`crate::ToolFormat::expected_records`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_records: Vec<String>,
 }
 
 /// A request to apply the migrations to the parent database and check them there.
@@ -554,6 +563,14 @@ pub struct PromoteRequest {
     pub id: RequestId,
     /// The approved migrations, in order.
     pub migrations: Vec<Migration>,
+    /// The work tree whose migration files the project's migration tool applies, when one
+    /// does (see [`crate::ToolFormat`]); None in requests written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_tree: Option<std::path::PathBuf>,
+    /// With the project's migration tool: what its bookkeeping must hold once the design's
+    /// migrations are applied (see [`crate::ToolFormat::expected_records`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_records: Vec<String>,
 }
 
 /// What a promotion did.

@@ -305,6 +305,7 @@ impl Fixture {
             apply_existing: apply,
             promote_existing: promote,
             lane: None,
+            tool: None,
         });
         config
     }

@@ -645,13 +645,13 @@ fn revisions_are_bounded_then_escalate_as_a_verdict() {
 fn a_design_migration_that_is_a_psql_script_is_refused() {
     let stories = stories(false);
     let mut plan = schema();
-    assert!(check_schema(&plan, &stories).is_ok());
+    assert!(check_schema(&plan, &stories, None).is_ok());
     for script in [
         "\\set schema app\nCREATE SCHEMA :\"schema\";",
         "CREATE TABLE t (x int);\n  \\! touch /tmp/owned",
     ] {
         plan.migrations[0].sql = script.into();
-        let v = check_schema(&plan, &stories).expect_err("refused");
+        let v = check_schema(&plan, &stories, None).expect_err("refused");
         assert!(
             v.to_string().contains("never a psql script"),
             "{script}: {v}"
@@ -682,7 +682,7 @@ fn design_checks_catch_broken_traces() {
     assert!(check_spec(&sp, &st).is_err());
     let mut sc = schema();
     sc.migrations.swap(0, 1);
-    assert!(check_schema(&sc, &st).is_err());
+    assert!(check_schema(&sc, &st, None).is_err());
     // Each edit of the second entry breaks the list's trace or its paths.
     type Edit = fn(&mut TestEntry);
     let broken: [(&str, Edit); 4] = [

@@ -125,7 +125,16 @@ pub(crate) fn adopt_and_run_with(
             && (doctor.contains(", installed (") || doctor.contains("Consort's own")),
         "{doctor}"
     );
-    run_to_done_and_verify(dir, "the adopted project runs to done");
+    let o = run(consort()
+        .args(["run", "--approve-as", "ada"])
+        .args(dir_arg(dir))
+        .stdin(std::process::Stdio::null()));
+    assert_exit(&o, 0, "the adopted project runs to done");
+    assert_exit(
+        &run(consort().arg("verify").args(dir_arg(dir))),
+        0,
+        "verify passes",
+    );
     (init, doctor)
 }
 

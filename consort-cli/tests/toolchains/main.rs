@@ -11,6 +11,7 @@ mod baseline;
 mod examples;
 mod lanes;
 mod mcp;
+mod migration_tools;
 mod plugin;
 mod pytest_project;
 mod serving;

@@ -299,4 +299,15 @@ impl BranchProvider for ServerProvider {
     fn promote<'a>(&'a self, migrations: &'a [Migration]) -> BoxFuture<'a, Result<PromoteOutcome>> {
         Box::pin(self.promote_impl(migrations))
     }
+
+    fn parent_login(&self) -> BoxFuture<'_, Result<crate::provider::ParentLogin>> {
+        Box::pin(self.parent_login_impl())
+    }
+
+    fn drop_parent_login<'a>(
+        &'a self,
+        login: &'a crate::provider::ParentLogin,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.drop_parent_login_impl(login))
+    }
 }

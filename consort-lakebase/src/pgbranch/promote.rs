@@ -1,4 +1,5 @@
-//! Promote: the approved migrations applied to the parent (as the owner role) and verified.
+//! Promote: the approved migrations applied to the parent (as the owner role) and verified;
+//! or, for a project's migration tool, a short-lived login to the parent as the owner role.
 
 use consort_actors::Migration;
 use tracing::{info, warn};
@@ -6,8 +7,11 @@ use tracing::{info, warn};
 use super::ServerProvider;
 use crate::error::{Error, Result};
 use crate::migrate;
-use crate::names::quote_ident;
-use crate::provider::PromoteOutcome;
+use crate::names::{quote_ident, quote_literal, random_password, random_tag};
+use crate::provider::{ConnectInfo, ParentLogin, PromoteOutcome, Secret};
+
+/// The prefix of a promotion login's role.
+const PROMOTION_ROLE_PREFIX: &str = "consort_promote_";
 
 impl ServerProvider {
     /// Applies `migrations` to the parent and checks them there.
@@ -45,5 +49,77 @@ impl ServerProvider {
             verified,
             failure,
         })
+    }
+}
+
+impl ServerProvider {
+    /// A login role for the parent: a member of the owner role whose every session acts as
+    /// it (`ALTER ROLE … SET role`), so that what the project's migration tool creates belongs
+    /// to the owner role as Consort's own promotion makes it; it may connect to the parent
+    /// only, and expires within the hour even if it is never dropped.
+    pub(super) async fn parent_login_impl(&self) -> Result<ParentLogin> {
+        let role = format!("{PROMOTION_ROLE_PREFIX}{}", random_tag(12));
+        let password = random_password();
+        let verifier = crate::scram::verifier(password.as_bytes(), crate::scram::BRANCH_ITERATIONS);
+        let parent = self.target.parent.clone();
+        let (q, owner, db) = (
+            quote_ident(&role),
+            quote_ident(&self.opts.owner_role),
+            quote_ident(&parent),
+        );
+        let mut slot = self.admin.slot().await;
+        let admin = self.admin.client(&mut slot).await?;
+        if !self.target.manage_parent {
+            let c = self.admin.connect(&parent).await?;
+            let _ = c
+                .batch_execute(&format!("GRANT USAGE, CREATE ON SCHEMA public TO {owner}"))
+                .await;
+        }
+        let made = admin
+            .batch_execute(&format!(
+                "BEGIN; CREATE ROLE {q} LOGIN PASSWORD {} IN ROLE {owner}; \
+                 DO $v$ BEGIN EXECUTE format('ALTER ROLE %I VALID UNTIL %L', {}, now() + interval '1 hour'); END $v$; \
+                 ALTER ROLE {q} SET role = {}; GRANT CONNECT ON DATABASE {db} TO {q}; COMMIT",
+                quote_literal(&verifier),
+                quote_literal(&role),
+                quote_literal(&self.opts.owner_role),
+            ))
+            .await;
+        if let Err(e) = made {
+            let _ = admin.batch_execute("ROLLBACK").await;
+            return Err(Error::from_pg(
+                "making a login to the parent for the migration tool",
+                e,
+            ));
+        }
+        Ok(ParentLogin {
+            conn: ConnectInfo {
+                host: self.target.branch_host.clone(),
+                port: self.target.branch_port,
+                database: parent,
+                user: role,
+                secret: Secret::new(password),
+                expires_at: None,
+                sslmode: self.target.branch_ssl,
+                ca_file: None,
+            },
+        })
+    }
+
+    /// Drops a promotion login (its sessions are over: the tool has exited).
+    pub(super) async fn drop_parent_login_impl(&self, login: &ParentLogin) -> Result<()> {
+        let role = &login.conn.user;
+        if !role.starts_with(PROMOTION_ROLE_PREFIX) {
+            return Err(Error::InvalidName(format!("{role} is no promotion login")));
+        }
+        let mut slot = self.admin.slot().await;
+        let admin = self.admin.client(&mut slot).await?;
+        let (q, db) = (quote_ident(role), quote_ident(&login.conn.database));
+        admin
+            .batch_execute(&format!(
+                "REVOKE CONNECT ON DATABASE {db} FROM {q}; DROP ROLE IF EXISTS {q}"
+            ))
+            .await
+            .map_err(|e| Error::from_pg("dropping the migration tool's login to the parent", e))
     }
 }

@@ -23,7 +23,7 @@ mod jest_list;
 mod junit;
 pub(crate) mod missing_module;
 mod namespaces;
-mod process;
+pub(crate) mod process;
 mod psql;
 mod sandbox;
 mod select;

@@ -23,6 +23,7 @@ use tracing::info;
 
 mod sharded;
 mod shards;
+mod tool;
 
 pub use shards::Shards;
 
@@ -41,6 +42,7 @@ pub struct Verifier {
     trees: KeptTrees,
     shards: Shards,
     costs: Arc<Mutex<shards::Costs>>,
+    tool: Option<Arc<crate::migrate::MigrationTool>>,
 }
 
 /// Most work trees whose hash caches a verifier keeps: the project's tree, and the last few
@@ -259,7 +261,16 @@ impl Verifier {
             trees: KeptTrees::default(),
             shards: Shards::OFF,
             costs: Arc::default(),
+            tool: None,
         }
+    }
+
+    /// Has the project's migration `tool` apply the migrations on every branch (and at
+    /// promotion, on the parent) instead of Consort: a base is then the parent and the
+    /// fixtures only (see `verify/tool.rs`).
+    pub fn with_migration_tool(mut self, tool: crate::migrate::MigrationTool) -> Self {
+        self.tool = Some(Arc::new(tool));
+        self
     }
 
     /// Splits suites over branches as `shards` says (whole, in one process, unless changed).
@@ -433,8 +444,12 @@ impl Verifier {
     /// A fresh branch of the request's base.
     async fn acquire(&self, req: &VerifyRequest) -> Result<Acquired, InfraError> {
         let spec = BaseSpec {
-            migrations: req.migrations.clone(),
+            migrations: match self.tool {
+                Some(_) => Vec::new(),
+                None => req.migrations.clone(),
+            },
             fixtures: self.fixtures.clone(),
+            promoted: Vec::new(),
         };
         match self.pool.acquire(&spec).await {
             Ok(a) => Ok(a),
@@ -518,8 +533,11 @@ impl Verifier {
         .map_err(|e| runner_fault(&e))?;
         ctx.tests = req.tests.clone();
         ctx.focus = req.focus.clone();
-        ctx.pinned = SessionSettings::for_migrations(&req.migrations);
         ctx.filter = TreeFilter::new(&req.caches);
+        match &self.tool {
+            Some(tool) => self.apply_tool(tool, req, &ctx).await?,
+            None => ctx.pinned = SessionSettings::for_migrations(&req.migrations),
+        }
         Ok(ctx)
     }
 
@@ -598,6 +616,9 @@ impl Verifier {
 
     /// Applies the approved migrations to the parent and checks them there.
     pub async fn promote(&self, req: &PromoteRequest) -> Result<PromoteReport, InfraError> {
+        if let Some(tool) = &self.tool {
+            return self.promote_by_tool(tool, req).await;
+        }
         match self.provider().promote(&req.migrations).await {
             Ok(o) => Ok(PromoteReport {
                 request_id: req.id,

@@ -208,6 +208,8 @@ async fn infrastructure_failures_are_typed_errors_and_promote_reaches_the_parent
                     PromoteRequest {
                         id: RequestId(2),
                         migrations: stock_migrations(),
+                        work_tree: None,
+                        tool_records: Vec::new(),
                     },
                     port,
                 )

@@ -842,6 +842,7 @@ async fn prepare_base_builds_a_no_expiry_branch_once() {
                 .into(),
         }],
         fixtures: vec!["INSERT INTO stock VALUES ('apple', 3);".into()],
+        promoted: Vec::new(),
     };
     let base = p.prepare_base(&spec).await.expect("base");
     assert_eq!(base.key, spec.key());

@@ -69,6 +69,7 @@ async fn a_session_on_the_parent_is_waited_out() {
     let spec = BaseSpec {
         migrations: vec![migration("0001", "CREATE TABLE t (x int)")],
         fixtures: vec![],
+        promoted: Vec::new(),
     };
     let release = async {
         while b.busy_retries() == 0 {
@@ -303,6 +304,7 @@ async fn a_kill_at_any_instant_leaves_nothing_the_sweeps_miss() {
         .prepare_base(&BaseSpec {
             migrations: vec![migration("0001", "CREATE TABLE t (x int)")],
             fixtures: vec![],
+            promoted: Vec::new(),
         })
         .await
         .expect("another base");
@@ -310,6 +312,7 @@ async fn a_kill_at_any_instant_leaves_nothing_the_sweeps_miss() {
     let unsealed_spec = BaseSpec {
         migrations: vec![migration("0001", "CREATE TABLE u (x int)")],
         fixtures: vec![],
+        promoted: Vec::new(),
     };
     let unsealed = b.prepare_base(&unsealed_spec).await.expect("a third base");
     for t in [&other, &unsealed] {
@@ -421,6 +424,7 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
                 "CREATE SCHEMA notes_app; CREATE TABLE notes_app.n (id int)",
             )],
             fixtures: Vec::new(),
+            promoted: Vec::new(),
         })
         .await;
     assert!(schema.is_ok(), "{schema:?}");
@@ -439,6 +443,7 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
         .prepare_base(&BaseSpec {
             migrations: migrations.clone(),
             fixtures: vec!["INSERT INTO notes VALUES (1, 'fixture')".into()],
+            promoted: Vec::new(),
         })
         .await
         .expect("base");
@@ -560,6 +565,7 @@ async fn a_database_being_made_is_never_open_to_a_test_on_another_branch() {
             "SELECT pg_sleep(1.5); CREATE TABLE t (id int)",
         )],
         fixtures: Vec::new(),
+        promoted: Vec::new(),
     };
     let building = {
         let b = b.clone();

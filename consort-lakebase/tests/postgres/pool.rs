@@ -95,6 +95,7 @@ async fn warm_branches_serve_acquires_a_new_base_invalidates_and_nothing_is_left
             migration("0002", "ALTER TABLE a ADD COLUMN y int"),
         ],
         fixtures: vec![],
+        promoted: Vec::new(),
     };
     let got = pool.acquire(&v2).await.expect("acquire v2");
     assert_eq!(got.lease.branch().base.key, v2.key());

@@ -459,6 +459,7 @@ fn stock_spec() -> BaseSpec {
             "CREATE TABLE stock (sku text NOT NULL, location text NOT NULL, qty int NOT NULL CHECK (qty >= 0), PRIMARY KEY (sku, location))",
         )],
         fixtures: vec![],
+        promoted: Vec::new(),
     }
 }
 

@@ -489,8 +489,13 @@ pub fn check_spec(spec: &Spec, stories: &Stories) -> Result<(), RuleViolation> {
     Ok(())
 }
 
-/// Schema plan: unique, strictly increasing versions, each for a known story, with SQL.
-pub fn check_schema(plan: &SchemaPlan, stories: &Stories) -> Result<(), RuleViolation> {
+/// Schema plan: unique, strictly increasing versions, each for a known story, with SQL — or,
+/// when the project's migration `tool` applies them, with content in the tool's format.
+pub fn check_schema(
+    plan: &SchemaPlan,
+    stories: &Stories,
+    tool: Option<&crate::core::migration_files::ToolFormat>,
+) -> Result<(), RuleViolation> {
     unique(
         "migration version",
         plan.migrations.iter().map(|m| m.version.as_str()),
@@ -517,12 +522,17 @@ pub fn check_schema(plan: &SchemaPlan, stories: &Stories) -> Result<(), RuleViol
         require(!m.sql.trim().is_empty(), || {
             format!("migration {} has no SQL", m.version)
         })?;
-        require(!m.is_psql_script(), || {
-            format!(
-                "migration {} holds a psql meta-command (a line that starts with a backslash): a migration is SQL, applied through the protocol, never a psql script",
-                m.version
-            )
-        })?;
+        match tool {
+            None => require(!m.is_psql_script(), || {
+                format!(
+                    "migration {} holds a psql meta-command (a line that starts with a backslash): a migration is SQL, applied through the protocol, never a psql script",
+                    m.version
+                )
+            })?,
+            Some(tool) => tool
+                .check_content(&m.sql)
+                .map_err(|why| invalid(format!("migration {}: {why}", m.version)))?,
+        }
         require(stories.stories.iter().any(|s| s.id == m.story_id), || {
             format!(
                 "migration {} is for unknown story `{}`",

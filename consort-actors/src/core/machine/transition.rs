@@ -1025,7 +1025,8 @@ fn accept_design(
             }
         },
         (Step::Schema, Artifact::SchemaPlan(plan)) => {
-            check_schema(plan, stories()?.as_ref())?;
+            let tool = cfg.migration_files.as_ref().and_then(|f| f.tool.as_ref());
+            check_schema(plan, stories()?.as_ref(), tool)?;
             super::rules::check_builds_on(
                 plan,
                 &s.inherited.migrations,

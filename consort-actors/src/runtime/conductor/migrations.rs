@@ -80,7 +80,8 @@ pub(super) fn from_disk(
     (requested, promote): (&[Migration], bool),
 ) -> Result<Vec<Migration>, ConductorError> {
     let planned = files.planned(plan);
-    let with_existing = files.apply_existing && (!promote || files.promote_existing);
+    let with_existing =
+        files.apply_existing && !files.by_tool() && (!promote || files.promote_existing);
     let mut out = if with_existing {
         existing(work, files, &planned, earlier)?
     } else {
@@ -121,7 +122,7 @@ pub fn existing_migrations(
     files: &MigrationFiles,
     earlier: &[EarlierMigration],
 ) -> Result<Vec<Migration>, ConductorError> {
-    if !files.apply_existing {
+    if !files.apply_existing || files.by_tool() {
         return Ok(Vec::new());
     }
     existing(work, files, &[], earlier)
@@ -190,6 +191,47 @@ fn existing(
             })
         })
         .collect()
+}
+
+/// With the project's migration tool, which applies every migration in its folder, the
+/// design's files a run must not see: those of the migrations it does not apply (a later
+/// story's; all of them for the baseline), as paths in the work tree. None without a tool.
+pub(super) fn unseen_by_tool(
+    work: &WorkTree,
+    files: &MigrationFiles,
+    plan: &SchemaPlan,
+    applied: &[Migration],
+) -> Vec<std::path::PathBuf> {
+    if !files.by_tool() {
+        return Vec::new();
+    }
+    files
+        .planned(plan)
+        .into_iter()
+        .filter(|(_, m)| !applied.iter().any(|a| a.version == m.version))
+        .map(|(path, _)| work.root().join(path))
+        .collect()
+}
+
+/// With the project's migration tool, the records its bookkeeping holds once it applied
+/// `applied` (the design's migrations of a run, read from their files). None without a tool.
+pub(super) fn tool_records(
+    files: &MigrationFiles,
+    plan: &SchemaPlan,
+    applied: &[Migration],
+) -> Vec<String> {
+    let Some(tool) = &files.tool else {
+        return Vec::new();
+    };
+    let listed: Vec<(String, &str)> = files
+        .planned(plan)
+        .into_iter()
+        .filter_map(|(path, m)| {
+            let a = applied.iter().find(|a| a.version == m.version)?;
+            Some((path, a.sql.as_str()))
+        })
+        .collect();
+    tool.expected_records(&listed)
 }
 
 fn checksum_on_disk(work: &WorkTree, path: &str) -> Result<Option<ContentHash>, String> {

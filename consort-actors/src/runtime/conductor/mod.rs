@@ -876,6 +876,8 @@ impl ConductorState {
                         myself,
                         PromoteRequest {
                             id: request,
+                            work_tree: Some(self.work.root().to_path_buf()),
+                            tool_records: self.tool_records(&migrations),
                             migrations,
                         },
                     );
@@ -933,6 +935,28 @@ impl ConductorState {
                 )
             }),
             None => Ok(requested),
+        }
+    }
+
+    /// What a run that applies `migrations` may not see: Consort's configured private paths,
+    /// and with the project's migration tool the design's files of the migrations it does not
+    /// apply (see [`migrations::unseen_by_tool`]).
+    fn hidden_from(&self, migrations: &[Migration]) -> Vec<std::path::PathBuf> {
+        let mut hidden = self.wiring.config.hidden.clone();
+        if let Some((files, plan)) = self.migration_files() {
+            hidden.extend(migrations::unseen_by_tool(
+                &self.work, files, plan, migrations,
+            ));
+        }
+        hidden
+    }
+
+    /// With the project's migration tool, what its bookkeeping holds once it applied
+    /// `migrations` (see [`migrations::tool_records`]).
+    fn tool_records(&self, migrations: &[Migration]) -> Vec<String> {
+        match self.migration_files() {
+            Some((files, plan)) => migrations::tool_records(files, plan, migrations),
+            None => Vec::new(),
         }
     }
 
@@ -1025,20 +1049,25 @@ impl ConductorState {
                 tests,
                 focus,
                 select,
-            } => Ok(VerifyRequest {
-                id: request,
-                purpose,
-                work_tree: self.work.root().to_path_buf(),
-                workspace_hash,
-                migrations: self.migrations_from_disk(migrations, false)?,
-                tests,
-                focus,
-                caches: self.work.filter().extra().to_vec(),
-                hidden: self.wiring.config.hidden.clone(),
-                select,
-                quarantined: self.state.quarantined_names(),
-                harness: self.state.harness.as_ref().map(crate::Harness::hash),
-            }),
+            } => {
+                let migrations = self.migrations_from_disk(migrations, false)?;
+                let tool_records = self.tool_records(&migrations);
+                Ok(VerifyRequest {
+                    id: request,
+                    purpose,
+                    work_tree: self.work.root().to_path_buf(),
+                    workspace_hash,
+                    hidden: self.hidden_from(&migrations),
+                    migrations,
+                    tests,
+                    focus,
+                    caches: self.work.filter().extra().to_vec(),
+                    select,
+                    quarantined: self.state.quarantined_names(),
+                    harness: self.state.harness.as_ref().map(crate::Harness::hash),
+                    tool_records,
+                })
+            }
             Command::Baseline { request, tests } => self.baseline_request(request, tests),
             _ => Err(ConductorError::NoPendingCommand),
         }
@@ -1052,19 +1081,21 @@ impl ConductorState {
         request: crate::RequestId,
         tests: Vec<String>,
     ) -> Result<VerifyRequest, ConductorError> {
+        let migrations = self.migrations_from_disk(Vec::new(), false)?;
         Ok(VerifyRequest {
             id: request,
             purpose: crate::VerifyPurpose::Baseline,
             work_tree: self.work.root().to_path_buf(),
             workspace_hash: self.work.hash()?,
-            migrations: self.migrations_from_disk(Vec::new(), false)?,
+            hidden: self.hidden_from(&migrations),
+            migrations,
             tests,
             focus: None,
             caches: self.work.filter().extra().to_vec(),
-            hidden: self.wiring.config.hidden.clone(),
             select: Vec::new(),
             quarantined: self.state.quarantined_names(),
             harness: self.state.harness.as_ref().map(crate::Harness::hash),
+            tool_records: Vec::new(),
         })
     }
 
@@ -1166,6 +1197,15 @@ impl ConductorState {
             }
         }
         let mut inputs = crate::core::context::artifacts(s, &step);
+        if step == Step::Schema {
+            inputs.migration_tool = self
+                .wiring
+                .config
+                .machine
+                .migration_files
+                .as_ref()
+                .and_then(|f| f.tool.clone());
+        }
         let pack = crate::core::context::pack(&step);
         let runner = self.wiring.config.runner.clone();
         let existing = self.existing_migration_globs();
@@ -1206,12 +1246,16 @@ impl ConductorState {
         }))
     }
 
-    /// The globs of the project's existing migrations, which the DBA reads (none unless
-    /// they are applied).
+    /// The globs of the project's existing migrations, which the DBA reads: its tool's files,
+    /// or the SQL files when they are applied (none otherwise).
     fn existing_migration_globs(&self) -> Vec<String> {
         match &self.wiring.config.machine.migration_files {
-            Some(f) if f.apply_existing => vec![format!("{}/*.sql", f.dir)],
-            _ => Vec::new(),
+            Some(f) => match &f.tool {
+                Some(tool) => vec![format!("{}/*.{}", f.dir, tool.extension)],
+                None if f.apply_existing => vec![format!("{}/*.sql", f.dir)],
+                None => Vec::new(),
+            },
+            None => Vec::new(),
         }
     }
 

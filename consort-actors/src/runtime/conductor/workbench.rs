@@ -130,6 +130,7 @@ impl StepBench {
             select: plan.select.clone(),
             quarantined: plan.quarantined.clone(),
             harness: None,
+            tool_records: Vec::new(),
         };
         let receipt = self
             .lakebase
