@@ -699,6 +699,38 @@ path = ".consort/script.toml"
         ProjectConfig::parse(MINIMAL, Path::new("consort.toml")).expect("parses")
     }
 
+    /// The migration tool's command is part of what judges the runs: changing it while a
+    /// feature is open is a person's recorded decision, never a silent one.
+    #[test]
+    fn the_migration_tool_and_its_command_are_part_of_the_harness() {
+        let parse = |migrations: &str| {
+            ProjectConfig::parse(
+                &format!("{MINIMAL}\n[migrations]\ndir = \"db/migrations\"\n{migrations}"),
+                Path::new("consort.toml"),
+            )
+            .expect("parses")
+        };
+        let dbmate = parse("tool = \"dbmate\"\n");
+        let changed = parse("tool = \"dbmate\"\napply = \"dbmate --wait up\"\n");
+        assert_eq!(
+            changed.harness().changed_from(&dbmate.harness()),
+            ["migrations"]
+        );
+        assert_eq!(
+            parse("").harness().changed_from(&dbmate.harness()),
+            ["migrations"]
+        );
+        let machine = dbmate.machine_config().expect("machine");
+        let files = machine.migration_files.expect("files");
+        assert_eq!(files.tool.map(|t| t.name), Some("dbmate".into()));
+        assert!(
+            dbmate
+                .path_policy()
+                .expect("policy")
+                .is_harness("db/migrations/x.sql")
+        );
+    }
+
     #[test]
     fn branch_env_maps_the_branch_and_refuses_what_a_run_sets_itself() {
         let with = |table: &str| {

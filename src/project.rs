@@ -30,7 +30,7 @@ mod unverified;
 pub use unverified::{Difference, UnverifiedWork};
 pub(crate) mod lane;
 pub use git_sync::LiveSync;
-pub use trial::{BaselineRun, TrialRun};
+pub use trial::{BaselineRun, ToolTrial, TrialRun};
 
 /// Why a project could not be opened or run.
 #[derive(Debug, thiserror::Error)]

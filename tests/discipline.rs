@@ -49,6 +49,8 @@ use consort_testkit::assert::{
 };
 use libtest_mimic::{Failed, Trial};
 
+#[path = "discipline/migration_tool.rs"]
+mod migration_tool;
 #[path = "discipline/shared_file.rs"]
 mod shared_file;
 
@@ -2146,6 +2148,7 @@ async fn run_case(number: usize, world: &World) -> String {
         24 => red_whose_command_did_not_run(world).await,
         25 => red_whose_psql_never_ran_the_test(world).await,
         26..=31 => shared_file::case(number, world).await,
+        32..=34 => migration_tool::case(number, world).await,
         other => panic!("no case {other}"),
     }
 }
@@ -2156,6 +2159,7 @@ fn main() -> ExitCode {
     let mut trials: Vec<Trial> = CASES
         .into_iter()
         .chain(shared_file::CASES)
+        .chain(migration_tool::CASES)
         .enumerate()
         .map(|(i, name)| {
             let (ran, refused) = (ran.clone(), refused.clone());
@@ -2178,6 +2182,14 @@ fn main() -> ExitCode {
         || {
             in_world("control", |world| {
                 Box::pin(shared_file::honest_runs_finish(world))
+            })
+        },
+    ));
+    trials.push(Trial::test(
+        "control_the_project_s_migration_tool_runs_to_done",
+        || {
+            in_world("control", |world| {
+                Box::pin(migration_tool::honest_run_finishes(world))
             })
         },
     ));

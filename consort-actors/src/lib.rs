@@ -96,7 +96,7 @@ pub use crate::core::context;
 pub use crate::runtime::workbench;
 
 use crate::core::{
-    artifact, budget, harness, hash, history, machine, migration_files, paths, protocol,
+    artifact, budget, catalog, harness, hash, history, machine, migration_files, paths, protocol,
     regression, role, step, test_identity, test_outline, text,
 };
 use crate::runtime::{conductor, gate, messages, supervision};
@@ -118,6 +118,7 @@ pub use budget::{
     Allowance, BudgetName, Budgets, CallEstimate, Limits, Measure, Price, Remaining, RoleUsage,
     SpentBudget, Tally, UsageTotals, usage_totals,
 };
+pub use catalog::{CatalogTable, MAX_CATALOG_TABLES, SchemaCatalog};
 pub use harness::{Harness, HarnessChange};
 pub use hash::{ContentHash, ParseHashError, canonical_json};
 pub use history::{CommitKind, FilesWritten, StepCommit, Unverified, step_commits, unverified};

@@ -61,9 +61,10 @@ impl FoundTool {
             .as_ref()
             .map(|a| format!("apply = {a:?}\n"))
             .unwrap_or_default();
+        let tool = format!("tool = \"{}\"", self.kind.name());
+        let dir = format!("dir = {dir:?}");
         Some(format!(
-            "[migrations]\ntool = \"{}\"                  # {} applies the migrations on every branch, confined, and at promotion\ndir = {dir:?}    # its migrations; the approved design's are written here in its format\n{apply}",
-            self.kind.name(),
+            "[migrations]\n{tool:<30} # {} applies the migrations on every branch, confined, and at promotion\n{dir:<30} # its migrations; the approved design's are written here in its format\n{apply}",
             self.title()
         ))
     }

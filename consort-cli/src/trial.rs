@@ -43,17 +43,20 @@ pub fn check(dir: &Path) -> Vec<Finding> {
 }
 
 /// What the project's migration tool did before the trial run's tests.
-fn tool_text(done: &consort_lakebase::migrate::ToolApplied) -> Finding {
-    let newest = done
+fn tool_text(trial: &consort::project::ToolTrial) -> Finding {
+    let done = &trial.done;
+    let head = done
         .recorded
         .iter()
         .next_back()
-        .map(|r| format!(" (the newest: {r})"))
+        .map(|r| format!(" (the head: {r})"))
         .unwrap_or_default();
     Finding {
         ok: true,
         what: format!(
-            "the project's migration tool applied its migrations on a fresh branch, confined, in {:.1} s: its bookkeeping records {}{newest}",
+            "the project's migration tool, {}, applied the migrations in {}/ on a fresh branch, confined, in {:.2} s: its bookkeeping records {}{head}",
+            trial.tool,
+            trial.dir,
             done.ms as f64 / 1000.0,
             counted(done.recorded.len() as u64, "migration", "migrations")
         ),

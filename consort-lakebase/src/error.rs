@@ -100,6 +100,14 @@ pub enum Error {
         /// The server's message.
         detail: String,
     },
+    /// The project's migration tool failed, or ran without recording the design's migrations.
+    #[error("the project's migration tool ({tool}) failed: {detail}")]
+    MigrationTool {
+        /// The tool (`knex`).
+        tool: String,
+        /// What failed, with the end of what the tool said.
+        detail: String,
+    },
     /// The migration plan itself is unusable (an empty or repeated version): the work's fault,
     /// unlike [`Error::Misconfigured`].
     #[error("invalid migration plan: {0}")]
@@ -285,9 +293,10 @@ impl Error {
             Error::PermissionDenied(_) => InfraFault::PermissionDenied,
             Error::QuotaExceeded(_) => InfraFault::QuotaExhausted,
             // A migration the provider could not apply (only reached here through promote).
-            Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::InvalidPlan(_) => {
-                InfraFault::MigrationFailed
-            }
+            Error::Migration { .. }
+            | Error::MigrationTool { .. }
+            | Error::ChecksumMismatch { .. }
+            | Error::InvalidPlan(_) => InfraFault::MigrationFailed,
         }
     }
 }

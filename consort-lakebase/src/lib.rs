@@ -97,6 +97,7 @@ mod pool;
 pub mod procinfo;
 mod provider;
 mod runner;
+mod schema_catalog;
 mod scram;
 pub mod store;
 mod tls;
@@ -134,5 +135,6 @@ pub use runner::{
     SessionSettings, StdoutFormat, Suite, SuiteTest, TestRunner, parse_go_test_json, parse_junit,
     parse_libtest, parse_tap, shell_quote, sweep_abandoned_scratch,
 };
+pub use schema_catalog::read_catalog;
 pub use url::{DATABASE_URL_ENV, PostgresUrlProvider, connect_info_of_url};
 pub use verify::{Shards, Verifier};

@@ -55,7 +55,9 @@ impl Project {
         let (driver, event_log, keeper) = self.driver(&opts)?;
         // A new feature is refused before anything starts when an earlier one is unfinished.
         let start = if fresh {
-            Some((self.feature()?, self.inherited()?))
+            let mut inherited = self.inherited()?;
+            inherited.catalog = self.catalog_for_the_dba(&inherited).await;
+            Some((self.feature()?, inherited))
         } else {
             None
         };

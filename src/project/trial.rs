@@ -30,7 +30,18 @@ pub struct TrialRun {
     pub report: RunReport,
     /// What the project's migration tool did on the branch before the tests, when it applies
     /// the migrations (`[migrations] tool`).
-    pub migrations: Option<consort_lakebase::migrate::ToolApplied>,
+    pub migrations: Option<ToolTrial>,
+}
+
+/// The project's migration tool, run on a trial's branch.
+#[derive(Debug)]
+pub struct ToolTrial {
+    /// The tool (`knex`).
+    pub tool: String,
+    /// The folder it applies (`[migrations] dir`).
+    pub dir: String,
+    /// What it did.
+    pub done: consort_lakebase::migrate::ToolApplied,
 }
 
 /// What the baseline on demand found (see [`Project::baseline_run`]).
@@ -102,18 +113,82 @@ impl Project {
         whole: bool,
     ) -> Result<TrialRun, ProjectError> {
         let runner = self.runner()?;
-        let provider = self.provider().await?;
-        let base = provider.prepare_base(&spec).await?;
-        let branch = provider
-            .create(&BranchNamer::new().next_name(), &base)
-            .await?;
+        let (provider, branch) = self.fresh_branch(&spec).await?;
         let ran = self
             .trial_on(runner.as_ref(), provider.as_ref(), &branch, whole)
             .await;
-        if let Err(e) = provider.delete(&branch.name).await {
-            tracing::warn!(branch = %branch.name, error = %consort_actors::error_chain(&e), "the trial run's branch could not be removed; `consort branches --sweep` removes it");
-        }
+        drop_branch(provider.as_ref(), &branch).await;
         ran
+    }
+
+    /// The database's tables as the next feature starts from them (the base with the
+    /// project's migrations, by its migration tool when it has one), read on a fresh branch
+    /// removed afterwards: what the DBA is shown. None, said in the log, when they cannot be
+    /// read: the feature's baseline then meets and names the same fault.
+    pub async fn catalog_for_the_dba(
+        &self,
+        inherited: &consort_actors::Inherited,
+    ) -> Option<consort_actors::SchemaCatalog> {
+        match self.schema_catalog(inherited).await {
+            Ok(catalog) => Some(catalog),
+            Err(e) => {
+                tracing::warn!(error = %consort_actors::error_chain(&e), "the database's tables could not be read for the DBA; its assignment goes without them");
+                None
+            }
+        }
+    }
+
+    async fn schema_catalog(
+        &self,
+        inherited: &consort_actors::Inherited,
+    ) -> Result<consort_actors::SchemaCatalog, ProjectError> {
+        let spec = self.base_a_feature_starts_from(inherited)?;
+        let (provider, branch) = self.fresh_branch(&spec).await?;
+        let read = async {
+            let conn = provider.connect_info(&branch).await?;
+            if let Some(tool) = self.migration_tool()? {
+                let ctx = self.run_context(provider.as_ref(), conn.clone())?;
+                tool.apply(&ctx, &[]).await?;
+            }
+            Ok(consort_lakebase::read_catalog(&conn).await?)
+        }
+        .await;
+        drop_branch(provider.as_ref(), &branch).await;
+        read
+    }
+
+    /// A fresh branch of the base `spec` makes, on the project's provider.
+    async fn fresh_branch(
+        &self,
+        spec: &BaseSpec,
+    ) -> Result<(std::sync::Arc<dyn BranchProvider>, consort_lakebase::Branch), ProjectError> {
+        let provider = self.provider().await?;
+        let base = provider.prepare_base(spec).await?;
+        let branch = provider
+            .create(&BranchNamer::new().next_name(), &base)
+            .await?;
+        Ok((provider, branch))
+    }
+
+    /// A run's context on the branch `conn` reaches, confined as configured, Consort's state
+    /// and the provider's private paths out of reach.
+    fn run_context(
+        &self,
+        provider: &dyn BranchProvider,
+        conn: consort_lakebase::ConnectInfo,
+    ) -> Result<RunContext, ProjectError> {
+        let tree = self.work_tree().to_path_buf();
+        let mut hidden: Vec<PathBuf> = vec![tree.join(consort_actors::STATE_DIR)];
+        hidden.extend(lane::hidden_from_lane(self));
+        hidden.extend(provider.private_paths());
+        let caches = consort_actors::WorkTree::open(&tree)?.cache_dirs()?;
+        Ok(RunContext::prepare(
+            tree,
+            conn,
+            self.config.runner.sandbox(),
+            hidden,
+            caches,
+        )?)
     }
 
     async fn trial_on(
@@ -123,16 +198,14 @@ impl Project {
         branch: &consort_lakebase::Branch,
         whole: bool,
     ) -> Result<TrialRun, ProjectError> {
-        let tree = self.work_tree().to_path_buf();
-        let mut hidden: Vec<PathBuf> = vec![tree.join(consort_actors::STATE_DIR)];
-        hidden.extend(lane::hidden_from_lane(self));
-        hidden.extend(provider.private_paths());
-        let caches = consort_actors::WorkTree::open(&tree)?.cache_dirs()?;
         let conn = provider.connect_info(branch).await?;
-        let mut ctx =
-            RunContext::prepare(tree, conn, self.config.runner.sandbox(), hidden, caches)?;
+        let mut ctx = self.run_context(provider, conn)?;
         let migrations = match self.migration_tool()? {
-            Some(tool) => Some(tool.apply(&ctx, &[]).await?),
+            Some(tool) => Some(ToolTrial {
+                done: tool.apply(&ctx, &[]).await?,
+                tool: tool.name,
+                dir: self.config.migrations.dir.clone(),
+            }),
             None => None,
         };
         let suite = runner.collect(&ctx).await?;
@@ -163,5 +236,12 @@ impl Project {
             report,
             migrations,
         })
+    }
+}
+
+/// Removes a branch the project made for itself; one that stays is said, with how to remove it.
+async fn drop_branch(provider: &dyn BranchProvider, branch: &consort_lakebase::Branch) {
+    if let Err(e) = provider.delete(&branch.name).await {
+        tracing::warn!(branch = %branch.name, error = %consort_actors::error_chain(&e), "a branch Consort made for itself could not be removed; `consort branches --sweep` removes it");
     }
 }

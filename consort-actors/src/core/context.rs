@@ -131,6 +131,10 @@ pub fn artifacts(state: &State, step: &Step) -> AssignmentInputs {
             Step::Schema => state.inherited.numbering.clone(),
             _ => None,
         },
+        schema_catalog: match step {
+            Step::Schema => state.inherited.catalog.clone(),
+            _ => None,
+        },
         ..AssignmentInputs::default()
     }
 }

@@ -7,6 +7,7 @@
 
 pub(crate) mod artifact;
 pub(crate) mod budget;
+pub(crate) mod catalog;
 pub mod context;
 pub(crate) mod harness;
 pub(crate) mod hash;

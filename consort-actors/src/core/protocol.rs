@@ -78,6 +78,10 @@ pub struct AssignmentInputs {
     /// existing migrations among the files show it), named after the project's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_tool: Option<crate::core::migration_files::ToolFormat>,
+    /// For the schema plan: the database's tables as they stand before the feature, after the
+    /// project's migrations, whatever tool made them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_catalog: Option<crate::core::catalog::SchemaCatalog>,
 }
 
 /// A work-tree file an assignment lists but does not carry.

@@ -64,6 +64,10 @@ pub struct Inherited {
     /// the project until it is made anew.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<Quarantine>,
+    /// The database's tables as they stand when the feature starts, after the project's
+    /// migrations (None: not read), which the DBA is shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<crate::core::catalog::SchemaCatalog>,
 }
 
 /// A human's recorded decision that an earlier feature's test no longer holds.
@@ -108,6 +112,7 @@ impl Inherited {
             && self.migrations.is_empty()
             && self.numbering.is_none()
             && self.quarantined.is_empty()
+            && self.catalog.is_none()
     }
 
     /// The inherited tests still in force after `retired`.

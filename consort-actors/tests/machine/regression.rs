@@ -30,6 +30,7 @@ fn later_feature_scoped(per_step: StepScope) -> Run {
         migrations: vec![],
         numbering: None,
         quarantined: vec![],
+        catalog: None,
     };
     r.disk.applied(&ChangeSet {
         summary: "the earlier feature's work".into(),
@@ -182,6 +183,7 @@ fn a_later_schema_plan_builds_on_the_earlier_migrations() {
         }],
         numbering: None,
         quarantined: vec![],
+        catalog: None,
     };
     r.start_with_stories(false);
     r.produce(Artifact::Spec(spec())).expect("spec");

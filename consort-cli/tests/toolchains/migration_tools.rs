@@ -35,6 +35,7 @@ const SQL_PROJECT: [(&str, &str); 2] = [
 /// (version, file content), what init says it found, the design's file as written, and the
 /// query that lists the tool's records with the record the promotion must leave.
 struct Case<'a> {
+    tool: &'a str,
     files: Vec<(&'a str, String)>,
     migration: (&'a str, String),
     found: &'a str,
@@ -69,9 +70,18 @@ fn run_case(case: &Case<'_>, path: Option<&Path>, modules: Option<&Path>) {
     let config = std::fs::read_to_string(dir.join("consort.toml")).expect("consort.toml");
     assert!(config.contains("tool = \""), "{config}");
     assert!(
-        doctor.contains("the project's migration tool applied its migrations on a fresh branch"),
+        doctor.contains(&format!(
+            "the project's migration tool, {}, applied the migrations in {}/ on a fresh branch, confined",
+            case.tool,
+            case.written.rsplit_once('/').map_or("", |(d, _)| d)
+        )) && doctor.contains("its bookkeeping records 1 migration"),
         "{doctor}"
     );
+    // What doctor says the tool took, for BENCHMARKS.md (shown with --nocapture).
+    for line in doctor.lines().filter(|l| l.contains("migration tool, ")) {
+        println!("{line}");
+    }
+    shown_to_the_dba(dir);
     let written = std::fs::read_to_string(dir.join(case.written)).expect("the design's file");
     assert_eq!(
         written, case.migration.1,
@@ -110,6 +120,33 @@ fn run_case(case: &Case<'_>, path: Option<&Path>, modules: Option<&Path>) {
     );
 }
 
+/// The DBA was shown the project's `shelves` as the tool made it: the feature's start records
+/// the database's tables, which the schema step's assignment carries.
+fn shown_to_the_dba(dir: &Path) {
+    let project = consort::project::Project::open(dir).expect("project");
+    let events = consort_testkit::ledger::events(&project.ledger_path());
+    let catalog = events
+        .iter()
+        .find_map(|e| match e {
+            consort::actors::Event::Start { inherited, .. } => inherited.catalog.clone(),
+            _ => None,
+        })
+        .expect("the start records the database's tables");
+    let shelves = catalog
+        .tables
+        .iter()
+        .find(|t| t.name == "public.shelves")
+        .unwrap_or_else(|| panic!("shelves among the tables: {catalog:?}"));
+    assert!(
+        shelves.columns.contains(&"name text NOT NULL".to_string())
+            && shelves
+                .constraints
+                .iter()
+                .any(|c| c.contains("PRIMARY KEY (id)")),
+        "{shelves:?}"
+    );
+}
+
 #[test]
 fn a_knex_project_runs_to_done_with_its_migrations_applied_by_knex() {
     let modules = toolchain::npm("knex3", &["knex@3", "pg@8"], "knex");
@@ -120,6 +157,7 @@ fn a_knex_project_runs_to_done_with_its_migrations_applied_by_knex() {
     );
     run_case(
         &Case {
+            tool: "knex",
             files: vec![
                 (
                     "package.json",
@@ -147,6 +185,7 @@ fn a_dbmate_project_runs_to_done_with_its_migrations_applied_by_dbmate() {
     let shelves = "-- migrate:up\nCREATE TABLE shelves (id serial PRIMARY KEY, name text NOT NULL);\n\n-- migrate:down\nDROP TABLE shelves;\n";
     run_case(
         &Case {
+            tool: "dbmate",
             files: vec![("db/migrations/20261206120000_shelves.sql", shelves.into())],
             migration: (
                 "20261207120000_labels",
@@ -183,6 +222,7 @@ fn an_alembic_project_runs_to_done_with_its_migrations_applied_by_alembic() {
     let env = "import os\nfrom alembic import context\nfrom sqlalchemy import create_engine, pool\n\nurl = 'postgresql+psycopg://' + os.environ['DATABASE_URL'].split('://', 1)[1]\nengine = create_engine(url, poolclass=pool.NullPool)\nwith engine.connect() as connection:\n    context.configure(connection=connection, target_metadata=None)\n    with context.begin_transaction():\n        context.run_migrations()\n";
     run_case(
         &Case {
+            tool: "alembic",
             files: vec![
                 ("alembic.ini", ini.into()),
                 ("alembic/env.py", env.into()),
@@ -224,6 +264,7 @@ fn a_django_project_runs_to_done_with_its_migrations_applied_by_django() {
     let settings = "import os\n\nSECRET_KEY = 'test only'\nINSTALLED_APPS = ['library']\nUSE_TZ = True\nDATABASES = {'default': {\n    'ENGINE': 'django.db.backends.postgresql',\n    'NAME': os.environ['PGDATABASE'],\n    'USER': os.environ['PGUSER'],\n    'PASSWORD': os.environ['PGPASSWORD'],\n    'HOST': os.environ['PGHOST'],\n    'PORT': os.environ['PGPORT'],\n}}\n";
     run_case(
         &Case {
+            tool: "django",
             files: vec![
                 ("manage.py", manage.into()),
                 ("mysite/__init__.py", String::new()),

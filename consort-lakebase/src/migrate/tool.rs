@@ -53,7 +53,7 @@ pub struct ToolApplied {
 impl MigrationTool {
     /// Runs the apply command in `ctx` (its branch, confinement and view), then checks that
     /// the tool's bookkeeping holds every one of `expect`. A command that fails, times out or
-    /// leaves one of `expect` unrecorded is [`Error::Migration`] with what the tool said (its
+    /// leaves one of `expect` unrecorded is [`Error::MigrationTool`] with what the tool said (its
     /// output's end, the connection's secret removed).
     pub async fn apply(&self, ctx: &RunContext, expect: &[String]) -> Result<ToolApplied> {
         let before = self.recorded(&ctx.conn).await?;
@@ -128,8 +128,8 @@ impl MigrationTool {
     }
 
     fn failed(&self, detail: String) -> Error {
-        Error::Migration {
-            version: format!("the project's {} migrations", self.name),
+        Error::MigrationTool {
+            tool: self.name.clone(),
             detail,
         }
     }

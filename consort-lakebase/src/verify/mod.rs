@@ -231,7 +231,10 @@ fn infra(fault: InfraFault, detail: impl Into<String>) -> InfraError {
 fn is_work_fault(e: &Error) -> bool {
     matches!(
         e,
-        Error::Migration { .. } | Error::ChecksumMismatch { .. } | Error::InvalidPlan(_)
+        Error::Migration { .. }
+            | Error::MigrationTool { .. }
+            | Error::ChecksumMismatch { .. }
+            | Error::InvalidPlan(_)
     )
 }
 

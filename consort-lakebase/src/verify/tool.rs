@@ -10,7 +10,7 @@
 use consort_actors::{InfraError, InfraFault, PromoteReport, PromoteRequest, VerifyRequest};
 use tracing::info;
 
-use super::{Verifier, base_not_built, infra};
+use super::{Verifier, infra};
 use crate::error::Error;
 use crate::migrate::MigrationTool;
 use crate::runner::RunContext;
@@ -106,11 +106,18 @@ fn versions_applied(
     }
 }
 
-/// A tool that failed on a branch: the base could not be built ([`base_not_built`]); one
-/// that could not even start is the runner's kind of fault.
+/// A tool that failed on a branch: the base could not be built, so no test ran (as
+/// `base_not_built` says for SQL), with what a person can do about a tool; one that could not
+/// even start is the runner's kind of fault.
 fn tool_fault(e: &Error) -> InfraError {
     match e {
-        Error::Migration { .. } => base_not_built(e),
+        Error::MigrationTool { .. } => infra(
+            InfraFault::MigrationFailed,
+            format!(
+                "no test ran: the database branch could not be built: {}. No agent can change the project's migration tool or the approved design's migrations: when the tool's command or its reading of the branch is wrong, fix [migrations] (and [branch_env], the names the project reads the branch under) in consort.toml, where the change is recorded as a person's decision, and `consort retry`; when the approved migration itself is wrong, `consort stop` the feature and request it again",
+                consort_actors::error_chain(e)
+            ),
+        ),
         other => infra(
             other.infra_fault(),
             format!(

@@ -622,3 +622,105 @@ async fn two_providers_deleting_one_branch_at_once_both_succeed() {
     }
     assert!(branch_names(&first, BRANCH_PREFIX).await.is_empty());
 }
+
+/// What the DBA is shown: a branch's own tables with their columns, constraints and indexes,
+/// PostgreSQL's own schemas left out.
+#[tokio::test]
+async fn a_branch_s_catalog_lists_its_tables_columns_constraints_and_indexes() {
+    let (_cluster, b) = provider().await;
+    let spec = BaseSpec {
+        migrations: vec![migration(
+            "0001",
+            "CREATE TABLE shelves (id serial PRIMARY KEY, name text NOT NULL DEFAULT 'top');\
+             CREATE SCHEMA app; CREATE TABLE app.labels (id int, shelf_id int NOT NULL REFERENCES shelves(id));\
+             CREATE INDEX labels_by_shelf ON app.labels (shelf_id)",
+        )],
+        fixtures: vec![],
+        promoted: Vec::new(),
+    };
+    let base = b.prepare_base(&spec).await.expect("base");
+    let branch = b
+        .create(&BranchNamer::new().next_name(), &base)
+        .await
+        .expect("branch");
+    let info = b.connect_info(&branch).await.expect("info");
+    let catalog = consort_lakebase::read_catalog(&info)
+        .await
+        .expect("catalog");
+    b.delete(&branch.name).await.expect("delete");
+    let names: Vec<&str> = catalog.tables.iter().map(|t| t.name.as_str()).collect();
+    assert!(
+        names.contains(&"public.shelves") && names.contains(&"app.labels"),
+        "{names:?}"
+    );
+    assert!(names.iter().all(|n| !n.starts_with("pg_")), "{names:?}");
+    let shelves = &catalog.tables[names
+        .iter()
+        .position(|n| *n == "public.shelves")
+        .expect("shelves")];
+    assert!(
+        shelves
+            .columns
+            .contains(&"name text NOT NULL DEFAULT 'top'::text".to_string()),
+        "{shelves:?}"
+    );
+    let labels = &catalog.tables[names
+        .iter()
+        .position(|n| *n == "app.labels")
+        .expect("labels")];
+    assert!(
+        labels
+            .constraints
+            .iter()
+            .any(|c| c.contains("FOREIGN KEY (shelf_id) REFERENCES shelves(id)")),
+        "{labels:?}"
+    );
+    assert!(
+        labels.indexes.iter().any(|i| i.contains("labels_by_shelf")),
+        "{labels:?}"
+    );
+}
+
+/// A migration tool's promotion login: it reaches the parent, what it creates belongs to the
+/// owner role as a promotion's SQL does, and once dropped it cannot log in again.
+#[tokio::test]
+async fn a_promotion_login_acts_as_the_owner_role_on_the_parent_and_goes_when_dropped() {
+    let (_cluster, b) = provider().await;
+    let login = b.parent_login().await.expect("a login to the parent");
+    let c = connect(&login.conn).await.expect("it logs in");
+    c.batch_execute("CREATE TABLE made_by_the_tool (x int)")
+        .await
+        .expect("it may create in the parent");
+    let owner: String = c
+        .query_one(
+            "SELECT tableowner::text FROM pg_tables WHERE tablename = 'made_by_the_tool'",
+            &[],
+        )
+        .await
+        .expect("owner")
+        .get(0);
+    assert_eq!(owner, "consortowner");
+    drop(c);
+    b.drop_parent_login(&login).await.expect("dropped");
+    assert!(
+        connect(&login.conn).await.is_err(),
+        "the login is gone with its role"
+    );
+    let branch = b
+        .create(
+            &BranchNamer::new().next_name(),
+            &b.prepare_base(&BaseSpec::default()).await.expect("base"),
+        )
+        .await
+        .expect("branch");
+    let info = b.connect_info(&branch).await.expect("info");
+    let seen: i64 = connect(&info)
+        .await
+        .expect("branch login")
+        .query_one("SELECT count(*) FROM made_by_the_tool", &[])
+        .await
+        .expect("the parent's new table is in a later base")
+        .get(0);
+    assert_eq!(seen, 0);
+    b.delete(&branch.name).await.expect("delete");
+}
