@@ -57,9 +57,14 @@ fn tool() -> consort::lakebase::migrate::MigrationTool {
     }
 }
 
-/// The case's ensemble with the tool (see [`Case::ensemble`]).
-fn with_tool(case: &Case, world: &World, cheats: &str) -> EnsembleBuilder {
-    case.ensemble(world, cheats).migration_tool(Some(tool()))
+/// The case's ensemble with the tool (see [`Case::ensemble`]), on a parent database of its
+/// own: the other cases promote their migration into the shared one, which the tool's
+/// bookkeeping there does not hold.
+async fn with_tool(case: &Case, world: &World, cheats: &str) -> EnsembleBuilder {
+    let parent = consort_testkit::cluster::unique_database("tool_parent");
+    case.ensemble(world, cheats)
+        .provider(consort_testkit::cluster::provider_on(&parent).await)
+        .migration_tool(Some(tool()))
 }
 
 pub(super) const CASES: [&str; 3] = [
@@ -106,7 +111,7 @@ async fn driver_writes_the_tools_folder(world: &World) -> String {
     ]
     .concat();
     let (_, events, seen) = case
-        .refused(with_tool(&case, world, &cheats), "green/T1")
+        .refused(with_tool(&case, world, &cheats).await, "green/T1")
         .await;
     let refused = refusals(&events);
     assert_eq!(refused.len(), 3, "{refused:?}");
@@ -139,7 +144,7 @@ async fn red_test_written_as_a_migration(world: &World) -> String {
         &[(T1, Some(&t1)), ("db/migrations/0002_t1.sql", Some(&t1))],
     );
     let (_, events, seen) = case
-        .refused(with_tool(&case, world, &cheats), "red/T1")
+        .refused(with_tool(&case, world, &cheats).await, "red/T1")
         .await;
     let refused = refusals(&events);
     assert!(
@@ -180,9 +185,11 @@ impl consort::Approver for TamperAtPromotion {
 ///     promotion: the promotion applies nothing, and the run halts naming the file.
 async fn migration_changed_before_the_promotion(world: &World) -> String {
     let case = Case::new(machine_with_tool(1));
-    let builder = with_tool(&case, world, "").approver(Arc::new(TamperAtPromotion {
-        file: case.work.join(DESIGN_FILE),
-    }));
+    let builder = with_tool(&case, world, "")
+        .await
+        .approver(Arc::new(TamperAtPromotion {
+            file: case.work.join(DESIGN_FILE),
+        }));
     let report = run_once(builder).await;
     let events = case.events();
     assert!(
@@ -206,7 +213,7 @@ async fn migration_changed_before_the_promotion(world: &World) -> String {
 /// branch and at promotion, where the tool records it.
 pub(super) async fn honest_run_finishes(world: &World) {
     let case = Case::new(machine_with_tool(1));
-    let (report, events, _) = case.run(with_tool(&case, world, "")).await;
+    let (report, events, _) = case.run(with_tool(&case, world, "").await).await;
     assert!(
         matches!(report.outcome, RunOutcome::Done),
         "{:?}",

@@ -74,16 +74,17 @@ pub(crate) fn script_of(design: &Design<'_>, test: &str, code: (&str, &str)) -> 
 /// `consort init` in `dir` (which already holds a project), then the script, a git
 /// repository, `consort doctor` and a run to done; returns init's and doctor's output.
 pub(crate) fn adopt_and_run(dir: &Path, script: &str) -> (String, String) {
-    adopt_and_run_with(dir, script, None)
+    let (init, doctor, _) = adopt_and_run_with(dir, script, None);
+    (init, doctor)
 }
 
 /// [`adopt_and_run`] with every `consort` command run with `path` as its `PATH` (a user's
-/// activated virtual environment).
+/// activated virtual environment); returns what the run said too.
 pub(crate) fn adopt_and_run_with(
     dir: &Path,
     script: &str,
     path: Option<&std::ffi::OsStr>,
-) -> (String, String) {
+) -> (String, String, String) {
     let consort = || {
         let mut c = consort();
         if let Some(path) = path {
@@ -130,12 +131,13 @@ pub(crate) fn adopt_and_run_with(
         .args(dir_arg(dir))
         .stdin(std::process::Stdio::null()));
     assert_exit(&o, 0, "the adopted project runs to done");
+    let ran = text(&o);
     assert_exit(
         &run(consort().arg("verify").args(dir_arg(dir))),
         0,
         "verify passes",
     );
-    (init, doctor)
+    (init, doctor, ran)
 }
 
 /// Turns sharding on for every run of the project in `dir`, however short its suite: the
@@ -719,7 +721,7 @@ fn pytest_case(major: &str) {
     let dir = tmp.path();
     let script = pytest_project(dir);
     let path = toolchain::path_with(&bin);
-    let (init, doctor) = adopt_and_run_with(dir, &script, Some(&path));
+    let (init, doctor, _) = adopt_and_run_with(dir, &script, Some(&path));
     assert!(init.contains("detected Python (pytest)"), "{init}");
     assert!(
         doctor.contains("collects 1 test ("),

@@ -1,12 +1,12 @@
 //! The project's own migration tool, per tool: Knex (npm), dbmate (npm), Alembic with
-//! SQLAlchemy and Django (pip). Each project keeps its schema in its tool (one migration that
+//! SQLAlchemy and Django (pip), and Consort's own for plain SQL files and psql scripts. Each project keeps its schema in its tool (one migration that
 //! makes `shelves`) and tests with psql; its feature's design adds `labels`, with a foreign
 //! key to `shelves`, as a migration in the tool's own format and naming. From `consort init`
 //! to done with no hand step: init finds the tool and writes `[migrations] tool`, doctor runs
 //! it on a fresh branch, every run gets its tables from the tool, the promotion runs it on the
 //! parent, and `consort exec` then sees `labels` and the tool's own record of it.
 //!
-//! Plain SQL files and a psql script are the `adopt` module's plain-SQL and broker cases.
+//! Plain SQL files and a psql script, which Consort applies itself, run the same feature.
 
 use std::path::Path;
 
@@ -65,16 +65,31 @@ fn run_case(case: &Case<'_>, path: Option<&Path>, modules: Option<&Path>) {
     let code = "CREATE FUNCTION label_count(shelf int) RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM labels WHERE shelf_id = shelf $$;\n";
     let script = script_of(&design, test, ("sql/labels.sql", code));
     let search = path.map(toolchain::path_with);
-    let (init, doctor) = adopt_and_run_with(dir, &script, search.as_deref());
+    let (init, doctor, ran) = adopt_and_run_with(dir, &script, search.as_deref());
     assert!(init.contains(case.found), "{init}");
+    // The gates name the design's migration by its file, and the tool that applies it.
+    let by = if case.tool == "sql" {
+        String::new()
+    } else {
+        format!(", applied by {}", case.tool)
+    };
+    for gate in ["1 migration", "promote 1 migration"] {
+        assert!(
+            ran.contains(&format!("{gate} ({}{by})", case.written)),
+            "{gate}: {ran}"
+        );
+    }
     let config = std::fs::read_to_string(dir.join("consort.toml")).expect("consort.toml");
-    assert!(config.contains("tool = \""), "{config}");
-    assert!(
+    // Plain SQL and psql scripts are Consort's own to apply: no tool is configured or run.
+    let by_consort = case.tool == "sql";
+    assert_eq!(config.contains("tool = \""), !by_consort, "{config}");
+    assert_eq!(
         doctor.contains(&format!(
             "the project's migration tool, {}, applied the migrations in {}/ on a fresh branch, confined",
             case.tool,
             case.written.rsplit_once('/').map_or("", |(d, _)| d)
         )) && doctor.contains("its bookkeeping records 1 migration"),
+        !by_consort,
         "{doctor}"
     );
     // What doctor says the tool took, for BENCHMARKS.md (shown with --nocapture).
@@ -144,6 +159,43 @@ fn shown_to_the_dba(dir: &Path) {
                 .iter()
                 .any(|c| c.contains("PRIMARY KEY (id)")),
         "{shelves:?}"
+    );
+}
+
+/// Plain SQL, the `shelves` migration as Consort applies it itself.
+#[test]
+fn a_plain_sql_project_runs_to_done_with_its_migrations_applied_by_consort() {
+    sql_case(
+        "CREATE TABLE shelves (id serial PRIMARY KEY, name text NOT NULL);\n",
+        "found 1 migration file(s) in db/migrations/",
+    );
+}
+
+/// A psql script (a meta-command and a variable), applied by psql as the project's own file.
+#[test]
+fn a_psql_script_project_runs_to_done_with_its_migrations_applied_by_psql() {
+    sql_case(
+        "\\set table shelves\nCREATE TABLE :\"table\" (id serial PRIMARY KEY, name text NOT NULL);\n",
+        "found 1 migration file(s) in db/migrations/",
+    );
+}
+
+/// The SQL cases: `shelves` made by `existing`, the design's `labels` as plain SQL.
+fn sql_case(existing: &str, found: &str) {
+    run_case(
+        &Case {
+            tool: "sql",
+            files: vec![("db/migrations/0001_shelves.sql", existing.into())],
+            migration: ("0002_labels", format!("{LABELS};")),
+            found,
+            written: "db/migrations/0002_S1_labels.sql",
+            records: (
+                "SELECT version FROM consort_migrations ORDER BY version",
+                "0002_labels",
+            ),
+        },
+        None,
+        None,
     );
 }
 

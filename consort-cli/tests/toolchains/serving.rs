@@ -299,7 +299,7 @@ def test_the_total_is_served_and_shown_on_a_terminal():
         code,
     );
     let path = toolchain::path_with(&bin);
-    let (init, _) = adopt_and_run_with(dir, &script, Some(&path));
+    let (init, _, _) = adopt_and_run_with(dir, &script, Some(&path));
     assert!(init.contains("detected Python (pytest)"), "{init}");
     every_run_had_a_network_of_its_own(dir);
 }

@@ -72,12 +72,15 @@ impl MigrationTool {
         let ms = started.elapsed().as_millis() as u64;
         let said = || quoted(&capture.clone().finish().excerpt, &ctx.conn);
         if !outcome.exit.success() {
-            return Err(self.failed(format!(
-                "`{}` ended with {}: {}",
-                self.apply,
-                outcome.exit,
-                said()
-            )));
+            let ended = if outcome.exit.timed_out {
+                format!(
+                    "did not finish within {}",
+                    crate::error::duration_text(self.timeout)
+                )
+            } else {
+                format!("ended with {}", outcome.exit)
+            };
+            return Err(self.failed(format!("`{}` {ended}: {}", self.apply, said())));
         }
         let recorded = self.recorded(&ctx.conn).await?;
         let missing: Vec<&str> = expect
@@ -135,7 +138,7 @@ impl MigrationTool {
     }
 }
 
-/// The end of the tool's output, without the connection's secret, on one line per line.
+/// The end of the tool's output (at most [`QUOTED`] bytes), the connection's secret removed.
 fn quoted(excerpt: &str, conn: &ConnectInfo) -> String {
     let text = crate::runner::redact(excerpt, conn);
     let text = text.trim();

@@ -1460,7 +1460,8 @@ impl ConductorState {
     }
 
     fn gate_summary(&self, gate: GateKind) -> String {
-        gate_summary(&self.state, gate)
+        let files = self.wiring.config.machine.migration_files.as_ref();
+        gate_summary(&self.state, gate, files)
     }
 }
 
@@ -1489,8 +1490,14 @@ fn baseline_said(s: &State) -> String {
     )
 }
 
-/// A human-readable summary of what a gate approves.
-pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
+/// A human-readable summary of what a gate approves; the design's migrations by the files
+/// they are written as (and, with the project's migration tool, the tool that applies them).
+pub(crate) fn gate_summary(
+    s: &State,
+    gate: GateKind,
+    files: Option<&crate::core::migration_files::MigrationFiles>,
+) -> String {
+    let written = migration_files_said(s, files);
     match gate {
         GateKind::Design => {
             let stories = s.stories.as_ref().map_or(0, |x| x.stories.len());
@@ -1500,7 +1507,7 @@ pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
             let n = |count: usize, one: &str, many: &str| crate::counted(count as u64, one, many);
             let migrations = match migrations {
                 0 => "no migration".to_string(),
-                m => n(m, "migration", "migrations"),
+                m => format!("{}{written}", n(m, "migration", "migrations")),
             };
             let unrealised = match (&s.architecture, &s.schema) {
                 (Some(a), Some(p)) => crate::core::artifact::unrealised_invariants(a, p)
@@ -1526,11 +1533,31 @@ pub(crate) fn gate_summary(s: &State, gate: GateKind) -> String {
             0 => "promote: the design has no migration, so the parent database is left as it is"
                 .into(),
             m => format!(
-                "promote {} to the parent database",
+                "promote {}{written} to the parent database",
                 crate::counted(m as u64, "migration", "migrations")
             ),
         },
     }
+}
+
+/// ` (db/migrations/0002_S1_labels.js, applied by knex)`: the design's migration files, when
+/// they are written as files.
+fn migration_files_said(
+    s: &State,
+    files: Option<&crate::core::migration_files::MigrationFiles>,
+) -> String {
+    let (Some(files), Some(plan)) = (files, s.schema.as_deref()) else {
+        return String::new();
+    };
+    let paths: Vec<String> = files.planned(plan).into_iter().map(|(p, _)| p).collect();
+    if paths.is_empty() {
+        return String::new();
+    }
+    let by = files
+        .tool
+        .as_ref()
+        .map_or(String::new(), |t| format!(", applied by {}", t.name));
+    format!(" ({}{by})", crate::first_and_more(&paths, 3))
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), ConductorError> {
