@@ -50,6 +50,9 @@ pub struct Layout {
     pub runner: String,
     /// The whole `[migrations]` section.
     pub migrations: String,
+    /// The `[branch_env]` section, when the project reads its database under names of its
+    /// own (empty otherwise).
+    pub branch_env: String,
     /// What `consort init` tells the user about it, a line each.
     pub notes: Vec<String>,
 }
@@ -82,6 +85,7 @@ impl Default for Layout {
             tests: vec!["tests/**".into()],
             runner: PSQL_RUNNER.into(),
             migrations: migrations_section(DEFAULT_MIGRATIONS, false),
+            branch_env: String::new(),
             notes: Vec::new(),
         }
     }
@@ -139,6 +143,11 @@ pub fn detect(dir: &Path) -> Layout {
     layout
         .notes
         .extend(tools.iter().map(crate::migration_tools::FoundTool::note));
+    let names = crate::branch_env_found::detect(dir);
+    if let Some(section) = names.section() {
+        layout.branch_env = section;
+        layout.notes.push(names.note());
+    }
     layout
 }
 

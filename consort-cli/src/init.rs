@@ -56,6 +56,10 @@ pub fn config_for(feature_id: &str, script: &str, layout: &crate::adopt::Layout)
     let tests = crate::adopt::toml_list(&layout.tests);
     let runner = layout.runner.trim_end();
     let migrations = layout.migrations.trim_end();
+    let branch_env = match layout.branch_env.trim_end() {
+        "" => String::new(),
+        section => format!("\n\n{section}"),
+    };
     format!(
         r#"# Consort project configuration. Unknown keys are errors; secrets never go here,
 # only the names of the environment variables that hold them.
@@ -77,7 +81,7 @@ caches = []                     # extra cache directory names, matched at any de
 
 {runner}
 
-{migrations}
+{migrations}{branch_env}
 
 [database]
 provider = "embedded"           # a private PostgreSQL cluster, started by consort

@@ -14,6 +14,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod adopt;
+pub mod branch_env_found;
 pub mod collect;
 pub mod design_text;
 pub mod init;

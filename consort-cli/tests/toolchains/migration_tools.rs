@@ -36,6 +36,8 @@ const SQL_PROJECT: [(&str, &str); 2] = [
 /// query that lists the tool's records with the record the promotion must leave.
 struct Case<'a> {
     tool: &'a str,
+    /// The names init must find the project reading its database under (none: libpq's).
+    names: &'a [&'a str],
     files: Vec<(&'a str, String)>,
     migration: (&'a str, String),
     found: &'a str,
@@ -67,6 +69,14 @@ fn run_case(case: &Case<'_>, path: Option<&Path>, modules: Option<&Path>) {
     let search = path.map(toolchain::path_with);
     let (init, doctor, ran) = adopt_and_run_with(dir, &script, search.as_deref());
     assert!(init.contains(case.found), "{init}");
+    if !case.names.is_empty() {
+        let found = format!(
+            "found the database under the project's own names in {}: {}",
+            case.names[0],
+            case.names[1..].join(", ")
+        );
+        assert!(init.contains(&found), "{init}");
+    }
     // The gates name the design's migration by its file, and the tool that applies it.
     let by = if case.tool == "sql" {
         String::new()
@@ -185,6 +195,7 @@ fn sql_case(existing: &str, found: &str) {
     run_case(
         &Case {
             tool: "sql",
+            names: &[],
             files: vec![("db/migrations/0001_shelves.sql", existing.into())],
             migration: ("0002_labels", format!("{LABELS};")),
             found,
@@ -202,7 +213,8 @@ fn sql_case(existing: &str, found: &str) {
 #[test]
 fn a_knex_project_runs_to_done_with_its_migrations_applied_by_knex() {
     let modules = toolchain::npm("knex3", &["knex@3", "pg@8"], "knex");
-    let knexfile = "module.exports = {\n  client: 'pg',\n  connection: process.env.DATABASE_URL,\n  migrations: { directory: './db/migrations' },\n};\n";
+    // The connection under the project's own names, which init maps the branch onto.
+    let knexfile = "const fail = (name) => {\n  throw new Error(name + ' is not set');\n};\nmodule.exports = {\n  client: 'pg',\n  connection: {\n    host: process.env.DB_HOST || fail('DB_HOST'),\n    port: Number(process.env.DB_PORT || fail('DB_PORT')),\n    database: process.env.DB_NAME || fail('DB_NAME'),\n    user: process.env.DB_USER || fail('DB_USER'),\n    password: process.env.DB_PASSWORD,\n  },\n  migrations: { directory: './db/migrations' },\n};\n";
     let shelves = "exports.up = (knex) => knex.raw('CREATE TABLE shelves (id serial PRIMARY KEY, name text NOT NULL)');\nexports.down = (knex) => knex.raw('DROP TABLE shelves');\n";
     let labels = format!(
         "exports.up = (knex) => knex.raw('{LABELS}');\nexports.down = (knex) => knex.raw('DROP TABLE labels');\n"
@@ -210,6 +222,7 @@ fn a_knex_project_runs_to_done_with_its_migrations_applied_by_knex() {
     run_case(
         &Case {
             tool: "knex",
+            names: &["knexfile.js", "DB_HOST", "DB_NAME", "DB_PASSWORD", "DB_PORT", "DB_USER"],
             files: vec![
                 (
                     "package.json",
@@ -238,6 +251,7 @@ fn a_dbmate_project_runs_to_done_with_its_migrations_applied_by_dbmate() {
     run_case(
         &Case {
             tool: "dbmate",
+            names: &[],
             files: vec![("db/migrations/20261206120000_shelves.sql", shelves.into())],
             migration: (
                 "20261207120000_labels",
@@ -275,6 +289,7 @@ fn an_alembic_project_runs_to_done_with_its_migrations_applied_by_alembic() {
     run_case(
         &Case {
             tool: "alembic",
+            names: &[],
             files: vec![
                 ("alembic.ini", ini.into()),
                 ("alembic/env.py", env.into()),
@@ -313,10 +328,19 @@ fn a_django_project_runs_to_done_with_its_migrations_applied_by_django() {
         "django, psycopg",
     );
     let manage = "import os\nimport sys\n\nif __name__ == '__main__':\n    os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'mysite.settings')\n    from django.core.management import execute_from_command_line\n    execute_from_command_line(sys.argv)\n";
-    let settings = "import os\n\nSECRET_KEY = 'test only'\nINSTALLED_APPS = ['library']\nUSE_TZ = True\nDATABASES = {'default': {\n    'ENGINE': 'django.db.backends.postgresql',\n    'NAME': os.environ['PGDATABASE'],\n    'USER': os.environ['PGUSER'],\n    'PASSWORD': os.environ['PGPASSWORD'],\n    'HOST': os.environ['PGHOST'],\n    'PORT': os.environ['PGPORT'],\n}}\n";
+    // The connection under the project's own names, which init maps the branch onto.
+    let settings = "import os\n\nSECRET_KEY = 'test only'\nINSTALLED_APPS = ['library']\nUSE_TZ = True\nDATABASES = {'default': {\n    'ENGINE': 'django.db.backends.postgresql',\n    'NAME': os.environ['POSTGRES_DB'],\n    'USER': os.environ['POSTGRES_USER'],\n    'PASSWORD': os.environ.get('POSTGRES_PASSWORD'),\n    'HOST': os.environ['POSTGRES_SERVER'],\n    'PORT': os.environ['POSTGRES_PORT'],\n}}\n";
     run_case(
         &Case {
             tool: "django",
+            names: &[
+                "mysite/settings.py",
+                "POSTGRES_DB",
+                "POSTGRES_PASSWORD",
+                "POSTGRES_PORT",
+                "POSTGRES_SERVER",
+                "POSTGRES_USER",
+            ],
             files: vec![
                 ("manage.py", manage.into()),
                 ("mysite/__init__.py", String::new()),
