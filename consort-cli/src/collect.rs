@@ -80,8 +80,37 @@ pub fn installed(program: &str, dir: &Path) -> bool {
 
 /// The runner's checks: every program its command starts is installed (read as the shell
 /// reads it: builtins, assignments and `&&` chains, on the `PATH` the chain sets), and a
-/// collection run of its test tool finds tests.
+/// collection run of its test tool finds tests; and every program the project's migration
+/// tool's command starts is installed.
 pub fn check(dir: &Path, config: &ProjectConfig) -> Vec<Finding> {
+    let mut out = runner_checks(dir, config);
+    out.extend(migration_tool_programs(dir, config));
+    out
+}
+
+/// Every program `[migrations] tool`'s apply command starts, installed or not.
+fn migration_tool_programs(dir: &Path, config: &ProjectConfig) -> Vec<Finding> {
+    let Ok(Some(tool)) = config
+        .migrations
+        .migration_tool(consort_lakebase::EnvPolicy::default())
+    else {
+        return Vec::new();
+    };
+    Chain::read(&tool.apply)
+        .programs(dir)
+        .into_iter()
+        .map(|(program, found)| Finding {
+            ok: found,
+            what: format!("the migration tool's program {program} is installed"),
+            hint: format!(
+                "install {} (npm install, pip install), or name its command in [migrations] apply",
+                tool.name
+            ),
+        })
+        .collect()
+}
+
+fn runner_checks(dir: &Path, config: &ProjectConfig) -> Vec<Finding> {
     match &config.runner {
         RunnerConfig::Psql { tests, .. } => vec![psql_collects(dir, config, tests)],
         RunnerConfig::Command { command, .. } => {

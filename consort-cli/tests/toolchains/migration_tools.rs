@@ -102,6 +102,12 @@ fn run_case(case: &Case<'_>, path: Option<&Path>, modules: Option<&Path>) {
         !by_consort,
         "{doctor}"
     );
+    // Doctor checked that the tool's command can start before it ran it.
+    assert_eq!(
+        doctor.contains("ok    the migration tool's program "),
+        !by_consort,
+        "{doctor}"
+    );
     // What doctor says the tool took, for BENCHMARKS.md (shown with --nocapture).
     for line in doctor.lines().filter(|l| l.contains("migration tool, ")) {
         println!("{line}");
