@@ -11,7 +11,7 @@ use crate::names::{quote_ident, quote_literal, random_password, random_tag};
 use crate::provider::{ConnectInfo, ParentLogin, PromoteOutcome, Secret};
 
 /// The prefix of a promotion login's role.
-const PROMOTION_ROLE_PREFIX: &str = "consort_promote_";
+pub(super) const PROMOTION_ROLE_PREFIX: &str = "consort_promote_";
 
 impl ServerProvider {
     /// Applies `migrations` to the parent and checks them there.
@@ -67,6 +67,8 @@ impl ServerProvider {
             quote_ident(&self.opts.owner_role),
             quote_ident(&parent),
         );
+        // The maker's marker: a login whose maker was killed is swept (`sweep::sweep_leftovers`).
+        let marker = super::meta::Meta::now(None, self.admin.live())?.text()?;
         let mut slot = self.admin.slot().await;
         let admin = self.admin.client(&mut slot).await?;
         if !self.target.manage_parent {
@@ -79,10 +81,12 @@ impl ServerProvider {
             .batch_execute(&format!(
                 "BEGIN; CREATE ROLE {q} LOGIN PASSWORD {} IN ROLE {owner}; \
                  DO $v$ BEGIN EXECUTE format('ALTER ROLE %I VALID UNTIL %L', {}, now() + interval '1 hour'); END $v$; \
-                 ALTER ROLE {q} SET role = {}; GRANT CONNECT ON DATABASE {db} TO {q}; COMMIT",
+                 ALTER ROLE {q} SET role = {}; GRANT CONNECT ON DATABASE {db} TO {q}; \
+                 COMMENT ON ROLE {q} IS {}; COMMIT",
                 quote_literal(&verifier),
                 quote_literal(&role),
                 quote_literal(&self.opts.owner_role),
+                quote_literal(&marker),
             ))
             .await;
         if let Err(e) = made {
@@ -114,12 +118,20 @@ impl ServerProvider {
         }
         let mut slot = self.admin.slot().await;
         let admin = self.admin.client(&mut slot).await?;
-        let (q, db) = (quote_ident(role), quote_ident(&login.conn.database));
-        admin
-            .batch_execute(&format!(
-                "REVOKE CONNECT ON DATABASE {db} FROM {q}; DROP ROLE IF EXISTS {q}"
-            ))
+        drop_promotion_role(admin, role)
             .await
             .map_err(|e| Error::from_pg("dropping the migration tool's login to the parent", e))
     }
+}
+
+/// Drops a promotion login's role with the privileges it was granted (`DROP OWNED` revokes
+/// those on databases too; it owns nothing, acting as the owner role).
+pub(super) async fn drop_promotion_role(
+    admin: &tokio_postgres::Client,
+    role: &str,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    let q = quote_ident(role);
+    admin
+        .batch_execute(&format!("DROP OWNED BY {q}; DROP ROLE IF EXISTS {q}"))
+        .await
 }

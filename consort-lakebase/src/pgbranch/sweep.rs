@@ -162,8 +162,8 @@ fn builder_key(db: &str) -> Option<u32> {
     u32::from_str_radix(hex, 16).ok()
 }
 
-/// Roles left without a database (a create interrupted), and bases never finished, of
-/// processes that are gone. Failing drops are left for the next sweep.
+/// Roles left without a database (a create interrupted; a migration tool's login to the
+/// parent whose promotion was killed), and bases never finished, of processes that are gone. Failing drops are left for the next sweep.
 async fn sweep_leftovers(admin: &Client, live: &Liveness) -> Result<()> {
     let roles = admin
         .query(
@@ -176,10 +176,15 @@ async fn sweep_leftovers(admin: &Client, live: &Liveness) -> Result<()> {
         .map_err(|e| Error::from_pg("listing branch roles", e))?;
     for r in roles {
         let role: String = r.get(0);
-        if let Some(meta) = Meta::parse(r.get::<_, Option<&str>>(1))
-            && branch_of_db(&role).is_some()
-            && meta.owner_gone(live)
-        {
+        let Some(meta) = Meta::parse(r.get::<_, Option<&str>>(1)) else {
+            continue;
+        };
+        if !meta.owner_gone(live) {
+            continue;
+        }
+        if role.starts_with(super::promote::PROMOTION_ROLE_PREFIX) {
+            let _ = super::promote::drop_promotion_role(admin, &role).await;
+        } else if branch_of_db(&role).is_some() {
             let _ = admin
                 .batch_execute(&format!("DROP ROLE IF EXISTS {}", quote_ident(&role)))
                 .await;

@@ -682,10 +682,37 @@ async fn a_branch_s_catalog_lists_its_tables_columns_constraints_and_indexes() {
 }
 
 /// A migration tool's promotion login: it reaches the parent, what it creates belongs to the
-/// owner role as a promotion's SQL does, and once dropped it cannot log in again.
+/// owner role as a promotion's SQL does, and once dropped it cannot log in again; one whose
+/// maker was killed is swept.
 #[tokio::test]
 async fn a_promotion_login_acts_as_the_owner_role_on_the_parent_and_goes_when_dropped() {
-    let (_cluster, b) = provider().await;
+    let (cluster, b) = provider().await;
+    let orphan = b.parent_login().await.expect("a login whose maker dies");
+    let admin = admin(&cluster).await;
+    let role = &orphan.conn.user;
+    let marker: String = query_value(
+        &admin,
+        "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
+        &[role],
+    )
+    .await;
+    let mut meta: serde_json::Value = serde_json::from_str(&marker).expect("a JSON marker");
+    meta["pid"] = exited_pid().into();
+    admin
+        .batch_execute(&format!(
+            "COMMENT ON ROLE {role} IS {}",
+            quote_literal(&meta.to_string())
+        ))
+        .await
+        .expect("re-mark");
+    b.sweep_orphans().await.expect("sweep");
+    let left: i64 = query_value(
+        &admin,
+        "SELECT count(*) FROM pg_roles WHERE rolname = $1",
+        &[role],
+    )
+    .await;
+    assert_eq!(left, 0, "the killed promotion's login is swept");
     let login = b.parent_login().await.expect("a login to the parent");
     let c = connect(&login.conn).await.expect("it logs in");
     c.batch_execute("CREATE TABLE made_by_the_tool (x int)")
