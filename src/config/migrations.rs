@@ -148,7 +148,8 @@ impl ToolKind {
 }
 
 impl MigrationsConfig {
-    /// The tool's format for the state machine (None: plain SQL that Consort applies).
+    /// The tool's format for the state machine (None: plain SQL that Consort applies). A
+    /// configuration holds no settings [`MigrationsConfig::check`] refuses once it is read.
     pub fn tool_format(&self) -> Option<ToolFormat> {
         self.resolved().ok().flatten().map(|(format, _, _)| format)
     }
