@@ -68,7 +68,7 @@ async fn with_tool(case: &Case, world: &World, cheats: &str) -> EnsembleBuilder 
 }
 
 pub(super) const CASES: [&str; 3] = [
-    "32 the Driver adds or edits a migration in the tool's folder",
+    "32 the Driver adds or edits a migration in the tool's folder, or the tool's configuration",
     "33 a RED whose test file is a migration",
     "34 a migration changed on disk before the promotion",
 ];
@@ -83,9 +83,10 @@ pub(super) async fn case(number: usize, world: &World) -> String {
 }
 
 /// 32. The Driver's GREEN adds a migration of its own to the tool's folder, then rewrites the
-///     design's file there, then edits the configuration that names the tool.
+///     design's file there, then reaches the folder through `..`, then rewrites the
+///     configuration that names the tool and its command.
 async fn driver_writes_the_tools_folder(world: &World) -> String {
-    let case = Case::new(machine_with_tool(2));
+    let case = Case::new(machine_with_tool(3));
     let cheats = [
         green_cheat(
             world,
@@ -108,13 +109,21 @@ async fn driver_writes_the_tools_folder(world: &World) -> String {
             2,
             &[("db/migrations/../migrations/0003.sql", "SELECT 1;\n")],
         ),
+        green_cheat(
+            world,
+            3,
+            &[(
+                "consort.toml",
+                "[migrations]\ntool = \"command\"\napply = \"true\"\napplied = \"SELECT '0001_S1_items'\"\n",
+            )],
+        ),
     ]
     .concat();
     let (_, events, seen) = case
         .refused(with_tool(&case, world, &cheats).await, "green/T1")
         .await;
     let refused = refusals(&events);
-    assert_eq!(refused.len(), 3, "{refused:?}");
+    assert_eq!(refused.len(), 4, "{refused:?}");
     assert!(
         refused.iter().all(|r| matches!(
             r,
@@ -124,13 +133,14 @@ async fn driver_writes_the_tools_folder(world: &World) -> String {
     );
     assert_only_t1_red_ran(&seen);
     case.assert_not_written(&[
+        "consort.toml",
         "db/migrations/0002_extra.sql",
         "db/migrations/0003.sql",
         CODE,
     ]);
     let frozen = case.file(DESIGN_FILE).expect("the design's migration file");
     assert!(frozen.contains("CHECK (qty >= 0)"), "{frozen}");
-    "TouchesHarness for a new migration, the design's migration rewritten, and a path into the folder; halted at green/T1".into()
+    "TouchesHarness for a new migration, the design's migration rewritten, a path into the folder and consort.toml; halted at green/T1".into()
 }
 
 /// 33. The Navigator's RED writes its test, and beside it the same test as a migration in the
