@@ -101,7 +101,9 @@ impl Project {
         Ok(BaseSpec {
             migrations,
             fixtures: Vec::new(),
-            promoted: self.promoted_features()?,
+            // The features whose promotions changed the parent, from what they left: no
+            // ledger is read again.
+            promoted: promoted_by(inherited),
         })
     }
 
@@ -244,4 +246,15 @@ async fn drop_branch(provider: &dyn BranchProvider, branch: &consort_lakebase::B
     if let Err(e) = provider.delete(&branch.name).await {
         tracing::warn!(branch = %branch.name, error = %consort_actors::error_chain(&e), "a branch Consort made for itself could not be removed; `consort branches --sweep` removes it");
     }
+}
+
+/// The earlier features that promoted a migration, in order, without repeats.
+fn promoted_by(inherited: &consort_actors::Inherited) -> Vec<String> {
+    let mut features: Vec<String> = Vec::new();
+    for m in &inherited.migrations {
+        if !features.contains(&m.feature) {
+            features.push(m.feature.clone());
+        }
+    }
+    features
 }

@@ -19,6 +19,13 @@ pub struct SchemaCatalog {
     pub more_tables: u64,
 }
 
+impl SchemaCatalog {
+    /// The table named `name` (`schema.table`), when it is listed.
+    pub fn table(&self, name: &str) -> Option<&CatalogTable> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+}
+
 /// One table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CatalogTable {

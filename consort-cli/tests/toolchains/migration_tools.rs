@@ -164,9 +164,7 @@ fn shown_to_the_dba(dir: &Path) {
         })
         .expect("the start records the database's tables");
     let shelves = catalog
-        .tables
-        .iter()
-        .find(|t| t.name == "public.shelves")
+        .table("public.shelves")
         .unwrap_or_else(|| panic!("shelves among the tables: {catalog:?}"));
     assert!(
         shelves.columns.contains(&"name text NOT NULL".to_string())
