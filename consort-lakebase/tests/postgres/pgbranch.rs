@@ -704,6 +704,14 @@ async fn a_promotion_login_acts_as_the_owner_role_on_the_parent_and_goes_when_dr
     .await;
     assert_eq!(left, 0, "the killed promotion's login is swept");
     let login = b.parent_login().await.expect("a login to the parent");
+    let expires_within_the_hour: bool = query_value(
+        &admin,
+        "SELECT rolvaliduntil BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes' \
+         FROM pg_roles WHERE rolname = $1",
+        &[&login.conn.user],
+    )
+    .await;
+    assert!(expires_within_the_hour, "the login expires within the hour");
     let c = connect(&login.conn).await.expect("it logs in");
     c.batch_execute("CREATE TABLE made_by_the_tool (x int)")
         .await
