@@ -45,3 +45,10 @@ pub async fn verify(
         other => panic!("the Lakebase actor did not answer: {other:?}"),
     }
 }
+
+/// Asserts that `excerpt` (a receipt's or a run's output excerpt) holds `needle`; a failure
+/// shows the excerpt.
+#[track_caller]
+pub fn assert_excerpt(excerpt: &str, needle: &str) {
+    assert!(excerpt.contains(needle), "{excerpt}");
+}

@@ -270,11 +270,7 @@ async fn a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch() 
         receipt.status_of("tests/cut.sql"),
         Some(TestStatus::Errored)
     );
-    assert!(
-        receipt.output_excerpt.contains("on two fresh branches"),
-        "{}",
-        receipt.output_excerpt
-    );
+    consort_testkit::verify::assert_excerpt(&receipt.output_excerpt, "on two fresh branches");
     actor.stop(None);
     join.await.expect("stopped");
     let s = stats.snapshot();

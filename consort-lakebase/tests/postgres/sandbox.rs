@@ -291,11 +291,7 @@ async fn a_setup_file_is_sql_and_never_a_psql_script() {
         "{}",
         r.output_excerpt
     );
-    assert!(
-        r.output_excerpt.contains("syntax error"),
-        "{}",
-        r.output_excerpt
-    );
+    consort_testkit::verify::assert_excerpt(&r.output_excerpt, "syntax error");
     assert_eq!(status(&r, "tests/t1.sql"), Some(TestStatus::Errored));
     assert!(
         tree.path().join("tests/t1.sql").exists(),

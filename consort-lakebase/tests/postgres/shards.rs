@@ -18,7 +18,7 @@ use consort_lakebase::{
     CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs, PsqlRunner, PsqlRunnerConfig,
     Selector, Shards, TestRunner,
 };
-use consort_testkit::verify::request;
+use consort_testkit::verify::{assert_excerpt, request};
 use ractor::ActorRef;
 
 /// Split from the first run, over at most two shards besides the likely failures'.
@@ -49,34 +49,6 @@ fn pytest() -> Arc<dyn TestRunner> {
     Arc::new(CommandRunner::new(cfg))
 }
 
-async fn verify(
-    actor: &ActorRef<LakebaseMsg>,
-    req: VerifyRequest,
-) -> Result<TestRunReceipt, consort_actors::InfraError> {
-    consort_testkit::verify::verify(actor, req, Duration::from_secs(180)).await
-}
-
-/// A tree of generated files.
-fn tree_of_owned(files: &[(String, String)]) -> tempfile::TempDir {
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(p, c)| (p.as_str(), c.as_str()))
-        .collect();
-    tree_of(&refs)
-}
-
-/// The receipt of a run of `purpose` with `focus` on `tree`.
-async fn receipt(
-    actor: &ActorRef<LakebaseMsg>,
-    purpose: VerifyPurpose,
-    focus: &str,
-    tree: &std::path::Path,
-) -> TestRunReceipt {
-    verify(actor, asks(purpose, focus, tree))
-        .await
-        .expect("a receipt")
-}
-
 fn table() -> Vec<consort_actors::Migration> {
     vec![migration(
         "0001_items",
@@ -84,11 +56,62 @@ fn table() -> Vec<consort_actors::Migration> {
     )]
 }
 
-fn asks(purpose: VerifyPurpose, focus: &str, tree: &std::path::Path) -> VerifyRequest {
-    let mut req = request(1, tree, table());
-    req.purpose = purpose;
-    req.focus = Some(focus.into());
-    req
+/// A tree of test files and an actor to verify it with, each test's setup.
+struct Suite {
+    tree: tempfile::TempDir,
+    actor: ActorRef<LakebaseMsg>,
+}
+
+impl Suite {
+    /// `files` (path, content) in a fresh tree, verified with `runner`.
+    async fn new(runner: Arc<dyn TestRunner>, files: &[(&str, &str)]) -> Self {
+        let tree = tree_of(files);
+        Suite {
+            tree,
+            actor: actor(runner).await,
+        }
+    }
+
+    /// The same, of generated files.
+    async fn of_owned(runner: Arc<dyn TestRunner>, files: &[(String, String)]) -> Self {
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, c)| (p.as_str(), c.as_str()))
+            .collect();
+        Self::new(runner, &refs).await
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.tree.path()
+    }
+
+    /// A request for a run of `purpose` with `focus` on the tree.
+    fn asks(&self, purpose: VerifyPurpose, focus: &str) -> VerifyRequest {
+        let mut req = request(1, self.path(), table());
+        req.purpose = purpose;
+        req.focus = Some(focus.into());
+        req
+    }
+
+    /// What the actor answers to `req`.
+    async fn verify(
+        &self,
+        req: VerifyRequest,
+    ) -> Result<TestRunReceipt, consort_actors::InfraError> {
+        consort_testkit::verify::verify(&self.actor, req, Duration::from_secs(180)).await
+    }
+
+    /// The receipt of a GREEN run with `focus` on the tree.
+    async fn green(&self, focus: &str) -> TestRunReceipt {
+        self.receipt(VerifyPurpose::Green, focus).await
+    }
+
+    /// The receipt of a run of `purpose` with `focus` on the tree.
+    async fn receipt(&self, purpose: VerifyPurpose, focus: &str) -> TestRunReceipt {
+        self.verify(self.asks(purpose, focus))
+            .await
+            .expect("a receipt")
+    }
 }
 
 #[tokio::test]
@@ -101,9 +124,8 @@ async fn a_split_suite_is_one_receipt_that_names_every_shard_and_adds_up_to_the_
             )
         })
         .collect();
-    let tree = tree_of_owned(&files);
-    let actor = actor(psql()).await;
-    let split = receipt(&actor, VerifyPurpose::Green, "tests/t3.sql", tree.path()).await;
+    let suite = Suite::of_owned(psql(), &files).await;
+    let split = suite.green("tests/t3.sql").await;
     assert_eq!(
         split.shards.len(),
         3,
@@ -137,7 +159,7 @@ async fn a_split_suite_is_one_receipt_that_names_every_shard_and_adds_up_to_the_
         split.shards.iter().map(|s| s.outcomes).sum::<usize>(),
         split.outcomes.len()
     );
-    let whole = receipt(&actor, VerifyPurpose::Deploy, "tests/t3.sql", tree.path()).await;
+    let whole = suite.receipt(VerifyPurpose::Deploy, "tests/t3.sql").await;
     assert!(whole.shards.is_empty(), "the deploy run is whole");
     let names = |r: &TestRunReceipt| {
         let mut v: Vec<(String, String)> = r
@@ -162,15 +184,8 @@ async fn a_failing_green_answers_from_the_likely_failures_before_the_rest_runs()
         "DO $$ BEGIN ASSERT false, 'the focus still fails'; END $$;\n".to_string(),
     )];
     files.extend((1..=4).map(|i| (format!("tests/t{i}.sql"), "SELECT 1;\n".to_string())));
-    let tree = tree_of_owned(&files);
-    let actor = actor(psql()).await;
-    let green = receipt(
-        &actor,
-        VerifyPurpose::Green,
-        "tests/t0_focus.sql",
-        tree.path(),
-    )
-    .await;
+    let suite = Suite::of_owned(psql(), &files).await;
+    let green = suite.green("tests/t0_focus.sql").await;
     assert_eq!(
         green.shards.len(),
         1,
@@ -184,13 +199,9 @@ async fn a_failing_green_answers_from_the_likely_failures_before_the_rest_runs()
     assert_eq!(green.outcomes.len(), 1);
     assert!(green.output_excerpt.contains("the focus still fails"));
     // In RED the new test is meant to fail: the rest runs (whole), and is judged.
-    let red = receipt(
-        &actor,
-        VerifyPurpose::Red,
-        "tests/t0_focus.sql",
-        tree.path(),
-    )
-    .await;
+    let red = suite
+        .receipt(VerifyPurpose::Red, "tests/t0_focus.sql")
+        .await;
     assert_eq!(red.outcomes.len(), 5);
 }
 
@@ -200,27 +211,20 @@ async fn a_test_that_failed_in_the_last_split_run_runs_first_in_the_next() {
     // split run finds the failure (a test that was green, so the run is made once more); in
     // that second run the failed file runs first, beside the focus's, and settles the verdict:
     // the sleeping file never runs there.
-    let tree = tree_of(&[
-        ("tests/t0_focus.sql", "SELECT 1;\n"),
-        (
-            "tests/a1_fails.sql",
-            "DO $$ BEGIN ASSERT false, 'broken by the step'; END $$;\n",
-        ),
-        ("tests/b1_slow.sql", "SELECT pg_sleep(2);\n"),
-    ]);
-    let actor = actor(psql()).await;
-    let green = receipt(
-        &actor,
-        VerifyPurpose::Green,
-        "tests/t0_focus.sql",
-        tree.path(),
+    let suite = Suite::new(
+        psql(),
+        &[
+            ("tests/t0_focus.sql", "SELECT 1;\n"),
+            (
+                "tests/a1_fails.sql",
+                "DO $$ BEGIN ASSERT false, 'broken by the step'; END $$;\n",
+            ),
+            ("tests/b1_slow.sql", "SELECT pg_sleep(2);\n"),
+        ],
     )
     .await;
-    assert!(
-        green.output_excerpt.contains("once more"),
-        "{}",
-        green.output_excerpt
-    );
+    let green = suite.green("tests/t0_focus.sql").await;
+    assert_excerpt(&green.output_excerpt, "once more");
     let files: Vec<&Vec<String>> = green.shards.iter().map(|s| &s.files).collect();
     assert_eq!(
         files,
@@ -244,35 +248,30 @@ async fn a_shard_still_running_is_stopped_once_another_shard_s_failure_settles_t
     // fails, which settles the verdict: the slow file's shard is stopped before it finishes.
     let slow = "import time\n\n\ndef test_slow():\n    open('marks/started', 'w').close()\n    time.sleep(30)\n    open('marks/finished', 'w').close()\n";
     let fails = "import os\nimport time\n\n\ndef test_fails():\n    for _ in range(300):\n        if os.path.exists('marks/started'):\n            break\n        time.sleep(0.1)\n    assert False, 'broken by the step'\n";
-    let tree = tree_of(&[
-        ("marks/.keep", ""),
-        ("tests/test_focus.py", "def test_focus():\n    pass\n"),
-        ("tests/test_a_fails.py", fails),
-        ("tests/test_b_slow.py", slow),
-    ]);
-    let actor = actor(pytest()).await;
-    let mut req = asks(
-        VerifyPurpose::Green,
-        "tests.test_focus::test_focus",
-        tree.path(),
-    );
+    let suite = Suite::new(
+        pytest(),
+        &[
+            ("marks/.keep", ""),
+            ("tests/test_focus.py", "def test_focus():\n    pass\n"),
+            ("tests/test_a_fails.py", fails),
+            ("tests/test_b_slow.py", slow),
+        ],
+    )
+    .await;
+    let mut req = suite.asks(VerifyPurpose::Green, "tests.test_focus::test_focus");
     req.caches = vec!["marks".into()];
-    let green = verify(&actor, req).await.expect("a receipt");
+    let green = suite.verify(req).await.expect("a receipt");
     assert_eq!(
         green.status_of("tests.test_a_fails::test_fails"),
         Some(TestStatus::Failed)
     );
+    assert_excerpt(&green.output_excerpt, "broken by the step");
     assert!(
-        green.output_excerpt.contains("broken by the step"),
-        "{}",
-        green.output_excerpt
-    );
-    assert!(
-        tree.path().join("marks/started").exists(),
+        suite.path().join("marks/started").exists(),
         "the slow file ran"
     );
     assert!(
-        !tree.path().join("marks/finished").exists(),
+        !suite.path().join("marks/finished").exists(),
         "and was stopped before it finished"
     );
     // The failure was a test that was green, so the run was made once more: there it ran
@@ -284,22 +283,19 @@ async fn a_shard_still_running_is_stopped_once_another_shard_s_failure_settles_t
 async fn a_listing_that_failed_on_a_broken_tree_is_tried_again_once_the_tree_is_mended() {
     // A conftest.py that does not load: pytest can neither list nor run the suite. (The focus
     // names no file of the tree, so no likely failure settles the verdict before the listing.)
-    let tree = tree_of(&[
-        ("conftest.py", "raise RuntimeError('half-written')\n"),
-        ("tests/test_a.py", "def test_a():\n    pass\n"),
-        ("tests/test_b.py", "def test_b():\n    pass\n"),
-        ("tests/test_c.py", "def test_c():\n    pass\n"),
-    ]);
-    let actor = actor(pytest()).await;
-    let broken = verify(
-        &actor,
-        asks(
-            VerifyPurpose::Green,
-            "tests.test_new::test_new",
-            tree.path(),
-        ),
+    let suite = Suite::new(
+        pytest(),
+        &[
+            ("conftest.py", "raise RuntimeError('half-written')\n"),
+            ("tests/test_a.py", "def test_a():\n    pass\n"),
+            ("tests/test_b.py", "def test_b():\n    pass\n"),
+            ("tests/test_c.py", "def test_c():\n    pass\n"),
+        ],
     )
     .await;
+    let broken = suite
+        .verify(suite.asks(VerifyPurpose::Green, "tests.test_new::test_new"))
+        .await;
     match &broken {
         Err(e) => assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}"),
         Ok(r) => assert!(
@@ -307,14 +303,8 @@ async fn a_listing_that_failed_on_a_broken_tree_is_tried_again_once_the_tree_is_
             "run whole, and not a pass: {r:?}"
         ),
     }
-    std::fs::write(tree.path().join("conftest.py"), "").expect("mend the conftest");
-    let mended = receipt(
-        &actor,
-        VerifyPurpose::Green,
-        "tests.test_new::test_new",
-        tree.path(),
-    )
-    .await;
+    std::fs::write(suite.path().join("conftest.py"), "").expect("mend the conftest");
+    let mended = suite.green("tests.test_new::test_new").await;
     assert!(mended.not_passed().is_empty(), "{:?}", mended.outcomes);
     assert!(
         !mended.shards.is_empty(),
@@ -326,7 +316,7 @@ async fn a_listing_that_failed_on_a_broken_tree_is_tried_again_once_the_tree_is_
 async fn a_test_that_passes_only_when_run_alone_is_caught_by_the_whole_runs() {
     // a0 commits a row; t9 expects none. On one branch, in path order, t9 fails; split, they
     // are on two branches and both pass.
-    let tree = tree_of(&[
+    let suite = Suite::new(psql(), &[
         (
             "tests/a0_seed.sql",
             "COMMIT;\nINSERT INTO items VALUES ('seed');\n",
@@ -335,19 +325,12 @@ async fn a_test_that_passes_only_when_run_alone_is_caught_by_the_whole_runs() {
             "tests/t9_empty.sql",
             "DO $$ BEGIN ASSERT (SELECT count(*) FROM items) = 0, 'items left behind'; END $$;\n",
         ),
-    ]);
-    let actor = actor(psql()).await;
-    let split = receipt(
-        &actor,
-        VerifyPurpose::Green,
-        "tests/t9_empty.sql",
-        tree.path(),
-    )
-    .await;
+    ]).await;
+    let split = suite.green("tests/t9_empty.sql").await;
     assert_eq!(split.shards.len(), 2);
     assert!(split.not_passed().is_empty(), "split, both pass");
     for purpose in [VerifyPurpose::Red, VerifyPurpose::Deploy] {
-        let whole = receipt(&actor, purpose, "tests/t9_empty.sql", tree.path()).await;
+        let whole = suite.receipt(purpose, "tests/t9_empty.sql").await;
         assert!(whole.shards.is_empty());
         assert_eq!(
             whole.status_of("tests/t9_empty.sql"),
@@ -381,19 +364,16 @@ def test_no_other_database_takes_a_write():
     assert others, "there are other branches to try"
     assert written == []
 "#;
-    let tree = tree_of(&[
-        ("tests/test_reach.py", reach),
-        ("tests/test_other.py", "def test_a():\n    pass\n"),
-        ("tests/test_third.py", "def test_b():\n    pass\n"),
-    ]);
-    let actor = actor(pytest()).await;
-    let run = receipt(
-        &actor,
-        VerifyPurpose::Green,
-        "tests.test_other::test_a",
-        tree.path(),
+    let suite = Suite::new(
+        pytest(),
+        &[
+            ("tests/test_reach.py", reach),
+            ("tests/test_other.py", "def test_a():\n    pass\n"),
+            ("tests/test_third.py", "def test_b():\n    pass\n"),
+        ],
     )
     .await;
+    let run = suite.green("tests.test_other::test_a").await;
     assert_eq!(
         run.status_of("tests.test_reach::test_no_other_database_takes_a_write"),
         Some(TestStatus::Passed),
@@ -413,22 +393,19 @@ async fn shards_whose_tests_do_not_add_up_to_the_listing_are_a_runner_fault() {
         ("tests/test_shifty.py", shifty, "does not have"),
         ("tests/test_hiding.py", hiding, "no shard ran 1"),
     ] {
-        let tree = tree_of(&[
-            (file, content),
-            ("tests/test_plain.py", "def test_plain():\n    pass\n"),
-            ("tests/test_more.py", "def test_more():\n    pass\n"),
-        ]);
-        let actor = actor(pytest()).await;
-        let e = verify(
-            &actor,
-            asks(
-                VerifyPurpose::Green,
-                "tests.test_plain::test_plain",
-                tree.path(),
-            ),
+        let suite = Suite::new(
+            pytest(),
+            &[
+                (file, content),
+                ("tests/test_plain.py", "def test_plain():\n    pass\n"),
+                ("tests/test_more.py", "def test_more():\n    pass\n"),
+            ],
         )
-        .await
-        .expect_err("a runner fault, never a pass");
+        .await;
+        let e = suite
+            .verify(suite.asks(VerifyPurpose::Green, "tests.test_plain::test_plain"))
+            .await
+            .expect_err("a runner fault, never a pass");
         assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
         assert!(e.detail.contains(says), "{file}: {}", e.detail);
         assert!(e.detail.contains("`[runner] shards = 1`"), "{}", e.detail);
@@ -437,25 +414,28 @@ async fn shards_whose_tests_do_not_add_up_to_the_listing_are_a_runner_fault() {
 
 #[tokio::test]
 async fn a_selected_run_runs_only_the_selected_files_and_says_so() {
-    let tree = tree_of(&[
-        ("tests/t1.sql", "SELECT 1;\n"),
-        ("tests/t2.sql", "SELECT 2;\n"),
-        (
-            "tests/t3.sql",
-            "DO $$ BEGIN ASSERT false, 'not selected'; END $$;\n",
-        ),
-    ]);
-    let actor = actor(psql()).await;
-    let mut req = asks(VerifyPurpose::Green, "tests/t2.sql", tree.path());
+    let suite = Suite::new(
+        psql(),
+        &[
+            ("tests/t1.sql", "SELECT 1;\n"),
+            ("tests/t2.sql", "SELECT 2;\n"),
+            (
+                "tests/t3.sql",
+                "DO $$ BEGIN ASSERT false, 'not selected'; END $$;\n",
+            ),
+        ],
+    )
+    .await;
+    let mut req = suite.asks(VerifyPurpose::Green, "tests/t2.sql");
     req.select = vec!["tests/t1.sql".into(), "tests/t2.sql".into()];
-    let selected = verify(&actor, req.clone()).await.expect("a receipt");
+    let selected = suite.verify(req.clone()).await.expect("a receipt");
     assert_eq!(selected.selection, vec!["tests/t1.sql", "tests/t2.sql"]);
     assert!(selected.shards.is_empty(), "a selection runs on one branch");
     assert_eq!(selected.outcomes.len(), 2);
     assert!(selected.not_passed().is_empty());
     // A name the runner cannot place in a file: the whole suite runs, and says so.
     req.select.push("tests/t9_gone.sql".into());
-    let whole = verify(&actor, req).await.expect("a receipt");
+    let whole = suite.verify(req).await.expect("a receipt");
     assert!(whole.selection.is_empty());
     assert_eq!(whole.status_of("tests/t3.sql"), Some(TestStatus::Failed));
 }
@@ -466,35 +446,34 @@ async fn a_step_that_breaks_the_import_of_a_project_test_file_fails_split_as_who
     // imports: that file no longer loads, so the listing cannot name its tests. It still runs
     // in a shard (with test_a_own.py: the shard stops at the file that does not load), and
     // the run fails, split as whole.
-    let tree = tree_of(&[
-        ("app/__init__.py", "def kept():\n    return 1\n"),
-        (
-            "tests/test_focus.py",
-            "from app import kept\n\n\ndef test_focus():\n    assert kept() == 1\n",
-        ),
-        (
-            "tests/test_a_own.py",
-            "def test_a1():\n    pass\n\n\ndef test_a2():\n    pass\n",
-        ),
-        ("tests/test_b_own.py", "def test_b():\n    pass\n"),
-        (
-            "tests/test_c_own.py",
-            "from app import gone\n\n\ndef test_c():\n    assert gone() == 1\n",
-        ),
-    ]);
-    let actor = actor(pytest()).await;
+    let suite = Suite::new(
+        pytest(),
+        &[
+            ("app/__init__.py", "def kept():\n    return 1\n"),
+            (
+                "tests/test_focus.py",
+                "from app import kept\n\n\ndef test_focus():\n    assert kept() == 1\n",
+            ),
+            (
+                "tests/test_a_own.py",
+                "def test_a1():\n    pass\n\n\ndef test_a2():\n    pass\n",
+            ),
+            ("tests/test_b_own.py", "def test_b():\n    pass\n"),
+            (
+                "tests/test_c_own.py",
+                "from app import gone\n\n\ndef test_c():\n    assert gone() == 1\n",
+            ),
+        ],
+    )
+    .await;
     let focus = "tests.test_focus::test_focus";
-    let split = receipt(&actor, VerifyPurpose::Green, focus, tree.path()).await;
-    let whole = receipt(&actor, VerifyPurpose::Deploy, focus, tree.path()).await;
+    let split = suite.green(focus).await;
+    let whole = suite.receipt(VerifyPurpose::Deploy, focus).await;
     assert!(whole.shards.is_empty(), "the deploy run is whole");
     assert!(!split.shards.is_empty(), "split: {}", split.output_excerpt);
     // Its failure is one of a test that was green, so the run was made once more: there the
     // file that did not load ran first, among the likely failures.
-    assert!(
-        split.output_excerpt.contains("once more"),
-        "{}",
-        split.output_excerpt
-    );
+    assert_excerpt(&split.output_excerpt, "once more");
     assert!(
         split.shards[0]
             .files
