@@ -13,7 +13,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{interleave, median_of, report_line, report_ratio};
@@ -24,15 +23,6 @@ use criterion::{Criterion, criterion_group, criterion_main};
 const TRACKED: usize = 1_000;
 const PACKAGES: usize = 1_000;
 const FILES_PER_PACKAGE: usize = 10;
-
-fn git(dir: &Path, args: &[&str]) {
-    let o = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git");
-    assert!(o.status.success(), "git {args:?}: {o:?}");
-}
 
 /// The repository: `TRACKED` source files committed, `node_modules` ignored and installed.
 fn repository(root: &Path) {
@@ -50,9 +40,9 @@ fn repository(root: &Path) {
         }
     }
     std::fs::write(root.join(".gitignore"), "node_modules/\n").expect("gitignore");
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(
+    common::git(root, &["init", "-q", "-b", "main"]);
+    common::git(root, &["add", "-A"]);
+    common::git(
         root,
         &[
             "-c",
@@ -81,8 +71,8 @@ fn bench(c: &mut Criterion) {
     let checkout = || {
         let t = Instant::now();
         let path = by_hand.to_string_lossy();
-        git(&dir, &["worktree", "add", "-q", "--detach", &path, "HEAD"]);
-        git(&dir, &["worktree", "remove", "--force", &path]);
+        common::git(&dir, &["worktree", "add", "-q", "--detach", &path, "HEAD"]);
+        common::git(&dir, &["worktree", "remove", "--force", &path]);
         t.elapsed()
     };
     let mut g = common::group(c, "lane_workspace", 500, 5);

@@ -19,9 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{interleave, report_line, report_ratio};
-use consort::actors::{
-    ContentHash, Migration, RequestId, TestStatus, VerifyPurpose, VerifyRequest,
-};
+use consort::actors::{Migration, TestStatus, VerifyRequest};
 use consort::lakebase::EnvPolicy;
 use consort::lakebase::SandboxMode;
 use consort::lakebase::{
@@ -93,21 +91,7 @@ impl Fixture {
     fn request(&self, extra: Option<u64>) -> VerifyRequest {
         let n = self.next.get() + 1;
         self.next.set(n);
-        VerifyRequest {
-            id: RequestId(n),
-            purpose: VerifyPurpose::Green,
-            work_tree: self.dir.path().to_path_buf(),
-            workspace_hash: ContentHash::of_bytes(b"bench"),
-            migrations: migrations(extra),
-            tests: vec![TEST_FILE.into()],
-            focus: None,
-            caches: Vec::new(),
-            hidden: Vec::new(),
-            select: Vec::new(),
-            quarantined: Vec::new(),
-            harness: None,
-            tool_records: Vec::new(),
-        }
+        common::bench_request(n, self.dir.path(), migrations(extra), TEST_FILE)
     }
 
     /// One confined verification with a warm pool.

@@ -207,3 +207,26 @@ pub(crate) fn bare_psql(
     .envs(env);
     cmd
 }
+
+/// A GREEN verification request for the one test file `test` of `tree`, with `migrations`.
+pub(crate) fn bench_request(
+    id: u64,
+    tree: &std::path::Path,
+    migrations: Vec<consort::actors::Migration>,
+    test: &str,
+) -> consort::actors::VerifyRequest {
+    let mut req = consort_testkit::verify::request(id, tree, migrations);
+    req.workspace_hash = consort::actors::ContentHash::of_bytes(b"bench");
+    req.tests = vec![test.into()];
+    req
+}
+
+/// Runs git with `args` in `dir`; panics, naming the arguments, when it fails.
+pub(crate) fn git(dir: &std::path::Path, args: &[&str]) {
+    let o = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(o.status.success(), "git {args:?}: {o:?}");
+}

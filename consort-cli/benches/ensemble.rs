@@ -20,10 +20,8 @@ use std::time::{Duration, Instant};
 
 use common::{median, report_line, report_ratio};
 use consort::RunOutcome;
-use consort::actors::{
-    ContentHash, Migration, RequestId, TestStatus, VerifyPurpose, VerifyRequest,
-};
 use consort::actors::{DirectLakebase, LakebaseEndpoint};
+use consort::actors::{Migration, TestStatus};
 use consort::lakebase::EnvPolicy;
 use consort::lakebase::{
     BranchPool, BranchProvider, ConnectInfo, EmbeddedCluster, LakebaseActor, LakebaseArgs,
@@ -156,21 +154,7 @@ fn burst(rt: &Runtime) -> Burst {
             actor: actor.clone(),
         });
         // Build the base once (as a run's first verification would), untimed.
-        let req = |n: u64| VerifyRequest {
-            id: RequestId(n),
-            purpose: VerifyPurpose::Green,
-            work_tree: dir.path().to_path_buf(),
-            workspace_hash: ContentHash::of_bytes(b"bench"),
-            migrations: migrations(),
-            tests: vec![TEST_FILE.into()],
-            focus: None,
-            caches: Vec::new(),
-            hidden: Vec::new(),
-            select: Vec::new(),
-            quarantined: Vec::new(),
-            harness: None,
-            tool_records: Vec::new(),
-        };
+        let req = |n: u64| common::bench_request(n, dir.path(), migrations(), TEST_FILE);
         lakebase
             .verify(req(0), Duration::from_secs(120))
             .await

@@ -126,15 +126,15 @@ impl Shared {
         }
         consort::git::GitRepo::init_with_commit(&origin, "Bench", "before Consort").expect("git");
         let remote = root.path().join("remote.git");
-        git(
+        common::git(
             root.path(),
             &["init", "-q", "--bare", "-b", "main", "remote.git"],
         );
-        git(
+        common::git(
             &origin,
             &["remote", "add", "origin", &remote.to_string_lossy()],
         );
-        git(&origin, &["push", "-q", "origin", "main"]);
+        common::git(&origin, &["push", "-q", "origin", "main"]);
         let shared = Shared {
             root,
             remote,
@@ -197,7 +197,7 @@ impl Shared {
     fn worker_on(&self, server: &Server, name: &str, feature: Option<&str>) -> Child {
         let home = self.root.path().join(name);
         std::fs::create_dir_all(&home).expect("home");
-        git(
+        common::git(
             &home,
             &["clone", "-q", &self.remote.to_string_lossy(), "shop"],
         );
@@ -216,15 +216,6 @@ impl Shared {
     fn store_info(&self, server: &Server) -> consort::lakebase::ConnectInfo {
         consort::lakebase::connect_info_of_url(&Secret::new(server.url(&self.store))).expect("url")
     }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let o = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git");
-    assert!(o.status.success(), "git {args:?}");
 }
 
 /// The wall time of `workers` workers driving the project to its end.
