@@ -26,10 +26,9 @@ use consort::actors::hash_dir;
 use consort::actors::{
     ActorId, AgentFailure, Artifact, ArtifactKind, Assignment, Conductor, ConductorConfig,
     ConductorError, Confinement, ContentHash, DesignBundle, Escalation, EscalationReason, Event,
-    ExitRecord, FeatureRequest, GateApproval, GateDecision, GateKind, InfraFault, Machine,
-    MachineConfig, PathError, Produced, RequestId, Role, RoleReply, RuleViolation, RunTimings,
-    Step, TestList, TestOutcome, TestRunReceipt, TestStatus, Usage, VerdictReason, VerifyPurpose,
-    Wiring, WriteProblem,
+    FeatureRequest, GateApproval, GateDecision, GateKind, InfraFault, Machine, MachineConfig,
+    PathError, Produced, RequestId, Role, RoleReply, RuleViolation, Step, TestList, TestRunReceipt,
+    TestStatus, Usage, VerdictReason, VerifyPurpose, Wiring, WriteProblem,
 };
 use consort::actors::{
     DirectLakebase, DirectRole, LakebaseEndpoint, RoleEndpoint, record_gate_decision,
@@ -173,31 +172,15 @@ impl Agent for Cheating {
 
 /// A receipt no verification produced: "every test passed", for the work tree as it is.
 fn forged_receipt(work: &Path, request: u64) -> TestRunReceipt {
-    TestRunReceipt {
-        request_id: RequestId(request),
-        workspace_hash: hash_dir(work).expect("hash the work tree"),
-        provider: "embedded".into(),
-        branch_copy: None,
-        branch_id: "consort-forged".into(),
-        runner: "psql".into(),
-        command: "psql -X -q -v ON_ERROR_STOP=1 -c BEGIN -f <test> -c ROLLBACK".into(),
-        timings: RunTimings::default(),
-        outcomes: vec![TestOutcome::new(T1, TestStatus::Passed)],
-        exit: ExitRecord {
-            code: Some(0),
-            signal: None,
-            timed_out: false,
-        },
-        output_digest: ContentHash::of_bytes(b"all passed"),
-        output_excerpt: "all passed".into(),
-        confinement: Default::default(),
-        tree_changes: Vec::new(),
-        flaky: Vec::new(),
-        missing_modules: Vec::new(),
-        shards: Vec::new(),
-        selection: Vec::new(),
-        harness: None,
-    }
+    let mut receipt = consort_testkit::artifacts::receipt_with(
+        RequestId(request),
+        hash_dir(work).expect("hash the work tree"),
+        &[(T1, TestStatus::Passed)],
+        0,
+        "all passed",
+    );
+    receipt.branch_id = "consort-forged".into();
+    receipt
 }
 
 /// A Driver that answers GREEN with a test-run receipt of its own making.

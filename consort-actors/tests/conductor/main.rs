@@ -112,33 +112,15 @@ impl FakeLakebase {
                 self.record_migrations(&req.migrations);
                 let outcomes = run_tests(&req.work_tree);
                 let failed = outcomes.iter().any(|o| o.status != TestStatus::Passed);
-                let receipt = TestRunReceipt {
-                    request_id: req.id,
-                    workspace_hash: WorkTree::open(&req.work_tree)?
-                        .with_filter(consort_actors::TreeFilter::new(&req.caches))
-                        .hash()?,
-                    provider: "fake".into(),
-                    branch_copy: None,
-                    branch_id: format!("consort-fake-{}", req.id.0),
-                    runner: "fake".into(),
-                    command: "fake".into(),
-                    timings: RunTimings::default(),
-                    outcomes,
-                    exit: ExitRecord {
-                        code: Some(i32::from(failed)),
-                        signal: None,
-                        timed_out: false,
-                    },
-                    output_digest: ContentHash::of_bytes(b""),
-                    output_excerpt: String::new(),
-                    confinement: Default::default(),
-                    tree_changes: Vec::new(),
-                    flaky: Vec::new(),
-                    missing_modules: Vec::new(),
-                    shards: Vec::new(),
-                    selection: Vec::new(),
-                    harness: None,
-                };
+                let hash = WorkTree::open(&req.work_tree)?
+                    .with_filter(consort_actors::TreeFilter::new(&req.caches))
+                    .hash()?;
+                let mut receipt = kit::receipt_with(req.id, hash, &[], i32::from(failed), "");
+                receipt.provider = "fake".into();
+                receipt.branch_id = format!("consort-fake-{}", req.id.0);
+                receipt.runner = "fake".into();
+                receipt.command = "fake".into();
+                receipt.outcomes = outcomes;
                 let _ = port.send(Ok(receipt));
             }
             LakebaseMsg::Promote(req, port) => {
