@@ -889,15 +889,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("a.py"), "x = 1\n").expect("write");
         let repo = GitRepo::init_with_commit(dir.path(), "T", "first").expect("repo");
-        for path in [
-            ".venv/lib/launcher manifest.xml",
-            "target/débug/out.txt",
-            "node_modules/a b/index.js",
-        ] {
-            let p = dir.path().join(path);
-            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-            std::fs::write(p, "cache").expect("write");
-        }
+        consort_testkit::disk::write_tree(
+            dir.path(),
+            &[
+                (".venv/lib/launcher manifest.xml", "cache"),
+                ("target/débug/out.txt", "cache"),
+                ("node_modules/a b/index.js", "cache"),
+            ],
+        );
         let filter = consort_actors::TreeFilter::default();
         assert_eq!(repo.dirty(&filter).expect("status"), Vec::<String>::new());
         std::fs::write(dir.path().join("my notes é.md"), "mine").expect("write");

@@ -226,15 +226,7 @@ fn django_migrations(dir: &Path) -> Option<(String, usize)> {
 mod tests {
     use super::*;
 
-    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for (path, text) in files {
-            let p = dir.path().join(path);
-            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-            std::fs::write(p, text).expect("write");
-        }
-        dir
-    }
+    use consort_testkit::disk::tree_of as tree;
 
     #[test]
     fn knex_alembic_and_django_are_found_with_their_migrations() {

@@ -1,7 +1,8 @@
 //! A fake disk (path → content) that applies change sets the way the conductor does: each
-//! apply hands back the inverse change set that undoes it.
+//! apply hands back the inverse change set that undoes it; and real trees of files on disk.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use consort_actors::{ChangeSet, ContentHash, Event, FileChange, FileHashes};
 
@@ -68,4 +69,22 @@ impl FakeDisk {
     pub fn workspace_hash(&self) -> ContentHash {
         ContentHash::of(&self.files)
     }
+}
+
+/// Writes `files` (path relative to `root`, content) under `root`, making their directories.
+pub fn write_tree(root: &Path, files: &[(&str, &str)]) {
+    for (rel, content) in files {
+        let p = root.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(&p, content).expect("write");
+    }
+}
+
+/// A fresh temporary directory holding `files` (path, content).
+pub fn tree_of(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let tree = tempfile::tempdir().expect("tree");
+    write_tree(tree.path(), files);
+    tree
 }

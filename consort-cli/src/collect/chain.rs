@@ -232,10 +232,7 @@ mod tests {
 
     #[test]
     fn a_program_is_looked_up_on_the_path_the_chain_sets() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let bin = dir.path().join(".venv/bin");
-        std::fs::create_dir_all(&bin).expect("mkdir");
-        std::fs::write(bin.join("pytest-consort-probe"), "").expect("write");
+        let dir = consort_testkit::disk::tree_of(&[(".venv/bin/pytest-consort-probe", "")]);
         let found = |command: &str| Chain::read(command).programs(dir.path());
         assert_eq!(
             found("export PATH=\"$PWD/.venv/bin:$PATH\" && pytest-consort-probe -q"),

@@ -143,15 +143,7 @@ fn declares(path: &Path, function: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn module(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        for (path, text) in files {
-            let path = tmp.path().join(path);
-            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-            std::fs::write(path, text).expect("write");
-        }
-        tmp
-    }
+    use consort_testkit::disk::tree_of as module;
 
     #[test]
     fn a_listing_places_each_test_in_the_file_that_declares_it_and_leaves_out_benchmarks() {

@@ -288,27 +288,21 @@ mod tests {
     use consort_actors::TestStatus;
 
     fn tree() -> tempfile::TempDir {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        for f in [
-            "test/t1.test.js",
-            "src/counts.js",
-            "tests/test_t1.py",
-            "app/__init__.py",
-            "app/counts.py",
-            "shelf_test.go",
-            "shelf.go",
-            "a/a_test.go",
-            "a/more_test.go",
-            "b/b_test.go",
-            "src/lib.rs",
-            "tests/most.rs",
-            "crates/x/tests/y.rs",
-        ] {
-            let p = tmp.path().join(f);
-            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-            std::fs::write(p, "").expect("write");
-        }
-        tmp
+        consort_testkit::disk::tree_of(&[
+            ("test/t1.test.js", ""),
+            ("src/counts.js", ""),
+            ("tests/test_t1.py", ""),
+            ("app/__init__.py", ""),
+            ("app/counts.py", ""),
+            ("shelf_test.go", ""),
+            ("shelf.go", ""),
+            ("a/a_test.go", ""),
+            ("a/more_test.go", ""),
+            ("b/b_test.go", ""),
+            ("src/lib.rs", ""),
+            ("tests/most.rs", ""),
+            ("crates/x/tests/y.rs", ""),
+        ])
     }
 
     fn failed(message: &str) -> TestOutcome {

@@ -14,6 +14,8 @@ use consort_lakebase::{
 
 #[allow(unused_imports)] // each test binary uses some of them
 pub(crate) use consort_testkit::cluster::{cluster, dyn_provider, provider};
+#[allow(unused_imports)]
+pub(crate) use consort_testkit::disk::{tree_of, write_tree};
 
 /// A migration.
 pub(crate) fn migration(version: &str, sql: &str) -> Migration {
@@ -25,13 +27,6 @@ pub(crate) fn migration(version: &str, sql: &str) -> Migration {
     }
 }
 
-/// A fresh temporary directory holding `files` (path, content).
-pub(crate) fn tree_of(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let tree = tempfile::tempdir().expect("tree");
-    write_tree(tree.path(), files);
-    tree
-}
-
 /// The names of the branches `p` lists under `prefix`, in its order.
 pub(crate) async fn branch_names(p: &dyn BranchProvider, prefix: &str) -> Vec<String> {
     p.list(prefix)
@@ -40,17 +35,6 @@ pub(crate) async fn branch_names(p: &dyn BranchProvider, prefix: &str) -> Vec<St
         .into_iter()
         .map(|b| b.name)
         .collect()
-}
-
-/// Writes files into a directory.
-pub(crate) fn write_tree(root: &Path, files: &[(&str, &str)]) {
-    for (rel, content) in files {
-        let p = root.join(rel);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).expect("mkdir");
-        }
-        std::fs::write(&p, content).expect("write");
-    }
 }
 
 /// The first column of the one row `sql` returns (a failure names the query).
