@@ -13,7 +13,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{interleave, report_line, report_ratio};
-use consort::lakebase::names::BranchNamer;
 use consort::lakebase::{
     BaseSpec, BranchProvider, CommandRunner, CommandRunnerConfig, RunContext, SandboxMode,
     TestRunner,
@@ -52,15 +51,8 @@ fn bench(c: &mut Criterion) {
     let (cluster, provider, branch, contexts) = rt.block_on(async {
         let cluster = consort_testkit::cluster::cluster().await;
         let provider = consort_testkit::cluster::provider().await;
-        let base = provider
-            .prepare_base(&BaseSpec::default())
-            .await
-            .expect("base");
-        let branch = provider
-            .create(&BranchNamer::new().next_name(), &base)
-            .await
-            .expect("branch");
-        let conn = provider.connect_info(&branch).await.expect("info");
+        let (branch, conn) =
+            consort_testkit::cluster::fresh_branch(&*provider, &BaseSpec::default()).await;
         let ctx = |mode| {
             RunContext::prepare(
                 dir.path().to_path_buf(),

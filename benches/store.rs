@@ -17,9 +17,8 @@ use std::time::Instant;
 
 use common::{interleave, report_line, report_ratio};
 use consort::actors::{Event, HumanDecision, Ledger};
-use consort::lakebase::names::BranchNamer;
 use consort::lakebase::store::{Fence, PgStore};
-use consort::lakebase::{BaseSpec, BranchProvider, connect};
+use consort::lakebase::connect;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 /// An event of a typical small size.
@@ -33,13 +32,7 @@ fn event(n: u64) -> Event {
 fn bench(c: &mut Criterion) {
     let rt = common::runtime();
     let (mut store, client) = rt.block_on(async {
-        let p = consort_testkit::cluster::provider().await;
-        let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
-        let branch = p
-            .create(&BranchNamer::new().next_name(), &base)
-            .await
-            .expect("branch");
-        let info = p.connect_info(&branch).await.expect("info");
+        let info = consort_testkit::cluster::scratch_database().await;
         let store = PgStore::connect(&info, "bench").await.expect("store");
         let client = connect(&info).await.expect("connect");
         client

@@ -754,29 +754,18 @@ async fn branch_copy_in(bins: &consort_lakebase::PgBinaries, dir: &Path) -> (Str
     let provider = EmbeddedProvider::new(cluster.clone())
         .await
         .expect("provider");
-    let base = provider
-        .prepare_base(&BaseSpec {
-            migrations: vec![consort_actors::Migration {
-                version: "0001_rows".into(),
-                story_id: "S1".into(),
-                description: String::new(),
-                sql: "CREATE TABLE rows AS SELECT g FROM generate_series(1, 1000) g".into(),
-            }],
-            fixtures: Vec::new(),
-            promoted: Vec::new(),
-        })
-        .await
-        .expect("base");
-    let branch = provider
-        .create(
-            &consort_lakebase::names::BranchNamer::new().next_name(),
-            &base,
-        )
-        .await
-        .expect("branch");
-    let conn = consort_lakebase::connect(&provider.connect_info(&branch).await.expect("info"))
-        .await
-        .expect("connect");
+    let spec = BaseSpec {
+        migrations: vec![consort_actors::Migration {
+            version: "0001_rows".into(),
+            story_id: "S1".into(),
+            description: String::new(),
+            sql: "CREATE TABLE rows AS SELECT g FROM generate_series(1, 1000) g".into(),
+        }],
+        fixtures: Vec::new(),
+        promoted: Vec::new(),
+    };
+    let (branch, info) = consort_testkit::cluster::fresh_branch(&provider, &spec).await;
+    let conn = consort_lakebase::connect(&info).await.expect("connect");
     let rows: i64 = conn
         .query_one("SELECT count(*) FROM rows", &[])
         .await

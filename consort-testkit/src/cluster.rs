@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use consort_lakebase::{
-    BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
+    Branch, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
     EmbeddedProvider, Secret, ServerOptions, SslMode,
 };
 use tokio::sync::OnceCell;
@@ -42,18 +42,26 @@ pub async fn provider() -> Arc<EmbeddedProvider> {
 /// that needs one database and no provider: the shared store's, for one.
 pub async fn scratch_database() -> ConnectInfo {
     let p = provider().await;
-    let base = p
-        .prepare_base(&consort_lakebase::BaseSpec::default())
+    fresh_branch(&*p, &consort_lakebase::BaseSpec::default())
         .await
-        .expect("base");
+        .1
+}
+
+/// A fresh branch on `p` of a base built from `spec`, and how to connect to it.
+pub async fn fresh_branch<P: BranchProvider + ?Sized>(
+    p: &P,
+    spec: &consort_lakebase::BaseSpec,
+) -> (Branch, ConnectInfo) {
+    let base = p.prepare_base(spec).await.expect("base");
     let branch = p
         .create(
             &consort_lakebase::names::BranchNamer::new().next_name(),
             &base,
         )
         .await
-        .expect("a scratch database");
-    p.connect_info(&branch).await.expect("its connection")
+        .expect("branch");
+    let info = p.connect_info(&branch).await.expect("info");
+    (branch, info)
 }
 
 /// The same, as a trait object.

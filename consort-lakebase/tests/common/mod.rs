@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use consort_actors::Migration;
 use consort_lakebase::{
-    BaseSpec, Branch, BranchProvider, EmbeddedProvider, RunContext, SandboxMode, names::BranchNamer,
+    BaseSpec, Branch, BranchProvider, EmbeddedProvider, RunContext, SandboxMode,
 };
 
 #[allow(unused_imports)] // each test binary uses some of them
@@ -121,12 +121,7 @@ pub(crate) async fn branch_context(
     mode: SandboxMode,
 ) -> (Arc<EmbeddedProvider>, Branch, RunContext) {
     let p = provider().await;
-    let base = p.prepare_base(spec).await.expect("base");
-    let branch = p
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("branch");
-    let conn = p.connect_info(&branch).await.expect("info");
+    let (branch, conn) = consort_testkit::cluster::fresh_branch(&*p, spec).await;
     let mut hidden = vec![tree.join(".consort")];
     hidden.extend(p.private_paths());
     hidden.extend(also_hidden);

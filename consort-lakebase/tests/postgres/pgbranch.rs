@@ -27,7 +27,7 @@ async fn provider() -> (Arc<EmbeddedCluster>, EmbeddedProvider) {
     (cluster, p)
 }
 
-use consort_testkit::cluster::admin_info;
+use consort_testkit::cluster::{admin_info, fresh_branch};
 
 /// The pid of a process that has exited (and been reaped).
 fn exited_pid() -> u32 {
@@ -90,12 +90,7 @@ async fn a_session_on_the_parent_is_waited_out() {
 #[tokio::test]
 async fn a_branch_with_open_sessions_is_dropped_and_its_sessions_ended() {
     let (cluster, b) = provider().await;
-    let base = b.prepare_base(&BaseSpec::default()).await.expect("base");
-    let branch = b
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("branch");
-    let info = b.connect_info(&branch).await.expect("info");
+    let (branch, info) = fresh_branch(&b, &BaseSpec::default()).await;
     let held = connect(&info).await.expect("a session");
     held.batch_execute("SELECT 1").await.expect("in use");
     b.delete(&branch.name)
@@ -161,22 +156,9 @@ async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
     // Give `dead` the marker of a process that has exited.
     let gone_pid = exited_pid();
     let admin = admin(&cluster).await;
-    let marker: String = query_value(
-        &admin,
-        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1",
-        &[&dead.id],
-    )
-    .await;
-    let mut meta: serde_json::Value = serde_json::from_str(&marker).expect("a JSON marker");
+    let mut meta = marker_of(&admin, &dead.id, false).await;
     meta["pid"] = gone_pid.into();
-    admin
-        .batch_execute(&format!(
-            "COMMENT ON DATABASE {} IS {}",
-            dead.id,
-            quote_literal(&meta.to_string())
-        ))
-        .await
-        .expect("re-mark");
+    remark(&admin, &dead.id, false, &meta).await;
     // `kept` is kept for an hour, `expired` was kept until a minute ago.
     b.keep_for_inspection(&kept, SystemTime::now() + Duration::from_secs(3600))
         .await
@@ -638,12 +620,7 @@ async fn a_branch_s_catalog_lists_its_tables_columns_constraints_and_indexes() {
         fixtures: vec![],
         promoted: Vec::new(),
     };
-    let base = b.prepare_base(&spec).await.expect("base");
-    let branch = b
-        .create(&BranchNamer::new().next_name(), &base)
-        .await
-        .expect("branch");
-    let info = b.connect_info(&branch).await.expect("info");
+    let (branch, info) = fresh_branch(&b, &spec).await;
     let catalog = consort_lakebase::read_catalog(&info)
         .await
         .expect("catalog");
@@ -680,21 +657,9 @@ async fn a_promotion_login_acts_as_the_owner_role_on_the_parent_and_goes_when_dr
     let orphan = b.parent_login().await.expect("a login whose maker dies");
     let admin = admin(&cluster).await;
     let role = &orphan.conn.user;
-    let marker: String = query_value(
-        &admin,
-        "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
-        &[role],
-    )
-    .await;
-    let mut meta: serde_json::Value = serde_json::from_str(&marker).expect("a JSON marker");
+    let mut meta = marker_of(&admin, role, true).await;
     meta["pid"] = exited_pid().into();
-    admin
-        .batch_execute(&format!(
-            "COMMENT ON ROLE {role} IS {}",
-            quote_literal(&meta.to_string())
-        ))
-        .await
-        .expect("re-mark");
+    remark(&admin, role, true, &meta).await;
     b.sweep_orphans().await.expect("sweep");
     let left: i64 = query_value(
         &admin,
@@ -731,14 +696,7 @@ async fn a_promotion_login_acts_as_the_owner_role_on_the_parent_and_goes_when_dr
         connect(&login.conn).await.is_err(),
         "the login is gone with its role"
     );
-    let branch = b
-        .create(
-            &BranchNamer::new().next_name(),
-            &b.prepare_base(&BaseSpec::default()).await.expect("base"),
-        )
-        .await
-        .expect("branch");
-    let info = b.connect_info(&branch).await.expect("info");
+    let (branch, info) = fresh_branch(&b, &BaseSpec::default()).await;
     let seen: i64 = connect(&info)
         .await
         .expect("branch login")
