@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::migration;
+use crate::common::{branch_names, migration};
 use consort_lakebase::{
     BaseSpec, BranchPool, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
     PoolConfig, Released,
@@ -179,13 +179,7 @@ async fn failed_runs_can_be_kept_and_dropped_leases_are_cleaned_up() {
         .await
     );
     pool.shutdown().await.expect("shutdown");
-    let left: Vec<String> = provider
-        .list("consort-")
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|b| b.name)
-        .collect();
+    let left = branch_names(&*provider, "consort-").await;
     assert_eq!(
         left,
         vec![kept_name.clone()],

@@ -7,11 +7,25 @@ use std::time::Duration;
 
 use consort_actors::{Event, HumanDecision, Ledger};
 use consort_lakebase::ConnectInfo;
-use consort_lakebase::store::{Fence, PgStore, StoreError};
+use consort_lakebase::store::{Fence, Lease, PgStore, StoreError};
 
 /// A fresh database for a store, on the shared cluster.
 async fn store_database() -> ConnectInfo {
     consort_testkit::cluster::scratch_database().await
+}
+
+/// A connection to project `shop`'s store in `info`.
+async fn shop(info: &ConnectInfo) -> PgStore {
+    PgStore::connect(info, "shop").await.expect("store")
+}
+
+/// The lease of `feature` that `holder` takes for `ttl`; `why` says why it is free.
+async fn take(store: &PgStore, feature: &str, holder: &str, ttl: Duration, why: &str) -> Lease {
+    store
+        .acquire(feature, holder, ttl)
+        .await
+        .expect("acquire")
+        .expect(why)
 }
 
 fn decision(n: usize) -> Event {
@@ -28,7 +42,7 @@ fn decision(n: usize) -> Event {
 #[tokio::test]
 async fn a_ledger_in_the_store_is_a_hash_chain_the_file_ledger_would_accept() {
     let info = store_database().await;
-    let mut a = PgStore::connect(&info, "shop").await.expect("store");
+    let mut a = shop(&info).await;
     let mut b = PgStore::connect(&info, "shop")
         .await
         .expect("a second connection");
@@ -78,7 +92,7 @@ async fn appenders_at_once_on_their_own_connections_make_one_chain() {
     for w in 0..WRITERS {
         let info = info.clone();
         writers.push(tokio::spawn(async move {
-            let mut store = PgStore::connect(&info, "shop").await.expect("store");
+            let mut store = shop(&info).await;
             let mut seqs = Vec::new();
             for n in 0..EACH {
                 let entry = store
@@ -97,7 +111,7 @@ async fn appenders_at_once_on_their_own_connections_make_one_chain() {
     seqs.sort_unstable();
     let every: Vec<u64> = (1..=(WRITERS * EACH) as u64).collect();
     assert_eq!(seqs, every, "each sequence number once, none missing");
-    let store = PgStore::connect(&info, "shop").await.expect("store");
+    let store = shop(&info).await;
     let entries = store
         .entries("f1")
         .await
@@ -112,7 +126,7 @@ async fn features_added_at_once_from_many_machines_each_get_their_place() {
     for n in 0..8 {
         let info = info.clone();
         adders.push(tokio::spawn(async move {
-            let mut store = PgStore::connect(&info, "shop").await.expect("store");
+            let mut store = shop(&info).await;
             store
                 .add_feature(&format!("f{n}"), "a request")
                 .await
@@ -122,7 +136,7 @@ async fn features_added_at_once_from_many_machines_each_get_their_place() {
     for a in adders {
         assert!(a.await.expect("adder"), "added");
     }
-    let store = PgStore::connect(&info, "shop").await.expect("store");
+    let store = shop(&info).await;
     let mut backlog = store.backlog().await.expect("backlog");
     backlog.sort();
     assert_eq!(backlog, (0..8).map(|n| format!("f{n}")).collect::<Vec<_>>());
@@ -131,14 +145,10 @@ async fn features_added_at_once_from_many_machines_each_get_their_place() {
 #[tokio::test]
 async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
     let info = store_database().await;
-    let mut worker = PgStore::connect(&info, "shop").await.expect("store");
-    let mut laptop = PgStore::connect(&info, "shop").await.expect("store");
+    let mut worker = shop(&info).await;
+    let mut laptop = shop(&info).await;
     let long = Duration::from_secs(60);
-    let lease = worker
-        .acquire("f1", "worker", long)
-        .await
-        .expect("acquire")
-        .expect("free");
+    let lease = take(&worker, "f1", "worker", long, "free").await;
     worker
         .append("f1", &decision(0), Fence::Lease(&lease))
         .await
@@ -161,11 +171,14 @@ async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
         !worker.renew(&lease, long).await.expect("renew"),
         "its renewal says it holds the feature no more"
     );
-    let next = laptop
-        .acquire("f1", "another worker", long)
-        .await
-        .expect("acquire")
-        .expect("free at once, not after the lease's time");
+    let next = take(
+        &laptop,
+        "f1",
+        "another worker",
+        long,
+        "free at once, not after the lease's time",
+    )
+    .await;
     assert!(next.token > lease.token);
     let entries = laptop.entries("f1").await.expect("read");
     assert_eq!(entries.len(), 2, "the driver's late row is not there");
@@ -176,11 +189,7 @@ async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
         .append("f1", &decision(3), Fence::Person)
         .await
         .expect("recorded");
-    let again = worker
-        .acquire("f1", "worker", long)
-        .await
-        .expect("acquire")
-        .expect("free");
+    let again = take(&worker, "f1", "worker", long, "free").await;
     assert_eq!(again.token, next.token + 1);
 }
 
@@ -188,7 +197,7 @@ async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
 async fn a_store_session_has_time_limits_and_a_lost_one_is_made_again() {
     use consort_lakebase::store::StoreHandle;
     let info = store_database().await;
-    let store = PgStore::connect(&info, "shop").await.expect("store");
+    let store = shop(&info).await;
     for (name, limit) in [
         ("idle_in_transaction_session_timeout", "1s"),
         ("lock_timeout", "10s"),
@@ -259,12 +268,15 @@ async fn a_store_session_has_time_limits_and_a_lost_one_is_made_again() {
 async fn a_worker_that_finds_nothing_or_is_refused_leaves_no_transaction_open() {
     use consort_lakebase::store::StoreHandle;
     let info = store_database().await;
-    let other = PgStore::connect(&info, "shop").await.expect("store");
-    let held = other
-        .acquire("f1", "another worker", Duration::from_secs(60))
-        .await
-        .expect("acquire")
-        .expect("free");
+    let other = shop(&info).await;
+    let held = take(
+        &other,
+        "f1",
+        "another worker",
+        Duration::from_secs(60),
+        "free",
+    )
+    .await;
     let worker = tokio::task::spawn_blocking(move || {
         let handle = StoreHandle::connect(&info, "shop").expect("handle");
         let none = handle
@@ -296,14 +308,10 @@ async fn a_worker_that_finds_nothing_or_is_refused_leaves_no_transaction_open() 
 #[tokio::test]
 async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
     let info = store_database().await;
-    let mut worker_a = PgStore::connect(&info, "shop").await.expect("store");
-    let mut worker_b = PgStore::connect(&info, "shop").await.expect("store");
+    let mut worker_a = shop(&info).await;
+    let mut worker_b = shop(&info).await;
     let short = Duration::from_millis(300);
-    let a = worker_a
-        .acquire("f1", "machine-a", short)
-        .await
-        .expect("acquire")
-        .expect("free, so taken");
+    let a = take(&worker_a, "f1", "machine-a", short, "free, so taken").await;
     assert!(
         worker_b
             .acquire("f1", "machine-b", short)
@@ -324,11 +332,14 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
     // Machine A stops renewing (killed, cut off): its lease runs out and B takes the feature
     // over with a higher token.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let b = worker_b
-        .acquire("f1", "machine-b", Duration::from_secs(30))
-        .await
-        .expect("acquire")
-        .expect("ran out, so taken over");
+    let b = take(
+        &worker_b,
+        "f1",
+        "machine-b",
+        Duration::from_secs(30),
+        "ran out, so taken over",
+    )
+    .await;
     assert!(b.token > a.token, "{} > {}", b.token, a.token);
     assert!(
         !worker_a.renew(&a, short).await.expect("renew"),
@@ -365,11 +376,7 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
 
     // Given up, the lease is free again, and the next holder's token is higher still.
     worker_b.release(&b).await.expect("release");
-    let again = worker_a
-        .acquire("f1", "machine-a", short)
-        .await
-        .expect("acquire")
-        .expect("free");
+    let again = take(&worker_a, "f1", "machine-a", short, "free").await;
     assert!(again.token > b.token);
     let gone = worker_b
         .append("f1", &decision(4), Fence::Lease(&b))
@@ -381,7 +388,7 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
 #[tokio::test]
 async fn a_bad_or_foreign_row_and_a_newer_schema_are_refused_by_name() {
     let info = store_database().await;
-    let mut store = PgStore::connect(&info, "shop").await.expect("store");
+    let mut store = shop(&info).await;
     for n in 0..3 {
         store
             .append("f1", &decision(n), Fence::Person)
@@ -484,13 +491,9 @@ async fn a_store_event_log_appends_inline_and_carries_its_lease() {
     let again = opener.open().expect("opened again");
     assert_eq!(again.entries(), log.entries());
 
-    let store = PgStore::connect(&info, "shop").await.expect("store");
+    let store = shop(&info).await;
     let short = Duration::from_millis(200);
-    let lease = store
-        .acquire("f1", "machine-a", short)
-        .await
-        .expect("acquire")
-        .expect("free");
+    let lease = take(&store, "f1", "machine-a", short, "free").await;
     let mut fenced = PgEventLogOpener {
         lease: Some(lease),
         ..opener.clone()
@@ -499,11 +502,14 @@ async fn a_store_event_log_appends_inline_and_carries_its_lease() {
     .expect("opened under the lease");
     fenced.append(&decision(3)).expect("the holder appends");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    store
-        .acquire("f1", "machine-b", Duration::from_secs(30))
-        .await
-        .expect("acquire")
-        .expect("taken over");
+    take(
+        &store,
+        "f1",
+        "machine-b",
+        Duration::from_secs(30),
+        "taken over",
+    )
+    .await;
     let late = fenced
         .append(&decision(4))
         .expect_err("a stale lease records nothing");
@@ -524,7 +530,7 @@ async fn workers_take_the_next_feature_no_one_holds_each_another() {
         let info = info.clone();
         let backlog = backlog.clone();
         takers.push(tokio::spawn(async move {
-            let mut store = PgStore::connect(&info, "shop").await.expect("store");
+            let mut store = shop(&info).await;
             store
                 .take_next(&backlog, &format!("worker-{w}"), Duration::from_secs(30))
                 .await
@@ -548,7 +554,7 @@ async fn workers_take_the_next_feature_no_one_holds_each_another() {
     );
 
     // In order: f1's holder gives it up; the next taker gets f1 again, with a higher token.
-    let mut store = PgStore::connect(&info, "shop").await.expect("store");
+    let mut store = shop(&info).await;
     let f1 = taken
         .iter()
         .flatten()
@@ -584,7 +590,7 @@ async fn a_feature_that_keeps_losing_its_workers_waits_for_a_person() {
     // A lease of a second: the pause after the second loss (one more lease) is looked into
     // 0.1 s after the lease's end, 0.9 s before the pause's.
     let ttl = Duration::from_secs(1);
-    let mut store = PgStore::connect(&info, "shop").await.expect("store");
+    let mut store = shop(&info).await;
     let past_its_end = || tokio::time::sleep(ttl + Duration::from_millis(100));
     let mut lost = 0;
     store
@@ -651,7 +657,7 @@ async fn a_feature_that_keeps_losing_its_workers_waits_for_a_person() {
 #[tokio::test]
 async fn the_heads_of_many_chains_are_read_at_once() {
     let info = store_database().await;
-    let mut store = PgStore::connect(&info, "shop").await.expect("store");
+    let mut store = shop(&info).await;
     let mut last = None;
     for n in 0..3 {
         last = Some(
