@@ -29,6 +29,20 @@ pub fn request(id: u64, tree: &Path, migrations: Vec<Migration>) -> VerifyReques
     }
 }
 
+/// A request like [`request`], for a run of `purpose` whose new or changed test is `focus`.
+pub fn focused(
+    id: u64,
+    tree: &Path,
+    migrations: Vec<Migration>,
+    purpose: VerifyPurpose,
+    focus: &str,
+) -> VerifyRequest {
+    let mut req = request(id, tree, migrations);
+    req.purpose = purpose;
+    req.focus = Some(focus.into());
+    req
+}
+
 /// Sends `req` to the Lakebase actor and returns its answer: a receipt or an infrastructure
 /// error. Panics when the actor is gone or does not answer within `timeout`.
 pub async fn verify(
@@ -46,9 +60,9 @@ pub async fn verify(
     }
 }
 
-/// Asserts that `excerpt` (a receipt's or a run's output excerpt) holds `needle`; a failure
-/// shows the excerpt.
+/// Asserts that `text` (a receipt's or a run's output excerpt, a fault's detail) holds
+/// `needle`; a failure shows the text.
 #[track_caller]
-pub fn assert_excerpt(excerpt: &str, needle: &str) {
-    assert!(excerpt.contains(needle), "{excerpt}");
+pub fn assert_contains(text: &str, needle: &str) {
+    assert!(text.contains(needle), "{text}");
 }

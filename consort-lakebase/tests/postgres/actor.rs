@@ -14,7 +14,7 @@ use consort_lakebase::{
     BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, LakebaseActor,
     LakebaseArgs, PsqlRunner, PsqlRunnerConfig, TestRunner,
 };
-use consort_testkit::verify::request;
+use consort_testkit::verify::{assert_contains, focused, request};
 use ractor::{ActorRef, rpc::CallResult};
 
 fn psql_runner() -> Arc<dyn TestRunner> {
@@ -124,7 +124,7 @@ async fn a_verify_request_is_answered_with_a_receipt_of_the_real_run() {
         "{}",
         failed.detail
     );
-    assert!(failed.detail.contains("0002_bad"), "{}", failed.detail);
+    assert_contains(&failed.detail, "0002_bad");
     assert!(
         failed.detail.contains("\"nowhere\" does not exist") && failed.detail.contains("42P01"),
         "the server's error: {}",
@@ -245,7 +245,7 @@ async fn infrastructure_failures_are_typed_errors_and_promote_reaches_the_parent
         .await
         .expect_err("database down");
     assert_eq!(err.fault, InfraFault::DatabaseDown);
-    assert!(err.detail.contains("getting a branch"), "{}", err.detail);
+    assert_contains(&err.detail, "getting a branch");
     actor.stop(None);
     join.await.expect("stopped");
 }
@@ -270,7 +270,7 @@ async fn a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch() 
         receipt.status_of("tests/cut.sql"),
         Some(TestStatus::Errored)
     );
-    consort_testkit::verify::assert_excerpt(&receipt.output_excerpt, "on two fresh branches");
+    assert_contains(&receipt.output_excerpt, "on two fresh branches");
     actor.stop(None);
     join.await.expect("stopped");
     let s = stats.snapshot();
@@ -376,9 +376,13 @@ async fn a_psql_that_never_ran_the_test_is_a_harness_fault_never_a_red() {
         let (actor, join) = LakebaseActor::spawn(args(provider.clone(), runner))
             .await
             .expect("spawn");
-        let mut req = request(45, tree.path(), vec![]);
-        req.purpose = VerifyPurpose::Red;
-        req.focus = Some("tests/t1_new.sql".into());
+        let req = focused(
+            45,
+            tree.path(),
+            vec![],
+            VerifyPurpose::Red,
+            "tests/t1_new.sql",
+        );
         let e = verify(&actor, req)
             .await
             .expect_err("a harness fault, never a receipt a RED could be accepted on");
@@ -408,20 +412,20 @@ async fn a_psql_that_never_ran_the_test_is_a_harness_fault_never_a_red() {
         .await
         .expect_err("a harness fault");
     assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
-    assert!(
-        e.detail.contains("postgresql-client-<version>"),
-        "{}",
-        e.detail
-    );
+    assert_contains(&e.detail, "postgresql-client-<version>");
     actor.stop(None);
     join.await.expect("stopped");
     // The real psql: the test's own failing statement is a failure, the RED's evidence.
     let (actor, join) = LakebaseActor::spawn(args(provider, psql_runner()))
         .await
         .expect("spawn");
-    let mut req = request(47, tree.path(), vec![]);
-    req.purpose = VerifyPurpose::Red;
-    req.focus = Some("tests/t1_new.sql".into());
+    let req = focused(
+        47,
+        tree.path(),
+        vec![],
+        VerifyPurpose::Red,
+        "tests/t1_new.sql",
+    );
     let receipt = verify(&actor, req).await.expect("a receipt");
     assert_eq!(
         receipt.status_of("tests/t1_new.sql"),
@@ -450,14 +454,12 @@ async fn a_red_whose_test_ends_its_own_session_is_no_red() {
     let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
         .await
         .expect("spawn");
-    let mut req = request(48, tree.path(), vec![]);
-    req.purpose = VerifyPurpose::Red;
-    req.focus = Some("tests/cut.sql".into());
+    let req = focused(48, tree.path(), vec![], VerifyPurpose::Red, "tests/cut.sql");
     let e = verify(&actor, req)
         .await
         .expect_err("no receipt a RED could be accepted on");
     assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
-    assert!(e.detail.contains("tests/cut.sql"), "{}", e.detail);
+    assert_contains(&e.detail, "tests/cut.sql");
     actor.stop(None);
     join.await.expect("stopped");
 }

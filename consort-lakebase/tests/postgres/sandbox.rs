@@ -291,7 +291,7 @@ async fn a_setup_file_is_sql_and_never_a_psql_script() {
         "{}",
         r.output_excerpt
     );
-    consort_testkit::verify::assert_excerpt(&r.output_excerpt, "syntax error");
+    consort_testkit::verify::assert_contains(&r.output_excerpt, "syntax error");
     assert_eq!(status(&r, "tests/t1.sql"), Some(TestStatus::Errored));
     assert!(
         tree.path().join("tests/t1.sql").exists(),
@@ -419,11 +419,7 @@ async fn a_run_the_confinement_refused_is_a_harness_fault_never_a_verdict() {
         .await
         .expect_err("a harness fault, not a receipt");
     assert_eq!(fault.fault, InfraFault::SandboxRefused, "{fault}");
-    assert!(
-        fault.detail.contains("writing tests/t1.sql"),
-        "{}",
-        fault.detail
-    );
+    consort_testkit::verify::assert_contains(&fault.detail, "writing tests/t1.sql");
 }
 
 #[tokio::test]

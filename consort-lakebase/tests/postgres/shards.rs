@@ -18,7 +18,7 @@ use consort_lakebase::{
     CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs, PsqlRunner, PsqlRunnerConfig,
     Selector, Shards, TestRunner,
 };
-use consort_testkit::verify::{assert_excerpt, request};
+use consort_testkit::verify::{assert_contains, focused};
 use ractor::ActorRef;
 
 /// Split from the first run, over at most two shards besides the likely failures'.
@@ -87,10 +87,7 @@ impl Suite {
 
     /// A request for a run of `purpose` with `focus` on the tree.
     fn asks(&self, purpose: VerifyPurpose, focus: &str) -> VerifyRequest {
-        let mut req = request(1, self.path(), table());
-        req.purpose = purpose;
-        req.focus = Some(focus.into());
-        req
+        focused(1, self.path(), table(), purpose, focus)
     }
 
     /// What the actor answers to `req`.
@@ -224,7 +221,7 @@ async fn a_test_that_failed_in_the_last_split_run_runs_first_in_the_next() {
     )
     .await;
     let green = suite.green("tests/t0_focus.sql").await;
-    assert_excerpt(&green.output_excerpt, "once more");
+    assert_contains(&green.output_excerpt, "once more");
     let files: Vec<&Vec<String>> = green.shards.iter().map(|s| &s.files).collect();
     assert_eq!(
         files,
@@ -265,7 +262,7 @@ async fn a_shard_still_running_is_stopped_once_another_shard_s_failure_settles_t
         green.status_of("tests.test_a_fails::test_fails"),
         Some(TestStatus::Failed)
     );
-    assert_excerpt(&green.output_excerpt, "broken by the step");
+    assert_contains(&green.output_excerpt, "broken by the step");
     assert!(
         suite.path().join("marks/started").exists(),
         "the slow file ran"
@@ -408,7 +405,7 @@ async fn shards_whose_tests_do_not_add_up_to_the_listing_are_a_runner_fault() {
             .expect_err("a runner fault, never a pass");
         assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
         assert!(e.detail.contains(says), "{file}: {}", e.detail);
-        assert!(e.detail.contains("`[runner] shards = 1`"), "{}", e.detail);
+        consort_testkit::verify::assert_contains(&e.detail, "`[runner] shards = 1`");
     }
 }
 
@@ -473,7 +470,7 @@ async fn a_step_that_breaks_the_import_of_a_project_test_file_fails_split_as_who
     assert!(!split.shards.is_empty(), "split: {}", split.output_excerpt);
     // Its failure is one of a test that was green, so the run was made once more: there the
     // file that did not load ran first, among the likely failures.
-    assert_excerpt(&split.output_excerpt, "once more");
+    assert_contains(&split.output_excerpt, "once more");
     assert!(
         split.shards[0]
             .files
