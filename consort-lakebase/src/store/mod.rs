@@ -213,6 +213,14 @@ fn db(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> Store
 }
 
 impl PgStore {
+    /// A transaction on the store's connection, and the project it is for; `what` names the
+    /// work in an error.
+    async fn begin(&mut self, what: &str) -> Result<(String, Transaction<'_>), StoreError> {
+        let project = self.project.clone();
+        let tx = self.client.transaction().await.map_err(db(what))?;
+        Ok((project, tx))
+    }
+
     /// Connects to the store's database as `info` says, for the records of `project`, and
     /// brings the schema to this version.
     pub async fn connect(info: &ConnectInfo, project: &str) -> Result<PgStore, StoreError> {
@@ -320,12 +328,7 @@ impl PgStore {
         event: &Event,
         fence: Fence<'_>,
     ) -> Result<Entry<Event>, StoreError> {
-        let project = self.project.clone();
-        let tx = self
-            .client
-            .transaction()
-            .await
-            .map_err(db("starting an append"))?;
+        let (project, tx) = self.begin("starting an append").await?;
         let last = match lock_lease_row(&tx, &project, feature, fence).await {
             Ok(last) => last,
             Err(e) => {
@@ -438,12 +441,7 @@ impl PgStore {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<Lease>, StoreError> {
-        let project = self.project.clone();
-        let tx = self
-            .client
-            .transaction()
-            .await
-            .map_err(db("starting to take a feature"))?;
+        let (project, tx) = self.begin("starting to take a feature").await?;
         tx.execute(
             "INSERT INTO consort_store.leases (project, feature) \
              SELECT $1, f FROM unnest($2::text[]) AS f ON CONFLICT DO NOTHING",

@@ -52,12 +52,7 @@ impl PgStore {
     /// when the backlog has it already.
     pub async fn add_feature(&mut self, feature: &str, request: &str) -> Result<bool, StoreError> {
         check_size(feature, "request.md", request)?;
-        let project = self.project.clone();
-        let tx = self
-            .client
-            .transaction()
-            .await
-            .map_err(db("starting to add a feature"))?;
+        let (project, tx) = self.begin("starting to add a feature").await?;
         // Two machines adding at once would both read the same end of the backlog: the
         // project's backlog lock (held to the commit) puts one after the other.
         tx.execute(
