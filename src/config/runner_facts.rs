@@ -89,17 +89,27 @@ fn where_it_runs(config: &ProjectConfig) -> &'static str {
     }
 }
 
+/// The command runner's command and how its results are read: its JUnit report, whether it
+/// reads its standard output and in which form. None for psql.
+fn reporting(
+    config: &ProjectConfig,
+) -> Option<(&str, &Option<std::path::PathBuf>, &bool, &StdoutFormat)> {
+    match &config.runner {
+        RunnerConfig::Command {
+            command,
+            junit,
+            tap,
+            stdout,
+            ..
+        } => Some((command, junit, tap, stdout)),
+        RunnerConfig::Psql { .. } => None,
+    }
+}
+
 /// How the configured runner names the tests it reports (see [`TestIdentity`]): a test-list
 /// entry under another name is refused in the design lane, since no run could report it.
 pub fn test_identity(config: &ProjectConfig) -> TestIdentity {
-    let RunnerConfig::Command {
-        command,
-        junit,
-        tap,
-        stdout,
-        ..
-    } = &config.runner
-    else {
+    let Some((command, junit, tap, stdout)) = reporting(config) else {
         return TestIdentity::FilePath;
     };
     if junit.is_some() {
@@ -124,16 +134,7 @@ pub fn test_identity(config: &ProjectConfig) -> TestIdentity {
 /// events.
 pub fn selector(config: &ProjectConfig) -> Option<consort_lakebase::Selector> {
     use consort_lakebase::Selector;
-    let RunnerConfig::Command {
-        command,
-        junit,
-        tap,
-        stdout,
-        ..
-    } = &config.runner
-    else {
-        return None;
-    };
+    let (command, junit, tap, stdout) = reporting(config)?;
     match (tool_named(command)?, junit, tap, stdout) {
         (Tool::Pytest, Some(_), ..) => Some(Selector::Pytest),
         (Tool::Vitest, Some(_), ..) => Selector::vitest(command),
