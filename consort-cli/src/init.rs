@@ -757,26 +757,19 @@ fn check_database(checks: &mut Checks, dir: &Path, config: &ProjectConfig) {
 /// (see [`consort_lakebase::ServerProvider::parent_privileges`]); a missing privilege fails
 /// with the statement that grants it.
 fn check_parent_privileges(checks: &mut Checks, url: String) {
-    let asked = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        rt.block_on(async {
-            let url = consort_lakebase::Secret::new(url);
-            let server = consort_lakebase::PostgresUrlProvider::connect(
-                &url,
-                consort_lakebase::ServerOptions::default(),
-            )
+    let asked = crate::trial::on_a_thread_of_its_own(move || async move {
+        let url = consort_lakebase::Secret::new(url);
+        let server = consort_lakebase::PostgresUrlProvider::connect(
+            &url,
+            consort_lakebase::ServerOptions::default(),
+        )
+        .await
+        .map_err(|e| consort_actors::error_chain(&e))?;
+        server
+            .parent_privileges()
             .await
-            .map_err(|e| consort_actors::error_chain(&e))?;
-            server
-                .parent_privileges()
-                .await
-                .map_err(|e| consort_actors::error_chain(&e))
-        })
-    })
-    .join();
+            .map_err(|e| consort_actors::error_chain(&e))
+    });
     match asked {
         Ok(Ok(found)) => {
             for p in found {

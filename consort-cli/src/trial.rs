@@ -144,23 +144,34 @@ where
     Fut: std::future::Future<Output = Result<T, ProjectError>>,
 {
     let dir = dir.to_path_buf();
-    let ran = std::thread::spawn(move || {
+    let ran = on_a_thread_of_its_own(move || async move {
+        let project = Project::open(&dir).map_err(|e| error_chain(&e))?;
+        f(project).await.map_err(|e| match &e {
+            // The run's own words, not under a "database" heading: a runner's error is
+            // not the database's.
+            ProjectError::Database(inner) => error_chain(inner),
+            _ => error_chain(&e),
+        })
+    });
+    ran.unwrap_or_else(|_| Err("its thread panicked; report this as a bug in Consort".into()))
+}
+
+/// Runs the future `f` makes on a thread and runtime of its own (for callers that are not
+/// async), its errors as words; `Err` when that thread panicked.
+pub(crate) fn on_a_thread_of_its_own<T, F, Fut>(f: F) -> std::thread::Result<Result<T, String>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
-        rt.block_on(async {
-            let project = Project::open(&dir).map_err(|e| error_chain(&e))?;
-            f(project).await.map_err(|e| match &e {
-                // The run's own words, not under a "database" heading: a runner's error is
-                // not the database's.
-                ProjectError::Database(inner) => error_chain(inner),
-                _ => error_chain(&e),
-            })
-        })
+        rt.block_on(f())
     })
-    .join();
-    ran.unwrap_or_else(|_| Err("its thread panicked; report this as a bug in Consort".into()))
+    .join()
 }
 
 /// How a run was confined, in words.
