@@ -460,30 +460,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Feature {
             command: FeatureCmd::List { dir },
         } => feature_list(&dir),
-        Cmd::Test {
-            command:
-                TestCmd::Retire {
-                    test,
-                    decision: Reasoned { by, reason },
-                    at,
-                },
-        } => retire(&at, &test, &by, &reason),
-        Cmd::Test {
-            command:
-                TestCmd::Quarantine {
-                    test,
-                    decision: Reasoned { by, reason },
-                    at,
-                },
-        } => quarantine(&at, &test, &by, &reason),
-        Cmd::Test {
-            command:
-                TestCmd::Redo {
-                    test,
-                    decision: Reasoned { by, reason },
-                    at,
-                },
-        } => redo(&at, &test, &by, &reason),
+        Cmd::Test { command } => test_decision(command),
         Cmd::Branches { dir, sweep } => branches(&dir, sweep).await,
         Cmd::Exec { at, command } => exec(&at, &command).await,
         Cmd::Mcp {
@@ -940,6 +917,20 @@ fn feature_list(dir: &Path) -> Result<i32> {
     Ok(0)
 }
 
+/// How `consort test …` records a person's decision about a test: for a target, a test, by
+/// whom and why.
+type RecordDecision = fn(&Target, &str, &str, &str) -> Result<i32>;
+
+/// `consort test …`: records a person's decision about a test.
+fn test_decision(command: TestCmd) -> Result<i32> {
+    let (record, test, Reasoned { by, reason }, at): (RecordDecision, _, _, _) = match command {
+        TestCmd::Retire { test, decision, at } => (retire, test, decision, at),
+        TestCmd::Quarantine { test, decision, at } => (quarantine, test, decision, at),
+        TestCmd::Redo { test, decision, at } => (redo, test, decision, at),
+    };
+    record(&at, &test, &by, &reason)
+}
+
 /// `consort test retire FEATURE/TEST`: records the decision in the current feature's ledger.
 fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
     let Some((feature, id)) = test.rsplit_once('/') else {
@@ -966,13 +957,7 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
                 "recorded: {test} retired by {by} for feature {}; its RED may now replace it",
                 project.feature_id()
             );
-            if project.state()?.phase() == consort::actors::Phase::Halted {
-                println!(
-                    "the run is halted: `consort retry --by {by} --dir {}` and then `consort run` go on",
-                    at.dir.display()
-                );
-            }
-            Ok(())
+            say_how_a_halted_run_goes_on(project, at, by, "and then `consort run` go on")
         },
     )
 }
@@ -998,13 +983,12 @@ fn quarantine(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
                 "recorded: {test} quarantined by {by} for feature {}; its failures judge nothing from now on",
                 project.feature_id()
             );
-            if project.state()?.phase() == consort::actors::Phase::Halted {
-                println!(
-                    "the run is halted: `consort retry --by {by} --dir {}` runs the baseline again, and `consort run` goes on",
-                    at.dir.display()
-                );
-            }
-            Ok(())
+            say_how_a_halted_run_goes_on(
+                project,
+                at,
+                by,
+                "runs the baseline again, and `consort run` goes on",
+            )
         },
     )
 }
@@ -1034,6 +1018,23 @@ fn redo(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
             Ok(())
         },
     )
+}
+
+/// When the feature's run is halted after a person's decision, says how it goes on:
+/// `consort retry` (which `retry_does`) and `consort run`.
+fn say_how_a_halted_run_goes_on(
+    project: &Project,
+    at: &Target,
+    by: &str,
+    retry_does: &str,
+) -> Result<()> {
+    if project.state()?.phase() == consort::actors::Phase::Halted {
+        println!(
+            "the run is halted: `consort retry --by {by} --dir {}` {retry_does}",
+            at.dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// A person's decision about a test (`consort test …`): how it is named in messages.
