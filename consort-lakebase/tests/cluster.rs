@@ -1,5 +1,9 @@
 //! The embedded cluster's life cycle: start (also as root), reuse, stop, no orphans.
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{base_of, migration};
 use consort_testkit::process::eventually;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -110,16 +114,7 @@ async fn a_running_cluster_is_reused_and_a_kept_one_survives_restart() {
         );
     }
     let provider = EmbeddedProvider::new(a.clone()).await.expect("provider");
-    let spec = BaseSpec {
-        migrations: vec![consort_actors::Migration {
-            version: "0001".into(),
-            story_id: "S1".into(),
-            description: String::new(),
-            sql: "CREATE TABLE kept (id int)".into(),
-        }],
-        fixtures: vec![],
-        promoted: Vec::new(),
-    };
+    let spec = base_of(vec![migration("0001", "CREATE TABLE kept (id int)")]);
     let base = provider.prepare_base(&spec).await.expect("base");
     let first_pid = a.postmaster_pid();
     let dir = a.dir().to_path_buf();
@@ -754,16 +749,10 @@ async fn branch_copy_in(bins: &consort_lakebase::PgBinaries, dir: &Path) -> (Str
     let provider = EmbeddedProvider::new(cluster.clone())
         .await
         .expect("provider");
-    let spec = BaseSpec {
-        migrations: vec![consort_actors::Migration {
-            version: "0001_rows".into(),
-            story_id: "S1".into(),
-            description: String::new(),
-            sql: "CREATE TABLE rows AS SELECT g FROM generate_series(1, 1000) g".into(),
-        }],
-        fixtures: Vec::new(),
-        promoted: Vec::new(),
-    };
+    let spec = base_of(vec![migration(
+        "0001_rows",
+        "CREATE TABLE rows AS SELECT g FROM generate_series(1, 1000) g",
+    )]);
     let (branch, info) = consort_testkit::cluster::fresh_branch(&provider, &spec).await;
     let conn = consort_lakebase::connect(&info).await.expect("connect");
     let rows: i64 = conn

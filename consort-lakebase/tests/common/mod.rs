@@ -27,6 +27,14 @@ pub(crate) fn migration(version: &str, sql: &str) -> Migration {
     }
 }
 
+/// A base of `migrations`, without fixtures or promoted features.
+pub(crate) fn base_of(migrations: Vec<Migration>) -> BaseSpec {
+    BaseSpec {
+        migrations,
+        ..BaseSpec::default()
+    }
+}
+
 /// The names of the branches `p` lists under `prefix`, in its order.
 pub(crate) async fn branch_names(p: &dyn BranchProvider, prefix: &str) -> Vec<String> {
     p.list(prefix)

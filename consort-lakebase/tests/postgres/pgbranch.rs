@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::common::{assert_count, branch_names, migration, query_value};
+use crate::common::{assert_count, base_of, branch_names, migration, query_value};
 use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
 use consort_lakebase::{
     BaseSpec, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
@@ -66,11 +66,7 @@ async fn a_session_on_the_parent_is_waited_out() {
     let holder = connect(&admin_info(&cluster, "consort"))
         .await
         .expect("hold the parent");
-    let spec = BaseSpec {
-        migrations: vec![migration("0001", "CREATE TABLE t (x int)")],
-        fixtures: vec![],
-        promoted: Vec::new(),
-    };
+    let spec = base_of(vec![migration("0001", "CREATE TABLE t (x int)")]);
     let release = async {
         while b.busy_retries() == 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -283,19 +279,11 @@ async fn a_kill_at_any_instant_leaves_nothing_the_sweeps_miss() {
     // The full sweep: every branch, and the templates no branch uses unless a live process
     // made them a moment ago.
     let other = b
-        .prepare_base(&BaseSpec {
-            migrations: vec![migration("0001", "CREATE TABLE t (x int)")],
-            fixtures: vec![],
-            promoted: Vec::new(),
-        })
+        .prepare_base(&base_of(vec![migration("0001", "CREATE TABLE t (x int)")]))
         .await
         .expect("another base");
     // A third, whose maker was killed between its rename and its seal: unsealed.
-    let unsealed_spec = BaseSpec {
-        migrations: vec![migration("0001", "CREATE TABLE u (x int)")],
-        fixtures: vec![],
-        promoted: Vec::new(),
-    };
+    let unsealed_spec = base_of(vec![migration("0001", "CREATE TABLE u (x int)")]);
     let unsealed = b.prepare_base(&unsealed_spec).await.expect("a third base");
     for t in [&other, &unsealed] {
         let mut old = marker_of(&admin, &t.id, false).await;
@@ -400,14 +388,10 @@ async fn branches_inside_an_existing_server_without_touching_foreign_databases()
     );
     // Its bases are Consort's own copies: migrations create schemas there all the same.
     let schema = p
-        .prepare_base(&BaseSpec {
-            migrations: vec![migration(
-                "0001_own_schema",
-                "CREATE SCHEMA notes_app; CREATE TABLE notes_app.n (id int)",
-            )],
-            fixtures: Vec::new(),
-            promoted: Vec::new(),
-        })
+        .prepare_base(&base_of(vec![migration(
+            "0001_own_schema",
+            "CREATE SCHEMA notes_app; CREATE TABLE notes_app.n (id int)",
+        )]))
         .await;
     assert!(schema.is_ok(), "{schema:?}");
     admin
@@ -541,14 +525,10 @@ async fn a_database_being_made_is_never_open_to_a_test_on_another_branch() {
     ));
     // A base whose migration takes a while (a wide window while it is filled), and branches
     // made and dropped beside it (many narrow ones).
-    let slow = BaseSpec {
-        migrations: vec![migration(
-            "0001_slow",
-            "SELECT pg_sleep(1.5); CREATE TABLE t (id int)",
-        )],
-        fixtures: Vec::new(),
-        promoted: Vec::new(),
-    };
+    let slow = base_of(vec![migration(
+        "0001_slow",
+        "SELECT pg_sleep(1.5); CREATE TABLE t (id int)",
+    )]);
     let building = {
         let b = b.clone();
         tokio::spawn(async move { b.prepare_base(&slow).await })
@@ -610,16 +590,12 @@ async fn two_providers_deleting_one_branch_at_once_both_succeed() {
 #[tokio::test]
 async fn a_branch_s_catalog_lists_its_tables_columns_constraints_and_indexes() {
     let (_cluster, b) = provider().await;
-    let spec = BaseSpec {
-        migrations: vec![migration(
-            "0001",
-            "CREATE TABLE shelves (id serial PRIMARY KEY, name text NOT NULL DEFAULT 'top');\
+    let spec = base_of(vec![migration(
+        "0001",
+        "CREATE TABLE shelves (id serial PRIMARY KEY, name text NOT NULL DEFAULT 'top');\
              CREATE SCHEMA app; CREATE TABLE app.labels (id int, shelf_id int NOT NULL REFERENCES shelves(id));\
              CREATE INDEX labels_by_shelf ON app.labels (shelf_id)",
-        )],
-        fixtures: vec![],
-        promoted: Vec::new(),
-    };
+    )]);
     let (branch, info) = fresh_branch(&b, &spec).await;
     let catalog = consort_lakebase::read_catalog(&info)
         .await

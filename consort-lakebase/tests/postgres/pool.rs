@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{branch_names, migration};
+use crate::common::{base_of, branch_names, migration};
 use consort_lakebase::{
     BaseSpec, BranchPool, BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
     PoolConfig, Released,
@@ -89,14 +89,10 @@ async fn warm_branches_serve_acquires_a_new_base_invalidates_and_nothing_is_left
     }
 
     // New migrations: a new base; the old base's ready branches are dropped.
-    let v2 = BaseSpec {
-        migrations: vec![
-            migration("0001", "CREATE TABLE a (x int)"),
-            migration("0002", "ALTER TABLE a ADD COLUMN y int"),
-        ],
-        fixtures: vec![],
-        promoted: Vec::new(),
-    };
+    let v2 = base_of(vec![
+        migration("0001", "CREATE TABLE a (x int)"),
+        migration("0002", "ALTER TABLE a ADD COLUMN y int"),
+    ]);
     let got = pool.acquire(&v2).await.expect("acquire v2");
     assert_eq!(got.lease.branch().base.key, v2.key());
     assert_eq!(pool.stats().invalidations, 1);

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{migration, must_query, tree_of, write_tree};
+use crate::common::{base_of, migration, must_query, tree_of, write_tree};
 use consort_actors::{ContentHash, TestStatus};
 use consort_lakebase::procinfo;
 use consort_lakebase::{
@@ -449,14 +449,10 @@ async fn a_runner_that_cannot_start_is_an_error_not_a_red_test() {
 }
 
 fn stock_spec() -> BaseSpec {
-    BaseSpec {
-        migrations: vec![migration(
-            "0001_stock",
-            "CREATE TABLE stock (sku text NOT NULL, location text NOT NULL, qty int NOT NULL CHECK (qty >= 0), PRIMARY KEY (sku, location))",
-        )],
-        fixtures: vec![],
-        promoted: Vec::new(),
-    }
+    base_of(vec![migration(
+        "0001_stock",
+        "CREATE TABLE stock (sku text NOT NULL, location text NOT NULL, qty int NOT NULL CHECK (qty >= 0), PRIMARY KEY (sku, location))",
+    )])
 }
 
 #[tokio::test]
