@@ -29,6 +29,11 @@ fn args(provider: Arc<dyn BranchProvider>, runner: Arc<dyn TestRunner>) -> Lakeb
     }
 }
 
+/// A RED request with no migrations whose new test is `focus`.
+fn red(id: u64, tree: &std::path::Path, focus: &str) -> VerifyRequest {
+    focused(id, tree, vec![], VerifyPurpose::Red, focus)
+}
+
 async fn verify(
     actor: &ActorRef<LakebaseMsg>,
     req: VerifyRequest,
@@ -376,13 +381,7 @@ async fn a_psql_that_never_ran_the_test_is_a_harness_fault_never_a_red() {
         let (actor, join) = LakebaseActor::spawn(args(provider.clone(), runner))
             .await
             .expect("spawn");
-        let req = focused(
-            45,
-            tree.path(),
-            vec![],
-            VerifyPurpose::Red,
-            "tests/t1_new.sql",
-        );
+        let req = red(45, tree.path(), "tests/t1_new.sql");
         let e = verify(&actor, req)
             .await
             .expect_err("a harness fault, never a receipt a RED could be accepted on");
@@ -419,13 +418,7 @@ async fn a_psql_that_never_ran_the_test_is_a_harness_fault_never_a_red() {
     let (actor, join) = LakebaseActor::spawn(args(provider, psql_runner()))
         .await
         .expect("spawn");
-    let req = focused(
-        47,
-        tree.path(),
-        vec![],
-        VerifyPurpose::Red,
-        "tests/t1_new.sql",
-    );
+    let req = red(47, tree.path(), "tests/t1_new.sql");
     let receipt = verify(&actor, req).await.expect("a receipt");
     assert_eq!(
         receipt.status_of("tests/t1_new.sql"),
@@ -454,7 +447,7 @@ async fn a_red_whose_test_ends_its_own_session_is_no_red() {
     let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
         .await
         .expect("spawn");
-    let req = focused(48, tree.path(), vec![], VerifyPurpose::Red, "tests/cut.sql");
+    let req = red(48, tree.path(), "tests/cut.sql");
     let e = verify(&actor, req)
         .await
         .expect_err("no receipt a RED could be accepted on");

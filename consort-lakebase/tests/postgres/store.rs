@@ -5,13 +5,22 @@
 
 use std::time::Duration;
 
-use consort_actors::{Event, HumanDecision, Ledger};
+use consort_actors::{Entry, Event, HumanDecision, Ledger};
 use consort_lakebase::ConnectInfo;
 use consort_lakebase::store::{Fence, Lease, PgStore, StoreError};
 
 /// A fresh database for a store, on the shared cluster.
 async fn store_database() -> ConnectInfo {
     consort_testkit::cluster::scratch_database().await
+}
+
+/// Appends decision `n` to feature `f1`'s ledger in `store`, for `fence`.
+async fn append_f1(
+    store: &mut PgStore,
+    n: usize,
+    fence: Fence<'_>,
+) -> Result<Entry<Event>, StoreError> {
+    store.append("f1", &decision(n), fence).await
 }
 
 /// A connection to project `shop`'s store in `info`.
@@ -49,8 +58,7 @@ async fn a_ledger_in_the_store_is_a_hash_chain_the_file_ledger_would_accept() {
     // Two connections append in turn: one chain, no sequence number twice.
     for n in 0..6 {
         let store = if n % 2 == 0 { &mut a } else { &mut b };
-        let entry = store
-            .append("f1", &decision(n), Fence::Person)
+        let entry = append_f1(store, n, Fence::Person)
             .await
             .expect("appended");
         assert_eq!(entry.seq, n as u64 + 1);
@@ -149,18 +157,15 @@ async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
     let mut laptop = shop(&info).await;
     let long = Duration::from_secs(60);
     let lease = take(&worker, "f1", "worker", long, "free").await;
-    worker
-        .append("f1", &decision(0), Fence::Lease(&lease))
+    append_f1(&mut worker, 0, Fence::Lease(&lease))
         .await
         .expect("the driver appends");
 
     // A person stops the feature from another clone, long before the lease would run out.
-    laptop
-        .append("f1", &decision(1), Fence::Person)
+    append_f1(&mut laptop, 1, Fence::Person)
         .await
         .expect("the person's decision is recorded");
-    let late = worker
-        .append("f1", &decision(2), Fence::Lease(&lease))
+    let late = append_f1(&mut worker, 2, Fence::Lease(&lease))
         .await
         .expect_err("the driver records nothing after it");
     assert!(
@@ -185,8 +190,7 @@ async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
 
     // A decision while no one drives ends nothing and changes no token.
     laptop.release(&next).await.expect("released");
-    laptop
-        .append("f1", &decision(3), Fence::Person)
+    append_f1(&mut laptop, 3, Fence::Person)
         .await
         .expect("recorded");
     let again = take(&worker, "f1", "worker", long, "free").await;
@@ -320,8 +324,7 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
             .is_none(),
         "held, so not taken"
     );
-    worker_a
-        .append("f1", &decision(0), Fence::Lease(&a))
+    append_f1(&mut worker_a, 0, Fence::Lease(&a))
         .await
         .expect("the holder appends");
     assert!(
@@ -347,8 +350,7 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
     );
 
     // A comes back and tries to go on: nothing it writes is recorded.
-    let late = worker_a
-        .append("f1", &decision(1), Fence::Lease(&a))
+    let late = append_f1(&mut worker_a, 1, Fence::Lease(&a))
         .await
         .expect_err("a stale lease records nothing");
     assert!(
@@ -356,13 +358,11 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
         "{late}"
     );
     assert!(late.to_string().contains("taken over"), "{late}");
-    worker_b
-        .append("f1", &decision(2), Fence::Lease(&b))
+    append_f1(&mut worker_b, 2, Fence::Lease(&b))
         .await
         .expect("the new holder appends");
     // A person's decision needs no lease.
-    worker_a
-        .append("f1", &decision(3), Fence::Person)
+    append_f1(&mut worker_a, 3, Fence::Person)
         .await
         .expect("a person appends");
     let events: Vec<Event> = worker_a
@@ -378,8 +378,7 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
     worker_b.release(&b).await.expect("release");
     let again = take(&worker_a, "f1", "machine-a", short, "free").await;
     assert!(again.token > b.token);
-    let gone = worker_b
-        .append("f1", &decision(4), Fence::Lease(&b))
+    let gone = append_f1(&mut worker_b, 4, Fence::Lease(&b))
         .await
         .expect_err("a released lease records nothing");
     assert!(matches!(gone, StoreError::StaleLease { .. }), "{gone}");
@@ -390,8 +389,7 @@ async fn a_bad_or_foreign_row_and_a_newer_schema_are_refused_by_name() {
     let info = store_database().await;
     let mut store = shop(&info).await;
     for n in 0..3 {
-        store
-            .append("f1", &decision(n), Fence::Person)
+        append_f1(&mut store, n, Fence::Person)
             .await
             .expect("appended");
     }
@@ -638,8 +636,7 @@ async fn a_feature_that_keeps_losing_its_workers_waits_for_a_person() {
     assert!(held[0].halted_for_a_person(), "{held:?}");
     assert_eq!(held[0].lost + 1, LOST_WORKERS_BOUND as u32);
     // A person's decision: the fleet takes it again, counting from zero.
-    store
-        .append("f1", &decision(1), Fence::Person)
+    append_f1(&mut store, 1, Fence::Person)
         .await
         .expect("a person decides");
     let again = store
@@ -661,8 +658,7 @@ async fn the_heads_of_many_chains_are_read_at_once() {
     let mut last = None;
     for n in 0..3 {
         last = Some(
-            store
-                .append("f1", &decision(n), Fence::Person)
+            append_f1(&mut store, n, Fence::Person)
                 .await
                 .expect("append"),
         );
