@@ -140,15 +140,12 @@ fn a_quarantined_test_failing_judges_no_red_and_no_green() {
     });
     through_the_gate(&mut r);
     // RED: the new test fails, and so does the quarantined one: a RED all the same.
-    r.produce(cs(vec![write("tests/t1.sql", "assert false;")]))
-        .expect("red accepted");
-    r.apply();
-    r.verify(&[
-        ("tests/t1.sql", TestStatus::Failed),
-        (FLAKY, TestStatus::Failed),
-    ])
-    .expect("the quarantined failure is no broken test");
-    r.observe();
+    with_flaky_failing(
+        &mut r,
+        ("tests/t1.sql", "assert false;"),
+        TestStatus::Failed,
+        "the quarantined failure is no broken test",
+    );
     // GREEN: every test passes but the quarantined one, and the run's exit says it failed.
     green_with_flaky_failing(&mut r);
     assert!(
@@ -160,14 +157,15 @@ fn a_quarantined_test_failing_judges_no_red_and_no_green() {
 
 /// T1's GREEN, its run passing T1 and failing [`FLAKY`]; the next step is observed.
 fn green_with_flaky_failing(r: &mut Run) {
-    r.produce(cs(vec![write("src/code.sql", "-- 1")]))
-        .expect("green accepted");
-    r.apply();
-    r.verify(&[
-        ("tests/t1.sql", TestStatus::Passed),
-        (FLAKY, TestStatus::Failed),
-    ])
-    .expect("verified");
+    with_flaky_failing(r, ("src/code.sql", "-- 1"), TestStatus::Passed, "verified");
+}
+
+/// Writes `(path, content)` for the pending step and applies it; its run ends with T1 as
+/// `t1` and [`FLAKY`] failing, which the machine accepts (`why`); the next step is observed.
+fn with_flaky_failing(r: &mut Run, (path, content): (&str, &str), t1: TestStatus, why: &str) {
+    r.write_and_apply(path, content);
+    r.verify(&[("tests/t1.sql", t1), (FLAKY, TestStatus::Failed)])
+        .expect(why);
     r.observe();
 }
 

@@ -1668,9 +1668,7 @@ fn a_failing_green_goes_to_repair_and_a_passing_repair_to_refactor() {
 /// that verdict.
 fn spend_the_repairs(r: &mut Run) {
     for round in 0..=3 {
-        r.produce(cs(vec![write("src/a.sql", &format!("bad {round}"))]))
-            .expect("code");
-        r.apply();
+        r.write_and_apply("src/a.sql", &format!("bad {round}"));
         r.verify(&[("tests/t1.sql", TestStatus::Failed)])
             .expect("verified");
         if round < 3 {
@@ -1722,9 +1720,7 @@ fn a_person_has_the_running_entrys_wrong_test_written_again() {
     assert_eq!(step, Step::Red { test: "T1".into() });
     assert!(feedback[0].contains("set aside your accepted test of T1"));
     assert!(feedback[0].contains("a total the spec never promised"));
-    r.produce(cs(vec![write("tests/t1.sql", "assert the right thing;")]))
-        .expect("the redone RED rewrites the entry's file");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "assert the right thing;");
     r.verify(&[("tests/t1.sql", TestStatus::Failed)])
         .expect("the redone RED is a RED");
     assert_eq!(r.s.build.redo, None, "set aside no more");

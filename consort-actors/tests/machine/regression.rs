@@ -127,9 +127,7 @@ fn a_retirement_releases_the_test_and_a_red_may_then_replace_it() {
 #[test]
 fn every_run_must_keep_the_earlier_tests_passing() {
     let mut r = later_feature();
-    r.produce(cs(vec![write("tests/t1.sql", "assert false;")]))
-        .expect("red");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "assert false;");
     let v = r.verify_refused(&[
         (OLD, TestStatus::Failed),
         ("tests/t1.sql", TestStatus::Failed),
@@ -143,9 +141,7 @@ fn every_run_must_keep_the_earlier_tests_passing() {
 
     let mut r = later_feature();
     r.red("tests/t1.sql", &[OLD]);
-    r.produce(cs(vec![write("src/code.sql", "-- breaks the old rule")]))
-        .expect("green");
-    r.apply();
+    r.write_and_apply("src/code.sql", "-- breaks the old rule");
     r.verify(&[
         (OLD, TestStatus::Failed),
         ("tests/t1.sql", TestStatus::Passed),
@@ -158,9 +154,7 @@ fn every_run_must_keep_the_earlier_tests_passing() {
     assert_eq!(r.s.build.repairs, 1);
     // A run that does not report the earlier test is not green either.
     r.observe();
-    r.produce(cs(vec![write("src/code.sql", "-- drops the old test")]))
-        .expect("repair");
-    r.apply();
+    r.write_and_apply("src/code.sql", "-- drops the old test");
     r.verify(&[("tests/t1.sql", TestStatus::Passed)])
         .expect("recorded");
     assert_eq!(r.s.build.repairs, 2);
@@ -291,9 +285,7 @@ fn per_step_feature_runs_the_feature_s_tests_and_the_whole_suite_at_a_story_s_en
         "recorded in the ledger's start"
     );
     // T1's RED: only the feature's tests are asked for and expected, not the earlier one.
-    r.produce(cs(vec![write("tests/t1.sql", "assert false;")]))
-        .expect("red accepted");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "assert false;");
     let (tests, select) = verify_command(&r);
     assert_eq!(select, vec!["tests/t1.sql"]);
     assert_eq!(tests, vec!["tests/t1.sql"]);
@@ -303,9 +295,7 @@ fn per_step_feature_runs_the_feature_s_tests_and_the_whole_suite_at_a_story_s_en
     r.observe();
     // T1 is its story's last entry: its GREEN runs the whole suite, the earlier test too, and
     // a receipt of a selection is refused for it.
-    r.produce(cs(vec![write("src/code.sql", "-- 1")]))
-        .expect("green accepted");
-    r.apply();
+    r.write_and_apply("src/code.sql", "-- 1");
     let (tests, select) = verify_command(&r);
     assert!(select.is_empty(), "whole at the story's end: {select:?}");
     assert_eq!(tests, vec![OLD, "tests/t1.sql"]);
@@ -325,9 +315,7 @@ fn per_step_feature_runs_the_feature_s_tests_and_the_whole_suite_at_a_story_s_en
 #[test]
 fn per_step_whole_asks_every_run_for_the_whole_suite() {
     let mut r = later_feature();
-    r.produce(cs(vec![write("tests/t1.sql", "assert false;")]))
-        .expect("red accepted");
-    r.apply();
+    r.write_and_apply("tests/t1.sql", "assert false;");
     let (tests, select) = verify_command(&r);
     assert!(select.is_empty());
     assert_eq!(tests, vec![OLD, "tests/t1.sql"]);
