@@ -121,6 +121,21 @@ mod tests {
         file.set_modified(SystemTime::now() - ago).expect("mtime");
     }
 
+    /// A repository on branch `F1`, and `locks` (paths in its `.git`) as a killed git left
+    /// them a minute ago.
+    fn with_old_locks(locks: &[&str]) -> (tempfile::TempDir, GitRepo, Vec<std::path::PathBuf>) {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let repo = repo_with_branch(tmp.path(), "F1");
+        let locks: Vec<_> = locks
+            .iter()
+            .map(|l| tmp.path().join(".git").join(l))
+            .collect();
+        for lock in &locks {
+            plant(lock, Duration::from_secs(60));
+        }
+        (tmp, repo, locks)
+    }
+
     fn commit(repo: &GitRepo, name: &str) -> Result<String, GitError> {
         std::fs::write(repo.dir().join(name), name).expect("write");
         repo.git(&["add", name], None)?;
@@ -133,35 +148,25 @@ mod tests {
 
     #[test]
     fn locks_a_killed_git_left_are_removed_and_git_works_again() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let repo = repo_with_branch(tmp.path(), "F1");
-        let git_dir = tmp.path().join(".git");
-        let branch_lock = git_dir.join("refs/heads/consort/F1.lock");
-        let index_lock = git_dir.join("index.lock");
-        plant(&branch_lock, Duration::from_secs(60));
-        plant(&index_lock, Duration::from_secs(60));
+        let (_tmp, repo, locks) = with_old_locks(&["refs/heads/consort/F1.lock", "index.lock"]);
         let refused = commit(&repo, "a.txt").expect_err("git refuses while the locks stand");
         assert!(refused.to_string().contains(".lock"), "{refused}");
 
         let removed = repo.recover_stale_locks("F1").expect("recover");
         assert_eq!(removed.len(), 2, "{removed:?}");
-        assert!(!branch_lock.exists() && !index_lock.exists());
+        assert!(!locks.iter().any(|lock| lock.exists()), "{locks:?}");
         commit(&repo, "b.txt").expect("git works again");
     }
 
     #[test]
     fn another_feature_s_branch_lock_and_shared_locks_stay() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let repo = repo_with_branch(tmp.path(), "F1");
-        let git_dir = tmp.path().join(".git");
-        let theirs = git_dir.join("refs/heads/consort/F2.lock");
-        let packed = git_dir.join("packed-refs.lock");
-        let main = git_dir.join("refs/heads/main.lock");
-        for lock in [&theirs, &packed, &main] {
-            plant(lock, Duration::from_secs(60));
-        }
+        let (_tmp, repo, locks) = with_old_locks(&[
+            "refs/heads/consort/F2.lock",
+            "packed-refs.lock",
+            "refs/heads/main.lock",
+        ]);
         assert!(repo.recover_stale_locks("F1").expect("recover").is_empty());
-        assert!(theirs.exists() && packed.exists() && main.exists());
+        assert!(locks.iter().all(|lock| lock.exists()), "{locks:?}");
     }
 
     #[test]
