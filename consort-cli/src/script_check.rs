@@ -297,22 +297,20 @@ mod tests {
     use crate::init::config_template;
     use consort::config::CONFIG_FILE;
 
+    /// A script answering the stories step, with no story.
+    const STORIES_SCRIPT: &str = "[[entry]]\nstep = \"stories\"\nartifact = { kind = \"stories\", body = { feature_id = \"F1\", stories = [] } }\n";
+
     /// `{feature}` in a script path (a script per feature of a backlog, as the guide gives
     /// it) is each feature still to run, not a file of that name.
     #[test]
     fn a_script_path_with_feature_is_read_for_each_feature_to_run() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path();
         let text = config_template("F1", ".consort/agents/{feature}.toml");
-        std::fs::write(dir.join(CONFIG_FILE), &text).expect("write the configuration");
-        std::fs::create_dir_all(dir.join(".consort/agents")).expect("mkdir");
-        let design = "[[entry]]\nstep = \"stories\"\nartifact = { kind = \"stories\", body = { feature_id = \"F1\", stories = [] } }\n";
-        std::fs::write(dir.join(".consort/agents/F1.toml"), design).expect("write");
-        let config = ProjectConfig::parse(&text, &dir.join(CONFIG_FILE)).expect("loads");
-        let report: Vec<String> = script_report(dir, &config)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let tmp = consort_testkit::disk::tree_of(&[
+            (CONFIG_FILE, &text),
+            (".consort/agents/F1.toml", STORIES_SCRIPT),
+        ]);
+        let dir = tmp.path();
+        let report = report_of(dir, &text);
         let file = dir.join(".consort/agents/F1.toml").display().to_string();
         assert!(
             report.contains(&format!("ok    script {file} parses: 1 entry")),
@@ -326,24 +324,20 @@ mod tests {
 
     #[test]
     fn per_role_files_are_explained_each_and_missing_steps_are_per_role_group() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path();
-        let design = "[[entry]]\nstep = \"stories\"\nartifact = { kind = \"stories\", body = { feature_id = \"F1\", stories = [] } }\n";
-        std::fs::write(dir.join("design.toml"), design).expect("write");
         let driver = r#"{"role": "driver", "entry": [
             {"step": "green/*", "artifact": {"kind": "change-set", "body": {"changes": []}}},
             {"step": "refactor/T1/0", "attempt": 1, "artifact": {"kind": "change-set", "body": {"changes": [], "summary": "FILL IN: summary"}}}
         ]}"#;
-        std::fs::write(dir.join("driver.json"), driver).expect("write");
+        let tmp = consort_testkit::disk::tree_of(&[
+            ("design.toml", STORIES_SCRIPT),
+            ("driver.json", driver),
+        ]);
+        let dir = tmp.path();
         let text = config_template("F1", "design.toml").replace(
             "# [agents.roles.driver]         # an OpenAI-compatible model for one role\n# backend = \"openai\"",
             "[agents.roles.driver]\nbackend = \"script\"\npath = \"driver.json\"\n# backend = \"openai\"",
         );
-        let config = ProjectConfig::parse(&text, &dir.join(CONFIG_FILE)).expect("loads");
-        let report: Vec<String> = script_report(dir, &config)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let report = report_of(dir, &text);
         let design_file = dir.join("design.toml").display().to_string();
         let driver_file = dir.join("driver.json").display().to_string();
         assert!(
@@ -376,5 +370,14 @@ mod tests {
             report.contains(&"note  the build steps are checked once the script has a filled-in test-list answer".to_string()),
             "{report:#?}"
         );
+    }
+
+    /// The script report's lines for the project in `dir` configured by `text`.
+    fn report_of(dir: &std::path::Path, text: &str) -> Vec<String> {
+        let config = ProjectConfig::parse(text, &dir.join(CONFIG_FILE)).expect("loads");
+        script_report(dir, &config)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 }

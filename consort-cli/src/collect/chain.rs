@@ -233,29 +233,44 @@ mod tests {
     #[test]
     fn a_program_is_looked_up_on_the_path_the_chain_sets() {
         let dir = consort_testkit::disk::tree_of(&[(".venv/bin/pytest-consort-probe", "")]);
-        let found = |command: &str| Chain::read(command).programs(dir.path());
-        assert_eq!(
-            found("export PATH=\"$PWD/.venv/bin:$PATH\" && pytest-consort-probe -q"),
-            [("pytest-consort-probe".to_string(), true)]
-        );
-        assert_eq!(
-            found("PATH=.venv/bin:$PATH pytest-consort-probe"),
-            [("pytest-consort-probe".to_string(), true)],
-            "its own assignment, a relative entry"
-        );
-        assert_eq!(
-            found("pytest-consort-probe -q"),
-            [("pytest-consort-probe".to_string(), false)]
-        );
-        assert_eq!(
-            found(". .venv/bin/activate && pytest-consort-probe"),
-            [("pytest-consort-probe".to_string(), true)],
-            "an activated virtual environment leads the PATH"
-        );
-        assert_eq!(
-            found("FOO=1 sh -c true"),
-            [("sh".to_string(), true)],
-            "the machine's PATH otherwise"
-        );
+        let probe = "pytest-consort-probe";
+        for (command, program, on_the_path, why) in [
+            (
+                "export PATH=\"$PWD/.venv/bin:$PATH\" && pytest-consort-probe -q",
+                probe,
+                true,
+                "an exported PATH",
+            ),
+            (
+                "PATH=.venv/bin:$PATH pytest-consort-probe",
+                probe,
+                true,
+                "its own assignment, a relative entry",
+            ),
+            (
+                "pytest-consort-probe -q",
+                probe,
+                false,
+                "the machine's PATH",
+            ),
+            (
+                ". .venv/bin/activate && pytest-consort-probe",
+                probe,
+                true,
+                "an activated virtual environment leads the PATH",
+            ),
+            (
+                "FOO=1 sh -c true",
+                "sh",
+                true,
+                "the machine's PATH otherwise",
+            ),
+        ] {
+            assert_eq!(
+                Chain::read(command).programs(dir.path()),
+                [(program.to_string(), on_the_path)],
+                "{command}: {why}"
+            );
+        }
     }
 }
