@@ -53,6 +53,23 @@ pub(crate) fn dir_arg(dir: &Path) -> [&std::ffi::OsStr; 2] {
     ["--dir".as_ref(), dir.as_os_str()]
 }
 
+/// `consort feature add REQUEST --id ID --dir DIR`.
+pub(crate) fn feature_add(request: &Path, id: &str, dir: &Path) -> Command {
+    let mut cmd = consort();
+    cmd.args(["feature", "add"])
+        .arg(request)
+        .args(["--id", id])
+        .args(dir_arg(dir));
+    cmd
+}
+
+/// `consort doctor --dir DIR`: how it exited, and what it said.
+pub(crate) fn doctor(dir: &Path) -> (Output, String) {
+    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    let said = text(&o);
+    (o, said)
+}
+
 /// `consort SUBCOMMAND --dir DIR`, with no input.
 pub(crate) fn consort_in(subcommand: &str, dir: &Path) -> Command {
     let mut cmd = consort();

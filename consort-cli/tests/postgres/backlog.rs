@@ -9,7 +9,8 @@ use std::path::Path;
 
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use crate::common::{
-    approving_run, assert_exit, assert_exit_saying, consort, dir_arg, in_dir, run, write,
+    approving_run, assert_exit, assert_exit_saying, consort, dir_arg, feature_add, in_dir, run,
+    write,
 };
 use consort::actors::{Event, RuleViolation};
 use consort::project::Project;
@@ -431,11 +432,11 @@ fn a_project_made_before_backlogs_keeps_its_feature_and_takes_the_next() {
     assert_eq!(status["phase"], "done", "{}", text(&o));
     assert_exit(&in_dir(&["verify"], &dir), 0, "the old record verifies");
 
-    let o = run(consort()
-        .args(["feature", "add"])
-        .arg(requests.join("f2-reserve.md"))
-        .args(["--id", "f2-reserve"])
-        .args(dir_arg(&dir)));
+    let o = run(&mut feature_add(
+        &requests.join("f2-reserve.md"),
+        "f2-reserve",
+        &dir,
+    ));
     assert_exit(&o, 0, "add");
     run_to_done(&dir, "the second feature runs to done");
     assert!(

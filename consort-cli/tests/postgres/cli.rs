@@ -3,7 +3,7 @@
 
 use crate::common::status_json;
 use crate::common::{
-    assert_exit, assert_exit_saying, consort, dir_arg, init_stockflow, ledger_text, run,
+    assert_exit, assert_exit_saying, consort, dir_arg, doctor, init_stockflow, ledger_text, run,
     run_and_kill_after, run_to_done_and_verify, stockflow_tempdir,
 };
 use consort_testkit::process::{built_example, text};
@@ -750,7 +750,7 @@ fn the_runner_configuration_is_harness_and_checked_against_the_test_paths() {
         &cfg,
         "kind = \"command\"\ncommand = \"sh scripts/run-tests.sh && python -m pytest -q\"",
     ));
-    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    let o = doctor(dir).0;
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("harness from [runner] (no agent may change these):"),

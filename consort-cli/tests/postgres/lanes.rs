@@ -15,8 +15,8 @@ use consort_testkit::process::text;
 
 use crate::backlog::{Plan, f1, git, scripted_project};
 use crate::common::{
-    approve_lane_design, approving_run, assert_exit, assert_halted, consort, consort_in, dir_arg,
-    run, status_json, write,
+    approve_lane_design, approving_run, assert_exit, assert_halted, consort, consort_in,
+    feature_add, run, status_json, write,
 };
 
 /// Orders: a table and a function of its own, nothing of f1's.
@@ -74,11 +74,11 @@ fn shop(second: &Plan<'_>) -> (tempfile::TempDir, PathBuf) {
         )],
     );
     consort::git::GitRepo::init_with_commit(&dir, "Test Author", "before Consort").expect("git");
-    let o = run(consort()
-        .args(["feature", "add"])
-        .arg(dir.join("second.md"))
-        .args(["--id", second.feature])
-        .args(dir_arg(&dir)));
+    let o = run(&mut feature_add(
+        &dir.join("second.md"),
+        second.feature,
+        &dir,
+    ));
     assert_exit(&o, 0, "the second feature is added");
     (tmp, dir)
 }

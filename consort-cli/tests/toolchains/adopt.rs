@@ -14,8 +14,8 @@ use std::path::Path;
 
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use crate::common::{
-    assert_exit, assert_exit_saying, consort, dir_arg, ledger_text, run, run_to_done_and_verify,
-    toolchain, write,
+    assert_exit, assert_exit_saying, consort, dir_arg, doctor, feature_add, ledger_text, run,
+    run_to_done_and_verify, toolchain, write,
 };
 use consort_testkit::process::text;
 
@@ -97,7 +97,7 @@ pub(crate) fn adopt_and_run_with(
     let init = text(&o);
     split_from_the_first_run(dir);
     // The placeholder request init wrote fails doctor until someone describes the feature.
-    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    let o = doctor(dir).0;
     assert!(
         text(&o).contains("is still the placeholder `consort init` wrote"),
         "{}",
@@ -111,8 +111,7 @@ pub(crate) fn adopt_and_run_with(
         ],
     );
     consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
-    let o = run(consort().arg("doctor").args(dir_arg(dir)));
-    let doctor = text(&o);
+    let (o, doctor) = doctor(dir);
     assert_exit(&o, 0, "doctor passes");
     // One test file ran as a verification runs it, confined, on a fresh branch.
     assert!(
@@ -467,8 +466,7 @@ fn doctor_s_trial_run_finds_a_suite_the_confinement_refuses() {
     let dir = tmp.path();
     assert_exit(&run(consort().arg("init").arg(dir)), 0, "init");
     consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
-    let o = run(consort().arg("doctor").args(dir_arg(dir)));
-    let said = text(&o);
+    let (o, said) = doctor(dir);
     assert_exit(&o, 1, "doctor fails");
     assert!(
         said.contains("FAIL  a trial run, as a verification runs it: the test command")
@@ -486,8 +484,7 @@ fn doctor_s_trial_run_finds_a_suite_the_confinement_refuses() {
     );
     std::fs::write(dir.join("consort.toml"), config).expect("edit");
     std::fs::remove_file(dir.join("tests/test_a_fetch.py")).expect("rm");
-    let o = run(consort().arg("doctor").args(dir_arg(dir)));
-    let said = text(&o);
+    let said = doctor(dir).1;
     assert!(
         said.contains("ok    a trial run of the test file tests/test_b_local.py on a fresh branch, unconfined (sandbox = \"off\"): 1 passed"),
         "{said}"
@@ -520,18 +517,15 @@ fn the_test_paths_cover_what_the_runner_collects_and_doctor_names_a_file_they_mi
         "{config}"
     );
     consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
-    let said = text(&run(consort().arg("doctor").args(dir_arg(dir))));
+    let said = doctor(dir).1;
     assert!(!said.contains("[paths] tests misses"), "{said}");
     let narrowed = config.replace(
         "\"tests/**\", \"**/test_*.py\", \"**/*_test.py\"",
         "\"tests/**\"",
     );
-    std::fs::write(dir.join("consort.toml"), narrowed).expect("edit");
-    let o = run(consort().arg("doctor").args(dir_arg(dir)));
-    assert_exit_saying(
-        &o,
-        1,
-        "doctor fails",
+    doctor_fails_with(
+        dir,
+        &narrowed,
         "FAIL  the runner collects test files that [paths] tests misses: app/test_inline.py",
     );
 }
@@ -549,12 +543,9 @@ fn doctor_fails_when_the_runner_s_program_is_not_installed() {
         &config[..start],
         &config[end..]
     );
-    std::fs::write(dir.join("consort.toml"), config).expect("edit");
-    let o = run(consort().arg("doctor").args(dir_arg(dir)));
-    assert_exit_saying(
-        &o,
-        1,
-        "doctor fails",
+    doctor_fails_with(
+        dir,
+        &config,
         "FAIL  the test command's program no-such-test-tool is installed",
     );
 }
@@ -566,7 +557,7 @@ fn a_project_without_tests_yet_collects_none_and_doctor_says_so() {
     let tmp = repo_of(&[PYPROJECT, ("app/__init__.py", "")]);
     let dir = tmp.path();
     assert_exit(&run(consort().arg("init").arg(dir)), 0, "init");
-    let doctor = text(&run(consort().arg("doctor").args(dir_arg(dir))));
+    let doctor = doctor(dir).1;
     assert!(
         doctor.contains("finds no test yet")
             && doctor.contains("the feature's tests will be the first"),
@@ -1023,11 +1014,7 @@ def test_done_jobs_per_queue():
         "# Done jobs\n\nShow how many jobs each queue has done.\n",
     )
     .expect("the second request");
-    let o = run(consort()
-        .args(["feature", "add"])
-        .arg(&request)
-        .args(["--id", "F2"])
-        .args(dir_arg(dir)));
+    let o = run(&mut feature_add(&request, "F2", dir));
     assert_exit(&o, 0, "the second feature joins the backlog");
     // The second feature starts from where the first was merged, as a maintainer does.
     for args in [
@@ -1072,4 +1059,10 @@ fn the_designs_migration_files_follow_the_projects_numbering() {
         .collect();
     names.sort();
     assert_eq!(names, ["001_counts.sql", "002_S1_count_notes.sql"]);
+}
+
+/// Doctor, run on `dir` configured by `config`, fails saying `says`.
+fn doctor_fails_with(dir: &Path, config: &str, says: &str) {
+    std::fs::write(dir.join("consort.toml"), config).expect("edit");
+    assert_exit_saying(&doctor(dir).0, 1, "doctor fails", says);
 }

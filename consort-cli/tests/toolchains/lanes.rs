@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use super::adopt::{node_files, pytest_project, script_of};
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use crate::common::{
-    approve_lane_design, approving_run, assert_exit, consort, consort_in, dir_arg, run,
+    approve_lane_design, approving_run, assert_exit, consort, consort_in, doctor, feature_add, run,
     status_json, toolchain, write,
 };
 use consort_testkit::process::text;
@@ -44,14 +44,10 @@ fn adopt_two(dir: &Path, scripts: [&str; 2], ignored: &str) -> String {
     );
     let request = dir.with_file_name("f2.md");
     std::fs::write(&request, F2_REQUEST).expect("the second request");
-    let o = run(consort()
-        .args(["feature", "add"])
-        .arg(&request)
-        .args(["--id", "F2"])
-        .args(dir_arg(dir)));
+    let o = run(&mut feature_add(&request, "F2", dir));
     assert_exit(&o, 0, "the second feature joins the backlog");
     consort::git::GitRepo::init_with_commit(dir, "Test Author", "before Consort").expect("git");
-    let o = run(consort().arg("doctor").args(dir_arg(dir)));
+    let o = doctor(dir).0;
     assert_exit(&o, 0, "doctor passes");
     text(&o)
 }
@@ -335,7 +331,7 @@ fn doctor_notes_an_editable_install_of_the_project() {
     );
     let o = run(consort().arg("init").arg(dir));
     assert_exit(&o, 0, "init");
-    let said = text(&run(consort().arg("doctor").args(dir_arg(dir))));
+    let said = doctor(dir).1;
     assert!(
         said.contains("the .venv holds an editable install that points into the project's tree (.venv/lib/python3.12/site-packages/__editable__.service-1.0.pth)"),
         "{said}"

@@ -329,13 +329,7 @@ fn one_mcp_server_per_identity_plays_every_lane_and_a_halt_is_answered_at_once()
     for (id, title) in [("f2-orders", "Orders"), ("f3-broken", "Broken")] {
         let request = tmp.path().join(format!("{id}.md"));
         std::fs::write(&request, format!("# {title}\n\nThe {id} feature.\n")).expect("request");
-        let o = common::run(
-            consort()
-                .args(["feature", "add"])
-                .arg(&request)
-                .args(["--id", id])
-                .args(dir_arg(&dir)),
-        );
+        let o = common::run(&mut common::feature_add(&request, id, &dir));
         common::assert_exit(&o, 0, "the feature joins the backlog");
     }
 
