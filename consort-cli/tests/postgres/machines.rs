@@ -17,7 +17,7 @@ use consort_testkit::process::text;
 
 use crate::backlog::{Plan, f1, git, scripted_project};
 use crate::common::{
-    approving_run, assert_exit, assert_exit_saying, consort, consort_in, dir_arg, run, write,
+    approving_run, assert_exit, assert_exit_saying, consort_in, feature_add, run, write,
 };
 use crate::lanes::orders;
 
@@ -98,6 +98,15 @@ struct Machine {
 }
 
 impl Machine {
+    /// The machine of the project's own clone `origin`, its home `root/origin`.
+    fn at_origin(origin: &Path, root: &Path) -> Machine {
+        Machine {
+            clone: origin.to_path_buf(),
+            home: root.join("origin"),
+            tmp: std::env::temp_dir(),
+        }
+    }
+
     /// A fresh machine in `root/name`; its worker clones the project itself.
     fn new(root: &Path, name: &str) -> Machine {
         let base = root.join(name);
@@ -283,20 +292,11 @@ fn origin_project(root: &Path, server: &Server, shared: bool) -> (PathBuf, PathB
         &["remote", "add", "origin", &remote.to_string_lossy()],
     );
     git(&origin, &["push", "-q", "origin", "main"]);
-    let machine = Machine {
-        clone: origin.clone(),
-        home: root.join("origin"),
-        tmp: std::env::temp_dir(),
-    };
+    let machine = Machine::at_origin(&origin, root);
     for (id, story) in [("f2-orders", "Orders"), ("f3-suppliers", "Suppliers")] {
         let request = root.join(format!("{id}.md"));
         std::fs::write(&request, format!("# {story}\n\nThe {story} feature.\n")).expect("request");
-        let mut add = consort();
-        add.args(["feature", "add"])
-            .arg(&request)
-            .args(["--id", id])
-            .args(dir_arg(&origin));
-        let o = run(&mut machine.command(add, server));
+        let o = run(&mut machine.command(feature_add(&request, id, &origin), server));
         assert_exit_saying(
             &o,
             0,
@@ -313,6 +313,15 @@ fn origin_project(root: &Path, server: &Server, shared: bool) -> (PathBuf, PathB
 
 /// A server of the test's own (every database left on it afterwards is the workers'), with
 /// the parent database and the store's.
+/// What most tests start from: a server, and in a fresh root the project's origin clone and
+/// its remote ([`origin_project`]; `shared`: its records in the server's shared store).
+fn setup(shared: bool) -> (Server, tempfile::TempDir, PathBuf, PathBuf) {
+    let server = server();
+    let root = tempfile::tempdir().expect("tempdir");
+    let (origin, remote) = origin_project(root.path(), &server, shared);
+    (server, root, origin, remote)
+}
+
 fn server() -> Server {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let cluster = runtime
@@ -337,9 +346,7 @@ fn server() -> Server {
 
 #[test]
 fn three_machines_share_a_store_and_a_remote_and_one_takes_over_a_killed_ones_feature() {
-    let server = server();
-    let root = tempfile::tempdir().expect("tempdir");
-    let (_, remote) = origin_project(root.path(), &server, true);
+    let (server, root, _, remote) = setup(true);
     let machines: Vec<Machine> = (1..=3)
         .map(|n| Machine::new(root.path(), &format!("m{n}")))
         .collect();
@@ -361,11 +368,7 @@ fn three_machines_share_a_store_and_a_remote_and_one_takes_over_a_killed_ones_fe
     // From the origin's checkout, which drives nothing: the paused worker's lane, held by it
     // on another machine, while its lease lasts.
     let origin = root.path().join("origin/shop");
-    let looker = Machine {
-        clone: origin.clone(),
-        home: root.path().join("origin"),
-        tmp: std::env::temp_dir(),
-    };
+    let looker = Machine::at_origin(&origin, root.path());
     let mut status = consort_in("status", &origin);
     status.arg("--json");
     let o = run(&mut looker.command(status, &server));
@@ -443,18 +446,12 @@ fn three_machines_share_a_store_and_a_remote_and_one_takes_over_a_killed_ones_fe
 /// parent nor pushes it into the remote's base, and goes on with the rest of the backlog.
 #[test]
 fn a_stop_from_another_clone_stops_a_remote_worker_before_any_further_side_effect() {
-    let server = server();
-    let root = tempfile::tempdir().expect("tempdir");
-    let (origin, remote) = origin_project(root.path(), &server, true);
+    let (server, root, origin, remote) = setup(true);
     let machine = Machine::new(root.path(), "m1");
     let mut worker = machine.worker(&server, &remote);
     let feature = wait_until_mid_feature(&server, (&machine, &mut worker), 6);
     assert_eq!(feature, "f1-stock", "the backlog's first");
-    let laptop = Machine {
-        clone: origin.clone(),
-        home: root.path().join("origin"),
-        tmp: std::env::temp_dir(),
-    };
+    let laptop = Machine::at_origin(&origin, root.path());
     let mut stop = consort_in("stop", &origin);
     stop.args(["--feature", &feature, "--by", "carol"]);
     let o = run(&mut laptop.command(stop, &server));
@@ -517,9 +514,7 @@ fn a_stop_from_another_clone_stops_a_remote_worker_before_any_further_side_effec
 /// base half-built, no template.
 #[test]
 fn a_worker_killed_at_many_instants_leaves_nothing_a_sweep_from_another_clone_misses() {
-    let server = server();
-    let root = tempfile::tempdir().expect("tempdir");
-    let (origin, remote) = origin_project(root.path(), &server, true);
+    let (server, root, origin, remote) = setup(true);
     let machine = Machine::new(root.path(), "m1");
     // Instants spread over a worker's first seconds, shifted a little by the clock each run.
     let jitter = std::time::SystemTime::now()
@@ -534,11 +529,7 @@ fn a_worker_killed_at_many_instants_leaves_nothing_a_sweep_from_another_clone_mi
         let _ = worker.wait();
         instants.push(format!("{:.2} s", at.as_secs_f64()));
     }
-    let laptop = Machine {
-        clone: origin.clone(),
-        home: root.path().join("origin"),
-        tmp: std::env::temp_dir(),
-    };
+    let laptop = Machine::at_origin(&origin, root.path());
     let mut sweep = consort_in("branches", &origin);
     sweep.arg("--sweep");
     let o = run(&mut laptop.command(sweep, &server));
@@ -607,14 +598,8 @@ fn assert_no_branch_left(server: &Server) {
 /// where its ledger stops (one machine works as it did before the shared store).
 #[test]
 fn three_workers_of_one_checkout_with_the_file_store_and_a_killed_ones_feature_resumed() {
-    let server = server();
-    let root = tempfile::tempdir().expect("tempdir");
-    let (origin, remote) = origin_project(root.path(), &server, false);
-    let machine = Machine {
-        clone: origin.clone(),
-        home: root.path().join("origin"),
-        tmp: std::env::temp_dir(),
-    };
+    let (server, root, origin, remote) = setup(false);
+    let machine = Machine::at_origin(&origin, root.path());
     let mut workers: Vec<Child> = (0..3).map(|_| machine.worker(&server, &remote)).collect();
     let ledger = |f: &str| origin.join(format!(".consort/features/{f}/ledger.jsonl"));
     // The first worker takes f1: killed once its ledger has six entries.
