@@ -25,6 +25,16 @@ pub fn escape(text: &str) -> String {
     out
 }
 
+/// `items`, each escaped, as the inside of one `<code>` list: `a</code>, <code>b` (the
+/// caller writes the outer tags).
+pub(super) fn code_list(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|item| escape(item))
+        .collect::<Vec<_>>()
+        .join("</code>, <code>")
+}
+
 /// `template` with each `{}` in it replaced, in turn, by the next of `fields`, escaped: one
 /// row of untrusted text in one call. A `{}` with no field left stays as it is; a field with no
 /// `{}` left is not written.

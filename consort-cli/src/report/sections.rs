@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use consort_actors::{GateDecision, HumanDecision, Phase, RunStatus};
 
-use super::html::{escape, fill, millis, pre_block, time};
+use super::html::{code_list, escape, fill, millis, pre_block, time};
 use super::model::{Decision, Model};
 
 /// The title, the feature, where the run stands.
@@ -50,11 +50,7 @@ fn baseline(model: &Model) -> String {
                 format!(
                     "{} failed before the feature, no agent charged: <code>{}</code>",
                     b.failing.len(),
-                    b.failing
-                        .iter()
-                        .map(|t| escape(t))
-                        .collect::<Vec<_>>()
-                        .join("</code>, <code>")
+                    code_list(&b.failing)
                 )
             }
         );

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 use consort_actors::{Step, TestRunReceipt, TestStatus};
 
-use super::html::{escape, fill, millis, time};
+use super::html::{code_list, escape, fill, millis, time};
 use super::model::{Model, StepRecord};
 
 /// The build lane section.
@@ -81,11 +81,10 @@ fn step_html(r: &StepRecord, quarantined: &[String]) -> String {
         let _ = write!(out, "<div>{}</div>", escape(&r.summary));
     }
     if !r.files.is_empty() {
-        let files: Vec<String> = r.files.iter().map(|f| escape(f)).collect();
         let _ = write!(
             out,
             "<div class=\"meta\">writes <code>{}</code></div>",
-            files.join("</code>, <code>")
+            code_list(&r.files)
         );
     }
     if r.usage.tokens() > 0 || r.usage.wall_ms > 0 {
@@ -151,11 +150,10 @@ pub(super) fn receipt_html(
     out.push_str(&confinement_html(r.confinement));
     out.push_str(&shards_html(r));
     if !r.flaky.is_empty() {
-        let flaky: Vec<String> = r.flaky.iter().map(|t| escape(t)).collect();
         let _ = write!(
             out,
             "<div>flaky: <code>{}</code> (failed on a first run, passed on this fresh branch)</div>",
-            flaky.join("</code>, <code>")
+            code_list(&r.flaky)
         );
     }
     if !not_passed.is_empty() {
