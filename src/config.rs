@@ -699,15 +699,19 @@ path = ".consort/script.toml"
         ProjectConfig::parse(MINIMAL, Path::new("consort.toml")).expect("parses")
     }
 
+    /// [`MINIMAL`] and then `more`, parsed.
+    fn minimal_and(more: &str) -> Result<ProjectConfig, ConfigError> {
+        ProjectConfig::parse(&format!("{MINIMAL}\n{more}"), Path::new("consort.toml"))
+    }
+
     /// The migration tool's command is part of what judges the runs: changing it while a
     /// feature is open is a person's recorded decision, never a silent one.
     #[test]
     fn the_migration_tool_and_its_command_are_part_of_the_harness() {
         let parse = |migrations: &str| {
-            ProjectConfig::parse(
-                &format!("{MINIMAL}\n[migrations]\ndir = \"db/migrations\"\n{migrations}"),
-                Path::new("consort.toml"),
-            )
+            minimal_and(&format!(
+                "[migrations]\ndir = \"db/migrations\"\n{migrations}"
+            ))
             .expect("parses")
         };
         let dbmate = parse("tool = \"dbmate\"\n");
@@ -733,12 +737,7 @@ path = ".consort/script.toml"
 
     #[test]
     fn branch_env_maps_the_branch_and_refuses_what_a_run_sets_itself() {
-        let with = |table: &str| {
-            ProjectConfig::parse(
-                &format!("{MINIMAL}\n[branch_env]\n{table}"),
-                Path::new("consort.toml"),
-            )
-        };
+        let with = |table: &str| minimal_and(&format!("[branch_env]\n{table}"));
         let c = with("DB_HOST = \"{host}\"\nDATABASE_URL = \"postgresql+psycopg://{user}@{host}/{database}\"\n")
             .expect("parses");
         assert_eq!(c.branch_env.len(), 2);
@@ -762,11 +761,9 @@ path = ".consort/script.toml"
         let on = format!("{MINIMAL}\n[mcp]\napprove = true\n");
         let c = ProjectConfig::parse(&on, Path::new("consort.toml")).expect("parses");
         assert!(c.mcp.approve);
-        let typo = format!("{MINIMAL}\n[mcp]\naprove = true\n");
-        let err = ProjectConfig::parse(&typo, Path::new("consort.toml")).expect_err("refused");
+        let err = minimal_and("[mcp]\naprove = true\n").expect_err("refused");
         assert!(err.to_string().contains("aprove"), "{err}");
-        let mcp_role = format!("{MINIMAL}\n[agents.roles.driver]\nbackend = \"mcp\"\n");
-        let c = ProjectConfig::parse(&mcp_role, Path::new("consort.toml")).expect("parses");
+        let c = minimal_and("[agents.roles.driver]\nbackend = \"mcp\"\n").expect("parses");
         assert!(matches!(
             c.agents.for_role(Role::Driver),
             AgentConfig::Mcp(_)
@@ -804,8 +801,7 @@ path = ".consort/script.toml"
             ),
             ("[git]\nremote = \"--upload-pack=x\"\n", "git.remote"),
         ] {
-            let err = ProjectConfig::parse(&format!("{MINIMAL}\n{bad}"), Path::new("consort.toml"))
-                .expect_err("refused");
+            let err = minimal_and(bad).expect_err("refused");
             assert!(err.to_string().contains(key), "{err}");
         }
         let unnamed = format!("{MINIMAL}\n[store]\nkind = \"postgres\"\n");
