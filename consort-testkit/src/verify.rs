@@ -4,8 +4,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use consort_actors::{
-    ContentHash, InfraError, LakebaseMsg, Migration, RequestId, TestRunReceipt, VerifyPurpose,
-    VerifyRequest,
+    ContentHash, InfraError, InfraFault, LakebaseMsg, Migration, RequestId, TestRunReceipt,
+    VerifyPurpose, VerifyRequest,
 };
 use ractor::{ActorRef, rpc::CallResult};
 
@@ -65,4 +65,11 @@ pub async fn verify(
 #[track_caller]
 pub fn assert_contains(text: &str, needle: &str) {
     assert!(text.contains(needle), "{text}");
+}
+
+/// Asserts that `e` is a `fault` whose detail holds `needle`; a failure shows the error.
+#[track_caller]
+pub fn assert_fault(e: &InfraError, fault: InfraFault, needle: &str) {
+    assert_eq!(e.fault, fault, "{e}");
+    assert_contains(&e.detail, needle);
 }

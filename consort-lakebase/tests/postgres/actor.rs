@@ -14,7 +14,7 @@ use consort_lakebase::{
     BranchProvider, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider, LakebaseActor,
     LakebaseArgs, PsqlRunner, PsqlRunnerConfig, TestRunner,
 };
-use consort_testkit::verify::{assert_contains, focused, request};
+use consort_testkit::verify::{assert_contains, assert_fault, focused, request};
 use ractor::{ActorRef, rpc::CallResult};
 
 fn psql_runner() -> Arc<dyn TestRunner> {
@@ -27,6 +27,22 @@ fn args(provider: Arc<dyn BranchProvider>, runner: Arc<dyn TestRunner>) -> Lakeb
         max_concurrent: 4,
         ..LakebaseArgs::new(provider, runner)
     }
+}
+
+/// A Lakebase actor of `provider` and `runner`, with [`args`].
+async fn spawn(
+    provider: Arc<dyn BranchProvider>,
+    runner: Arc<dyn TestRunner>,
+) -> (ActorRef<LakebaseMsg>, ractor::concurrency::JoinHandle<()>) {
+    LakebaseActor::spawn(args(provider, runner))
+        .await
+        .expect("spawn")
+}
+
+/// Stops `actor` and waits until it has stopped.
+async fn stop(actor: ActorRef<LakebaseMsg>, join: ractor::concurrency::JoinHandle<()>) {
+    actor.stop(None);
+    join.await.expect("stopped");
 }
 
 /// A RED request with no migrations whose new test is `focus`.
@@ -64,9 +80,7 @@ async fn a_verify_request_is_answered_with_a_receipt_of_the_real_run() {
             "INSERT INTO stock VALUES ('A', 3);\nDO $$ BEGIN ASSERT total() = 4, 'total counts reservations'; END $$;\n",
         ),
     ]);
-    let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
-        .await
-        .expect("spawn");
+    let (actor, join) = spawn(common::dyn_provider().await, psql_runner()).await;
     let mut req = request(41, tree.path(), stock_migrations());
     req.purpose = VerifyPurpose::Red;
     req.tests = vec!["tests/t1_empty.sql".into()];
@@ -142,9 +156,7 @@ async fn a_verify_request_is_answered_with_a_receipt_of_the_real_run() {
 
 #[tokio::test]
 async fn concurrent_verifications_are_not_mixed_up() {
-    let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
-        .await
-        .expect("spawn");
+    let (actor, join) = spawn(common::dyn_provider().await, psql_runner()).await;
     let mut trees = Vec::new();
     for i in 0..10u64 {
         let tree = tempfile::tempdir().expect("tree");
@@ -232,8 +244,7 @@ async fn infrastructure_failures_are_typed_errors_and_promote_reaches_the_parent
     assert_eq!(report.applied, vec!["0001_stock"]);
     assert!(report.verified);
 
-    actor.stop(None);
-    join.await.expect("stopped");
+    stop(actor, join).await;
     let s = stats.snapshot();
     assert!(s.created >= 1);
     assert_eq!(
@@ -242,17 +253,14 @@ async fn infrastructure_failures_are_typed_errors_and_promote_reaches_the_parent
     );
 
     // The database goes away: DatabaseDown.
-    let (actor, join) = LakebaseActor::spawn(args(provider.clone(), psql_runner()))
-        .await
-        .expect("spawn");
+    let (actor, join) = spawn(provider.clone(), psql_runner()).await;
     cluster.stop().expect("stop the cluster");
     let err = verify(&actor, request(3, tree.path(), stock_migrations()))
         .await
         .expect_err("database down");
     assert_eq!(err.fault, InfraFault::DatabaseDown);
     assert_contains(&err.detail, "getting a branch");
-    actor.stop(None);
-    join.await.expect("stopped");
+    stop(actor, join).await;
 }
 
 /// A test run whose session is ended by the code under test while the database stays up is
@@ -276,8 +284,7 @@ async fn a_session_the_code_ends_is_judged_after_one_repeat_on_a_fresh_branch() 
         Some(TestStatus::Errored)
     );
     assert_contains(&receipt.output_excerpt, "on two fresh branches");
-    actor.stop(None);
-    join.await.expect("stopped");
+    stop(actor, join).await;
     let s = stats.snapshot();
     assert_eq!(s.live, 0, "both branches are dropped: {s:?}");
 }
@@ -289,9 +296,7 @@ async fn the_receipt_hashes_the_tree_without_the_requests_caches() {
         ("tests/__pycache__/t1.cpython-311.pyc", "bytecode"),
         ("out/build/t1.o", "object"),
     ]);
-    let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
-        .await
-        .expect("spawn");
+    let (actor, join) = spawn(common::dyn_provider().await, psql_runner()).await;
     let mut req = request(7, tree.path(), vec![]);
     req.caches = vec!["build".into()];
     let receipt = verify(&actor, req).await.expect("receipt");
@@ -317,8 +322,7 @@ async fn the_receipt_hashes_the_tree_without_the_requests_caches() {
     assert!(old.caches.is_empty());
     let receipt = verify(&actor, old).await.expect("receipt");
     assert_eq!(receipt.workspace_hash, hash_dir(tree.path()).expect("hash"));
-    actor.stop(None);
-    join.await.expect("stopped");
+    stop(actor, join).await;
 }
 
 /// A psql runner whose program is the script `body`, written into `dir`.
@@ -378,9 +382,7 @@ async fn a_psql_that_never_ran_the_test_is_a_harness_fault_never_a_red() {
     ];
     let provider = common::dyn_provider().await;
     for (runner, cause) in cases {
-        let (actor, join) = LakebaseActor::spawn(args(provider.clone(), runner))
-            .await
-            .expect("spawn");
+        let (actor, join) = spawn(provider.clone(), runner).await;
         let req = red(45, tree.path(), "tests/t1_new.sql");
         let e = verify(&actor, req)
             .await
@@ -393,31 +395,29 @@ async fn a_psql_that_never_ran_the_test_is_a_harness_fault_never_a_red() {
             "{cause}: {e}"
         );
         assert!(e.detail.contains(cause), "{cause}: {}", e.detail);
-        actor.stop(None);
-        join.await.expect("stopped");
+        stop(actor, join).await;
     }
     // The Debian wrapper's own words reach the person.
-    let (actor, join) = LakebaseActor::spawn(args(
+    let (actor, join) = spawn(
         provider.clone(),
         fake_psql(
             bin.path(),
             "debian-wrapper-2",
             "echo 'Error: You must install at least one postgresql-client-<version> package' >&2\nexit 1\n",
         ),
-    ))
-    .await
-    .expect("spawn");
+    )
+    .await;
     let e = verify(&actor, request(46, tree.path(), vec![]))
         .await
         .expect_err("a harness fault");
-    assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
-    assert_contains(&e.detail, "postgresql-client-<version>");
-    actor.stop(None);
-    join.await.expect("stopped");
+    assert_fault(
+        &e,
+        InfraFault::TestCommandBroken,
+        "postgresql-client-<version>",
+    );
+    stop(actor, join).await;
     // The real psql: the test's own failing statement is a failure, the RED's evidence.
-    let (actor, join) = LakebaseActor::spawn(args(provider, psql_runner()))
-        .await
-        .expect("spawn");
+    let (actor, join) = spawn(provider, psql_runner()).await;
     let req = red(47, tree.path(), "tests/t1_new.sql");
     let receipt = verify(&actor, req).await.expect("a receipt");
     assert_eq!(
@@ -431,8 +431,7 @@ async fn a_psql_that_never_ran_the_test_is_a_harness_fault_never_a_red() {
         "{}",
         receipt.output_excerpt
     );
-    actor.stop(None);
-    join.await.expect("stopped");
+    stop(actor, join).await;
 }
 
 /// A RED whose new test ends its own database session never reached a verdict: after the one
@@ -444,15 +443,11 @@ async fn a_red_whose_test_ends_its_own_session_is_no_red() {
         "tests/cut.sql",
         "SELECT pg_terminate_backend(pg_backend_pid());\n",
     )]);
-    let (actor, join) = LakebaseActor::spawn(args(common::dyn_provider().await, psql_runner()))
-        .await
-        .expect("spawn");
+    let (actor, join) = spawn(common::dyn_provider().await, psql_runner()).await;
     let req = red(48, tree.path(), "tests/cut.sql");
     let e = verify(&actor, req)
         .await
         .expect_err("no receipt a RED could be accepted on");
-    assert_eq!(e.fault, InfraFault::TestCommandBroken, "{e}");
-    assert_contains(&e.detail, "tests/cut.sql");
-    actor.stop(None);
-    join.await.expect("stopped");
+    assert_fault(&e, InfraFault::TestCommandBroken, "tests/cut.sql");
+    stop(actor, join).await;
 }

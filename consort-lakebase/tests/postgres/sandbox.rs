@@ -418,8 +418,11 @@ async fn a_run_the_confinement_refused_is_a_harness_fault_never_a_verdict() {
     let fault = verify_or_fault(args(runner, common::dyn_provider().await), tree.path())
         .await
         .expect_err("a harness fault, not a receipt");
-    assert_eq!(fault.fault, InfraFault::SandboxRefused, "{fault}");
-    consort_testkit::verify::assert_contains(&fault.detail, "writing tests/t1.sql");
+    consort_testkit::verify::assert_fault(
+        &fault,
+        InfraFault::SandboxRefused,
+        "writing tests/t1.sql",
+    );
 }
 
 #[tokio::test]
