@@ -1,8 +1,11 @@
 //! The warm branch pool: branches of the current base, ready before they are asked for.
 //!
 //! * [`BranchPool::acquire`] pops a ready branch of the requested base (a few milliseconds),
-//!   or creates one on the spot when none is ready, and starts a background refill up to
-//!   [`PoolConfig::size`].
+//!   or creates one on the spot when none is ready, and starts a background refill: up to as
+//!   many ready branches as were ever leased at once (at least one), at most
+//!   [`PoolConfig::size`]. Verifications one after the other keep one ready, a sharded run's
+//!   burst keeps its shards ready: every ready branch beyond the demand is a copy of the base
+//!   made, and dropped unused when the base changes (each new migration), for nothing.
 //! * A branch is never reused: every acquired branch is owned by a [`Lease`], which deletes it
 //!   on [`Lease::release`] (or keeps it for inspection after a failed run when
 //!   [`PoolConfig::keep_failed`] is set, until [`PoolConfig::keep_failed_for`] has passed). A
@@ -29,7 +32,8 @@ use crate::provider::{BaseRef, BaseSpec, Branch, BranchProvider};
 /// Pool settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
-    /// How many branches of the current base to keep ready (4 suits the local backend).
+    /// The most branches of the current base kept ready (4 suits the local backend); the pool
+    /// keeps as many as were ever leased at once, at least one, up to this.
     pub size: usize,
     /// Keep the branch of a failed run for inspection instead of deleting it.
     pub keep_failed: bool,
@@ -104,6 +108,18 @@ struct PoolState {
     generation: u64,
     ready: VecDeque<Branch>,
     creating: usize,
+    /// Branches leased and not yet given back.
+    leased: usize,
+    /// The most branches ever leased at once: how many the refill keeps ready.
+    peak: usize,
+}
+
+impl PoolState {
+    /// One more branch leased.
+    fn lease_one(&mut self) {
+        self.leased += 1;
+        self.peak = self.peak.max(self.leased);
+    }
 }
 
 #[derive(Debug)]
@@ -157,6 +173,8 @@ pub enum Released {
 pub struct Lease {
     branch: Branch,
     armed: bool,
+    /// Still counted among the pool's leased branches.
+    counted: bool,
     pool: Arc<PoolInner>,
 }
 
@@ -170,6 +188,7 @@ impl Lease {
     /// failed branches.
     pub async fn release(mut self, failed: bool) -> Result<Released> {
         self.armed = false;
+        self.give_back();
         let branch = self.branch.clone();
         let p = &self.pool;
         if failed && p.cfg.keep_failed {
@@ -204,12 +223,22 @@ fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Lease {
+    /// The branch is no longer in use: the pool stops counting it among the leased ones (what
+    /// its refill keeps ready follows that count), before its deletion, which may take a while.
+    fn give_back(&mut self) {
+        if std::mem::take(&mut self.counted) {
+            let mut st = relock(&self.pool.state);
+            st.leased = st.leased.saturating_sub(1);
+        }
+    }
+
     /// [`Lease::release`] on a background task, so the caller does not wait for the branch to
     /// be dropped: a `DROP DATABASE` takes tens of milliseconds, and longer when the provider is
     /// busy creating the pool's next warm branch. [`BranchPool::shutdown`] waits for every such
     /// release; a failure is logged, and the branch is left to the shutdown sweep. Without a
     /// runtime the lease is dropped instead (its branch is then deleted at shutdown).
-    pub fn release_in_background(self, failed: bool) {
+    pub fn release_in_background(mut self, failed: bool) {
+        self.give_back();
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return drop(self);
         };
@@ -229,6 +258,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        self.give_back();
         if self.armed {
             self.pool.delete_later(self.branch.name.clone());
         }
@@ -303,7 +333,7 @@ impl PoolInner {
             let (base, generation) = {
                 let Ok(mut st) = self.lock() else { return };
                 let Some(base) = st.base.clone() else { return };
-                if st.ready.len() + st.creating >= self.cfg.size {
+                if st.ready.len() + st.creating >= st.peak.clamp(1, self.cfg.size) {
                     return;
                 }
                 st.creating += 1;
@@ -449,9 +479,14 @@ impl BranchPool {
     }
 
     /// Makes `spec` the current base and returns once the pool holds its full size of ready
-    /// branches (or the refill gave up).
+    /// branches (or the refill gave up); from then on it keeps that many ready, as if that many
+    /// had been leased at once.
     pub async fn warm(&self, spec: &BaseSpec) -> Result<()> {
         self.switch_base(spec).await?;
+        {
+            let mut st = self.inner.lock()?;
+            st.peak = st.peak.max(self.inner.cfg.size);
+        }
         self.inner.refill();
         self.join_refill().await;
         Ok(())
@@ -501,6 +536,7 @@ impl BranchPool {
         let t = Instant::now();
         let popped = {
             let mut st = self.inner.lock()?;
+            st.lease_one();
             match st.ready.iter().position(|b| b.base.key == base.key) {
                 Some(i) => st.ready.remove(i),
                 None => None,
@@ -514,7 +550,14 @@ impl BranchPool {
             }
             None => {
                 self.inner.stats.served_cold.fetch_add(1, Ordering::Relaxed);
-                self.inner.create_one(&base).await?
+                match self.inner.create_one(&base).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let mut st = relock(&self.inner.state);
+                        st.leased = st.leased.saturating_sub(1);
+                        return Err(e);
+                    }
+                }
             }
         };
         let acquire_ms = t.elapsed().as_millis() as u64;
@@ -523,6 +566,7 @@ impl BranchPool {
             lease: Lease {
                 branch,
                 armed: true,
+                counted: true,
                 pool: self.inner.clone(),
             },
             prepare_ms,

@@ -131,6 +131,60 @@ async fn warm_branches_serve_acquires_a_new_base_invalidates_and_nothing_is_left
     );
 }
 
+/// Waits until `pool` holds `n` ready branches, then a while longer to see that it stays so.
+async fn settles_at(pool: &BranchPool, n: usize) -> usize {
+    let pool2 = pool.clone();
+    eventually(30, move || {
+        let pool = pool2.clone();
+        async move { pool.ready() >= n }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    pool.ready()
+}
+
+#[tokio::test]
+async fn the_pool_keeps_ready_as_many_branches_as_were_leased_at_once() {
+    let provider = private_provider().await;
+    let pool = BranchPool::new(provider.clone(), consort_testkit::cluster::pool_config(4));
+    let v1 = consort_testkit::cluster::base_spec(vec![migration("0001", "CREATE TABLE a (x int)")]);
+
+    // One verification after the other: one branch ready, not the pool's size of four.
+    for _ in 0..4 {
+        let got = pool.acquire(&v1).await.expect("acquire");
+        got.lease.release_in_background(false);
+        assert_eq!(
+            settles_at(&pool, 1).await,
+            1,
+            "one at a time keeps one ready"
+        );
+    }
+
+    // A burst of three at once: from then on three are kept ready.
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        leases.push(pool.acquire(&v1).await.expect("acquire").lease);
+    }
+    for l in leases {
+        l.release(false).await.expect("release");
+    }
+    assert_eq!(
+        settles_at(&pool, 3).await,
+        3,
+        "a burst of three keeps three ready"
+    );
+
+    // Every branch made was leased or is ready: none was made for nothing.
+    let stats = pool.stats();
+    assert_eq!(
+        stats.created,
+        4 + 3 + pool.ready() as u64,
+        "branches made beyond the demand: {stats:?}"
+    );
+    pool.shutdown().await.expect("shutdown");
+    assert_eq!(count_consort_branches(&provider).await, 0);
+}
+
 #[tokio::test]
 async fn failed_runs_can_be_kept_and_dropped_leases_are_cleaned_up() {
     let provider = private_provider().await;
