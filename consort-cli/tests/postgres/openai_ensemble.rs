@@ -199,11 +199,7 @@ fn the_stockflow_ensemble_runs_on_the_openai_compatible_backend() {
         .stdin(Stdio::null())
         .output()
         .expect("run the example");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = consort_testkit::process::text(&out);
     assert_eq!(
         out.status.code(),
         Some(0),

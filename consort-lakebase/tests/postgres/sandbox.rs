@@ -646,11 +646,7 @@ fn every_sandbox_test_holds_for_an_unprivileged_user_too() {
         .stdin(std::process::Stdio::null())
         .output()
         .expect("setpriv (util-linux) starts");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = consort_testkit::process::text(&out);
     assert!(out.status.success(), "{said}");
     let passed = said
         .lines()
