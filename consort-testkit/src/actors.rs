@@ -1,10 +1,14 @@
 //! An actor made from a function: a test double for any protocol whose answers need no state of
-//! their own (a role actor answering from a script, a Lakebase actor reading the work tree).
+//! their own (a role actor answering from a script, a Lakebase actor reading the work tree);
+//! and an approver made from a function.
 
 use std::fmt;
 use std::sync::Arc;
 
-use consort_actors::{ActorId, Artifact, Assignment, Produced, RoleMsg, Usage};
+use consort_actors::{
+    ActorId, Approver, Artifact, Assignment, BoxFuture, GateApproval, GateRequest, Produced,
+    RoleMsg, Usage,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef, Message};
 
 /// How an [`FnActor`] handles one message.
@@ -80,4 +84,23 @@ pub fn role(
         }
         Ok(())
     })
+}
+
+/// An approver made from a function, which decides each gate at once from its request.
+pub struct FnApprover<F>(pub F);
+
+impl<F> fmt::Debug for FnApprover<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FnApprover")
+    }
+}
+
+impl<F> Approver for FnApprover<F>
+where
+    F: Fn(&GateRequest) -> Option<GateApproval> + Send + Sync,
+{
+    fn decide<'a>(&'a self, request: &'a GateRequest) -> BoxFuture<'a, Option<GateApproval>> {
+        let decision = (self.0)(request);
+        Box::pin(async move { decision })
+    }
 }

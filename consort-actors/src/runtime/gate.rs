@@ -53,17 +53,22 @@ pub struct ApproveAs {
     pub name: String,
 }
 
+impl ApproveAs {
+    /// The approval it gives `request`: the gate and hash asked about, now, by its name.
+    pub fn approval(&self, request: &GateRequest) -> GateApproval {
+        GateApproval {
+            gate: request.gate,
+            hash: request.hash,
+            approver: self.name.clone(),
+            at: Utc::now(),
+            decision: GateDecision::Approve,
+            note: format!("approved by {} via approve-as", self.name),
+        }
+    }
+}
+
 impl Approver for ApproveAs {
     fn decide<'a>(&'a self, request: &'a GateRequest) -> BoxFuture<'a, Option<GateApproval>> {
-        Box::pin(async move {
-            Some(GateApproval {
-                gate: request.gate,
-                hash: request.hash,
-                approver: self.name.clone(),
-                at: Utc::now(),
-                decision: GateDecision::Approve,
-                note: format!("approved by {} via approve-as", self.name),
-            })
-        })
+        Box::pin(async move { Some(self.approval(request)) })
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr};
 
 use consort_actors::*;
-use consort_testkit::actors::FnActor;
+use consort_testkit::actors::{FnActor, FnApprover};
 use consort_testkit::artifacts as kit;
 use consort_testkit::assert::{denials, undos};
 // Not at the crate root today: the orchestrator re-exports them there.
@@ -330,20 +330,22 @@ fn stopped_at(report: &RunReport, gate: GateKind) -> bool {
     matches!(report.outcome, RunOutcome::AtGate { gate: at, .. } if at == gate)
 }
 
+/// Ada, who approves every gate.
+fn ada() -> ApproveAs {
+    ApproveAs { name: "ada".into() }
+}
+
 /// Ada's approval of the design that hashes to `hash`.
 async fn ada_approves_design(hash: ContentHash) -> GateApproval {
-    ApproveAs { name: "ada".into() }
-        .decide(&GateRequest {
-            gate: GateKind::Design,
-            hash,
-            summary: String::new(),
-        })
-        .await
-        .expect("ada approves")
+    ada().approval(&GateRequest {
+        gate: GateKind::Design,
+        hash,
+        summary: String::new(),
+    })
 }
 
 fn approve_all() -> Arc<dyn Approver> {
-    Arc::new(ApproveAs { name: "ada".into() })
+    Arc::new(ada())
 }
 
 fn answer(f: fn(&Assignment) -> Artifact) -> Answer {
@@ -841,40 +843,24 @@ async fn the_same_actor_cannot_be_set_up_as_driver_and_navigator() {
     ));
 }
 
-/// Answers every gate with an approval of another hash, for as long as it is asked.
-struct StaleApprover {
-    asked: AtomicUsize,
-}
-
-impl Approver for StaleApprover {
-    fn decide<'a>(
-        &'a self,
-        request: &'a GateRequest,
-    ) -> consort_actors::BoxFuture<'a, Option<GateApproval>> {
-        Box::pin(async move {
-            self.asked.fetch_add(1, Ordering::SeqCst);
-            let mut approval = ApproveAs { name: "ada".into() }.decide(request).await?;
-            approval.hash = ContentHash::of_bytes(b"an older design");
-            Some(approval)
-        })
-    }
-}
-
 #[tokio::test]
 async fn a_refused_live_approval_closes_the_gate_instead_of_asking_again() {
     let fx = Fixture::new();
-    let approver = Arc::new(StaleApprover {
-        asked: AtomicUsize::new(0),
-    });
-    let report = tokio::time::timeout(
-        Duration::from_secs(30),
-        fx.run(answer(honest), approver.clone()),
-    )
-    .await
-    .expect("the run stops instead of asking the approver forever")
-    .expect("run");
+    // Answers every gate with an approval of another hash, for as long as it is asked.
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let approver = Arc::new(FnApprover(move |request: &GateRequest| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let mut approval = ada().approval(request);
+        approval.hash = ContentHash::of_bytes(b"an older design");
+        Some(approval)
+    }));
+    let report = tokio::time::timeout(Duration::from_secs(30), fx.run(answer(honest), approver))
+        .await
+        .expect("the run stops instead of asking the approver forever")
+        .expect("run");
     let hash = design_gate_hash(&report);
-    assert_eq!(approver.asked.load(Ordering::SeqCst), 1);
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
     let events = fx.events();
     let refused: Vec<&Event> = events
         .iter()
@@ -892,26 +878,6 @@ async fn a_refused_live_approval_closes_the_gate_instead_of_asking_again() {
         }]
     );
     assert!(report.state.frozen.is_none() && report.state.approvals.is_empty());
-}
-
-/// Approves every gate as ada, keeping what each gate's request said.
-#[derive(Default)]
-struct RecordingApprover {
-    summaries: Mutex<Vec<(GateKind, String)>>,
-}
-
-impl Approver for RecordingApprover {
-    fn decide<'a>(
-        &'a self,
-        request: &'a GateRequest,
-    ) -> consort_actors::BoxFuture<'a, Option<GateApproval>> {
-        Box::pin(async move {
-            if let Ok(mut seen) = self.summaries.lock() {
-                seen.push((request.gate, request.summary.clone()));
-            }
-            ApproveAs { name: "ada".into() }.decide(request).await
-        })
-    }
 }
 
 /// The honest run, but the architect names a persistence invariant and the DBA plans nothing.
@@ -934,17 +900,21 @@ fn invariants_without_migrations(a: &Assignment) -> Artifact {
 #[tokio::test]
 async fn a_design_with_invariants_and_no_migration_is_named_so_at_its_gates() {
     let fx = Fixture::new();
-    let approver = Arc::new(RecordingApprover::default());
+    // Approves every gate as ada, keeping what each gate's request said.
+    let summaries: Arc<Mutex<Vec<(GateKind, String)>>> = Arc::default();
+    let seen = summaries.clone();
+    let approver = Arc::new(FnApprover(move |request: &GateRequest| {
+        if let Ok(mut seen) = seen.lock() {
+            seen.push((request.gate, request.summary.clone()));
+        }
+        Some(ada().approval(request))
+    }));
     let report = fx
-        .run(answer(invariants_without_migrations), approver.clone())
+        .run(answer(invariants_without_migrations), approver)
         .await
         .expect("run");
     assert_eq!(report.outcome, RunOutcome::Done);
-    let said = approver
-        .summaries
-        .lock()
-        .map(|s| s.clone())
-        .unwrap_or_default();
+    let said = summaries.lock().map(|s| s.clone()).unwrap_or_default();
     let of = |gate| {
         said.iter()
             .find(|(g, _)| *g == gate)
