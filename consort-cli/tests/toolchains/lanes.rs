@@ -150,8 +150,7 @@ fn vitest_counts(dir: &Path) -> u64 {
 
 #[test]
 fn vitest_1_lanes_run_two_features_at_once_with_node_modules_only_in_the_project() {
-    let modules = toolchain::npm("vitest1", &["vitest@1", "pg@8"], "vitest");
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let (modules, tmp) = vitest1();
     let dir = &tmp.path().join("shelf");
     let f1 = node_files(dir, "vitest", &modules, true);
     // A person adds a dependency the second feature needs; the lanes are made after.
@@ -270,8 +269,7 @@ fn labels_script() -> String {
 /// inside the confinement.
 #[test]
 fn lanes_whose_test_tool_is_not_installed_halt_at_once_naming_it() {
-    let modules = toolchain::npm("vitest1", &["vitest@1", "pg@8"], "vitest");
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let (modules, tmp) = vitest1();
     let dir = &tmp.path().join("shelf");
     let f1 = node_files(dir, "vitest", &modules, true);
     std::fs::remove_dir_all(dir.join("node_modules")).expect("nothing installed");
@@ -337,4 +335,10 @@ fn doctor_notes_an_editable_install_of_the_project() {
         "{said}"
     );
     assert!(said.contains("pythonpath = [\"src\"]"), "{said}");
+}
+
+/// vitest 1 and pg 8 installed once for these tests, and a fresh directory for a project.
+fn vitest1() -> (std::path::PathBuf, tempfile::TempDir) {
+    let modules = toolchain::npm("vitest1", &["vitest@1", "pg@8"], "vitest");
+    (modules, tempfile::tempdir().expect("tempdir"))
 }

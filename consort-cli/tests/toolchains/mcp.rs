@@ -234,13 +234,7 @@ fn with_mcp_approve_configured_a_client_approves_the_gate_as_consort_approve_doe
     let o = common::in_dir(&["run"], &dir);
     common::assert_exit(&o, 3, "the run waits at the design gate");
 
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/approve.py");
-    let client = common::run(
-        Command::new("python3")
-            .arg(&script)
-            .arg(env!("CARGO_BIN_EXE_consort"))
-            .arg(&dir),
-    );
+    let client = common::run(&mut mcp_client("approve.py", &dir));
     assert!(client.status.success(), "the client: {}", text(&client));
     println!("{}", text(&client));
     let events =
@@ -344,13 +338,7 @@ fn one_mcp_server_per_identity_plays_every_lane_and_a_halt_is_answered_at_once()
         .stderr(log)
         .spawn()
         .expect("consort run starts");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/lanes.py");
-    let client = common::run(
-        Command::new("python3")
-            .arg(&script)
-            .arg(env!("CARGO_BIN_EXE_consort"))
-            .arg(&dir),
-    );
+    let client = common::run(&mut mcp_client("lanes.py", &dir));
     let run_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     if !client.status.success() {
         let _ = run.kill();
@@ -391,4 +379,18 @@ fn one_mcp_server_per_identity_plays_every_lane_and_a_halt_is_answered_at_once()
         ],
         "{report:#}"
     );
+}
+
+/// The MCP client fixture `script` (in `tests/fixtures/mcp`), run with python3 against the
+/// `consort` under test on the project in `dir`.
+fn mcp_client(script: &str, dir: &Path) -> Command {
+    let mut cmd = Command::new("python3");
+    cmd.arg(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/mcp")
+            .join(script),
+    )
+    .arg(env!("CARGO_BIN_EXE_consort"))
+    .arg(dir);
+    cmd
 }
