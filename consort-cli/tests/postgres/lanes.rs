@@ -110,6 +110,16 @@ fn lanes_approving_only(dir: &Path, approved: &str) -> BTreeMap<String, RunOutco
         .collect()
 }
 
+/// Both features in lanes, only `f2-orders` approved: f1 waits at its gate; how each ended.
+fn f1_left_at_its_gate(dir: &Path) -> BTreeMap<String, RunOutcome> {
+    let ended = lanes_approving_only(dir, "f2-orders");
+    assert!(
+        matches!(ended["f1-stock"], RunOutcome::AtGate { .. }),
+        "f1 waits at its gate: {ended:?}"
+    );
+    ended
+}
+
 /// Where feature `id`'s lane of the project in `dir` lives: `shop.consort-lanes/<id>` beside
 /// the project (a repository of its own).
 fn lane_of(dir: &Path, id: &str) -> PathBuf {
@@ -137,12 +147,7 @@ fn worktrees(dir: &Path) -> usize {
 #[test]
 fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
     let (_tmp, dir) = shop(&orders());
-
-    let ended = lanes_approving_only(&dir, "f2-orders");
-    assert!(
-        matches!(ended["f1-stock"], RunOutcome::AtGate { .. }),
-        "f1 waits at its gate: {ended:?}"
-    );
+    let ended = f1_left_at_its_gate(&dir);
     assert_eq!(ended["f2-orders"], RunOutcome::Done, "f2 went on to done");
     // f2 merged into the base; its lane is gone, f1's stays with f1's work only.
     assert!(
@@ -217,11 +222,7 @@ fn two_lanes_run_at_once_and_a_lane_at_a_gate_does_not_hold_the_other() {
 #[test]
 fn a_stopped_lane_s_worktree_goes_at_the_stop() {
     let (_tmp, dir) = shop(&orders());
-    let ended = lanes_approving_only(&dir, "f2-orders");
-    assert!(
-        matches!(ended["f1-stock"], RunOutcome::AtGate { .. }),
-        "{ended:?}"
-    );
+    f1_left_at_its_gate(&dir);
     assert_eq!(worktrees(&dir), 2, "the project's tree and f1's lane");
     let o = run(consort_in("stop", &dir).args(["--feature", "f1-stock", "--by", "ada"]));
     assert_exit(&o, 0, "the stop is recorded");

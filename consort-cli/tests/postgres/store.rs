@@ -88,6 +88,13 @@ async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
         );
         (o.status.code(), consort_testkit::process::text(&o))
     };
+    // `consort status` fails, saying `says`: what it said.
+    let status_fails_saying = |says: &str| {
+        let (code, said) = status();
+        assert_ne!(code, Some(0), "{said}");
+        assert!(said.contains(says), "{said}");
+        said
+    };
     // Unset, the store's URL is asked for by its variable's name.
     let o = crate::common::run(&mut crate::common::consort_in("status", dir));
     assert_ne!(o.status.code(), Some(0));
@@ -111,9 +118,7 @@ async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
         )
         .await
         .expect("a foreign record file");
-    let (code, said) = status();
-    assert_ne!(code, Some(0), "{said}");
-    assert!(said.contains("not Consort's"), "{said}");
+    status_fails_saying("not Consort's");
     assert!(
         !dir.join("escape.md").exists()
             && !dir.parent().expect("parent").join("escape.md").exists()
@@ -126,9 +131,7 @@ async fn a_shared_stores_foreign_rows_are_refused_before_anything_is_written() {
         )
         .await
         .expect("a foreign backlog entry");
-    let (code, said) = status();
-    assert_ne!(code, Some(0), "{said}");
-    assert!(said.contains("a backlog entry \"../f2\""), "{said}");
+    let said = status_fails_saying("a backlog entry \"../f2\"");
     assert!(
         !said.contains(info.secret.expose()),
         "the URL's password is in no message"
