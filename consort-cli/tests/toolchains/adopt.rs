@@ -276,30 +276,7 @@ fn the_total_sums_the_quantities() {
 /// A Python service tested by pytest through psycopg, with its own test and migration in
 /// `dir`; returns the script of its feature.
 pub(crate) fn pytest_project(dir: &Path) -> String {
-    write(
-        dir,
-        &[
-            PYPROJECT,
-            ("app/__init__.py", ""),
-            (
-                "app/counts.py",
-                r#"def total(conn):
-    raise NotImplementedError
-"#,
-            ),
-            ("tests/__init__.py", ""),
-            (
-                "tests/test_existing.py",
-                r#"def test_the_app_imports():
-    import app.counts  # noqa: F401
-"#,
-            ),
-            (
-                "db/migrations/V1__counts.sql",
-                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
-            ),
-        ],
-    );
+    crate::shared_file::counts_project(dir, crate::shared_file::IMPORTS_THE_APP);
     let test = r#"import os
 
 import psycopg

@@ -102,9 +102,7 @@ test('the total is served', async () => {
 });
 "#;
     let code = "exports.total = async function total(client) {\n  const r = await client.query('SELECT coalesce(sum(qty), 0)::int AS t FROM counts');\n  return r.rows[0].t;\n};\n";
-    let script = served_total_script(test, code);
-    let (init, doctor) = adopt_and_run(dir, &script);
-    assert!(init.contains("detected Node (jest)"), "{init}");
+    let doctor = served_total_runs(dir, "jest", test, code);
     assert!(doctor.contains("collects 1 test file ("), "{doctor}");
     every_run_had_a_network_of_its_own(dir);
 }
@@ -166,10 +164,16 @@ test('the total is served', async () => {
 });
 "#;
     let code = "export async function total(client) {\n  const r = await client.query('SELECT coalesce(sum(qty), 0)::int AS t FROM counts');\n  return r.rows[0].t;\n}\n";
-    let script = served_total_script(test, code);
-    let (init, _) = adopt_and_run(dir, &script);
-    assert!(init.contains("detected Node (vitest)"), "{init}");
+    served_total_runs(dir, "vitest", test, code);
     every_run_had_a_network_of_its_own(dir);
+}
+
+/// The Node project in `dir`, adopted (init finds `tool`) and run with
+/// [`served_total_script`]'s feature; what doctor said.
+fn served_total_runs(dir: &Path, tool: &str, test: &str, code: &str) -> String {
+    let (init, doctor) = adopt_and_run(dir, &served_total_script(test, code));
+    assert!(init.contains(&format!("detected Node ({tool})")), "{init}");
+    doctor
 }
 
 /// The script of the Node cases' feature: T1's `test` in `test/t1_total.test.js` ("the total
@@ -235,26 +239,7 @@ fn a_pytest_test_serving_from_a_thread_and_opening_a_pty_runs_to_done_confined()
     let bin = toolchain::pytest8();
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    write(
-        dir,
-        &[
-            crate::adopt::PYPROJECT,
-            ("app/__init__.py", ""),
-            (
-                "app/counts.py",
-                "def total(conn):\n    raise NotImplementedError\n",
-            ),
-            ("tests/__init__.py", ""),
-            (
-                "tests/test_existing.py",
-                "def test_the_app_imports():\n    import app.counts  # noqa: F401\n",
-            ),
-            (
-                "db/migrations/V1__counts.sql",
-                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
-            ),
-        ],
-    );
+    crate::shared_file::counts_project(dir, crate::shared_file::IMPORTS_THE_APP);
     let test = r#"import os
 import pty
 import threading

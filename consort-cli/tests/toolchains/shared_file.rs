@@ -202,6 +202,12 @@ fn script() -> String {
     ])
 }
 
+/// The project's own test of the counts project: it imports the app.
+pub(crate) const IMPORTS_THE_APP: (&str, &str) = (
+    "tests/test_existing.py",
+    "def test_the_app_imports():\n    import app.counts  # noqa: F401\n",
+);
+
 /// The pytest project the shared-file and baseline cases start from: an `app` package whose
 /// `total` is not built yet, one migration, and `own` (path, content), the project's own tests.
 pub(crate) fn counts_project(dir: &std::path::Path, own: (&str, &str)) {
