@@ -32,6 +32,22 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// One process's run confined as `figure` says beside the same run as `floor` says
+    /// (interleaved, 31 rounds), reported under their names.
+    fn one_process_beside(
+        &self,
+        (figure_name, figure): (&str, &RunContext),
+        (floor_name, floor): (&str, &RunContext),
+    ) -> common::Pair {
+        let pair = interleave(
+            31,
+            || self.time(&self.one_process, figure),
+            || self.time(&self.one_process, floor),
+        );
+        report_ratio(figure_name, &pair, floor_name, None);
+        pair
+    }
+
     fn time(&self, runner: &CommandRunner, ctx: &RunContext) -> Duration {
         self.rt.block_on(async {
             let t = Instant::now();
@@ -104,40 +120,19 @@ fn bench(c: &mut Criterion) {
         return;
     }
 
-    let alone = interleave(
-        31,
-        || fx.time(&fx.one_process, &fx.alone),
-        || fx.time(&fx.one_process, &fx.bare),
+    fx.one_process_beside(
+        ("a run under Landlock alone", &fx.alone),
+        ("the same run unconfined", &fx.bare),
     );
-    report_ratio(
-        "a run under Landlock alone",
-        &alone,
-        "the same run unconfined",
-        None,
+    fx.one_process_beside(
+        ("a run in namespaces of its own", &fx.namespaced),
+        ("the same run unconfined", &fx.bare),
     );
-    let spaced = interleave(
-        31,
-        || fx.time(&fx.one_process, &fx.namespaced),
-        || fx.time(&fx.one_process, &fx.bare),
-    );
-    report_ratio(
-        "a run in namespaces of its own",
-        &spaced,
-        "the same run unconfined",
-        None,
-    );
-    let beside = interleave(
-        31,
-        || fx.time(&fx.one_process, &fx.namespaced),
-        || fx.time(&fx.one_process, &fx.alone),
+    let beside = fx.one_process_beside(
+        ("a run in namespaces of its own", &fx.namespaced),
+        ("the same run under Landlock alone", &fx.alone),
     );
     let added_ms = (beside.figure.as_secs_f64() - beside.floor.as_secs_f64()) * 1e3;
-    report_ratio(
-        "a run in namespaces of its own",
-        &beside,
-        "the same run under Landlock alone",
-        None,
-    );
     report_line(
         "namespaces, forwarder and devpts per run",
         &format!(

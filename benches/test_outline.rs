@@ -18,29 +18,30 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 /// A pytest file of `n` tests sharing imports, a fixture and a helper.
 fn python(n: usize) -> String {
-    let mut s = String::from(
+    common::file_of_tests(
         "import os\n\nimport psycopg\nimport pytest\n\nfrom app import counts\n\n\n@pytest.fixture\ndef conn():\n    c = psycopg.connect(os.environ[\"DATABASE_URL\"])\n    yield c\n    c.close()\n\n\ndef total_of(c):\n    return counts.total(c)\n",
-    );
-    for i in 0..n {
-        s.push_str(&format!(
-            "\n\ndef test_total_{i}(conn):\n    conn.execute(\"INSERT INTO counts VALUES ('s{i}', {i})\")\n    assert total_of(conn) == {i}\n"
-        ));
-    }
-    s
+        n,
+        |i| {
+            format!(
+                "\n\ndef test_total_{i}(conn):\n    conn.execute(\"INSERT INTO counts VALUES ('s{i}', {i})\")\n    assert total_of(conn) == {i}\n"
+            )
+        },
+        "",
+    )
 }
 
 /// A jest file of `n` tests in a `describe` block with a hook.
 fn javascript(n: usize) -> String {
-    let mut s = String::from(
+    common::file_of_tests(
         "const request = require('supertest');\nconst { createApp } = require('../app');\n\ndescribe('counts', () => {\n  let app;\n  beforeEach(async () => {\n    app = await createApp();\n  });\n",
-    );
-    for i in 0..n {
-        s.push_str(&format!(
-            "\n  test('total {i}', async () => {{\n    const res = await request(app).get('/total/{i}');\n    expect(res.status).toBe(200);\n  }});\n"
-        ));
-    }
-    s.push_str("});\n");
-    s
+        n,
+        |i| {
+            format!(
+                "\n  test('total {i}', async () => {{\n    const res = await request(app).get('/total/{i}');\n    expect(res.status).toBe(200);\n  }});\n"
+            )
+        },
+        "});\n",
+    )
 }
 
 fn timed(reps: u32, f: impl Fn()) -> Duration {

@@ -230,3 +230,14 @@ pub(crate) fn git(dir: &std::path::Path, args: &[&str]) {
         .expect("git");
     assert!(o.status.success(), "git {args:?}: {o:?}");
 }
+
+/// A generated test file: `head`, then `test(i)` for each of `count` tests, then `tail`.
+pub(crate) fn file_of_tests(
+    head: &str,
+    count: usize,
+    test: impl Fn(usize) -> String,
+    tail: &str,
+) -> String {
+    let tests: String = (0..count).map(test).collect();
+    format!("{head}{tests}{tail}")
+}

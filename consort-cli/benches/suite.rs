@@ -163,28 +163,26 @@ fn project(stack: Stack, tests: usize, mode: Mode) -> tempfile::TempDir {
 
 /// A pytest file of the project's own suite: `count` tests, each querying the branch.
 fn pytest_file(file: usize, count: usize) -> String {
-    let mut text = String::from(
+    common::file_of_tests(
         "import os\n\nimport psycopg\n\n\ndef _relations():\n    with psycopg.connect(os.environ[\"DATABASE_URL\"]) as conn:\n        return conn.execute(\"SELECT count(*) FROM pg_catalog.pg_class\").fetchone()[0]\n",
-    );
-    for test in 0..count {
-        text.push_str(&format!(
-            "\n\ndef test_existing_{file}_{test}():\n    assert _relations() > 0\n"
-        ));
-    }
-    text
+        count,
+        |test| format!("\n\ndef test_existing_{file}_{test}():\n    assert _relations() > 0\n"),
+        "",
+    )
 }
 
 /// A vitest file of the project's own suite: `count` tests, each querying the branch.
 fn vitest_file(file: usize, count: usize) -> String {
-    let mut text = String::from(
+    common::file_of_tests(
         "import { test, expect } from 'vitest';\nimport pg from 'pg';\n\nasync function relations() {\n  const client = new pg.Client({ connectionString: process.env.DATABASE_URL });\n  await client.connect();\n  try {\n    const r = await client.query('SELECT count(*)::int AS n FROM pg_catalog.pg_class');\n    return r.rows[0].n;\n  } finally {\n    await client.end();\n  }\n}\n",
-    );
-    for test in 0..count {
-        text.push_str(&format!(
-            "\ntest('existing {file} {test}', async () => {{\n  expect(await relations()).toBeGreaterThan(0);\n}});\n"
-        ));
-    }
-    text
+        count,
+        |test| {
+            format!(
+                "\ntest('existing {file} {test}', async () => {{\n  expect(await relations()).toBeGreaterThan(0);\n}});\n"
+            )
+        },
+        "",
+    )
 }
 
 /// The vitest project's configuration: `consort init`'s for vitest, scripted agents.
