@@ -99,6 +99,15 @@ pub(crate) async fn must_query(info: &consort_lakebase::ConnectInfo, sql: &str) 
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
+/// Asserts that `sql` on `info` returns `expected`, the first column of each row as text.
+pub(crate) async fn assert_rows(
+    info: &consort_lakebase::ConnectInfo,
+    sql: &str,
+    expected: &[&str],
+) {
+    assert_eq!(must_query(info, sql).await, expected, "{sql}");
+}
+
 /// A fresh branch of `spec` on the shared cluster and a confined run context for `tree` on it
 /// (Consort's state and the cluster hidden, `caches` writable).
 pub(crate) async fn confined_branch(

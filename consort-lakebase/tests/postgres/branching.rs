@@ -1,7 +1,7 @@
 //! Template branching on a real embedded cluster: isolation, credentials, busy templates,
 //! migrations and promote.
 
-use crate::common::{branch_names, migration, must_query, provider, query_strings};
+use crate::common::{assert_rows, branch_names, migration, must_query, provider, query_strings};
 use consort_lakebase::{
     BaseRef, BaseSpec, Branch, BranchProvider, ConnectInfo, Error, migrate, names::BranchNamer,
 };
@@ -43,10 +43,7 @@ async fn a_row_written_in_one_branch_is_absent_from_another_and_from_the_parent(
     let ib = p.connect_info(&b).await.expect("info b");
     assert_ne!(ia.secret, ib.secret, "each branch has its own password");
     must_query(&ia, "INSERT INTO items VALUES (1, 'only in a')").await;
-    assert_eq!(
-        must_query(&ia, "SELECT name FROM items").await,
-        vec!["only in a".to_string()]
-    );
+    assert_rows(&ia, "SELECT name FROM items", &["only in a"]).await;
     assert!(
         must_query(&ib, "SELECT name FROM items").await.is_empty(),
         "branch b does not see a's row"
@@ -166,17 +163,15 @@ async fn migrations_apply_in_order_once_and_a_changed_checksum_is_refused() {
         .expect("base");
     let (b, info) = branch_of(&*p, &base).await;
     // Both recorded, in order, with their checksums; the second depends on the first.
-    assert_eq!(
-        must_query(
-            &info,
-            "SELECT version || ':' || checksum FROM consort_migrations ORDER BY applied_at"
-        )
-        .await,
-        vec![
-            format!("0001_stock:{}", m1.checksum()),
-            format!("0002_qty:{}", m2.checksum())
-        ]
-    );
+    assert_rows(
+        &info,
+        "SELECT version || ':' || checksum FROM consort_migrations ORDER BY applied_at",
+        &[
+            &format!("0001_stock:{}", m1.checksum()),
+            &format!("0002_qty:{}", m2.checksum()),
+        ],
+    )
+    .await;
     // Apply again on the branch itself (as its owner): nothing new; a changed migration with
     // the same version is a typed error and nothing of it is applied.
     let mut client = consort_lakebase::connect(&info).await.expect("connect");
@@ -255,10 +250,7 @@ async fn promote_applies_pending_migrations_to_the_parent_and_verifies_them() {
     // shows it in a branch.
     let base = p.prepare_base(&BaseSpec::default()).await.expect("base");
     let (b, info) = branch_of(&*p, &base).await;
-    assert_eq!(
-        must_query(&info, "SELECT count(*) FROM locations").await,
-        vec!["2".to_string()]
-    );
+    assert_rows(&info, "SELECT count(*) FROM locations", &["2"]).await;
     // A changed migration is refused on the parent: verified false, reason given, nothing applied.
     let changed = migration("0002_seed", "INSERT INTO locations VALUES (3)");
     let third = p.promote(&[m1, changed]).await.expect("promote 3");
@@ -324,18 +316,18 @@ async fn migrations_create_schemas_and_a_projects_psql_script_is_applied_by_psql
     let plan = vec![script.clone(), index.clone()];
     let base = p.prepare_base(&spec(plan.clone())).await.expect("base");
     let (b, info) = branch_of(&*p, &base).await;
-    assert_eq!(
-        must_query(
-            &info,
-            "SELECT string_agg(queue, ',' ORDER BY queue) FROM reporting.queues"
-        )
-        .await,
-        vec!["default,mail".to_string()]
-    );
-    assert_eq!(
-        must_query(&info, "SELECT indexname FROM pg_indexes WHERE schemaname = 'broker' AND indexname = 'jobs_by_queue'").await,
-        vec!["jobs_by_queue".to_string()]
-    );
+    assert_rows(
+        &info,
+        "SELECT string_agg(queue, ',' ORDER BY queue) FROM reporting.queues",
+        &["default,mail"],
+    )
+    .await;
+    assert_rows(
+        &info,
+        "SELECT indexname FROM pg_indexes WHERE schemaname = 'broker' AND indexname = 'jobs_by_queue'",
+        &["jobs_by_queue"],
+    )
+    .await;
     // The branch's tests may use and change what the migrations made.
     must_query(&info, "INSERT INTO broker.jobs VALUES (3, 'mail')").await;
     // Where no psql applies it (the Lakebase backend's builder), a script is refused as such.
