@@ -3,6 +3,7 @@
 //! does not consume a scripted answer.
 
 use consort::actors::{Artifact, Event, Role};
+use consort_testkit::verify::assert_contains;
 
 use crate::common::{assert_exit, consort, in_dir, init_stockflow, run, stockflow_tempdir};
 use consort_testkit::process::text;
@@ -130,18 +131,11 @@ fn doctor_explains_a_good_script_and_names_a_broken_entry() {
         0,
         "missing steps are a note: a run halts there, by choice",
     );
-    assert!(
-        text(&o).contains(
-            "no entry (a run halts there): ux (asked only when a story is user-facing), green/T1"
-        ),
-        "{}",
-        text(&o)
+    assert_contains(
+        &text(&o),
+        "no entry (a run halts there): ux (asked only when a story is user-facing), green/T1",
     );
-    assert!(
-        text(&o).contains("ux (attempt 1), red/T1, green/T1 (attempt 3),"),
-        "{}",
-        text(&o)
-    );
+    assert_contains(&text(&o), "ux (attempt 1), red/T1, green/T1 (attempt 3),");
 
     // A broken entry: the file, the entry, its line and the field.
     let broken = text_before.replacen(
@@ -242,11 +236,7 @@ fn a_human_retry_gets_the_same_scripted_answer_and_a_refusal_retry_the_next() {
         4,
         "the wrong GREEN is refused and, with no retries, halts",
     );
-    assert!(
-        text(&o).contains("tests/wrong.sql is a test path"),
-        "{}",
-        text(&o)
-    );
+    assert_contains(&text(&o), "tests/wrong.sql is a test path");
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("WARN")
             && !String::from_utf8_lossy(&o.stderr).contains('\u{1b}'),
@@ -262,11 +252,7 @@ fn a_human_retry_gets_the_same_scripted_answer_and_a_refusal_retry_the_next() {
     let o = in_dir(&["run"], dir);
     assert_exit(&o, 4, "the same answer is refused again");
     assert!(!text(&o).contains("exhausted"), "{}", text(&o));
-    assert!(
-        text(&o).contains("tests/wrong.sql is a test path"),
-        "{}",
-        text(&o)
-    );
+    assert_contains(&text(&o), "tests/wrong.sql is a test path");
     let second = driver_answers(dir);
     assert_eq!(second.len(), 2);
     assert_eq!(second[1], first[0], "a human retry replays the same answer");

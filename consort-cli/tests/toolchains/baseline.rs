@@ -8,6 +8,7 @@ use crate::common::{
 };
 use crate::shared_file::{Entry, counts_project, feature_script};
 use consort_testkit::process::text;
+use consort_testkit::verify::assert_contains;
 
 const NEEDS_A_SUPERUSER: &str = "tests.test_own::test_sets_a_server_setting";
 
@@ -91,30 +92,22 @@ fn a_project_test_that_cannot_pass_on_a_branch_is_named_by_the_baseline_and_quar
     ]);
     assert_exit(&o, 0, "the quarantine is recorded");
     let o = consort(&["doctor", "--baseline"]);
-    assert!(
-        text(&o).contains("1 quarantined failing (judging nothing)"),
-        "{}",
-        text(&o)
-    );
+    assert_contains(&text(&o), "1 quarantined failing (judging nothing)");
     assert_exit(&consort(&["retry", "--by", "ada"]), 0, "retry");
     let o = run(approving_run(dir).env("PATH", &path));
     assert_exit(&o, 0, "the run reaches done");
     // The design gate showed what fails before the feature, and who set it aside.
-    assert!(
-        text(&o).contains(&format!(
+    assert_contains(
+        &text(&o),
+        &format!(
             "baseline: 1 test fails before the feature, judging nothing: {NEEDS_A_SUPERUSER} (quarantined by ada: ALTER SYSTEM needs a superuser)"
-        )),
-        "{}",
-        text(&o)
+        ),
     );
     let verify = run(consort_in("verify", dir).env("PATH", &path));
     assert_exit(&verify, 0, "verify passes");
-    assert!(
-        text(&verify).contains(&format!(
-            "quarantined test: {NEEDS_A_SUPERUSER} by ada: ALTER SYSTEM needs a superuser"
-        )),
-        "{}",
-        text(&verify)
+    assert_contains(
+        &text(&verify),
+        &format!("quarantined test: {NEEDS_A_SUPERUSER} by ada: ALTER SYSTEM needs a superuser"),
     );
     // Every later run failed on it, and none was charged: no repair was asked.
     let ledger = ledger_text(dir);
