@@ -305,6 +305,15 @@ mod tests {
         ])
     }
 
+    /// Asserts that `message` names exactly these (test file, missing module) pairs of `t`.
+    fn assert_missing(t: &tempfile::TempDir, message: &str, expected: &[(&str, &str)]) {
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(file, module)| (file.to_string(), module.to_string()))
+            .collect();
+        assert_eq!(modules(t.path(), message), expected, "{message}");
+    }
+
     fn failed(message: &str) -> TestOutcome {
         TestOutcome {
             name: "load".into(),
@@ -334,23 +343,15 @@ mod tests {
             assert_eq!(modules(t.path(), &message), want, "{message}");
         }
         // jest leaves the extension out.
-        assert_eq!(
-            modules(
-                t.path(),
-                "Cannot find module '../src/orders' from 'test/t1.test.js'"
-            ),
-            [("test/t1.test.js".to_string(), "src/orders".to_string())]
+        assert_missing(
+            &t,
+            "Cannot find module '../src/orders' from 'test/t1.test.js'",
+            &[("test/t1.test.js", "src/orders")],
         );
         let py = "ImportError while importing test module '/tmp/v/tests/test_t1.py'.\nHint: …\nE   ModuleNotFoundError: No module named 'app.orders'";
-        assert_eq!(
-            modules(t.path(), py),
-            [("tests/test_t1.py".to_string(), "app/orders.py".to_string())]
-        );
+        assert_missing(&t, py, &[("tests/test_t1.py", "app/orders.py")]);
         let lacks = "ImportError while importing test module '/tmp/v/tests/test_t1.py'.\nE   ImportError: cannot import name 'total_of' from 'app.counts' (/tmp/v/app/counts.py)";
-        assert_eq!(
-            modules(t.path(), lacks),
-            [("tests/test_t1.py".to_string(), "app/counts.py".to_string())]
-        );
+        assert_missing(&t, lacks, &[("tests/test_t1.py", "app/counts.py")]);
     }
 
     #[test]
@@ -387,18 +388,9 @@ mod tests {
     fn a_go_package_whose_tests_name_what_is_not_written_yet_is_a_missing_module() {
         let t = tree();
         let root = "# example.com/shelf [example.com/shelf.test]\n./shelf_test.go:12:13: undefined: Most\n./shelf_test.go:18:13: undefined: Least";
-        assert_eq!(
-            modules(t.path(), root),
-            [("shelf_test.go".to_string(), ".".to_string())]
-        );
+        assert_missing(&t, root, &[("shelf_test.go", ".")]);
         let method = "# example.com/x/a [example.com/x/a.test]\na/a_test.go:4:7: c.Most undefined (type *Counter has no field or method Most)\na/more_test.go:9:2: undefined: Least\ntoo many errors";
-        assert_eq!(
-            modules(t.path(), method),
-            [
-                ("a/a_test.go".to_string(), "a".to_string()),
-                ("a/more_test.go".to_string(), "a".to_string())
-            ]
-        );
+        assert_missing(&t, method, &[("a/a_test.go", "a"), ("a/more_test.go", "a")]);
         for other in [
             // An error in the code, not the test.
             "./shelf.go:3:1: undefined: Most",
