@@ -305,6 +305,12 @@ mod tests {
         ])
     }
 
+    /// What a run that failed naming no test (its whole run errored) names in `output`.
+    fn read_whole_run(tree: &Path, output: &str) -> Vec<MissingModule> {
+        let whole = TestOutcome::new(TestOutcome::WHOLE_RUN, TestStatus::Errored);
+        read(tree, std::slice::from_ref(&whole), output)
+    }
+
     /// Asserts that `message` names exactly these (test file, missing module) pairs of `t`.
     fn assert_missing(t: &tempfile::TempDir, message: &str, expected: &[(&str, &str)]) {
         let expected: Vec<(String, String)> = expected
@@ -411,8 +417,7 @@ mod tests {
     fn a_run_that_failed_naming_no_test_is_read_from_its_output() {
         let t = tree();
         let jest = "FAIL test/t1.test.js\n  ● Test suite failed to run\n\n    Cannot find module '../src/orders' from 'test/t1.test.js'\n";
-        let whole = TestOutcome::new(TestOutcome::WHOLE_RUN, TestStatus::Errored);
-        let found = read(t.path(), std::slice::from_ref(&whole), jest);
+        let found = read_whole_run(t.path(), jest);
         assert_eq!(
             found
                 .iter()
@@ -431,8 +436,7 @@ mod tests {
     fn a_rust_test_target_naming_what_the_crate_lacks_stops_every_test() {
         let t = tree();
         let cargo = "   Compiling shelf v0.1.0 (/tmp/v)\nerror[E0432]: unresolved import `shelf::most`\n --> tests/most.rs:1:5\n  |\n1 | use shelf::most;\n\nerror[E0425]: cannot find function `least` in crate `shelf`\n --> tests/most.rs:5:32\n\nSome errors have detailed explanations: E0425, E0432.\nerror: could not compile `shelf` (test \"most\") due to 2 previous errors\n";
-        let whole = TestOutcome::new(TestOutcome::WHOLE_RUN, TestStatus::Errored);
-        let found = read(t.path(), std::slice::from_ref(&whole), cargo);
+        let found = read_whole_run(t.path(), cargo);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(
             (
