@@ -3,7 +3,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{base_of, migration};
+use common::{base_of, empty_base, migration};
 use consort_testkit::process::eventually;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use consort_lakebase::procinfo;
 use consort_lakebase::{
-    BaseSpec, BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
+    BranchProvider, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres, EmbeddedProvider,
 };
 
 fn uid_of(pid: u32) -> Option<u32> {
@@ -265,10 +265,7 @@ async fn another_process_attaches_to_a_running_cluster_and_its_owner_stops_it() 
     let provider = EmbeddedProvider::new(attached.clone())
         .await
         .expect("provider on the attached cluster");
-    let base = provider
-        .prepare_base(&BaseSpec::default())
-        .await
-        .expect("base");
+    let base = empty_base(&provider).await;
     let name = format!("consort-attach-{}", std::process::id());
     provider.create(&name, &base).await.expect("branch");
     provider.delete(&name).await.expect("delete");

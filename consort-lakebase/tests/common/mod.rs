@@ -27,6 +27,11 @@ pub(crate) fn migration(version: &str, sql: &str) -> Migration {
     }
 }
 
+/// The base of no migrations on `p`.
+pub(crate) async fn empty_base<P: BranchProvider + ?Sized>(p: &P) -> consort_lakebase::BaseRef {
+    p.prepare_base(&BaseSpec::default()).await.expect("base")
+}
+
 /// A base of `migrations`, without fixtures or promoted features.
 pub(crate) fn base_of(migrations: Vec<Migration>) -> BaseSpec {
     BaseSpec {

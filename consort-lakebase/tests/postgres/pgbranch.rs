@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::common::{assert_count, base_of, branch_names, migration, query_value};
+use crate::common::{assert_count, base_of, branch_names, empty_base, migration, query_value};
 use consort_lakebase::names::{BRANCH_PREFIX, BranchNamer, quote_literal};
 use consort_lakebase::{
     BaseSpec, BranchProvider, ConnectInfo, EmbeddedCluster, EmbeddedConfig, EmbeddedPostgres,
@@ -568,10 +568,7 @@ async fn two_providers_deleting_one_branch_at_once_both_succeed() {
     let second = EmbeddedProvider::new(cluster.clone())
         .await
         .expect("a second provider");
-    let base = first
-        .prepare_base(&BaseSpec::default())
-        .await
-        .expect("base");
+    let base = empty_base(&first).await;
     let namer = BranchNamer::new();
     for _ in 0..8 {
         let b = first
