@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use common::{interleave, report_line, report_ratio};
 use consort::actors::{Event, HumanDecision, Ledger};
-use consort::lakebase::store::{Fence, PgStore};
 use consort::lakebase::connect;
+use consort::lakebase::store::{Fence, PgStore};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 /// An event of a typical small size.
