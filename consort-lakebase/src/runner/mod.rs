@@ -102,14 +102,24 @@ impl RunContext {
             .iter()
             .filter_map(|p| p.canonicalize().ok())
             .collect();
+        let read_only = dependency_dirs(&work_tree);
+        // A /dev/shm of the run's own is mounted over the machine's: it would hide a tree, a
+        // scratch directory or a dependency that lives under it (a project in /dev/shm).
+        let shm = (!under_dev_shm(
+            [&work_tree, &scratch.writable()]
+                .into_iter()
+                .chain(&read_only)
+                .chain(&writable),
+        ))
+        .then(|| scratch.shm());
         let spec = JailSpec {
             hidden: hidden.clone(),
             tree: Some(work_tree.clone()),
             writable,
             create_only: Some(scratch.views()),
             branch: (!conn.host.starts_with('/')).then(|| (conn.host.clone(), conn.port)),
-            read_only: dependency_dirs(&work_tree),
-            shm: Some(scratch.shm()),
+            read_only,
+            shm,
         };
         let jail = Jail::prepare(mode, &spec)?;
         Ok(RunContext {
@@ -165,6 +175,17 @@ impl RunContext {
         }
         out
     }
+}
+
+/// Whether any of `paths` is, or resolves to, a place under `/dev/shm`.
+fn under_dev_shm<'p>(paths: impl IntoIterator<Item = &'p PathBuf>) -> bool {
+    let shm = Path::new("/dev/shm");
+    let shm = shm.canonicalize().unwrap_or_else(|_| shm.to_path_buf());
+    paths.into_iter().any(|p| {
+        p.canonicalize()
+            .unwrap_or_else(|_| p.clone())
+            .starts_with(&shm)
+    })
 }
 
 /// What a runner reports; the verification turns it into a receipt.

@@ -227,6 +227,34 @@ async fn the_harness_s_faults_are_typed_errors_not_outcomes() {
 /// Runs are non-interactive: `CI=true` (no watch mode) and `npm_config_yes=false` (npx never
 /// tries a registry a run cannot reach), unless the configuration sets them.
 #[tokio::test]
+async fn a_project_that_lives_under_dev_shm_is_seen_by_its_runs() {
+    // As root a run gets a /dev/shm of its own, mounted over the machine's: it must not hide
+    // a tree that lives there.
+    let tree = tempfile::Builder::new()
+        .prefix("consort-tree-")
+        .tempdir_in("/dev/shm")
+        .expect("a tree in /dev/shm");
+    write_tree(
+        tree.path(),
+        &[
+            ("marker.txt", "here\n"),
+            ("tests/t1.sql", "SELECT 1;\n"),
+        ],
+    );
+    let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &["t1"], None).await;
+    let r = run_command(cmd("grep -q here marker.txt"), &ctx).await;
+    assert!(r.exit.success(), "the command read its tree: {r:?}");
+    assert_eq!(status(&r, "t1"), Some(TestStatus::Passed));
+    let psql = PsqlRunner::new(PsqlRunnerConfig::default())
+        .expect("psql runner")
+        .run(&ctx)
+        .await
+        .expect("psql starts in its tree and runs the test file");
+    assert!(psql.exit.success(), "psql ran its tree's test: {psql:?}");
+    p.delete(&b.name).await.expect("delete");
+}
+
+#[tokio::test]
 async fn runs_are_non_interactive_unless_configured_otherwise() {
     let (_tree, p, b, ctx) = empty_tree_branch().await;
     let r = run_command(cmd("echo \"ci=$CI yes=$npm_config_yes\""), &ctx).await;
