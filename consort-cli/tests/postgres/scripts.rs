@@ -19,7 +19,7 @@ fn init_writes_a_skeleton_doctor_calls_not_ready_and_init_keeps_an_existing_scri
     assert_exit(&o, 0, "init");
     let skeleton = std::fs::read_to_string(dir.join(SKELETON)).expect("the skeleton");
     assert_eq!(skeleton, consort::agents::script_skeleton());
-    assert!(skeleton.contains("docs/ARTIFACTS.md"), "{skeleton}");
+    assert_contains(&skeleton, "docs/ARTIFACTS.md");
     assert!(
         text(&o).contains("consort doctor"),
         "init says how to check it: {}",
@@ -37,9 +37,9 @@ fn init_writes_a_skeleton_doctor_calls_not_ready_and_init_keeps_an_existing_scri
         )),
         "{out}"
     );
-    assert!(
-        out.contains("answers, in order: stories, spec/r0, architecture/r0, schema, test-list, ux"),
-        "{out}"
+    assert_contains(
+        &out,
+        "answers, in order: stories, spec/r0, architecture/r0, schema, test-list, ux",
     );
     assert!(
         out.contains(&format!(
@@ -62,7 +62,7 @@ fn init_writes_a_skeleton_doctor_calls_not_ready_and_init_keeps_an_existing_scri
     );
     std::fs::write(dir.join("feature.md"), "# Stock levels\n").expect("write");
     let out = text(&in_dir(&["doctor"], dir));
-    assert!(out.contains("has a title and nothing else"), "{out}");
+    assert_contains(&out, "has a title and nothing else");
     std::fs::write(
         dir.join("feature.md"),
         "# Stock levels\n\nShow stock per SKU.\n",
@@ -110,13 +110,13 @@ fn doctor_explains_a_good_script_and_names_a_broken_entry() {
     let o = in_dir(&["doctor"], dir);
     assert_exit(&o, 0, "the StockFlow script is ready");
     let out = text(&o);
-    assert!(
-        out.contains("answers, in order: stories, spec/r0, architecture/r0, schema, test-list, ux, red/T1, green/T1, red/T2,"),
-        "{out}"
+    assert_contains(
+        &out,
+        "answers, in order: stories, spec/r0, architecture/r0, schema, test-list, ux, red/T1, green/T1, red/T2,",
     );
-    assert!(
-        out.contains("every design step and every build step of product-owner,"),
-        "{out}"
+    assert_contains(
+        &out,
+        "every design step and every build step of product-owner,",
     );
 
     // Without its UX entry and with the T1 GREEN removed, both are named as missing.

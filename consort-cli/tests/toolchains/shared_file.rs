@@ -280,18 +280,14 @@ fn pytest_three_tests_in_the_projects_own_test_file_run_to_done() {
 /// entry could never be written. No RED runs, and no agent is asked to build.
 #[test]
 fn a_psql_test_list_that_shares_a_file_is_refused_at_design() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = crate::adopt::repo_of(&[
+        (
+            "migrations/0001_counts.sql",
+            "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
+        ),
+        ("tests/t0_counts.sql", "SELECT count(*) FROM counts;\n"),
+    ]);
     let dir = tmp.path();
-    write(
-        dir,
-        &[
-            (
-                "migrations/0001_counts.sql",
-                "CREATE TABLE counts (sku text PRIMARY KEY, qty int NOT NULL);",
-            ),
-            ("tests/t0_counts.sql", "SELECT count(*) FROM counts;\n"),
-        ],
-    );
     let o = run(consort().arg("init").arg(dir));
     assert_exit(&o, 0, "init adopts the repository");
     let shared = "tests/t1_counts.sql";
