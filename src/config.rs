@@ -212,7 +212,8 @@ impl Default for PathsConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSettings {
-    /// Warm branches kept ready.
+    /// The most warm branches kept ready: the pool keeps as many as runs took at once, at
+    /// least one, up to this.
     #[serde(default = "default_pool")]
     pub size: usize,
     /// Verifications at once.

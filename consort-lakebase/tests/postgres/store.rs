@@ -58,9 +58,7 @@ async fn a_ledger_in_the_store_is_a_hash_chain_the_file_ledger_would_accept() {
     // Two connections append in turn: one chain, no sequence number twice.
     for n in 0..6 {
         let store = if n % 2 == 0 { &mut a } else { &mut b };
-        let entry = append_f1(store, n, Fence::Person)
-            .await
-            .expect("appended");
+        let entry = append_f1(store, n, Fence::Person).await.expect("appended");
         assert_eq!(entry.seq, n as u64 + 1);
     }
     let entries = b.entries("f1").await.expect("read back");
