@@ -212,8 +212,8 @@ impl Default for PathsConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSettings {
-    /// The most warm branches kept ready: the pool keeps as many as runs took at once, at
-    /// least one, up to this.
+    /// Warm branches kept ready. Lanes split them, and each lane keeps only as many as its
+    /// runs took at once (at least one, at most its share).
     #[serde(default = "default_pool")]
     pub size: usize,
     /// Verifications at once.

@@ -99,7 +99,7 @@ run_as = "postgres"             # the server's user when consort runs as root
 # ttl_secs = 3600
 
 [pool]
-size = 4                        # at most this many warm branches kept ready
+size = 4                        # warm branches kept ready
 max_concurrent = 4              # verifications at once
 keep_failed = false             # keep a failed run's branch for an hour, to inspect it
 

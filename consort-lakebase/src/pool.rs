@@ -1,11 +1,12 @@
 //! The warm branch pool: branches of the current base, ready before they are asked for.
 //!
 //! * [`BranchPool::acquire`] pops a ready branch of the requested base (a few milliseconds),
-//!   or creates one on the spot when none is ready, and starts a background refill: up to as
-//!   many ready branches as were ever leased at once (at least one), at most
-//!   [`PoolConfig::size`]. Verifications one after the other keep one ready, a sharded run's
-//!   burst keeps its shards ready: every ready branch beyond the demand is a copy of the base
-//!   made, and dropped unused when the base changes (each new migration), for nothing.
+//!   or creates one on the spot when none is ready, and starts a background refill up to
+//!   [`PoolConfig::size`]; or, with [`PoolConfig::as_leased`], up to as many as were ever
+//!   leased at once (at least one). Alone on a machine the refill runs ahead in time the CPU
+//!   would not use; beside other lanes, every ready branch beyond the demand is a copy of the
+//!   base made for nothing when the base changes (each story's migration), on CPU another lane
+//!   needed.
 //! * A branch is never reused: every acquired branch is owned by a [`Lease`], which deletes it
 //!   on [`Lease::release`] (or keeps it for inspection after a failed run when
 //!   [`PoolConfig::keep_failed`] is set, until [`PoolConfig::keep_failed_for`] has passed). A
@@ -32,19 +33,35 @@ use crate::provider::{BaseRef, BaseSpec, Branch, BranchProvider};
 /// Pool settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
-    /// The most branches of the current base kept ready (4 suits the local backend); the pool
-    /// keeps as many as were ever leased at once, at least one, up to this.
+    /// How many branches of the current base to keep ready (4 suits the local backend); with
+    /// [`PoolConfig::as_leased`], the most kept ready.
     pub size: usize,
+    /// Keep ready only as many branches as were ever leased at once (at least one, at most
+    /// `size`): for pools that share the machine's cores (lanes), where a branch made ahead
+    /// and dropped unused costs another lane's time.
+    pub as_leased: bool,
     /// Keep the branch of a failed run for inspection instead of deleting it.
     pub keep_failed: bool,
     /// How long a kept branch lives before the sweeper removes it.
     pub keep_failed_for: Duration,
 }
 
+impl PoolConfig {
+    /// How many ready branches the refill keeps, given the most leased at once.
+    fn wanted(&self, peak: usize) -> usize {
+        if self.as_leased {
+            peak.clamp(1, self.size)
+        } else {
+            self.size
+        }
+    }
+}
+
 impl Default for PoolConfig {
     fn default() -> Self {
         PoolConfig {
             size: 4,
+            as_leased: false,
             keep_failed: false,
             keep_failed_for: Duration::from_secs(3600),
         }
@@ -333,7 +350,7 @@ impl PoolInner {
             let (base, generation) = {
                 let Ok(mut st) = self.lock() else { return };
                 let Some(base) = st.base.clone() else { return };
-                if st.ready.len() + st.creating >= st.peak.clamp(1, self.cfg.size) {
+                if st.ready.len() + st.creating >= self.cfg.wanted(st.peak) {
                     return;
                 }
                 st.creating += 1;

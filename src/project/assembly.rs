@@ -79,6 +79,9 @@ impl Project {
             .pool(
                 PoolConfig {
                     size: share(self.config.pool.size, opts.sharing),
+                    // Lanes share the cores: a branch made ahead for nothing is another
+                    // lane's time.
+                    as_leased: opts.sharing > 1,
                     keep_failed: self.config.pool.keep_failed,
                     ..PoolConfig::default()
                 },

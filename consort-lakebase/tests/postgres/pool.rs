@@ -144,9 +144,15 @@ async fn settles_at(pool: &BranchPool, n: usize) -> usize {
 }
 
 #[tokio::test]
-async fn the_pool_keeps_ready_as_many_branches_as_were_leased_at_once() {
+async fn a_pool_as_leased_keeps_ready_as_many_branches_as_were_leased_at_once() {
     let provider = private_provider().await;
-    let pool = BranchPool::new(provider.clone(), consort_testkit::cluster::pool_config(4));
+    let pool = BranchPool::new(
+        provider.clone(),
+        PoolConfig {
+            as_leased: true,
+            ..consort_testkit::cluster::pool_config(4)
+        },
+    );
     let v1 = consort_testkit::cluster::base_spec(vec![migration("0001", "CREATE TABLE a (x int)")]);
 
     // One verification after the other: one branch ready, not the pool's size of four.
@@ -194,6 +200,7 @@ async fn failed_runs_can_be_kept_and_dropped_leases_are_cleaned_up() {
             size: 1,
             keep_failed: true,
             keep_failed_for: Duration::from_secs(600),
+            ..PoolConfig::default()
         },
     );
     let spec = BaseSpec::default();

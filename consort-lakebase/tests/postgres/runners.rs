@@ -236,10 +236,7 @@ async fn a_project_that_lives_under_dev_shm_is_seen_by_its_runs() {
         .expect("a tree in /dev/shm");
     write_tree(
         tree.path(),
-        &[
-            ("marker.txt", "here\n"),
-            ("tests/t1.sql", "SELECT 1;\n"),
-        ],
+        &[("marker.txt", "here\n"), ("tests/t1.sql", "SELECT 1;\n")],
     );
     let (p, b, ctx) = branch_for(tree.path(), &BaseSpec::default(), &["t1"], None).await;
     let r = run_command(cmd("grep -q here marker.txt"), &ctx).await;
