@@ -92,6 +92,12 @@ pub(crate) fn adopt_and_run_with(
         }
         c
     };
+    // Doctor with the same PATH: the migration tool and the test tool may live in it.
+    let doctor = |dir: &Path| {
+        let o = run(consort().arg("doctor").args(dir_arg(dir)));
+        let said = text(&o);
+        (o, said)
+    };
     let o = run(consort().arg("init").arg(dir));
     assert_exit(&o, 0, "init adopts the repository");
     let init = text(&o);
