@@ -98,7 +98,7 @@ fn bench(c: &mut Criterion) {
                 "{size} on disk; cold branch create: clone {}, copy {} ({:.3}× of copy)",
                 common::fmt(*clone),
                 common::fmt(*copy),
-                clone.as_secs_f64() / copy.as_secs_f64().max(1e-9),
+                common::ratio(*clone, *copy),
             ),
         );
     }

@@ -40,7 +40,7 @@ pub(crate) struct Pair {
 impl Pair {
     /// The ratio of the medians.
     pub(crate) fn ratio(&self) -> f64 {
-        self.figure.as_secs_f64() / self.floor.as_secs_f64().max(1e-12)
+        ratio(self.figure, self.floor)
     }
 }
 
@@ -64,14 +64,24 @@ pub(crate) fn interleave(
         };
         a.push(x);
         b.push(y);
-        r.push(x.as_secs_f64() / y.as_secs_f64().max(1e-12));
+        r.push(ratio(x, y));
     }
-    r.sort_by(f64::total_cmp);
     Pair {
         figure: median(&mut a),
         floor: median(&mut b),
-        round_ratio: r.get(r.len() / 2).copied().unwrap_or(f64::NAN),
+        round_ratio: median_ratio(r),
     }
+}
+
+/// `a / b`, a zero `b` counted as one nanosecond (the smallest duration there is).
+pub(crate) fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
+}
+
+/// The median of some ratios (NaN when there are none).
+pub(crate) fn median_ratio(mut r: Vec<f64>) -> f64 {
+    r.sort_by(f64::total_cmp);
+    r.get(r.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// The median of `rounds` runs of `f`.

@@ -302,7 +302,7 @@ fn bench(c: &mut Criterion) {
             .saturating_sub(ms(r.run_ms + r.acquire_ms + r.migrate_ms))
     });
     let first = runs.first().copied().unwrap_or_default();
-    let pct = |d: Duration| 100.0 * d.as_secs_f64() / run.as_secs_f64().max(1e-9);
+    let pct = |d: Duration| 100.0 * common::ratio(d, run);
     report_line(
         "StockFlow",
         &format!(
@@ -335,14 +335,11 @@ fn bench(c: &mut Criterion) {
         &common::Pair {
             figure: run,
             floor: tests,
-            round_ratio: {
-                let mut r: Vec<f64> = runs
-                    .iter()
+            round_ratio: common::median_ratio(
+                runs.iter()
                     .map(|x| x.run.as_secs_f64() / (x.run_ms.max(1) as f64 / 1000.0))
-                    .collect();
-                r.sort_by(f64::total_cmp);
-                r.get(r.len() / 2).copied().unwrap_or(f64::NAN)
-            },
+                    .collect(),
+            ),
         },
         "its test runs alone (Σ run_ms)",
         None,
@@ -357,7 +354,7 @@ fn bench(c: &mut Criterion) {
             "{} wall, {per_s:.1} verifications/s | floor (32 psql runs at once on one existing database): {}, {bare_per_s:.1}/s | ratio {:.2}× | errors {} | failed tests {} | served warm {} / created on demand {}",
             common::fmt(b.wall),
             common::fmt(b.bare_wall),
-            b.wall.as_secs_f64() / b.bare_wall.as_secs_f64(),
+            common::ratio(b.wall, b.bare_wall),
             b.errors,
             b.failed_tests,
             b.from_pool,

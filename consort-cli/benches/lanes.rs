@@ -261,8 +261,8 @@ fn bench(c: &mut Criterion) {
             "{} vs {}: {:.2}× the sequential wall time ({:.2}× that of one lane at a time)",
             common::fmt(lanes_two),
             common::fmt(seq),
-            lanes_two.as_secs_f64() / seq.as_secs_f64().max(1e-9),
-            lanes_two.as_secs_f64() / lanes_one.as_secs_f64().max(1e-9),
+            common::ratio(lanes_two, seq),
+            common::ratio(lanes_two, lanes_one),
         ),
     );
     // From the command line, interleaved: three rounds each way.
@@ -278,7 +278,7 @@ fn bench(c: &mut Criterion) {
             "`consort run --parallel 2` {} vs `consort run` twice {}: {:.2}×",
             common::fmt(two),
             common::fmt(seq),
-            two.as_secs_f64() / seq.as_secs_f64().max(1e-9)
+            common::ratio(two, seq)
         ),
     );
 }

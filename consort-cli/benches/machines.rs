@@ -321,9 +321,9 @@ fn bench(c: &mut Criterion) {
             "{} vs {}: {:.2}× (goal ≤ 0.45×); one feature alone (the floor) {}: {:.2}× the floor",
             common::fmt(many),
             common::fmt(one),
-            many.as_secs_f64() / one.as_secs_f64().max(1e-9),
+            common::ratio(many, one),
             common::fmt(alone),
-            many.as_secs_f64() / alone.as_secs_f64().max(1e-9),
+            common::ratio(many, alone),
         ),
     );
     for waiting in [0, 99] {
@@ -345,7 +345,7 @@ fn bench(c: &mut Criterion) {
                 "{} with a {} lease: {:.2}× the lease (goal ≤ 2×); the killed lease had {} left (the floor)",
                 common::fmt(taken),
                 common::fmt(lease),
-                taken.as_secs_f64() / lease.as_secs_f64(),
+                common::ratio(taken, lease),
                 common::fmt(left),
             ),
         );

@@ -349,12 +349,8 @@ fn describe(c: &Curve) -> String {
         common::fmt(c.full),
         common::fmt(c.failing_green),
         common::fmt(c.baseline),
-        100.0 * ratio(c.baseline, c.wall),
+        100.0 * common::ratio(c.baseline, c.wall),
     )
-}
-
-fn ratio(a: Duration, b: Duration) -> f64 {
-    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
 }
 
 fn bench(c: &mut Criterion) {
@@ -396,10 +392,10 @@ fn curve(rt: &tokio::runtime::Runtime, stack: Stack, tests: usize) {
         &describe(&feature),
     );
     let (full, failing, by_split, by_feature) = (
-        ratio(split.full, whole.full),
-        ratio(split.failing_green, whole.failing_green),
-        ratio(split.wall, whole.wall),
-        ratio(feature.wall, whole.wall),
+        common::ratio(split.full, whole.full),
+        common::ratio(split.failing_green, whole.failing_green),
+        common::ratio(split.wall, whole.wall),
+        common::ratio(feature.wall, whole.wall),
     );
     report_line(
         &format!("{name}, against whole"),
