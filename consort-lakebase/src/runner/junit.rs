@@ -70,6 +70,7 @@ fn what_it_said(element: roxmltree::Node<'_, '_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::names_and_statuses;
 
     #[test]
     fn what_a_failure_said_reaches_the_outcome_capped() {
@@ -121,10 +122,8 @@ mod tests {
   <testcase classname="c" name="later"><skipped/></testcase>
 </testsuite></testsuites>"#;
         let got = parse_junit(xml, "{classname}::{name}").expect("parse");
-        let pairs: Vec<(&str, TestStatus)> =
-            got.iter().map(|o| (o.name.as_str(), o.status)).collect();
         assert_eq!(
-            pairs,
+            names_and_statuses(&got),
             vec![
                 ("tests.test_a::test_ok", TestStatus::Passed),
                 ("tests.test_a::test_bad", TestStatus::Failed),

@@ -302,3 +302,14 @@ pub(crate) fn redact(text: &str, conn: &ConnectInfo) -> String {
         text.replace(secret, "***")
     }
 }
+
+/// Each outcome's test name and status, in order: what a parser's tests compare.
+#[cfg(test)]
+pub(crate) fn names_and_statuses(
+    outcomes: &[TestOutcome],
+) -> Vec<(&str, consort_actors::TestStatus)> {
+    outcomes
+        .iter()
+        .map(|o| (o.name.as_str(), o.status))
+        .collect()
+}

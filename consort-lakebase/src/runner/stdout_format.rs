@@ -258,17 +258,14 @@ pub fn parse_go_test_json(text: &str, stderr: &str) -> Option<Vec<TestOutcome>> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pairs(o: &[TestOutcome]) -> Vec<(&str, TestStatus)> {
-        o.iter().map(|o| (o.name.as_str(), o.status)).collect()
-    }
+    use crate::runner::names_and_statuses;
 
     #[test]
     fn libtest_lines_become_outcomes() {
         let text = "\nrunning 4 tests\ntest tests::adds ... ok\ntest tests::subtracts ... FAILED\ntest slow ... ignored, needs a db\ntest tests::x ... ignored\n\nfailures:\n\n---- tests::subtracts stdout ----\nthread 'tests::subtracts' panicked\ntest result: FAILED. 1 passed; 1 failed\n";
         let got = parse_libtest(text).expect("outcomes");
         assert_eq!(
-            pairs(&got),
+            names_and_statuses(&got),
             vec![
                 ("tests::adds", TestStatus::Passed),
                 ("tests::subtracts", TestStatus::Failed),
@@ -300,7 +297,7 @@ not json
 "#;
         let got = parse_go_test_json(text, "").expect("outcomes");
         assert_eq!(
-            pairs(&got),
+            names_and_statuses(&got),
             vec![
                 ("TestA", TestStatus::Passed),
                 ("TestB/sub", TestStatus::Failed),
@@ -315,7 +312,7 @@ not json
 "#;
         let got = parse_go_test_json(build_error, "").expect("a failed package");
         assert_eq!(
-            pairs(&got),
+            names_and_statuses(&got),
             vec![("(package)", TestStatus::Errored)],
             "no test ran"
         );
@@ -340,7 +337,7 @@ not json
             "# example.com/gx/a [example.com/gx/a.test]\na/a_test.go:4:33: undefined: Two\n";
         let got = parse_go_test_json(stdout, stderr).expect("outcomes");
         assert_eq!(
-            pairs(&got),
+            names_and_statuses(&got),
             vec![
                 ("TestB", TestStatus::Passed),
                 ("example.com/gx/a [build failed]", TestStatus::Errored)
@@ -360,7 +357,7 @@ not json
 "##;
         let got = parse_go_test_json(events, "").expect("outcomes");
         assert_eq!(
-            pairs(&got),
+            names_and_statuses(&got),
             vec![("example.com/gx/a [build failed]", TestStatus::Errored)],
             "the build failure, and no (package) beside it"
         );

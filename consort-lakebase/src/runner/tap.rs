@@ -113,15 +113,14 @@ fn flush_said(out: &mut [TestOutcome], said: &mut Option<(usize, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::names_and_statuses;
 
     #[test]
     fn points_directives_and_plans() {
         let tap = "TAP version 13\n1..5\nok 1 - adds\nnot ok 2 - subtracts\n  ok 1 - inner\nok 3 # SKIP no db\nnot ok 4 - later # TODO not yet\nok 5\n";
         let got = parse_tap(tap).expect("tap");
-        let pairs: Vec<(&str, TestStatus)> =
-            got.iter().map(|o| (o.name.as_str(), o.status)).collect();
         assert_eq!(
-            pairs,
+            names_and_statuses(&got),
             vec![
                 ("adds", TestStatus::Passed),
                 ("subtracts", TestStatus::Failed),
