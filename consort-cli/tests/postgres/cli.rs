@@ -205,16 +205,8 @@ fn init_run_gate_approve_resume_done_verify() {
 
 #[test]
 fn a_run_killed_during_the_build_lane_resumes_to_the_end() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = stockflow_tempdir();
     let dir = tmp.path();
-    assert!(
-        run(consort()
-            .arg("init")
-            .arg(dir)
-            .args(["--example", "stockflow"]))
-        .status
-        .success()
-    );
     // Kill without warning once the build lane has recorded a few verified runs.
     run_and_kill_after(dir, 3);
     assert_ne!(status_json(dir)["phase"], "done");
@@ -273,8 +265,7 @@ fn bad_configuration_is_a_usage_error_naming_the_key() {
     )
     .expect("write");
     let o = run(consort().arg("status").args(dir_arg(dir)));
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("max_repairz"), "{}", text(&o));
+    assert_exit_saying(&o, 2, "a usage error", "max_repairz");
     let o = run(consort().arg("frobnicate"));
     assert_eq!(o.status.code(), Some(2));
 }
@@ -656,8 +647,7 @@ fn stop_ends_a_run_that_was_killed_mid_build_lane() {
 
     // A retry still needs a halt; the refusal is the machine's, not the lock's.
     let o = run(consort().args(["retry", "--by", "ada"]).args(dir_arg(dir)));
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("not halted"), "{}", text(&o));
+    assert_exit_saying(&o, 1, "a retry needs a halt", "not halted");
 
     let o = run(consort().args(["stop", "--by", "ada"]).args(dir_arg(dir)));
     assert!(o.status.success(), "stop takes the lock over: {}", text(&o));
