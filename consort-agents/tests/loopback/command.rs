@@ -11,6 +11,7 @@ use consort_actors::{
 use consort_agents::{CommandConfig, CommandError, ExternalCommandAgent, RoleArgs, spawn_role};
 use consort_testkit::agents::ask;
 use consort_testkit::artifacts::assignment;
+use consort_testkit::verify::assert_contains;
 
 /// Writes an executable `sh` script into `dir` and returns its path.
 fn script(dir: &Path, name: &str, body: &str) -> String {
@@ -178,7 +179,7 @@ async fn a_symlink_out_of_the_scratch_copy_is_refused() {
     match agent.run(&a).await {
         Err(CommandError::PathEscape { path, reason }) => {
             assert_eq!(path, "src/evil.sql");
-            assert!(reason.contains("symbolic link"), "{reason}");
+            assert_contains(&reason, "symbolic link");
         }
         other => panic!("expected PathEscape, got {other:?}"),
     }
@@ -306,12 +307,9 @@ async fn only_allowed_environment_variables_reach_the_program() {
         .filter_map(|l| l.split('=').next())
         .collect();
     assert!(names.contains(&"PATH"), "{content}");
-    assert!(content.contains("AGENT_MODE=strict"), "{content}");
-    assert!(content.contains("CONSORT_STEP=green/T1"), "{content}");
-    assert!(
-        content.contains("CONSORT_ANSWER_WITH=change-set"),
-        "{content}"
-    );
+    assert_contains(&content, "AGENT_MODE=strict");
+    assert_contains(&content, "CONSORT_STEP=green/T1");
+    assert_contains(&content, "CONSORT_ANSWER_WITH=change-set");
     assert!(
         !names.contains(&hidden.as_str()),
         "{hidden} leaked: {content}"

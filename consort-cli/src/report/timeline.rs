@@ -211,6 +211,7 @@ fn confinement_html(c: consort_actors::Confinement) -> String {
 mod tests {
     use super::*;
     use consort_actors::{ExitRecord, ShardRun};
+    use consort_testkit::verify::assert_contains;
 
     #[test]
     fn a_split_receipt_shows_each_shard_and_a_stopped_one_says_so() {
@@ -242,16 +243,10 @@ mod tests {
         ];
         let html = receipt_html(&Utc::now(), &r, &[]);
         assert_eq!(html.matches("<tr class=\"shard\">").count(), 2, "{html}");
-        assert!(html.contains("stopped: another shard"), "{html}");
+        assert_contains(&html, "stopped: another shard");
         assert!(html.contains("tests/&lt;a&gt;.py"), "escaped: {html}");
-        assert!(
-            html.contains("covered the suite split over 2 branches, 1 stopped"),
-            "{html}"
-        );
-        assert!(
-            html.contains("not passed: <code>tests.a::t</code></div>"),
-            "{html}"
-        );
+        assert_contains(&html, "covered the suite split over 2 branches, 1 stopped");
+        assert_contains(&html, "not passed: <code>tests.a::t</code></div>");
         let set_aside = receipt_html(&Utc::now(), &r, &["tests.a::t".to_string()]);
         assert!(
             set_aside.contains("not passed: <code>tests.a::t</code> (quarantined: judges nothing)"),

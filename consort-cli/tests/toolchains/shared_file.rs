@@ -11,6 +11,7 @@ use crate::common::{
     approving_run, assert_exit, consort, ledger_text, run, status_json, toolchain, write,
 };
 use consort_testkit::process::text;
+use consort_testkit::verify::assert_contains;
 
 /// The project's own test file, which the feature's three tests join.
 const TESTS: &str = "tests/test_counts.py";
@@ -238,10 +239,7 @@ pub(crate) fn assert_hook_refused_once(dir: &std::path::Path) {
         1,
         "{ledger}"
     );
-    assert!(
-        ledger.contains("would apply to the accepted tests"),
-        "{ledger}"
-    );
+    assert_contains(&ledger, "would apply to the accepted tests");
 }
 
 #[test]
@@ -314,11 +312,8 @@ fn a_psql_test_list_that_shares_a_file_is_refused_at_design() {
     assert_eq!(o.status.code(), Some(4), "halted at design: {out}");
     let why =
         "tests T1 and T2 would both live in `tests/t1_counts.sql`, a file Consort does not parse";
-    assert!(out.contains(why), "{out}");
-    assert!(
-        out.contains("give each test a file of its own there"),
-        "{out}"
-    );
+    assert_contains(&out, why);
+    assert_contains(&out, "give each test a file of its own there");
     let ledger = ledger_text(dir);
     assert!(
         ledger.contains(why),
