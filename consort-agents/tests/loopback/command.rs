@@ -307,9 +307,9 @@ async fn only_allowed_environment_variables_reach_the_program() {
         .filter_map(|l| l.split('=').next())
         .collect();
     assert!(names.contains(&"PATH"), "{content}");
-    assert_contains(&content, "AGENT_MODE=strict");
-    assert_contains(&content, "CONSORT_STEP=green/T1");
-    assert_contains(&content, "CONSORT_ANSWER_WITH=change-set");
+    assert_contains(content, "AGENT_MODE=strict");
+    assert_contains(content, "CONSORT_STEP=green/T1");
+    assert_contains(content, "CONSORT_ANSWER_WITH=change-set");
     assert!(
         !names.contains(&hidden.as_str()),
         "{hidden} leaked: {content}"
