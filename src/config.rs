@@ -256,6 +256,11 @@ pub enum ProviderConfig {
         /// `postgres` (with a `/`; relative to the project).
         #[serde(default)]
         postgres: consort_lakebase::PostgresSource,
+        /// Whether branch databases are made in memory (a tablespace on a tmpfs, where the
+        /// machine has one Consort may use; the parent and the bases stay on disk). Default
+        /// `true`; `false` keeps every branch on disk.
+        #[serde(default = "runner::default_true")]
+        branches_in_memory: bool,
     },
     /// An existing PostgreSQL server; the URL comes from an environment variable.
     Url {
@@ -344,6 +349,7 @@ impl Default for ProviderConfig {
             data_dir: default_data_dir(),
             run_as: default_run_as(),
             postgres: consort_lakebase::PostgresSource::Auto,
+            branches_in_memory: true,
         }
     }
 }

@@ -661,9 +661,11 @@ impl Project {
                 data_dir,
                 run_as,
                 postgres,
+                branches_in_memory,
             } => {
                 let mut cfg = EmbeddedConfig::at(self.dir.join(data_dir));
                 cfg.run_as = run_as.clone();
+                cfg.branches_in_memory = *branches_in_memory;
                 cfg.postgres = postgres.relative_to(&self.dir);
                 let cluster = EmbeddedPostgres::start(cfg).await?;
                 Arc::new(EmbeddedProvider::new(cluster).await?)

@@ -89,6 +89,7 @@ data_dir = ".consort/pg"
 run_as = "postgres"             # the server's user when consort runs as root
 # postgres = "auto"             # an installed PostgreSQL 15+, else consort's own (fetched once);
                                 #   "fetched": consort's own; or the path of initdb's directory
+# branches_in_memory = false    # branch databases on disk, not in memory (a tmpfs) as by default
 # provider = "url"              # an existing server: the URL is read from url_env
 # url_env = "CONSORT_DATABASE_URL"
 # provider = "lakebase"         # Lakebase Autoscaling over its REST API

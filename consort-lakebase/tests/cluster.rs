@@ -796,3 +796,101 @@ async fn postgres_18_branches_are_clones_on_a_file_system_with_reflinks_and_copi
     assert_eq!(copy, "clone");
     assert_eq!(rows, 1000);
 }
+
+// Branches in memory (the module `embedded::branch_space`).
+
+/// The tablespace branch database `name` lives in.
+async fn tablespace_of(admin: &tokio_postgres::Client, name: &str) -> String {
+    admin
+        .query_one(
+            "SELECT t.spcname::text FROM pg_database d JOIN pg_tablespace t ON t.oid = d.dattablespace WHERE d.datname = $1",
+            &[&name],
+        )
+        .await
+        .expect("the branch's tablespace")
+        .get(0)
+}
+
+/// A kept cluster makes its branches in a tablespace on a tmpfs (a temporary one keeps them on
+/// disk), and survives losing them: a server that went down without a checkpoint and whose
+/// tmpfs was emptied (a reboot) starts again, its lost branch is dropped, and new branches go
+/// to memory again.
+#[tokio::test]
+async fn a_kept_cluster_makes_branches_in_memory_and_starts_again_after_a_reboot_took_them() {
+    assert_eq!(temporary_cluster().await.branch_space(), None);
+    let (_holder, dir) = kept_cluster_dir("consort-in-memory-").await;
+    let cluster = start_our_own(&dir, "with branches in memory").await;
+    let Some(place) = cluster.branch_space().map(Path::to_path_buf) else {
+        // Neither /dev/shm as root nor $XDG_RUNTIME_DIR is a tmpfs here.
+        assert!(
+            !nix::unistd::geteuid().is_root(),
+            "a root process on Linux has /dev/shm"
+        );
+        return;
+    };
+    let provider = EmbeddedProvider::new(cluster.clone())
+        .await
+        .expect("provider");
+    assert!(
+        provider.private_paths().contains(&place),
+        "runs may not read the branches in memory"
+    );
+    let base = empty_base(&provider).await;
+    let lost = provider
+        .create("consort-lost", &base)
+        .await
+        .expect("a branch");
+    let admin = admin_session(&cluster, "postgres").await;
+    assert_eq!(
+        tablespace_of(&admin, "consort_lost").await,
+        "consort_branches"
+    );
+    assert_eq!(
+        tablespace_of(&admin, &base.id).await,
+        "pg_default",
+        "bases stay on disk"
+    );
+    // Pages the server's log names: a table written after the last checkpoint.
+    let info = provider.connect_info(&lost).await.expect("connect info");
+    let branch = consort_lakebase::connect(&info).await.expect("connect");
+    branch
+        .batch_execute("CREATE TABLE t AS SELECT g FROM generate_series(1, 5000) g")
+        .await
+        .expect("write the branch");
+    drop((branch, admin, provider));
+    // Down without a checkpoint (SIGQUIT: an immediate shutdown), then the tmpfs emptied.
+    let pid = cluster.postmaster_pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGQUIT,
+    )
+    .expect("signal the server");
+    drop(cluster);
+    assert!(
+        eventually(10, || !procinfo::alive(pid)),
+        "the server went down"
+    );
+    std::fs::remove_dir_all(&place).expect("empty the tmpfs");
+    let cluster = start_our_own(&dir, "after a reboot took the branches").await;
+    assert_eq!(cluster.branch_space(), Some(place.as_path()));
+    let provider = EmbeddedProvider::new(cluster.clone())
+        .await
+        .expect("provider");
+    provider
+        .delete("consort-lost")
+        .await
+        .expect("the lost branch is dropped");
+    let again = provider
+        .create("consort-again", &base)
+        .await
+        .expect("a new branch");
+    let admin = admin_session(&cluster, "postgres").await;
+    assert_eq!(
+        tablespace_of(&admin, "consort_again").await,
+        "consort_branches"
+    );
+    provider.delete(&again.name).await.expect("delete");
+    drop((admin, provider));
+    cluster.stop().expect("stop");
+    std::fs::remove_dir_all(&place).expect("remove the place");
+}

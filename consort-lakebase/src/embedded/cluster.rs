@@ -70,6 +70,10 @@ pub struct EmbeddedConfig {
     pub start_timeout: Duration,
     /// Extra server settings (`-c name=value`).
     pub settings: Vec<(String, String)>,
+    /// Whether a kept cluster makes its branch databases in memory (a tablespace on a tmpfs,
+    /// where the machine has one for it; see [`EmbeddedCluster::branch_space`]). Default
+    /// `true`.
+    pub branches_in_memory: bool,
 }
 
 impl Default for EmbeddedConfig {
@@ -81,6 +85,7 @@ impl Default for EmbeddedConfig {
             superuser: "consortadmin".into(),
             start_timeout: Duration::from_secs(60),
             settings: Vec::new(),
+            branches_in_memory: true,
         }
     }
 }
@@ -137,6 +142,8 @@ pub struct EmbeddedCluster {
     temporary: bool,
     pid: u32,
     owned: Mutex<Option<Owned>>,
+    /// Where the cluster makes its branches in memory, when it does.
+    branch_space: Option<PathBuf>,
 }
 
 impl EmbeddedPostgres {
@@ -209,6 +216,13 @@ impl EmbeddedPostgres {
 }
 
 impl EmbeddedCluster {
+    /// Where this cluster makes its branch databases in memory (a tablespace on a tmpfs), or
+    /// `None`: on disk with the rest of the cluster. Only kept clusters do (see the module
+    /// `branch_space`).
+    pub fn branch_space(&self) -> Option<&Path> {
+        self.branch_space.as_deref()
+    }
+
     /// The cluster directory actually used (may differ from the requested one, see
     /// [`EmbeddedConfig::dir`]).
     pub fn dir(&self) -> &Path {
@@ -481,6 +495,11 @@ struct Site<'a> {
     log_file: PathBuf,
     /// PostgreSQL 18 or newer on a file system with reflinks: branches are clones.
     clones: bool,
+    /// Where branches go in memory ([`EmbeddedCluster::branch_space`]).
+    branch_space: Option<PathBuf>,
+    /// A reboot took the branches in memory: the server starts with `ignore_invalid_pages`
+    /// (see the module `branch_space`).
+    branches_lost: bool,
 }
 
 impl Site<'_> {
@@ -506,6 +525,7 @@ impl Site<'_> {
             temporary: self.temporary && owned.is_some(),
             pid,
             owned: Mutex::new(owned),
+            branch_space: self.branch_space.clone(),
         }
     }
 
@@ -577,11 +597,20 @@ async fn start_cluster(
         .major()
         .is_some_and(|m| m >= super::reflink::FIRST_CLONING_MAJOR)
         && super::reflink::clones_files(&dir);
-    let site = Site {
+    let branch_space = (cfg.branches_in_memory && !temporary && !clones)
+        .then(|| {
+            super::branch_space::recorded(&dir)
+                .map(|(place, _)| place)
+                .or_else(|| super::branch_space::place_for(&dir))
+        })
+        .flatten();
+    let mut site = Site {
         cfg,
         bins,
         run_as,
         clones,
+        branch_space,
+        branches_lost: false,
         data_dir: dir.join("data"),
         pw_file: dir.join("admin.pw"),
         log_file: dir.join("postgres.log"),
@@ -596,6 +625,7 @@ async fn start_cluster(
         let patience = cfg.start_timeout.saturating_mul(2) + Duration::from_secs(30);
         Some(StartLock::take(&site.dir, patience).await?)
     };
+    site.branches_lost = super::branch_space::restore(&site.dir, site.run_as.as_ref())?;
     let mut in_use = String::new();
     for _round in 0..IN_USE_ROUNDS {
         if let Some(cluster) = try_attach(&site).await? {
@@ -904,6 +934,10 @@ fn spawn_server(
         // Not POSIX shared memory: test runs may write /dev/shm (when they share the
         // machine's, a run could otherwise remove the server's segments).
         .args(["-c", "dynamic_shared_memory_type=sysv"]);
+    if site.branches_lost {
+        // Its log may name pages of branches the reboot took with the tmpfs.
+        cmd.args(["-c", "ignore_invalid_pages=on"]);
+    }
     if site.clones {
         // `CREATE DATABASE … STRATEGY FILE_COPY` clones the base's files (reflinks).
         cmd.args(["-c", "file_copy_method=clone"]);

@@ -9,6 +9,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod branch_space;
 mod cluster;
 mod orphans;
 mod owner;

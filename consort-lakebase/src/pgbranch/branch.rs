@@ -5,10 +5,12 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
+use tracing::warn;
 
 use super::catalog::{CLOSED, db_lookup, db_meta, drop_db, is_dup, open_private, role_meta};
 use super::meta::Meta;
 use super::{ServerProvider, TEMPLATE_PREFIX};
+use crate::embedded::branch_space;
 use crate::error::{Error, Result};
 use crate::names::{db_ident, quote_ident, quote_literal, random_password, validate_branch_name};
 use crate::provider::{BaseRef, Branch, Secret};
@@ -109,12 +111,53 @@ impl ServerProvider {
         what: &str,
     ) -> Result<()> {
         let q = quote_ident(ident);
-        let sql = format!(
-            "CREATE DATABASE {q} OWNER {q} TEMPLATE {} STRATEGY FILE_COPY{CLOSED}",
-            quote_ident(base_id)
-        );
-        self.admin.exec_busy(admin, &sql, what).await?;
+        let copy = |space: &str| {
+            format!(
+                "CREATE DATABASE {q} OWNER {q} TEMPLATE {}{space} STRATEGY FILE_COPY{CLOSED}",
+                quote_ident(base_id)
+            )
+        };
+        let in_memory = self.in_memory(admin, base_id).await;
+        let copied = match in_memory {
+            Some(space) => match self.admin.exec_busy(admin, &copy(&space), what).await {
+                // The memory filled up meanwhile: this branch goes to disk.
+                Err(e) if e.sqlstate().is_some_and(|c| short_of_room(c.code())) => {
+                    warn!(error = %consort_actors::error_chain(&e), "a branch goes to disk: no room in memory");
+                    self.admin.exec_busy(admin, &copy(""), what).await
+                }
+                done => done,
+            },
+            None => self.admin.exec_busy(admin, &copy(""), what).await,
+        };
+        copied?;
         open_private(admin, ident, Some(marker)).await
+    }
+
+    /// ` TABLESPACE …` when a branch of `base_id` goes to memory: this provider makes branches
+    /// there and it has room for one (see `embedded::branch_space`).
+    async fn in_memory(&self, admin: &Client, base_id: &str) -> Option<String> {
+        let place = self.branch_space.as_deref()?;
+        let known = self
+            .base_sizes
+            .lock()
+            .ok()
+            .and_then(|sizes| sizes.get(base_id).copied());
+        let bytes = match known {
+            Some(b) => b,
+            None => {
+                let row = admin
+                    .query_one("SELECT pg_database_size($1::name)", &[&base_id])
+                    .await
+                    .ok()?;
+                let b = u64::try_from(row.get::<_, i64>(0)).ok()?;
+                if let Ok(mut sizes) = self.base_sizes.lock() {
+                    sizes.insert(base_id.to_string(), b);
+                }
+                b
+            }
+        };
+        branch_space::has_room(place, bytes)
+            .then(|| format!(" TABLESPACE {}", branch_space::TABLESPACE))
     }
 
     /// Returns when the branch role can log in over the branch endpoint.
@@ -200,4 +243,10 @@ impl ServerProvider {
         }
         Ok(())
     }
+}
+
+/// Whether SQLSTATE `code` says the server ran short of room or of its file system: classes
+/// 53 (insufficient resources, such as a full disk) and 58 (system errors).
+fn short_of_room(code: &str) -> bool {
+    code.starts_with("53") || code.starts_with("58")
 }

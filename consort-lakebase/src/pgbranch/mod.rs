@@ -38,7 +38,7 @@ mod secrets;
 mod sweep;
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -130,6 +130,10 @@ pub struct ServerProvider {
     is_super: bool,
     /// `clone` or `copy`: the server's `file_copy_method` (`copy` before PostgreSQL 18).
     branch_copy: &'static str,
+    /// Where an embedded cluster makes branches in memory (its branch tablespace's place).
+    branch_space: Option<PathBuf>,
+    /// The size of each base a branch was copied from, in bytes (for the room in memory).
+    base_sizes: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl fmt::Debug for ServerProvider {
@@ -158,6 +162,12 @@ impl ServerProvider {
             .await
             .map_err(|e| Error::from_pg("locking the provider set-up", e))?;
         let set_up = privileges::set_up(&client, &target, &opts, is_super).await;
+        let branch_space = match (&set_up, &target.cluster) {
+            (Ok(()), Some(cluster)) => {
+                crate::embedded::branch_space::ensure(&client, cluster).await
+            }
+            _ => None,
+        };
         // The lock also ends with this session; a failed unlock only delays another set-up.
         let _ = client
             .execute("SELECT pg_advisory_unlock($1)", &[&INIT_LOCK_KEY])
@@ -191,6 +201,8 @@ impl ServerProvider {
             secrets: SecretStore::default(),
             is_super,
             branch_copy,
+            branch_space,
+            base_sizes: std::sync::Mutex::default(),
         })
     }
 
@@ -237,11 +249,15 @@ impl BranchProvider for ServerProvider {
         Some(self.branch_copy)
     }
 
-    /// The cluster's directory and socket directory; a server reached by URL keeps no private
-    /// state on this machine.
+    /// The cluster's directory, socket directory and place of its branches in memory; a server
+    /// reached by URL keeps no private state on this machine.
     fn private_paths(&self) -> Vec<PathBuf> {
         match &self.target.cluster {
-            Some(c) => vec![c.dir().to_path_buf(), c.socket_dir().to_path_buf()],
+            Some(c) => [c.dir(), c.socket_dir()]
+                .into_iter()
+                .chain(self.branch_space.as_deref())
+                .map(Path::to_path_buf)
+                .collect(),
             None => Vec::new(),
         }
     }
