@@ -15,7 +15,9 @@ struct Stat {
     pgrp: u32,
     /// Field 22: clock ticks since boot.
     start_ticks: u64,
-    /// Field 52 (exit code) is non-zero once the process is exiting.
+    /// Field 52 (exit code) is non-zero once the process is exiting. A stopped process (state
+    /// `T`, `SIGSTOP` or a terminal's Ctrl-Z; `t`, stopped by a debugger or tracer) holds its
+    /// stop signal there instead: it is not dying.
     dying: bool,
 }
 
@@ -27,12 +29,14 @@ impl Stat {
         let rest = stat.rsplit_once(')')?.1;
         // `f` starts at field 3 (state): field n is index n - 3.
         let f: Vec<&str> = rest.split_whitespace().collect();
+        let state = (*f.first()?).to_string();
+        let stopped = state == "T" || state == "t";
         Some(Stat {
-            state: (*f.first()?).to_string(),
             ppid: f.get(1)?.parse().ok()?,
             pgrp: f.get(2)?.parse().ok()?,
             start_ticks: f.get(19)?.parse().ok()?,
-            dying: f.get(49).is_some_and(|c| *c != "0"),
+            dying: !stopped && f.get(49).is_some_and(|c| *c != "0"),
+            state,
         })
     }
 
@@ -183,6 +187,30 @@ mod tests {
         child.wait().expect("wait");
         assert!(!alive(cpid));
         assert!(boot_id().is_some_and(|b| !b.is_empty()));
+    }
+
+    /// A stopped process (a worker paused with `SIGSTOP`, a `consort` suspended with Ctrl-Z)
+    /// is alive: its branches and its server are not an ended process's to sweep or stop.
+    #[test]
+    fn a_stopped_process_is_alive() {
+        use nix::sys::signal::{Signal, kill};
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let target = nix::unistd::Pid::from_raw(pid as i32);
+        let ticks = start_ticks(pid).expect("a running child");
+        kill(target, Signal::SIGSTOP).expect("stop it");
+        let stopped = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            Stat::of(pid).is_some_and(|s| s.state == "T")
+        });
+        assert!(stopped, "the child stopped");
+        let seen = (alive(pid), same_process_alive(pid, ticks));
+        kill(target, Signal::SIGKILL).expect("kill it");
+        child.wait().expect("wait");
+        assert_eq!(seen, (true, true), "a stopped process is alive");
     }
 
     #[test]

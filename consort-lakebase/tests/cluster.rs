@@ -811,6 +811,25 @@ async fn tablespace_of(admin: &tokio_postgres::Client, name: &str) -> String {
         .get(0)
 }
 
+/// Makes branch `name` of `base` and checks that its database lives in the tablespace of
+/// branches in memory.
+async fn branch_in_memory(
+    provider: &EmbeddedProvider,
+    cluster: &EmbeddedCluster,
+    name: &str,
+    base: &consort_lakebase::BaseRef,
+) -> consort_lakebase::Branch {
+    let branch = provider.create(name, base).await.expect("a branch");
+    let admin = admin_session(cluster, "postgres").await;
+    let database = consort_lakebase::names::db_ident(name);
+    assert_eq!(
+        tablespace_of(&admin, &database).await,
+        "consort_branches",
+        "{name} is in memory"
+    );
+    branch
+}
+
 /// A kept cluster makes its branches in a tablespace on a tmpfs (a temporary one keeps them on
 /// disk), and survives losing them: a server that went down without a checkpoint and whose
 /// tmpfs was emptied (a reboot) starts again, its lost branch is dropped, and new branches go
@@ -836,15 +855,8 @@ async fn a_kept_cluster_makes_branches_in_memory_and_starts_again_after_a_reboot
         "runs may not read the branches in memory"
     );
     let base = empty_base(&provider).await;
-    let lost = provider
-        .create("consort-lost", &base)
-        .await
-        .expect("a branch");
+    let lost = branch_in_memory(&provider, &cluster, "consort-lost", &base).await;
     let admin = admin_session(&cluster, "postgres").await;
-    assert_eq!(
-        tablespace_of(&admin, "consort_lost").await,
-        "consort_branches"
-    );
     assert_eq!(
         tablespace_of(&admin, &base.id).await,
         "pg_default",
@@ -880,17 +892,9 @@ async fn a_kept_cluster_makes_branches_in_memory_and_starts_again_after_a_reboot
         .delete("consort-lost")
         .await
         .expect("the lost branch is dropped");
-    let again = provider
-        .create("consort-again", &base)
-        .await
-        .expect("a new branch");
-    let admin = admin_session(&cluster, "postgres").await;
-    assert_eq!(
-        tablespace_of(&admin, "consort_again").await,
-        "consort_branches"
-    );
+    let again = branch_in_memory(&provider, &cluster, "consort-again", &base).await;
     provider.delete(&again.name).await.expect("delete");
-    drop((admin, provider));
+    drop(provider);
     cluster.stop().expect("stop");
     std::fs::remove_dir_all(&place).expect("remove the place");
 }
