@@ -77,14 +77,7 @@ impl Project {
             })
             .runner(self.runner()?)
             .pool(
-                PoolConfig {
-                    size: share(self.config.pool.size, opts.sharing),
-                    // Lanes share the cores: a branch made ahead for nothing is another
-                    // lane's time.
-                    as_leased: opts.sharing > 1,
-                    keep_failed: self.config.pool.keep_failed,
-                    ..PoolConfig::default()
-                },
+                pool_for(&self.config.pool, opts.sharing),
                 share(self.config.pool.max_concurrent, opts.sharing),
             )
             .timeouts(self.config.step_timeout(), self.config.verify_timeout())
@@ -280,10 +273,45 @@ fn with_observers(
     builder
 }
 
+/// The warm pool of one of `sharing` runs on this machine: its share of `[pool] size`, and
+/// lean when lanes share the machine (a branch made ahead for nothing is another lane's CPU).
+fn pool_for(settings: &crate::config::PoolSettings, sharing: usize) -> PoolConfig {
+    PoolConfig {
+        size: share(settings.size, sharing),
+        as_leased: sharing > 1,
+        keep_failed: settings.keep_failed,
+        ..PoolConfig::default()
+    }
+}
+
 /// `shards` for one of `sharing` lanes on this machine: its share of the shards.
 fn shared_shards(shards: Shards, sharing: usize) -> Shards {
     Shards {
         max: share(shards.max, sharing),
         ..shards
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_keep_lean_pools_and_a_run_alone_keeps_its_full_pool() {
+        let settings = crate::config::PoolSettings {
+            size: 4,
+            keep_failed: true,
+            ..crate::config::PoolSettings::default()
+        };
+        let alone = pool_for(&settings, 1);
+        assert_eq!(
+            (alone.size, alone.as_leased, alone.keep_failed),
+            (4, false, true)
+        );
+        let lane = pool_for(&settings, 2);
+        assert_eq!(
+            (lane.size, lane.as_leased, lane.keep_failed),
+            (2, true, true)
+        );
     }
 }
