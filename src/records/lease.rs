@@ -70,6 +70,12 @@ impl LeaseKeeper {
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
+
+    /// Whether its thread still renews the lease: false once a renewal found the lease lost
+    /// (a person's decision ended it, or it ran out and another took the feature over).
+    pub fn renewing(&self) -> bool {
+        self.renewer.as_ref().is_some_and(|r| !r.is_finished())
+    }
 }
 
 impl Drop for LeaseKeeper {

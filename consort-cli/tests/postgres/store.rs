@@ -180,3 +180,43 @@ async fn status_shows_a_feature_that_lost_its_workers_halted_for_a_person() {
         "{said}"
     );
 }
+
+/// A person's decision recorded from another clone reaches the driver's renewal thread: its
+/// next renewal finds the lease ended, and it stops renewing (the driver's next append is
+/// refused too: `a_person_s_decision_ends_the_driver_s_lease_at_once`).
+#[tokio::test]
+async fn the_renewal_thread_notices_a_person_s_decision() {
+    use consort::actors::{Event, HumanDecision};
+    use consort::records::LeaseKeeper;
+    use std::time::Duration;
+
+    let info = consort_testkit::cluster::scratch_database().await;
+    tokio::task::spawn_blocking(move || {
+        let worker = Arc::new(StoreHandle::connect(&info, "shop").expect("the worker's store"));
+        let laptop = StoreHandle::connect(&info, "shop").expect("the laptop's store");
+        let ttl = Duration::from_secs(3);
+        let lease = worker
+            .acquire("f1", "worker", ttl)
+            .expect("acquire")
+            .expect("free");
+        let keeper = LeaseKeeper::keep(Arc::clone(&worker), lease, ttl);
+        assert!(keeper.renewing(), "the lease is renewed");
+        assert!(
+            worker.renew(keeper.lease(), ttl).expect("renew"),
+            "and still held"
+        );
+        let stop = Event::Human {
+            decision: HumanDecision::Stop,
+            by: "ada".into(),
+        };
+        laptop
+            .append("f1", &stop, None)
+            .expect("the person's decision");
+        assert!(
+            consort_testkit::process::eventually(10, || !keeper.renewing()),
+            "the renewal thread stops renewing a lease a person's decision ended"
+        );
+    })
+    .await
+    .expect("the test's thread");
+}
