@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
-use super::cluster::EmbeddedCluster;
+use super::cluster::{EmbeddedCluster, write_private};
 use super::runas::RunAs;
 use crate::error::{Error, Result};
 use crate::names::quote_literal;
@@ -119,6 +119,9 @@ fn private_dir(dir: &Path, run_as: Option<&RunAs>) -> Result<bool> {
             format!("use {} for branches", dir.display()),
             std::io::Error::other("it is not a private directory of the server's user"),
         )),
+        // Made with `create_dir`, never `ensure_dir`: in a directory anyone may write
+        // (`/dev/shm`), a link planted under this name must fail the make, not be followed
+        // and have its target given to the server's user.
         Err(_) => {
             std::fs::create_dir(dir)
                 .map_err(|e| Error::cluster_io(format!("create {}", dir.display()), e))?;
@@ -250,13 +253,11 @@ fn record(cluster: &EmbeddedCluster, place: &Path) -> Result<()> {
                 std::io::Error::other("the server made no version directory there"),
             )
         })?;
-    let path = cluster.dir().join(RECORD);
-    std::fs::write(&path, format!("{}\n{version}\n", place.display()))
-        .map_err(|e| Error::cluster_io(format!("write {}", path.display()), e))?;
-    if let Some(ra) = cluster.run_as() {
-        ra.chown(&path)?;
-    }
-    Ok(())
+    write_private(
+        &cluster.dir().join(RECORD),
+        &format!("{}\n{version}\n", place.display()),
+        cluster.run_as(),
+    )
 }
 
 /// Whether the memory at `place` has room for a branch of a base of `base_bytes`.

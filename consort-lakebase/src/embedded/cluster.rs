@@ -405,7 +405,7 @@ fn ensure_dir(path: &Path, run_as: Option<&RunAs>, mode: u32) -> Result<()> {
     Ok(())
 }
 
-fn write_private(path: &Path, content: &str, run_as: Option<&RunAs>) -> Result<()> {
+pub(super) fn write_private(path: &Path, content: &str, run_as: Option<&RunAs>) -> Result<()> {
     std::fs::write(path, content)
         .map_err(|e| Error::cluster_io(format!("write {}", path.display()), e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))

@@ -117,19 +117,19 @@ impl ServerProvider {
                 quote_ident(base_id)
             )
         };
-        let in_memory = self.in_memory(admin, base_id).await;
-        let copied = match in_memory {
-            Some(space) => match self.admin.exec_busy(admin, &copy(&space), what).await {
-                // The memory filled up meanwhile: this branch goes to disk.
-                Err(e) if e.sqlstate().is_some_and(|c| short_of_room(c.code())) => {
-                    warn!(error = %consort_actors::error_chain(&e), "a branch goes to disk: no room in memory");
-                    self.admin.exec_busy(admin, &copy(""), what).await
-                }
-                done => done,
-            },
-            None => self.admin.exec_busy(admin, &copy(""), what).await,
-        };
-        copied?;
+        let space = self.in_memory(admin, base_id).await;
+        let copied = self
+            .admin
+            .exec_busy(admin, &copy(space.as_deref().unwrap_or("")), what)
+            .await;
+        match copied {
+            // The memory filled up meanwhile: this branch goes to disk.
+            Err(e) if space.is_some() && e.sqlstate().is_some_and(|c| short_of_room(c.code())) => {
+                warn!(error = %consort_actors::error_chain(&e), "a branch goes to disk: no room in memory");
+                self.admin.exec_busy(admin, &copy(""), what).await?;
+            }
+            done => done?,
+        }
         open_private(admin, ident, Some(marker)).await
     }
 
