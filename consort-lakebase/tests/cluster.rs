@@ -898,3 +898,53 @@ async fn a_kept_cluster_makes_branches_in_memory_and_starts_again_after_a_reboot
     cluster.stop().expect("stop");
     std::fs::remove_dir_all(&place).expect("remove the place");
 }
+
+/// A cluster copied with its directory (`cp -a` of a project) still names the original's place
+/// in its record and catalog: the copy makes its branches on disk, never in the original's
+/// memory, where two servers would write the same files.
+#[tokio::test]
+async fn a_copied_cluster_keeps_its_branches_on_disk() {
+    let (_holder, dir) = kept_cluster_dir("consort-copied-").await;
+    let cluster = start_our_own(&dir, "the original").await;
+    let Some(place) = cluster.branch_space().map(Path::to_path_buf) else {
+        assert!(
+            !nix::unistd::geteuid().is_root(),
+            "a root process has /dev/shm"
+        );
+        return;
+    };
+    drop(
+        EmbeddedProvider::new(cluster.clone())
+            .await
+            .expect("provider"),
+    );
+    cluster.stop().expect("stop");
+    let copy = dir.with_file_name("copy");
+    let copied = Command::new("cp").arg("-a").arg(&dir).arg(&copy).status();
+    assert!(copied.expect("cp").success(), "copied");
+    let twin = start_our_own(&copy, "the copy").await;
+    assert_eq!(
+        twin.branch_space(),
+        None,
+        "the copy's branches stay on disk"
+    );
+    let provider = EmbeddedProvider::new(twin.clone()).await.expect("provider");
+    let base = empty_base(&provider).await;
+    let branch = provider
+        .create("consort-copy", &base)
+        .await
+        .expect("a branch");
+    let admin = admin_session(&twin, "postgres").await;
+    assert_eq!(tablespace_of(&admin, "consort_copy").await, "pg_default");
+    provider.delete(&branch.name).await.expect("delete");
+    drop((admin, provider));
+    twin.stop().expect("stop");
+    let original = start_our_own(&dir, "the original again").await;
+    assert_eq!(
+        original.branch_space(),
+        Some(place.as_path()),
+        "the original keeps its place"
+    );
+    original.stop().expect("stop");
+    std::fs::remove_dir_all(&place).expect("remove the place");
+}

@@ -92,6 +92,16 @@ pub(super) fn recorded(dir: &Path) -> Option<(PathBuf, String)> {
     (named && version_ok).then_some((place, version))
 }
 
+/// The recorded place of the cluster in `dir` when that place names this cluster back; `None`
+/// for a cluster copied with its directory (`cp -a` of a project): the copy's catalog still
+/// points at the original's place, where two servers would write the same files, so the
+/// copy's branches stay on disk.
+pub(super) fn ours(dir: &Path) -> Option<PathBuf> {
+    let (place, _) = recorded(dir)?;
+    let owner = std::fs::read(place.join(OWNER)).ok()?;
+    (owner == dir.as_os_str().as_bytes()).then_some(place)
+}
+
 /// Before the server starts: the recorded place's directories made again where a reboot took
 /// them. `true` when anything was made again (the server then starts with
 /// `ignore_invalid_pages`, see the module doc).
@@ -99,10 +109,12 @@ pub(super) fn restore(dir: &Path, run_as: Option<&RunAs>) -> Result<bool> {
     let Some((place, version)) = recorded(dir) else {
         return Ok(false);
     };
-    let mut made = false;
-    for d in [place.clone(), place.join(version)] {
-        made |= private_dir(&d, run_as)?;
+    let made = private_dir(&place, run_as)?;
+    if made {
+        // The whole place went (a reboot): it is this cluster's again.
+        write_owner(&place, dir)?;
     }
+    let made = private_dir(&place.join(version), run_as)? || made;
     if made {
         info!(place = %place.display(), "the cluster's branches in memory were gone (a reboot); their place is made again");
     }
@@ -181,12 +193,9 @@ async fn make(client: &Client, cluster: &EmbeddedCluster, place: &Path) -> Resul
             ))
             .await
             .map_err(|e| Error::from_pg("making the branch tablespace", e))?;
-        let owner = place.join(OWNER);
-        std::fs::write(&owner, cluster.dir().as_os_str().as_bytes())
-            .map_err(|e| Error::cluster_io(format!("write {}", owner.display()), e))?;
         info!(place = %place.display(), "branches are made in memory");
     }
-    if recorded(cluster.dir()).is_none_or(|(p, _)| p != place) {
+    if ours(cluster.dir()).as_deref() != Some(place) {
         record(cluster, place)?;
     }
     Ok(())
@@ -253,11 +262,20 @@ fn record(cluster: &EmbeddedCluster, place: &Path) -> Result<()> {
                 std::io::Error::other("the server made no version directory there"),
             )
         })?;
+    // The owner first: a record always names a place that names its cluster back.
+    write_owner(place, cluster.dir())?;
     write_private(
         &cluster.dir().join(RECORD),
         &format!("{}\n{version}\n", place.display()),
         cluster.run_as(),
     )
+}
+
+/// Writes into `place` the cluster directory `dir` it belongs to ([`OWNER`]).
+fn write_owner(place: &Path, dir: &Path) -> Result<()> {
+    let owner = place.join(OWNER);
+    std::fs::write(&owner, dir.as_os_str().as_bytes())
+        .map_err(|e| Error::cluster_io(format!("write {}", owner.display()), e))
 }
 
 /// Whether the memory at `place` has room for a branch of a base of `base_bytes`.

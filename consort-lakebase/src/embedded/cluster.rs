@@ -597,19 +597,12 @@ async fn start_cluster(
         .major()
         .is_some_and(|m| m >= super::reflink::FIRST_CLONING_MAJOR)
         && super::reflink::clones_files(&dir);
-    let branch_space = (cfg.branches_in_memory && !temporary && !clones)
-        .then(|| {
-            super::branch_space::recorded(&dir)
-                .map(|(place, _)| place)
-                .or_else(|| super::branch_space::place_for(&dir))
-        })
-        .flatten();
     let mut site = Site {
         cfg,
         bins,
         run_as,
         clones,
-        branch_space,
+        branch_space: None,
         branches_lost: false,
         data_dir: dir.join("data"),
         pw_file: dir.join("admin.pw"),
@@ -626,6 +619,13 @@ async fn start_cluster(
         Some(StartLock::take(&site.dir, patience).await?)
     };
     site.branches_lost = super::branch_space::restore(&site.dir, site.run_as.as_ref())?;
+    site.branch_space = (cfg.branches_in_memory && !site.temporary && !site.clones)
+        .then(|| match super::branch_space::recorded(&site.dir) {
+            // A record of a place that is not this cluster's: a copied cluster (on disk).
+            Some(_) => super::branch_space::ours(&site.dir),
+            None => super::branch_space::place_for(&site.dir),
+        })
+        .flatten();
     let mut in_use = String::new();
     for _round in 0..IN_USE_ROUNDS {
         if let Some(cluster) = try_attach(&site).await? {
