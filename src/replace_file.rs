@@ -38,9 +38,9 @@ mod tests {
 
     #[test]
     fn writers_at_once_each_leave_a_whole_file_and_no_temporary_one() {
+        let bodies: Vec<String> = (0..8).map(|n| format!("{n}").repeat(64 * 1024)).collect();
         let tmp = tempfile::tempdir().expect("tmp");
         let path = tmp.path().join("record.json");
-        let bodies: Vec<String> = (0..8).map(|n| format!("{n}").repeat(64 * 1024)).collect();
         std::thread::scope(|s| {
             for body in &bodies {
                 let path = &path;

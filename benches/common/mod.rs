@@ -153,6 +153,16 @@ pub(crate) fn report_ratio(name: &str, pair: &Pair, floor_name: &str, goal: Opti
     );
 }
 
+/// A figure beside the one it is compared with: `8.00 s vs 16.00 s: 0.50×`.
+pub(crate) fn versus(figure: Duration, against: Duration) -> String {
+    format!(
+        "{} vs {}: {:.2}×",
+        fmt(figure),
+        fmt(against),
+        ratio(figure, against)
+    )
+}
+
 /// Prints one summary line for an absolute or additive goal.
 pub(crate) fn report_line(name: &str, text: &str) {
     println!("SUMMARY {name}: {text}");

@@ -166,9 +166,9 @@ pub use worktree::{PathIoError, WorkTree, WorkTreeError, hash_dir};
 pub use conductor::{
     APPLY_JOURNAL, AppendObserver, Conductor, ConductorConfig, ConductorError, ConductorHandle,
     ConductorMsg, ConductorState, DESIGN_FILE, DirectLakebase, DirectRole, LakebaseEndpoint,
-    Progress, RoleEndpoint, RunEvent, RunOutcome, RunReport, SupervisedLakebase, SupervisedRole,
-    Wiring, design_hash_on_disk, existing_migrations, record_gate_decision, record_harness_change,
-    record_human_decision, record_quarantine, record_redo, record_retirement, replay_ledger,
+    OfflineDecision, Progress, RoleEndpoint, RunEvent, RunOutcome, RunReport, SupervisedLakebase,
+    SupervisedRole, Wiring, design_hash_on_disk, existing_migrations, record_decision,
+    record_gate_decision, record_human_decision, replay_ledger,
 };
 pub use gate::{ApproveAs, Approver, BoxFuture, GateRequest, StopAtGates};
 pub use messages::{Assignment, LakebaseMsg, RoleMsg, RoleReply};

@@ -303,19 +303,15 @@ fn bench(c: &mut Criterion) {
     });
     let first = runs.first().copied().unwrap_or_default();
     let pct = |d: Duration| 100.0 * common::ratio(d, run);
+    let live_after = runs.iter().map(|r| r.branches_live_after).max();
+    let (start, whole, stop) = (common::fmt(build), common::fmt(run), common::fmt(shutdown));
     report_line(
         "StockFlow",
         &format!(
-            "{n} runs; median: start {} + run {} + shutdown {}; {} receipts, {} ledger events; branches live after shutdown: {}",
-            common::fmt(build),
-            common::fmt(run),
-            common::fmt(shutdown),
+            "{n} runs; median: start {start} + run {whole} + shutdown {stop}; {} receipts, {} ledger events; branches live after shutdown: {}",
             first.receipts,
             first.events,
-            runs.iter()
-                .map(|r| r.branches_live_after)
-                .max()
-                .unwrap_or(0)
+            live_after.unwrap_or(0)
         ),
     );
     report_line(
@@ -351,10 +347,8 @@ fn bench(c: &mut Criterion) {
     report_line(
         "32 concurrent verifications",
         &format!(
-            "{} wall, {per_s:.1} verifications/s | floor (32 psql runs at once on one existing database): {}, {bare_per_s:.1}/s | ratio {:.2}× | errors {} | failed tests {} | served warm {} / created on demand {}",
-            common::fmt(b.wall),
-            common::fmt(b.bare_wall),
-            common::ratio(b.wall, b.bare_wall),
+            "{per_s:.1} verifications/s, floor (32 psql runs at once on one existing database) {bare_per_s:.1}/s; wall {} | errors {} | failed tests {} | served warm {} / created on demand {}",
+            common::versus(b.wall, b.bare_wall),
             b.errors,
             b.failed_tests,
             b.from_pool,

@@ -258,10 +258,8 @@ fn bench(c: &mut Criterion) {
     report_line(
         "two at once beside one after the other",
         &format!(
-            "{} vs {}: {:.2}× the sequential wall time ({:.2}× that of one lane at a time)",
-            common::fmt(lanes_two),
-            common::fmt(seq),
-            common::ratio(lanes_two, seq),
+            "{} the sequential wall time ({:.2}× that of one lane at a time)",
+            common::versus(lanes_two, seq),
             common::ratio(lanes_two, lanes_one),
         ),
     );
@@ -275,10 +273,8 @@ fn bench(c: &mut Criterion) {
     report_line(
         "from the command line, two at once beside one after the other",
         &format!(
-            "`consort run --parallel 2` {} vs `consort run` twice {}: {:.2}×",
-            common::fmt(two),
-            common::fmt(seq),
-            common::ratio(two, seq)
+            "`consort run --parallel 2` beside `consort run` twice: {}",
+            common::versus(two, seq)
         ),
     );
 }

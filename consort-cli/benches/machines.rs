@@ -318,10 +318,8 @@ fn bench(c: &mut Criterion) {
     report_line(
         "three features on three workers beside one worker",
         &format!(
-            "{} vs {}: {:.2}× (goal ≤ 0.45×); one feature alone (the floor) {}: {:.2}× the floor",
-            common::fmt(many),
-            common::fmt(one),
-            common::ratio(many, one),
+            "{} (goal ≤ 0.45×); one feature alone (the floor) {}: {:.2}× the floor",
+            common::versus(many, one),
             common::fmt(alone),
             common::ratio(many, alone),
         ),
@@ -342,10 +340,8 @@ fn bench(c: &mut Criterion) {
                 waiting + 1
             ),
             &format!(
-                "{} with a {} lease: {:.2}× the lease (goal ≤ 2×); the killed lease had {} left (the floor)",
-                common::fmt(taken),
-                common::fmt(lease),
-                common::ratio(taken, lease),
+                "taken over against the lease: {} (goal ≤ 2×); the killed lease had {} left (the floor)",
+                common::versus(taken, lease),
                 common::fmt(left),
             ),
         );

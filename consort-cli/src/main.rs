@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use consort::actors::HumanDecision;
 use consort::actors::{GateDecision, GateKind};
-use consort::actors::{record_human_decision, record_retirement};
+use consort::actors::{OfflineDecision, record_decision, record_human_decision};
 use consort::backlog::FeatureState;
 use consort::project::{Project, RunOptions, approve_command};
 use consort::{ApproveAs, RunOutcome};
@@ -951,7 +951,7 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
     decision.record(
         at,
         (by, reason),
-        |ledger, machine| record_retirement(ledger, machine, retirement),
+        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Retire(retirement)),
         |project| {
             println!(
                 "recorded: {test} retired by {by} for feature {}; its RED may now replace it",
@@ -977,7 +977,7 @@ fn quarantine(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
     decision.record(
         at,
         (by, reason),
-        |ledger, machine| consort::actors::record_quarantine(ledger, machine, quarantine),
+        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Quarantine(quarantine)),
         |project| {
             println!(
                 "recorded: {test} quarantined by {by} for feature {}; its failures judge nothing from now on",
@@ -1009,7 +1009,7 @@ fn redo(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
     decision.record(
         at,
         (by, reason),
-        |ledger, machine| consort::actors::record_redo(ledger, machine, redo),
+        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Redo(redo)),
         |_| {
             println!(
                 "recorded: {test}'s test set aside by {by}; `consort run --dir {}` goes on from its RED",

@@ -388,8 +388,8 @@ mod tests {
     fn a_real_psql_is_taken_before_debians_wrapper() {
         use std::os::unix::fs::PermissionsExt;
         let root = tempfile::tempdir().expect("tempdir");
-        let common = root.path().join("share/postgresql-common");
         let (on_path, real) = (root.path().join("bin"), root.path().join("lib/15/bin"));
+        let common = root.path().join("share/postgresql-common");
         for d in [&common, &on_path, &real] {
             std::fs::create_dir_all(d).expect("mkdir");
         }

@@ -830,6 +830,17 @@ async fn branch_in_memory(
     branch
 }
 
+/// Where `cluster` makes its branches in memory; None only where neither `/dev/shm` (as root)
+/// nor `$XDG_RUNTIME_DIR` is a tmpfs, which a root process on Linux always has.
+fn place_in_memory(cluster: &EmbeddedCluster) -> Option<PathBuf> {
+    let place = cluster.branch_space().map(Path::to_path_buf);
+    assert!(
+        place.is_some() || !nix::unistd::geteuid().is_root(),
+        "a root process on Linux has /dev/shm"
+    );
+    place
+}
+
 /// A kept cluster makes its branches in a tablespace on a tmpfs (a temporary one keeps them on
 /// disk), and survives losing them: a server that went down without a checkpoint and whose
 /// tmpfs was emptied (a reboot) starts again, its lost branch is dropped, and new branches go
@@ -839,12 +850,7 @@ async fn a_kept_cluster_makes_branches_in_memory_and_starts_again_after_a_reboot
     assert_eq!(temporary_cluster().await.branch_space(), None);
     let (_holder, dir) = kept_cluster_dir("consort-in-memory-").await;
     let cluster = start_our_own(&dir, "with branches in memory").await;
-    let Some(place) = cluster.branch_space().map(Path::to_path_buf) else {
-        // Neither /dev/shm as root nor $XDG_RUNTIME_DIR is a tmpfs here.
-        assert!(
-            !nix::unistd::geteuid().is_root(),
-            "a root process on Linux has /dev/shm"
-        );
+    let Some(place) = place_in_memory(&cluster) else {
         return;
     };
     let provider = EmbeddedProvider::new(cluster.clone())
@@ -906,11 +912,7 @@ async fn a_kept_cluster_makes_branches_in_memory_and_starts_again_after_a_reboot
 async fn a_copied_cluster_keeps_its_branches_on_disk() {
     let (_holder, dir) = kept_cluster_dir("consort-copied-").await;
     let cluster = start_our_own(&dir, "the original").await;
-    let Some(place) = cluster.branch_space().map(Path::to_path_buf) else {
-        assert!(
-            !nix::unistd::geteuid().is_root(),
-            "a root process has /dev/shm"
-        );
+    let Some(place) = place_in_memory(&cluster) else {
         return;
     };
     drop(

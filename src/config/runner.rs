@@ -82,21 +82,15 @@ pub enum RunnerConfig {
         /// `"landlock"` (the default) or `"off"`.
         #[serde(default)]
         sandbox: Sandbox,
-        /// Most shards a verification splits the suite into, each test file in one, each shard
-        /// in its own process on its own branch (besides a first shard of the tests likely to
-        /// fail); 1 runs the suite whole. Default: `[pool] max_concurrent`, at most the
-        /// machine's cores.
-        #[serde(default)]
-        shards: Option<usize>,
-        /// Split the suite only once a run of it has taken this many seconds (tests alone);
-        /// shorter suites run whole, as splitting costs a runner start per shard. Default 4.
-        #[serde(default)]
-        split_above_secs: Option<u64>,
-        /// What a build step's run covers: `"whole"` (the default: the whole suite, every
-        /// time) or `"feature"` (the feature's own tests; the whole suite at the end of each
-        /// story, at the deploy gate and in the merge check).
+        /// What a build step's run covers, as for `psql`.
         #[serde(default)]
         per_step: consort_actors::StepScope,
+        /// Most shards a verification splits the suite into, as for `psql`.
+        #[serde(default)]
+        shards: Option<usize>,
+        /// Split the suite only once a run of it has taken this many seconds, as for `psql`.
+        #[serde(default)]
+        split_above_secs: Option<u64>,
     },
 }
 

@@ -147,7 +147,11 @@ impl Project {
             changed = %change.summary(),
             "consort.toml changed what judges the runs since the feature started; recorded in its ledger as a person's decision, and the runs from here on are judged under it"
         );
-        consort_actors::record_harness_change(&mut *self.open_log()?, &self.machine()?, change)?;
+        consort_actors::record_decision(
+            &mut *self.open_log()?,
+            &self.machine()?,
+            consort_actors::OfflineDecision::ChangeHarness(change),
+        )?;
         Ok(())
     }
 

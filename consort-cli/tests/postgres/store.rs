@@ -7,6 +7,7 @@ use std::sync::Arc;
 use consort::agents::{Role, Script};
 use consort::lakebase::store::{PgEventLogOpener, PgStore, StoreHandle};
 use consort::{ApproveAs, Ensemble, FeatureRequest, RunOutcome};
+use consort_cli::init::{STOCKFLOW_FEATURE, STOCKFLOW_FEATURE_ID, STOCKFLOW_SCRIPT};
 
 #[tokio::test]
 async fn a_run_keeps_its_events_in_the_shared_store() {
@@ -14,20 +15,19 @@ async fn a_run_keeps_its_events_in_the_shared_store() {
     let info = consort_testkit::cluster::scratch_database().await;
 
     let project = tempfile::tempdir().expect("tempdir");
-    let script = Script::from_toml_str(include_str!("../../examples/stockflow/data/script.toml"))
-        .expect("script");
-    let feature = FeatureRequest {
-        id: "F1-warehouse-stock".into(),
-        title: "Warehouse stock visibility".into(),
-        body: include_str!("../../examples/stockflow/data/feature.md").into(),
-    };
+    let script = Script::from_toml_str(STOCKFLOW_SCRIPT).expect("script");
+    let store = Arc::new(StoreHandle::connect(&info, "stockflow").expect("store"));
     let mut builder = Ensemble::builder(project.path())
-        .feature(feature)
+        .feature(FeatureRequest {
+            id: STOCKFLOW_FEATURE_ID.into(),
+            title: "Warehouse stock visibility".into(),
+            body: STOCKFLOW_FEATURE.into(),
+        })
         .provider(provider.clone())
         .approver(Arc::new(ApproveAs { name: "ada".into() }))
         .event_log(Arc::new(PgEventLogOpener {
-            store: Arc::new(StoreHandle::connect(&info, "stockflow").expect("store")),
-            feature: "F1-warehouse-stock".into(),
+            store,
+            feature: STOCKFLOW_FEATURE_ID.into(),
             lease: None,
         }));
     for role in Role::ALL {

@@ -1109,9 +1109,9 @@ mod tests {
 
     #[test]
     fn the_log_tail_quoted_in_errors_carries_no_verifier() {
+        let verifier = crate::scram::verifier(b"secret", crate::scram::BRANCH_ITERATIONS);
         let dir = tempfile::tempdir().expect("dir");
         let log = dir.path().join("postgres.log");
-        let verifier = crate::scram::verifier(b"secret", crate::scram::BRANCH_ITERATIONS);
         let text = format!(
             "{}\nERROR:  role \"r\" already exists\nSTATEMENT:  CREATE ROLE r LOGIN PASSWORD '{verifier}'\n",
             "x".repeat(5000)

@@ -8,7 +8,7 @@ use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 use tracing::{debug, info, warn};
 
-use super::catalog::{CLOSED, drop_db, is_template, open_private};
+use super::catalog::{CLOSED, dbs_named, drop_db, is_template, open_private};
 use super::meta::{Liveness, Meta, unix_now};
 use super::{BUILDING_PREFIX, ServerProvider, TEMPLATE_PREFIX};
 use crate::error::{Error, Result};
@@ -210,17 +210,10 @@ async fn abandoned(admin: &Client, name: &str) -> Result<bool> {
 /// Our base templates on the server, with their markers; sealed or not (a maker killed between
 /// its rename and its seal leaves one unsealed).
 pub(super) async fn templates(admin: &Client) -> Result<Vec<(String, Meta)>> {
-    let rows = admin
-        .query(
-            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database \
-             WHERE datname LIKE 'consorttpl\\_%'",
-            &[],
-        )
-        .await
-        .map_err(|e| Error::from_pg("listing base templates", e))?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| Some((r.get(0), Meta::parse(r.get::<_, Option<&str>>(1))?)))
+    let named = dbs_named(admin, TEMPLATE_PREFIX, "listing base templates").await?;
+    Ok(named
+        .into_iter()
+        .filter_map(|(db, marker)| Some((db, Meta::parse(marker.as_deref())?)))
         .collect())
 }
 

@@ -49,6 +49,22 @@ async fn returns_row(admin: &Client, sql: &str, name: &str, what: &str) -> Resul
         .is_some())
 }
 
+/// The databases whose names start with `prefix`, each with its own comment (an unparsed
+/// marker, when it has one); `what` names the look-up in an error.
+pub(super) async fn dbs_named(
+    admin: &Client,
+    prefix: &str,
+    what: &str,
+) -> Result<Vec<(String, Option<String>)>> {
+    let sql = "SELECT datname::text, shobj_description(oid, 'pg_database') FROM pg_database \
+               WHERE starts_with(datname::text, $1)";
+    let rows = admin
+        .query(sql, &[&prefix])
+        .await
+        .map_err(|e| Error::from_pg(what, e))?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
 /// The marker of database `d`: its own comment, or, for a branch killed between its `CREATE
 /// DATABASE` and its comment (two statements, never one transaction), the marker of its
 /// owner — the role of the same name that Consort made and commented in one transaction.

@@ -12,11 +12,10 @@ use crate::pgconn::{connect_config, describe};
 
 /// Whether the administrator is a superuser; an error when it may not branch at all.
 pub(super) async fn check_admin(client: &Client, admin: &Config) -> Result<bool> {
+    let sql =
+        "SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname = current_user";
     let row = client
-        .query_one(
-            "SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname = current_user",
-            &[],
-        )
+        .query_one(sql, &[])
         .await
         .map_err(|e| Error::from_pg("reading the administrator's privileges", e))?;
     let (is_super, createdb, createrole): (bool, bool, bool) = (row.get(0), row.get(1), row.get(2));
@@ -123,14 +122,10 @@ async fn manage_parent(
     let mut pcfg = target.admin.clone();
     pcfg.dbname(parent);
     let pc = connect_config(&pcfg, target.admin_ssl, None).await?;
-    let owned: bool = pc
-        .query_one(
-            "SELECT pg_get_userbyid(nspowner) = $1 FROM pg_namespace WHERE nspname = 'public'",
-            &[&opts.owner_role],
-        )
-        .await
-        .map_err(|e| Error::from_pg("reading the parent's schema owner", e))?
-        .get(0);
+    let owner_sql =
+        "SELECT pg_get_userbyid(nspowner) = $1 FROM pg_namespace WHERE nspname = 'public'";
+    let what = "reading the parent's schema owner";
+    let owned = ask_about(&pc, owner_sql, &opts.owner_role, what).await?;
     let owner = quote_ident(&opts.owner_role);
     if !owned {
         pc.batch_execute(&format!("ALTER SCHEMA public OWNER TO {owner}"))
@@ -138,15 +133,9 @@ async fn manage_parent(
             .map_err(|e| Error::from_pg("giving the parent's schema to the owner role", e))?;
     }
     // Migrations may create schemas of their own: promoted, they create them in the parent.
-    let may_create: bool = pc
-        .query_one(
-            "SELECT has_database_privilege($1, current_database(), 'CREATE')",
-            &[&opts.owner_role],
-        )
-        .await
-        .map_err(|e| Error::from_pg("reading the owner role's privileges on the parent", e))?
-        .get(0);
-    if !may_create {
+    let create_sql = "SELECT has_database_privilege($1, current_database(), 'CREATE')";
+    let what = "reading the owner role's privileges on the parent";
+    if !ask_about(&pc, create_sql, &opts.owner_role, what).await? {
         pc.batch_execute(&format!(
             "GRANT CREATE ON DATABASE {} TO {owner}",
             quote_ident(parent)
@@ -159,26 +148,23 @@ async fn manage_parent(
 
 /// Whether `PUBLIC` may connect to database `db`.
 async fn public_may_connect(client: &Client, db: &str) -> Result<bool> {
-    Ok(client
-        .query_one(
-            "SELECT has_database_privilege('public', $1, 'CONNECT')",
-            &[&db],
-        )
-        .await
-        .map_err(|e| Error::from_pg("reading database privileges", e))?
-        .get(0))
+    let sql = "SELECT has_database_privilege('public', $1, 'CONNECT')";
+    ask_about(client, sql, db, "reading database privileges").await
 }
 
 /// Whether `db` takes sessions at all (`datallowconn`).
 async fn allows_connections(client: &Client, db: &str) -> Result<bool> {
-    Ok(client
-        .query_one(
-            "SELECT datallowconn FROM pg_database WHERE datname = $1",
-            &[&db],
-        )
+    let sql = "SELECT datallowconn FROM pg_database WHERE datname = $1";
+    ask_about(client, sql, db, "reading whether a database takes sessions").await
+}
+
+/// The yes or no that `sql` answers about the database or role `name` (its `$1`).
+async fn ask_about(client: &Client, sql: &str, name: &str, what: &str) -> Result<bool> {
+    let row = client
+        .query_one(sql, &[&name])
         .await
-        .map_err(|e| Error::from_pg("reading whether a database takes sessions", e))?
-        .get(0))
+        .map_err(|e| Error::from_pg(what, e))?;
+    row.try_get(0).map_err(|e| Error::from_pg(what, e))
 }
 
 /// A parent Consort did not create is never changed; an open one is worth a warning.

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
-use super::catalog::{DB_MARKER, comment_db, db_meta, drop_db};
+use super::catalog::{DB_MARKER, comment_db, db_meta, dbs_named, drop_db};
 use super::meta::{Liveness, Meta, unix_now, unix_secs};
 use super::{BUILDING_PREFIX, ServerProvider};
 use crate::error::{Error, Result};
@@ -190,17 +190,8 @@ async fn sweep_leftovers(admin: &Client, live: &Liveness) -> Result<()> {
                 .await;
         }
     }
-    let building = admin
-        .query(
-            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database \
-             WHERE datname LIKE 'consorttmp\\_%'",
-            &[],
-        )
-        .await
-        .map_err(|e| Error::from_pg("listing unfinished bases", e))?;
-    for r in building {
-        let db: String = r.get(0);
-        let gone = match Meta::parse(r.get::<_, Option<&str>>(1)) {
+    for (db, marker) in dbs_named(admin, BUILDING_PREFIX, "listing unfinished bases").await? {
+        let gone = match Meta::parse(marker.as_deref()) {
             Some(m) => m.owner_gone(live),
             // Killed before its marker: the builder's key is in the name.
             None => builder_key(&db).is_some_and(|k| !live.holds(k)),

@@ -70,7 +70,7 @@ fn what_it_said(element: roxmltree::Node<'_, '_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::names_and_statuses;
+    use crate::runner::outcomes_text;
 
     #[test]
     fn what_a_failure_said_reaches_the_outcome_capped() {
@@ -123,13 +123,8 @@ mod tests {
 </testsuite></testsuites>"#;
         let got = parse_junit(xml, "{classname}::{name}").expect("parse");
         assert_eq!(
-            names_and_statuses(&got),
-            vec![
-                ("tests.test_a::test_ok", TestStatus::Passed),
-                ("tests.test_a::test_bad", TestStatus::Failed),
-                ("bare", TestStatus::Errored),
-                ("c::later", TestStatus::Skipped),
-            ]
+            outcomes_text(&got),
+            "tests.test_a::test_ok passed, tests.test_a::test_bad failed, bare errored, c::later skipped"
         );
         assert_eq!(got[0].message, None, "a passing test has no message");
         assert_eq!(got[1].message.as_deref(), Some("x\nboom"));

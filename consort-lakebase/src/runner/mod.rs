@@ -303,13 +303,13 @@ pub(crate) fn redact(text: &str, conn: &ConnectInfo) -> String {
     }
 }
 
-/// Each outcome's test name and status, in order: what a parser's tests compare.
+/// Each outcome as its test name and status, in order, joined by `, ` (`adds passed, subtracts
+/// failed`): what a parser's tests compare.
 #[cfg(test)]
-pub(crate) fn names_and_statuses(
-    outcomes: &[TestOutcome],
-) -> Vec<(&str, consort_actors::TestStatus)> {
-    outcomes
+pub(crate) fn outcomes_text(outcomes: &[TestOutcome]) -> String {
+    let each: Vec<String> = outcomes
         .iter()
-        .map(|o| (o.name.as_str(), o.status))
-        .collect()
+        .map(|o| format!("{} {}", o.name, o.status))
+        .collect();
+    each.join(", ")
 }

@@ -258,20 +258,15 @@ pub fn parse_go_test_json(text: &str, stderr: &str) -> Option<Vec<TestOutcome>> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::names_and_statuses;
+    use crate::runner::outcomes_text;
 
     #[test]
     fn libtest_lines_become_outcomes() {
         let text = "\nrunning 4 tests\ntest tests::adds ... ok\ntest tests::subtracts ... FAILED\ntest slow ... ignored, needs a db\ntest tests::x ... ignored\n\nfailures:\n\n---- tests::subtracts stdout ----\nthread 'tests::subtracts' panicked\ntest result: FAILED. 1 passed; 1 failed\n";
         let got = parse_libtest(text).expect("outcomes");
         assert_eq!(
-            names_and_statuses(&got),
-            vec![
-                ("tests::adds", TestStatus::Passed),
-                ("tests::subtracts", TestStatus::Failed),
-                ("slow", TestStatus::Skipped),
-                ("tests::x", TestStatus::Skipped),
-            ]
+            outcomes_text(&got),
+            "tests::adds passed, tests::subtracts failed, slow skipped, tests::x skipped"
         );
         let said = got[1]
             .message
@@ -297,13 +292,8 @@ not json
 "#;
         let got = parse_go_test_json(text, "").expect("outcomes");
         assert_eq!(
-            names_and_statuses(&got),
-            vec![
-                ("TestA", TestStatus::Passed),
-                ("TestB/sub", TestStatus::Failed),
-                ("TestB", TestStatus::Failed),
-                ("TestC", TestStatus::Skipped),
-            ]
+            outcomes_text(&got),
+            "TestA passed, TestB/sub failed, TestB failed, TestC skipped"
         );
         let said = got[2].message.as_deref().expect("TestB's lines");
         assert_eq!(said, "orders_test.go:12: got 2, want 3");
@@ -311,11 +301,7 @@ not json
 {"Action":"fail","Package":"p","Elapsed":0}
 "#;
         let got = parse_go_test_json(build_error, "").expect("a failed package");
-        assert_eq!(
-            names_and_statuses(&got),
-            vec![("(package)", TestStatus::Errored)],
-            "no test ran"
-        );
+        assert_eq!(outcomes_text(&got), "(package) errored", "no test ran");
         assert_eq!(got[0].message.as_deref(), Some("x.go:1: syntax error"));
         assert_eq!(parse_go_test_json("ok  p 0.1s\n", ""), None);
     }
@@ -337,11 +323,8 @@ not json
             "# example.com/gx/a [example.com/gx/a.test]\na/a_test.go:4:33: undefined: Two\n";
         let got = parse_go_test_json(stdout, stderr).expect("outcomes");
         assert_eq!(
-            names_and_statuses(&got),
-            vec![
-                ("TestB", TestStatus::Passed),
-                ("example.com/gx/a [build failed]", TestStatus::Errored)
-            ]
+            outcomes_text(&got),
+            "TestB passed, example.com/gx/a [build failed] errored"
         );
         assert_eq!(
             got[1].message.as_deref(),
@@ -357,8 +340,8 @@ not json
 "##;
         let got = parse_go_test_json(events, "").expect("outcomes");
         assert_eq!(
-            names_and_statuses(&got),
-            vec![("example.com/gx/a [build failed]", TestStatus::Errored)],
+            outcomes_text(&got),
+            "example.com/gx/a [build failed] errored",
             "the build failure, and no (package) beside it"
         );
         assert_eq!(

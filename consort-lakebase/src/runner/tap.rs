@@ -113,21 +113,15 @@ fn flush_said(out: &mut [TestOutcome], said: &mut Option<(usize, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::names_and_statuses;
+    use crate::runner::outcomes_text;
 
     #[test]
     fn points_directives_and_plans() {
         let tap = "TAP version 13\n1..5\nok 1 - adds\nnot ok 2 - subtracts\n  ok 1 - inner\nok 3 # SKIP no db\nnot ok 4 - later # TODO not yet\nok 5\n";
         let got = parse_tap(tap).expect("tap");
         assert_eq!(
-            names_and_statuses(&got),
-            vec![
-                ("adds", TestStatus::Passed),
-                ("subtracts", TestStatus::Failed),
-                ("test 3", TestStatus::Skipped),
-                ("later", TestStatus::Skipped),
-                ("test 5", TestStatus::Passed),
-            ]
+            outcomes_text(&got),
+            "adds passed, subtracts failed, test 3 skipped, later skipped, test 5 passed"
         );
         assert_eq!(parse_tap("compiling...\nall good\n"), None);
         let short = parse_tap("1..3\nok 1 - a\n").expect("tap");

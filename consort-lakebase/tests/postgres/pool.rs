@@ -146,13 +146,11 @@ async fn settles_at(pool: &BranchPool, n: usize) -> usize {
 #[tokio::test]
 async fn a_pool_as_leased_keeps_ready_as_many_branches_as_were_leased_at_once() {
     let provider = private_provider().await;
-    let pool = BranchPool::new(
-        provider.clone(),
-        PoolConfig {
-            as_leased: true,
-            ..consort_testkit::cluster::pool_config(4)
-        },
-    );
+    let as_leased = PoolConfig {
+        as_leased: true,
+        ..consort_testkit::cluster::pool_config(4)
+    };
+    let pool = BranchPool::new(provider.clone(), as_leased);
     let v1 = consort_testkit::cluster::base_spec(vec![migration("0001", "CREATE TABLE a (x int)")]);
 
     // One verification after the other: one branch ready, not the pool's size of four.

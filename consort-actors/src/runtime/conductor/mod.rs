@@ -156,7 +156,7 @@ pub struct Wiring {
     pub inherited: crate::core::regression::Inherited,
     /// The configuration that judges the runs (recorded in a new run's start; a resumed run
     /// whose recorded harness differs has the change recorded first, by its owner: see
-    /// [`record_harness_change`]).
+    /// [`record_decision`]).
     pub harness: Option<crate::core::harness::Harness>,
     /// One endpoint per role.
     pub roles: BTreeMap<Role, Arc<dyn RoleEndpoint>>,
@@ -417,49 +417,41 @@ pub fn record_human_decision(
     record_offline(log, machine, event)
 }
 
-/// Records a human's retirement of an earlier feature's test in the ledger of a run that no
-/// process is driving (see [`crate::Retirement`]); one the machine refuses (the test is not
-/// inherited, or is retired already; the run is not started or is over) is not recorded.
-pub fn record_retirement(
-    log: &mut dyn EventLog,
-    machine: &Machine,
-    retirement: crate::core::regression::Retirement,
-) -> Result<(), ConductorError> {
-    record_offline(log, machine, Event::Retired { retirement })
+/// A person's decision about the tests or the harness of a run, recorded by
+/// [`record_decision`] in the ledger of a run that no process is driving.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OfflineDecision {
+    /// Retires an earlier feature's test (see [`crate::Retirement`]); refused when the test is
+    /// not inherited or is retired already, or the run is not started or is over.
+    Retire(crate::core::regression::Retirement),
+    /// Changes the configuration that judges the runs (see [`crate::HarnessChange`]), before
+    /// the run resumes; refused when it is not from the harness in force, changes nothing, or
+    /// the run is over.
+    ChangeHarness(crate::core::harness::HarnessChange),
+    /// Quarantines a test (see [`crate::Quarantine`]) of a run halted, interrupted or at a gate;
+    /// refused when it is quarantined already or the run is over.
+    Quarantine(crate::core::regression::Quarantine),
+    /// Sets aside the running entry's accepted test, to be written again (see [`crate::Redo`]);
+    /// refused when the run is not halted, it is not the running entry's, or its RED was not
+    /// accepted.
+    Redo(crate::Redo),
 }
 
-/// Records a person's change to the configuration that judges the runs (see
-/// [`crate::HarnessChange`]) in the ledger of a run no process is driving, before it resumes;
-/// one the machine refuses (not from the harness in force, nothing changed, a run that is
-/// over) is not recorded.
-pub fn record_harness_change(
+/// Records a person's `decision` in the ledger of a run that no process is driving; one the
+/// machine refuses (see [`OfflineDecision`]) is not recorded.
+pub fn record_decision(
     log: &mut dyn EventLog,
     machine: &Machine,
-    change: crate::core::harness::HarnessChange,
+    decision: OfflineDecision,
 ) -> Result<(), ConductorError> {
-    record_offline(log, machine, Event::HarnessChanged { change })
-}
-
-/// Records a person's quarantine of a test (see [`crate::Quarantine`]) in the ledger of a run
-/// no process is driving (halted, interrupted or at a gate); one the machine refuses (already
-/// quarantined, a run that is over) is not recorded.
-pub fn record_quarantine(
-    log: &mut dyn EventLog,
-    machine: &Machine,
-    quarantine: crate::core::regression::Quarantine,
-) -> Result<(), ConductorError> {
-    record_offline(log, machine, Event::Quarantined { quarantine })
-}
-
-/// Records a person's decision that the running entry's accepted test is wrong (see
-/// [`crate::Redo`]) in the ledger of a halted run that no process is driving; one the machine
-/// refuses (not halted, not the running entry, its RED not accepted) is not recorded.
-pub fn record_redo(
-    log: &mut dyn EventLog,
-    machine: &Machine,
-    redo: crate::Redo,
-) -> Result<(), ConductorError> {
-    record_offline(log, machine, Event::Redone { redo })
+    let event = match decision {
+        OfflineDecision::Retire(retirement) => Event::Retired { retirement },
+        OfflineDecision::ChangeHarness(change) => Event::HarnessChanged { change },
+        OfflineDecision::Quarantine(quarantine) => Event::Quarantined { quarantine },
+        OfflineDecision::Redo(redo) => Event::Redone { redo },
+    };
+    record_offline(log, machine, event)
 }
 
 /// Appends a human's `event` to `log` when the machine accepts it there.
