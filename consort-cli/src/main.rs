@@ -186,14 +186,18 @@ enum Cmd {
         #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
-    /// List Consort's branches (and delete them with --sweep).
+    /// List Consort's branches (and clean up with --sweep).
     Branches {
         /// The project directory.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
-        /// Delete every branch with Consort's prefix.
+        /// Delete the branches no live run holds (on any machine that shares the server), those
+        /// kept for inspection, the templates no branch uses, and what killed runs left here.
         #[arg(long)]
         sweep: bool,
+        /// With --sweep: every branch with Consort's prefix, a live run's too.
+        #[arg(long, requires = "sweep")]
+        all: bool,
     },
     /// Serve MCP over stdio: status, next, design, log, verify and branches for a coding
     /// client, and role play for the roles configured `backend = "mcp"`.
@@ -461,7 +465,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
             command: FeatureCmd::List { dir },
         } => feature_list(&dir),
         Cmd::Test { command } => test_decision(command),
-        Cmd::Branches { dir, sweep } => branches(&dir, sweep).await,
+        Cmd::Branches { dir, sweep, all } => branches(&dir, sweep, all).await,
         Cmd::Exec { at, command } => exec(&at, &command).await,
         Cmd::Mcp {
             install:
@@ -1140,7 +1144,7 @@ async fn exec(at: &Target, command: &[String]) -> Result<i32> {
     Ok(status.code().unwrap_or(EXIT_FAILURE))
 }
 
-async fn branches(dir: &Path, sweep: bool) -> Result<i32> {
+async fn branches(dir: &Path, sweep: bool, all: bool) -> Result<i32> {
     let project = Project::open(dir)?;
     let provider = project.provider().await?;
     print!(
@@ -1148,9 +1152,20 @@ async fn branches(dir: &Path, sweep: bool) -> Result<i32> {
         consort_cli::views::branches_on(provider.as_ref()).await?
     );
     if sweep {
-        let n = provider.sweep(Duration::ZERO).await?;
+        let (n, which) = if all {
+            (
+                provider.sweep(Duration::ZERO).await?,
+                "every one, a live run's too",
+            )
+        } else {
+            let n = provider.sweep_unheld().await?;
+            (
+                n,
+                "those no live run holds and those kept for inspection; a live run's stay",
+            )
+        };
         println!(
-            "swept {n} branch(es), and with them the roles, half-built bases and unused base templates Consort made that nothing alive holds"
+            "swept {n} branch(es) ({which}), and with them the roles, half-built bases and unused base templates Consort made that nothing alive holds"
         );
         sweep_placed_clusters().await;
         let scratch = consort::lakebase::sweep_abandoned_scratch();

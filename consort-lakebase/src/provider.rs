@@ -305,6 +305,15 @@ pub trait BranchProvider: Send + Sync + fmt::Debug {
         self.sweep(Duration::from_secs(24 * 3600))
     }
 
+    /// Deletes what a person's clean-up may take (`consort branches --sweep`): every branch no
+    /// live process holds, on any machine that shares the server — those whose creating process
+    /// is gone and those kept for inspection, whatever their keep time — and the templates no
+    /// branch uses. A live run's branches stay. The default, for backends that cannot tell
+    /// who holds a branch: [`BranchProvider::sweep_orphans`].
+    fn sweep_unheld(&self) -> BoxFuture<'_, Result<usize>> {
+        self.sweep_orphans()
+    }
+
     /// Marks a branch as kept for inspection until `until` (a failed run with `keep_failed`);
     /// the sweeper leaves it alone until then. The default does nothing (the backend's own
     /// expiry or the age limit of [`BranchProvider::sweep_orphans`] applies).

@@ -103,6 +103,10 @@ impl BranchProvider for RecordingProvider {
         self.inner.sweep_orphans()
     }
 
+    fn sweep_unheld(&self) -> BoxFuture<'_, Result<usize>> {
+        self.inner.sweep_unheld()
+    }
+
     fn keep_for_inspection<'a>(
         &'a self,
         branch: &'a Branch,

@@ -304,6 +304,10 @@ impl BranchProvider for ServerProvider {
         Box::pin(self.sweep_orphans_impl())
     }
 
+    fn sweep_unheld(&self) -> BoxFuture<'_, Result<usize>> {
+        Box::pin(self.sweep_unheld_impl())
+    }
+
     fn keep_for_inspection<'a>(
         &'a self,
         branch: &'a Branch,

@@ -79,6 +79,16 @@ impl ServerProvider {
             .await
     }
 
+    /// Deletes the branches no live process holds: those whose owner is gone and those kept
+    /// for inspection, whatever their keep time; then the templates no branch uses.
+    pub(super) async fn sweep_unheld_impl(&self) -> Result<usize> {
+        self.sweep_where(
+            |_, m, live| m.kept_until.is_some() || m.owner_gone(live),
+            Templates::Unused,
+        )
+        .await
+    }
+
     /// Deletes the branches whose owner is gone, that passed the age limit, or whose
     /// inspection time is over.
     pub(super) async fn sweep_orphans_impl(&self) -> Result<usize> {

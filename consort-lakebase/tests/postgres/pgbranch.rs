@@ -176,8 +176,12 @@ async fn orphans_of_dead_processes_are_swept_and_others_are_kept() {
         b.delete("consort-foreign-1").await,
         Err(Error::PermissionDenied(_))
     ));
+    // A person's clean-up takes what is kept for inspection too, never a live process's.
+    assert_eq!(b.sweep_unheld().await.expect("sweep unheld"), 1);
+    let left = branch_names(&b, BRANCH_PREFIX).await;
+    assert_eq!(left, vec![mine.name.clone()], "the live one stays");
     // sweep(older_than = 0) removes every Consort branch, still nothing foreign.
-    assert_eq!(b.sweep(Duration::ZERO).await.expect("sweep all"), 2);
+    assert_eq!(b.sweep(Duration::ZERO).await.expect("sweep all"), 1);
     assert!(b.list(BRANCH_PREFIX).await.expect("list").is_empty());
     assert!(db_exists(&admin, "consort_foreign_1").await);
     assert_count(
@@ -259,6 +263,9 @@ async fn a_kill_at_any_instant_leaves_nothing_the_sweeps_miss() {
         vec![away_live.name.clone()],
         "only the live one stays"
     );
+    // A person's clean-up from any clone leaves the live one on the other host too.
+    assert_eq!(b.sweep_unheld().await.expect("sweep unheld"), 0);
+    assert_eq!(branch_names(&b, BRANCH_PREFIX).await, left);
     for (db, stays) in [
         (half.id.as_str(), false),
         (away_dead.id.as_str(), false),
