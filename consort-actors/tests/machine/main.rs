@@ -1547,6 +1547,10 @@ fn a_receipt_for_another_work_tree_halts() {
     receipt.workspace_hash = ContentHash::of_bytes(b"tampered");
     let v = r.refused(Event::VerifyCompleted { receipt });
     assert!(matches!(v, RuleViolation::ReceiptWorkspaceMismatch { .. }));
+    assert!(
+        v.to_string().contains("output redirected into it"),
+        "the halt names the likely cause: {v}"
+    );
     assert!(matches!(r.s.status, RunStatus::Halted { .. }));
 }
 

@@ -254,7 +254,9 @@ pub enum RuleViolation {
         got: RequestId,
     },
     /// A receipt was produced for another work-tree state than the one issued.
-    #[error("receipt is for work tree {got}, but {expected} was issued")]
+    #[error(
+        "receipt is for work tree {got}, but {expected} was issued: the tree changed between the request and the run; something besides Consort writes in the project (output redirected into it, an editor, a watcher), so write that outside it"
+    )]
     ReceiptWorkspaceMismatch {
         /// The hash the request was issued for.
         expected: ContentHash,
