@@ -18,6 +18,7 @@ use consort_testkit::artifacts::{
     receipt_with, ux, write,
 };
 use consort_testkit::disk::FakeDisk;
+use consort_testkit::verify::assert_contains;
 
 mod baseline;
 mod harness;
@@ -652,10 +653,7 @@ fn a_design_migration_that_is_a_psql_script_is_refused() {
     ] {
         plan.migrations[0].sql = script.into();
         let v = check_schema(&plan, &stories, None).expect_err("refused");
-        assert!(
-            v.to_string().contains("never a psql script"),
-            "{script}: {v}"
-        );
+        assert_contains(&format!("{script}: {v}"), "never a psql script");
     }
 }
 
@@ -1547,10 +1545,7 @@ fn a_receipt_for_another_work_tree_halts() {
     receipt.workspace_hash = ContentHash::of_bytes(b"tampered");
     let v = r.refused(Event::VerifyCompleted { receipt });
     assert!(matches!(v, RuleViolation::ReceiptWorkspaceMismatch { .. }));
-    assert!(
-        v.to_string().contains("output redirected into it"),
-        "the halt names the likely cause: {v}"
-    );
+    assert_contains(&v.to_string(), "output redirected into it");
     assert!(matches!(r.s.status, RunStatus::Halted { .. }));
 }
 
@@ -1711,10 +1706,7 @@ fn a_person_has_the_running_entrys_wrong_test_written_again() {
     );
     spend_the_repairs(&mut r);
     let v = r.refused(redo("T2"));
-    assert!(
-        v.to_string().contains("not the entry the build lane is on"),
-        "{v}"
-    );
+    assert_contains(&v.to_string(), "not the entry the build lane is on");
     r.ok(redo("T1"));
     assert_eq!(r.s.redone.len(), 1);
     r.observe();

@@ -117,13 +117,17 @@ mod tests {
 
     #[test]
     fn points_directives_and_plans() {
+        assert_eq!(
+            parse_tap("compiling...\nall good\n"),
+            None,
+            "no TAP, no outcomes"
+        );
         let tap = "TAP version 13\n1..5\nok 1 - adds\nnot ok 2 - subtracts\n  ok 1 - inner\nok 3 # SKIP no db\nnot ok 4 - later # TODO not yet\nok 5\n";
         let got = parse_tap(tap).expect("tap");
         assert_eq!(
             outcomes_text(&got),
             "adds passed, subtracts failed, test 3 skipped, later skipped, test 5 passed"
         );
-        assert_eq!(parse_tap("compiling...\nall good\n"), None);
         let short = parse_tap("1..3\nok 1 - a\n").expect("tap");
         assert_eq!(short.last().map(|o| o.status), Some(TestStatus::Errored));
         assert_eq!(got[1].message.as_deref(), Some("ok 1 - inner"));
