@@ -208,5 +208,11 @@ fn ran_text(trial: &TrialRun) -> String {
             counted(failed, "test fails", "tests fail")
         ));
     }
+    if let Some(place) = &trial.branches_in_memory {
+        text.push_str(&format!(
+            "; branches are made in memory, in {}",
+            place.display()
+        ));
+    }
     text
 }

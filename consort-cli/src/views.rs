@@ -673,6 +673,13 @@ pub async fn branches_on(
         list.len(),
         provider.kind()
     );
+    if let Some(place) = provider.branches_in_memory() {
+        let _ = writeln!(
+            out,
+            "branches are made in memory, in {} (a tmpfs, while it has room); `[database] branches_in_memory = false` keeps them on disk",
+            place.display()
+        );
+    }
     Ok(out)
 }
 

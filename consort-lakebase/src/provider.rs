@@ -269,6 +269,12 @@ pub trait BranchProvider: Send + Sync + fmt::Debug {
         Vec::new()
     }
 
+    /// Where the backend makes its branches in memory (a tmpfs on this machine), when it has
+    /// room there; None: on the server's disk.
+    fn branches_in_memory(&self) -> Option<&std::path::Path> {
+        None
+    }
+
     /// Makes or reuses the base that branches fork from (idempotent, keyed by `spec.key()`).
     fn prepare_base<'a>(&'a self, spec: &'a BaseSpec) -> BoxFuture<'a, Result<BaseRef>>;
 

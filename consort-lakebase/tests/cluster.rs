@@ -860,6 +860,7 @@ async fn a_kept_cluster_makes_branches_in_memory_and_starts_again_after_a_reboot
         provider.private_paths().contains(&place),
         "runs may not read the branches in memory"
     );
+    assert_eq!(provider.branches_in_memory(), Some(place.as_path()));
     let base = empty_base(&provider).await;
     let lost = branch_in_memory(&provider, &cluster, "consort-lost", &base).await;
     let admin = admin_session(&cluster, "postgres").await;
@@ -931,6 +932,7 @@ async fn a_copied_cluster_keeps_its_branches_on_disk() {
         "the copy's branches stay on disk"
     );
     let provider = EmbeddedProvider::new(twin.clone()).await.expect("provider");
+    assert_eq!(provider.branches_in_memory(), None);
     let base = empty_base(&provider).await;
     let branch = provider
         .create("consort-copy", &base)

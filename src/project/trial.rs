@@ -31,6 +31,9 @@ pub struct TrialRun {
     /// What the project's migration tool did on the branch before the tests, when it applies
     /// the migrations (`[migrations] tool`).
     pub migrations: Option<ToolTrial>,
+    /// Where the provider makes branches in memory when it has room (see
+    /// [`BranchProvider::branches_in_memory`]); None: on disk.
+    pub branches_in_memory: Option<PathBuf>,
 }
 
 /// The project's migration tool, run on a trial's branch.
@@ -237,6 +240,7 @@ impl Project {
             outside_test_paths,
             report,
             migrations,
+            branches_in_memory: provider.branches_in_memory().map(Into::into),
         })
     }
 }

@@ -15,6 +15,7 @@ use crate::common::{
     approving_run, assert_exit, consort, consort_in, dir_arg, run, run_to_done_and_verify,
 };
 use consort_testkit::process::{descendant_named, eventually, servers_of, text};
+use consort_testkit::verify::assert_contains;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/reliability");
 
@@ -234,6 +235,10 @@ fn branches_sweep_removes_the_clusters_of_deleted_projects_only() {
         project(p);
         let o = run(&mut consort_in("branches", p));
         assert_exit(&o, 0, "branches starts the project's cluster");
+        assert_contains(
+            &text(&o),
+            "branches are made in memory, in /dev/shm/consort-branches-",
+        );
         assert!(placed(p).join("data/PG_VERSION").exists(), "placed outside");
     }
     // A directory without a record (made before Consort wrote one) is never removed.

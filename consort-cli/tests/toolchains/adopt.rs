@@ -18,6 +18,7 @@ use crate::common::{
     run_to_done_and_verify, toolchain, write,
 };
 use consort_testkit::process::text;
+use consort_testkit::verify::assert_contains;
 
 /// A Python project's pytest configuration.
 pub(crate) const PYPROJECT: (&str, &str) = (
@@ -125,6 +126,13 @@ pub(crate) fn adopt_and_run_with(
             && doctor.contains("on a fresh branch, confined (Landlock ABI"),
         "{doctor}"
     );
+    // Where its branches live: in memory, as root (whose /dev/shm is a tmpfs).
+    if nix::unistd::geteuid().is_root() {
+        assert_contains(
+            &doctor,
+            "; branches are made in memory, in /dev/shm/consort-branches-",
+        );
+    }
     // Which PostgreSQL the project gets, and why: an installed one or Consort's own.
     assert!(
         doctor.contains("ok    PostgreSQL ")

@@ -249,6 +249,10 @@ impl BranchProvider for ServerProvider {
         Some(self.branch_copy)
     }
 
+    fn branches_in_memory(&self) -> Option<&Path> {
+        self.branch_space.as_deref()
+    }
+
     /// The cluster's directory, socket directory and place of its branches in memory; a server
     /// reached by URL keeps no private state on this machine.
     fn private_paths(&self) -> Vec<PathBuf> {
