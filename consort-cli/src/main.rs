@@ -583,6 +583,9 @@ async fn run(
 ) -> Result<i32> {
     let dir = at.dir.as_path();
     let project = at.open()?;
+    if ui::refuse_output_in_tree(&project) {
+        return Ok(EXIT_USAGE);
+    }
     // A done feature still goes through a run: it finishes at once, and its start-up sweep
     // removes what a crash right at the end left.
     let all_done =
@@ -681,6 +684,9 @@ async fn run_lanes(
 
 async fn serve(at: &Target, addr: std::net::SocketAddr, allow_dirty: bool) -> Result<i32> {
     let project = at.open()?;
+    if ui::refuse_output_in_tree(&project) {
+        return Ok(EXIT_USAGE);
+    }
     if project.backlog()?.len() > 1 {
         println!("feature {}", project.feature_id());
     }

@@ -25,6 +25,33 @@ pub const EXIT_GATE: i32 = 3;
 /// Exit code: halted by an escalation (or stopped by a human).
 pub const EXIT_HALTED: i32 = 4;
 
+/// Whether a run of `project` must be refused because this process's output goes into its work
+/// tree (see [`output_in_tree`]); says so on standard error when it must.
+pub fn refuse_output_in_tree(project: &Project) -> bool {
+    let Some(file) = output_in_tree(project) else {
+        return false;
+    };
+    eprintln!(
+        "refused: this command's output goes to {}, inside the project's work tree, whose files are checked before and after every test run: the run would change that file under itself and halt; write the output outside the project, or under its .consort/ directory",
+        file.display()
+    );
+    true
+}
+
+/// Where this process's standard output or error is a file inside `project`'s work tree that
+/// the tree's hash covers (not under `.consort/`, `.git/` or a cache directory): that file.
+/// Every such file is hashed before a test run and checked against it, so a run that keeps
+/// writing its own output there changes the tree under itself and halts.
+pub fn output_in_tree(project: &Project) -> Option<std::path::PathBuf> {
+    let tree = std::fs::canonicalize(project.work_tree()).ok()?;
+    let filter = consort_actors::TreeFilter::new(&project.config.paths.caches);
+    [1, 2].into_iter().find_map(|fd| {
+        let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+        let inside = target.strip_prefix(&tree).ok()?.to_str()?;
+        filter.skipped_dir(inside).is_none().then_some(target)
+    })
+}
+
 /// The exit code for a run outcome.
 pub fn exit_code(outcome: &RunOutcome) -> i32 {
     match outcome {

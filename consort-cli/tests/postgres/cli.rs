@@ -3,8 +3,8 @@
 
 use crate::common::status_json;
 use crate::common::{
-    assert_exit, assert_exit_saying, consort, dir_arg, doctor, init_stockflow, ledger_text, run,
-    run_and_kill_after, run_to_done_and_verify, stockflow_tempdir,
+    assert_exit, assert_exit_saying, consort, consort_in, dir_arg, doctor, init_stockflow,
+    ledger_text, run, run_and_kill_after, run_to_done_and_verify, stockflow_tempdir,
 };
 use consort_testkit::process::{built_example, text};
 use std::path::{Path, PathBuf};
@@ -252,6 +252,25 @@ fn the_example_runs_to_the_end_with_approve_as_and_stops_without_it() {
         "the command to continue, runnable from here: {}",
         text(&o)
     );
+}
+
+/// A run whose output goes to a file in the project would change the tree it is judged on, at
+/// a moment no one chooses: refused before anything starts. Under `.consort/`, which no hash
+/// covers, it runs.
+#[test]
+fn a_run_writing_its_output_into_the_project_is_refused() {
+    let tmp = stockflow_tempdir();
+    let dir = tmp.path();
+    let log = std::fs::File::create(dir.join("run.log")).expect("a log in the project");
+    let o = consort_in("run", dir).stdout(log).output().expect("runs");
+    assert_exit_saying(&o, 2, "a usage error", "inside the project's work tree");
+    assert!(
+        !lock_path(dir).exists(),
+        "refused before it took the project"
+    );
+    let kept = std::fs::File::create(dir.join(".consort/run.log")).expect("a log in .consort");
+    let o = consort_in("run", dir).stdout(kept).output().expect("runs");
+    assert_exit(&o, 3, "the run reaches the design gate");
 }
 
 #[test]

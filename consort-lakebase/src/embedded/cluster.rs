@@ -397,12 +397,45 @@ fn socket_dir_for(dir: &Path) -> PathBuf {
 fn ensure_dir(path: &Path, run_as: Option<&RunAs>, mode: u32) -> Result<()> {
     std::fs::create_dir_all(path)
         .map_err(|e| Error::cluster_io(format!("create {}", path.display()), e))?;
+    refuse_planted(path, run_as)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| Error::cluster_io(format!("chmod {}", path.display()), e))?;
     if let Some(ra) = run_as {
         ra.chown(path)?;
     }
     Ok(())
+}
+
+/// In a directory anyone may write to (`/tmp`, where fallback and socket directories live),
+/// the name Consort uses may have been taken before it: by a link to elsewhere, which the chmod
+/// and chown that follow would follow, or by a directory someone else owns. Either is refused.
+/// Elsewhere (a project's own `data_dir`) a link is its owner's choice and is followed.
+fn refuse_planted(path: &Path, run_as: Option<&RunAs>) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let open_to_all = path
+        .parent()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .is_some_and(|m| m.mode() & 0o002 != 0);
+    if !open_to_all {
+        return Ok(());
+    }
+    let meta = std::fs::symlink_metadata(path)
+        .map_err(|e| Error::cluster_io(format!("inspect {}", path.display()), e))?;
+    let ours = meta.uid() == nix::unistd::geteuid().as_raw()
+        || run_as.is_some_and(|ra| meta.uid() == ra.uid);
+    let what = if meta.file_type().is_symlink() {
+        "a link"
+    } else if !meta.is_dir() {
+        "not a directory"
+    } else if !ours {
+        "a directory someone else owns"
+    } else {
+        return Ok(());
+    };
+    Err(Error::PermissionDenied(format!(
+        "{} is {what}, made in a directory anyone may write to before Consort made it; Consort does not use it: remove it, or find who made it",
+        path.display()
+    )))
 }
 
 pub(super) fn write_private(path: &Path, content: &str, run_as: Option<&RunAs>) -> Result<()> {
@@ -1106,6 +1139,52 @@ async fn wait_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The mode bits of `path` (following links).
+    fn mode_of(path: &Path) -> u32 {
+        std::fs::metadata(path)
+            .expect("metadata")
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    #[test]
+    fn a_name_taken_in_a_directory_anyone_may_write_to_is_refused_not_followed() {
+        let open = tempfile::tempdir().expect("dir");
+        std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o1777))
+            .expect("open it to all, as /tmp is");
+        let target = tempfile::tempdir().expect("target");
+        std::fs::set_permissions(target.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let link = open.path().join("consort-sock-planted");
+        std::os::unix::fs::symlink(target.path(), &link).expect("plant a link");
+        let refused = ensure_dir(&link, None, 0o700).expect_err("a link is refused");
+        assert!(
+            matches!(&refused, Error::PermissionDenied(why) if why.contains("is a link")),
+            "{refused}"
+        );
+        assert_eq!(mode_of(target.path()), 0o755, "the link was not followed");
+        let fresh = open.path().join("consort-sock-fresh");
+        ensure_dir(&fresh, None, 0o700).expect("a name nobody took is made");
+        assert_eq!(mode_of(&fresh), 0o700);
+        if nix::unistd::geteuid().is_root() {
+            let theirs = open.path().join("consort-pg-theirs");
+            std::fs::create_dir(&theirs).expect("mkdir");
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("give it away");
+            let refused = ensure_dir(&theirs, None, 0o700).expect_err("another's is refused");
+            assert!(
+                refused.to_string().contains("someone else owns"),
+                "{refused}"
+            );
+        }
+        // In a directory of the project's owner, a link is that owner's choice.
+        let private = tempfile::tempdir().expect("private");
+        let chosen = private.path().join("pg");
+        std::os::unix::fs::symlink(target.path(), &chosen).expect("link");
+        ensure_dir(&chosen, None, 0o700).expect("followed");
+        assert_eq!(mode_of(target.path()), 0o700);
+    }
 
     #[test]
     fn the_log_tail_quoted_in_errors_carries_no_verifier() {
