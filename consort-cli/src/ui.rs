@@ -32,7 +32,7 @@ pub fn refuse_output_in_tree(project: &Project) -> bool {
         return false;
     };
     eprintln!(
-        "refused: this command's output goes to {}, inside the project's work tree, whose files are checked before and after every test run: the run would change that file under itself and halt; write the output outside the project, or under its .consort/ directory",
+        "refused: this command's output goes to {}, inside the project's work tree, whose files are checked before and after every test run: the run would change that file under itself and halt; write the output outside the project, under its .consort/ directory, or in a directory `[paths] caches` names",
         file.display()
     );
     true
