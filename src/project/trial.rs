@@ -23,6 +23,9 @@ pub struct TrialRun {
     pub file: Option<String>,
     /// The confinement the run had.
     pub confinement: Confinement,
+    /// Where the provider makes branches in memory when it has room (see
+    /// [`BranchProvider::branches_in_memory`]); None: on disk.
+    pub branches_in_memory: Option<PathBuf>,
     /// Test files the runner collects that `[paths] tests` misses (at most 10): to Consort they
     /// are no tests, so an agent could change them.
     pub outside_test_paths: Vec<String>,
@@ -31,9 +34,6 @@ pub struct TrialRun {
     /// What the project's migration tool did on the branch before the tests, when it applies
     /// the migrations (`[migrations] tool`).
     pub migrations: Option<ToolTrial>,
-    /// Where the provider makes branches in memory when it has room (see
-    /// [`BranchProvider::branches_in_memory`]); None: on disk.
-    pub branches_in_memory: Option<PathBuf>,
 }
 
 /// The project's migration tool, run on a trial's branch.
