@@ -1158,17 +1158,15 @@ async fn branches(dir: &Path, sweep: bool, all: bool) -> Result<i32> {
         consort_cli::views::branches_on(provider.as_ref()).await?
     );
     if sweep {
-        let (n, which) = if all {
-            (
-                provider.sweep(Duration::ZERO).await?,
-                "every one, a live run's too",
-            )
+        let n = if all {
+            provider.sweep(Duration::ZERO).await?
         } else {
-            let n = provider.sweep_unheld().await?;
-            (
-                n,
-                "those no live run holds and those kept for inspection; a live run's stay",
-            )
+            provider.sweep_unheld().await?
+        };
+        let which = if all {
+            "every one, a live run's too"
+        } else {
+            "those no live run holds and those kept for inspection; a live run's stay"
         };
         println!(
             "swept {n} branch(es) ({which}), and with them the roles, half-built bases and unused base templates Consort made that nothing alive holds"
