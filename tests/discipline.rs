@@ -2017,11 +2017,7 @@ async fn red_whose_base_did_not_build(world: &World) -> String {
 step = "schema"
 [entry.artifact]
 kind = "schema-plan"
-[[entry.artifact.body.migrations]]
-version = "0001_items"
-story_id = "S1"
-description = "a column on a table that does not exist"
-sql = "ALTER TABLE nowhere ADD COLUMN qty integer;"
+body.migrations = [{ version = "0001_items", story_id = "S1", description = "a column on a table that does not exist", sql = "ALTER TABLE nowhere ADD COLUMN qty integer;" }]
 "#;
     let case = Case::new(machine(1, 3));
     let ran = case.run(case.ensemble(world, BROKEN_SCHEMA)).await;

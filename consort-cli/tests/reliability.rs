@@ -99,8 +99,8 @@ fn install_panic_hook() {
 }
 
 /// `Ok` when `ok`, else the message.
-fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
-    if ok { Ok(()) } else { Err(what()) }
+fn ensure<M: Into<String>>(ok: bool, what: impl FnOnce() -> M) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(what().into()) }
 }
 
 /// Any error as text, with what was being done.
@@ -370,9 +370,10 @@ mod crash {
         ensure(o.status.success(), || {
             format!("consort branches on a new project: {}", text(&o))
         })?;
-        ensure(t.join(".consort/pg/data/PG_VERSION").exists(), || {
-            "the embedded cluster was not initialised inside the project".into()
-        })?;
+        ensure(
+            t.join(".consort/pg/data/PG_VERSION").exists(),
+            || "the embedded cluster was not initialised inside the project",
+        )?;
         Ok(t)
     }
 
@@ -419,16 +420,18 @@ mod crash {
             format!("the uninterrupted run is not done: {}", facts.status)
         })?;
         let unique: BTreeSet<u64> = facts.verify_ids.iter().copied().collect();
-        ensure(unique.len() == facts.verify_ids.len(), || {
-            "the uninterrupted run answered a verify request twice".into()
-        })?;
+        ensure(
+            unique.len() == facts.verify_ids.len(),
+            || "the uninterrupted run answered a verify request twice",
+        )?;
         let o = run(consort().arg("verify").arg("--dir").arg(&dir));
         ensure(o.status.success(), || {
             format!("consort verify on the reference: {}", text(&o))
         })?;
-        ensure(branches_left(&dir)? == 0, || {
-            "the uninterrupted run left branches".into()
-        })?;
+        ensure(
+            branches_left(&dir)? == 0,
+            || "the uninterrupted run left branches",
+        )?;
         Ok((
             Reference {
                 events: facts.signature.len(),
@@ -971,16 +974,17 @@ COMMIT;
         })?;
         ensure(
             DELIBERATE_PANICS.load(Ordering::SeqCst) - before == 2,
-            || "the agent did not panic twice".into(),
+            || "the agent did not panic twice",
         )?;
         ran.ensure_count(
             "agent-failed",
             0,
             "a restarted step must not be recorded as failed",
         )?;
-        ensure(ran.report.state.stories.is_some(), || {
-            "the retried step produced no stories".into()
-        })?;
+        ensure(
+            ran.report.state.stories.is_some(),
+            || "the retried step produced no stories",
+        )?;
         Ok(ran.leaked)
     }
 
@@ -1013,9 +1017,7 @@ COMMIT;
         ensure(ran.report.outcome == RunOutcome::Done, || {
             format!("expected done, got {:?}", ran.report.outcome)
         })?;
-        ensure(flaky.injected() == 1, || {
-            "the fault was not injected".into()
-        })?;
+        ensure(flaky.injected() == 1, || "the fault was not injected")?;
         ran.ensure_count(
             "verify-failed",
             0,
@@ -1038,9 +1040,10 @@ COMMIT;
             1,
             "the failed verification is recorded once",
         )?;
-        ensure(ran.report.state.receipts.is_empty(), || {
-            "no receipt without a branch".into()
-        })?;
+        ensure(
+            ran.report.state.receipts.is_empty(),
+            || "no receipt without a branch",
+        )?;
         Ok(ran.leaked)
     }
 
@@ -1051,9 +1054,10 @@ COMMIT;
         let runner = Arc::new(DropConnection::new()?);
         let b = approved_by_ada(&dir, &provider, runner.clone())?;
         let ran = drive(b, &provider).await?;
-        ensure(runner.dropped.load(Ordering::SeqCst) == 1, || {
-            "no connection was dropped".into()
-        })?;
+        ensure(
+            runner.dropped.load(Ordering::SeqCst) == 1,
+            || "no connection was dropped",
+        )?;
         ensure(ran.report.outcome == RunOutcome::Done, || {
             format!("expected done after a retry, got {:?}", ran.report.outcome)
         })?;
@@ -1062,7 +1066,7 @@ COMMIT;
             .iter()
             .filter(|e| matches!(&e.event, Event::Produced { artifact: Artifact::ChangeSet(c), .. } if c.summary.starts_with("a bump")))
             .count();
-        ensure(repairs == 1, || "only T2 needs its repair".into())?;
+        ensure(repairs == 1, || "only T2 needs its repair")?;
         ensure(ran.report.state.receipts.len() == 7, || {
             format!(
                 "{} receipts, expected 7 (the broken run is no receipt)",
@@ -1097,12 +1101,14 @@ COMMIT;
         ensure(receipt.exit.timed_out, || {
             format!("the receipt does not say timed out: {:?}", receipt.exit)
         })?;
-        ensure(!receipt.exit.success(), || {
-            "a timed-out run is not a clean exit".into()
-        })?;
-        ensure(receipt.status_of("t1") != Some(TestStatus::Passed), || {
-            "a test of a timed-out run passed".into()
-        })?;
+        ensure(
+            !receipt.exit.success(),
+            || "a timed-out run is not a clean exit",
+        )?;
+        ensure(
+            receipt.status_of("t1") != Some(TestStatus::Passed),
+            || "a test of a timed-out run passed",
+        )?;
         let pid: u32 = ctx(
             receipt
                 .output_excerpt
@@ -1167,7 +1173,7 @@ COMMIT;
                 .as_ref()
                 .map(|s| Artifact::Stories((**s).clone()))
                 == Some(expected),
-            || "the stories are not the model's answer".into(),
+            || "the stories are not the model's answer",
         )?;
         Ok(ran.leaked)
     }
@@ -1183,9 +1189,10 @@ COMMIT;
             .agent(Role::SpecAuthor, openai(Role::SpecAuthor, &base)?);
         let ran = drive(b, &provider).await?;
         ensure_halted(&ran, Some("spec/r0"), InfraFault::ModelServerFailing)?;
-        ensure(stub.requests() == 1, || {
-            "the server answered after it went away".into()
-        })?;
+        ensure(
+            stub.requests() == 1,
+            || "the server answered after it went away",
+        )?;
         Ok(ran.leaked)
     }
 }
@@ -1476,12 +1483,12 @@ http = {{ max_retries = 2, initial_backoff_ms = 10, max_backoff_ms = 50, request
             stub.authorizations()
                 .iter()
                 .any(|a| a == &format!("Bearer {API_KEY}")),
-            || "the model server never received the key".into(),
+            || "the model server never received the key",
         )?;
         let entries = ctx(Ledger::<Event>::read(ledger_path(&dir)), "read")?;
         ensure(
             entries.iter().any(|e| matches!(&e.event, Event::VerifyCompleted { receipt } if receipt.provider != "embedded")),
-            || "the run did not use the URL provider".into(),
+            || "the run did not use the URL provider",
         )?;
         for args in [
             vec!["status", "--json"],
@@ -1574,9 +1581,10 @@ http = {{ max_retries = 2, initial_backoff_ms = 10, max_backoff_ms = 50, request
             }
         }
         let branch_secrets = rig.branch_secrets.lock().expect("secrets").clone();
-        ensure(!branch_secrets.is_empty(), || {
-            "no branch password was recorded".into()
-        })?;
+        ensure(
+            !branch_secrets.is_empty(),
+            || "no branch password was recorded",
+        )?;
         for s in &branch_secrets {
             let found = find(s, &haystacks);
             if !found.is_empty() {

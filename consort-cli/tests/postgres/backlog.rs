@@ -10,7 +10,7 @@ use std::path::Path;
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use crate::common::{
     approving_run, assert_exit, assert_exit_saying, consort, dir_arg, feature_add, in_dir, run,
-    write,
+    says, write,
 };
 use consort::actors::{Event, RuleViolation};
 use consort::project::Project;
@@ -243,11 +243,7 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
     );
     assert!(dir.join(".consort/features/f1-stock/design.json").is_file());
     let o = in_dir(&["run"], &dir);
-    assert!(
-        text(&o).contains("every feature of the backlog is done"),
-        "{}",
-        text(&o)
-    );
+    says(&o, "every feature of the backlog is done");
 
     // The backlog: a duplicate id is refused; two more features wait.
     let add = |file: &str| {
@@ -259,15 +255,11 @@ fn features_run_one_after_another_each_held_to_the_earlier_tests() {
     assert_exit(&add("f2-reserve.md"), 0, "add f2");
     let o = add("f2-reserve.md");
     assert_exit(&o, 2, "a duplicate id is a usage error");
-    assert!(
-        text(&o).contains("already has a feature `f2-reserve`"),
-        "{}",
-        text(&o)
-    );
+    says(&o, "already has a feature `f2-reserve`");
     assert_exit(&add("f3-packs.md"), 0, "add f3");
     let o = in_dir(&["status", "--feature", "nope"], &dir);
     assert_exit(&o, 2, "an unknown feature is a usage error");
-    assert!(text(&o).contains("has no feature `nope`"), "{}", text(&o));
+    says(&o, "has no feature `nope`");
     let o = in_dir(&["feature", "list"], &dir);
     let list = text(&o);
     assert!(list.contains("f1-stock") && list.contains("done"), "{list}");
@@ -538,7 +530,7 @@ fn a_stopped_feature_leaves_the_last_verified_tree_and_still_verifies() {
         "stop",
         "put back what the last verified step (red/T1) left",
     );
-    assert!(text(&o).contains("src/level.sql (new)"), "{}", text(&o));
+    says(&o, "src/level.sql (new)");
     assert!(
         !dir.join("src/level.sql").exists(),
         "the unverified code is gone from the tree"
@@ -575,7 +567,7 @@ fn stop_leaves_a_hand_edit_and_what_keep_asks_for() {
             "the tree changed since the run's last change, so nothing was overwritten"
         };
         assert_exit_saying(&o, 0, "stop", why);
-        assert!(text(&o).contains("src/level.sql (new)"), "{}", text(&o));
+        says(&o, "src/level.sql (new)");
         let left = std::fs::read_to_string(&code).expect("the file is left");
         assert_eq!(left == "-- mine\n", !keep, "{left}");
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::{
-    approving_run, assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after,
+    approving_run, assert_exit, consort, dir_arg, init_stockflow, run, run_and_kill_after, says,
 };
 use consort::actors::{CommitKind, Event, Machine, step_commits};
 use consort::git::GitRepo;
@@ -87,11 +87,7 @@ fn every_verified_step_is_one_commit_with_its_trailers_across_a_kill_and_resume(
     assert!(before >= 1, "commits are made while the run goes");
     let o = run(&mut approving_run(dir));
     assert_exit(&o, 0, "resumes to the end");
-    assert!(
-        text(&o).contains(&format!("on branch {BRANCH}")),
-        "{}",
-        text(&o)
-    );
+    says(&o, &format!("on branch {BRANCH}"));
 
     assert_eq!(
         git(dir, &["symbolic-ref", "--short", "HEAD"]).trim(),
@@ -240,16 +236,12 @@ fn a_dirty_tree_is_refused_unless_allowed_and_a_resumed_run_stays_on_its_branch(
     git(dir, &["switch", "-q", "main"]);
     let o = run(consort().arg("run").args(dir_arg(dir)));
     assert_exit(&o, 1, "a resumed run off its branch is refused");
-    assert!(
-        text(&o).contains(&format!("git switch {BRANCH}")),
-        "{}",
-        text(&o)
-    );
+    says(&o, &format!("git switch {BRANCH}"));
 
     let other = tempfile::tempdir().expect("tempdir");
     stockflow_repo(other.path());
     git(other.path(), &["branch", BRANCH]);
     let o = run(consort().arg("run").args(dir_arg(other.path())));
     assert_exit(&o, 1, "a new run does not take over an existing branch");
-    assert!(text(&o).contains("exists already"), "{}", text(&o));
+    says(&o, "exists already");
 }

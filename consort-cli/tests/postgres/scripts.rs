@@ -5,7 +5,7 @@
 use consort::actors::{Artifact, Event, Role};
 use consort_testkit::verify::assert_contains;
 
-use crate::common::{assert_exit, consort, in_dir, init_stockflow, run, stockflow_tempdir};
+use crate::common::{assert_exit, consort, in_dir, init_stockflow, run, says, stockflow_tempdir};
 use consort_testkit::process::text;
 use std::path::Path;
 
@@ -20,11 +20,8 @@ fn init_writes_a_skeleton_doctor_calls_not_ready_and_init_keeps_an_existing_scri
     let skeleton = std::fs::read_to_string(dir.join(SKELETON)).expect("the skeleton");
     assert_eq!(skeleton, consort::agents::script_skeleton());
     assert_contains(&skeleton, "docs/ARTIFACTS.md");
-    assert!(
-        text(&o).contains("consort doctor"),
-        "init says how to check it: {}",
-        text(&o)
-    );
+    // Init says how to check it.
+    says(&o, "consort doctor");
 
     let o = in_dir(&["doctor"], dir);
     assert_exit(&o, 1, "a fresh skeleton is not ready");

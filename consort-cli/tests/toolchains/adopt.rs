@@ -15,7 +15,7 @@ use std::path::Path;
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use crate::common::{
     assert_exit, assert_exit_saying, consort, dir_arg, doctor, feature_add, ledger_text, run,
-    run_to_done_and_verify, toolchain, write,
+    run_to_done_and_verify, says, toolchain, write,
 };
 use consort_testkit::process::text;
 use consort_testkit::verify::assert_contains;
@@ -105,11 +105,7 @@ pub(crate) fn adopt_and_run_with(
     split_from_the_first_run(dir);
     // The placeholder request init wrote fails doctor until someone describes the feature.
     let o = doctor(dir).0;
-    assert!(
-        text(&o).contains("is still the placeholder `consort init` wrote"),
-        "{}",
-        text(&o)
-    );
+    says(&o, "is still the placeholder `consort init` wrote");
     write(
         dir,
         &[
@@ -423,7 +419,7 @@ fn init_never_overwrites_a_file_the_project_has() {
     let dir = tmp.path();
     let o = run(consort().arg("init").arg(dir));
     assert_exit(&o, 0, "init");
-    assert!(text(&o).contains("kept"), "{}", text(&o));
+    says(&o, "kept");
     assert_eq!(
         std::fs::read_to_string(dir.join("feature.md")).expect("kept"),
         "# Mine\n"

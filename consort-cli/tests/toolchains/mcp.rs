@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::script::Design;
-use crate::common::{consort, dir_arg, toolchain, write};
+use crate::common::{consort, dir_arg, says, toolchain, write};
 use consort::actors::{Event, Role};
 use consort::project::Project;
 use consort_testkit::process::text;
@@ -112,11 +112,7 @@ fn coding_clients_play_navigator_and_driver_to_done_across_restarts_and_never_re
  {
     let (tmp, dir) = mcp_project();
     let doctor = common::in_dir(&["doctor"], &dir);
-    assert!(
-        text(&doctor).contains("navigator: played through `consort mcp`"),
-        "{}",
-        text(&doctor)
-    );
+    says(&doctor, "navigator: played through `consort mcp`");
 
     let started = Instant::now();
     let signals = tmp.path().join("signals");

@@ -7,8 +7,7 @@
 
 use std::path::Path;
 
-use crate::common::{assert_exit, assert_exit_saying, consort, run, toolchain, write};
-use consort_testkit::process::text;
+use crate::common::{assert_exit, assert_exit_saying, consort, run, says, toolchain, write};
 
 /// The repository's root.
 fn repository() -> &'static Path {
@@ -77,11 +76,7 @@ fn mcp_install_merges_into_each_clients_existing_configuration() {
     for client in ["claude", "cursor", "codex"] {
         let o = install(client, &[]);
         assert_exit_saying(&o, 0, "installed", "added the server `consort`");
-        assert!(
-            text(&o).contains(&format!("consort mcp --dir . --as {client}")),
-            "{}",
-            text(&o)
-        );
+        says(&o, &format!("consort mcp --dir . --as {client}"));
         let o = install(client, &[]);
         assert_exit_saying(&o, 0, "twice", "nothing changed");
         let o = install(client, &["--as", "someone-else"]);

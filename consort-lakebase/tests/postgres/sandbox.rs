@@ -26,6 +26,11 @@ async fn confined(tree: &Path, caches: Vec<std::path::PathBuf>) -> RunContext {
         .2
 }
 
+/// Asserts that a run's output excerpt says `what`.
+fn excerpt_says(excerpt: &str, what: &str) {
+    assert!(excerpt.contains(what), "{excerpt}");
+}
+
 fn status(r: &RunReport, name: &str) -> Option<TestStatus> {
     r.outcomes.iter().find(|o| o.name == name).map(|o| o.status)
 }
@@ -40,10 +45,29 @@ async fn psql_run(files: &[(&str, &str)]) -> (tempfile::TempDir, RunReport) {
     (tree, r)
 }
 
-/// A shell script that tries each thing and reports it as a TAP line: `ok` when it worked.
-const ATTEMPTS: &str = r#"
-n=0
-try() { n=$((n+1)); if sh -c "$2" >/dev/null 2>&1; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+/// A shell script that runs each `try NAME 'COMMAND'` line of `tries` and reports it as a TAP
+/// line: `ok` when the command worked.
+fn attempts(tries: &str) -> String {
+    format!(
+        r#"n=0
+try() {{ n=$((n+1)); if sh -c "$2" >/dev/null 2>&1; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }}
+{tries}echo "1..$n"
+"#
+    )
+}
+
+/// Runs `cfg` in `ctx`: in a view of the tree when `view`, else in the tree itself.
+async fn run_in(cfg: &mut CommandRunnerConfig, view: bool, ctx: &RunContext) -> RunReport {
+    cfg.view = view;
+    CommandRunner::new(cfg.clone())
+        .run(ctx)
+        .await
+        .expect("the runner runs")
+}
+
+/// What a confined run tries: each is a TAP test of [`attempts`].
+const TRIES: &str = r#"
+# The tests, the harness and the code it is judged on, VCS metadata:
 try read-tests 'cat tests/t1.sql'
 try write-test 'echo x >> tests/t1.sql'
 try move-tests-aside 'mv tests tests.away'
@@ -52,10 +76,12 @@ try new-test 'echo y > tests/t9.sql'
 try edit-harness 'echo z >> consort.toml'
 try git-hook 'echo h > .git/hooks/pre-commit'
 try write-code 'echo c >> src/a.sql'
+# Consort's private state and process:
 try read-consort-state 'cat .consort/ledger.jsonl'
 try read-cluster-password 'cat "$PW_FILE"'
 try environ-of-consort 'cat /proc/$CONSORT_TEST_PID/environ'
 try memory-of-consort 'head -c 1 /proc/$CONSORT_TEST_PID/mem'
+# Its scratch, the caches, and the test tools beside them:
 try write-scratch 'echo s > "$TMPDIR/s" && echo h > "$HOME/h" && echo r > "$CONSORT_REPORT_DIR/r"'
 try write-cache 'echo t > target/out'
 try rewrite-test-tool 'echo "process.exit(0)" > node_modules/vitest/index.js'
@@ -63,14 +89,18 @@ try replace-test-tool 'mv node_modules/vitest node_modules/vitest.away'
 try plant-a-package 'mkdir node_modules/evil'
 try rewrite-venv-tool 'echo "exit 0" > .venv/bin/pytest'
 try write-tool-cache 'mkdir -p node_modules/.vite/vitest && echo r > node_modules/.vite/vitest/results.json'
+# Ports: another process's, and its own branch's:
 try connect-other-port 'python3 -c "import socket,os; socket.create_connection((\"127.0.0.1\", int(os.environ[\"OTHER_PORT\"])), 3)"'
 try connect-branch 'python3 -c "import socket,os; socket.create_connection((\"127.0.0.1\", int(os.environ[\"PGPORT\"])), 3)"'
+# Files beside the configuration, and the whole tree (in a view):
 try write-beside-config 'echo v > consort.toml.timestamp-1.mjs && grep -q v consort.toml.timestamp-1.mjs && mkdir -p .tool-cache && echo w > .tool-cache/x'
 try walk-the-tree 'find -L . -type f > /dev/null'
+# The links that stand for what judges it:
 try remove-a-link 'rm consort.toml'
 try rename-a-link 'mv tests tests2'
 try replace-a-link 'ln -sf /tmp consort.toml'
 try make-a-link 'ln -s /tmp elsewhere'
+# Processes, sockets, ptys and shared memory of its own:
 try posix-shm-workers 'python3 -c "
 import multiprocessing as mp
 def work(q, lock, n):
@@ -97,7 +127,6 @@ m, s = pty.openpty(); os.write(s, b\"x\"); assert os.read(m, 1) == b\"x\"
 "'
 try another-runs-pty 'echo x > "$OTHER_PTY"'
 try shm-of-its-own 'echo probe > /dev/shm/consort-sandbox-probe && test -z "$(ls /dev/shm | grep -v consort-sandbox-probe | grep -v "^sem\.mp-" | grep -v "^mp-" || true)"'
-echo "1..$n"
 "#;
 
 #[tokio::test]
@@ -111,7 +140,7 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
         ("consort.toml", "[feature]\n"),
         (".git/hooks/README", "hooks\n"),
         (".consort/ledger.jsonl", "{}\n"),
-        ("attempts.sh", ATTEMPTS),
+        ("attempts.sh", attempts(TRIES).as_str()),
         ("node_modules/vitest/index.js", "// the test tool\n"),
         (".venv/bin/pytest", "# the test tool\n"),
     ]);
@@ -171,11 +200,7 @@ async fn a_confined_run_cannot_touch_what_judges_it_but_can_use_its_scratch_and_
     // create its own files (beside its configuration) and walk a tree whose private state
     // it would not be let into.
     for view in [false, true] {
-        cfg.view = view;
-        let r = CommandRunner::new(cfg.clone())
-            .run(&ctx)
-            .await
-            .expect("the runner runs");
+        let r = run_in(&mut cfg, view, &ctx).await;
         let in_view = ["write-beside-config", "walk-the-tree"];
         let mut allowed = vec![
             "read-tests",
@@ -438,13 +463,7 @@ async fn a_session_the_code_ends_itself_is_a_verdict_not_a_database_fault() {
         receipt.status_of("tests/t1_cut.sql"),
         Some(TestStatus::Errored)
     );
-    assert!(
-        receipt
-            .output_excerpt
-            .contains("the code under test ended it"),
-        "{}",
-        receipt.output_excerpt
-    );
+    excerpt_says(&receipt.output_excerpt, "the code under test ended it");
     assert!(receipt.confinement.is_confined());
 }
 
@@ -524,11 +543,9 @@ async fn a_test_that_passes_every_other_run_is_flaky_and_one_that_always_fails_i
     assert_eq!(r.flaky, ["earlier-racy"]);
     assert_eq!(r.status_of("earlier-racy"), Some(TestStatus::Passed));
     assert_eq!(r.status_of("the-new-one"), Some(TestStatus::Failed));
-    assert!(
-        r.output_excerpt
-            .contains("flaky, not broken: earlier-racy passed on this fresh branch"),
-        "{}",
-        r.output_excerpt
+    excerpt_says(
+        &r.output_excerpt,
+        "flaky, not broken: earlier-racy passed on this fresh branch",
     );
 
     // A test that fails on every run is broken, never flaky (the racy one, failing on the
@@ -537,12 +554,7 @@ async fn a_test_that_passes_every_other_run_is_flaky_and_one_that_always_fails_i
     let r = ask(run("the-new-one")).await.expect("receipt");
     assert_eq!(r.flaky, ["earlier-racy"]);
     assert_eq!(r.status_of("earlier-broken"), Some(TestStatus::Failed));
-    assert!(
-        r.output_excerpt
-            .contains("failed again here: earlier-broken"),
-        "{}",
-        r.output_excerpt
-    );
+    excerpt_says(&r.output_excerpt, "failed again here: earlier-broken");
     actor.stop(None);
     let _ = join.await;
 }
@@ -561,14 +573,12 @@ async fn a_lane_s_run_reads_its_own_tree_and_no_other_lane_even_one_made_later()
     write("f2/src/secret.sql", "SELECT 'f2';\n");
     write(
         "f1/attempts.sh",
-        r#"
-n=0
-try() { n=$((n+1)); if sh -c "$2" >/dev/null 2>&1; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
-try read-own 'cat tests/t1.sql'
+        &attempts(
+            r#"try read-own 'cat tests/t1.sql'
 try read-other-lane 'cat "$LANES/f2/src/secret.sql"'
 try read-later-lane 'cat "$LANES/f3/src/new.sql"'
-echo "1..$n"
 "#,
+        ),
     );
     let own = lanes.path().join("f1");
     let (_p, _b, ctx) = common::confined_branch_hiding(
@@ -584,11 +594,7 @@ echo "1..$n"
         .set
         .push(("LANES".into(), lanes.path().display().to_string()));
     for view in [false, true] {
-        cfg.view = view;
-        let r = CommandRunner::new(cfg.clone())
-            .run(&ctx)
-            .await
-            .expect("the runner runs");
+        let r = run_in(&mut cfg, view, &ctx).await;
         assert_eq!(
             status(&r, "read-own"),
             Some(TestStatus::Passed),
@@ -751,11 +757,9 @@ async fn an_unconfined_lane_does_not_write_the_main_tree_s_dependencies_through_
         .run(&ctx)
         .await
         .expect("the run is reported");
-    assert!(
-        r.output_excerpt
-            .contains("write refused, chmod refused, cache allowed, code allowed"),
-        "{}",
-        r.output_excerpt
+    excerpt_says(
+        &r.output_excerpt,
+        "write refused, chmod refused, cache allowed, code allowed",
     );
     assert_eq!(
         std::fs::read_to_string(main.path().join("node_modules/vitest/index.js")).expect("tool"),

@@ -23,9 +23,34 @@ async fn append_f1(
     store.append("f1", &decision(n), fence).await
 }
 
+/// Appends decision `n` to `f1` under `fence`: recorded, as `why` says.
+async fn recorded(store: &mut PgStore, n: usize, fence: Fence<'_>, why: &str) -> Entry<Event> {
+    append_f1(store, n, fence).await.expect(why)
+}
+
+/// Appends decision `n` to `f1` under a lease that no longer holds: refused as stale, with a
+/// message that says `says`.
+async fn stale(store: &mut PgStore, n: usize, lease: &Lease, says: &str) -> StoreError {
+    let e = append_f1(store, n, Fence::Lease(lease))
+        .await
+        .expect_err("a stale lease records nothing");
+    assert!(
+        matches!(e, StoreError::StaleLease { .. }) && e.to_string().contains(says),
+        "{e}"
+    );
+    e
+}
+
 /// A connection to project `shop`'s store in `info`.
 async fn shop(info: &ConnectInfo) -> PgStore {
     PgStore::connect(info, "shop").await.expect("store")
+}
+
+/// Two clones of project `shop` (two machines, or a worker and a person's laptop), each with
+/// its own connection to one new store.
+async fn two_clones() -> (PgStore, PgStore) {
+    let info = store_database().await;
+    (shop(&info).await, shop(&info).await)
 }
 
 /// The lease of `feature` that `holder` takes for `ttl`; `why` says why it is free.
@@ -58,7 +83,7 @@ async fn a_ledger_in_the_store_is_a_hash_chain_the_file_ledger_would_accept() {
     // Two connections append in turn: one chain, no sequence number twice.
     for n in 0..6 {
         let store = if n % 2 == 0 { &mut a } else { &mut b };
-        let entry = append_f1(store, n, Fence::Person).await.expect("appended");
+        let entry = recorded(store, n, Fence::Person, "appended").await;
         assert_eq!(entry.seq, n as u64 + 1);
     }
     let entries = b.entries("f1").await.expect("read back");
@@ -150,26 +175,21 @@ async fn features_added_at_once_from_many_machines_each_get_their_place() {
 
 #[tokio::test]
 async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
-    let info = store_database().await;
-    let mut worker = shop(&info).await;
-    let mut laptop = shop(&info).await;
+    let (mut worker, mut laptop) = two_clones().await;
     let long = Duration::from_secs(60);
     let lease = take(&worker, "f1", "worker", long, "free").await;
-    append_f1(&mut worker, 0, Fence::Lease(&lease))
-        .await
-        .expect("the driver appends");
+    recorded(&mut worker, 0, Fence::Lease(&lease), "the driver appends").await;
 
     // A person stops the feature from another clone, long before the lease would run out.
-    append_f1(&mut laptop, 1, Fence::Person)
-        .await
-        .expect("the person's decision is recorded");
-    let late = append_f1(&mut worker, 2, Fence::Lease(&lease))
-        .await
-        .expect_err("the driver records nothing after it");
-    assert!(
-        late.to_string().contains("ended by a person's decision"),
-        "{late}"
-    );
+    recorded(
+        &mut laptop,
+        1,
+        Fence::Person,
+        "the person's decision is recorded",
+    )
+    .await;
+    // The driver records nothing after it.
+    stale(&mut worker, 2, &lease, "ended by a person's decision").await;
     assert!(
         !worker.renew(&lease, long).await.expect("renew"),
         "its renewal says it holds the feature no more"
@@ -188,9 +208,7 @@ async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
 
     // A decision while no one drives ends nothing and changes no token.
     laptop.release(&next).await.expect("released");
-    append_f1(&mut laptop, 3, Fence::Person)
-        .await
-        .expect("recorded");
+    recorded(&mut laptop, 3, Fence::Person, "recorded").await;
     let again = take(&worker, "f1", "worker", long, "free").await;
     assert_eq!(again.token, next.token + 1);
 }
@@ -309,9 +327,7 @@ async fn a_worker_that_finds_nothing_or_is_refused_leaves_no_transaction_open() 
 
 #[tokio::test]
 async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
-    let info = store_database().await;
-    let mut worker_a = shop(&info).await;
-    let mut worker_b = shop(&info).await;
+    let (mut worker_a, mut worker_b) = two_clones().await;
     let short = Duration::from_millis(300);
     let a = take(&worker_a, "f1", "machine-a", short, "free, so taken").await;
     assert!(
@@ -322,9 +338,7 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
             .is_none(),
         "held, so not taken"
     );
-    append_f1(&mut worker_a, 0, Fence::Lease(&a))
-        .await
-        .expect("the holder appends");
+    recorded(&mut worker_a, 0, Fence::Lease(&a), "the holder appends").await;
     assert!(
         worker_a.renew(&a, short).await.expect("renew"),
         "renewed in time"
@@ -348,21 +362,14 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
     );
 
     // A comes back and tries to go on: nothing it writes is recorded.
-    let late = append_f1(&mut worker_a, 1, Fence::Lease(&a))
-        .await
-        .expect_err("a stale lease records nothing");
+    let late = stale(&mut worker_a, 1, &a, "taken over").await;
     assert!(
         matches!(&late, StoreError::StaleLease { token, .. } if *token == a.token),
         "{late}"
     );
-    assert!(late.to_string().contains("taken over"), "{late}");
-    append_f1(&mut worker_b, 2, Fence::Lease(&b))
-        .await
-        .expect("the new holder appends");
+    recorded(&mut worker_b, 2, Fence::Lease(&b), "the new holder appends").await;
     // A person's decision needs no lease.
-    append_f1(&mut worker_a, 3, Fence::Person)
-        .await
-        .expect("a person appends");
+    recorded(&mut worker_a, 3, Fence::Person, "a person appends").await;
     let events: Vec<Event> = worker_a
         .entries("f1")
         .await
@@ -376,10 +383,8 @@ async fn a_lease_runs_out_is_taken_over_and_fences_its_old_holder() {
     worker_b.release(&b).await.expect("release");
     let again = take(&worker_a, "f1", "machine-a", short, "free").await;
     assert!(again.token > b.token);
-    let gone = append_f1(&mut worker_b, 4, Fence::Lease(&b))
-        .await
-        .expect_err("a released lease records nothing");
-    assert!(matches!(gone, StoreError::StaleLease { .. }), "{gone}");
+    // A released lease records nothing.
+    stale(&mut worker_b, 4, &b, "taken over").await;
 }
 
 #[tokio::test]
@@ -387,9 +392,7 @@ async fn a_bad_or_foreign_row_and_a_newer_schema_are_refused_by_name() {
     let info = store_database().await;
     let mut store = shop(&info).await;
     for n in 0..3 {
-        append_f1(&mut store, n, Fence::Person)
-            .await
-            .expect("appended");
+        recorded(&mut store, n, Fence::Person, "appended").await;
     }
     let client = consort_lakebase::connect(&info).await.expect("connect");
     // An edited event: its hash no longer matches its line.
@@ -634,9 +637,7 @@ async fn a_feature_that_keeps_losing_its_workers_waits_for_a_person() {
     assert!(held[0].halted_for_a_person(), "{held:?}");
     assert_eq!(held[0].lost + 1, LOST_WORKERS_BOUND as u32);
     // A person's decision: the fleet takes it again, counting from zero.
-    append_f1(&mut store, 1, Fence::Person)
-        .await
-        .expect("a person decides");
+    recorded(&mut store, 1, Fence::Person, "a person decides").await;
     let again = store
         .take_next(&backlog, "worker-after", ttl)
         .await
@@ -655,11 +656,7 @@ async fn the_heads_of_many_chains_are_read_at_once() {
     let mut store = shop(&info).await;
     let mut last = None;
     for n in 0..3 {
-        last = Some(
-            append_f1(&mut store, n, Fence::Person)
-                .await
-                .expect("append"),
-        );
+        last = Some(recorded(&mut store, n, Fence::Person, "append").await);
     }
     store
         .append("f2", &decision(9), Fence::Person)

@@ -316,68 +316,72 @@ describe('tags', () => {
 fn javascript_cheats_are_refused() {
     let path = "lib/bookmarks/__tests__/functional-test.js";
     let add = |extra: &str| format!("{JS}{extra}");
-    let cases: Vec<(String, &str)> = vec![
+    // (what the file said, what the RED makes it say, what the refusal says)
+    let rewrites = [
         (
-            JS.replace(
-                "    const res = await request(app).get('/bookmarks');\n",
-                "    return;\n    const res = await request(app).get('/bookmarks');\n",
-            ),
+            "    const res = await request(app).get('/bookmarks');\n",
+            "    return;\n    const res = await request(app).get('/bookmarks');\n",
             "test `lists bookmarks` (line 11) in `bookmarks` was changed",
         ),
         (
-            JS.replace("toBe(200);\n  });\n});", "toBe(404);\n  });\n});"),
+            "toBe(200);\n  });\n});",
+            "toBe(404);\n  });\n});",
             "`lists bookmarks`",
         ),
         (
-            JS.replace("it('serves health'", "it.only('serves health'"),
+            "it('serves health'",
+            "it.only('serves health'",
             "`serves health`",
         ),
         (
-            add("\ntest.only('new one', () => {});\n"),
-            "marked to run alone",
-        ),
-        (
-            add("\nfdescribe('new', () => {\n  test('x', () => {});\n});\n"),
-            "marked to run alone",
-        ),
-        (
-            format!("import './setup';\n{JS}"),
+            "const request",
+            "import './setup';\nconst request",
             "would apply to the accepted tests",
         ),
         (
-            JS.replace(
-                "  test('lists bookmarks'",
-                "  afterEach(() => {});\n\n  test('lists bookmarks'",
-            ),
+            "  test('lists bookmarks'",
+            "  afterEach(() => {});\n\n  test('lists bookmarks'",
             "in `bookmarks` would apply to the accepted tests",
         ),
         (
-            add("\nconst createApp = () => null;\n"),
-            "defines `createApp`",
-        ),
-        (
-            add("\nfunction expect() {}\n"),
-            "defines `expect`, a name the accepted tests of this file use",
-        ),
-        (
-            JS.replace("describe('bookmarks'", "describe.skip('bookmarks'"),
+            "describe('bookmarks'",
+            "describe.skip('bookmarks'",
             "the header of group `bookmarks`",
         ),
         (
-            JS.replace("test('lists bookmarks'", "test('lists all bookmarks'"),
+            "test('lists bookmarks'",
+            "test('lists all bookmarks'",
             "test `lists bookmarks` (line 11) in `bookmarks` is gone",
         ),
         (
-            JS.replace("require('../../app')", "require('../../fake')"),
+            "require('../../app')",
+            "require('../../fake')",
             "which the accepted tests share, is gone or changed",
         ),
+    ];
+    for (from, to, says) in rewrites {
+        assert!(JS.contains(from), "the case rewrites nothing: {from}");
+        refused(path, JS, &JS.replace(from, to), says);
+    }
+    // (what the RED adds at the end of the file, what the refusal says)
+    let additions = [
+        ("\ntest.only('new one', () => {});\n", "marked to run alone"),
         (
-            add("\ntest('serves health', () => {});\n"),
+            "\nfdescribe('new', () => {\n  test('x', () => {});\n});\n",
+            "marked to run alone",
+        ),
+        ("\nconst createApp = () => null;\n", "defines `createApp`"),
+        (
+            "\nfunction expect() {}\n",
+            "defines `expect`, a name the accepted tests of this file use",
+        ),
+        (
+            "\ntest('serves health', () => {});\n",
             "has the name of an accepted test",
         ),
     ];
-    for (new, says) in cases {
-        refused(path, JS, &new, says);
+    for (extra, says) in additions {
+        refused(path, JS, &add(extra), says);
     }
     for marked in ["test.skip", "test.todo"] {
         let new = JS.replace("  test('lists", &format!("  {marked}('lists"));
