@@ -121,9 +121,10 @@ enum Cmd {
         #[command(flatten)]
         at: Target,
     },
-    /// End a run: a halted one, one waiting at a gate, or one that was interrupted. The work
-    /// tree is put back as the last verified step left it (the unverified work stays in the
-    /// ledger), unless --keep says to leave it.
+    /// End a run: a halted one, one waiting at a gate, or one that was interrupted; not one
+    /// whose promotion was approved (`consort run` finishes that). The work tree is put back as
+    /// the last verified step left it (the unverified work stays in the ledger), unless --keep
+    /// says to leave it.
     Stop {
         /// Who decides.
         #[arg(long)]

@@ -506,6 +506,17 @@ fn last_command(r: &Run) -> Command {
     r.commands.last().cloned().expect("a command")
 }
 
+/// Applies the pending change, observes it, and returns the feedback of the assignment that
+/// follows (one line a point).
+fn feedback_once_observed(r: &mut Run) -> String {
+    r.apply();
+    r.observe();
+    let Command::Assign { feedback, .. } = last_command(r) else {
+        panic!("the role is asked again");
+    };
+    feedback.join("\n")
+}
+
 // ---------- design lane ----------
 
 #[test]
@@ -1101,12 +1112,7 @@ fn feedback_after_a_broken_red(edit: impl FnOnce(&mut TestRunReceipt)) -> String
     edit(&mut receipt);
     r.feed(Event::VerifyCompleted { receipt })
         .expect_err("a RED that breaks a green test is refused");
-    r.apply();
-    r.observe();
-    let Command::Assign { feedback, .. } = last_command(&r) else {
-        panic!("the Navigator is asked again");
-    };
-    let text = feedback.join("\n");
+    let text = feedback_once_observed(&mut r);
     assert!(text.contains("RED broke tests"), "{text}");
     text
 }
@@ -1225,12 +1231,7 @@ fn a_red_that_timed_out_is_named_so_with_the_end_of_its_output() {
         "{told}"
     );
     assert!(!told.contains("failed to load"), "{told}");
-    r.apply();
-    r.observe();
-    let Command::Assign { feedback, .. } = last_command(&r) else {
-        panic!("the Navigator is asked again");
-    };
-    let text = feedback.join("\n");
+    let text = feedback_once_observed(&mut r);
     assert!(text.contains("Errno 38"), "the end of the output: {text}");
     assert!(text.contains("time limit of 600 s reached"), "{text}");
     assert!(
@@ -2167,6 +2168,38 @@ fn a_human_can_stop_a_run_that_was_interrupted_mid_step_or_waits_at_a_gate() {
         "the run ended at the stop"
     );
     assert_eq!(r.m.ended_at(&r.events[..stop]), None, "not before it");
+}
+
+/// Once the promotion is approved it may be under way (the merge pushed to the base, the
+/// migrations not yet applied): a stop then is refused, and the promotion is finished, never cut
+/// in two. At the promote gate, before the approval, a stop still ends the run.
+#[test]
+fn an_approved_promotion_is_finished_never_stopped_half_way() {
+    let mut r = Run::new();
+    r.reach_deploy_run();
+    r.deploy_run(TestStatus::Passed).expect("deploy");
+    let stop = human(HumanDecision::Stop);
+    let at_gate =
+        r.m.step(&r.s, &stop)
+            .expect("at the gate, a stop ends the run");
+    assert_eq!(at_gate.0.phase(), Phase::Stopped);
+    r.approve();
+    // Approved (the tree is observed first, then the promotion asked for), and asked for.
+    for observed in [false, true] {
+        if observed {
+            r.observe();
+        }
+        let before = r.s.clone();
+        let v = r.refused(stop.clone());
+        assert_eq!(v, RuleViolation::PromotionUnderWay);
+        assert_contains(&v.to_string(), "`consort run` finishes it");
+        assert_eq!(r.s, before, "the refused stop changes nothing");
+    }
+    let Pending::Promote { request } = r.pending() else {
+        panic!("the promotion is pending");
+    };
+    r.ok(promoted(request, &["0001", "0002"]));
+    assert_eq!(r.s.phase(), Phase::Done);
 }
 
 #[test]

@@ -29,14 +29,22 @@ pub(crate) fn in_dir(args: &[&str], dir: &Path) -> Output {
 }
 
 /// Checks that `o` exited with `code`; `what` says what that means (the message adds the output).
+#[track_caller]
 pub(crate) fn assert_exit(o: &Output, code: i32, what: &str) {
     assert_eq!(o.status.code(), Some(code), "{what}: {}", text(o));
 }
 
-/// Checks that `o` exited with `code` (`what` says what that means) and said `says`.
-pub(crate) fn assert_exit_saying(o: &Output, code: i32, what: &str, says: &str) {
+/// Checks that `o` exited with `code` (`what` says what that means) and said `said`.
+#[track_caller]
+pub(crate) fn assert_exit_saying(o: &Output, code: i32, what: &str, said: &str) {
     assert_exit(o, code, what);
-    assert!(text(o).contains(says), "{}", text(o));
+    says(o, said);
+}
+
+/// Checks that `o`'s output (standard output, then error) holds `needle`; a failure shows it.
+#[track_caller]
+pub(crate) fn says(o: &Output, needle: &str) {
+    consort_testkit::verify::assert_contains(&text(o), needle);
 }
 
 /// Writes `files` (path, content) under `dir`, making the directories they need.
@@ -159,14 +167,14 @@ pub(crate) fn status_json(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("status JSON")
 }
 
-/// Approves, on the command line as "ada", the design `lane` (one of `status_json`'s `lanes`)
-/// waits on.
-pub(crate) fn approve_lane_design(dir: &Path, lane: &serde_json::Value) {
-    assert_eq!(lane["pending_gate"]["gate"], "design", "{lane:#}");
+/// The gate `lane` (a lane as `consort status --json` lists it) waits at: approved on the
+/// command line, as ada.
+pub(crate) fn approve_lane_gate(dir: &Path, lane: &serde_json::Value) {
+    let gate = lane["pending_gate"]["gate"].as_str().expect("a gate waits");
     let hash = lane["pending_gate"]["hash"].as_str().expect("hash");
     let feature = lane["feature"].as_str().expect("feature");
     let o = run(consort_in("approve", dir).args([
-        "design",
+        gate,
         "--hash",
         hash,
         "--by",
@@ -174,5 +182,5 @@ pub(crate) fn approve_lane_design(dir: &Path, lane: &serde_json::Value) {
         "--feature",
         feature,
     ]));
-    assert_exit(&o, 0, "the waiting design is approved");
+    assert_exit(&o, 0, &format!("the waiting {gate} gate is approved"));
 }

@@ -4,7 +4,7 @@
 use crate::common::status_json;
 use crate::common::{
     assert_exit, assert_exit_saying, consort, consort_in, dir_arg, doctor, init_stockflow,
-    ledger_text, run, run_and_kill_after, run_to_done_and_verify, stockflow_tempdir,
+    ledger_text, run, run_and_kill_after, run_to_done_and_verify, says, stockflow_tempdir,
 };
 use consort_testkit::process::{built_example, text};
 use std::path::{Path, PathBuf};
@@ -111,13 +111,10 @@ fn exec_runs_on_a_branch_with_everything_promoted(dir: &Path) {
         "the promoted migrations are there: {}",
         text(&o)
     );
-    assert!(text(&o).contains("(everything promoted)"), "{}", text(&o));
+    says(&o, "(everything promoted)");
     let o = run(consort().arg("branches").args(dir_arg(dir)));
-    assert!(
-        text(&o).contains("0 branch(es)"),
-        "the branch is gone: {}",
-        text(&o)
-    );
+    // The branch is gone.
+    says(&o, "0 branch(es)");
 }
 
 #[test]
@@ -169,6 +166,12 @@ fn init_run_gate_approve_resume_done_verify() {
                 let (gate, hash) = pending_gate(dir);
                 assert!(gate == "deploy" || gate == "promote", "{gate}");
                 assert!(approve(dir, &gate, &hash).status.success());
+                if gate == "promote" {
+                    // Approved, the promotion is finished, never stopped half way.
+                    let o = run(consort().args(["stop", "--by", "ada"]).args(dir_arg(dir)));
+                    assert_exit_saying(&o, 1, "a stop is refused", "`consort run` finishes it");
+                    assert_eq!(status_json(dir)["phase"], "promote");
+                }
             }
             other => panic!("unexpected exit {other:?}: {}", text(&o)),
         }
@@ -180,7 +183,7 @@ fn init_run_gate_approve_resume_done_verify() {
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
     let o = run(consort().arg("log").args(dir_arg(dir)));
-    assert!(text(&o).contains("verify-completed"), "{}", text(&o));
+    says(&o, "verify-completed");
     // A reader that stops early (`consort log --json | head -c 1`) ends the log quietly; the
     // whole run's ledger is larger than a pipe's buffer, so the log does write to a closed pipe.
     let mut log = consort()
@@ -672,18 +675,14 @@ fn stop_ends_a_run_that_was_killed_mid_build_lane() {
     assert!(o.status.success(), "stop takes the lock over: {}", text(&o));
     assert_eq!(status_json(dir)["phase"], "stopped");
     let o = run(consort().arg("status").args(dir_arg(dir)));
-    assert!(text(&o).contains("phase:   stopped"), "{}", text(&o));
+    says(&o, "phase:   stopped");
     let o = run(consort().arg("log").args(dir_arg(dir)));
-    assert!(text(&o).contains("stop by ada"), "{}", text(&o));
+    says(&o, "stop by ada");
     let o = run(consort().arg("run").args(dir_arg(dir)));
     assert_exit(&o, 4, "a stopped run stays stopped");
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "verify passes: {}", text(&o));
-    assert!(
-        text(&o).contains("nothing recorded after the run ended"),
-        "{}",
-        text(&o)
-    );
+    says(&o, "nothing recorded after the run ended");
 
     // A process that never read the stop went on writing: its rows change nothing a replay
     // shows, and verify fails on them.
@@ -843,30 +842,21 @@ fn a_change_to_the_runner_while_the_feature_is_open_is_recorded_and_named_by_lat
     .expect("edit the runner");
     let o = run(crate::common::approving_run(dir).stdin(Stdio::null()));
     assert_exit(&o, 0, "resumes to done under the changed runner");
-    assert!(
-        text(&o).contains("consort.toml changed what judges the runs"),
-        "said on resume: {}",
-        text(&o)
-    );
+    // Said on resume.
+    says(&o, "consort.toml changed what judges the runs");
     let events = consort_testkit::ledger::events(&ledger_path(dir));
-    let changes: Vec<&consort::actors::HarnessChange> = events
-        .iter()
-        .filter_map(|e| match e {
-            consort::actors::Event::HarnessChanged { change } => Some(change),
-            _ => None,
-        })
-        .collect();
+    let (mut changes, mut receipts) = (Vec::new(), Vec::new());
+    for e in &events {
+        match e {
+            consort::actors::Event::HarnessChanged { change } => changes.push(change),
+            consort::actors::Event::VerifyCompleted { receipt } => receipts.push(receipt),
+            _ => {}
+        }
+    }
     assert_eq!(changes.len(), 1, "recorded once");
     assert_eq!(changes[0].by, "ada");
     assert_eq!(changes[0].to.changed_from(&changes[0].from), ["runner"]);
     let now = changes[0].to.hash();
-    let receipts: Vec<&consort::actors::TestRunReceipt> = events
-        .iter()
-        .filter_map(|e| match e {
-            consort::actors::Event::VerifyCompleted { receipt } => Some(receipt),
-            _ => None,
-        })
-        .collect();
     assert!(!receipts.is_empty());
     assert!(
         receipts.iter().all(|r| r.harness == Some(now)),
@@ -874,9 +864,5 @@ fn a_change_to_the_runner_while_the_feature_is_open_is_recorded_and_named_by_lat
     );
     let o = run(consort().arg("verify").args(dir_arg(dir)));
     assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        text(&o).contains("ok    harness changed: by ada: [runner] "),
-        "{}",
-        text(&o)
-    );
+    says(&o, "ok    harness changed: by ada: [runner] ");
 }

@@ -15,8 +15,8 @@ use consort_testkit::process::text;
 
 use crate::backlog::{Plan, f1, git, scripted_project};
 use crate::common::{
-    approve_lane_design, approving_run, assert_exit, assert_halted, consort, consort_in,
-    feature_add, run, status_json, write,
+    approve_lane_gate, approving_run, assert_exit, assert_exit_saying, assert_halted, consort,
+    consort_in, feature_add, run, says, status_json, write,
 };
 
 /// Orders: a table and a function of its own, nothing of f1's.
@@ -134,7 +134,7 @@ fn approve_waiting_lane(dir: &Path, feature: &str) {
     assert_eq!(lanes.len(), 1, "one lane waits: {status:#}");
     assert_eq!(lanes[0]["feature"], feature);
     assert_eq!(lanes[0]["phase"], "design-gate");
-    approve_lane_design(dir, &lanes[0]);
+    approve_lane_gate(dir, &lanes[0]);
 }
 
 fn worktrees(dir: &Path) -> usize {
@@ -504,11 +504,7 @@ fn two_processes_drive_two_lanes_of_one_project_sharing_only_git_and_the_ledgers
     for (child, feature) in [(first, "f1-stock"), (second, "f2-orders")] {
         let o = child.wait_with_output().expect("wait");
         assert_exit(&o, 0, &format!("the process driving {feature}"));
-        assert!(
-            text(&o).contains(&format!("{feature}: done")),
-            "{}",
-            text(&o)
-        );
+        says(&o, &format!("{feature}: done"));
     }
     assert_both_merged_and_nothing_left(&dir);
     let merges = git(&dir, &["log", "--merges", "--format=%s", "main"]);
@@ -516,6 +512,61 @@ fn two_processes_drive_two_lanes_of_one_project_sharing_only_git_and_the_ledgers
         merges.contains("Merge feature f1-stock") || merges.contains("Merge feature f2-orders"),
         "the later lane merged with the earlier one's work: {merges}"
     );
+}
+
+/// Approves the design and deploy gates as ada, and leaves the promote gate to a person.
+struct AllButPromote;
+
+impl Approver for AllButPromote {
+    fn decide<'a>(&'a self, request: &'a GateRequest) -> BoxFuture<'a, Option<GateApproval>> {
+        Box::pin(async move {
+            if request.gate == GateKind::Promote {
+                return None;
+            }
+            ApproveAs { name: "ada".into() }.decide(request).await
+        })
+    }
+}
+
+/// A lane whose process died between its merge and its promotion (the base already holds its
+/// branch, the parent database none of its migrations): a person's stop is refused, as for any
+/// approved promotion, and the next run finishes the promotion without merging again.
+#[test]
+fn a_promotion_cut_off_after_its_merge_is_finished_by_the_next_run_never_stopped() {
+    let (_tmp, dir) = shop(&orders());
+    let ended = lanes_with(&dir, vec![("f1-stock", Arc::new(AllButPromote))]);
+    let f1 = ended.iter().find(|r| r.feature == "f1-stock").expect("f1");
+    assert!(
+        matches!(&f1.outcome, Ok(r) if matches!(r.outcome, RunOutcome::AtGate { gate: GateKind::Promote, .. })),
+        "f1 waits at its promote gate: {:?}",
+        f1.outcome
+    );
+    let status = status_json(&dir);
+    let lane = status["lanes"]
+        .as_array()
+        .expect("lanes")
+        .iter()
+        .find(|l| l["feature"] == "f1-stock")
+        .expect("f1's lane");
+    approve_lane_gate(&dir, lane);
+    // The merge reached the base; the process died before the promotion.
+    let branch = consort::git::branch_name("f1-stock");
+    git(&dir, &["merge", "--ff-only", "-q", &branch]);
+    let merged = git(&dir, &["rev-parse", "main"]);
+
+    let o = run(consort_in("stop", &dir).args(["--by", "ada", "--feature", "f1-stock"]));
+    assert_exit_saying(&o, 1, "a stop is refused", "`consort run` finishes it");
+
+    let o = run(approving_run(&dir).args(["--parallel", "1", "--feature", "f1-stock"]));
+    assert_exit(&o, 0, "the next run finishes the promotion");
+    says(&o, "f1-stock: done");
+    assert_eq!(git(&dir, &["rev-parse", "main"]), merged, "no second merge");
+    let ledger = std::fs::read_to_string(dir.join(".consort/features/f1-stock/ledger.jsonl"))
+        .expect("ledger");
+    assert!(ledger.contains("\"promoted\""), "the promotion is recorded");
+    let o =
+        run(consort_in("exec", &dir).args(["--", "psql", "-tAc", "SELECT count(*) FROM stock"]));
+    assert_exit(&o, 0, "f1's table is in the parent database");
 }
 
 /// Approves every gate as ada; at the promote gate it first raises `at_promote`, then waits

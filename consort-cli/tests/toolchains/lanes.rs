@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use super::adopt::{node_files, pytest_project, script_of};
 use crate::common::script::{Design, REFACTOR_AND_REVIEW, change_entry, write_change};
 use crate::common::{
-    approve_lane_design, approving_run, assert_exit, consort, consort_in, doctor, feature_add, run,
+    approve_lane_gate, approving_run, assert_exit, consort, consort_in, doctor, feature_add, run,
     status_json, toolchain, write,
 };
 use consort_testkit::process::text;
@@ -64,7 +64,8 @@ fn approve_waiting_designs(dir: &Path) -> usize {
     let status = status_json(dir);
     let lanes = status["lanes"].as_array().expect("lanes");
     for lane in lanes {
-        approve_lane_design(dir, lane);
+        assert_eq!(lane["pending_gate"]["gate"], "design", "{lane:#}");
+        approve_lane_gate(dir, lane);
     }
     lanes.len()
 }

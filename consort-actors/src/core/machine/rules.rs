@@ -339,6 +339,13 @@ pub enum RuleViolation {
     /// The run is over.
     #[error("the run is over")]
     Finished,
+    /// A stop arrived once the promotion was approved: the promotion may be under way (its
+    /// merge in the base, its migrations not yet in the parent database), and a stop then
+    /// would leave the feature's code in the base without its migrations.
+    #[error(
+        "the promotion was approved and may be under way, and a stop now could leave the feature's code in the base without its migrations in the parent database; `consort run` finishes it (its merge is checked again), or the process that runs it does"
+    )]
+    PromotionUnderWay,
     /// The machine reached a state its lifecycle does not allow: a bug in Consort, not a fault
     /// of the work. The run halts (retrying would meet the same state again).
     #[error("internal invariant broken: {what} (a bug in Consort, not in the work)")]
@@ -375,6 +382,7 @@ impl RuleViolation {
             | NotARedoableTest { .. }
             | AlreadyRetired { .. }
             | AlreadyQuarantined { .. }
+            | PromotionUnderWay
             | Finished => Remedy::Ignore,
             WrongRole { .. }
             | WrongArtifactKind { .. }

@@ -134,6 +134,17 @@ fn halted(state: &State, event: &Event) -> Outcome {
     }
 }
 
+/// A human ends a run that is not halted: one interrupted mid-step (its process killed, its
+/// ledger still running) or one waiting at a gate; never an approved promotion, which may be
+/// under way (its merge in the base, its migrations not yet in the parent) and is finished,
+/// never cut in two.
+fn stop_running(state: &State) -> Outcome {
+    if state.phase() == super::Phase::Promote {
+        return Err(RuleViolation::PromotionUnderWay);
+    }
+    Ok(stopped(state))
+}
+
 /// A human ended the run: nothing pending is performed any more.
 fn stopped(state: &State) -> (State, Vec<Command>) {
     let mut s = state.clone();
@@ -332,12 +343,11 @@ fn running(cfg: &MachineConfig, state: &State, event: &Event) -> Outcome {
             violation,
             run_output,
         } => return refused(cfg, state, pending, violation, run_output.as_deref()),
-        // A human may end a run that is not halted: one interrupted mid-step (its process
-        // killed, its ledger still running) or one waiting at a gate. A retry needs a halt.
+        // A human may end a run that is not halted (see `stop_running`). A retry needs a halt.
         Event::Human {
             decision: HumanDecision::Stop,
             ..
-        } => return Ok(stopped(state)),
+        } => return stop_running(state),
         Event::Retired { retirement } => return retire(state, retirement),
         _ => {}
     }
