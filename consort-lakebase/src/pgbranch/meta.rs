@@ -129,12 +129,27 @@ impl Meta {
     /// its pid no longer names it. From another host: its provider holds no liveness lock
     /// (`live`); a marker without a liveness key is never known to be gone from elsewhere.
     pub(super) fn owner_gone(&self, live: &Liveness) -> bool {
+        self.gone_here()
+            .unwrap_or_else(|| self.live.is_some_and(|k| !live.holds(k)))
+    }
+
+    /// Whether the process that made it is gone, as this host knows it: None when it ran on
+    /// another host (or this one cannot describe itself).
+    fn gone_here(&self) -> Option<bool> {
         match (procinfo::hostname(), procinfo::boot_id()) {
             (Some(host), Some(boot)) if host == self.host => {
-                self.boot != boot || !procinfo::same_process_alive(self.pid, self.ticks)
+                Some(self.boot != boot || !procinfo::same_process_alive(self.pid, self.ticks))
             }
-            _ => self.live.is_some_and(|k| !live.holds(k)),
+            _ => None,
         }
+    }
+
+    /// The liveness key of its maker when this host knows the maker is gone while the server
+    /// still holds the key: sessions that outlive a killed process, busy with a statement it
+    /// sent before it died.
+    pub(super) fn outlived_key(&self, live: &Liveness) -> Option<u32> {
+        let key = self.live?;
+        (live.holds(key) && self.gone_here() == Some(true)).then_some(key)
     }
 
     /// When it was created.

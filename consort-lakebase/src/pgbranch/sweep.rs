@@ -1,20 +1,21 @@
 //! Listing our branches, keeping one for inspection, and sweeping: by age, or the orphans of
 //! processes that are gone (plus roles and bases such a process left half-made).
 //!
-//! What a kill may leave at any instant, and what finds it: a role without its database (the
-//! role's marker), a database without its comment (its owner role's marker, `DB_MARKER`), a
-//! base being built (its marker, or the builder's liveness key in its name), a template no
-//! branch uses (the full sweep). A process is gone when its own host says so, or, from any
+//! What a kill may leave at any instant, and what finds it: a statement still running on the
+//! server for the killed process (its sessions are ended first, `end_outliving_sessions`), a
+//! role without its database (the role's marker), a database without its comment (its owner
+//! role's marker, `DB_MARKER`), a base being built (its marker, or the builder's liveness key
+//! in its name), a template no branch uses (the full sweep). A process is gone when its own host says so, or, from any
 //! host, when its provider holds no liveness lock (`meta::Liveness`).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
 use super::catalog::{DB_MARKER, comment_db, db_meta, dbs_named, drop_db};
-use super::meta::{Liveness, Meta, unix_now, unix_secs};
+use super::meta::{LIVE_CLASS, Liveness, Meta, unix_now, unix_secs};
 use super::{BUILDING_PREFIX, ServerProvider};
 use crate::error::{Error, Result};
 use crate::names::{BRANCH_PREFIX, branch_of_db, db_ident, quote_ident, validate_branch_name};
@@ -112,7 +113,10 @@ impl ServerProvider {
     ) -> Result<usize> {
         let mut slot = self.admin.slot().await;
         let admin = self.admin.client(&mut slot).await?;
-        let live = Liveness::read(admin).await?;
+        let mut live = Liveness::read(admin).await?;
+        if end_outliving_sessions(admin, &live).await? {
+            live = Liveness::read(admin).await?;
+        }
         let mut n = 0;
         let mut in_use = HashSet::new();
         for (branch, meta) in self.list_meta(admin).await? {
@@ -170,6 +174,50 @@ enum Templates {
 fn builder_key(db: &str) -> Option<u32> {
     let (hex, _) = db.strip_prefix(BUILDING_PREFIX)?.split_once('_')?;
     u32::from_str_radix(hex, 16).ok()
+}
+
+/// How long a sweep waits for each session of a killed process it ends.
+const END_SESSION_WAIT_MS: i64 = 10_000;
+
+/// Ends the server sessions a killed process left busy, and waits for them: a statement it sent
+/// goes on after it died (a `CREATE DATABASE` finishes and commits), so what it would leave is
+/// judged only once nothing of it still runs. Only this host can tell that a process whose
+/// key the server still holds is gone. Returns whether it ended any.
+async fn end_outliving_sessions(admin: &Client, live: &Liveness) -> Result<bool> {
+    let rows = admin
+        .query(
+            &format!(
+                "SELECT shobj_description(r.oid, 'pg_authid') FROM pg_roles r \
+                 WHERE r.rolname LIKE 'consort\\_%' \
+                 UNION ALL SELECT {DB_MARKER} FROM pg_database d WHERE d.datname LIKE 'consort%'"
+            ),
+            &[],
+        )
+        .await
+        .map_err(|e| Error::from_pg("reading the markers of what killed processes made", e))?;
+    let keys: BTreeSet<u32> = rows
+        .iter()
+        .filter_map(|r| Meta::parse(r.get::<_, Option<&str>>(0))?.outlived_key(live))
+        .collect();
+    for key in &keys {
+        warn!(
+            key,
+            "ending the server sessions a killed process left running"
+        );
+        let ended = admin
+            .query(
+                "SELECT pg_terminate_backend(pid, $3) FROM pg_locks \
+                 WHERE locktype = 'advisory' AND classid = $1::int4::oid \
+                 AND objid = $2::int8::oid AND objsubid = 2 AND granted \
+                 AND pid <> pg_backend_pid()",
+                &[&LIVE_CLASS, &i64::from(*key), &END_SESSION_WAIT_MS],
+            )
+            .await;
+        if let Err(e) = ended {
+            warn!(key, error = %consort_actors::error_chain(&e), "could not end a killed process's sessions; what they make is swept later");
+        }
+    }
+    Ok(!keys.is_empty())
 }
 
 /// Roles left without a database (a create interrupted; a migration tool's login to the

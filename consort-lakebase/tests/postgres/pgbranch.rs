@@ -216,6 +216,66 @@ async fn remark(admin: &Client, db: &str, role: bool, meta: &serde_json::Value) 
         .expect("re-mark");
 }
 
+/// A statement a killed process sent goes on on the server after it died (a `CREATE DATABASE`
+/// finishes and commits): the sweep first ends the sessions such a process left running (its
+/// liveness key still held, this host saying it is gone) and waits for them, so nothing they
+/// would make appears after it.
+#[tokio::test]
+async fn a_sweep_first_ends_the_sessions_a_killed_process_left_running() {
+    let (cluster, b) = provider().await;
+    let admin = admin(&cluster).await;
+    let base = b.prepare_base(&BaseSpec::default()).await.expect("base");
+    let half = b
+        .create(&BranchNamer::new().next_name(), &base)
+        .await
+        .expect("a branch");
+    // Its maker was killed while its database was still being made: its role's marker names a
+    // dead process, whose key a session of its own still holds.
+    let mut dead = marker_of(&admin, &half.id, true).await;
+    let my_key = dead["live"].as_u64().expect("a liveness key");
+    let dead_key = u32::try_from((my_key + 1) % (1 << 32)).expect("a key");
+    dead["pid"] = exited_pid().into();
+    dead["live"] = dead_key.into();
+    remark(&admin, &half.id, true, &dead).await;
+    let drop = format!("DROP DATABASE {} WITH (FORCE)", half.id);
+    admin.batch_execute(&drop).await.expect("not made yet");
+    let class: i32 = query_value(
+        &admin,
+        "SELECT classid::int4 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
+         AND objid = $1::int8::oid LIMIT 1",
+        &[&i64::try_from(my_key).expect("a key")],
+    )
+    .await;
+    let outliving = self::admin(&cluster).await;
+    outliving
+        .execute(
+            "SELECT pg_advisory_lock_shared($1, $2)",
+            &[&class, &i32::from_ne_bytes(dead_key.to_ne_bytes())],
+        )
+        .await
+        .expect("the dead process's key");
+    let busy = format!(
+        "DO $$ BEGIN PERFORM pg_sleep(5); CREATE ROLE {}_late; END $$",
+        half.id
+    );
+    let statement = tokio::spawn(async move { outliving.batch_execute(&busy).await });
+    let running = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'DO $$ BEGIN PERFORM%'";
+    while query_value::<i64>(&admin, running, &[]).await == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    assert_eq!(b.sweep_unheld().await.expect("sweep"), 0);
+    let ended = statement.await.expect("the statement's task");
+    assert!(ended.is_err(), "the statement was ended, not finished");
+    assert_count(
+        &admin,
+        "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'consort\\_%'",
+        0,
+        "neither the half-made branch's role nor what the dead process's statement would make",
+    )
+    .await;
+}
+
 /// What a process killed at any instant leaves, made by hand, then swept (issue 49, item 1):
 /// a branch killed between its `CREATE DATABASE` and its comment, a branch and a half-built
 /// base of a process on another host whose sessions are gone, and templates nobody uses.
