@@ -331,7 +331,7 @@ impl OpenAiAgent {
             .with_org_id("")
             .with_project_id("");
         let client = Client::build(http.clone(), openai).with_http_service(
-            RetryTransport::new(http.clone(), config.http.clone()).scrubbing(key.expose()),
+            RetryTransport::new(http.clone(), config.http.clone()).scrubbing(&key),
         );
         Ok(OpenAiAgent {
             role,

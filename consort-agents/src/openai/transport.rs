@@ -10,6 +10,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_openai::error::OpenAIError;
+
+use super::ApiKey;
 use async_openai::middleware::HttpRequestFactory;
 use reqwest::header::HeaderMap;
 use serde::{Deserialize, Serialize};
@@ -83,19 +85,12 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 ///
 /// After the last retry it hands the failing response to async-openai, which turns it into an
 /// `ApiError` carrying the status.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct RetryTransport {
     client: reqwest::Client,
     policy: HttpPolicy,
-    secret: Option<std::sync::Arc<str>>,
-}
-
-impl std::fmt::Debug for RetryTransport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RetryTransport")
-            .field("policy", &self.policy)
-            .finish_non_exhaustive()
-    }
+    /// The key scrubbed from failed responses (its `Debug` is redacted).
+    secret: Option<ApiKey>,
 }
 
 impl RetryTransport {
@@ -111,18 +106,18 @@ impl RetryTransport {
     /// The same transport, scrubbing `secret` from the body of every failed response before
     /// async-openai reads (and may log) it: a server that echoes the key back cannot make it
     /// leak.
-    pub fn scrubbing(mut self, secret: &str) -> Self {
-        self.secret = (secret.len() >= 4).then(|| std::sync::Arc::from(secret));
+    pub fn scrubbing(mut self, secret: &ApiKey) -> Self {
+        self.secret = Some(secret.clone());
         self
     }
 }
 
 /// Rebuilds a failed response with the secret replaced in its body.
-async fn scrub_response(resp: reqwest::Response, secret: &str) -> reqwest::Response {
+async fn scrub_response(resp: reqwest::Response, secret: &ApiKey) -> reqwest::Response {
     let status = resp.status();
     let headers = resp.headers().clone();
     let body = match resp.bytes().await {
-        Ok(b) => String::from_utf8_lossy(&b).replace(secret, "<redacted>"),
+        Ok(b) => secret.scrub(&String::from_utf8_lossy(&b)),
         Err(_) => String::new(),
     };
     let mut builder = http::Response::builder().status(status);

@@ -21,19 +21,12 @@ type Job =
     Box<dyn for<'a> FnOnce(&'a mut PgStore) -> Pin<Box<dyn Future<Output = ()> + 'a>> + Send>;
 
 /// One connection to a project's shared store, usable from code that does not await.
+#[derive(Debug)]
 pub struct StoreHandle {
     project: String,
     /// The store's thread awaits its jobs, so the connection's driver runs between them (a
     /// dropped transaction's rollback is sent at once, a closed connection noticed).
     jobs: UnboundedSender<Job>,
-}
-
-impl std::fmt::Debug for StoreHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreHandle")
-            .field("project", &self.project)
-            .finish_non_exhaustive()
-    }
 }
 
 fn gone() -> StoreError {
