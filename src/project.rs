@@ -499,6 +499,34 @@ impl Project {
         Ok(self.records.open_log(&self.feature, self.lease.clone())?)
     }
 
+    /// Records a person's decision with `record`, which judges it on the ledger it is given
+    /// and appends it when the machine accepts it there. With the shared store, a ledger that
+    /// moved on meanwhile (a worker appended after it was read) refuses the append; it is
+    /// then read again and the decision judged anew, up to five times. The outer error: the
+    /// ledger could not be opened; the inner result: the decision's own.
+    pub fn record_judged(
+        &self,
+        mut record: impl FnMut(
+            &mut dyn consort_actors::EventLog,
+            &consort_actors::Machine,
+        ) -> Result<(), consort_actors::ConductorError>,
+    ) -> Result<Result<(), consort_actors::ConductorError>, ProjectError> {
+        const ATTEMPTS: usize = 5;
+        let machine = self.machine()?;
+        let mut attempt = 1;
+        loop {
+            match record(&mut *self.open_log()?, &machine) {
+                Err(consort_actors::ConductorError::MovedOn { seen, now })
+                    if attempt < ATTEMPTS =>
+                {
+                    tracing::info!(feature = %self.feature.id, seen, now, "the ledger moved on while the decision was judged; judging it again");
+                    attempt += 1;
+                }
+                done => return Ok(done),
+            }
+        }
+    }
+
     /// The frozen design file.
     pub fn design_path(&self) -> PathBuf {
         self.dir.join(self.feature.design_file())

@@ -22,6 +22,18 @@ pub enum EventLogError {
     /// A store: its own error, which names what failed.
     #[error("the store")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A person's event was judged on fewer entries than the log holds by now (another
+    /// process appended after this log was read): nothing was recorded; read it again and
+    /// judge anew.
+    #[error(
+        "the ledger moved on while the decision was being made (it was judged on {seen} entries; the ledger now holds {now}); nothing was recorded"
+    )]
+    MovedOn {
+        /// How many entries the event was judged on.
+        seen: u64,
+        /// How many the log holds.
+        now: u64,
+    },
 }
 
 /// A feature's events, open for appending.

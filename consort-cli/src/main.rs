@@ -767,7 +767,7 @@ fn human(at: &Target, decision: HumanDecision, by: &str, keep: bool) -> Result<i
         );
         return Ok(EXIT_FAILURE);
     }
-    match record_human_decision(&mut *project.open_log()?, &project.machine()?, decision, by) {
+    match project.record_judged(|log, machine| record_human_decision(log, machine, decision, by))? {
         Ok(()) if decision == HumanDecision::Stop => {
             println!("recorded: stop by {by}; the run is stopped");
             let work = project.unverified_work()?;
@@ -962,7 +962,9 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
     decision.record(
         at,
         (by, reason),
-        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Retire(retirement)),
+        |ledger, machine| {
+            record_decision(ledger, machine, OfflineDecision::Retire(retirement.clone()))
+        },
         |project| {
             println!(
                 "recorded: {test} retired by {by} for feature {}; its RED may now replace it",
@@ -988,7 +990,7 @@ fn quarantine(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
     decision.record(
         at,
         (by, reason),
-        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Quarantine(quarantine)),
+        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Quarantine(quarantine.clone())),
         |project| {
             println!(
                 "recorded: {test} quarantined by {by} for feature {}; its failures judge nothing from now on",
@@ -1020,7 +1022,7 @@ fn redo(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
     decision.record(
         at,
         (by, reason),
-        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Redo(redo)),
+        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Redo(redo.clone())),
         |_| {
             println!(
                 "recorded: {test}'s test set aside by {by}; `consort run --dir {}` goes on from its RED",
@@ -1064,7 +1066,7 @@ impl TestDecision {
         &self,
         at: &Target,
         (by, reason): (&str, &str),
-        record: impl FnOnce(
+        record: impl FnMut(
             &mut dyn consort::actors::EventLog,
             &consort::actors::Machine,
         ) -> Result<(), consort::actors::ConductorError>,
@@ -1087,7 +1089,7 @@ impl TestDecision {
             return Ok(EXIT_FAILURE);
         }
         let _locks = project.lock_ledger(self.command)?;
-        match record(&mut *project.open_log()?, &project.machine()?) {
+        match project.record_judged(record)? {
             Ok(()) => {
                 recorded(&project)?;
                 Ok(0)

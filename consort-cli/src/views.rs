@@ -809,7 +809,9 @@ pub fn decide_gate(
         GateDecision::Reject { .. } => "consort reject",
     };
     let _locks = project.lock_ledger(command)?;
-    match record_gate_decision(&mut *project.open_log()?, &project.machine()?, approval) {
+    match project
+        .record_judged(|log, machine| record_gate_decision(log, machine, approval.clone()))?
+    {
         Ok(()) => Ok(format!("recorded: {gate} gate decision by {by} for {hash}")),
         Err(ConductorError::Gate(msg)) => Err(DecideError::Refused(msg)),
         Err(e) => Err(DecideError::Conductor(e)),

@@ -147,11 +147,13 @@ impl Project {
             changed = %change.summary(),
             "consort.toml changed what judges the runs since the feature started; recorded in its ledger as a person's decision, and the runs from here on are judged under it"
         );
-        consort_actors::record_decision(
-            &mut *self.open_log()?,
-            &self.machine()?,
-            consort_actors::OfflineDecision::ChangeHarness(change),
-        )?;
+        self.record_judged(|log, machine| {
+            consort_actors::record_decision(
+                log,
+                machine,
+                consort_actors::OfflineDecision::ChangeHarness(change.clone()),
+            )
+        })??;
         Ok(())
     }
 

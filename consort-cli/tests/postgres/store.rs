@@ -210,7 +210,7 @@ async fn the_renewal_thread_notices_a_person_s_decision() {
             by: "ada".into(),
         };
         laptop
-            .append("f1", &stop, None)
+            .append("f1", &stop, None, 0)
             .expect("the person's decision");
         assert!(
             consort_testkit::process::eventually(10, || !keeper.renewing()),
@@ -219,4 +219,78 @@ async fn the_renewal_thread_notices_a_person_s_decision() {
     })
     .await
     .expect("the test's thread");
+}
+
+/// A person's decision whose ledger moved on while it was judged (another process appended
+/// between the read and the append) is refused by the store, judged again on the ledger as it
+/// is, and recorded once. The body runs in a child process of this test binary: only there is
+/// the store's URL in the environment.
+#[test]
+fn a_decision_whose_ledger_moved_on_is_judged_again_and_recorded_once() {
+    use consort::actors::{Event, HumanDecision, Quarantine, RunStatus};
+    const CHILD: &str = "CONSORT_TEST_JUDGED_AGAIN_IN";
+    let Some(dir) = std::env::var_os(CHILD) else {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        let (_info, url, tmp) = runtime.block_on(stockflow_on_a_shared_store());
+        let o = crate::common::run(
+            crate::common::consort_in("run", tmp.path()).env("SHARED_STORE_URL", &url),
+        );
+        crate::common::assert_exit(&o, 3, "the run waits at the design gate");
+        let exe = std::env::current_exe().expect("this test binary");
+        let o = crate::common::run(
+            std::process::Command::new(exe)
+                .args(["--exact", "--nocapture", "--test-threads=1"])
+                .arg("store::a_decision_whose_ledger_moved_on_is_judged_again_and_recorded_once")
+                .env(CHILD, tmp.path())
+                .env("SHARED_STORE_URL", &url),
+        );
+        crate::common::assert_exit(&o, 0, "the child's test");
+        crate::common::says(&o, "1 passed");
+        return;
+    };
+    let project = consort::project::Project::open(std::path::Path::new(&dir)).expect("project");
+    let store = Arc::clone(project.records().store().expect("the shared store"));
+    let feature = project.feature_id().to_string();
+    let mut judged = 0;
+    let recorded = project
+        .record_judged(|log, machine| {
+            judged += 1;
+            if judged == 1 {
+                // Another person's decision lands between this read and this append.
+                let quarantine = Event::Quarantined {
+                    quarantine: Quarantine {
+                        test: "tests/t1.sql".into(),
+                        by: "bob".into(),
+                        reason: "needs a device".into(),
+                    },
+                };
+                let seen = log.entries().len() as u64;
+                store
+                    .append(&feature, &quarantine, None, seen)
+                    .expect("bob's decision");
+            }
+            consort::actors::record_human_decision(log, machine, HumanDecision::Stop, "ada")
+        })
+        .expect("the ledger opens");
+    recorded.expect("recorded once judged on the ledger as it is");
+    assert_eq!(judged, 2, "judged again after the refusal");
+    let events = project.events().expect("events");
+    let stops = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::Human {
+                    decision: HumanDecision::Stop,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(stops, 1, "recorded once");
+    assert!(
+        matches!(events.last(), Some(Event::Human { .. })),
+        "after bob's"
+    );
+    assert_eq!(project.state().expect("state").status, RunStatus::Stopped);
 }

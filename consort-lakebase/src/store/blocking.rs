@@ -83,17 +83,21 @@ impl StoreHandle {
         self.call(move |s| Box::pin(async move { s.entries(&feature).await }))
     }
 
-    /// [`PgStore::append`], with the lease when given, else as a person.
+    /// [`PgStore::append`], with the lease when given, else as a person whose decision was
+    /// judged on the ledger's first `seen` entries ([`Fence::PersonJudgedOn`]).
     pub fn append(
         &self,
         feature: &str,
         event: &Event,
         lease: Option<&Lease>,
+        seen: u64,
     ) -> Result<Entry<Event>, StoreError> {
         let (feature, event, lease) = (feature.to_string(), event.clone(), lease.cloned());
         self.call(move |s| {
             Box::pin(async move {
-                let fence = lease.as_ref().map_or(Fence::Person, Fence::Lease);
+                let fence = lease
+                    .as_ref()
+                    .map_or(Fence::PersonJudgedOn { seen }, Fence::Lease);
                 s.append(&feature, &event, fence).await
             })
         })
@@ -226,7 +230,8 @@ fn serve(
 /// A feature's ledger in the shared store as a conductor's event log
 /// ([`consort_actors::EventLog`]). The conductor appends inline, as it does to the file ledger
 /// (whose append waits for an fsync); here an append waits for its commit on the store's
-/// thread. An append carries the lease the log was opened with, when one.
+/// thread. An append carries the lease the log was opened with, when one; without one it is a
+/// person's decision, judged on the entries the log holds.
 #[derive(Debug)]
 pub struct PgEventLog {
     feature: String,
@@ -258,10 +263,18 @@ impl consort_actors::EventLog for PgEventLog {
     }
 
     fn append(&mut self, event: &Event) -> Result<&Entry<Event>, consort_actors::EventLogError> {
+        // What the log holds is what the event was judged on (a person's decision is refused
+        // when the store's ledger holds more by now).
+        let seen = self.entries.len() as u64;
         let entry = self
             .store
-            .append(&self.feature, event, self.lease.as_ref())
-            .map_err(|e| consort_actors::EventLogError::Store(Box::new(e)))?;
+            .append(&self.feature, event, self.lease.as_ref(), seen)
+            .map_err(|e| match e {
+                StoreError::MovedOn { seen, now, .. } => {
+                    consort_actors::EventLogError::MovedOn { seen, now }
+                }
+                e => consort_actors::EventLogError::Store(Box::new(e)),
+            })?;
         self.entries.push(entry);
         Ok(&self.entries[self.entries.len() - 1])
     }

@@ -147,6 +147,19 @@ pub enum StoreError {
         /// Why it no longer holds.
         why: String,
     },
+    /// A person's decision was judged on fewer entries than the ledger holds by now: a process
+    /// appended after the decision's command read the ledger.
+    #[error(
+        "the ledger of feature {feature} moved on while the decision was being made (it was judged on {seen} entries; the ledger now holds {now}); nothing was recorded: look at the run again (`consort status`) and decide anew"
+    )]
+    MovedOn {
+        /// The feature.
+        feature: String,
+        /// How many entries the decision was judged on.
+        seen: u64,
+        /// How many the ledger holds.
+        now: u64,
+    },
     /// The store's own thread could not start or ended.
     #[error("the store's thread: {0}")]
     Thread(String),
@@ -174,6 +187,14 @@ pub enum Fence<'a> {
     /// A person's decision, judged by the state machine whoever drives; it ends the lease of
     /// the process that drives the feature, if one does.
     Person,
+    /// A person's decision as [`Fence::Person`], judged on the ledger's first `seen` entries:
+    /// refused ([`StoreError::MovedOn`]) when the ledger holds more by now, so a decision is
+    /// never recorded after entries it was not judged on (what `consort stop`, `retry`,
+    /// `approve` and `test` append, through [`PgEventLog`]).
+    PersonJudgedOn {
+        /// How many entries the decision was judged on.
+        seen: u64,
+    },
 }
 
 /// A connection to the shared store of one project.
@@ -547,19 +568,6 @@ async fn lock_lease_row(
     // would compute the same sequence number.
     const LOCK: &str = "SELECT token, expires_at > clock_timestamp(), holder \
          FROM consort_store.leases WHERE project = $1 AND feature = $2 FOR UPDATE";
-    // A person's decision ends the lease of whoever drives the feature, in the same
-    // transaction: that process's next append, renewal, push or promotion is refused, and the
-    // next to take the feature replays the decision.
-    const END_LEASE: &str = "UPDATE consort_store.leases \
-         SET holder = NULL, token = token + 1, expires_at = clock_timestamp() \
-         WHERE project = $1 AND feature = $2 AND holder IS NOT NULL \
-             AND expires_at > clock_timestamp()";
-    // A person has looked at the feature: the fleet may take it again from the first try,
-    // and a lost holder's run-out lease is no loss to count again.
-    const FORGIVE: &str = "UPDATE consort_store.leases \
-         SET lost = 0, holder = NULL, token = token + (holder IS NOT NULL)::int \
-         WHERE project = $1 AND feature = $2 \
-             AND (lost > 0 OR (holder IS NOT NULL AND expires_at <= clock_timestamp()))";
     const HEAD: &str = "SELECT seq, hash FROM consort_store.events \
          WHERE project = $1 AND feature = $2 ORDER BY seq DESC LIMIT 1";
     let locking = db(format!("locking the ledger of {feature}"));
@@ -584,26 +592,31 @@ async fn lock_lease_row(
         .await
         .map_err(db(format!("reading the end of the ledger of {feature}")))?
         .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)));
-    let Fence::Lease(lease) = fence else {
-        let ending = db(format!(
-            "ending the lease of {feature} for a person's decision"
-        ));
-        let ended = tx
-            .execute(END_LEASE, &[&project, &feature])
-            .await
-            .map_err(ending)?;
-        tx.execute(FORGIVE, &[&project, &feature])
-            .await
-            .map_err(db(format!("counting {feature}'s lost workers from zero")))?;
-        if ended > 0 {
-            let holder: Option<String> = row.get(2);
-            tracing::info!(
-                feature,
-                holder = holder.as_deref().unwrap_or("?"),
-                "a person's decision ends the lease of the process that drives the feature"
-            );
+    let lease = match fence {
+        Fence::Lease(lease) => lease,
+        Fence::PersonJudgedOn { seen } => {
+            let now = match &last {
+                None => 0,
+                Some((seq, _)) => u64::try_from(*seq).map_err(|_| StoreError::BadRow {
+                    feature: feature.to_string(),
+                    seq: *seq,
+                    reason: "a negative sequence number".into(),
+                })?,
+            };
+            if seen != now {
+                return Err(StoreError::MovedOn {
+                    feature: feature.to_string(),
+                    seen,
+                    now,
+                });
+            }
+            end_lease_for_a_person(tx, (project, feature), row.get(2)).await?;
+            return Ok(last);
         }
-        return Ok(last);
+        Fence::Person => {
+            end_lease_for_a_person(tx, (project, feature), row.get(2)).await?;
+            return Ok(last);
+        }
     };
     let token: i64 = row.get(0);
     let live: Option<bool> = row.get(1);
@@ -629,6 +642,42 @@ async fn lock_lease_row(
             why,
         }),
     }
+}
+/// A person's decision ends the lease of whoever drives the feature (`holder`, as the locked
+/// row names it), in the decision's transaction: that process's next append, renewal, push or
+/// promotion is refused, and the next to take the feature replays the decision. A person has
+/// looked at the feature, too: the fleet may take it again from the first try, and a lost
+/// holder's run-out lease is no loss to count again.
+async fn end_lease_for_a_person(
+    tx: &Transaction<'_>,
+    (project, feature): (&str, &str),
+    holder: Option<String>,
+) -> Result<(), StoreError> {
+    const END_LEASE: &str = "UPDATE consort_store.leases \
+         SET holder = NULL, token = token + 1, expires_at = clock_timestamp() \
+         WHERE project = $1 AND feature = $2 AND holder IS NOT NULL \
+             AND expires_at > clock_timestamp()";
+    const FORGIVE: &str = "UPDATE consort_store.leases \
+         SET lost = 0, holder = NULL, token = token + (holder IS NOT NULL)::int \
+         WHERE project = $1 AND feature = $2 \
+             AND (lost > 0 OR (holder IS NOT NULL AND expires_at <= clock_timestamp()))";
+    let ended = tx
+        .execute(END_LEASE, &[&project, &feature])
+        .await
+        .map_err(db(format!(
+            "ending the lease of {feature} for a person's decision"
+        )))?;
+    tx.execute(FORGIVE, &[&project, &feature])
+        .await
+        .map_err(db(format!("counting {feature}'s lost workers from zero")))?;
+    if ended > 0 {
+        tracing::info!(
+            feature,
+            holder = holder.as_deref().unwrap_or("?"),
+            "a person's decision ends the lease of the process that drives the feature"
+        );
+    }
+    Ok(())
 }
 
 /// One row of a ledger checked as the `nth` entry after `prev`.

@@ -180,11 +180,32 @@ async fn a_person_s_decision_ends_the_driver_s_lease_at_once() {
     let lease = take(&worker, "f1", "worker", long, "free").await;
     recorded(&mut worker, 0, Fence::Lease(&lease), "the driver appends").await;
 
+    // A decision judged on the ledger before the driver's entry is refused: it records nothing
+    // and leaves the driver's lease alone.
+    let moved = laptop
+        .append("f1", &decision(1), Fence::PersonJudgedOn { seen: 0 })
+        .await
+        .expect_err("judged on an older ledger");
+    assert!(
+        matches!(
+            moved,
+            StoreError::MovedOn {
+                seen: 0,
+                now: 1,
+                ..
+            }
+        ),
+        "{moved}"
+    );
+    assert!(
+        worker.renew(&lease, long).await.expect("renew"),
+        "still the driver's"
+    );
     // A person stops the feature from another clone, long before the lease would run out.
     recorded(
         &mut laptop,
         1,
-        Fence::Person,
+        Fence::PersonJudgedOn { seen: 1 },
         "the person's decision is recorded",
     )
     .await;
@@ -307,7 +328,7 @@ async fn a_worker_that_finds_nothing_or_is_refused_leaves_no_transaction_open() 
         let after_look = handle.holdings().map(|h| h.len());
         let mut stale = held.clone();
         stale.token -= 1;
-        let refused = handle.append("f1", &decision(0), Some(&stale));
+        let refused = handle.append("f1", &decision(0), Some(&stale), 0);
         assert!(
             matches!(refused, Err(StoreError::StaleLease { .. })),
             "{refused:?}"
@@ -467,8 +488,9 @@ async fn a_bad_or_foreign_row_and_a_newer_schema_are_refused_by_name() {
 }
 
 /// The store as a conductor's event log: appends through the `EventLog` trait from a caller
-/// on a runtime of its own, read back by a second log on open, and a log opened under a lease
-/// that was taken over records nothing.
+/// on a runtime of its own, read back by a second log on open, a log opened under a lease
+/// that was taken over records nothing, and a person's log records nothing once the ledger
+/// moved on since it was read.
 #[tokio::test]
 async fn a_store_event_log_appends_inline_and_carries_its_lease() {
     use consort_actors::{EventLogError, OpenEventLog};
@@ -516,6 +538,25 @@ async fn a_store_event_log_appends_inline_and_carries_its_lease() {
     let said = consort_actors::error_chain(&late);
     assert!(said.contains("no longer driven by this process"), "{said}");
     assert_eq!(opener.open().expect("opened").entries().len(), 4);
+
+    // A person's log was opened on three entries; the holder appended a fourth since: the
+    // decision, judged on what the log holds, is refused and records nothing. Opened again,
+    // on the ledger as it is, it is recorded.
+    let moved = log
+        .append(&decision(5))
+        .expect_err("judged on an older ledger");
+    let said = consort_actors::error_chain(&moved);
+    assert!(
+        said.contains("moved on while the decision was being made")
+            && said.contains("judged on 3 entries; the ledger now holds 4"),
+        "{said}"
+    );
+    assert_eq!(opener.open().expect("opened").entries().len(), 4);
+    let mut fresh = opener.open().expect("opened");
+    fresh
+        .append(&decision(5))
+        .expect("judged on the ledger as it is");
+    assert_eq!(opener.open().expect("opened").entries().len(), 5);
 }
 
 /// Workers on several connections take features from one backlog at once: each gets another,
