@@ -516,10 +516,8 @@ impl Project {
         let mut attempt = 1;
         loop {
             match record(&mut *self.open_log()?, &machine) {
-                Err(consort_actors::ConductorError::MovedOn { seen, now })
-                    if attempt < ATTEMPTS =>
-                {
-                    tracing::info!(feature = %self.feature.id, seen, now, "the ledger moved on while the decision was judged; judging it again");
+                Err(consort_actors::ConductorError::MovedOn(moved)) if attempt < ATTEMPTS => {
+                    tracing::info!(feature = %self.feature.id, seen = moved.seen, now = moved.now, "the ledger moved on while the decision was judged; judging it again");
                     attempt += 1;
                 }
                 done => return Ok(done),

@@ -22,18 +22,22 @@ pub enum EventLogError {
     /// A store: its own error, which names what failed.
     #[error("the store")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// A person's event was judged on fewer entries than the log holds by now (another
-    /// process appended after this log was read): nothing was recorded; read it again and
-    /// judge anew.
-    #[error(
-        "the ledger moved on while the decision was being made (it was judged on {seen} entries; the ledger now holds {now}); nothing was recorded"
-    )]
-    MovedOn {
-        /// How many entries the event was judged on.
-        seen: u64,
-        /// How many the log holds.
-        now: u64,
-    },
+    /// A person's event was judged on fewer entries than the log holds by now.
+    #[error(transparent)]
+    MovedOn(#[from] LedgerMovedOn),
+}
+
+/// A person's event was judged on fewer entries than the log holds by now (another process
+/// appended after the log was read): nothing was recorded; read it again and judge anew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the ledger moved on while the decision was being made (it was judged on {seen} entries; the ledger now holds {now}); nothing was recorded"
+)]
+pub struct LedgerMovedOn {
+    /// How many entries the event was judged on.
+    pub seen: u64,
+    /// How many the log holds.
+    pub now: u64,
 }
 
 /// A feature's events, open for appending.

@@ -153,7 +153,9 @@ pub use test_outline::{
 pub use text::{counted, duration_text, error_chain, first_and_more};
 
 // The ledger: the hash-chained record every event is appended to before it takes effect.
-pub use event_log::{EventLog, EventLogError, EventLogOpener, FileEventLog, OpenEventLog};
+pub use event_log::{
+    EventLog, EventLogError, EventLogOpener, FileEventLog, LedgerMovedOn, OpenEventLog,
+};
 pub use ledger::{
     DEFAULT_LEDGER_PATH, DEFAULT_MAX_LINE_BYTES, Entry, GENESIS_HEX, Ledger, LedgerError,
     LedgerOptions, VerifyReport, entry_line, genesis, verify_line,

@@ -990,7 +990,10 @@ fn quarantine(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
     decision.record(
         at,
         (by, reason),
-        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Quarantine(quarantine.clone())),
+        |ledger, machine| {
+            let decision = OfflineDecision::Quarantine(quarantine.clone());
+            record_decision(ledger, machine, decision)
+        },
         |project| {
             println!(
                 "recorded: {test} quarantined by {by} for feature {}; its failures judge nothing from now on",

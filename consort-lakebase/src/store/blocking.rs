@@ -271,7 +271,7 @@ impl consort_actors::EventLog for PgEventLog {
             .append(&self.feature, event, self.lease.as_ref(), seen)
             .map_err(|e| match e {
                 StoreError::MovedOn { seen, now, .. } => {
-                    consort_actors::EventLogError::MovedOn { seen, now }
+                    consort_actors::LedgerMovedOn { seen, now }.into()
                 }
                 e => consort_actors::EventLogError::Store(Box::new(e)),
             })?;

@@ -305,16 +305,9 @@ pub enum ConductorError {
     #[error("the store")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A person's decision was judged on fewer entries than the ledger holds by now: nothing
-    /// was recorded (see [`crate::EventLogError::MovedOn`]).
-    #[error(
-        "the ledger moved on while the decision was being made (it was judged on {seen} entries; the ledger now holds {now}); nothing was recorded"
-    )]
-    MovedOn {
-        /// How many entries the decision was judged on.
-        seen: u64,
-        /// How many the ledger holds.
-        now: u64,
-    },
+    /// was recorded.
+    #[error(transparent)]
+    MovedOn(crate::event_log::LedgerMovedOn),
     /// The work tree could not be read or written.
     #[error("work tree")]
     WorkTree(#[from] WorkTreeError),
@@ -372,9 +365,7 @@ impl From<crate::event_log::EventLogError> for ConductorError {
         match e {
             crate::event_log::EventLogError::Ledger(e) => ConductorError::Ledger(e),
             crate::event_log::EventLogError::Store(e) => ConductorError::Store(e),
-            crate::event_log::EventLogError::MovedOn { seen, now } => {
-                ConductorError::MovedOn { seen, now }
-            }
+            crate::event_log::EventLogError::MovedOn(moved) => ConductorError::MovedOn(moved),
         }
     }
 }
