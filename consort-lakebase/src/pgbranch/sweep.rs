@@ -5,8 +5,9 @@
 //! server for the killed process (its sessions are ended first, `end_outliving_sessions`), a
 //! role without its database (the role's marker), a database without its comment (its owner
 //! role's marker, `DB_MARKER`), a base being built (its marker, or the builder's liveness key
-//! in its name), a template no branch uses (the full sweep). A process is gone when its own host says so, or, from any
-//! host, when its provider holds no liveness lock (`meta::Liveness`).
+//! in its name), a template no branch uses (the full sweep). A process is gone when its own
+//! host says so, or, from any host, when its provider holds no liveness lock
+//! (`meta::Liveness`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

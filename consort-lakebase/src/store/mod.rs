@@ -594,26 +594,10 @@ async fn lock_lease_row(
         .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)));
     let lease = match fence {
         Fence::Lease(lease) => lease,
-        Fence::PersonJudgedOn { seen } => {
-            let now = match &last {
-                None => 0,
-                Some((seq, _)) => u64::try_from(*seq).map_err(|_| StoreError::BadRow {
-                    feature: feature.to_string(),
-                    seq: *seq,
-                    reason: "a negative sequence number".into(),
-                })?,
-            };
-            if seen != now {
-                return Err(StoreError::MovedOn {
-                    feature: feature.to_string(),
-                    seen,
-                    now,
-                });
+        Fence::Person | Fence::PersonJudgedOn { .. } => {
+            if let Fence::PersonJudgedOn { seen } = fence {
+                judged_on_the_end(feature, seen, last.as_ref())?;
             }
-            end_lease_for_a_person(tx, (project, feature), row.get(2)).await?;
-            return Ok(last);
-        }
-        Fence::Person => {
             end_lease_for_a_person(tx, (project, feature), row.get(2)).await?;
             return Ok(last);
         }
@@ -643,6 +627,32 @@ async fn lock_lease_row(
         }),
     }
 }
+
+/// Refuses a person's decision judged on `seen` entries when the ledger's `last` entry says it
+/// holds another number by now.
+fn judged_on_the_end(
+    feature: &str,
+    seen: u64,
+    last: Option<&(i64, String)>,
+) -> Result<(), StoreError> {
+    let now = match last {
+        None => 0,
+        Some((seq, _)) => u64::try_from(*seq).map_err(|_| StoreError::BadRow {
+            feature: feature.to_string(),
+            seq: *seq,
+            reason: "a negative sequence number".into(),
+        })?,
+    };
+    if seen == now {
+        return Ok(());
+    }
+    Err(StoreError::MovedOn {
+        feature: feature.to_string(),
+        seen,
+        now,
+    })
+}
+
 /// A person's decision ends the lease of whoever drives the feature (`holder`, as the locked
 /// row names it), in the decision's transaction: that process's next append, renewal, push or
 /// promotion is refused, and the next to take the feature replays the decision. A person has

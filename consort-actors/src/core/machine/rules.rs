@@ -343,7 +343,7 @@ pub enum RuleViolation {
     /// merge in the base, its migrations not yet in the parent database), and a stop then
     /// would leave the feature's code in the base without its migrations.
     #[error(
-        "the promotion was approved and may be under way, and a stop now could leave the feature's code in the base without its migrations in the parent database; `consort run` finishes it (its merge is checked again), or the process that runs it does"
+        "the promotion was approved and may be under way (its merge in the base, its migrations not yet in the parent database), and a stop now could leave the feature's code there without its migrations; `consort run` finishes it, or the process that runs it does"
     )]
     PromotionUnderWay,
     /// The machine reached a state its lifecycle does not allow: a bug in Consort, not a fault
