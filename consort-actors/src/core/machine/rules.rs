@@ -339,11 +339,11 @@ pub enum RuleViolation {
     /// The run is over.
     #[error("the run is over")]
     Finished,
-    /// A stop arrived once the promotion was approved: the promotion may be under way (its
-    /// merge in the base, its migrations not yet in the parent database), and a stop then
-    /// would leave the feature's code in the base without its migrations.
+    /// A stop arrived once the promotion was approved: the promotion may be under way (a
+    /// lane's merge in the base, its migrations not yet in the parent database), and a stop
+    /// then would leave the feature's code in the base without its migrations.
     #[error(
-        "the promotion was approved and may be under way (its merge in the base, its migrations not yet in the parent database), and a stop now could leave the feature's code there without its migrations; `consort run` finishes it, or the process that runs it does"
+        "the promotion was approved and may be under way: the feature's code may be in the base already and its migrations not yet in the parent database, and a stop now could leave them apart; `consort run` finishes it, or the process that runs it does"
     )]
     PromotionUnderWay,
     /// The machine reached a state its lifecycle does not allow: a bug in Consort, not a fault
