@@ -372,11 +372,7 @@ impl PgStore {
             }
         };
         let time = Utc::now().trunc_subsecs(6);
-        let next = u64::try_from(seq).map_err(|_| StoreError::BadRow {
-            feature: feature.to_string(),
-            seq,
-            reason: "a negative sequence number".into(),
-        })?;
+        let next = seq_number(feature, seq)?;
         let (line, hash) = consort_actors::entry_line(event, next, prev, time)?;
         tx.execute(
             "INSERT INTO consort_store.events (project, feature, seq, hash, line) \
@@ -628,6 +624,15 @@ async fn lock_lease_row(
     }
 }
 
+/// A row's sequence number as an entry's: refused when negative.
+fn seq_number(feature: &str, seq: i64) -> Result<u64, StoreError> {
+    u64::try_from(seq).map_err(|_| StoreError::BadRow {
+        feature: feature.to_string(),
+        seq,
+        reason: "a negative sequence number".into(),
+    })
+}
+
 /// Refuses a person's decision judged on `seen` entries when the ledger's `last` entry says it
 /// holds another number by now.
 fn judged_on_the_end(
@@ -637,11 +642,7 @@ fn judged_on_the_end(
 ) -> Result<(), StoreError> {
     let now = match last {
         None => 0,
-        Some((seq, _)) => u64::try_from(*seq).map_err(|_| StoreError::BadRow {
-            feature: feature.to_string(),
-            seq: *seq,
-            reason: "a negative sequence number".into(),
-        })?,
+        Some((seq, _)) => seq_number(feature, *seq)?,
     };
     if seen == now {
         return Ok(());
