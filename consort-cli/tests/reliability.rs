@@ -1091,6 +1091,7 @@ COMMIT;
         let (actor, handle) = ctx(LakebaseActor::spawn(args).await, "spawn the Lakebase actor")?;
         let req = VerifyRequest {
             workspace_hash: ctx(hash_dir(&tree), "hash")?,
+            files: None,
             tests: vec!["t1".into()],
             ..consort_testkit::verify::request(1, &tree, Vec::new())
         };
@@ -1258,6 +1259,7 @@ mod load {
         for (i, tree) in &trees {
             let req = VerifyRequest {
                 workspace_hash: ctx(hash_dir(tree), "hash")?,
+                files: None,
                 ..consort_testkit::verify::request(*i, tree, migrations.clone())
             };
             let actor = actor.clone();

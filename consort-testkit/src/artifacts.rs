@@ -271,6 +271,7 @@ pub fn receipt_with(
         output_excerpt: excerpt.into(),
         confinement: Default::default(),
         tree_changes: Vec::new(),
+        changed_since_request: Vec::new(),
         flaky: Vec::new(),
         missing_modules: Vec::new(),
         shards: Vec::new(),

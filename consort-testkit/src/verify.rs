@@ -17,6 +17,7 @@ pub fn request(id: u64, tree: &Path, migrations: Vec<Migration>) -> VerifyReques
         purpose: VerifyPurpose::Green,
         work_tree: tree.to_path_buf(),
         workspace_hash: ContentHash::of_bytes(b"what the conductor believes"),
+        files: None,
         migrations,
         tests: Vec::new(),
         focus: None,

@@ -490,6 +490,7 @@ async fn regression(
         purpose: VerifyPurpose::Deploy,
         work_tree,
         workspace_hash: hash,
+        files: None,
         migrations: plan
             .merged_migrations
             .iter()

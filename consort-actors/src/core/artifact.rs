@@ -529,6 +529,12 @@ pub struct TestRunReceipt {
     /// is void: the run changed what it was judged on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tree_changes: Vec<String>,
+    /// Work-tree paths that differ between the tree the request was issued for and the tree
+    /// the run found (added, changed or removed), when the two differ and the request listed
+    /// the tree's files: something besides Consort wrote in the project between the two. A
+    /// receipt for another tree than the one asked for is void either way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_since_request: Vec<String>,
     /// Tests that were green before this step, failed on a first run, and passed on this
     /// one, on a fresh branch: flaky, not broken. This receipt is the second run's, judged
     /// like any other; no agent is charged for what the first run saw.
@@ -800,8 +806,9 @@ pub enum EscalationReason {
     /// A budget people set for the run or a role is spent: neither the work's fault nor the
     /// infrastructure's. The next call was not made; raise the budget to go on.
     BudgetSpent(crate::core::budget::BudgetName),
-    /// A frozen file changed outside Consort (a hand edit): neither an agent's doing nor the
-    /// infrastructure's. Put the file back, then retry.
+    /// A frozen file, or the work tree a verification was asked for, changed outside Consort
+    /// (a hand edit, another program): neither an agent's doing nor the infrastructure's. Put
+    /// it back, then retry.
     ChangedOutsideConsort,
     /// A lane's work does not merge with what other lanes merged since it started (a git
     /// conflict, a migration on the same object, or a merged feature's test broken): the

@@ -524,6 +524,12 @@ pub struct VerifyRequest {
     pub work_tree: PathBuf,
     /// The hash of the work tree the conductor expects to be tested.
     pub workspace_hash: ContentHash,
+    /// The files of the tree `workspace_hash` is the hash of (path to content hash), when the
+    /// conductor kept them: a run that finds another tree names the paths that differ
+    /// ([`crate::TestRunReceipt::changed_since_request`]). None: not kept (a tree the conductor did
+    /// not write last, or a request of an older version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<crate::core::artifact::FileHashes>,
     /// The migrations accepted so far, applied to the fresh branch before the run.
     pub migrations: Vec<Migration>,
     /// The runner names of the tests expected so far (for runners that run named tests).

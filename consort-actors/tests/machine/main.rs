@@ -1539,15 +1539,32 @@ fn a_receipt_for_another_request_is_ignored() {
     assert_eq!(r.s, before);
 }
 
+/// A receipt for another tree than the one asked for halts as a change outside Consort (no
+/// agent is charged), naming the paths that differ when the verifier could tell them, and
+/// counting those past the first ten.
 #[test]
-fn a_receipt_for_another_work_tree_halts() {
-    let mut r = Run::with_red_applied("x");
-    let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
-    receipt.workspace_hash = ContentHash::of_bytes(b"tampered");
-    let v = r.refused(Event::VerifyCompleted { receipt });
-    assert!(matches!(v, RuleViolation::ReceiptWorkspaceMismatch { .. }));
-    assert_contains(&v.to_string(), "output redirected into it");
-    assert!(matches!(r.s.status, RunStatus::Halted { .. }));
+fn a_receipt_for_another_work_tree_halts_naming_what_changed() {
+    let many: Vec<String> = (1..=12).map(|i| format!("logs/run{i:02}.log")).collect();
+    for (paths, named) in [
+        (Vec::new(), "request and its run: something besides Consort"),
+        (vec!["app.log".to_string()], "its run (app.log): something"),
+        (many, "logs/run10.log and 2 more)"),
+    ] {
+        let mut r = Run::with_red_applied("x");
+        let mut receipt = r.receipt(&[("tests/t1.sql", TestStatus::Failed)], 1);
+        receipt.workspace_hash = ContentHash::of_bytes(b"tampered");
+        receipt.changed_since_request = paths.clone();
+        let v = r.refused(Event::VerifyCompleted { receipt });
+        assert!(
+            matches!(&v, RuleViolation::ReceiptWorkspaceMismatch { paths: p, .. } if *p == paths),
+            "{v:?}"
+        );
+        let text = v.to_string();
+        assert_contains(&text, named);
+        assert_contains(&text, "`consort retry --by NAME`");
+        assert!(!text.contains("logs/run11.log"), "{text}");
+        assert_eq!(r.halted_reason(), EscalationReason::ChangedOutsideConsort);
+    }
 }
 
 /// No receipt without a run: a receipt that names no branch or no command (as a base whose

@@ -276,6 +276,70 @@ fn a_run_writing_its_output_into_the_project_is_refused() {
     assert_exit(&o, 3, "the run reaches the design gate");
 }
 
+/// Writes `app.log` into the project right after the first change set is applied, before its
+/// verification runs: what a watcher or an editor does at a moment no one chooses.
+#[derive(Debug)]
+struct WritesAfterFirstApply {
+    ledger: PathBuf,
+    log: PathBuf,
+}
+
+impl consort::actors::AppendObserver for WritesAfterFirstApply {
+    fn appended(&self, _index: u64) -> std::ops::ControlFlow<()> {
+        let events = consort_testkit::ledger::events(&self.ledger);
+        if matches!(events.last(), Some(consort::actors::Event::Applied { .. }))
+            && !self.log.exists()
+        {
+            std::fs::write(&self.log, "listening on :3000\n").expect("the stray log");
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+/// A file written into the project between a change and its verification halts the run as a
+/// change outside Consort, charging no role, and the halt names the file. Once it is gone,
+/// `consort retry` and `consort run` go on to done.
+#[test]
+fn a_file_written_between_a_change_and_its_run_is_named_and_the_run_goes_on_once_it_is_gone() {
+    use consort::project::{Project, RunOptions};
+    use std::sync::Arc;
+    let tmp = stockflow_tempdir();
+    let dir = tmp.path();
+    let log = dir.join("app.log");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let outcome = runtime.block_on(async {
+        let project = Project::open(dir).expect("project");
+        let opts = RunOptions {
+            approver: Some(Arc::new(consort::ApproveAs { name: "ada".into() })),
+            append_observer: Some(Arc::new(WritesAfterFirstApply {
+                ledger: project.ledger_path(),
+                log: log.clone(),
+            })),
+            ..RunOptions::default()
+        };
+        let lock = project.lock("consort run").expect("the run lock");
+        let ensemble = project.ensemble_locked(lock, opts).await.expect("build");
+        let report = ensemble.run().await.expect("the run ends");
+        ensemble.shutdown().await;
+        report.outcome
+    });
+    let consort::actors::RunOutcome::Halted { escalation } = outcome else {
+        panic!("not halted: {outcome:?}")
+    };
+    assert_eq!(
+        escalation.reason,
+        consort::actors::EscalationReason::ChangedOutsideConsort
+    );
+    consort_testkit::verify::assert_contains(&escalation.detail, "its run (app.log)");
+    let o = run(&mut consort_in("status", dir));
+    says(&o, "changed-outside-consort");
+    says(&o, "(app.log)");
+    std::fs::remove_file(&log).expect("the log goes");
+    let o = run(consort().args(["retry", "--by", "ada"]).args(dir_arg(dir)));
+    assert_exit(&o, 0, "retry after the log is gone");
+    run_to_done_and_verify(dir, "the run goes on to done");
+}
+
 #[test]
 fn bad_configuration_is_a_usage_error_naming_the_key() {
     let tmp = initialised();

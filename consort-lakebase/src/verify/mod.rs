@@ -118,6 +118,14 @@ enum Attempt {
     SessionsLost(Done),
 }
 
+impl Attempt {
+    fn receipt_mut(&mut self) -> &mut TestRunReceipt {
+        match self {
+            Attempt::Receipt(receipt) | Attempt::SessionsLost(Done { receipt, .. }) => receipt,
+        }
+    }
+}
+
 struct Done {
     receipt: Box<TestRunReceipt>,
     lost: Vec<String>,
@@ -388,17 +396,18 @@ impl Verifier {
     /// One run on fresh branches: the suite split over several when [`Shards`] allow it and
     /// the runner can (not for the deploy run, the reference run of the whole suite in one
     /// process), otherwise whole on one.
+    ///
+    /// A tree other than the one asked for still runs (the machine refuses its receipt), and
+    /// the receipt names the paths that differ when the request named its files.
     async fn verify_once(&self, req: &VerifyRequest) -> Result<Attempt, InfraError> {
         let started = Instant::now();
         let before = snapshot(&self.trees, &req.work_tree, TreeFilter::new(&req.caches)).await?;
         let workspace_hash = ContentHash::of(&before.files);
-        let first = self.acquire(req).await?;
-        let ctx = match self.context(req, first.lease.branch(), &before).await {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = first.lease.release(false).await;
-                return Err(e);
+        let changed = match &req.files {
+            Some(asked) if workspace_hash != req.workspace_hash => {
+                changed_paths(asked, &before.files)
             }
+            _ => Vec::new(),
         };
         let run = Run {
             req,
@@ -406,10 +415,26 @@ impl Verifier {
             workspace_hash,
             started,
         };
-        if let Some(files) = self.selected_files(req, &before) {
+        let mut attempt = self.run_on(&run).await?;
+        attempt.receipt_mut().changed_since_request = changed;
+        Ok(attempt)
+    }
+
+    /// [`Self::verify_once`]'s run of the tree it took.
+    async fn run_on(&self, run: &Run<'_>) -> Result<Attempt, InfraError> {
+        let (req, before) = (run.req, run.before);
+        let first = self.acquire(req).await?;
+        let ctx = match self.context(req, first.lease.branch(), before).await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = first.lease.release(false).await;
+                return Err(e);
+            }
+        };
+        if let Some(files) = self.selected_files(req, before) {
             let mut ctx = ctx;
             ctx.select = Some(files);
-            return self.run_whole(&run, first, ctx).await;
+            return self.run_whole(run, first, ctx).await;
         }
         let worth = self
             .costs
@@ -421,9 +446,9 @@ impl Verifier {
         // reference runs of the whole suite. The other steps split.
         let whole_run = matches!(req.purpose, VerifyPurpose::Red | VerifyPurpose::Deploy);
         if worth && !whole_run && self.runner.selects() {
-            return self.run_split(&run, first, ctx).await;
+            return self.run_split(run, first, ctx).await;
         }
-        self.run_whole(&run, first, ctx).await
+        self.run_whole(run, first, ctx).await
     }
 
     /// The test files of the request's selected tests, when it selects some and the runner can
@@ -609,6 +634,7 @@ impl Verifier {
             output_excerpt: report.output_excerpt,
             confinement: Default::default(),
             tree_changes: Vec::new(),
+            changed_since_request: Vec::new(),
             flaky: Vec::new(),
             missing_modules,
             shards: Vec::new(),

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use crate::common::tree_of;
 use consort_actors::hash_dir;
-use consort_actors::{Confinement, InfraFault, TestRunReceipt, TestStatus};
+use consort_actors::{
+    Confinement, ContentHash, InfraFault, TestRunReceipt, TestStatus, VerifyRequest, WorkTree,
+};
 use consort_lakebase::{
     BaseSpec, BranchProvider, CommandRunner, CommandRunnerConfig, LakebaseActor, LakebaseArgs,
     PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, TestRunner,
@@ -389,8 +391,14 @@ async fn verify_or_fault(
     args: LakebaseArgs,
     tree: &Path,
 ) -> Result<TestRunReceipt, consort_actors::InfraError> {
+    run_request(args, consort_testkit::verify::request(7, tree, Vec::new())).await
+}
+
+async fn run_request(
+    args: LakebaseArgs,
+    req: VerifyRequest,
+) -> Result<TestRunReceipt, consort_actors::InfraError> {
     let (actor, join) = LakebaseActor::spawn(args).await.expect("spawn");
-    let req = consort_testkit::verify::request(7, tree, Vec::new());
     let answer = consort_testkit::verify::verify(&actor, req, Duration::from_secs(180)).await;
     actor.stop(None);
     let _ = join.await;
@@ -481,6 +489,42 @@ async fn a_run_that_changes_the_tree_is_void_and_names_the_paths() {
     let receipt = verify(a, tree.path()).await;
     assert_eq!(receipt.tree_changes, vec!["src/a.sql", "src/b.sql"]);
     assert_eq!(receipt.confinement, Confinement::Off);
+}
+
+/// A run that finds another tree than the one its request named says which paths differ
+/// (added, changed, removed), for the machine to name when it refuses the receipt; a run of the
+/// very tree named says none.
+#[tokio::test]
+async fn a_run_of_another_tree_than_its_request_named_says_which_paths_differ() {
+    let tree = tree_of(&[("src/a.sql", "SELECT 1;\n"), ("src/b.sql", "SELECT 2;\n")]);
+    let asked = WorkTree::open(tree.path())
+        .and_then(|w| w.file_hashes())
+        .expect("the tree's files");
+    let mut req = consort_testkit::verify::request(7, tree.path(), Vec::new());
+    req.workspace_hash = ContentHash::of(&asked);
+    req.files = Some(asked);
+    let runner = || -> Arc<dyn TestRunner> {
+        Arc::new(CommandRunner::new(CommandRunnerConfig::new("echo ran")))
+    };
+    let provider = common::dyn_provider().await;
+    let same = run_request(args(runner(), provider.clone()), req.clone())
+        .await
+        .expect("a receipt");
+    assert_eq!(same.workspace_hash, req.workspace_hash);
+    assert!(same.changed_since_request.is_empty(), "{same:?}");
+    // What an editor, a watcher or a hand edit does between a request and its run.
+    let path = |p: &str| tree.path().join(p);
+    std::fs::write(path("src/a.sql"), "SELECT 3;\n").expect("edit");
+    std::fs::write(path("app.log"), "started\n").expect("log");
+    std::fs::remove_file(path("src/b.sql")).expect("remove");
+    let moved = run_request(args(runner(), provider), req.clone())
+        .await
+        .expect("a receipt");
+    assert_ne!(moved.workspace_hash, req.workspace_hash);
+    assert_eq!(
+        moved.changed_since_request,
+        vec!["app.log", "src/a.sql", "src/b.sql"]
+    );
 }
 
 #[tokio::test]

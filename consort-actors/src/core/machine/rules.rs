@@ -253,15 +253,22 @@ pub enum RuleViolation {
         /// The request the receipt answers.
         got: RequestId,
     },
-    /// A receipt was produced for another work-tree state than the one issued.
+    /// A receipt was produced for another work-tree state than the one issued: something
+    /// besides Consort wrote in the project between the request and the run, not the role
+    /// whose step it was.
     #[error(
-        "receipt is for work tree {got}, but {expected} was issued: the tree changed between the request and the run; something besides Consort writes in the project (output redirected into it, an editor, a watcher), so write that outside it"
+        "the work tree changed between the verification's request and its run{}: something besides Consort wrote in the project (an editor, a watcher, output redirected into it, a hand edit while the run waited). Put the tree back as Consort left it (asked for {expected}, found {got}) and keep what writes there out of the project, then `consort retry --by NAME`; or end the run with `consort stop --by NAME`",
+        named_paths(paths)
     )]
     ReceiptWorkspaceMismatch {
         /// The hash the request was issued for.
         expected: ContentHash,
         /// The hash in the receipt.
         got: ContentHash,
+        /// The paths that differ, as the verifier found them (empty: it could not tell; see
+        /// [`crate::TestRunReceipt::changed_since_request`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        paths: Vec<String>,
     },
     /// The test run changed the work tree outside the declared caches: what it was judged on
     /// is not what stands now, so the run counts for nothing.
@@ -413,6 +420,22 @@ impl RuleViolation {
             | PromoteUnverified { .. }
             | Invariant { .. } => Remedy::Halt,
         }
+    }
+}
+
+/// How many paths a message names before it counts the rest.
+const PATHS_NAMED: usize = 10;
+
+/// ` (a, b and 3 more)`: the paths a message names, or nothing when there are none.
+fn named_paths(paths: &[String]) -> String {
+    match paths.len() {
+        0 => String::new(),
+        n if n <= PATHS_NAMED => format!(" ({})", paths.join(", ")),
+        n => format!(
+            " ({} and {} more)",
+            paths[..PATHS_NAMED].join(", "),
+            n - PATHS_NAMED
+        ),
     }
 }
 

@@ -496,6 +496,7 @@ fn receipt_answers(
         return Err(RuleViolation::ReceiptWorkspaceMismatch {
             expected: *workspace_hash,
             got: receipt.workspace_hash,
+            paths: receipt.changed_since_request.clone(),
         });
     }
     Ok(())
@@ -1382,7 +1383,8 @@ fn halt_reason(violation: &RuleViolation) -> EscalationReason {
         RuleViolation::EarlierTestFrozen { .. } => {
             EscalationReason::Verdict(VerdictReason::EarlierTestContradicted)
         }
-        RuleViolation::ChangedOutsideConsort { .. } => EscalationReason::ChangedOutsideConsort,
+        RuleViolation::ChangedOutsideConsort { .. }
+        | RuleViolation::ReceiptWorkspaceMismatch { .. } => EscalationReason::ChangedOutsideConsort,
         RuleViolation::ReceiptWithoutRun { .. } => {
             EscalationReason::Infrastructure(InfraFault::RunnerFailed)
         }

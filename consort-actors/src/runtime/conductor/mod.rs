@@ -122,6 +122,13 @@ impl ConductorConfig {
         self.record_dir.join("apply-journal.json")
     }
 
+    /// The files of the tree as the last applied change set left it (path to content hash):
+    /// what a verification's request names, so that a run finding another tree can say which
+    /// paths differ.
+    pub fn applied_tree(&self) -> PathBuf {
+        self.record_dir.join("applied-tree.json")
+    }
+
     /// Defaults for a work tree: ledger in `.consort/`, 10-minute steps and verifications.
     pub fn new(work_tree: impl Into<PathBuf>) -> Self {
         let work_tree = work_tree.into();
@@ -1028,11 +1035,43 @@ impl ConductorState {
         }
         // One pass over the tree gives both the tree's hash and the tests'.
         let files = self.work.file_hashes()?;
+        self.keep_applied_tree(&files)?;
         Ok(Event::Applied {
             workspace_hash: ContentHash::of(&files),
             tests: self.tests_among(files),
             inverse,
         })
+    }
+
+    /// Keeps the files of the tree a change set left ([`ConductorConfig::applied_tree`]).
+    fn keep_applied_tree(&self, files: &FileHashes) -> Result<(), ConductorError> {
+        let text = serde_json::to_string(files).map_err(|source| ConductorError::Serialise {
+            what: "the applied tree",
+            source,
+        })?;
+        write_file(&self.wiring.config.applied_tree(), &text)
+    }
+
+    /// The files of the tree whose hash is `hash`, when the last change set applied left it
+    /// (None: another tree, such as one applied before a resume from another machine, or
+    /// none kept).
+    fn applied_tree(&self, hash: ContentHash) -> Option<FileHashes> {
+        let path = self.wiring.config.applied_tree();
+        let unreadable = |e: &dyn std::fmt::Display| {
+            tracing::warn!(path = %path.display(), error = %e, "the applied tree is unreadable");
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                unreadable(&e);
+                return None;
+            }
+        };
+        let files: FileHashes = serde_json::from_str(&text)
+            .inspect_err(|e| unreadable(e))
+            .ok()?;
+        (ContentHash::of(&files) == hash).then_some(files)
     }
 
     /// The request of a verify run or of the baseline: what the Lakebase side runs.
@@ -1053,6 +1092,7 @@ impl ConductorState {
                     id: request,
                     purpose,
                     work_tree: self.work.root().to_path_buf(),
+                    files: self.applied_tree(workspace_hash),
                     workspace_hash,
                     hidden: self.hidden_from(&migrations),
                     migrations,
@@ -1079,11 +1119,13 @@ impl ConductorState {
         tests: Vec<String>,
     ) -> Result<VerifyRequest, ConductorError> {
         let migrations = self.migrations_from_disk(Vec::new(), false)?;
+        let files = self.work.file_hashes()?;
         Ok(VerifyRequest {
             id: request,
             purpose: crate::VerifyPurpose::Baseline,
             work_tree: self.work.root().to_path_buf(),
-            workspace_hash: self.work.hash()?,
+            workspace_hash: ContentHash::of(&files),
+            files: Some(files),
             hidden: self.hidden_from(&migrations),
             migrations,
             tests,

@@ -122,6 +122,7 @@ impl StepBench {
             purpose: plan.purpose,
             work_tree: copy.root().to_path_buf(),
             workspace_hash: hash,
+            files: None,
             migrations: plan.migrations.clone(),
             tests: plan.tests.clone(),
             focus: plan.focus.clone(),
