@@ -304,6 +304,41 @@ fn a_harness_change_runs_the_baseline_again_before_the_run_goes_on() {
     );
 }
 
+/// Once the promotion is approved it may be under way, and no run is judged in it any more: a
+/// harness change then is recorded but asks for no baseline, which could halt the promotion
+/// between its merge and its migrations. At the promote gate, before the approval, it still
+/// does.
+#[test]
+fn a_harness_change_in_an_approved_promotion_asks_for_no_baseline() {
+    let mut r = Run::new();
+    r.disk.apply(&ChangeSet {
+        summary: String::new(),
+        changes: vec![write(OWN, "def test_ok(): pass")],
+    });
+    r.reach_deploy_run();
+    r.deploy_run(TestStatus::Passed).expect("deploy");
+    assert!(
+        r.s.baseline.is_some(),
+        "a baseline ran before the design gate"
+    );
+    let at_gate = r.m.step(&r.s, &harness_change("a", "b")).expect("taken").0;
+    assert!(
+        matches!(at_gate.pending, Some(Pending::Baseline { .. })),
+        "at the gate, the baseline again: {:?}",
+        at_gate.pending
+    );
+    r.approve();
+    r.observe();
+    let Pending::Promote { request } = r.pending() else {
+        panic!("the promotion is pending, got {:?}", r.pending())
+    };
+    r.ok(harness_change("a", "b"));
+    assert_eq!(r.pending(), Pending::Promote { request });
+    assert_eq!(r.s.harness_changes.len(), 1);
+    r.ok(promoted(request, &["0001", "0002"]));
+    assert_eq!(r.s.phase(), Phase::Done);
+}
+
 /// Where no baseline ran (a project with no test yet, at its design gate), a harness change
 /// asks for none: nothing pending changes.
 #[test]

@@ -198,7 +198,10 @@ fn quarantine(state: &State, q: &crate::core::regression::Quarantine) -> Outcome
 }
 
 /// A person's change to the configuration that judges the runs: taken only from the harness
-/// in force (a record made against another is refused), and only when something changed.
+/// in force (a record made against another is refused), and only when something changed. The
+/// baseline runs again before the next run is judged, except in an approved promotion: no run
+/// is judged there any more, and a baseline that halted it could leave its merge in the base
+/// and its migrations out of the parent.
 fn harness_changed(state: &State, change: &crate::core::harness::HarnessChange) -> Outcome {
     let refuse = |detail: &str| {
         Err(RuleViolation::InvalidArtifact {
@@ -217,7 +220,9 @@ fn harness_changed(state: &State, change: &crate::core::harness::HarnessChange) 
     let mut s = state.clone();
     s.harness = Some(change.to.clone());
     s.harness_changes.push(change.clone());
-    baseline_again(&mut s);
+    if state.phase() != super::Phase::Promote {
+        baseline_again(&mut s);
+    }
     Ok((s, Vec::new()))
 }
 
