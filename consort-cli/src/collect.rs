@@ -429,20 +429,46 @@ fn list_run(dir: &Path, run: &ListRun) -> Finding {
         Ok(Ran::Exited(code, _, _)) if code.is_some() && code == run.none_found => found(format!(
             "`{list}` finds no test yet ({took:.1} s): the feature's tests will be the first"
         )),
-        Ok(Ran::Exited(_, listed, stderr)) => Finding {
-            ok: false,
-            what: format!(
-                "`{list}` failed: {}",
-                tail(&format!("{}{stderr}", listed.stdout))
-            ),
-            hint: "make the project's tests collect as you would run them yourself".into(),
-        },
+        Ok(Ran::Exited(_, listed, stderr)) => {
+            let said = format!("{}{stderr}", listed.stdout);
+            Finding {
+                ok: false,
+                what: format!("`{list}` failed: {}", tail(&said)),
+                hint: collect_hint(dir, list, &said),
+            }
+        }
         Err(e) => Finding {
             ok: false,
             what: format!("`{list}` could not run: {e}"),
             hint: "check the runner's program".into(),
         },
     }
+}
+
+/// How to fix a collection that failed. The usual cause on a Python project is a Python without
+/// the project's packages, often while the project keeps its own environment in `.venv/` (made
+/// after `consort init` wrote the command) that the command does not start.
+fn collect_hint(dir: &Path, list: &str, said: &str) -> String {
+    let venv = crate::adopt::PROJECT_PYTHON;
+    match missing_python_module(said) {
+        Some(module) if dir.join(venv).exists() && !list.contains(venv) => format!(
+            "the command's Python has no `{module}`, and the project keeps its own environment in .venv/: start `[runner] command` with `{venv}` (what `consort init` writes when .venv/ exists)"
+        ),
+        Some(module) => format!(
+            "the command's Python has no `{module}`: install the project's packages where it looks, or start `[runner] command` with the Python of the environment that has them"
+        ),
+        None => "make the project's tests collect as you would run them yourself".into(),
+    }
+}
+
+/// The module Python said it could not find (`No module named pytest`, `… named 'psycopg'`).
+fn missing_python_module(said: &str) -> Option<&str> {
+    let rest = said.split("No module named ").nth(1)?;
+    let name = rest
+        .split(char::is_whitespace)
+        .next()?
+        .trim_matches(|c| c == '\'' || c == '"');
+    (!name.is_empty()).then_some(name)
 }
 
 /// What stands for output whose reader thread failed.
@@ -584,6 +610,34 @@ mod tests {
         assert_eq!(
             tail(python),
             "ModuleNotFoundError: No module named 'nope' / import nope"
+        );
+    }
+
+    /// A Python without the project's packages is named with its module; where the project
+    /// keeps a `.venv/` the command does not start, the hint is that environment's Python.
+    #[test]
+    fn a_python_without_the_project_s_packages_is_told_where_they_are() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path();
+        let bare = "/usr/bin/python3: No module named pytest\n";
+        let import = "E   ModuleNotFoundError: No module named 'psycopg'\n";
+        assert_eq!(missing_python_module(bare), Some("pytest"));
+        assert_eq!(missing_python_module(import), Some("psycopg"));
+        assert_eq!(missing_python_module("1 error"), None);
+        let hint = collect_hint(dir, "python3 -m pytest", bare);
+        assert!(hint.contains("has no `pytest`: install"), "{hint}");
+        assert!(!hint.contains(".venv"), "{hint}");
+        std::fs::create_dir_all(dir.join(".venv/bin")).expect("venv");
+        std::fs::write(dir.join(crate::adopt::PROJECT_PYTHON), "").expect("python");
+        let hint = collect_hint(dir, "python3 -m pytest", import);
+        assert!(
+            hint.contains("has no `psycopg`") && hint.contains("with `.venv/bin/python`"),
+            "{hint}"
+        );
+        let hint = collect_hint(dir, ".venv/bin/python -m pytest", import);
+        assert!(hint.contains("install the project's packages"), "{hint}");
+        assert!(
+            collect_hint(dir, "python3 -m pytest", "SyntaxError").contains("as you would run them")
         );
     }
 
