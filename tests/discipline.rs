@@ -584,6 +584,7 @@ async fn red_that_breaks_a_green_test(world: &World) -> String {
     let (report, events, seen) = case.refused_at(world, &cheats, "red/T2").await;
     let want = RuleViolation::RedBrokeGreenTest {
         tests: vec![T1.into()],
+        migrations: Vec::new(),
     };
     assert_refused_twice(&events, want);
     // T1 was green before the cheat and red in both of the cheat's runs.

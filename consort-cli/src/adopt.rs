@@ -239,14 +239,11 @@ fn looks_like_a_test(stack: Stack, rel: &str) -> bool {
     }
 }
 
-/// The Python of a project's own virtual environment, by its path in the project.
-pub(crate) const PROJECT_PYTHON: &str = ".venv/bin/python";
-
 /// The Python a pytest project's tests run with: its own virtual environment's, by a path in
 /// its tree (every lane links the same one in), when it has one; else `python3` from `PATH`.
 fn python_of(dir: &Path) -> &'static str {
-    if dir.join(PROJECT_PYTHON).exists() {
-        PROJECT_PYTHON
+    if dir.join(consort_lakebase::PROJECT_PYTHON).exists() {
+        consort_lakebase::PROJECT_PYTHON
     } else {
         "python3"
     }

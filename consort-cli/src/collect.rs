@@ -445,30 +445,16 @@ fn list_run(dir: &Path, run: &ListRun) -> Finding {
     }
 }
 
-/// How to fix a collection that failed. The usual cause on a Python project is a Python without
-/// the project's packages, often while the project keeps its own environment in `.venv/` (made
-/// after `consort init` wrote the command) that the command does not start.
+/// How to fix a collection that failed: a Python without the project's packages is named with
+/// the module it lacks (and the project's own `.venv/`, when the command does not start it).
 fn collect_hint(dir: &Path, list: &str, said: &str) -> String {
-    let venv = crate::adopt::PROJECT_PYTHON;
-    match missing_python_module(said) {
-        Some(module) if dir.join(venv).exists() && !list.contains(venv) => format!(
-            "the command's Python has no `{module}`, and the project keeps its own environment in .venv/: start `[runner] command` with `{venv}` (what `consort init` writes when .venv/ exists)"
-        ),
-        Some(module) => format!(
-            "the command's Python has no `{module}`: install the project's packages where it looks, or start `[runner] command` with the Python of the environment that has them"
+    match consort_lakebase::python_lacks(said) {
+        Some(module) => consort_lakebase::python_lacks_advice(
+            module,
+            consort_lakebase::unused_project_python(dir, list),
         ),
         None => "make the project's tests collect as you would run them yourself".into(),
     }
-}
-
-/// The module Python said it could not find (`No module named pytest`, `… named 'psycopg'`).
-fn missing_python_module(said: &str) -> Option<&str> {
-    let rest = said.split("No module named ").nth(1)?;
-    let name = rest
-        .split(char::is_whitespace)
-        .next()?
-        .trim_matches(|c| c == '\'' || c == '"');
-    (!name.is_empty()).then_some(name)
 }
 
 /// What stands for output whose reader thread failed.
@@ -621,14 +607,14 @@ mod tests {
         let dir = tmp.path();
         let bare = "/usr/bin/python3: No module named pytest\n";
         let import = "E   ModuleNotFoundError: No module named 'psycopg'\n";
-        assert_eq!(missing_python_module(bare), Some("pytest"));
-        assert_eq!(missing_python_module(import), Some("psycopg"));
-        assert_eq!(missing_python_module("1 error"), None);
+        assert_eq!(consort_lakebase::python_lacks(bare), Some("pytest"));
+        assert_eq!(consort_lakebase::python_lacks(import), Some("psycopg"));
+        assert_eq!(consort_lakebase::python_lacks("1 error"), None);
         let hint = collect_hint(dir, "python3 -m pytest", bare);
         assert!(hint.contains("has no `pytest`: install"), "{hint}");
         assert!(!hint.contains(".venv"), "{hint}");
         std::fs::create_dir_all(dir.join(".venv/bin")).expect("venv");
-        std::fs::write(dir.join(crate::adopt::PROJECT_PYTHON), "").expect("python");
+        std::fs::write(dir.join(consort_lakebase::PROJECT_PYTHON), "").expect("python");
         let hint = collect_hint(dir, "python3 -m pytest", import);
         assert!(
             hint.contains("has no `psycopg`") && hint.contains("with `.venv/bin/python`"),

@@ -386,7 +386,7 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, project: 
             .iter()
             .filter(|e| {
                 s.receipts.iter().any(|r| {
-                    r.exit.success() && r.status_of(e.runner_name()) == Some(TestStatus::Passed)
+                    s.passed(r) && r.status_of(e.runner_name()) == Some(TestStatus::Passed)
                 })
             })
             .count()
@@ -400,9 +400,9 @@ pub fn print_summary(report: &RunReport, branches: &PoolStatsSnapshot, project: 
         "tests:     {green} of {tests} green ({} completed RED→GREEN→REFACTOR→REVIEW)",
         s.build.completed
     );
-    let failing = s.receipts.iter().filter(|r| !r.exit.success()).count();
+    let failing = s.receipts.iter().filter(|r| !s.passed(r)).count();
     println!(
-        "receipts:  {} verified runs: {} failed (every RED, and each GREEN or REFACTOR that did not pass), {} passed",
+        "receipts:  {} verified runs: {} failed (every RED, and each GREEN or REFACTOR that did not pass; a quarantined test's failures count for nothing), {} passed",
         s.receipts.len(),
         failing,
         s.receipts.len() - failing

@@ -679,6 +679,13 @@ pub enum TestCommandFault {
         /// Where the report was expected (the run's private report directory).
         path: String,
     },
+    /// The Python the command starts lacks a module it needs (`No module named pytest`), and
+    /// wrote no report: the project's packages are not where that Python looks.
+    PythonLacks {
+        /// The module it lacks and what to do (see [`crate::python_lacks_advice`]): one text,
+        /// which keeps the error small.
+        advice: String,
+    },
     /// The command's report holds no test at all while the run expects some.
     CollectedNothing {
         /// How many tests the run expected.
@@ -765,6 +772,10 @@ impl std::fmt::Display for TestCommandFault {
             TestCommandFault::NoReport { path } => write!(
                 f,
                 "wrote no JUnit report to $CONSORT_JUNIT ({path}): the command must pass that path to its reporter, and it did not get as far as writing it"
+            ),
+            TestCommandFault::PythonLacks { advice } => write!(
+                f,
+                "could not run, and a test run reaches no package index: {advice}"
             ),
             TestCommandFault::NotInstalled { package } => write!(
                 f,

@@ -130,10 +130,11 @@ pub use provider::{
 };
 pub use runner::{
     Capture, Captured, CommandRunner, CommandRunnerConfig, DEFAULT_ENV_ALLOW, EnvPolicy,
-    JEST_FILE_CLASSNAME, Jail, JailSpec, NON_INTERACTIVE, OutputLimits, PINNED, PsqlRunner,
-    PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, Scratch, Selector,
-    SessionSettings, StdoutFormat, Suite, SuiteTest, TestRunner, parse_go_test_json, parse_junit,
-    parse_libtest, parse_tap, shell_quote, sweep_abandoned_scratch,
+    JEST_FILE_CLASSNAME, Jail, JailSpec, NON_INTERACTIVE, OutputLimits, PINNED, PROJECT_PYTHON,
+    PsqlRunner, PsqlRunnerConfig, RunContext, RunReport, SandboxMode, SandboxSupport, Scratch,
+    Selector, SessionSettings, StdoutFormat, Suite, SuiteTest, TestRunner, parse_go_test_json,
+    parse_junit, parse_libtest, parse_tap, python_lacks, python_lacks_advice, shell_quote,
+    sweep_abandoned_scratch, unused_project_python,
 };
 pub use schema_catalog::read_catalog;
 pub use url::{DATABASE_URL_ENV, PostgresUrlProvider, connect_info_of_url};

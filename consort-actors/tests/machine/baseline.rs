@@ -153,6 +153,16 @@ fn a_quarantined_test_failing_judges_no_red_and_no_green() {
         "{:?}",
         r.pending()
     );
+    // What people are shown judges the receipts the same way: the GREEN's passed, the RED's
+    // did not, though both runs' exits failed.
+    let [.., red, green] = r.s.receipts.as_slice() else {
+        panic!("a RED's and a GREEN's receipt")
+    };
+    assert!(!red.exit.success() && !green.exit.success());
+    assert!(r.s.passed(green) && !r.s.passed(red));
+    let mut unquarantined = r.s.clone();
+    unquarantined.quarantined.clear();
+    assert!(!unquarantined.passed(green));
 }
 
 /// T1's GREEN, its run passing T1 and failing [`FLAKY`]; the next step is observed.

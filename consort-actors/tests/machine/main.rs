@@ -1158,22 +1158,46 @@ fn what_the_failing_test_said_reaches_the_agent() {
     assert!(text.contains("tests/t1.sql:7:17"), "its location: {text}");
 }
 
+/// A RED whose run breaks an earlier green test is refused. T2 is the first test of story S2,
+/// so its run is the first with S2's migration: the refusal names it, for what no RED can
+/// mend is a person's to decide. A RED later in a story applies no migration anew and names
+/// none.
 #[test]
 fn a_red_that_breaks_a_green_test_is_refused() {
-    let mut r = Run::at_build();
-    r.full_test("tests/t1.sql", &[]);
-    r.observe();
-    r.write_and_apply("tests/t2.sql", "x");
-    let v = r.verify_refused(&[
-        ("tests/t1.sql", TestStatus::Failed),
-        ("tests/t2.sql", TestStatus::Failed),
-    ]);
-    assert_eq!(
-        v,
-        RuleViolation::RedBrokeGreenTest {
-            tests: vec!["tests/t1.sql".into()]
+    for t2_in_s1 in [false, true] {
+        let mut r = Run::at_build();
+        if t2_in_s1 {
+            let mut list = (**r.s.test_list.as_ref().expect("a test list")).clone();
+            list.entries[1].ac_id = list.entries[0].ac_id.clone();
+            r.s.test_list = Some(std::sync::Arc::new(list));
         }
-    );
+        r.full_test("tests/t1.sql", &[]);
+        r.observe();
+        r.write_and_apply("tests/t2.sql", "x");
+        let v = r.verify_refused(&[
+            ("tests/t1.sql", TestStatus::Failed),
+            ("tests/t2.sql", TestStatus::Failed),
+        ]);
+        let migrations = if t2_in_s1 {
+            vec![]
+        } else {
+            vec!["0002".into()]
+        };
+        assert_eq!(
+            v,
+            RuleViolation::RedBrokeGreenTest {
+                tests: vec!["tests/t1.sql".into()],
+                migrations,
+            }
+        );
+        let text = v.to_string();
+        assert_eq!(
+            text.contains("the first with the design's migrations 0002"),
+            !t2_in_s1,
+            "{text}"
+        );
+        assert_eq!(text.contains("`consort test quarantine NAME"), !t2_in_s1);
+    }
 }
 
 #[test]
@@ -1296,7 +1320,8 @@ fn a_test_file_that_fails_to_load_for_a_missing_module_of_the_code_is_a_red() {
     assert_eq!(
         v.expect_err("an earlier test broke"),
         RuleViolation::RedBrokeGreenTest {
-            tests: vec!["tests/t0.sql".into()]
+            tests: vec!["tests/t0.sql".into()],
+            migrations: vec!["0001".into()],
         }
     );
 }
@@ -1324,7 +1349,8 @@ fn a_load_failure_that_stops_every_test_leaves_every_test_not_run_because_of_the
     assert_eq!(
         red_of_t2(false).expect_err("T1 did not run"),
         RuleViolation::RedBrokeGreenTest {
-            tests: vec!["tests/t1.sql".into()]
+            tests: vec!["tests/t1.sql".into()],
+            migrations: vec!["0002".into()],
         }
     );
 }

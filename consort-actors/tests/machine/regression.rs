@@ -135,7 +135,8 @@ fn every_run_must_keep_the_earlier_tests_passing() {
     assert_eq!(
         v,
         RuleViolation::RedBrokeGreenTest {
-            tests: vec![OLD.to_string()]
+            tests: vec![OLD.to_string()],
+            migrations: vec!["0001".into()],
         }
     );
 

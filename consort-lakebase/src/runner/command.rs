@@ -236,10 +236,11 @@ impl CommandRunner {
         let mut outcomes = match self.report_outcomes(ctx, &main, junit.as_ref(), &mut capture) {
             Ok(o) => o,
             Err(fault) => {
+                let output = capture.finish().excerpt;
                 return Err(Error::TestCommand {
                     command: redact(&self.cfg.command, &ctx.conn),
-                    fault,
-                    output: redact(&capture.finish().excerpt, &ctx.conn),
+                    fault: python_lacking(fault, &output, &ctx.work_tree, &self.cfg.command),
+                    output: redact(&output, &ctx.conn),
                 });
             }
         };
@@ -329,6 +330,25 @@ fn refusal(ctx: &RunContext, main: &ProcOutcome, outcomes: &[TestOutcome]) -> Op
 /// The package npm reports it could not find offline (`code ENOTCACHED`, "request to
 /// https://registry…/<package> failed"): what `npx <tool>` says when the tool is not installed
 /// where a run starts.
+/// A command that wrote no report because the Python it starts lacks a module
+/// (`No module named pytest`) is named so, with what to do; any other fault stays as it is.
+fn python_lacking(
+    fault: TestCommandFault,
+    output: &str,
+    work_tree: &Path,
+    command: &str,
+) -> TestCommandFault {
+    match (fault, super::python_lacks(output)) {
+        (TestCommandFault::NoReport { .. }, Some(module)) => TestCommandFault::PythonLacks {
+            advice: super::python_lacks_advice(
+                module,
+                super::unused_project_python(work_tree, command),
+            ),
+        },
+        (fault, _) => fault,
+    }
+}
+
 fn npm_package_not_installed(output: &str) -> Option<String> {
     if !output.contains("ENOTCACHED") {
         return None;

@@ -21,6 +21,41 @@ use std::path::{Component, Path, PathBuf};
 
 use consort_actors::{MissingModule, TestOutcome};
 
+/// The Python of a project's own virtual environment, by its path in the project: what
+/// `consort init` names in a pytest command when the project has one.
+pub const PROJECT_PYTHON: &str = ".venv/bin/python";
+
+/// The module a Python said it could not find (`No module named pytest` from `python -m`,
+/// `No module named 'psycopg'` from an import), as it named it.
+pub fn python_lacks(output: &str) -> Option<&str> {
+    let rest = output.split("No module named ").nth(1)?;
+    let name = rest
+        .split(char::is_whitespace)
+        .next()?
+        .trim_matches(|c| c == '\'' || c == '"');
+    (!name.is_empty()).then_some(name)
+}
+
+/// Whether `project` keeps its own environment (`.venv/`) that `command` does not start.
+pub fn unused_project_python(project: &Path, command: &str) -> bool {
+    project.join(PROJECT_PYTHON).exists() && !command.contains(PROJECT_PYTHON)
+}
+
+/// What to do when the Python a test command starts lacks `module`: start the command with
+/// the project's own environment's Python when it has one the command does not start (see
+/// [`unused_project_python`]), else install the packages where that Python looks.
+pub fn python_lacks_advice(module: &str, unused_project_python: bool) -> String {
+    if unused_project_python {
+        format!(
+            "the command's Python has no `{module}`, and the project keeps its own environment in .venv/: start `[runner] command` with `{PROJECT_PYTHON}` (what `consort init` writes when .venv/ exists)"
+        )
+    } else {
+        format!(
+            "the command's Python has no `{module}`: install the project's packages where it looks, or start `[runner] command` with the Python of the environment that has them"
+        )
+    }
+}
+
 /// The extensions a JavaScript import may leave out (jest, CommonJS).
 const JS_EXTENSIONS: [&str; 8] = ["js", "mjs", "cjs", "ts", "mts", "cts", "jsx", "tsx"];
 

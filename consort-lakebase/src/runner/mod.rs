@@ -46,6 +46,9 @@ pub use capture::{Capture, Captured, OutputLimits};
 pub use command::{CommandRunner, CommandRunnerConfig};
 pub use jest_list::JEST_FILE_CLASSNAME;
 pub use junit::parse_junit;
+pub use missing_module::{
+    PROJECT_PYTHON, python_lacks, python_lacks_advice, unused_project_python,
+};
 pub use process::{DEFAULT_ENV_ALLOW, EnvPolicy, NON_INTERACTIVE, shell_quote};
 pub use psql::{PsqlRunner, PsqlRunnerConfig};
 use sandbox::dependency_dirs;

@@ -196,6 +196,31 @@ async fn the_harness_s_faults_are_typed_errors_not_outcomes() {
     );
     assert!(output.contains("no report here"), "{output}");
 
+    // A Python without the tool it is asked to run writes no report either: named with the
+    // module it lacks, and, where the project keeps a `.venv/` the command does not start,
+    // with that environment's Python.
+    junit.command = "python3 -m no_such_tool_consort --junitxml=\"$CONSORT_JUNIT\"".into();
+    let venv = tree.path().join(".venv/bin");
+    for with_venv in [false, true] {
+        if with_venv {
+            std::fs::create_dir_all(&venv).expect("a .venv");
+            std::fs::write(venv.join("python"), "").expect("its python");
+        }
+        let (_, fault, _) = fault_of(CommandRunner::new(junit.clone()).run(&ctx).await);
+        assert!(
+            matches!(fault, TestCommandFault::PythonLacks { .. }),
+            "a Python without the module, not {fault}"
+        );
+        let said = fault.to_string();
+        assert!(said.contains("has no `no_such_tool_consort`"), "{said}");
+        assert_eq!(
+            said.contains("start `[runner] command` with `.venv/bin/python`"),
+            with_venv,
+            "{said}"
+        );
+    }
+    std::fs::remove_dir_all(tree.path().join(".venv")).expect("the .venv goes");
+
     junit.command =
         r#"echo '<testsuites><testsuite name="none" tests="0"/></testsuites>' > "$CONSORT_JUNIT""#
             .into();

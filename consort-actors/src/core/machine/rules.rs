@@ -211,11 +211,16 @@ pub enum RuleViolation {
         /// The test's runner name.
         test: String,
     },
-    /// The new test broke tests that were green before.
-    #[error("RED broke tests that were green: {}", tests.join(", "))]
+    /// The new test broke tests that were green before, or the design's migrations its run is
+    /// the first to apply did (which no RED can mend: a person decides).
+    #[error("RED broke tests that were green: {}{}", tests.join(", "), migrations_note(migrations))]
     RedBrokeGreenTest {
         /// The tests that no longer pass.
         tests: Vec<String>,
+        /// The design's migrations that this RED's run was the first to apply (its story's,
+        /// at the story's first entry); empty when it applied none anew.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        migrations: Vec<String>,
     },
     /// The run does not report the new test at all.
     #[error(
@@ -423,6 +428,25 @@ impl RuleViolation {
     }
 }
 
+/// What a RED that broke earlier tests says when its run was the first to apply some of the
+/// design's migrations: they may be what broke them, which no RED can mend.
+fn migrations_note(migrations: &[String]) -> String {
+    said_of(migrations, |versions| {
+        format!(
+            ". This run was the first with the design's migrations {versions}: when they, not the new test, break those tests, the feature changes what the tests check and no RED can mend it. A person decides: quarantine a project's own test (`consort test quarantine NAME --by NAME --reason …`) or retire an earlier feature's (`consort test retire FEATURE/TEST --by NAME --reason …`), then `consort retry --by NAME`; or end the run (`consort stop --by NAME`) and ask for another design"
+        )
+    })
+}
+
+/// What `say` makes of `items` joined with commas, or nothing when there are none.
+fn said_of(items: &[String], say: impl FnOnce(String) -> String) -> String {
+    if items.is_empty() {
+        String::new()
+    } else {
+        say(items.join(", "))
+    }
+}
+
 /// How many paths a message names before it counts the rest.
 const PATHS_NAMED: usize = 10;
 
@@ -441,13 +465,11 @@ fn named_paths(paths: &[String]) -> String {
 
 /// What a RED that did not report its test says about failures under other names.
 fn load_failure_note(failed_elsewhere: &[String]) -> String {
-    if failed_elsewhere.is_empty() {
-        return String::new();
-    }
-    format!(
-        "; the runner reported a failure under another name ({}): the test file probably failed to load (an import or collection error), so its tests never ran. A file that fails to load is a RED only when what it lacks is a module of the project's code the feature will write (a relative import of a file that does not exist yet, a module of the project's own package); a syntax error, or a package that is not installed, is not — what the runner said is below",
-        failed_elsewhere.join(", ")
-    )
+    said_of(failed_elsewhere, |names| {
+        format!(
+            "; the runner reported a failure under another name ({names}): the test file probably failed to load (an import or collection error), so its tests never ran. A file that fails to load is a RED only when what it lacks is a module of the project's code the feature will write (a relative import of a file that does not exist yet, a module of the project's own package); a syntax error, or a package that is not installed, is not — what the runner said is below"
+        )
+    })
 }
 
 fn invalid(detail: impl Into<String>) -> RuleViolation {

@@ -771,7 +771,28 @@ fn red_fails(
         neighbours: &neighbours,
         quarantined: &quarantined,
     };
-    red_fails_for(focus, &cfg.paths, receipt, names)
+    red_fails_for(focus, &cfg.paths, receipt, names).map_err(|v| match v {
+        RuleViolation::RedBrokeGreenTest { tests, .. } => RuleViolation::RedBrokeGreenTest {
+            tests,
+            migrations: migrations_new_at_current(s),
+        },
+        v => v,
+    })
+}
+
+/// The versions of the design's migrations that the current entry's runs are the first to
+/// apply: those of its story, at the story's first entry (the runs before had the earlier
+/// stories' only; the baseline none).
+fn migrations_new_at_current(s: &State) -> Vec<String> {
+    let now = migrations_up_to(s, s.build.current);
+    let before = match s.build.current.checked_sub(1) {
+        Some(earlier) => migrations_up_to(s, earlier),
+        None => Vec::new(),
+    };
+    now.into_iter()
+        .filter(|m| !before.contains(m))
+        .map(|m| m.version)
+        .collect()
 }
 
 /// The runner names of the expected tests that live in `file` (the entries of this feature
@@ -886,7 +907,10 @@ pub(super) fn red_fails_for(
         }
     }
     if !broken.is_empty() {
-        return Err(RuleViolation::RedBrokeGreenTest { tests: broken });
+        return Err(RuleViolation::RedBrokeGreenTest {
+            tests: broken,
+            migrations: Vec::new(),
+        });
     }
     Ok(focus)
 }
@@ -1709,18 +1733,26 @@ fn describe(p: &Pending) -> String {
 /// The migrations a verify run needs: those of every story up to the current test's story
 /// (all of them for the deploy run).
 pub(super) fn migrations_for(s: &State, purpose: VerifyPurpose) -> Vec<Migration> {
-    let Some(plan) = &s.schema else {
-        return Vec::new();
-    };
-    let Some(stories) = &s.stories else {
+    let (Some(plan), Some(_)) = (&s.schema, &s.stories) else {
         return Vec::new();
     };
     if purpose == VerifyPurpose::Deploy {
         return plan.migrations.clone();
     }
+    migrations_up_to(s, s.build.current)
+}
+
+/// The migrations of every story up to the story of the test list's entry `entry` (all of
+/// them past the list's end).
+fn migrations_up_to(s: &State, entry: usize) -> Vec<Migration> {
+    let (Some(plan), Some(stories)) = (&s.schema, &s.stories) else {
+        return Vec::new();
+    };
     let index_of = |story: &str| stories.stories.iter().position(|x| x.id == story);
     let upto = s
-        .current_test()
+        .test_list
+        .as_ref()
+        .and_then(|l| l.entries.get(entry))
         .and_then(|e| stories.story_of_ac(&e.ac_id))
         .and_then(|story| index_of(&story.id))
         .unwrap_or(usize::MAX);
