@@ -948,92 +948,53 @@ fn retire(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
         eprintln!("refused: name the test as FEATURE/TEST, for example F1-stock/T2");
         return Ok(EXIT_USAGE);
     };
-    let retirement = consort::actors::Retirement {
+    let retirement = OfflineDecision::Retire(consort::actors::Retirement {
         feature: feature.to_string(),
         test: id.to_string(),
         by: by.to_string(),
         reason: reason.to_string(),
-    };
-    let decision = TestDecision {
-        command: "consort test retire",
-        what: "a retirement",
-        not_started: "; a test is retired for the feature that contradicts it, once it runs",
-    };
-    decision.record(
-        at,
-        (by, reason),
-        |ledger, machine| {
-            record_decision(ledger, machine, OfflineDecision::Retire(retirement.clone()))
-        },
-        |project| {
-            println!(
-                "recorded: {test} retired by {by} for feature {}; its RED may now replace it",
-                project.feature_id()
-            );
-            say_how_a_halted_run_goes_on(project, at, by, "and then `consort run` go on")
-        },
-    )
+    });
+    RETIREMENT.record(at, (by, reason), retirement, |project| {
+        println!(
+            "recorded: {test} retired by {by} for feature {}; its RED may now replace it",
+            project.feature_id()
+        );
+        say_how_a_halted_run_goes_on(project, at, by, "and then `consort run` go on")
+    })
 }
 
 /// `consort test quarantine TEST`: records the decision in the current feature's ledger.
 fn quarantine(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
-    let quarantine = consort::actors::Quarantine {
+    let quarantine = OfflineDecision::Quarantine(consort::actors::Quarantine {
         test: test.to_string(),
         by: by.to_string(),
         reason: reason.to_string(),
-    };
-    let decision = TestDecision {
-        command: "consort test quarantine",
-        what: "a quarantine",
-        not_started: "; a test is quarantined for a feature once it runs (its baseline names the tests that fail before it)",
-    };
-    decision.record(
-        at,
-        (by, reason),
-        |ledger, machine| {
-            let decision = OfflineDecision::Quarantine(quarantine.clone());
-            record_decision(ledger, machine, decision)
-        },
-        |project| {
-            println!(
-                "recorded: {test} quarantined by {by} for feature {}; its failures judge nothing from now on",
-                project.feature_id()
-            );
-            say_how_a_halted_run_goes_on(
-                project,
-                at,
-                by,
-                "runs the baseline again, and `consort run` goes on",
-            )
-        },
-    )
+    });
+    QUARANTINE.record(at, (by, reason), quarantine, |project| {
+        println!(
+            "recorded: {test} quarantined by {by} for feature {}; its failures judge nothing from now on",
+            project.feature_id()
+        );
+        let retry_does = "runs the baseline again, and `consort run` goes on";
+        say_how_a_halted_run_goes_on(project, at, by, retry_does)
+    })
 }
 
 /// `consort test redo TEST`: records that the running entry's accepted test is to be written
 /// again, in the current feature's ledger.
 fn redo(at: &Target, test: &str, by: &str, reason: &str) -> Result<i32> {
-    let redo = consort::actors::Redo {
+    let redo = OfflineDecision::Redo(consort::actors::Redo {
         test: test.to_string(),
         by: by.to_string(),
         reason: reason.to_string(),
-    };
-    let decision = TestDecision {
-        command: "consort test redo",
-        what: "a redo",
-        not_started: "",
-    };
-    decision.record(
-        at,
-        (by, reason),
-        |ledger, machine| record_decision(ledger, machine, OfflineDecision::Redo(redo.clone())),
-        |_| {
-            println!(
-                "recorded: {test}'s test set aside by {by}; `consort run --dir {}` goes on from its RED",
-                at.dir.display()
-            );
-            Ok(())
-        },
-    )
+    });
+    REDO.record(at, (by, reason), redo, |_| {
+        println!(
+            "recorded: {test}'s test set aside by {by}; `consort run --dir {}` goes on from its RED",
+            at.dir.display()
+        );
+        Ok(())
+    })
 }
 
 /// When the feature's run is halted after a person's decision, says how it goes on:
@@ -1053,6 +1014,27 @@ fn say_how_a_halted_run_goes_on(
     Ok(())
 }
 
+/// `consort test retire`, as its messages name it.
+const RETIREMENT: TestDecision = TestDecision {
+    command: "consort test retire",
+    what: "a retirement",
+    not_started: "; a test is retired for the feature that contradicts it, once it runs",
+};
+
+/// `consort test quarantine`, as its messages name it.
+const QUARANTINE: TestDecision = TestDecision {
+    command: "consort test quarantine",
+    what: "a quarantine",
+    not_started: "; a test is quarantined for a feature once it runs (its baseline names the tests that fail before it)",
+};
+
+/// `consort test redo`, as its messages name it.
+const REDO: TestDecision = TestDecision {
+    command: "consort test redo",
+    what: "a redo",
+    not_started: "",
+};
+
 /// A person's decision about a test (`consort test …`): how it is named in messages.
 struct TestDecision {
     command: &'static str,
@@ -1062,17 +1044,14 @@ struct TestDecision {
 }
 
 impl TestDecision {
-    /// Records the decision with `record` in the current feature's ledger, under its lock, then
-    /// says so with `recorded`. A decision without a name and a reason is a usage error; one
-    /// for a feature that has not started, or that the machine refuses, is refused.
+    /// Records `decision` in the current feature's ledger, under its lock, then says so with
+    /// `recorded`. A decision without a name and a reason is a usage error; one for a feature
+    /// that has not started, or that the machine refuses, is refused.
     fn record(
         &self,
         at: &Target,
         (by, reason): (&str, &str),
-        record: impl FnMut(
-            &mut dyn consort::actors::EventLog,
-            &consort::actors::Machine,
-        ) -> Result<(), consort::actors::ConductorError>,
+        decision: OfflineDecision,
         recorded: impl FnOnce(&Project) -> Result<()>,
     ) -> Result<i32> {
         if by.trim().is_empty() || reason.trim().is_empty() {
@@ -1092,7 +1071,9 @@ impl TestDecision {
             return Ok(EXIT_FAILURE);
         }
         let _locks = project.lock_ledger(self.command)?;
-        match project.record_judged(record)? {
+        match project
+            .record_judged(|log, machine| record_decision(log, machine, decision.clone()))?
+        {
             Ok(()) => {
                 recorded(&project)?;
                 Ok(0)
