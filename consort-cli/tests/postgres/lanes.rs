@@ -16,7 +16,7 @@ use consort_testkit::process::text;
 use crate::backlog::{Plan, f1, git, scripted_project};
 use crate::common::{
     approve_lane_gate, approving_run, assert_exit, assert_exit_saying, assert_halted, consort,
-    consort_in, feature_add, run, says, status_json, write,
+    consort_in, dir_arg, feature_add, run, says, status_json, write,
 };
 
 /// Orders: a table and a function of its own, nothing of f1's.
@@ -556,6 +556,13 @@ fn a_promotion_cut_off_after_its_merge_is_finished_by_the_next_run_never_stopped
 
     let o = run(consort_in("stop", &dir).args(["--by", "ada", "--feature", "f1-stock"]));
     assert_exit_saying(&o, 1, "a stop is refused", "`consort run` finishes it");
+    // Another person's decision in that moment is recorded and changes nothing pending.
+    let o = run(consort()
+        .args(["test", "quarantine", "tests.test_other::test_flaky"])
+        .args(["--by", "ada", "--reason", "flaky on this machine"])
+        .args(["--feature", "f1-stock"])
+        .args(dir_arg(&dir)));
+    assert_exit(&o, 0, "a quarantine in the promotion's gap is recorded");
 
     let o = run(approving_run(&dir).args(["--parallel", "1", "--feature", "f1-stock"]));
     assert_exit(&o, 0, "the next run finishes the promotion");
@@ -564,6 +571,11 @@ fn a_promotion_cut_off_after_its_merge_is_finished_by_the_next_run_never_stopped
     let ledger = std::fs::read_to_string(dir.join(".consort/features/f1-stock/ledger.jsonl"))
         .expect("ledger");
     assert!(ledger.contains("\"promoted\""), "the promotion is recorded");
+    let after = &ledger[ledger.find("\"quarantined\"").expect("the quarantine")..];
+    assert!(
+        after.contains("\"promoted\"") && !after.contains("\"verify-completed\""),
+        "after the quarantine, the promotion and no run: {after}"
+    );
     let o =
         run(consort_in("exec", &dir).args(["--", "psql", "-tAc", "SELECT count(*) FROM stock"]));
     assert_exit(&o, 0, "f1's table is in the parent database");
