@@ -600,12 +600,40 @@ impl ScriptedAgent {
     }
 }
 
+/// Most characters of a refusal a script's exhaustion repeats.
+const REFUSAL_SAID: usize = 1000;
+
+/// A script exhausted after a refused answer also says what the refusal was (the first line of
+/// the step's feedback), so a scripted run halts naming what to fix in the answer, not only that
+/// no entry was left.
+fn with_refusal(failure: AgentFailure, feedback: &[String]) -> AgentFailure {
+    let refusal = feedback.last().and_then(|f| f.lines().next()).map(|line| {
+        let line = line
+            .strip_prefix("Your previous answer was refused: ")
+            .unwrap_or(line);
+        line.strip_suffix(" Try again within the rules.")
+            .unwrap_or(line)
+            .chars()
+            .take(REFUSAL_SAID)
+            .collect::<String>()
+    });
+    match (failure, refusal) {
+        (AgentFailure::ScriptExhausted { wanted }, Some(refusal)) if !refusal.trim().is_empty() => {
+            AgentFailure::ScriptExhausted {
+                wanted: format!("{wanted}. The answer was refused: {refusal}"),
+            }
+        }
+        (failure, _) => failure,
+    }
+}
+
 impl Agent for ScriptedAgent {
     fn act<'a>(&'a self, assignment: &'a Assignment) -> ActFuture<'a> {
         Box::pin(async move {
             let entry = self
                 .script
-                .lookup(self.role, &assignment.step, assignment.attempt)?;
+                .lookup(self.role, &assignment.step, assignment.attempt)
+                .map_err(|e| with_refusal(e, &assignment.feedback))?;
             refuse_placeholders(entry, &assignment.step, assignment.attempt)?;
             tracing::debug!(
                 role = %self.role,

@@ -200,6 +200,32 @@ fn attempts_select_entries_and_running_out_is_exhaustion() {
     assert!(matches!(drv(0), Err(AgentFailure::ScriptExhausted { .. })));
 }
 
+/// A scripted agent whose entries run out after a refused answer says what the refusal was,
+/// so the halt names what to fix in the answer.
+#[tokio::test]
+async fn an_exhausted_script_repeats_the_refusal_it_follows() {
+    let agent = Script::from_toml_str(BUILD)
+        .expect("parses")
+        .agent(Role::Navigator);
+    let mut a = assignment(1, "red/T1");
+    a.attempt = 2;
+    a.feedback = vec![
+        "Your previous answer was refused: RED broke tests that were green: t0. Try again within the rules.\nThe test run:\n…".into(),
+    ];
+    let Err(AgentFailure::ScriptExhausted { wanted }) = agent.act(&a).await else {
+        panic!("the script is exhausted at attempt 2")
+    };
+    assert!(
+        wanted.ends_with(". The answer was refused: RED broke tests that were green: t0."),
+        "{wanted}"
+    );
+    a.feedback.clear();
+    let Err(AgentFailure::ScriptExhausted { wanted }) = agent.act(&a).await else {
+        panic!("exhausted")
+    };
+    assert!(!wanted.contains("was refused:"), "{wanted}");
+}
+
 #[test]
 fn exact_keys_win_over_wildcards_and_specific_wildcards_over_general_ones() {
     let script = Script::from_toml_str(BUILD).expect("parses");
