@@ -127,7 +127,7 @@ pub use machine::{
     Machine, MachineConfig, Pending, Phase, Redo, ReleaseEvidence, Remedy, RuleViolation,
     RunStatus, ScratchPlan, ScratchVerdict, State, Writer, check_architecture, check_change_set,
     check_review, check_schema, check_spec, check_stories, check_test_list, check_ux,
-    lifecycle_edges,
+    lifecycle_edges, refusal_said,
 };
 pub use migration_files::{
     MigrationFiles, MigrationNumbering, Recorded, ToolFormat, file_name as migration_file_name,

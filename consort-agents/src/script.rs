@@ -607,18 +607,12 @@ const REFUSAL_SAID: usize = 1000;
 /// the step's feedback), so a scripted run halts naming what to fix in the answer, not only that
 /// no entry was left.
 fn with_refusal(failure: AgentFailure, feedback: &[String]) -> AgentFailure {
-    let refusal = feedback.last().and_then(|f| f.lines().next()).map(|line| {
-        let line = line
-            .strip_prefix("Your previous answer was refused: ")
-            .unwrap_or(line);
-        line.strip_suffix(" Try again within the rules.")
-            .unwrap_or(line)
-            .chars()
-            .take(REFUSAL_SAID)
-            .collect::<String>()
-    });
+    let refusal = feedback
+        .last()
+        .and_then(|f| consort_actors::refusal_said(f))
+        .map(|said| said.chars().take(REFUSAL_SAID).collect::<String>());
     match (failure, refusal) {
-        (AgentFailure::ScriptExhausted { wanted }, Some(refusal)) if !refusal.trim().is_empty() => {
+        (AgentFailure::ScriptExhausted { wanted }, Some(refusal)) => {
             AgentFailure::ScriptExhausted {
                 wanted: format!("{wanted}. The answer was refused: {refusal}"),
             }

@@ -48,6 +48,7 @@ pub use rules::{
     check_schema, check_spec, check_stories, check_test_list, check_ux,
 };
 pub use scratch::{ScratchPlan, ScratchVerdict};
+pub use transition::refusal_said;
 
 /// Bounds and path rules the machine enforces.
 #[derive(Debug, Clone)]

@@ -36,6 +36,18 @@ use super::{
 
 type Outcome = Result<(State, Vec<Command>), RuleViolation>;
 
+/// How an agent's feedback after a refused answer begins, and how its first line ends.
+const REFUSED: &str = "Your previous answer was refused: ";
+const TRY_AGAIN: &str = " Try again within the rules.";
+
+/// The refusal a feedback text reports: its first line, without the words around the
+/// violation when it is a refused answer's feedback (None: an empty feedback).
+pub fn refusal_said(feedback: &str) -> Option<&str> {
+    let line = feedback.lines().next().filter(|l| !l.trim().is_empty())?;
+    let line = line.strip_prefix(REFUSED).unwrap_or(line);
+    Some(line.strip_suffix(TRY_AGAIN).unwrap_or(line))
+}
+
 /// Longest receipt excerpt handed back to an agent as feedback.
 const FEEDBACK_EXCERPT: usize = 2000;
 /// Most characters of the failing tests' own messages an agent is told (before the output).
@@ -1164,8 +1176,7 @@ fn refused(
     if remedy == Remedy::Ignore {
         return Ok((s, Vec::new()));
     }
-    let mut feedback =
-        format!("Your previous answer was refused: {violation}. Try again within the rules.");
+    let mut feedback = format!("{REFUSED}{violation}.{TRY_AGAIN}");
     if let Some(output) = run_output.filter(|o| !o.trim().is_empty()) {
         feedback.push_str("\nThe test run:\n");
         feedback.extend(output.chars().take(FEEDBACK_EXCERPT + FAILURES_SAID + 200));
